@@ -1,0 +1,51 @@
+/* Executes a validated schedule: one training step at the host-chosen arena offsets. */
+#ifndef POET_INTERP_H
+#define POET_INTERP_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "schedule.h"
+
+enum {
+    POET_TRACE_FORWARD = 0,
+    POET_TRACE_BACKWARD = 1,
+    POET_TRACE_RECOMPUTE = 2,
+    POET_TRACE_PAGE_IN = 3,
+    POET_TRACE_PAGE_OUT = 4,
+    POET_TRACE_OPTIMIZER = 5,
+    POET_TRACE_FREE = 6
+};
+
+typedef struct {
+    uint16_t instr;
+    uint16_t node;
+    uint8_t kind;
+    uint8_t op;
+    uint32_t ticks;
+    uint32_t bytes;
+} poet_trace_t;
+
+/* Where a step's data lives; all pointers point into the pool. */
+typedef struct {
+    float *params;
+    float *grads;
+    const float *x;         /* staged inputs */
+    const int32_t *labels;  /* staged labels */
+    uint8_t *arena;
+} poet_buffers_t;
+
+typedef struct {
+    int status;
+    float loss;
+    uint32_t peak_live_bytes;
+    uint32_t peak_extent_bytes;
+    uint32_t step_ticks;
+    uint16_t n_records;
+} poet_step_result_t;
+
+/* Run one step. trace must hold POET_SCHED_MAX_INSTR records. */
+void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet_buffers_t *buf,
+                      float lr, poet_trace_t *trace, poet_step_result_t *res);
+
+#endif

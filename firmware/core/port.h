@@ -1,0 +1,35 @@
+/* The port interface: everything the portable core needs from a board.
+ * A port implements these functions and calls poet_run() (protocol.h) from its entry point. */
+#ifndef POET_PORT_H
+#define POET_PORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Serial link. port_getc blocks (idling, never spinning) until a byte arrives and returns it
+ * (0..255), or -1 when the link is closed for good (the core then returns from poet_run). */
+int port_getc(void);
+void port_write(const uint8_t *p, size_t n);
+
+/* Free-running up-counting tick counter (wraps at 2^32) and its rate. */
+uint32_t port_ticks(void);
+uint32_t port_tick_hz(void);
+
+/* Aux storage at a byte offset of the swap area. 0 on success, nonzero on I/O failure. */
+int port_pager_open(void);
+int port_pager_write(uint32_t offset, const void *src, uint32_t n);
+int port_pager_read(uint32_t offset, void *dst, uint32_t n);
+
+/* What the board is, for HELLO. */
+const char *port_board(void);
+uint32_t port_ram_bytes(void);
+uint32_t port_flash_bytes(void);
+
+/* The static pool (params, grads, staged batch, arena), 8-byte aligned. */
+uint8_t *port_pool(void);
+uint32_t port_pool_bytes(void);
+
+/* Wait for something to happen (an interrupt) without burning the CPU. */
+void port_idle(void);
+
+#endif

@@ -1,0 +1,111 @@
+#include "schedule.h"
+
+#include "status.h"
+#include "util.h"
+
+int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t *m,
+                           uint32_t pool_free, uint32_t *detail)
+{
+    /* Static scratch: no heap, and the stack stays small on a 256 KiB board. */
+    static uint8_t resident[POET_MAX_NODES], computed[POET_MAX_NODES], paged[POET_MAX_NODES];
+    static uint32_t offset[POET_MAX_NODES];
+    uint32_t n_instr, arena, i, j, n_computes = 0;
+    uint16_t n_nodes;
+
+    *detail = POET_NO_DETAIL;
+    if (len < POET_SCHED_HDR + 4u)
+        return POET_E_SHORT;
+    if (data[0] != 'P' || data[1] != 'S' || data[2] != 'C' || data[3] != 'H')
+        return POET_E_MAGIC;
+    if (data[4] != 1)
+        return POET_E_VERSION;
+    n_instr = poet_rd16(data + 20);
+    if (len != POET_SCHED_HDR + 4u + 8u * n_instr)
+        return POET_E_LENGTH;
+    if (poet_crc32(0, data, len - 4u) != poet_rd32(data + len - 4u))
+        return POET_E_CRC;
+    if (m == 0 || poet_rd64(data + 8) != m->hash)
+        return POET_E_HASH;
+    n_nodes = poet_rd16(data + 6);
+    if (n_nodes != m->n_nodes)
+        return POET_E_NODES;
+    arena = poet_rd32(data + 16);
+    if (arena > pool_free)
+        return POET_E_ARENA;
+
+    for (j = 0; j < n_nodes; j++) {
+        resident[j] = computed[j] = paged[j] = 0;
+        offset[j] = 0;
+    }
+    for (i = 0; i < n_instr; i++) {
+        const uint8_t *p = data + POET_SCHED_HDR + 8u * i;
+        uint8_t op = p[0];
+        uint16_t node = poet_rd16(p + 2);
+        uint32_t off = poet_rd32(p + 4);
+        const poet_node_t *n;
+        int allocates;
+
+        *detail = i;
+        if (op < POET_I_COMPUTE || op > POET_I_FREE || p[1] != 0)
+            return POET_E_OPCODE;
+        if (node >= n_nodes)
+            return POET_E_NODE_RANGE;
+        n = &m->nodes[node];
+        if (op == POET_I_COMPUTE && node != n_computes)
+            return POET_E_ORDER;
+        if (op == POET_I_RECOMPUTE &&
+            ((n->kind != POET_KIND_FORWARD && n->kind != POET_KIND_LOSS) || !computed[node]))
+            return POET_E_RECOMPUTE;
+        if (op == POET_I_PAGE_IN && !paged[node])
+            return POET_E_NOT_PAGED;
+        allocates = (op == POET_I_COMPUTE || op == POET_I_RECOMPUTE || op == POET_I_PAGE_IN) &&
+                    n->bytes > 0;
+        if (allocates) {
+            if (resident[node])
+                return POET_E_DOUBLE_ALLOC;
+            /* offsets must be 4-aligned: the kernels read fp32 straight from the arena */
+            if ((off & 3u) != 0 || (uint64_t)off + n->bytes > arena)
+                return POET_E_BOUNDS;
+            for (j = 0; j < n_nodes; j++) {
+                if (resident[j] && off < offset[j] + m->nodes[j].bytes &&
+                    offset[j] < off + n->bytes)
+                    return POET_E_OVERLAP;
+            }
+        }
+        if (op == POET_I_COMPUTE || op == POET_I_RECOMPUTE) {
+            for (j = 0; j < n->n_deps; j++) {
+                uint16_t d = n->deps[j];
+                if (m->nodes[d].bytes > 0 && !resident[d])
+                    return POET_E_NOT_RESIDENT;
+            }
+        }
+        if ((op == POET_I_PAGE_OUT || op == POET_I_FREE) && (!resident[node] || n->bytes == 0))
+            return POET_E_NOT_LIVE;
+
+        switch (op) {
+        case POET_I_COMPUTE:
+            computed[node] = 1;
+            n_computes++;
+            break;
+        case POET_I_PAGE_OUT:
+            paged[node] = 1;
+            break;
+        case POET_I_FREE:
+            resident[node] = 0;
+            break;
+        default:
+            break;
+        }
+        if (allocates) {
+            resident[node] = 1;
+            offset[node] = off;
+        }
+    }
+    *detail = POET_NO_DETAIL;
+    if (n_computes != n_nodes)
+        return POET_E_ORDER;
+    for (j = 0; j < n_nodes; j++)
+        if (resident[j])
+            return POET_E_LEAK;
+    return POET_OK;
+}

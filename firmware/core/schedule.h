@@ -1,0 +1,32 @@
+/* Schedule blob (PSCH, docs/spec.md section 5): the validator that runs before anything executes. */
+#ifndef POET_SCHEDULE_H
+#define POET_SCHEDULE_H
+
+#include <stdint.h>
+
+#include "model.h"
+
+#define POET_SCHEDULE_BLOB_MAX 2048u
+#define POET_SCHED_HDR 24u
+#define POET_SCHED_MAX_INSTR ((POET_SCHEDULE_BLOB_MAX - POET_SCHED_HDR - 4u) / 8u)
+
+enum {
+    POET_I_COMPUTE = 1,
+    POET_I_RECOMPUTE = 2,
+    POET_I_PAGE_OUT = 3,
+    POET_I_PAGE_IN = 4,
+    POET_I_FREE = 5
+};
+
+/* Validate a schedule blob against the loaded model (NULL if none) and the bytes the pool has
+ * left for the arena. Returns the status (0 = OK) and sets *detail to the failing instruction
+ * index, or 0xFFFFFFFF for header and end checks (and on success). */
+int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t *m,
+                           uint32_t pool_free, uint32_t *detail);
+
+static inline uint16_t poet_sched_n_instr(const uint8_t *data)
+{
+    return (uint16_t)(data[20] | (data[21] << 8));
+}
+
+#endif

@@ -1,0 +1,74 @@
+"""What a board is (boards/<name>.yaml): core, clock, memories, power and storage models, emulator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from poet.errors import UsageError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BOARDS_DIR = REPO_ROOT / "boards"
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    description: str
+    clock_hz: float
+    ram_bytes: int
+    flash_bytes: int
+    firmware_target: str
+    cpu_active_w: float
+    cpi: float
+    storage: dict[str, Any]
+    emulator: dict[str, Any]
+    raw: dict[str, Any]
+
+    def compute_time_s(self, ticks: int, tick_hz: float) -> float:
+        """Board time of an op measured in emulator timer ticks.
+
+        Under `-icount shift=0` QEMU retires one instruction per virtual ns, so
+        ticks / tick_hz seconds of virtual time are that many instructions; at the
+        board's CPI and clock they take instructions * cpi / clock_hz (emulated).
+        """
+        instructions = ticks / tick_hz * 1e9 / float(self.emulator.get("virtual_ns_per_instruction", 1))
+        return instructions * self.cpi / self.clock_hz
+
+    def compute_energy_j(self, time_s: float) -> float:
+        return time_s * self.cpu_active_w
+
+    def page_cost(self, nbytes: int, direction: str) -> tuple[float, float]:
+        """(seconds, joules) to move nbytes to (`out`) or from (`in`) aux storage; CPU waits on the bus."""
+        s = self.storage
+        rate, power = (s["write_bytes_per_s"], s["write_w"]) if direction == "out" else (
+            s["read_bytes_per_s"], s["read_w"])
+        t = float(s["latency_s"]) + nbytes / float(rate)
+        return t, t * (float(power) + self.cpu_active_w)
+
+
+def board_names() -> list[str]:
+    return sorted(p.stem for p in BOARDS_DIR.glob("*.yaml"))
+
+
+def load_board(name: str) -> Board:
+    path = BOARDS_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise UsageError(f"unknown board {name!r}; known boards: {', '.join(board_names()) or 'none'}")
+    raw = yaml.safe_load(path.read_text())
+    return Board(
+        name=raw["name"],
+        description=raw.get("description", ""),
+        clock_hz=float(raw["clock_hz"]),
+        ram_bytes=int(raw["ram_bytes"]),
+        flash_bytes=int(raw["flash_bytes"]),
+        firmware_target=raw["firmware_target"],
+        cpu_active_w=float(raw["power"]["cpu_active_w"]),
+        cpi=float(raw["power"].get("cpi", 1.0)),
+        storage=raw["aux_storage"],
+        emulator=raw.get("emulator", {}),
+        raw=raw,
+    )

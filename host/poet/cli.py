@@ -1,0 +1,228 @@
+"""`poet`: the one command-line entry. Every user mistake ends in one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from poet import __version__
+from poet.boards import REPO_ROOT, board_names, load_board
+from poet.errors import PoetError, UsageError
+from poet.units import format_size, parse_deadline, parse_size
+
+DEFAULT_BOARD = "nrf52840"
+
+
+def say(msg: str = "") -> None:
+    print(msg, flush=True)
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_boards(args: argparse.Namespace) -> int:
+    for name in board_names():
+        b = load_board(name)
+        say(f"{name:<12} {b.description}  (emulated by QEMU {b.emulator.get('machine', '-')})")
+    return 0
+
+
+def _graph(args: argparse.Namespace):
+    from poet.graph import trace
+    from poet.models import get_model
+    from poet.reference import weights_of
+
+    model, spec = get_model(args.model, seed=args.seed)
+    if args.batch < 1:
+        raise UsageError(f"--batch {args.batch}: must be at least 1")
+    g = trace(model, spec.name, spec.input_shape, spec.classes, args.batch)
+    return g, model, weights_of(model)
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from poet.graph import summary
+
+    g, _, _ = _graph(args)
+    say(summary(g))
+    if args.output:
+        g.to_json(args.output)
+        say(f"wrote {args.output}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from poet.costs import load_profile, profile_graphs, profile_path, write_profile
+    from poet.device import open_device
+
+    board = load_board(args.board)
+    models = args.models or ["mlp-digits", "cnn-digits"]
+    graphs = []
+    for m in models:
+        args.model = m
+        g, _, w = _graph(args)
+        graphs.append((g, w))
+    path = Path(args.output) if args.output else profile_path(board.name)
+    existing = load_profile(board.name, path) if path.exists() else None
+    with tempfile.TemporaryDirectory() as work, open_device(board, args.port, workdir=Path(work)) as dev:
+        prof = profile_graphs(dev, graphs, repeats=args.repeats, progress=say, existing=existing)
+    write_profile(prof, path)
+    say(f"wrote {path}: {len(prof['ops'])} op shapes, {'emulated' if not args.port else 'measured'}")
+    return 0
+
+
+def _planned(args: argparse.Namespace, runtime_static: int | None = None):
+    from poet.costs import costed, load_profile
+    from poet.pipeline import plan_step
+
+    board = load_board(args.board)
+    ram = parse_size(args.ram)
+    g, model, w = _graph(args)
+    prof = load_profile(board.name, Path(args.profile) if args.profile else None)
+    cg = costed(g, board, prof)
+    deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
+    static = runtime_static if runtime_static is not None else int(prof["runtime_static_bytes"])
+    say(f"solve: {g.model} on {board.name}, --ram {format_size(ram)}, deadline {deadline_s * 1e3:.3f} ms "
+        f"({deadline_s / cg.one_pass_s:.2f}x one pass), solver {args.solver}")
+    p = plan_step(g, cg, board, ram, static, deadline_s, solver=args.solver, time_limit_s=args.time_limit,
+                  progress=lambda m: say(f"  {m}"))
+    from poet.run import print_plan
+
+    print_plan(p, say)
+    return board, g, model, w, p
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    board, g, _, _, p = _planned(args)
+    out = Path(args.output) if args.output else REPO_ROOT / "schedules" / f"{g.model}.{board.name}.poet"
+    data = p.lowered.schedule.encode()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    say(f"schedule: {len(data)} bytes, {len(p.lowered.schedule.instrs)} instructions -> {out}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from poet.run import train_on_device
+
+    train_on_device(args, say)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from poet.energy import render
+    from poet.tracefile import Trace
+
+    tr = Trace.load(args.trace)
+    say(render(tr, load_board(tr.board), top=args.top))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from poet.run import demo
+
+    demo(args, say)
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+
+def _model_args(p: argparse.ArgumentParser, default: str | None = "cnn-digits") -> None:
+    p.add_argument("--model", default=default, help="zoo model (mlp-digits, cnn-digits)")
+    p.add_argument("--batch", type=int, default=16, help="samples per training step (default 16)")
+    p.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+
+
+def _board_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
+    p.add_argument("--port", help="serial port of a real board; without it the emulated stand-in runs")
+
+
+def _solve_args(p: argparse.ArgumentParser, ram: str | None) -> None:
+    p.add_argument("--ram", default=ram, required=ram is None,
+                   help="RAM the training step may use in all: 256k = 256 KiB, 1m, or bytes")
+    p.add_argument("--deadline", default="2x", help="time per step: a multiple of one plain pass (1.5x) "
+                   "or a time (45ms); default 2x")
+    p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
+    p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit in seconds")
+    p.add_argument("--profile", help="op-cost profile (default profiles/<board>.yaml)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="poet", description=__doc__.splitlines()[0].strip("`") + " "
+                                 "Train neural networks on boards too small to train them.")
+    ap.add_argument("--version", action="version", version=f"poet {__version__}")
+    ap.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("boards", help="list the boards poet knows")
+    p.set_defaults(func=cmd_boards)
+
+    p = sub.add_parser("graph", help="trace a model's training step into a graph")
+    _model_args(p)
+    p.add_argument("-o", "--output", help="write the graph JSON here")
+    p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser("profile", help="measure op costs on the board, write profiles/<board>.yaml")
+    _board_args(p)
+    _model_args(p, default=None)
+    p.add_argument("--models", nargs="+", help="models to profile (default: mlp-digits cnn-digits)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per op (default 3)")
+    p.add_argument("-o", "--output", help="profile path (default profiles/<board>.yaml)")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("solve", help="plan a training step for a RAM budget and deadline")
+    p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD})")
+    _model_args(p)
+    _solve_args(p, ram=None)
+    p.add_argument("-o", "--output", help="schedule file (default schedules/<model>.<board>.poet)")
+    p.set_defaults(func=cmd_solve)
+
+    p = sub.add_parser("train", help="plan, upload and run training steps on the board")
+    _board_args(p)
+    _model_args(p)
+    _solve_args(p, ram=None)
+    p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
+    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
+    p.add_argument("--run-dir", help="where the run's files go (default runs/<time>)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("report", help="energy report of a saved trace")
+    p.add_argument("trace", help="trace JSON written by `poet train` or `poet demo`")
+    p.add_argument("--top", type=int, default=5, help="tensors to list (default 5)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("demo", help="the whole loop on the default (emulated) board")
+    _board_args(p)
+    _model_args(p)
+    _solve_args(p, ram="128k")
+    p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
+    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
+    p.add_argument("--run-dir", help="where the run's files go (default runs/demo)")
+    p.set_defaults(func=cmd_demo, models=None, repeats=3, output=None)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        return args.func(args)
+    except PoetError as exc:
+        if args.debug:
+            raise
+        print(f"poet: {exc}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        print("poet: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug in poet: one line unless --debug
+        if args.debug:
+            raise
+        print(f"poet: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""A connected board running the poet runtime: open it (emulated or real), load a model, train steps.
+
+With no `--port`, the emulated stand-in from the board's YAML is used (QEMU with the
+real firmware image) and every number it yields is labelled `emulated`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import serial
+
+from poet import emulator, firmware
+from poet.boards import Board
+from poet.errors import PoetError
+from poet.graph import TrainingGraph
+from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Hello, Link, StepResult
+from poet.lower import model_blob
+from poet.modelblob import decode_weights, encode_batch, encode_weights
+
+
+@dataclass
+class Device:
+    link: Link
+    hello: Hello
+    board: Board
+    emulated: bool
+
+    @property
+    def provenance(self) -> str:
+        return "emulated" if self.emulated else "measured"
+
+    @property
+    def runtime_static(self) -> int:
+        return self.hello.ram_bytes - self.hello.pool_bytes
+
+    def load_model(self, g: TrainingGraph, weights: list[np.ndarray]) -> None:
+        self.link.upload(MODEL, model_blob(g).encode())
+        self.link.upload(WEIGHTS, encode_weights(weights))
+
+    def load_schedule(self, data: bytes) -> None:
+        self.link.upload(SCHEDULE, data)
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> StepResult:
+        self.link.upload(BATCH, encode_batch(x, y))
+        return self.link.step(lr)
+
+    def read_weights(self, g: TrainingGraph) -> list[np.ndarray]:
+        return decode_weights(self.link.read_weights(g.param_bytes), g.param_elems)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def open_device(board: Board, port: str | None = None, workdir: Path | None = None,
+                quiet: bool = False) -> Iterator[Device]:
+    """Yield a Device; an emulator started here is stopped on every exit path, Ctrl-C included."""
+    say = (lambda _m: None) if quiet else log
+    with contextlib.ExitStack() as stack:
+        if port:
+            try:
+                ser = serial.serial_for_url(port, baudrate=115200, timeout=1.0)
+            except (serial.SerialException, ValueError) as exc:
+                raise PoetError(f"cannot open port {port}: {exc}") from exc
+            emulated = False
+        else:
+            say(f"no --port given: using the emulated {board.name} "
+                f"(QEMU {board.emulator.get('machine')}, numbers are 'emulated')")
+            elf = firmware.build(board.firmware_target, quiet=quiet)
+            qemu = stack.enter_context(emulator.start_qemu(elf, workdir))
+            ser = serial.serial_for_url(qemu.url, timeout=1.0)
+            emulated = True
+        stack.callback(ser.close)
+        link = Link(ser)
+        hello = link.hello()
+        if hello.board != board.name and not (emulated and hello.board == board.name):
+            raise PoetError(f"the board on {port or 'the emulator'} says it is {hello.board!r}, "
+                            f"not {board.name!r}; pass the right --board")
+        say(f"connected: {hello.board} firmware {hello.fw_version}, RAM {hello.ram_bytes} B "
+            f"(pool {hello.pool_bytes} B), timer {hello.tick_hz / 1e6:g} MHz")
+        yield Device(link, hello, board, emulated)

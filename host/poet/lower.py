@@ -1,0 +1,109 @@
+"""Lower a traced graph to the model blob and a plan to the byte schedule (docs/spec.md 2 and 5).
+
+Arena offsets are chosen here, greedily by size like TensorFlow Lite Micro's
+greedy memory planner: every allocation lives from the instruction that makes it
+resident to the one that frees it, and the largest are placed first at the
+lowest offset that overlaps no placed allocation alive at the same time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poet.graph import TrainingGraph
+from poet.modelblob import BlobNode, ModelBlob
+from poet.plan import Plan
+from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
+
+OPS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "input": (0, ("n",)),
+    "linear": (1, ("B", "in", "out", "w", "b")),
+    "conv2d": (2, ("B", "C", "H", "W", "O", "k", "pad", "w", "b")),
+    "relu": (3, ("n",)),
+    "maxpool2d": (4, ("B", "C", "H", "W")),
+    "flatten": (5, ("n",)),
+    "cross_entropy": (6, ("B", "classes")),
+    "linear_bwd": (16, ("B", "in", "out", "w", "b", "need_grad_input")),
+    "conv2d_bwd": (17, ("B", "C", "H", "W", "O", "k", "pad", "w", "b", "need_grad_input")),
+    "relu_bwd": (18, ("n",)),
+    "maxpool2d_bwd": (19, ("B", "C", "H", "W")),
+    "flatten_bwd": (20, ("n",)),
+    "cross_entropy_bwd": (21, ("B", "classes")),
+    "sgd": (32, ()),
+}
+OP_NAMES = {code: name for name, (code, _) in OPS.items()}
+KINDS = {"input": 0, "forward": 1, "loss": 2, "backward": 3, "optimizer": 4}
+ALIGN = 4
+
+
+def model_blob(g: TrainingGraph) -> ModelBlob:
+    nodes = []
+    for n in g.nodes:
+        code, names = OPS[n.op]
+        nodes.append(BlobNode(op=code, kind=KINDS[n.kind], deps=tuple(n.deps), bytes=n.bytes,
+                              attrs=tuple(int(n.attrs[a]) for a in names)))
+    return ModelBlob(batch=g.batch, x_elems=g.x_elems, param_elems=g.param_elems, nodes=nodes)
+
+
+@dataclass(frozen=True)
+class Lowered:
+    schedule: Schedule
+    peak_live_bytes: int  # the firmware's peak of resident bytes, predicted
+    extent_bytes: int  # highest offset + bytes of any live tensor
+
+
+def instructions(plan: Plan, sizes: list[int]) -> list[tuple[int, int]]:
+    """The plan's stages as (op, node) in execution order; tensors of 0 bytes are never paged or freed."""
+    out: list[tuple[int, int]] = []
+    for t, st in enumerate(plan.stages):
+        out += [(PAGE_IN, i) for i in st.page_in if sizes[i]]
+        out += [(COMPUTE if i == t else RECOMPUTE, i) for i in st.compute]
+        out += [(PAGE_OUT, i) for i in st.page_out if sizes[i]]
+        out += [(FREE, i) for i in st.free if sizes[i]]
+    return out
+
+
+def place(ops: list[tuple[int, int]], sizes: list[int]) -> tuple[list[int], int, int]:
+    """Arena offsets per instruction (greedy by size), the extent, and the peak of live bytes."""
+    intervals: list[tuple[int, int, int]] = []  # (start instr, end instr, bytes)
+    open_at: dict[int, int] = {}
+    live = peak = 0
+    for k, (op, node) in enumerate(ops):
+        if op in (COMPUTE, RECOMPUTE, PAGE_IN) and sizes[node]:
+            open_at[node] = len(intervals)
+            intervals.append((k, len(ops), sizes[node]))
+            live += sizes[node]
+            peak = max(peak, live)
+        elif op == FREE:
+            idx = open_at.pop(node)
+            s, _, b = intervals[idx]
+            intervals[idx] = (s, k, b)
+            live -= sizes[node]
+    offsets = [0] * len(intervals)
+    placed: list[int] = []
+    for idx in sorted(range(len(intervals)), key=lambda i: (-intervals[i][2], intervals[i][0])):
+        s, e, b = intervals[idx]
+        busy = sorted((offsets[j], offsets[j] + intervals[j][2]) for j in placed
+                      if intervals[j][0] <= e and s <= intervals[j][1])
+        off = 0
+        for lo, hi in busy:
+            if off + b <= lo:
+                break
+            off = max(off, (hi + ALIGN - 1) // ALIGN * ALIGN)
+        offsets[idx] = off
+        placed.append(idx)
+    extent = max((offsets[i] + intervals[i][2] for i in range(len(intervals))), default=0)
+    by_instr = [0] * len(ops)
+    for idx, (s, _, _) in enumerate(intervals):
+        by_instr[s] = offsets[idx]
+    return by_instr, extent, peak
+
+
+def lower(plan: Plan, g: TrainingGraph, blob: ModelBlob | None = None) -> Lowered:
+    blob = blob or model_blob(g)
+    sizes = [n.bytes for n in g.nodes]
+    ops = instructions(plan, sizes)
+    offsets, extent, peak = place(ops, sizes)
+    instrs = [Instr(op, node, offsets[k]) for k, (op, node) in enumerate(ops)]
+    sched = Schedule(n_nodes=len(g.nodes), model_hash=blob.hash(), arena_bytes=extent, instrs=instrs)
+    return Lowered(sched, peak, extent)

@@ -1,0 +1,68 @@
+"""The main job, one function per arrow of DESIGN.md's data flow, shared by the CLI commands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from poet.boards import Board
+from poet.errors import PoetError
+from poet.graph import TrainingGraph
+from poet.lower import Lowered, lower
+from poet.memory import MemoryBudget, budget_for
+from poet.plan import CostedGraph, Plan
+from poet.solve import keep_all, min_arena_budget, solve_poet
+from poet.units import format_size
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Planned:
+    budget: MemoryBudget
+    graph: CostedGraph
+    plan: Plan
+    lowered: Lowered
+    keep_all_peak: int
+    deadline_s: float
+
+
+def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, runtime_static: int,
+              deadline_s: float, solver: str = "highs", time_limit_s: float = 60.0,
+              progress: Progress = print) -> Planned:
+    """Solve the POET MILP for the arena left by --ram, lower it, and make sure the placed arena fits.
+
+    The MILP bounds the bytes resident at once; placing tensors at offsets can need a
+    little more (fragmentation). If it does, the MILP is solved again with the arena
+    budget lowered by the overshoot, until the placed arena fits.
+    """
+    if ram_bytes > board.ram_bytes:
+        raise PoetError(f"--ram {format_size(ram_bytes)} is more than {board.name} has "
+                        f"({format_size(board.ram_bytes)})", status=2)
+    budget = budget_for(g, ram_bytes, runtime_static)
+    ka = keep_all(cg)
+    arena = budget.arena
+    for _attempt in range(8):
+        plan = solve_poet(cg, arena, deadline_s, solver=solver, time_limit_s=time_limit_s, progress=progress)
+        if plan.status in ("infeasible", "no-solution"):
+            smallest = min_arena_budget(cg, deadline_s, solver=solver, time_limit_s=time_limit_s)
+            if smallest is None:
+                raise PoetError(f"no plan meets the deadline {deadline_s * 1e3:.3f} ms even with unlimited RAM; "
+                                f"relax --deadline", status=1)
+            raise PoetError(f"--ram {format_size(ram_bytes)} is below the smallest feasible budget for this "
+                            f"deadline: {format_size(budget.fixed + smallest)} ({budget.fixed + smallest} B = "
+                            f"fixed {budget.fixed} B + arena {smallest} B); raise --ram or relax --deadline",
+                            status=1)
+        lowered = lower(plan, g)
+        if lowered.extent_bytes <= budget.arena:
+            return Planned(budget, cg, plan, lowered, ka.peak_bytes, deadline_s)
+        over = lowered.extent_bytes - budget.arena
+        progress(f"placed arena {lowered.extent_bytes} B overshoots {budget.arena} B by {over} B "
+                 f"(fragmentation); re-solving with a tighter live-bytes bound")
+        arena -= over
+    raise PoetError("could not place the plan's tensors within the arena after 8 attempts; raise --ram")
+
+
+def keep_all_step(g: TrainingGraph, cg: CostedGraph) -> tuple[Plan, Lowered]:
+    plan = keep_all(cg)
+    return plan, lower(plan, g)

@@ -1,0 +1,139 @@
+"""The planner's plain data: a costed training graph in, a staged plan out.
+
+The semantics of a plan (what a stage does, in which order, how RAM is counted)
+are stated once, in docs/spec.md section 1; the MILP (solve.py), the simulator
+(simulate.py), the lowering (lower.py) and the firmware all follow it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PURE_KINDS = ("forward", "loss")
+
+
+@dataclass(frozen=True)
+class CostedNode:
+    """One node of a training graph with the cost of computing and paging its output."""
+
+    id: int
+    name: str
+    kind: str  # input | forward | loss | backward | optimizer
+    deps: tuple[int, ...]
+    bytes: int
+    compute_s: float
+    compute_j: float
+    page_in_s: float = 0.0
+    page_in_j: float = 0.0
+    page_out_s: float = 0.0
+    page_out_j: float = 0.0
+    recomputable: bool = True
+
+    @property
+    def pageable(self) -> bool:
+        return self.bytes > 0
+
+
+@dataclass(frozen=True)
+class CostedGraph:
+    """Nodes in topological order; node i may only depend on nodes < i."""
+
+    nodes: tuple[CostedNode, ...]
+    name: str = "graph"
+    param_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        for i, n in enumerate(self.nodes):
+            if n.id != i:
+                raise ValueError(f"node {n.name!r} has id {n.id}, expected {i} (topological order)")
+            for d in n.deps:
+                if not 0 <= d < i:
+                    raise ValueError(f"node {n.name!r} depends on {d}, which is not an earlier node")
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def one_pass_s(self) -> float:
+        """Time of one plain forward+backward pass: every node computed once, nothing paged."""
+        return sum(n.compute_s for n in self.nodes)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> CostedGraph:
+        """Read the costed-graph JSON (the schema of ../shared/benchmarks/poet-reference).
+
+        Fields missing from foreign graphs get conservative defaults: a node without
+        deps is a graph input (kept or paged, never recomputed); backward nodes are
+        never recomputed; duplicated edges are dropped.
+        """
+        raw = json.loads(Path(path).read_text())
+        nodes = []
+        for n in raw["nodes"]:
+            deps = tuple(dict.fromkeys(int(d) for d in n.get("deps", [])))
+            kind = n.get("kind", "forward")
+            if kind == "forward" and not deps:
+                kind = "input"
+            nodes.append(
+                CostedNode(
+                    id=int(n["id"]),
+                    name=str(n.get("name", f"n{n['id']}")),
+                    kind=kind,
+                    deps=deps,
+                    bytes=int(n["bytes"]),
+                    compute_s=float(n["compute_s"]),
+                    compute_j=float(n["compute_j"]),
+                    page_in_s=float(n.get("page_in_s", 0.0)),
+                    page_in_j=float(n.get("page_in_j", 0.0)),
+                    page_out_s=float(n.get("page_out_s", 0.0)),
+                    page_out_j=float(n.get("page_out_j", 0.0)),
+                    recomputable=bool(n.get("recomputable", kind in PURE_KINDS)),
+                )
+            )
+        return cls(nodes=tuple(nodes), name=str(raw.get("model", Path(path).stem)),
+                   param_bytes=int(raw.get("param_bytes", 0)))
+
+    def to_json(self, path: str | Path) -> None:
+        out = {"model": self.name, "param_bytes": self.param_bytes,
+               "nodes": [dict(asdict(n), deps=list(n.deps)) for n in self.nodes]}
+        Path(path).write_text(json.dumps(out, indent=1))
+
+
+@dataclass
+class Stage:
+    """What happens in stage t, in this order: page_in, compute (ascending, ends with t), page_out, free."""
+
+    page_in: list[int] = field(default_factory=list)
+    compute: list[int] = field(default_factory=list)
+    page_out: list[int] = field(default_factory=list)
+    free: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    """A plan for one training step, one stage per node, with the solver's account of it."""
+
+    strategy: str
+    stages: list[Stage]
+    status: str  # optimal | feasible | infeasible | no-solution
+    energy_j: float = 0.0
+    time_s: float = 0.0
+    peak_bytes: int = 0
+    arena_budget: int = 0
+    deadline_s: float = 0.0
+    solve_time_s: float = 0.0
+    gap: float = 0.0
+    solver: str = ""
+
+    @property
+    def recomputes(self) -> int:
+        return sum(len(s.compute) - 1 for s in self.stages)
+
+    @property
+    def page_ins(self) -> int:
+        return sum(len(s.page_in) for s in self.stages)
+
+    @property
+    def page_outs(self) -> int:
+        return sum(len(s.page_out) for s in self.stages)

@@ -1,0 +1,191 @@
+"""Training runs on a board: upload, step, read back, account. Used by `poet train` and `poet demo`."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from poet.boards import REPO_ROOT, Board, load_board
+from poet.data import batches, digits_split
+from poet.device import Device, open_device
+from poet.energy import render
+from poet.errors import PoetError
+from poet.graph import TrainingGraph, summary
+from poet.link import DeviceError
+from poet.pipeline import Planned, plan_step
+from poet.reference import accuracy, load_weights, train_steps, weights_of
+from poet.tracefile import Trace
+from poet.units import format_size, parse_deadline, parse_size
+
+Say = Callable[[str], None]
+
+
+def data_batches(g: TrainingGraph, steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The first `steps` batches of the fixed digits training split, cycling over epochs."""
+    xtr, ytr, _, _ = digits_split()
+    epoch = list(batches(xtr, ytr, g.batch, tuple(g.input_shape)))
+    return list(itertools.islice(itertools.cycle(epoch), steps))
+
+
+def run_steps(dev: Device, g: TrainingGraph, weights: list[np.ndarray], schedule: bytes,
+              data: list[tuple[np.ndarray, np.ndarray]], lr: float, trace: Trace | None, say: Say,
+              expect_peak: int | None = None) -> list[float]:
+    """Load model, weights and schedule, run one step per batch; returns the losses."""
+    dev.load_model(g, weights)
+    try:
+        dev.load_schedule(schedule)
+    except DeviceError as exc:
+        raise PoetError(f"the board refused the schedule: {exc}") from exc
+    losses = []
+    for k, (x, y) in enumerate(data):
+        res = dev.step(x, y, lr)
+        losses.append(res.loss)
+        if trace is not None:
+            trace.add_step(res, lr)
+        if expect_peak is not None and res.peak_live_bytes != expect_peak:
+            raise PoetError(f"step {k}: the board's peak arena use {res.peak_live_bytes} B differs from the "
+                            f"planner's {expect_peak} B (memory model mismatch: please report)")
+        say(f"  step {k + 1:3d}/{len(data)}  loss {res.loss:.4f}  peak arena {res.peak_live_bytes} B  "
+            f"{res.step_ticks} ticks")
+    return losses
+
+
+def _state_dict(model: torch.nn.Module, weights: list[np.ndarray]) -> dict[str, torch.Tensor]:
+    load_weights(model, weights)
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model: torch.nn.Module,
+                  say: Say, run_dir: Path) -> dict:
+    from poet.costs import costed, load_profile
+
+    board = dev.board
+    prof = load_profile(board.name, Path(args.profile) if getattr(args, "profile", None) else None)
+    cg = costed(g, board, prof)
+    deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
+    ram = parse_size(args.ram)
+    say(f"\n[solve] POET MILP for {g.model}: --ram {format_size(ram)}, deadline {deadline_s * 1e3:.3f} ms "
+        f"({deadline_s / cg.one_pass_s:.2f}x one pass), solver {args.solver}")
+    p = plan_step(g, cg, board, ram, dev.runtime_static, deadline_s, solver=args.solver,
+                  time_limit_s=args.time_limit, progress=lambda m: say(f"  {m}"))
+    print_plan(p, say)
+    if p.plan.peak_bytes >= p.keep_all_peak:
+        say("  note: this budget holds every activation; nothing needs recomputing or paging")
+
+    sched = p.lowered.schedule.encode()
+    sched_path = run_dir / "schedule.poet"
+    sched_path.write_bytes(sched)
+    copy = REPO_ROOT / "schedules" / f"{g.model}.{board.name}.poet"
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_bytes(sched)
+    say(f"\n[lower] schedule: {len(sched)} bytes ({len(p.lowered.schedule.instrs)} instructions, "
+        f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {copy.relative_to(REPO_ROOT)}")
+
+    weights0 = weights_of(model)
+    data = data_batches(g, args.steps)
+    say(f"\n[train] uploading model, weights ({g.param_bytes} B) and schedule; the board validates it; "
+        f"{args.steps} SGD steps, lr {args.lr}, batch {g.batch}")
+    tr = Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
+    tr.plan = {"ram_bytes": ram, "arena_budget": p.budget.arena, "peak_bytes": p.plan.peak_bytes,
+               "energy_j": p.plan.energy_j, "status": p.plan.status, "recomputes": p.plan.recomputes,
+               "page_ins": p.plan.page_ins, "page_outs": p.plan.page_outs}
+    losses = run_steps(dev, g, weights0, sched, data, args.lr, tr, say, expect_peak=p.plan.peak_bytes)
+    final = dev.read_weights(g)
+    peak = max(s["peak_live_bytes"] for s in tr.steps)
+    extent = max(s["peak_extent_bytes"] for s in tr.steps)
+    say(f"  board peak arena {peak} B = planner's {p.plan.peak_bytes} B; extent {extent} B "
+        f"<= arena budget {p.budget.arena} B")
+
+    trace_path = run_dir / "trace.json"
+    tr.save(trace_path)
+    torch.save(_state_dict(model, final), run_dir / "weights.pt")
+    say(f"\n[account] trace of {len(tr.steps)} steps saved to {trace_path} "
+        f"(`poet report {trace_path}` prints this again)")
+    report = render(tr, board)
+    (run_dir / "report.txt").write_text(report + "\n")
+    say(report)
+    return {"planned": p, "losses": losses, "weights0": weights0, "final": final, "data": data, "trace": tr}
+
+
+def print_plan(p: Planned, say: Say) -> None:
+    plan = p.plan
+    say("  memory (--ram):")
+    say(p.budget.table())
+    say(f"  plan: {plan.strategy} via {plan.solver}, status {plan.status}, solved in {plan.solve_time_s:.2f} s"
+        + (f", gap {plan.gap:.2%}" if plan.status == "feasible" else ""))
+    say(f"    energy      {plan.energy_j * 1e6:10.2f} uJ per step (modelled)")
+    say(f"    peak arena  {plan.peak_bytes:10d} B of {p.budget.arena} B budget (keep-everything needs "
+        f"{p.keep_all_peak} B); placed extent {p.lowered.extent_bytes} B")
+    say(f"    runtime     {plan.time_s * 1e3:10.3f} ms of {p.deadline_s * 1e3:.3f} ms deadline")
+    say(f"    decisions   {plan.recomputes} recomputes, {plan.page_ins} page-ins, {plan.page_outs} page-outs")
+
+
+def new_run_dir(given: str | None, default: str) -> Path:
+    d = Path(given) if given else REPO_ROOT / "runs" / default
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _model(args: argparse.Namespace):
+    from poet.graph import trace
+    from poet.models import get_model
+
+    model, spec = get_model(args.model, seed=args.seed)
+    if args.batch < 1:
+        raise PoetError(f"--batch {args.batch}: must be at least 1", status=2)
+    return model, trace(model, spec.name, spec.input_shape, spec.classes, args.batch)
+
+
+def train_on_device(args: argparse.Namespace, say: Say) -> None:
+    board = load_board(args.board)
+    parse_size(args.ram)  # fail on a bad size before starting anything
+    if args.steps < 1:
+        raise PoetError(f"--steps {args.steps}: must be at least 1", status=2)
+    model, g = _model(args)
+    run_dir = new_run_dir(args.run_dir, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    (run_dir / "config.json").write_text(json.dumps(vars(args), default=str, indent=1))
+    with open_device(board, args.port, workdir=run_dir) as dev:
+        train_session(dev, args, g, model, say, run_dir)
+
+
+def demo(args: argparse.Namespace, say: Say) -> None:
+    """The whole loop of DESIGN.md on the default board: trace, profile, solve, lower, train, account."""
+    from poet.costs import profile_graphs, profile_path, write_profile
+    from poet.graph import trace
+    from poet.models import get_model
+
+    board: Board = load_board(args.board)
+    parse_size(args.ram)
+    say(f"[trace] training graphs (batch {args.batch}):")
+    graphs = []
+    for name in ("mlp-digits", "cnn-digits"):
+        m, spec = get_model(name, seed=args.seed)
+        g = trace(m, name, spec.input_shape, spec.classes, args.batch)
+        graphs.append((g, weights_of(m)))
+        say(f"  {summary(g)}")
+    model, g = _model(args)
+    run_dir = new_run_dir(args.run_dir, "demo")
+    with open_device(board, args.port, workdir=run_dir) as dev:
+        say(f"\n[profile] every op of both models on the {dev.provenance} {board.name}")
+        prof = profile_graphs(dev, graphs, repeats=args.repeats, progress=lambda m: say(f"  {m}"))
+        write_profile(prof, profile_path(board.name))
+        say(f"  wrote {profile_path(board.name).relative_to(REPO_ROOT)}: {len(prof['ops'])} op shapes "
+            f"({dev.provenance} ticks; time and energy from the board model)")
+        out = train_session(dev, args, g, model, say, run_dir)
+
+    ref_model, _ = _model(args)
+    train_steps(ref_model, out["data"], args.lr)
+    worst = max(float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+                for a, b in zip(out["final"], weights_of(ref_model), strict=True))
+    _, _, xte, yte = digits_split()
+    load_weights(model, out["final"])
+    acc = accuracy(model, xte.reshape((-1, *g.input_shape)), yte)
+    say(f"\n[check] board weights vs the same {args.steps} steps in PyTorch on the host: "
+        f"max relative error {worst:.2e}; test accuracy with the board's weights {acc:.1%}")

@@ -1,0 +1,361 @@
+"""The POET planner: which activations to keep, recompute or page, as a MILP.
+
+Formulation (T nodes, one stage t per node, semantics of docs/spec.md section 1).
+Binaries, for tensors i with bytes_i > 0: R[t,i] recompute i in stage t (i < t;
+R[t,t] = 1 is the first compute), S[t,i] kept in RAM from stage t-1, Min[t,i]
+paged in, Mout[t,i] paged out (i <= t), A[t,i] held in aux at the start of t.
+With P[t,i] = S[t,i] + Min[t,i] + R[t,i] (present in stage t):
+  P[t,i] <= 1                   one source: kept, paged in or (re)computed
+  R[t,i] <= P[t,j]              every dep j (bytes > 0) of a compute is resident
+                                (computes run ascending, so R[t,j], j < i, counts)
+  S[t+1,i] <= P[t,i]   Mout[t,i] <= P[t,i]   Min[t,i] <= A[t,i]
+  A[t+1,i] <= A[t,i] + Mout[t,i],  A[i,i] = 0 (nothing is in aux before it exists)
+  R[t,i] = 0 for i < t unless node i is forward/loss (input, backward, optimizer)
+  Σ_i bytes_i P[t,i] <= budget for every t          (peak(t) of the spec)
+  Σ R compute_s + Min page_in_s + Mout page_out_s <= deadline
+  minimise Σ R compute_j + Min page_in_j + Mout page_out_j.
+Variables that can never pay off are not created: a tensor is needed at most
+until last_need(i) (its last non-recomputable consumer, or the last need of a
+recomputable one), so S/Min/R/A live in (i, last_need] and Mout in [i, last_need).
+Nodes with bytes == 0 get no residency variables; deps on them impose nothing.
+
+Defects of the reference MILP (Patil et al. 2022, commit 6e63098) not shared:
+paging time counts in the deadline; a tensor may be paged out in the stage that
+produces it; inputs are not recomputable (so not free to recompute); duplicated
+edges are dropped (CostedGraph.from_json); nothing is freed inside a stage, so
+there is no self-free term to get wrong; parameters, gradients and the staged
+batch are outside the arena: the caller passes arena_budget = RAM - fixed part.
+Every plan returned is replayed by simulate.py, an independent checker.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pulp
+
+from poet.plan import PURE_KINDS, CostedGraph, CostedNode, Plan, Stage
+from poet.simulate import simulate
+
+Progress = Callable[[str], None] | None
+Key = tuple[int, int]  # (stage t, tensor i)
+
+
+def _recomputable(node: CostedNode) -> bool:
+    return node.recomputable and node.kind in PURE_KINDS
+
+
+def _last_need(graph: CostedGraph) -> list[int]:
+    """Last stage in which tensor i can be needed (-1: never read by anyone)."""
+    last = [-1] * len(graph)
+    for c in reversed(graph.nodes):  # consumers come after their deps
+        reach = max(c.id, last[c.id]) if _recomputable(c) else c.id
+        for d in c.deps:
+            last[d] = max(last[d], reach)
+    return last
+
+
+def lower_bound_bytes(graph: CostedGraph) -> int:
+    """No plan fits below this: some node needs its output and all its inputs at once."""
+    return max(n.bytes + sum(graph.nodes[d].bytes for d in n.deps) for n in graph.nodes)
+
+
+@dataclass
+class _Milp:
+    prob: pulp.LpProblem
+    R: dict[Key, pulp.LpVariable] = field(default_factory=dict)
+    S: dict[Key, pulp.LpVariable] = field(default_factory=dict)
+    Min: dict[Key, pulp.LpVariable] = field(default_factory=dict)
+    Mout: dict[Key, pulp.LpVariable] = field(default_factory=dict)
+    A: dict[Key, pulp.LpVariable] = field(default_factory=dict)
+    budget: pulp.LpVariable | None = None
+
+    def present(self, t: int, i: int) -> pulp.LpAffineExpression | int:
+        if i == t:
+            return 1
+        return pulp.lpSum(v[t, i] for v in (self.S, self.Min, self.R) if (t, i) in v)
+
+    def energy_terms(self, graph: CostedGraph) -> list[tuple[pulp.LpVariable, float]]:
+        n = graph.nodes
+        return ([(v, n[i].compute_j) for (_, i), v in self.R.items()]
+                + [(v, n[i].page_in_j) for (_, i), v in self.Min.items()]
+                + [(v, n[i].page_out_j) for (_, i), v in self.Mout.items()])
+
+    def time_terms(self, graph: CostedGraph) -> list[tuple[pulp.LpVariable, float]]:
+        n = graph.nodes
+        return ([(v, n[i].compute_s) for (_, i), v in self.R.items()]
+                + [(v, n[i].page_in_s) for (_, i), v in self.Min.items()]
+                + [(v, n[i].page_out_s) for (_, i), v in self.Mout.items()])
+
+
+def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float) -> _Milp:
+    """The MILP; arena_budget None makes the budget an integer variable to minimise."""
+    nodes, n_nodes = graph.nodes, len(graph)
+    if any(min(n.compute_j, n.page_in_j, n.page_out_j, n.compute_s, n.page_in_s, n.page_out_s) < 0
+           for n in nodes):
+        raise ValueError("costs must be non-negative")
+    m = _Milp(pulp.LpProblem(f"poet_{re.sub(r'[^A-Za-z0-9_]', '_', graph.name)}", pulp.LpMinimize))
+    last = _last_need(graph)
+
+    def binary(name: str, t: int, i: int) -> pulp.LpVariable:
+        return pulp.LpVariable(f"{name}_{t}_{i}", cat=pulp.LpBinary)
+
+    for i, node in enumerate(nodes):
+        if node.bytes == 0:
+            continue
+        for t in range(i + 1, last[i] + 1):
+            m.S[t, i] = binary("S", t, i)
+            m.Min[t, i] = binary("Min", t, i)
+            m.A[t, i] = binary("A", t, i)
+            if _recomputable(node):
+                m.R[t, i] = binary("R", t, i)
+        for t in range(i, last[i]):
+            m.Mout[t, i] = binary("Mout", t, i)
+
+    prob = m.prob
+    for (t, i), a in m.A.items():
+        prob += m.Min[t, i] <= a, f"pagein_{t}_{i}"
+        prob += a <= m.A.get((t - 1, i), 0) + m.Mout.get((t - 1, i), 0), f"aux_{t}_{i}"
+    for (t, i) in m.S:
+        prob += m.present(t, i) <= 1, f"one_{t}_{i}"
+        prob += m.S[t, i] <= m.present(t - 1, i), f"keep_{t}_{i}"
+    for (t, i), v in m.Mout.items():
+        if t > i:
+            prob += v <= m.present(t, i), f"pageout_{t}_{i}"
+    for t in range(n_nodes):
+        computed = [(t, 1)] + [(i, m.R[t, i]) for i in range(t) if (t, i) in m.R]
+        for i, r in computed:
+            for d in nodes[i].deps:
+                if nodes[d].bytes > 0:
+                    prob += r <= m.present(t, d), f"dep_{t}_{i}_{d}"
+
+    if arena_budget is None:
+        m.budget = pulp.LpVariable("budget", lowBound=lower_bound_bytes(graph), cat=pulp.LpInteger)
+    limit = m.budget if m.budget is not None else arena_budget
+    resident: list[list[int]] = [[] for _ in range(n_nodes)]
+    for t, i in m.S:
+        resident[t].append(i)
+    for t in range(n_nodes):
+        prob += (nodes[t].bytes + pulp.lpSum(nodes[i].bytes * m.present(t, i) for i in resident[t])
+                 <= limit), f"mem_{t}"
+
+    # the deadline row is scaled to 1 so solver tolerances are relative to the deadline
+    fixed_s = sum(n.compute_s for n in nodes)
+    if deadline_s <= 0:
+        raise ValueError("deadline_s must be positive")
+    prob += (pulp.lpSum(c / deadline_s * v for v, c in m.time_terms(graph) if c)
+             <= 1 - fixed_s / deadline_s), "deadline"
+    if m.budget is not None:
+        prob += m.budget
+    else:  # energy scaled by one plain pass so the objective is O(1)
+        scale = sum(n.compute_j for n in nodes) or 1.0
+        prob += pulp.lpSum(c / scale * v for v, c in m.energy_terms(graph) if c)
+    return m
+
+
+@dataclass
+class _Outcome:
+    status: str  # optimal | feasible | infeasible | no-solution
+    gap: float
+    solve_time_s: float
+    solver: str
+
+
+def _run(m: _Milp, solver: str, time_limit_s: float, gap: float) -> _Outcome:
+    t0 = time.perf_counter()
+    if solver == "highs":
+        return _run_highs(m, time_limit_s, gap, t0)
+    if solver == "cbc":
+        return _run_cbc(m, time_limit_s, gap, t0)
+    raise ValueError(f"unknown solver {solver!r} (highs or cbc)")
+
+
+def _run_highs(m: _Milp, time_limit_s: float, gap: float, t0: float) -> _Outcome:
+    opts = {"mip_abs_gap": 0.0, "primal_feasibility_tolerance": 1e-9,
+            "mip_feasibility_tolerance": 1e-9}
+    api = pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap, **opts)
+    if not api.available():  # fallback: the highs executable through PuLP
+        cmd = pulp.HiGHS_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap)
+        m.prob.solve(cmd)
+        return _from_pulp(m, time.perf_counter() - t0, "highs-cmd")
+    import highspy
+
+    m.prob.solve(api)
+    dt = time.perf_counter() - t0
+    h = m.prob.solverModel
+    status, info = h.getModelStatus(), h.getInfo()
+    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    ms = highspy.HighsModelStatus
+    if status == ms.kOptimal:
+        return _Outcome("optimal", max(0.0, info.mip_gap), dt, "highs")
+    if status in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
+        return _Outcome("infeasible", math.inf, dt, "highs")
+    if has_solution:
+        return _Outcome("feasible", info.mip_gap, dt, "highs")
+    return _Outcome("no-solution", math.inf, dt, "highs")
+
+
+def _run_cbc(m: _Milp, time_limit_s: float, gap: float, t0: float) -> _Outcome:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "cbc.log"
+        cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap, logPath=str(log),
+                                options=["primalTolerance 1e-9", "integerTolerance 1e-9"])
+        m.prob.solve(cmd)
+        text = log.read_text() if log.exists() else ""
+    out = _from_pulp(m, time.perf_counter() - t0, "cbc")
+    if out.status == "feasible":
+        found = re.search(r"^Gap:\s+([0-9.eE+-]+)", text, re.M)
+        out.gap = float(found.group(1)) if found else math.nan
+    return out
+
+
+def _from_pulp(m: _Milp, dt: float, name: str) -> _Outcome:
+    sol = m.prob.sol_status
+    if sol == pulp.LpSolutionOptimal:
+        return _Outcome("optimal", 0.0, dt, name)
+    if sol == pulp.LpSolutionIntegerFeasible:
+        return _Outcome("feasible", math.nan, dt, name)
+    if sol == pulp.LpSolutionInfeasible or m.prob.status == pulp.LpStatusInfeasible:
+        return _Outcome("infeasible", math.inf, dt, name)
+    return _Outcome("no-solution", math.inf, dt, name)
+
+
+def _chosen(v: dict[Key, pulp.LpVariable]) -> list[set[int]]:
+    """Per stage, the tensors whose variable is 1 (solutions rounded to the nearest integer)."""
+    n = 1 + max((t for t, _ in v), default=-1)
+    out: list[set[int]] = [set() for _ in range(n)]
+    for (t, i), var in v.items():
+        if round(var.varValue or 0.0) == 1:
+            out[t].add(i)
+    return out
+
+
+def _extract(graph: CostedGraph, m: _Milp) -> list[Stage]:
+    n_nodes, nodes = len(graph), graph.nodes
+
+    def per_stage(v: dict[Key, pulp.LpVariable]) -> list[set[int]]:
+        got = _chosen(v)
+        return got + [set() for _ in range(n_nodes + 1 - len(got))]
+
+    rec, kept, pin, pout = per_stage(m.R), per_stage(m.S), per_stage(m.Min), per_stage(m.Mout)
+    _drop_pointless(graph, rec, kept, pin, pout)
+    stages = []
+    for t in range(n_nodes):
+        computes = sorted(rec[t] | {t})
+        present = kept[t] | pin[t] | {i for i in computes if nodes[i].bytes > 0}
+        free = present if t == n_nodes - 1 else present - kept[t + 1]
+        stages.append(Stage(sorted(pin[t]), computes, sorted(pout[t]), sorted(free)))
+    return stages
+
+
+def _drop_pointless(graph: CostedGraph, rec: list[set[int]], kept: list[set[int]],
+                    pin: list[set[int]], pout: list[set[int]]) -> None:
+    """Drop keeps of tensors never used again, and other useless decisions that cost 0 J.
+
+    Only zero-energy decisions go, so the energy stays the MILP objective; a useless
+    decision that costs energy is the solver's (it is not optimal) and is left visible.
+    """
+    nodes, n_nodes = graph.nodes, len(graph)
+    changed = True
+    while changed:
+        changed = False
+        for i, node in enumerate(nodes):  # one page-out serves every later page-in
+            outs = sorted(t for t in range(n_nodes) if i in pout[t])
+            ins = [t for t in range(n_nodes) if i in pin[t]]
+            for k, t in enumerate(outs):
+                useful = k == 0 and any(s > t for s in ins)
+                if not useful and node.page_out_j == 0:
+                    pout[t].discard(i)
+                    changed = True
+        needed_next: set[int] = set()  # tensors stage t+1 reads from what stage t keeps
+        for t in reversed(range(n_nodes)):
+            useless = kept[t + 1] - needed_next
+            if useless:
+                kept[t + 1] -= useless
+                changed = True
+            need = set(pout[t]) | kept[t + 1]
+            for c in sorted(rec[t] | {t}, reverse=True):
+                if c != t and c not in need and nodes[c].compute_j == 0:
+                    rec[t].discard(c)
+                    changed = True
+                    continue
+                need |= {d for d in nodes[c].deps if nodes[d].bytes > 0}
+            for i in list(pin[t]):
+                if i not in need and nodes[i].page_in_j == 0:
+                    pin[t].discard(i)
+                    changed = True
+            needed_next = need & kept[t]
+
+
+def _value(terms: list[tuple[pulp.LpVariable, float]]) -> float:
+    return sum(c * round(v.varValue or 0.0) for v, c in terms)
+
+
+def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str = "highs",
+               time_limit_s: float = 60.0, gap: float = 0.0,
+               progress: Progress = None) -> Plan:
+    """The least-energy plan that fits `arena_budget` bytes and meets `deadline_s`."""
+    say = progress or (lambda _msg: None)
+    m = _build(graph, arena_budget, deadline_s)
+    say(f"{solver}: solving {graph.name} (T={len(graph)}, {len(m.prob.variables())} variables, "
+        f"{len(m.prob.constraints)} constraints), budget {arena_budget} B, deadline {deadline_s:.6g} s")
+    out = _run(m, solver, time_limit_s, gap)
+    plan = Plan(strategy="poet", stages=[], status=out.status, arena_budget=arena_budget,
+                deadline_s=deadline_s, solve_time_s=out.solve_time_s, gap=out.gap,
+                solver=out.solver)
+    if out.status in ("optimal", "feasible"):
+        plan.stages = _extract(graph, m)
+        sim = simulate(graph, plan, arena_budget, deadline_s)
+        objective = sum(n.compute_j for n in graph.nodes) + _value(m.energy_terms(graph))
+        if not math.isclose(sim.energy_j, objective, rel_tol=1e-9, abs_tol=1e-15):
+            raise AssertionError(f"simulated energy {sim.energy_j!r} J != MILP objective {objective!r} J")
+        plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
+    say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s"
+        + (f", {plan.energy_j:.6g} J, {plan.time_s:.6g} s, peak {plan.peak_bytes} B, "
+           f"{plan.recomputes} recomputes, {plan.page_ins} page-ins" if plan.stages else ""))
+    return plan
+
+
+def keep_all(graph: CostedGraph) -> Plan:
+    """Compute every node once and keep each tensor until its last use (PyTorch's default)."""
+    n_nodes, nodes = len(graph), graph.nodes
+    last_use = list(range(n_nodes))
+    for c in nodes:
+        for d in c.deps:
+            last_use[d] = max(last_use[d], c.id)
+    frees: list[list[int]] = [[] for _ in range(n_nodes)]
+    for i, node in enumerate(nodes):
+        if node.bytes > 0:
+            frees[last_use[i]].append(i)
+    plan = Plan(strategy="keep-all", status="feasible",
+                stages=[Stage(compute=[t], free=frees[t]) for t in range(n_nodes)])
+    sim = simulate(graph, plan)
+    plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
+    plan.arena_budget, plan.deadline_s = sim.peak_bytes, sim.time_s
+    return plan
+
+
+def min_arena_budget(graph: CostedGraph, deadline_s: float, solver: str = "highs",
+                     time_limit_s: float = 60.0, progress: Progress = None) -> int | None:
+    """The smallest arena budget of any plan meeting `deadline_s` (None: no plan meets it).
+
+    If the solver stops on its time limit the best budget found so far is returned
+    (an upper bound of the minimum) and progress() says so.
+    """
+    say = progress or (lambda _msg: None)
+    if deadline_s < graph.one_pass_s * (1 - 1e-12):
+        say(f"deadline {deadline_s:.6g} s is below one plain pass ({graph.one_pass_s:.6g} s)")
+        return None
+    m = _build(graph, None, deadline_s)
+    say(f"{solver}: minimising the arena budget of {graph.name}, deadline {deadline_s:.6g} s")
+    out = _run(m, solver, time_limit_s, 0.0)
+    say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s")
+    if out.status not in ("optimal", "feasible") or m.budget is None:
+        return None
+    return int(round(m.budget.varValue or 0.0))
