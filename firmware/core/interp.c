@@ -92,7 +92,6 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
                       float lr, poet_trace_t *trace, poet_step_result_t *res)
 {
     static uint32_t offset[POET_MAX_NODES];
-    static uint8_t resident[POET_MAX_NODES];
     uint16_t n_instr = poet_sched_n_instr(schedule), i, j;
     uint32_t live = 0, t_step, t0;
     float *in[4];
@@ -102,8 +101,6 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
     res->peak_live_bytes = 0;
     res->peak_extent_bytes = 0;
     res->n_records = 0;
-    for (j = 0; j < m->n_nodes; j++)
-        resident[j] = 0;
 
     t_step = port_ticks();
     for (i = 0; i < n_instr; i++) {
@@ -118,7 +115,6 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
 
         t0 = port_ticks();
         if ((op == POET_I_COMPUTE || op == POET_I_RECOMPUTE || op == POET_I_PAGE_IN) && n->bytes) {
-            resident[node] = 1;
             offset[node] = off;
             live += n->bytes;
             if (live > res->peak_live_bytes)
@@ -143,7 +139,6 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
             err = port_pager_write(m->swap_off[node], t, n->bytes);
             break;
         case POET_I_FREE:
-            resident[node] = 0;
             live -= n->bytes;
             break;
         default:

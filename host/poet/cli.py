@@ -185,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
     p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
     p.add_argument("--run-dir", help="where the run's files go (default runs/<time>)")
+    p.add_argument("--schedule", help="run this schedule file instead of solving (the board validates it)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("report", help="energy report of a saved trace")

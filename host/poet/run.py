@@ -71,37 +71,33 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
     cg = costed(g, board, prof)
     deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
     ram = parse_size(args.ram)
-    say(f"\n[solve] POET MILP for {g.model}: --ram {format_size(ram)}, deadline {deadline_s * 1e3:.3f} ms "
-        f"({deadline_s / cg.one_pass_s:.2f}x one pass), solver {args.solver}")
-    p = plan_step(g, cg, board, ram, dev.runtime_static, deadline_s, solver=args.solver,
-                  time_limit_s=args.time_limit, progress=lambda m: say(f"  {m}"))
-    print_plan(p, say)
-    if p.plan.peak_bytes >= p.keep_all_peak:
-        say("  note: this budget holds every activation; nothing needs recomputing or paging")
-
-    sched = p.lowered.schedule.encode()
-    sched_path = run_dir / "schedule.poet"
-    sched_path.write_bytes(sched)
-    copy = REPO_ROOT / "schedules" / f"{g.model}.{board.name}.poet"
-    copy.parent.mkdir(exist_ok=True)
-    copy.write_bytes(sched)
-    say(f"\n[lower] schedule: {len(sched)} bytes ({len(p.lowered.schedule.instrs)} instructions, "
-        f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {copy.relative_to(REPO_ROOT)}")
+    given = getattr(args, "schedule", None)
+    if given:
+        sched = _read_schedule(Path(given))
+        say(f"\n[schedule] using {given} ({len(sched)} bytes) as given; the board validates it")
+        p = None
+    else:
+        p = _solve(dev, args, g, cg, board, ram, deadline_s, say)
+        sched = p.lowered.schedule.encode()
+    (run_dir / "schedule.poet").write_bytes(sched)
 
     weights0 = weights_of(model)
     data = data_batches(g, args.steps)
     say(f"\n[train] uploading model, weights ({g.param_bytes} B) and schedule; the board validates it; "
         f"{args.steps} SGD steps, lr {args.lr}, batch {g.batch}")
     tr = Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
-    tr.plan = {"ram_bytes": ram, "arena_budget": p.budget.arena, "peak_bytes": p.plan.peak_bytes,
-               "energy_j": p.plan.energy_j, "status": p.plan.status, "recomputes": p.plan.recomputes,
-               "page_ins": p.plan.page_ins, "page_outs": p.plan.page_outs}
-    losses = run_steps(dev, g, weights0, sched, data, args.lr, tr, say, expect_peak=p.plan.peak_bytes)
+    if p is not None:
+        tr.plan = {"ram_bytes": ram, "arena_budget": p.budget.arena, "peak_bytes": p.plan.peak_bytes,
+                   "energy_j": p.plan.energy_j, "status": p.plan.status, "recomputes": p.plan.recomputes,
+                   "page_ins": p.plan.page_ins, "page_outs": p.plan.page_outs}
+    losses = run_steps(dev, g, weights0, sched, data, args.lr, tr, say,
+                       expect_peak=p.plan.peak_bytes if p else None)
     final = dev.read_weights(g)
     peak = max(s["peak_live_bytes"] for s in tr.steps)
     extent = max(s["peak_extent_bytes"] for s in tr.steps)
-    say(f"  board peak arena {peak} B = planner's {p.plan.peak_bytes} B; extent {extent} B "
-        f"<= arena budget {p.budget.arena} B")
+    if p is not None:
+        say(f"  board peak arena {peak} B = planner's {p.plan.peak_bytes} B; extent {extent} B "
+            f"<= arena budget {p.budget.arena} B")
 
     trace_path = run_dir / "trace.json"
     tr.save(trace_path)
@@ -112,6 +108,30 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
     (run_dir / "report.txt").write_text(report + "\n")
     say(report)
     return {"planned": p, "losses": losses, "weights0": weights0, "final": final, "data": data, "trace": tr}
+
+
+def _read_schedule(path: Path) -> bytes:
+    if not path.is_file():
+        raise PoetError(f"schedule file {path} does not exist", status=2)
+    return path.read_bytes()
+
+
+def _solve(dev: Device, args: argparse.Namespace, g: TrainingGraph, cg, board: Board, ram: int,
+           deadline_s: float, say: Say) -> Planned:
+    say(f"\n[solve] POET MILP for {g.model}: --ram {format_size(ram)}, deadline {deadline_s * 1e3:.3f} ms "
+        f"({deadline_s / cg.one_pass_s:.2f}x one pass), solver {args.solver}")
+    p = plan_step(g, cg, board, ram, dev.runtime_static, deadline_s, solver=args.solver,
+                  time_limit_s=args.time_limit, progress=lambda m: say(f"  {m}"))
+    print_plan(p, say)
+    if p.plan.peak_bytes >= p.keep_all_peak:
+        say("  note: this budget holds every activation; nothing needs recomputing or paging")
+    sched = p.lowered.schedule.encode()
+    copy = REPO_ROOT / "schedules" / f"{g.model}.{board.name}.poet"
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_bytes(sched)
+    say(f"\n[lower] schedule: {len(sched)} bytes ({len(p.lowered.schedule.instrs)} instructions, "
+        f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {copy.relative_to(REPO_ROOT)}")
+    return p
 
 
 def print_plan(p: Planned, say: Say) -> None:
@@ -148,6 +168,8 @@ def train_on_device(args: argparse.Namespace, say: Say) -> None:
     parse_size(args.ram)  # fail on a bad size before starting anything
     if args.steps < 1:
         raise PoetError(f"--steps {args.steps}: must be at least 1", status=2)
+    if args.schedule:
+        _read_schedule(Path(args.schedule))
     model, g = _model(args)
     run_dir = new_run_dir(args.run_dir, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     (run_dir / "config.json").write_text(json.dumps(vars(args), default=str, indent=1))

@@ -34,6 +34,7 @@ import math
 import re
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,7 +105,7 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float) -> _
     last = _last_need(graph)
 
     def binary(name: str, t: int, i: int) -> pulp.LpVariable:
-        return pulp.LpVariable(f"{name}_{t}_{i}", cat=pulp.LpBinary)
+        return m.prob.add_variable(f"{name}_{t}_{i}", cat=pulp.LpBinary)
 
     for i, node in enumerate(nodes):
         if node.bytes == 0:
@@ -136,7 +137,7 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float) -> _
                     prob += r <= m.present(t, d), f"dep_{t}_{i}_{d}"
 
     if arena_budget is None:
-        m.budget = pulp.LpVariable("budget", lowBound=lower_bound_bytes(graph), cat=pulp.LpInteger)
+        m.budget = prob.add_variable("budget", lowBound=lower_bound_bytes(graph), cat=pulp.LpInteger)
     limit = m.budget if m.budget is not None else arena_budget
     resident: list[list[int]] = [[] for _ in range(n_nodes)]
     for t, i in m.S:
@@ -204,8 +205,10 @@ def _run_highs(m: _Milp, time_limit_s: float, gap: float, t0: float) -> _Outcome
 def _run_cbc(m: _Milp, time_limit_s: float, gap: float, t0: float) -> _Outcome:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "cbc.log"
-        cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap, logPath=str(log),
-                                options=["primalTolerance 1e-9", "integerTolerance 1e-9"])
+        with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC, still the one we have
+            warnings.simplefilter("ignore", DeprecationWarning)
+            cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap, logPath=str(log),
+                                    options=["primalTolerance 1e-9", "integerTolerance 1e-9"])
         m.prob.solve(cmd)
         text = log.read_text() if log.exists() else ""
     out = _from_pulp(m, time.perf_counter() - t0, "cbc")
@@ -304,7 +307,7 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     say = progress or (lambda _msg: None)
     m = _build(graph, arena_budget, deadline_s)
     say(f"{solver}: solving {graph.name} (T={len(graph)}, {len(m.prob.variables())} variables, "
-        f"{len(m.prob.constraints)} constraints), budget {arena_budget} B, deadline {deadline_s:.6g} s")
+        f"{m.prob.numConstraints()} constraints), budget {arena_budget} B, deadline {deadline_s:.6g} s")
     out = _run(m, solver, time_limit_s, gap)
     plan = Plan(strategy="poet", stages=[], status=out.status, arena_budget=arena_budget,
                 deadline_s=deadline_s, solve_time_s=out.solve_time_s, gap=out.gap,

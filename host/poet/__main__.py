@@ -1,0 +1,5 @@
+import sys
+
+from poet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,102 @@
+"""Run the firmware image on QEMU, reachable as a pyserial `socket://` URL.
+
+QEMU is a child we must never leak: it is stopped on every exit path, Ctrl-C
+included, and the serial port is a TCP server so the host connects only once
+QEMU is ready (wait=on holds the guest until then).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from poet.errors import PoetError
+
+MACHINE = "mps2-an386"
+CPU = "cortex-m4"
+
+
+class EmulatorError(PoetError, RuntimeError):
+    """QEMU is missing or did not come up."""
+
+
+@dataclass(frozen=True)
+class Emulator:
+    url: str
+    workdir: Path
+    port: int
+    process: subprocess.Popen[bytes]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def qemu_command(elf_path: Path, port: int, machine: str = MACHINE, cpu: str = CPU) -> list[str]:
+    """The exact command line; -icount shift=0 makes the tick counts deterministic."""
+    return ["qemu-system-arm", "-M", machine, "-cpu", cpu, "-nographic", "-monitor", "none",
+            "-icount", "shift=0", "-semihosting-config", "enable=on,target=native",
+            "-kernel", str(elf_path),
+            "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def start_qemu(elf_path: Path | str, workdir: Path | str | None = None,
+               startup_timeout_s: float = 10.0) -> Iterator[Emulator]:
+    """Yield a running QEMU whose UART0 listens on `.url`; the swap file lands in `.workdir`."""
+    if shutil.which("qemu-system-arm") is None:
+        raise EmulatorError("qemu-system-arm not found: run `make setup`")
+    elf = Path(elf_path).resolve()
+    if not elf.is_file():
+        raise EmulatorError(f"firmware image {elf} does not exist: build it with `make -C firmware qemu-m4`")
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="poet-qemu-"))
+        wd = Path(workdir)
+        wd.mkdir(parents=True, exist_ok=True)
+        port = _free_port()
+        log = stack.enter_context(open(wd / "qemu.log", "w+b"))
+        proc = subprocess.Popen(qemu_command(elf, port), cwd=wd, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_listening(proc, port, startup_timeout_s, log)
+            yield Emulator(f"socket://127.0.0.1:{port}", wd, port, proc)
+        finally:
+            _stop(proc)
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], port: int, timeout_s: float, log) -> None:  # type: ignore[no-untyped-def]
+    """Poll until QEMU's serial server exists. We only probe with bind, never connect: the first
+    connection is the guest's one serial line, so it belongs to the Link."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            out = log.read().decode(errors="replace").strip()
+            raise EmulatorError(f"qemu-system-arm exited with status {proc.returncode}: {out[-500:]}")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return  # the port is taken: QEMU is listening
+        time.sleep(0.02)
+    raise EmulatorError(f"qemu-system-arm did not open its serial port {port} within {timeout_s:g} s")

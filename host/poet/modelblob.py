@@ -1,0 +1,152 @@
+"""The model, weights and batch blobs the firmware loads (docs/spec.md sections 2-4).
+
+Byte-exact encoders live here, apart from graph tracing, so the format has one
+Python implementation that tests can compare against the C parser.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAGIC = b"PMDL"
+VERSION = 1
+HEADER_BYTES = 16
+NODE_BYTES = 56
+MAX_DEPS = 4
+N_ATTRS = 10
+NO_DEP = 0xFFFF
+MODEL_BLOB_MAX = 4096  # the firmware's static model buffer
+
+# ops (docs/spec.md section 2)
+OP_INPUT = 0
+OP_LINEAR = 1
+OP_CONV2D = 2
+OP_RELU = 3
+OP_MAXPOOL2D = 4
+OP_FLATTEN = 5
+OP_CROSS_ENTROPY = 6
+OP_LINEAR_BWD = 16
+OP_CONV2D_BWD = 17
+OP_RELU_BWD = 18
+OP_MAXPOOL2D_BWD = 19
+OP_FLATTEN_BWD = 20
+OP_CROSS_ENTROPY_BWD = 21
+OP_SGD = 32
+
+# node kinds
+KIND_INPUT = 0
+KIND_FORWARD = 1
+KIND_LOSS = 2
+KIND_BACKWARD = 3
+KIND_OPTIMIZER = 4
+
+_HEADER = struct.Struct("<4sBBHHHI")
+_NODE = struct.Struct("<BBBx4HI10i")
+
+
+def fnv1a64(data: bytes) -> int:
+    """FNV-1a 64: cheap on a microcontroller, and enough to bind a schedule to its model."""
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+@dataclass(frozen=True)
+class BlobNode:
+    """One node of the training graph as the firmware sees it: an op with integer attributes."""
+
+    op: int
+    kind: int
+    deps: tuple[int, ...]
+    bytes: int
+    attrs: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.deps) > MAX_DEPS:
+            raise ValueError(f"node has {len(self.deps)} deps, the blob holds at most {MAX_DEPS}")
+        if len(self.attrs) > N_ATTRS:
+            raise ValueError(f"node has {len(self.attrs)} attributes, the blob holds at most {N_ATTRS}")
+
+
+@dataclass
+class ModelBlob:
+    """Header, parameter table and node table of a PMDL blob."""
+
+    batch: int
+    x_elems: int
+    param_elems: list[int]
+    nodes: list[BlobNode] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        out = bytearray(_HEADER.pack(MAGIC, VERSION, 0, len(self.nodes), len(self.param_elems),
+                                     self.batch, self.x_elems))
+        for n in self.param_elems:
+            out += struct.pack("<I", n)
+        for node in self.nodes:
+            deps = list(node.deps) + [NO_DEP] * (MAX_DEPS - len(node.deps))
+            attrs = list(node.attrs) + [0] * (N_ATTRS - len(node.attrs))
+            out += _NODE.pack(node.op, node.kind, len(node.deps), *deps, node.bytes, *attrs)
+        return bytes(out)
+
+    @classmethod
+    def decode(cls, data: bytes) -> ModelBlob:
+        if len(data) < HEADER_BYTES:
+            raise ValueError(f"model blob is {len(data)} bytes, shorter than its {HEADER_BYTES}-byte header")
+        magic, version, _, n_nodes, n_params, batch, x_elems = _HEADER.unpack_from(data)
+        if magic != MAGIC or version != VERSION:
+            raise ValueError(f"not a version-{VERSION} PMDL model blob (magic {magic!r}, version {version})")
+        want = HEADER_BYTES + 4 * n_params + NODE_BYTES * n_nodes
+        if len(data) != want:
+            raise ValueError(f"model blob is {len(data)} bytes, its header says {want}")
+        params = list(struct.unpack_from(f"<{n_params}I", data, HEADER_BYTES))
+        nodes = []
+        off = HEADER_BYTES + 4 * n_params
+        for _ in range(n_nodes):
+            op, kind, n_deps, *rest = _NODE.unpack_from(data, off)
+            deps, nbytes, attrs = rest[:4], rest[4], rest[5:]
+            last = max((i + 1 for i, a in enumerate(attrs) if a != 0), default=0)
+            nodes.append(BlobNode(op, kind, tuple(deps[:n_deps]), nbytes, tuple(attrs[:last])))
+            off += NODE_BYTES
+        return cls(batch, x_elems, params, nodes)
+
+    def hash(self) -> int:
+        return fnv1a64(self.encode())
+
+    @property
+    def param_bytes(self) -> int:
+        return 4 * sum(self.param_elems)
+
+    @property
+    def batch_bytes(self) -> int:
+        return 4 * self.x_elems + 4 * self.batch
+
+    def pool_free(self, pool_bytes: int) -> int:
+        """Arena bytes left in the board's pool after params, grads and the staged batch."""
+        return pool_bytes - 2 * self.param_bytes - self.batch_bytes
+
+
+def encode_weights(params: list[np.ndarray]) -> bytes:
+    """Parameters in PyTorch layout, concatenated in param-table order as little-endian fp32."""
+    return b"".join(np.ascontiguousarray(p, dtype="<f4").tobytes() for p in params)
+
+
+def decode_weights(data: bytes, param_elems: list[int]) -> list[np.ndarray]:
+    """Flat fp32 arrays, one per parameter; the caller reshapes (the blob carries no shapes)."""
+    if len(data) != 4 * sum(param_elems):
+        raise ValueError(f"weights are {len(data)} bytes, the parameter table needs {4 * sum(param_elems)}")
+    flat = np.frombuffer(data, dtype="<f4").astype(np.float32)
+    out, off = [], 0
+    for n in param_elems:
+        out.append(flat[off:off + n].copy())
+        off += n
+    return out
+
+
+def encode_batch(x: np.ndarray, labels: np.ndarray) -> bytes:
+    """The staged batch: every input as fp32, then one i32 class label per sample."""
+    return (np.ascontiguousarray(x, dtype="<f4").tobytes()
+            + np.ascontiguousarray(labels, dtype="<i4").tobytes())

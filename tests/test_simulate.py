@@ -1,0 +1,143 @@
+"""The plan simulator: every rule of docs/spec.md section 1 is enforced, energy is exact."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import pytest
+
+from poet.plan import CostedGraph, CostedNode, Plan, Stage
+from poet.simulate import PlanError, simulate
+from poet.solve import keep_all
+
+# id, kind, deps, bytes
+SPEC = [
+    (0, "input", (), 4),
+    (1, "forward", (0,), 8),      # logits
+    (2, "loss", (1,), 2),
+    (3, "backward", (1,), 8),     # cross-entropy backward reads the logits
+    (4, "backward", (3, 0), 0),   # linear backward, no grad input
+    (5, "optimizer", (), 0),
+]
+
+
+def tiny() -> CostedGraph:
+    return CostedGraph(tuple(
+        CostedNode(id=i, name=f"n{i}", kind=k, deps=d, bytes=b, compute_s=0.1 * (i + 1),
+                   compute_j=0.01 * (i + 1), page_in_s=0.003 * b, page_in_j=0.0005 * b,
+                   page_out_s=0.004 * b, page_out_j=0.0007 * b,
+                   recomputable=k in ("forward", "loss"))
+        for i, k, d, b in SPEC))
+
+
+def paged_plan() -> Plan:
+    """Pages the input out and back in, recomputes the logits for the backward pass."""
+    return Plan("hand", [
+        Stage(compute=[0]),
+        Stage(compute=[1], page_out=[0], free=[0]),
+        Stage(compute=[2], free=[1, 2]),
+        Stage(page_in=[0], compute=[1, 3], free=[1]),
+        Stage(compute=[4], free=[0, 3]),
+        Stage(compute=[5]),
+    ], status="feasible")
+
+
+def test_keep_all_passes_and_accounts_exactly() -> None:
+    g = tiny()
+    plan = keep_all(g)
+    sim = simulate(g, plan, arena_budget=20, deadline_s=g.one_pass_s)
+    # stage 1: 4+8, stage 2: +2 then free 2, stage 3: +8 then free 1, stage 4: free 0 and 3
+    assert sim.memory_trace == [4, 12, 14, 12, 20, 12, 12, 8, 0, 0]
+    assert sim.peak_bytes == plan.peak_bytes == 20
+    assert sim.energy_j == pytest.approx(sum(n.compute_j for n in g.nodes), rel=1e-12)
+    assert sim.energy_by_kind_j["forward"] == pytest.approx(0.01 + 0.02 + 0.03)
+    assert sim.energy_by_kind_j["backward"] == pytest.approx(0.04 + 0.05)
+    assert sim.energy_by_kind_j["optimizer"] == pytest.approx(0.06)
+    assert sim.time_s == pytest.approx(g.one_pass_s)
+    assert (sim.recomputes, sim.page_ins, sim.page_outs) == (0, 0, 0)
+
+
+def test_paging_and_recompute_energy_exact() -> None:
+    g = tiny()
+    sim = simulate(g, paged_plan(), arena_budget=20)
+    n0, n1 = g.nodes[0], g.nodes[1]
+    assert sim.peak_bytes == 20
+    assert sim.energy_by_kind_j["recompute"] == n1.compute_j
+    assert sim.energy_by_kind_j["page_in"] == n0.page_in_j
+    assert sim.energy_by_kind_j["page_out"] == n0.page_out_j
+    expected = sum(n.compute_j for n in g.nodes) + n1.compute_j + n0.page_in_j + n0.page_out_j
+    assert math.isclose(sim.energy_j, expected, rel_tol=1e-12)
+    assert math.isclose(sim.time_s, g.one_pass_s + n1.compute_s + n0.page_in_s + n0.page_out_s)
+    assert (sim.recomputes, sim.page_ins, sim.page_outs) == (1, 1, 1)
+    assert len(sim.memory_trace) == sum(
+        len(s.page_in) + len(s.compute) + len(s.page_out) + len(s.free) for s in paged_plan().stages)
+
+
+def _edit(base: Callable[[], Plan], t: int, **lists: list[int]) -> Plan:
+    plan = copy.deepcopy(base())
+    for name, value in lists.items():
+        setattr(plan.stages[t], name, value)
+    return plan
+
+
+def keep_all_t() -> Plan:
+    return keep_all(tiny())
+
+
+BAD = {
+    "last compute is not t": (_edit(keep_all_t, 1, compute=[0]), "last compute must be node 1"),
+    "no compute": (_edit(keep_all_t, 2, compute=[]), "last compute must be node 2"),
+    "not ascending": (_edit(paged_plan, 3, compute=[3, 1, 3]), "not strictly ascending"),
+    "dep not resident": (_edit(keep_all_t, 0, free=[0]), "stage 1, node 1 .*dep 0 .*not resident"),
+    "dep of a recompute": (_edit(paged_plan, 3, page_in=[]), "stage 3, node 1 .*dep 0"),
+    "page-in not in aux": (_edit(paged_plan, 1, page_out=[]), "stage 3, node 0 .*not in aux"),
+    "page-out not resident": (_edit(paged_plan, 2, page_out=[0]), "stage 2, node 0 .*page-out"),
+    "free not resident": (_edit(keep_all_t, 3, free=[1, 2]), "stage 3, node 2 .*free"),
+    "resident twice (page-in)": (_edit(paged_plan, 1, free=[]), "stage 3, node 0 .*twice"),
+    "resident twice (recompute)": (_edit(keep_all_t, 2, compute=[1, 2]), "stage 2, node 1 .*twice"),
+    "input recomputed": (_edit(paged_plan, 3, page_in=[], compute=[0, 1, 3]),
+                         "stage 3, node 0 .*non-recomputable"),
+    "backward recomputed": (_edit(keep_all_t, 4, compute=[3, 4]), "stage 4, node 3 .*non-recomputable"),
+    "leak": (_edit(keep_all_t, 4, free=[0]), "node 3 .*left resident"),
+    "page-in of a bytes-0 node": (_edit(keep_all_t, 5, page_in=[4]), "stage 5, node 4 .*bytes == 0"),
+    "free of a bytes-0 node": (_edit(keep_all_t, 5, free=[5]), "stage 5, node 5 .*free"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_rule_violations_raise(case: str) -> None:
+    plan, message = BAD[case]
+    with pytest.raises(PlanError, match=message):
+        simulate(tiny(), plan)
+
+
+def test_memory_budget_checked_at_every_event() -> None:
+    g = tiny()
+    simulate(g, keep_all(g), arena_budget=20)
+    with pytest.raises(PlanError, match="stage 3, node 3 .*memory 20 B above the arena budget 19 B"):
+        simulate(g, keep_all(g), arena_budget=19)
+    with pytest.raises(PlanError, match="stage 1, node 1 .*memory 12 B above"):
+        simulate(g, paged_plan(), arena_budget=11)
+
+
+def test_deadline_checked() -> None:
+    g = tiny()
+    simulate(g, keep_all(g), deadline_s=g.one_pass_s)
+    with pytest.raises(PlanError, match="stage 5, node 5 .*above the deadline"):
+        simulate(g, keep_all(g), deadline_s=g.one_pass_s * 0.999)
+    with pytest.raises(PlanError, match="deadline"):
+        simulate(g, paged_plan(), deadline_s=g.one_pass_s)
+
+
+def test_stage_count_checked() -> None:
+    g = tiny()
+    plan = keep_all(g)
+    plan.stages.pop()
+    with pytest.raises(PlanError, match="6 nodes"):
+        simulate(g, plan)
+
+
+def test_plan_error_is_a_value_error() -> None:
+    assert issubclass(PlanError, ValueError)
