@@ -1,7 +1,6 @@
 """The energy account of a trace: every record charged once, to the right kind, module and tensor."""
 
 import pytest
-
 from poet.boards import load_board
 from poet.energy import account, render
 from poet.errors import PoetError

@@ -2,15 +2,14 @@
 
 import pytest
 import torch
-from torch import nn
-
 from poet.errors import PoetError
 from poet.graph import TrainingGraph, trace
 from poet.models import ZOO, get_model
+from torch import nn
 
 
 def _forward_sizes(model: nn.Module, x: torch.Tensor) -> list[int]:
-    """Output bytes of every leaf module / function, observed with a TorchDispatch-free forward hook walk."""
+    """Output bytes of every leaf module, as forward hooks see them."""
     sizes = []
     for m in model.modules():
         if not list(m.children()):

@@ -1,7 +1,6 @@
 """Lowering: the byte schedule does what the plan says, at offsets where no two live tensors overlap."""
 
 import pytest
-
 from poet.costs import uncosted
 from poet.errors import UsageError
 from poet.graph import trace

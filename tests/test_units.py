@@ -1,5 +1,4 @@
 import pytest
-
 from poet.errors import UsageError
 from poet.units import format_size, parse_deadline, parse_size
 

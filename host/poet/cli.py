@@ -10,6 +10,7 @@ from pathlib import Path
 from poet import __version__
 from poet.boards import REPO_ROOT, board_names, load_board
 from poet.errors import PoetError, UsageError
+from poet.memory import check_ram
 from poet.units import format_size, parse_deadline, parse_size
 
 DEFAULT_BOARD = "nrf52840"
@@ -76,7 +77,7 @@ def _planned(args: argparse.Namespace, runtime_static: int | None = None):
     from poet.pipeline import plan_step
 
     board = load_board(args.board)
-    ram = parse_size(args.ram)
+    ram = check_ram(parse_size(args.ram), board.ram_bytes, board.name)
     g, model, w = _graph(args)
     prof = load_profile(board.name, Path(args.profile) if args.profile else None)
     cg = costed(g, board, prof)

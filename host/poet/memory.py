@@ -52,6 +52,12 @@ class MemoryBudget:
         return "\n".join(rows)
 
 
+def check_ram(ram_bytes: int, board_ram_bytes: int, board: str) -> int:
+    if ram_bytes > board_ram_bytes:
+        raise UsageError(f"--ram {format_size(ram_bytes)} is more than {board} has ({format_size(board_ram_bytes)})")
+    return ram_bytes
+
+
 def budget_for(graph: TrainingGraph, ram_bytes: int, runtime_static: int) -> MemoryBudget:
     """Split --ram; refuse a budget that cannot even hold the fixed part."""
     b = MemoryBudget(ram_bytes=ram_bytes, runtime_static=runtime_static, params=graph.param_bytes,

@@ -9,7 +9,7 @@ from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph import TrainingGraph
 from poet.lower import Lowered, lower
-from poet.memory import MemoryBudget, budget_for
+from poet.memory import MemoryBudget, budget_for, check_ram
 from poet.plan import CostedGraph, Plan
 from poet.solve import keep_all, min_arena_budget, solve_poet
 from poet.units import format_size
@@ -36,9 +36,7 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
     little more (fragmentation). If it does, the MILP is solved again with the arena
     budget lowered by the overshoot, until the placed arena fits.
     """
-    if ram_bytes > board.ram_bytes:
-        raise PoetError(f"--ram {format_size(ram_bytes)} is more than {board.name} has "
-                        f"({format_size(board.ram_bytes)})", status=2)
+    check_ram(ram_bytes, board.ram_bytes, board.name)
     budget = budget_for(g, ram_bytes, runtime_static)
     ka = keep_all(cg)
     arena = budget.arena

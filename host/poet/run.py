@@ -19,6 +19,7 @@ from poet.energy import render
 from poet.errors import PoetError
 from poet.graph import TrainingGraph, summary
 from poet.link import DeviceError
+from poet.memory import check_ram
 from poet.pipeline import Planned, plan_step
 from poet.reference import accuracy, load_weights, train_steps, weights_of
 from poet.tracefile import Trace
@@ -165,7 +166,7 @@ def _model(args: argparse.Namespace):
 
 def train_on_device(args: argparse.Namespace, say: Say) -> None:
     board = load_board(args.board)
-    parse_size(args.ram)  # fail on a bad size before starting anything
+    check_ram(parse_size(args.ram), board.ram_bytes, board.name)  # fail before starting anything
     if args.steps < 1:
         raise PoetError(f"--steps {args.steps}: must be at least 1", status=2)
     if args.schedule:
@@ -184,7 +185,7 @@ def demo(args: argparse.Namespace, say: Say) -> None:
     from poet.models import get_model
 
     board: Board = load_board(args.board)
-    parse_size(args.ram)
+    check_ram(parse_size(args.ram), board.ram_bytes, board.name)
     say(f"[trace] training graphs (batch {args.batch}):")
     graphs = []
     for name in ("mlp-digits", "cnn-digits"):

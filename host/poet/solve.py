@@ -132,7 +132,7 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float) -> _
     for t in range(n_nodes):
         computed = [(t, 1)] + [(i, m.R[t, i]) for i in range(t) if (t, i) in m.R]
         for i, r in computed:
-            for d in nodes[i].deps:
+            for d in dict.fromkeys(nodes[i].deps):  # a hand-made graph may repeat an edge
                 if nodes[d].bytes > 0:
                     prob += r <= m.present(t, d), f"dep_{t}_{i}_{d}"
 
@@ -196,7 +196,7 @@ def _run_highs(m: _Milp, time_limit_s: float, gap: float, t0: float) -> _Outcome
     if status == ms.kOptimal:
         return _Outcome("optimal", max(0.0, info.mip_gap), dt, "highs")
     if status in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
-        return _Outcome("infeasible", math.inf, dt, "highs")
+        return _Outcome("infeasible", 0.0, dt, "highs")
     if has_solution:
         return _Outcome("feasible", info.mip_gap, dt, "highs")
     return _Outcome("no-solution", math.inf, dt, "highs")
@@ -212,9 +212,9 @@ def _run_cbc(m: _Milp, time_limit_s: float, gap: float, t0: float) -> _Outcome:
         m.prob.solve(cmd)
         text = log.read_text() if log.exists() else ""
     out = _from_pulp(m, time.perf_counter() - t0, "cbc")
-    if out.status == "feasible":
-        found = re.search(r"^Gap:\s+([0-9.eE+-]+)", text, re.M)
-        out.gap = float(found.group(1)) if found else math.nan
+    found = re.search(r"^Gap:\s+([0-9.eE+-]+)", text, re.M)  # CBC prints it when it stops early
+    if found and out.status in ("optimal", "feasible"):
+        out.gap = float(found.group(1))
     return out
 
 
@@ -223,9 +223,9 @@ def _from_pulp(m: _Milp, dt: float, name: str) -> _Outcome:
     if sol == pulp.LpSolutionOptimal:
         return _Outcome("optimal", 0.0, dt, name)
     if sol == pulp.LpSolutionIntegerFeasible:
-        return _Outcome("feasible", math.nan, dt, name)
+        return _Outcome("feasible", math.inf, dt, name)  # the gap is unknown
     if sol == pulp.LpSolutionInfeasible or m.prob.status == pulp.LpStatusInfeasible:
-        return _Outcome("infeasible", math.inf, dt, name)
+        return _Outcome("infeasible", 0.0, dt, name)
     return _Outcome("no-solution", math.inf, dt, name)
 
 

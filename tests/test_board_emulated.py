@@ -1,0 +1,115 @@
+"""The real firmware image on the emulated nRF52840 (QEMU mps2-an386), driven over serial.
+
+These are the spine's acceptance checks: the board's weights after N steps equal
+PyTorch's on the host; a tight schedule (recompute + paging) and keep-everything
+give bit-identical weights; the board's peak arena use equals the planner's.
+"""
+
+import numpy as np
+import pytest
+
+from conftest import needs_qemu
+from poet.boards import load_board
+from poet.costs import costed, load_profile, uncosted
+from poet.device import open_device
+from poet.graph import trace
+from poet.link import DeviceError
+from poet.lower import lower
+from poet.models import get_model
+from poet.pipeline import plan_step
+from poet.reference import train_steps, weights_of
+from poet.run import data_batches, run_steps
+from poet.solve import keep_all, min_arena_budget
+
+pytestmark = needs_qemu
+STEPS = 3
+LR = 0.1
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory):
+    board = load_board("nrf52840")
+    with open_device(board, None, workdir=tmp_path_factory.mktemp("qemu"), quiet=True) as dev:
+        yield dev
+
+
+def _setup(name: str, batch: int = 16):
+    model, spec = get_model(name)
+    g = trace(model, name, spec.input_shape, spec.classes, batch)
+    return model, g
+
+
+def _tight_plan(dev, g):
+    """A plan at a budget between the smallest feasible and keep-everything, with a deadline that allows paging."""
+    board = dev.board
+    cg = costed(g, board, load_profile(board.name))
+    deadline = 50 * cg.one_pass_s
+    full = keep_all(cg).peak_bytes
+    smallest = min_arena_budget(cg, deadline)
+    arena = smallest + (full - smallest) // 4
+    from poet.memory import budget_for
+
+    fixed = budget_for(g, board.ram_bytes, dev.runtime_static).fixed
+    return plan_step(g, cg, board, fixed + arena, dev.runtime_static, deadline, progress=lambda _m: None)
+
+
+def _run(dev, g, weights, sched: bytes, data, expect_peak=None):
+    res = run_steps(dev, g, weights, sched, data, LR, None, lambda _m: None, expect_peak=expect_peak)
+    return res, dev.read_weights(g)
+
+
+@pytest.mark.parametrize("name", ["mlp-digits", "cnn-digits"])
+def test_board_matches_pytorch_and_tight_equals_keep_all(device, name):
+    model, g = _setup(name)
+    w0 = weights_of(model)
+    data = data_batches(g, STEPS)
+
+    p = _tight_plan(device, g)
+    assert p.plan.recomputes + p.plan.page_outs > 0, "the budget must force recompute or paging"
+    assert p.plan.peak_bytes < p.keep_all_peak
+    tight_losses, tight = _run(device, g, w0, p.lowered.schedule.encode(), data, expect_peak=p.plan.peak_bytes)
+
+    full_plan = keep_all(uncosted(g))
+    full_losses, full = _run(device, g, w0, lower(full_plan, g).schedule.encode(), data,
+                             expect_peak=full_plan.peak_bytes)
+
+    # recompute and paging change nothing: bit-identical weights and losses
+    assert tight_losses == full_losses
+    for a, b in zip(tight, full, strict=True):
+        assert np.array_equal(a, b)
+
+    host_losses = train_steps(model, data, LR)
+    for a, b in zip(tight, weights_of(model), strict=True):
+        assert np.linalg.norm(a - b) / np.linalg.norm(b) <= 1e-5
+    assert np.allclose(tight_losses, host_losses, rtol=1e-5)
+    assert not np.array_equal(w0[0], tight[0])  # training did move the weights
+
+
+def test_peak_is_what_the_planner_predicted(device):
+    _, g = _setup("mlp-digits")
+    p = _tight_plan(device, g)
+    model, _ = _setup("mlp-digits")
+    device.load_model(g, weights_of(model))
+    device.load_schedule(p.lowered.schedule.encode())
+    x, y = data_batches(g, 1)[0]
+    res = device.step(x, y, LR)
+    assert res.peak_live_bytes == p.plan.peak_bytes <= p.budget.arena
+    assert res.peak_extent_bytes == p.lowered.extent_bytes <= p.budget.arena
+    kinds = {r.kind for r in res.records}
+    assert {"forward", "backward", "optimizer"} <= kinds
+    assert ("recompute" in kinds) == (p.plan.recomputes > 0)
+    assert ("page_out" in kinds) == (p.plan.page_outs > 0)
+
+
+@pytest.mark.parametrize("corrupt,code", [
+    (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "CRC"),
+    (lambda b: b"XSCH" + b[4:], "MAGIC"),
+    (lambda b: b[:10], "SHORT"),
+])
+def test_board_refuses_a_corrupted_schedule(device, corrupt, code):
+    model, g = _setup("mlp-digits")
+    device.load_model(g, weights_of(model))
+    good = lower(keep_all(uncosted(g)), g).schedule.encode()
+    with pytest.raises(DeviceError, match=code):
+        device.load_schedule(corrupt(good))
+    device.load_schedule(good)  # the board is still usable afterwards

@@ -1,0 +1,77 @@
+"""Every bad input a user can give ends in one clear line on stderr and a non-zero exit, never a traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+from poet.boards import load_board
+from poet.costs import costed, load_profile
+from poet.graph import trace
+from poet.memory import budget_for
+from poet.models import get_model
+from poet.solve import min_arena_budget
+
+
+def poet(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "poet", *args], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+def one_line_error(r: subprocess.CompletedProcess, status: int, *words: str) -> None:
+    assert r.returncode == status, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("poet: ")
+    assert "Traceback" not in r.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_unknown_board():
+    one_line_error(poet("solve", "--board", "nrf9999", "--ram", "128k"), 2, "unknown board 'nrf9999'",
+                   "nrf52840")
+
+
+def test_bad_ram():
+    one_line_error(poet("solve", "--ram", "abc"), 2, "cannot read size 'abc'", "96k")
+
+
+def test_ram_below_fixed_part():
+    one_line_error(poet("solve", "--ram", "8k"), 2, "below the fixed part", "raise --ram")
+
+
+def test_ram_above_board():
+    one_line_error(poet("solve", "--ram", "1m"), 2, "more than nrf52840 has")
+
+
+def test_unknown_model():
+    one_line_error(poet("graph", "--model", "resnet1000"), 2, "unknown model", "cnn-digits")
+
+
+def test_missing_trace():
+    one_line_error(poet("report", "nope.json"), 1, "does not exist")
+
+
+def test_budget_below_smallest_feasible_names_the_smallest():
+    board = load_board("nrf52840")
+    prof = load_profile("nrf52840")
+    model, spec = get_model("cnn-digits")
+    g = trace(model, "cnn-digits", spec.input_shape, spec.classes, 16)
+    cg = costed(g, board, prof)
+    fixed = budget_for(g, board.ram_bytes, int(prof["runtime_static_bytes"])).fixed
+    smallest = fixed + min_arena_budget(cg, 2 * cg.one_pass_s)
+    r = poet("solve", "--ram", str(smallest - 64), "--deadline", "2x")
+    one_line_error(r, 1, "below the smallest feasible budget", f"({smallest} B")
+    ok = poet("solve", "--ram", str(smallest), "--deadline", "2x", "-o", "/dev/null")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_missing_schedule_file_fails_before_starting_anything():
+    one_line_error(poet("train", "--ram", "128k", "--schedule", "/nonexistent.poet"), 2, "does not exist")
+
+
+@pytest.mark.parametrize("cmd", [["--help"], ["solve", "--help"], ["train", "--help"], ["demo", "--help"]])
+def test_help(cmd):
+    r = poet(*cmd)
+    assert r.returncode == 0 and "usage: poet" in r.stdout
