@@ -78,11 +78,11 @@ def build_net(batch: int, in_shape: tuple[int, ...], layers: list[tuple], classe
             op = OP_LINEAR
         elif kind == "conv2d":
             C, H, W = shape
-            O, k, pad = spec[1], spec[2], spec[3]
+            filters, k, pad = spec[1], spec[2], spec[3]
             w, b = len(params), len(params) + 1
-            params += [(O, C, k, k), (O,)]
-            attrs = (B, C, H, W, O, k, pad, w, b)
-            oshape = (O, H + 2 * pad - k + 1, W + 2 * pad - k + 1)
+            params += [(filters, C, k, k), (filters,)]
+            attrs = (B, C, H, W, filters, k, pad, w, b)
+            oshape = (filters, H + 2 * pad - k + 1, W + 2 * pad - k + 1)
             op = OP_CONV2D
         elif kind == "relu":
             attrs, oshape, op = (B * int(np.prod(shape)),), shape, OP_RELU
@@ -189,23 +189,24 @@ def frugal(blob: ModelBlob) -> Schedule:
                 if nd.bytes and (nd.kind == KIND_INPUT or (nd.kind == KIND_FORWARD and i % 2 == 0))}
     resident: set[int] = set()
     ops: list[tuple[int, int]] = []
+
+    def ensure(d: int, page_in: list[int], recompute: set[int]) -> None:
+        """Bring dep d back for the current stage: page it in, or recompute it (and its deps)."""
+        if nodes[d].bytes == 0 or d in resident or d in page_in or d in recompute:
+            return
+        if d in pageable:
+            page_in.append(d)
+        else:
+            assert nodes[d].kind in (KIND_FORWARD, KIND_LOSS), f"node {d} must stay resident"
+            for dd in nodes[d].deps:
+                ensure(dd, page_in, recompute)
+            recompute.add(d)
+
     for t in range(n):
         page_in: list[int] = []
         recompute: set[int] = set()
-
-        def ensure(d: int) -> None:
-            if nodes[d].bytes == 0 or d in resident or d in page_in or d in recompute:
-                return
-            if d in pageable:
-                page_in.append(d)
-            else:
-                assert nodes[d].kind in (KIND_FORWARD, KIND_LOSS), f"node {d} must stay resident"
-                for dd in nodes[d].deps:
-                    ensure(dd)
-                recompute.add(d)
-
         for d in nodes[t].deps:
-            ensure(d)
+            ensure(d, page_in, recompute)
         ops += [(PAGE_IN, d) for d in sorted(page_in)]
         ops += [(RECOMPUTE, d) for d in sorted(recompute)]
         ops.append((COMPUTE, t))

@@ -21,7 +21,6 @@ from fwhelpers import (
     native_link,
     predicted_peaks,
 )
-
 from poet import emulator, firmware
 from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Link, StepResult
 from poet.modelblob import decode_weights, encode_batch, encode_weights
@@ -70,7 +69,7 @@ def torch_train(net: Net, params: list[np.ndarray], batches) -> tuple[list[np.nd
         loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y).long())
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return [p.detach().numpy().reshape(-1).copy() for p in model.parameters()], losses
 
 

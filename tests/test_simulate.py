@@ -7,7 +7,6 @@ import math
 from collections.abc import Callable
 
 import pytest
-
 from poet.plan import CostedGraph, CostedNode, Plan, Stage
 from poet.simulate import PlanError, simulate
 from poet.solve import keep_all

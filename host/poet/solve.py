@@ -18,6 +18,9 @@ Variables that can never pay off are not created: a tensor is needed at most
 until last_need(i) (its last non-recomputable consumer, or the last need of a
 recomputable one), so S/Min/R/A live in (i, last_need] and Mout in [i, last_need).
 Nodes with bytes == 0 get no residency variables; deps on them impose nothing.
+The deadline row is scaled to 1 and solved to 1e-9 (simulate.py accepts 1e-8).
+The extracted plan drops keeps of tensors never read again and other useless
+0 J decisions, so its simulated energy is exactly the MILP objective.
 
 Defects of the reference MILP (Patil et al. 2022, commit 6e63098) not shared:
 paging time counts in the deadline; a tensor may be paged out in the stage that
@@ -212,9 +215,12 @@ def _run_cbc(m: _Milp, time_limit_s: float, gap: float, t0: float) -> _Outcome:
         m.prob.solve(cmd)
         text = log.read_text() if log.exists() else ""
     out = _from_pulp(m, time.perf_counter() - t0, "cbc")
-    found = re.search(r"^Gap:\s+([0-9.eE+-]+)", text, re.M)  # CBC prints it when it stops early
-    if found and out.status in ("optimal", "feasible"):
-        out.gap = float(found.group(1))
+    # when it stops early CBC prints the incumbent and the bound; its own "Gap:" is relative
+    # to the bound, HiGHS's (and ours) to the incumbent
+    obj = re.search(r"^Objective value:\s+(\S+)", text, re.M)
+    bound = re.search(r"^Lower bound:\s+(\S+)", text, re.M)
+    if obj and bound and out.status in ("optimal", "feasible") and float(obj.group(1)) > 0:
+        out.gap = max(0.0, 1.0 - float(bound.group(1)) / float(obj.group(1)))
     return out
 
 
@@ -229,22 +235,16 @@ def _from_pulp(m: _Milp, dt: float, name: str) -> _Outcome:
     return _Outcome("no-solution", math.inf, dt, name)
 
 
-def _chosen(v: dict[Key, pulp.LpVariable]) -> list[set[int]]:
-    """Per stage, the tensors whose variable is 1 (solutions rounded to the nearest integer)."""
-    n = 1 + max((t for t, _ in v), default=-1)
-    out: list[set[int]] = [set() for _ in range(n)]
-    for (t, i), var in v.items():
-        if round(var.varValue or 0.0) == 1:
-            out[t].add(i)
-    return out
-
-
 def _extract(graph: CostedGraph, m: _Milp) -> list[Stage]:
     n_nodes, nodes = len(graph), graph.nodes
 
     def per_stage(v: dict[Key, pulp.LpVariable]) -> list[set[int]]:
-        got = _chosen(v)
-        return got + [set() for _ in range(n_nodes + 1 - len(got))]
+        """Per stage (and one past the last), the tensors whose variable is 1 once rounded."""
+        out: list[set[int]] = [set() for _ in range(n_nodes + 1)]
+        for (t, i), var in v.items():
+            if round(var.varValue or 0.0) == 1:
+                out[t].add(i)
+        return out
 
     rec, kept, pin, pout = per_stage(m.R), per_stage(m.S), per_stage(m.Min), per_stage(m.Mout)
     _drop_pointless(graph, rec, kept, pin, pout)

@@ -1,0 +1,116 @@
+"""The serial protocol's error paths on the native runtime, and the emulator wrapper's guarantees."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fwhelpers import init_params, keep_all, make_batches, mlp, native_link
+from poet import emulator
+from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError, Link, LinkTimeout, encode_frame
+from poet.modelblob import encode_batch, encode_weights
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+
+
+def code_of(exc: pytest.ExceptionInfo[DeviceError]) -> str:
+    return exc.value.name
+
+
+def test_hello_native(tmp_path: Path) -> None:
+    with native_link(tmp_path) as link:
+        h = link.hello()
+    assert (h.proto, h.fw_version, h.board, h.tick_hz) == (1, "1.0", "linux", 1_000_000_000)
+    assert h.pool_bytes > 0
+
+
+def test_order_and_state_errors(tmp_path: Path) -> None:
+    net = mlp()
+    params = init_params(net, 0)
+    (x, y), = make_batches(net, 1, 0)
+    with native_link(tmp_path) as link:
+        with pytest.raises(DeviceError) as e:
+            link.upload(WEIGHTS, encode_weights(params))
+        assert code_of(e) == "ORDER"
+        with pytest.raises(DeviceError) as e:
+            link.step(0.1)
+        assert code_of(e) == "ORDER"
+        bad = bytearray(net.blob.encode())
+        bad[16 + 4 * len(net.blob.param_elems) + 12] ^= 4  # node 0's output bytes
+        with pytest.raises(DeviceError) as e:
+            link.upload(MODEL, bytes(bad))
+        assert code_of(e) == "MODEL" and e.value.detail == 0
+        with pytest.raises(DeviceError) as e:
+            link.upload(MODEL, bytes(5000))
+        assert code_of(e) == "TOO_BIG"
+        link.upload(MODEL, net.blob.encode())
+        with pytest.raises(DeviceError) as e:
+            link.upload(WEIGHTS, encode_weights(params) + bytes(4))
+        assert code_of(e) == "TOO_BIG"
+        link.upload(WEIGHTS, encode_weights(params))
+        with pytest.raises(DeviceError) as e:
+            link.upload(BATCH, encode_batch(x, np.full_like(y, net.classes)))
+        assert code_of(e) == "RANGE"
+        link.upload(BATCH, encode_batch(x, y))
+        with pytest.raises(DeviceError) as e:
+            link.step(0.1)
+        assert code_of(e) == "NO_SCHEDULE"
+        link.upload(SCHEDULE, keep_all(net.blob).encode())
+        assert np.isfinite(link.step(0.1).loss)
+        with pytest.raises(DeviceError) as e:
+            link.read_weights(net.blob.param_bytes + 4)
+        assert code_of(e) == "RANGE"
+        # a new model invalidates the schedule bound to the old one
+        link.upload(MODEL, net.blob.encode())
+        with pytest.raises(DeviceError):
+            link.step(0.1)
+
+
+def test_garbage_and_unknown_messages(tmp_path: Path) -> None:
+    with native_link(tmp_path) as link:
+        frame = bytearray(encode_frame(0x01))
+        frame[-1] ^= 1  # bad CRC: dropped without a reply
+        link.port.write(b"\x00\xa5\xff\xff" + bytes(frame) + b"\xa5\x01\x00\x05")  # over-long frame header
+        link.port.write(bytes(9))  # flush the half frame so the next sync is found
+        link.port.write(encode_frame(0x7E))
+        msg, payload = link._recv("the ACK to an unknown message")
+        assert msg == 0x80 and struct.unpack("<HI", payload)[0] == 33
+        assert link.hello().proto == 1
+
+
+def test_timeout_names_what_was_awaited(tmp_path: Path) -> None:
+    class Silent:
+        timeout = 0.01
+
+        def read(self, n: int) -> bytes:
+            return b""
+
+        def write(self, data: bytes) -> int:
+            return len(data)
+
+    with pytest.raises(LinkTimeout, match="HELLO"):
+        Link(Silent(), timeout_s=0.05).hello()
+
+
+def test_emulator_reports_missing_qemu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(emulator.shutil, "which", lambda _name: None)
+    with pytest.raises(emulator.EmulatorError, match="make setup"):
+        with emulator.start_qemu(tmp_path / "poet.elf", tmp_path):
+            pass
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
+                    reason="needs qemu-system-arm and arm-none-eabi-gcc")
+def test_emulator_always_stops_qemu(tmp_path: Path) -> None:
+    from poet import firmware
+
+    elf = firmware.build("qemu-m4")
+    with pytest.raises(KeyboardInterrupt):
+        with emulator.start_qemu(elf, tmp_path) as q:
+            proc = q.process
+            assert q.url.startswith("socket://127.0.0.1:") and q.workdir == tmp_path
+            raise KeyboardInterrupt
+    assert proc.poll() is not None
