@@ -75,3 +75,27 @@ def test_missing_schedule_file_fails_before_starting_anything():
 def test_help(cmd):
     r = poet(*cmd)
     assert r.returncode == 0 and "usage: poet" in r.stdout
+
+
+def test_qemu_missing(tmp_path):
+    import os
+
+    env = dict(os.environ, POET_QEMU=str(tmp_path / "qemu-system-arm"))
+    r = poet("train", "--ram", "200k", "--steps", "1", "--run-dir", str(tmp_path / "run"), env=env)
+    one_line_error(r, 1, "qemu-system-arm not found", "make setup")
+
+
+def test_corrupted_schedule_file_is_refused_by_the_board(tmp_path):
+    from poet.costs import uncosted
+    from poet.lower import lower
+    from poet.solve import keep_all
+
+    model, spec = get_model("mlp-digits")
+    g = trace(model, "mlp-digits", spec.input_shape, spec.classes, 16)
+    data = bytearray(lower(keep_all(uncosted(g)), g).schedule.encode())
+    data[30] ^= 0x40  # one flipped bit in the first instruction
+    bad = tmp_path / "bad.poet"
+    bad.write_bytes(bytes(data))
+    r = poet("train", "--model", "mlp-digits", "--ram", "200k", "--steps", "1", "--schedule", str(bad),
+             "--run-dir", str(tmp_path / "run"))
+    one_line_error(r, 1, "refused the schedule", "CRC", "code 4")

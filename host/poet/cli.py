@@ -8,9 +8,10 @@ import tempfile
 from pathlib import Path
 
 from poet import __version__
-from poet.boards import REPO_ROOT, board_names, load_board
+from poet.boards import board_names, load_board
 from poet.errors import PoetError, UsageError
 from poet.memory import check_ram
+from poet.paths import schedule_file, shown
 from poet.units import format_size, parse_deadline, parse_size
 
 DEFAULT_BOARD = "nrf52840"
@@ -95,11 +96,11 @@ def _planned(args: argparse.Namespace, runtime_static: int | None = None):
 
 def cmd_solve(args: argparse.Namespace) -> int:
     board, g, _, _, p = _planned(args)
-    out = Path(args.output) if args.output else REPO_ROOT / "schedules" / f"{g.model}.{board.name}.poet"
+    out = Path(args.output) if args.output else schedule_file(g.model, board.name)
     data = p.lowered.schedule.encode()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
-    say(f"schedule: {len(data)} bytes, {len(p.lowered.schedule.instrs)} instructions -> {out}")
+    say(f"schedule: {len(data)} bytes, {len(p.lowered.schedule.instrs)} instructions -> {shown(out)}")
     return 0
 
 
@@ -139,9 +140,11 @@ def _board_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", help="serial port of a real board; without it the emulated stand-in runs")
 
 
-def _solve_args(p: argparse.ArgumentParser, ram: str | None) -> None:
-    p.add_argument("--ram", default=ram, required=ram is None,
-                   help="RAM the training step may use in all: 256k = 256 KiB, 1m, or bytes")
+def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--ram", required=required,
+                   help="RAM the training step may use in all: 256k = 256 KiB, 1m, or bytes"
+                   + ("" if required else "; default: halfway between the smallest feasible budget and "
+                      "what keeping every activation needs"))
     p.add_argument("--deadline", default="2x", help="time per step: a multiple of one plain pass (1.5x) "
                    "or a time (45ms); default 2x")
     p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
@@ -175,14 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("solve", help="plan a training step for a RAM budget and deadline")
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD})")
     _model_args(p)
-    _solve_args(p, ram=None)
+    _solve_args(p)
     p.add_argument("-o", "--output", help="schedule file (default schedules/<model>.<board>.poet)")
     p.set_defaults(func=cmd_solve)
 
     p = sub.add_parser("train", help="plan, upload and run training steps on the board")
     _board_args(p)
     _model_args(p)
-    _solve_args(p, ram=None)
+    _solve_args(p)
     p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
     p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
     p.add_argument("--run-dir", help="where the run's files go (default runs/<time>)")
@@ -197,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the whole loop on the default (emulated) board")
     _board_args(p)
     _model_args(p)
-    _solve_args(p, ram="128k")
+    _solve_args(p, required=False)
     p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
     p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
     p.add_argument("--run-dir", help="where the run's files go (default runs/demo)")

@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from poet.boards import REPO_ROOT, Board
+from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph import GraphNode, TrainingGraph
+from poet.paths import profile_file
 from poet.plan import CostedGraph, CostedNode
-
-PROFILES_DIR = REPO_ROOT / "profiles"
 
 
 def op_key(n: GraphNode) -> str:
@@ -35,7 +34,7 @@ def op_key(n: GraphNode) -> str:
 
 
 def profile_path(board: str) -> Path:
-    return PROFILES_DIR / f"{board}.yaml"
+    return profile_file(board)
 
 
 def load_profile(board: str, path: Path | None = None) -> dict[str, Any]:

@@ -7,7 +7,6 @@ real firmware image) and every number it yields is labelled `emulated`.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,11 +50,12 @@ class Device:
         return self.link.step(lr)
 
     def read_weights(self, g: TrainingGraph) -> list[np.ndarray]:
-        return decode_weights(self.link.read_weights(g.param_bytes), g.param_elems)
+        flat = decode_weights(self.link.read_weights(g.param_bytes), g.param_elems)
+        return [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
 
 
 def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    print(msg, flush=True)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ QEMU is ready (wait=on holds the guest until then).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -41,9 +42,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def qemu_binary() -> str:
+    """The QEMU to run: `qemu-system-arm` on PATH unless POET_QEMU names another."""
+    return os.environ.get("POET_QEMU", "qemu-system-arm")
+
+
 def qemu_command(elf_path: Path, port: int, machine: str = MACHINE, cpu: str = CPU) -> list[str]:
     """The exact command line; -icount shift=0 makes the tick counts deterministic."""
-    return ["qemu-system-arm", "-M", machine, "-cpu", cpu, "-nographic", "-monitor", "none",
+    return [qemu_binary(), "-M", machine, "-cpu", cpu, "-nographic", "-monitor", "none",
             "-icount", "shift=0", "-semihosting-config", "enable=on,target=native",
             "-kernel", str(elf_path),
             "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"]
@@ -63,8 +69,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def start_qemu(elf_path: Path | str, workdir: Path | str | None = None,
                startup_timeout_s: float = 10.0) -> Iterator[Emulator]:
     """Yield a running QEMU whose UART0 listens on `.url`; the swap file lands in `.workdir`."""
-    if shutil.which("qemu-system-arm") is None:
-        raise EmulatorError("qemu-system-arm not found: run `make setup`")
+    if shutil.which(qemu_binary()) is None:
+        raise EmulatorError(f"{qemu_binary()} not found: run `make setup` (or set POET_QEMU to its path)")
     elf = Path(elf_path).resolve()
     if not elf.is_file():
         raise EmulatorError(f"firmware image {elf} does not exist: build it with `make -C firmware qemu-m4`")

@@ -30,7 +30,7 @@ def train_steps(model: nn.Module, batches: Iterable[tuple[np.ndarray, np.ndarray
         loss = nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y).long())
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from poet.boards import REPO_ROOT, Board, load_board
+from poet.boards import Board, load_board
 from poet.data import batches, digits_split
 from poet.device import Device, open_device
 from poet.energy import render
@@ -20,6 +20,7 @@ from poet.errors import PoetError
 from poet.graph import TrainingGraph, summary
 from poet.link import DeviceError
 from poet.memory import check_ram
+from poet.paths import profile_file, runs_dir, schedule_file, shown
 from poet.pipeline import Planned, plan_step
 from poet.reference import accuracy, load_weights, train_steps, weights_of
 from poet.tracefile import Trace
@@ -103,8 +104,8 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
     trace_path = run_dir / "trace.json"
     tr.save(trace_path)
     torch.save(_state_dict(model, final), run_dir / "weights.pt")
-    say(f"\n[account] trace of {len(tr.steps)} steps saved to {trace_path} "
-        f"(`poet report {trace_path}` prints this again)")
+    say(f"\n[account] trace of {len(tr.steps)} steps saved to {shown(trace_path)} "
+        f"(`poet report {shown(trace_path)}` prints this again)")
     report = render(tr, board)
     (run_dir / "report.txt").write_text(report + "\n")
     say(report)
@@ -127,11 +128,11 @@ def _solve(dev: Device, args: argparse.Namespace, g: TrainingGraph, cg, board: B
     if p.plan.peak_bytes >= p.keep_all_peak:
         say("  note: this budget holds every activation; nothing needs recomputing or paging")
     sched = p.lowered.schedule.encode()
-    copy = REPO_ROOT / "schedules" / f"{g.model}.{board.name}.poet"
-    copy.parent.mkdir(exist_ok=True)
+    copy = schedule_file(g.model, board.name)
+    copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_bytes(sched)
     say(f"\n[lower] schedule: {len(sched)} bytes ({len(p.lowered.schedule.instrs)} instructions, "
-        f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {copy.relative_to(REPO_ROOT)}")
+        f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {shown(copy)}")
     return p
 
 
@@ -149,7 +150,7 @@ def print_plan(p: Planned, say: Say) -> None:
 
 
 def new_run_dir(given: str | None, default: str) -> Path:
-    d = Path(given) if given else REPO_ROOT / "runs" / default
+    d = Path(given) if given else runs_dir() / default
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -178,14 +179,34 @@ def train_on_device(args: argparse.Namespace, say: Say) -> None:
         train_session(dev, args, g, model, say, run_dir)
 
 
+def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int, deadline: str, say: Say) -> int:
+    """A --ram halfway between the smallest feasible budget and what keeping every activation needs."""
+    from poet.costs import costed
+    from poet.memory import budget_for
+    from poet.solve import keep_all, min_arena_budget
+
+    cg = costed(g, board, prof)
+    fixed = budget_for(g, board.ram_bytes, runtime_static).fixed
+    full = fixed + keep_all(cg).peak_bytes
+    smallest_arena = min_arena_budget(cg, parse_deadline(deadline, cg.one_pass_s))
+    if smallest_arena is None:
+        raise PoetError(f"no plan meets deadline {deadline} for {g.model}; relax --deadline", status=2)
+    smallest = fixed + smallest_arena
+    ram = min(board.ram_bytes, (smallest + full) // 2)
+    say(f"\n[budget] {g.model}: keeping every activation needs {full} B of RAM in all, the smallest feasible "
+        f"budget at deadline {deadline} is {smallest} B; the demo plans for --ram {ram} (halfway)")
+    return ram
+
+
 def demo(args: argparse.Namespace, say: Say) -> None:
     """The whole loop of DESIGN.md on the default board: trace, profile, solve, lower, train, account."""
-    from poet.costs import profile_graphs, profile_path, write_profile
+    from poet.costs import profile_graphs, write_profile
     from poet.graph import trace
     from poet.models import get_model
 
     board: Board = load_board(args.board)
-    check_ram(parse_size(args.ram), board.ram_bytes, board.name)
+    if args.ram is not None:
+        check_ram(parse_size(args.ram), board.ram_bytes, board.name)
     say(f"[trace] training graphs (batch {args.batch}):")
     graphs = []
     for name in ("mlp-digits", "cnn-digits"):
@@ -198,9 +219,11 @@ def demo(args: argparse.Namespace, say: Say) -> None:
     with open_device(board, args.port, workdir=run_dir) as dev:
         say(f"\n[profile] every op of both models on the {dev.provenance} {board.name}")
         prof = profile_graphs(dev, graphs, repeats=args.repeats, progress=lambda m: say(f"  {m}"))
-        write_profile(prof, profile_path(board.name))
-        say(f"  wrote {profile_path(board.name).relative_to(REPO_ROOT)}: {len(prof['ops'])} op shapes "
+        write_profile(prof, profile_file(board.name))
+        say(f"  wrote {shown(profile_file(board.name))}: {len(prof['ops'])} op shapes "
             f"({dev.provenance} ticks; time and energy from the board model)")
+        if args.ram is None:
+            args.ram = str(auto_budget(g, board, prof, dev.runtime_static, args.deadline, say))
         out = train_session(dev, args, g, model, say, run_dir)
 
     ref_model, _ = _model(args)
