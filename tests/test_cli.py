@@ -4,9 +4,8 @@ import subprocess
 import sys
 
 import pytest
-
 from poet.boards import load_board
-from poet.costs import costed, load_profile
+from poet.costs import costed, load_profile, profile_path
 from poet.graph import trace
 from poet.memory import budget_for
 from poet.models import get_model
@@ -99,3 +98,50 @@ def test_corrupted_schedule_file_is_refused_by_the_board(tmp_path):
     r = poet("train", "--model", "mlp-digits", "--ram", "200k", "--steps", "1", "--schedule", str(bad),
              "--run-dir", str(tmp_path / "run"))
     one_line_error(r, 1, "refused the schedule", "CRC", "code 4")
+
+
+def _qemu_pids_in(directory) -> list[int]:
+    import os
+
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if b"qemu-system-arm" in cmd and cwd == str(directory):
+            pids.append(int(pid))
+    return pids
+
+
+def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
+    import os
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    env = dict(os.environ, POET_WORKSPACE=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "poet", "train", "--model", "mlp-digits", "--ram", "200k",
+                             "--steps", "100000", "--run-dir", str(run), "--profile",
+                             str(profile_path("nrf52840"))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for line in proc.stdout:
+            if "step   3/" in line:
+                break
+        assert _qemu_pids_in(run), "QEMU should be running in the run directory"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == "poet: interrupted"
+    assert "Traceback" not in err
+    time.sleep(0.2)
+    assert not _qemu_pids_in(run)
+    from poet.tracefile import Trace
+
+    assert len(Trace.load(run / "trace.json").steps) >= 3

@@ -6,6 +6,7 @@ import argparse
 import datetime
 import itertools
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,8 +93,16 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
         tr.plan = {"ram_bytes": ram, "arena_budget": p.budget.arena, "peak_bytes": p.plan.peak_bytes,
                    "energy_j": p.plan.energy_j, "status": p.plan.status, "recomputes": p.plan.recomputes,
                    "page_ins": p.plan.page_ins, "page_outs": p.plan.page_outs}
-    losses = run_steps(dev, g, weights0, sched, data, args.lr, tr, say,
-                       expect_peak=p.plan.peak_bytes if p else None)
+    trace_path = run_dir / "trace.json"
+    try:
+        losses = run_steps(dev, g, weights0, sched, data, args.lr, tr, say,
+                           expect_peak=p.plan.peak_bytes if p else None)
+    except BaseException:
+        if tr.steps:  # an interrupted run keeps the trace of every finished step
+            tr.save(trace_path)
+            print(f"poet: saved the trace of {len(tr.steps)} finished steps to {shown(trace_path)}",
+                  file=sys.stderr)
+        raise
     final = dev.read_weights(g)
     peak = max(s["peak_live_bytes"] for s in tr.steps)
     extent = max(s["peak_extent_bytes"] for s in tr.steps)
@@ -101,7 +110,6 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
         say(f"  board peak arena {peak} B = planner's {p.plan.peak_bytes} B; extent {extent} B "
             f"<= arena budget {p.budget.arena} B")
 
-    trace_path = run_dir / "trace.json"
     tr.save(trace_path)
     torch.save(_state_dict(model, final), run_dir / "weights.pt")
     say(f"\n[account] trace of {len(tr.steps)} steps saved to {shown(trace_path)} "
