@@ -10,29 +10,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from poet import modelblob as mb
 from poet.graph import TrainingGraph
 from poet.modelblob import BlobNode, ModelBlob
 from poet.plan import Plan
 from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
 
+# runtime op -> (op code, the graph attributes that become a0.. in docs/spec.md section 2)
 OPS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "input": (0, ("n",)),
-    "linear": (1, ("B", "in", "out", "w", "b")),
-    "conv2d": (2, ("B", "C", "H", "W", "O", "k", "pad", "w", "b")),
-    "relu": (3, ("n",)),
-    "maxpool2d": (4, ("B", "C", "H", "W")),
-    "flatten": (5, ("n",)),
-    "cross_entropy": (6, ("B", "classes")),
-    "linear_bwd": (16, ("B", "in", "out", "w", "b", "need_grad_input")),
-    "conv2d_bwd": (17, ("B", "C", "H", "W", "O", "k", "pad", "w", "b", "need_grad_input")),
-    "relu_bwd": (18, ("n",)),
-    "maxpool2d_bwd": (19, ("B", "C", "H", "W")),
-    "flatten_bwd": (20, ("n",)),
-    "cross_entropy_bwd": (21, ("B", "classes")),
-    "sgd": (32, ()),
+    "input": (mb.OP_INPUT, ("n",)),
+    "linear": (mb.OP_LINEAR, ("B", "in", "out", "w", "b")),
+    "conv2d": (mb.OP_CONV2D, ("B", "C", "H", "W", "O", "k", "pad", "w", "b")),
+    "relu": (mb.OP_RELU, ("n",)),
+    "maxpool2d": (mb.OP_MAXPOOL2D, ("B", "C", "H", "W")),
+    "flatten": (mb.OP_FLATTEN, ("n",)),
+    "cross_entropy": (mb.OP_CROSS_ENTROPY, ("B", "classes")),
+    "linear_bwd": (mb.OP_LINEAR_BWD, ("B", "in", "out", "w", "b", "need_grad_input")),
+    "conv2d_bwd": (mb.OP_CONV2D_BWD, ("B", "C", "H", "W", "O", "k", "pad", "w", "b", "need_grad_input")),
+    "relu_bwd": (mb.OP_RELU_BWD, ("n",)),
+    "maxpool2d_bwd": (mb.OP_MAXPOOL2D_BWD, ("B", "C", "H", "W")),
+    "flatten_bwd": (mb.OP_FLATTEN_BWD, ("n",)),
+    "cross_entropy_bwd": (mb.OP_CROSS_ENTROPY_BWD, ("B", "classes")),
+    "sgd": (mb.OP_SGD, ()),
 }
-OP_NAMES = {code: name for name, (code, _) in OPS.items()}
-KINDS = {"input": 0, "forward": 1, "loss": 2, "backward": 3, "optimizer": 4}
+KINDS = {"input": mb.KIND_INPUT, "forward": mb.KIND_FORWARD, "loss": mb.KIND_LOSS, "backward": mb.KIND_BACKWARD,
+         "optimizer": mb.KIND_OPTIMIZER}
 ALIGN = 4
 
 
