@@ -60,9 +60,9 @@ def test_budget_below_smallest_feasible_names_the_smallest():
     cg = costed(g, board, prof)
     fixed = budget_for(g, board.ram_bytes, int(prof["runtime_static_bytes"])).fixed
     smallest = fixed + min_arena_budget(cg, 2 * cg.one_pass_s)
-    r = poet("solve", "--ram", str(smallest - 64), "--deadline", "2x")
+    r = poet("solve", "--model", "cnn-digits", "--ram", str(smallest - 64), "--deadline", "2x")
     one_line_error(r, 1, "below the smallest feasible budget", f"({smallest} B")
-    ok = poet("solve", "--ram", str(smallest), "--deadline", "2x", "-o", "/dev/null")
+    ok = poet("solve", "--model", "cnn-digits", "--ram", str(smallest), "--deadline", "2x", "-o", "/dev/null")
     assert ok.returncode == 0, ok.stderr
 
 

@@ -11,6 +11,7 @@ from poet import __version__
 from poet.boards import board_names, load_board
 from poet.errors import PoetError, UsageError
 from poet.memory import check_ram
+from poet.models import ZOO
 from poet.paths import schedule_file, shown
 from poet.units import format_size, parse_deadline, parse_size
 
@@ -129,8 +130,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- parser
 
-def _model_args(p: argparse.ArgumentParser, default: str | None = "cnn-digits") -> None:
-    p.add_argument("--model", default=default, help="zoo model (mlp-digits, cnn-digits)")
+def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") -> None:
+    p.add_argument("--model", default=default,
+                   help=f"zoo model: {', '.join(ZOO)}" + (f" (default {default})" if default else ""))
     p.add_argument("--batch", type=int, default=16, help="samples per training step (default 16)")
     p.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
 
@@ -143,10 +145,10 @@ def _board_args(p: argparse.ArgumentParser) -> None:
 def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--ram", required=required,
                    help="RAM the training step may use in all: 256k = 256 KiB, 1m, or bytes"
-                   + ("" if required else "; default: halfway between the smallest feasible budget and "
-                      "what keeping every activation needs"))
-    p.add_argument("--deadline", default="2x", help="time per step: a multiple of one plain pass (1.5x) "
-                   "or a time (45ms); default 2x")
+                   + ("" if required else "; default: a quarter of the way from the smallest feasible budget "
+                      "to what keeping every activation needs"))
+    p.add_argument("--deadline", default="3x", help="time per step: a multiple of one plain pass (1.5x) "
+                   "or a time (45ms); default 3x")
     p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
     p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit in seconds")
     p.add_argument("--profile", help="op-cost profile (default profiles/<board>.yaml)")
@@ -201,8 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     _board_args(p)
     _model_args(p)
     _solve_args(p, required=False)
-    p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
-    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
+    p.add_argument("--steps", type=int, default=89, help="training steps (default 89: one epoch of digits)")
+    p.add_argument("--lr", type=float, default=0.3, help="SGD learning rate (default 0.3)")
     p.add_argument("--run-dir", help="where the run's files go (default runs/demo)")
     p.set_defaults(func=cmd_demo, models=None, repeats=3, output=None)
     return ap

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,8 +24,9 @@ class ZooModel:
 def _mlp() -> nn.Module:
     # Three hidden layers, so activations held across the forward pass (not just the
     # backward working set) set the keep-everything peak: the case recompute helps.
-    return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
-                         nn.Linear(32, 10))
+    return nn.Sequential(OrderedDict(
+        fc1=nn.Linear(64, 32), relu1=nn.ReLU(), fc2=nn.Linear(32, 32), relu2=nn.ReLU(),
+        fc3=nn.Linear(32, 32), relu3=nn.ReLU(), fc4=nn.Linear(32, 10)))
 
 
 class CnnDigits(nn.Module):

@@ -188,7 +188,11 @@ def train_on_device(args: argparse.Namespace, say: Say) -> None:
 
 
 def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int, deadline: str, say: Say) -> int:
-    """A --ram halfway between the smallest feasible budget and what keeping every activation needs."""
+    """A --ram a quarter of the way from the smallest feasible budget to what keeping every activation needs.
+
+    Tight enough that the plan must both recompute and page on the zoo's MLP, with room
+    to spare for the solver.
+    """
     from poet.costs import costed
     from poet.memory import budget_for
     from poet.solve import keep_all, min_arena_budget
@@ -200,9 +204,9 @@ def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int,
     if smallest_arena is None:
         raise PoetError(f"no plan meets deadline {deadline} for {g.model}; relax --deadline", status=2)
     smallest = fixed + smallest_arena
-    ram = min(board.ram_bytes, (smallest + full) // 2)
+    ram = min(board.ram_bytes, smallest + (full - smallest) // 4)
     say(f"\n[budget] {g.model}: keeping every activation needs {full} B of RAM in all, the smallest feasible "
-        f"budget at deadline {deadline} is {smallest} B; the demo plans for --ram {ram} (halfway)")
+        f"budget at deadline {deadline} is {smallest} B; the demo plans for --ram {ram} (a quarter of the way)")
     return ram
 
 
