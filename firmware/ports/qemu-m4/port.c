@@ -44,7 +44,9 @@ static volatile uint32_t ring_head, ring_tail; /* head written by the ISR, tail 
 static int swap_fd = -1;
 
 /* When the ring is full the ISR leaves the byte in the UART and masks its interrupt; QEMU then
- * holds back further input (the UART can't accept), so nothing is ever dropped. */
+ * holds back further input (the UART can't accept), so nothing is ever dropped. The UART raises
+ * its RX interrupt only when a byte arrives, not when the interrupt is unmasked later, so the
+ * byte left behind is picked up by port_getc polling RX_FULL once the ring is drained. */
 void UART0_RX_IRQHandler(void)
 {
     for (;;) {
@@ -67,6 +69,12 @@ int port_getc(void)
         if (ring_head != ring_tail) {
             int c = ring[ring_tail % RING];
             ring_tail++;
+            UART_CTRL |= UART_CTRL_RX_IE;
+            __asm__ volatile("cpsie i" ::: "memory");
+            return c;
+        }
+        if (UART_STATE & UART_RX_FULL) { /* the byte the ISR left behind when the ring was full */
+            int c = (int)UART_DATA;
             UART_CTRL |= UART_CTRL_RX_IE;
             __asm__ volatile("cpsie i" ::: "memory");
             return c;
