@@ -126,7 +126,6 @@ def test_qemu_uart_survives_a_full_receive_ring(tmp_path: Path) -> None:
     hangs for good. HELLOs pipelined behind a STEP arrive while the board trains.
     """
     import serial
-
     from poet import firmware
     from poet.costs import uncosted
     from poet.graph import trace
