@@ -33,6 +33,6 @@ def build(target: str, quiet: bool = True) -> Path:
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
         raise BuildError(f"firmware build for {target} failed:\n" + "\n".join(tail))
-    if not quiet and "Nothing to be done" not in proc.stdout and "is up to date" not in proc.stdout:
-        print(f"built firmware {TARGETS[target]} for {target}", flush=True)
+    if not quiet:
+        print(f"firmware image: firmware/{TARGETS[target]} ({target}, built by make, incremental)", flush=True)
     return FIRMWARE_DIR / TARGETS[target]
