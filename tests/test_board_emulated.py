@@ -7,7 +7,6 @@ give bit-identical weights; the board's peak arena use equals the planner's.
 
 import numpy as np
 import pytest
-
 from conftest import needs_qemu
 from poet.boards import load_board
 from poet.costs import costed, load_profile, uncosted

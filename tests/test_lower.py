@@ -4,10 +4,10 @@ import pytest
 from poet.costs import uncosted
 from poet.errors import UsageError
 from poet.graph import trace
-from poet.lower import instructions, lower, model_blob
+from poet.lower import instructions, lower, model_blob, place
 from poet.memory import budget_for
 from poet.models import get_model
-from poet.plan import CostedGraph, CostedNode
+from poet.plan import CostedGraph, CostedNode, Plan, Stage
 from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Schedule, validate
 from poet.simulate import simulate
 from poet.solve import keep_all, min_arena_budget, solve_poet
@@ -81,6 +81,32 @@ def test_tight_plan_recomputes_or_pages_and_lowers_every_decision(deadline):
     assert ops.count(PAGE_IN) == plan.page_ins and ops.count(PAGE_OUT) == plan.page_outs
     assert plan.recomputes + plan.page_outs > 0
     assert ops.count(COMPUTE) == len(g.nodes)
+
+
+def test_frees_are_lowered_where_the_stage_puts_them():
+    """FREE right after the compute it follows, before the computes for free_before, after the
+    page-outs for free; the live-bytes peak of the schedule is the simulator's."""
+    kinds = [("input", ()), ("forward", (0,)), ("forward", (1,)), ("backward", (1,)), ("optimizer", ())]
+    sizes = [4, 8, 8, 2, 0]
+    g = CostedGraph(tuple(CostedNode(i, f"n{i}", k, d, sizes[i], 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3,
+                                     k == "forward") for i, (k, d) in enumerate(kinds)))
+    plan = Plan("hand", [
+        Stage(compute=[0]),
+        Stage(compute=[1], page_out=[0], free=[0]),
+        Stage(compute=[2], free_after={2: [1]}),  # 2 is kept for stage 3, which does not use it
+        Stage(page_in=[0], free_before=[2], compute=[1, 3], free_after={1: [0], 3: [1, 3]}),
+        Stage(compute=[4]),
+    ], status="feasible")
+    ops = instructions(plan, sizes)
+    assert ops == [(COMPUTE, 0), (COMPUTE, 1), (PAGE_OUT, 0), (FREE, 0), (COMPUTE, 2), (FREE, 1),
+                   (PAGE_IN, 0), (FREE, 2), (RECOMPUTE, 1), (FREE, 0), (COMPUTE, 3), (FREE, 1), (FREE, 3),
+                   (COMPUTE, 4)]
+    sim = simulate(g, plan)
+    # stage 0: 4 | 1: 12, page-out, free 0: 8 | 2: 16, free 1: 8 | 3: page-in 12, free 2: 4,
+    # recompute 1: 12, free 0: 8, compute 3: 10, free 1 and 3: 2, 0 | 4: 0 B output
+    assert sim.memory_trace == [4, 12, 12, 8, 16, 8, 12, 4, 12, 8, 10, 2, 0, 0]
+    _, extent, peak = place(ops, sizes)
+    assert peak == sim.peak_bytes == 16 and extent >= peak
 
 
 def test_schedule_is_small_and_bound_to_its_model():

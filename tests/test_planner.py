@@ -6,11 +6,11 @@ import functools
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from poet.plan import CostedGraph, CostedNode
+from poet.plan import CostedGraph, CostedNode, Plan
 from poet.simulate import simulate
 from poet.solve import keep_all, lower_bound_bytes, min_arena_budget, solve_poet
 
@@ -63,6 +63,35 @@ def tiny(page_watts: float = 0.1) -> CostedGraph:
     ), name="tiny")
 
 
+def deep(sizes: tuple[int, ...] = (4, 4), page_watts: float = 10.0) -> CostedGraph:
+    """x -> forward layers of `sizes` -> logits -> loss and the backward, every layer's backward
+    reading its input; recompute is cheap and paging dear, so plans recompute runs of layers."""
+    w = page_watts
+    nodes = [node(0, "input", (), 1, 0.0, w)]
+    for k, b in enumerate(sizes, start=1):
+        nodes.append(node(k, "forward", (k - 1,), b, 0.01, w))
+    n = len(sizes)
+    nodes.append(node(n + 1, "forward", (n,), 2, 0.01, w))  # logits
+    nodes.append(node(n + 2, "loss", (n + 1,), 1, 0.01, w))
+    nodes.append(node(n + 3, "backward", (n + 1,), 2, 0.01, w))
+    for k in range(n, -1, -1):
+        i = len(nodes)
+        nodes.append(node(i, "backward", (i - 1, k), 2 if k else 0, 0.02, w))
+    nodes.append(node(len(nodes), "optimizer", (), 0, 0.01, w))
+    return CostedGraph(tuple(nodes), name="deep")
+
+
+def v1_peak(g: CostedGraph, plan: Plan) -> int:
+    """The peak the same decisions need when nothing is freed inside a stage (semantics v1)."""
+    peak, resident = 0, set()
+    for st in plan.stages:
+        present = resident | set(st.page_in) | {c for c in st.compute if g.nodes[c].bytes}
+        peak = max(peak, sum(g.nodes[i].bytes for i in present))
+        resident = present - set(st.free) - set(st.free_before) - {
+            i for freed in st.free_after.values() for i in freed}
+    return peak
+
+
 def _subsets(items: list[int]) -> Iterator[tuple[int, ...]]:
     return itertools.chain.from_iterable(itertools.combinations(items, k) for k in range(len(items) + 1))
 
@@ -80,6 +109,7 @@ def _brute_front(g: CostedGraph, budget: int) -> list[tuple[float, float]]:
     dominated choices are left out: paging out a tensor already in aux, keeping or paging
     out a tensor no later node reads."""
     nodes, n_nodes = g.nodes, len(g)
+    stage_peak = _stage_peaks(g)
     read_after = [{d for c in nodes[t + 1:] for d in c.deps} for t in range(n_nodes)]
     states: dict[tuple[frozenset[int], frozenset[int]], list[tuple[float, float]]] = {
         (frozenset(), frozenset()): [(0.0, 0.0)]}
@@ -98,19 +128,51 @@ def _brute_front(g: CostedGraph, budget: int) -> list[tuple[float, float]]:
                             break
                         if nodes[c].bytes > 0:
                             present.add(c)
-                    if not ok or sum(nodes[i].bytes for i in present) > budget:
+                    if not ok:
                         continue
                     e = sum(nodes[c].compute_j for c in (*rec, t)) + sum(nodes[i].page_in_j for i in pin)
                     s = sum(nodes[c].compute_s for c in (*rec, t)) + sum(nodes[i].page_in_s for i in pin)
                     later = sorted(present & read_after[t])
+                    start, computes = frozenset(kept | set(pin)), (*rec, t)
+                    if stage_peak(start, computes, frozenset()) > budget:
+                        continue  # retaining more only adds
+                    check = stage_peak(start, computes, frozenset(later)) > budget
                     for pout in _subsets([i for i in later if i not in aux]):
                         e2 = e + sum(nodes[i].page_out_j for i in pout)
                         s2 = s + sum(nodes[i].page_out_s for i in pout)
                         for keep in _subsets(later):
+                            if check and stage_peak(start, computes, frozenset(keep + pout)) > budget:
+                                continue
                             key = (frozenset(keep), aux | frozenset(pout))
                             nxt[key].extend((ce + e2, cs + s2) for ce, cs in costs)
         states = {k: _pareto(v) for k, v in nxt.items() if v}
     return _pareto([c for costs in states.values() for c in costs])
+
+
+@functools.cache
+def _stage_peaks(g: CostedGraph) -> Callable[[frozenset[int], tuple[int, ...], frozenset[int]], int]:
+    """peak(start, computes, retained): the peak RAM of one stage by the spec's rule, replayed.
+    `start` (kept and paged in) is resident; tensors the stage neither uses nor retains leave;
+    then each compute adds its output and, once it has run, every tensor not retained whose
+    last use (read or made) it was leaves. Memoised per graph."""
+    nodes = g.nodes
+
+    @functools.cache
+    def peak_of(start: frozenset[int], computes: tuple[int, ...], retained: frozenset[int]) -> int:
+        last: dict[int, int] = {}
+        for c in computes:
+            for i in (c, *nodes[c].deps):
+                last[i] = c
+        live = set(start)
+        peak = sum(nodes[i].bytes for i in live)
+        live = {i for i in live if i in retained or i in last}
+        for c in computes:
+            live.add(c)
+            peak = max(peak, sum(nodes[i].bytes for i in live))
+            live = {i for i in live if i in retained or last[i] != c}
+        return peak
+
+    return peak_of
 
 
 def _pareto(costs: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -223,9 +285,8 @@ def test_highs_and_cbc_agree(name: str) -> None:
         assert math.isclose(highs.energy_j, cbc.energy_j, rel_tol=1e-7), (highs.energy_j, cbc.energy_j)
 
 
-@pytest.mark.parametrize("page_watts", [0.1, 10.0])
-def test_brute_force_agrees(page_watts: float) -> None:
-    g = tiny(page_watts)
+@pytest.mark.parametrize("g", [tiny(0.1), tiny(10.0), deep()], ids=["tiny-0.1", "tiny-10", "deep"])
+def test_brute_force_agrees(g: CostedGraph) -> None:
     lb, peak = lower_bound_bytes(g), keep_all(g).peak_bytes
     for budget in (lb - 1, lb, lb + 1, peak - 1, peak):
         for factor in (1.0, 1.05, 1.2):
@@ -237,6 +298,57 @@ def test_brute_force_agrees(page_watts: float) -> None:
             else:
                 assert plan.status == "optimal", (budget, factor)
                 assert math.isclose(plan.energy_j, brute, rel_tol=1e-9), (budget, factor)
+
+
+def test_brute_force_frees_inside_stages() -> None:
+    """On `deep` at its lower bound the best plan (brute force and MILP) needs a free inside a
+    stage: its decisions need a byte more without one, and cost less than any plan that
+    fits without (the MILP's optimum without recompute, read off the brute force)."""
+    g = deep()
+    budget, deadline = lower_bound_bytes(g), 1.3 * g.one_pass_s
+    plan = solve_poet(g, budget, deadline)
+    assert plan.status == "optimal" and plan.recomputes > 0
+    assert math.isclose(plan.energy_j, brute_force(g, budget, deadline), rel_tol=1e-9)
+    assert plan.peak_bytes <= budget < v1_peak(g, plan)
+
+
+def test_recompute_run_frees_as_it_goes() -> None:
+    """Recomputing c from a checkpoint through a -> b -> c frees a once b is made and b once c's
+    reader ran: the plan fits 2 bytes below what the same decisions need without inside frees."""
+    g = deep((4, 4, 4))  # x 0, layers 1 2 3, logits 4, loss 5, backward 6..10 (8 reads 7 and 2)
+    plan = solve_poet(g, 11, 1.3 * g.one_pass_s)
+    assert plan.status == "optimal"
+    run = plan.stages[8]
+    assert run.compute == [1, 2, 8] and run.free_after == {2: [1], 8: [2, 7]}
+    sim = simulate(g, plan, 11)
+    assert plan.peak_bytes == sim.peak_bytes == 11 and v1_peak(g, plan) == 13
+    # stage 8: 0 kept (1 B), 7 kept (2 B): recompute 1 (+4), 2 (+4) then free 1, 8 (+2) then free 2 and 7
+    start = sum(len(s.page_in) + len(s.compute) + len(s.page_out) + len(s.free) + len(s.free_before)
+                + sum(map(len, s.free_after.values())) for s in plan.stages[:8])
+    assert sim.memory_trace[start:start + 6] == [7, 11, 7, 9, 5, 3]
+
+
+def test_real_model_recomputes_and_pages() -> None:
+    """mlp-digits at batch 16 on the nRF52840's measured costs: with frees inside stages some
+    optimal plans both recompute and page (v1's never did); one such plan needs more than its
+    budget without them."""
+    from poet.boards import load_board
+    from poet.costs import costed, load_profile
+    from poet.graph import trace
+    from poet.models import get_model
+
+    model, spec = get_model("mlp-digits")
+    g = costed(trace(model, "mlp-digits", spec.input_shape, spec.classes, 16), load_board("nrf52840"),
+               load_profile("nrf52840"))
+    deadline = 2 * g.one_pass_s
+    mixed = []
+    for budget in range(lower_bound_bytes(g), keep_all(g).peak_bytes + 1, 1024):
+        plan = solve_poet(g, budget, deadline)
+        if plan.status == "optimal" and plan.recomputes and plan.page_ins:
+            simulate(g, plan, budget, deadline)
+            mixed.append((budget, plan))
+    assert mixed, "no budget where the optimal plan both recomputes and pages"
+    assert any(v1_peak(g, plan) > budget for budget, plan in mixed)
 
 
 def test_infeasible_below_lower_bound_and_progress() -> None:

@@ -32,13 +32,15 @@ def tiny() -> CostedGraph:
 
 
 def paged_plan() -> Plan:
-    """Pages the input out and back in, recomputes the logits for the backward pass."""
+    """Pages the input out and back in, recomputes the logits for the backward pass. Frees as the
+    spec's rule says: a tensor paged out at the end of its stage, any other one not kept right
+    after its last use (the loss, read by nobody, right after its own compute)."""
     return Plan("hand", [
         Stage(compute=[0]),
         Stage(compute=[1], page_out=[0], free=[0]),
-        Stage(compute=[2], free=[1, 2]),
-        Stage(page_in=[0], compute=[1, 3], free=[1]),
-        Stage(compute=[4], free=[0, 3]),
+        Stage(compute=[2], free_after={2: [1, 2]}),
+        Stage(page_in=[0], compute=[1, 3], free_after={3: [1]}),
+        Stage(compute=[4], free_after={4: [0, 3]}),
         Stage(compute=[5]),
     ], status="feasible")
 
@@ -71,7 +73,10 @@ def test_paging_and_recompute_energy_exact() -> None:
     assert math.isclose(sim.time_s, g.one_pass_s + n1.compute_s + n0.page_in_s + n0.page_out_s)
     assert (sim.recomputes, sim.page_ins, sim.page_outs) == (1, 1, 1)
     assert len(sim.memory_trace) == sum(
-        len(s.page_in) + len(s.compute) + len(s.page_out) + len(s.free) for s in paged_plan().stages)
+        len(s.page_in) + len(s.compute) + len(s.page_out) + len(s.free) + len(s.free_before)
+        + sum(map(len, s.free_after.values())) for s in paged_plan().stages)
+    # 0 | 0+1, page-out 0, free 0 | +2, free 1 and 2 | page-in 0, +1, +3, free 1 | 4 (0 B), free 0, 3 | 5
+    assert sim.memory_trace == [4, 12, 12, 8, 10, 2, 0, 4, 12, 20, 12, 12, 8, 0, 0]
 
 
 def _edit(base: Callable[[], Plan], t: int, **lists: list[int]) -> Plan:
@@ -89,19 +94,39 @@ BAD = {
     "last compute is not t": (_edit(keep_all_t, 1, compute=[0]), "last compute must be node 1"),
     "no compute": (_edit(keep_all_t, 2, compute=[]), "last compute must be node 2"),
     "not ascending": (_edit(paged_plan, 3, compute=[3, 1, 3]), "not strictly ascending"),
-    "dep not resident": (_edit(keep_all_t, 0, free=[0]), "stage 1, node 1 .*dep 0 .*not resident"),
+    "dep not resident": (_edit(keep_all_t, 0, free_after={0: [0]}), "stage 1, node 1 .*dep 0 .*not resident"),
     "dep of a recompute": (_edit(paged_plan, 3, page_in=[]), "stage 3, node 1 .*dep 0"),
-    "page-in not in aux": (_edit(paged_plan, 1, page_out=[]), "stage 3, node 0 .*not in aux"),
+    "page-in not in aux": (_edit(paged_plan, 1, page_out=[], free=[], free_after={1: [0]}),
+                           "stage 3, node 0 .*not in aux"),
     "page-out not resident": (_edit(paged_plan, 2, page_out=[0]), "stage 2, node 0 .*page-out"),
-    "free not resident": (_edit(keep_all_t, 3, free=[1, 2]), "stage 3, node 2 .*free"),
+    "free not resident": (_edit(keep_all_t, 3, free_after={3: [1, 2]}), "stage 3, node 2 .*free"),
     "resident twice (page-in)": (_edit(paged_plan, 1, free=[]), "stage 3, node 0 .*twice"),
-    "resident twice (recompute)": (_edit(keep_all_t, 2, compute=[1, 2]), "stage 2, node 1 .*twice"),
+    "resident twice (recompute)": (_edit(keep_all_t, 2, compute=[1, 2], free_after={2: [2]}),
+                                   "stage 2, node 1 .*twice"),
     "input recomputed": (_edit(paged_plan, 3, page_in=[], compute=[0, 1, 3]),
                          "stage 3, node 0 .*non-recomputable"),
     "backward recomputed": (_edit(keep_all_t, 4, compute=[3, 4]), "stage 4, node 3 .*non-recomputable"),
-    "leak": (_edit(keep_all_t, 4, free=[0]), "node 3 .*left resident"),
+    "leak": (_edit(keep_all_t, 4, free_after={4: [0]}), "node 3 .*left resident"),
     "page-in of a bytes-0 node": (_edit(keep_all_t, 5, page_in=[4]), "stage 5, node 4 .*bytes == 0"),
     "free of a bytes-0 node": (_edit(keep_all_t, 5, free=[5]), "stage 5, node 5 .*free"),
+    # where a tensor leaves is the rule's, not the plan's choice
+    "freed before a later compute of the stage reads it": (
+        _edit(paged_plan, 3, free_after={1: [1]}),
+        "stage 3, node 1 .*freed right after compute 1, but compute 3 uses it later in the stage"),
+    "freed before its page-out": (_edit(paged_plan, 1, free=[], free_after={1: [0]}),
+                                  "stage 1, node 0 .*freed right after compute 1, but it is paged out"),
+    "freed at the end instead of after its last use": (
+        _edit(keep_all_t, 3, free_after={}, free=[1]),
+        "stage 3, node 1 .*freed at the end of the stage, later than the rule: its last use in the "
+        "stage is compute 3"),
+    "kept tensor not used, freed after a compute": (
+        _edit(keep_all_t, 2, free_after={2: [2, 0]}),
+        "stage 2, node 0 .*freed right after compute 2, later than the rule: the stage does not use it"),
+    "free_after of a node the stage does not compute": (
+        _edit(keep_all_t, 3, free_after={2: [1]}), "stage 3: free_after names node 2"),
+    "freed before a recompute makes it again": (
+        _edit(keep_all_t, 2, free_before=[1], compute=[1, 2]),
+        "stage 2, node 1 .*freed before the first compute, but compute 2 uses it later"),
 }
 
 

@@ -55,11 +55,16 @@ class Lowered:
 
 
 def instructions(plan: Plan, sizes: list[int]) -> list[tuple[int, int]]:
-    """The plan's stages as (op, node) in execution order; tensors of 0 bytes are never paged or freed."""
+    """The plan's stages as (op, node) in execution order (docs/spec.md section 1: page-ins, frees
+    of what the stage does not use, each compute followed by the frees right after it, page-outs,
+    frees at the end); tensors of 0 bytes are never paged or freed."""
     out: list[tuple[int, int]] = []
     for t, st in enumerate(plan.stages):
         out += [(PAGE_IN, i) for i in st.page_in if sizes[i]]
-        out += [(COMPUTE if i == t else RECOMPUTE, i) for i in st.compute]
+        out += [(FREE, i) for i in st.free_before if sizes[i]]
+        for c in st.compute:
+            out.append((COMPUTE if c == t else RECOMPUTE, c))
+            out += [(FREE, i) for i in st.free_after.get(c, ()) if sizes[i]]
         out += [(PAGE_OUT, i) for i in st.page_out if sizes[i]]
         out += [(FREE, i) for i in st.free if sizes[i]]
     return out

@@ -102,12 +102,20 @@ class CostedGraph:
 
 @dataclass
 class Stage:
-    """What happens in stage t, in this order: page_in, compute (ascending, ends with t), page_out, free."""
+    """What happens in stage t (docs/spec.md section 1), in this order: page_in, free_before,
+    compute (ascending, ends with t) each followed by its free_after list, page_out, free.
+
+    Which tensor is freed where is fixed by the spec's rule (a tensor neither kept for
+    stage t+1 nor paged out in t leaves right after its last use in the stage); the
+    lists spell it out for the lowering, and simulate.py checks them against the rule.
+    """
 
     page_in: list[int] = field(default_factory=list)
     compute: list[int] = field(default_factory=list)
     page_out: list[int] = field(default_factory=list)
-    free: list[int] = field(default_factory=list)
+    free: list[int] = field(default_factory=list)  # end of stage: paged out here and not kept
+    free_after: dict[int, list[int]] = field(default_factory=dict)  # compute node -> freed right after it
+    free_before: list[int] = field(default_factory=list)  # after page_in: present but unused here
 
 
 @dataclass

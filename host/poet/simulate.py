@@ -1,9 +1,13 @@
 """An independent step-by-step checker of plans (docs/spec.md section 1).
 
-It replays a plan event by event (page_in, compute, page_out, free, in this
-order inside every stage), tracks what is resident in RAM and what is in aux
-storage, and raises PlanError at the first broken rule. It shares nothing with
-the MILP (solve.py) except the data classes, so a planner bug cannot hide
+It replays a plan event by event (page_in, free_before, each compute followed
+by its free_after list, page_out, free, in this order inside every stage), tracks
+what is resident in RAM and what is in aux storage, and raises PlanError at the
+first broken rule. Every free must be where the spec's rule puts it: a tensor
+paged out in the stage leaves at its end, any other tensor right after its last
+use in the stage (before the first compute if the stage does not use it); a
+tensor the stage does not free is kept for the next stage. It shares nothing
+with the MILP (solve.py) except the data classes, so a planner bug cannot hide
 behind a shared helper.
 """
 
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from poet.plan import PURE_KINDS, CostedGraph, Plan
+from poet.plan import PURE_KINDS, CostedGraph, Plan, Stage
 
 # A plan meets the deadline if its time is within this relative tolerance of it
 # (floating-point sums in another order, and the MILP solver's own 1e-9 tolerance).
@@ -34,6 +38,14 @@ class SimResult:
     page_ins: int
     page_outs: int
     memory_trace: list[int] = field(default_factory=list)  # resident bytes after every event
+
+
+def _where(stage: Stage, at: int) -> str:
+    if at < 0:
+        return "before the first compute"
+    if at >= len(stage.compute):
+        return "at the end of the stage"
+    return f"right after compute {stage.compute[at]}"
 
 
 def _first_compute_kind(kind: str) -> str:
@@ -88,7 +100,46 @@ def simulate(graph: CostedGraph, plan: Plan, arena_budget: int | None = None,
         resident.add(i)
         used += nodes[i].bytes
 
+    def release(t: int, i: int, at: int, stage: Stage, due: dict[int, int]) -> None:
+        """Free i at position `at` of stage t (-1 before the computes, k right after the k-th
+        compute, len(compute) at the end); the rule frees it at due[i]."""
+        nonlocal used
+        check_id(t, i)
+        if i not in resident:
+            fail(t, i, f"free of a tensor not resident ({_where(stage, at)})")
+        rule = due[i]
+        if at < rule:
+            why = ("it is paged out at the end of the stage" if rule == len(stage.compute)
+                   else f"compute {stage.compute[rule]} uses it later in the stage")
+            fail(t, i, f"freed {_where(stage, at)}, but {why}")
+        if at > rule:
+            why = ("the stage does not use it" if rule < 0
+                   else f"its last use in the stage is compute {stage.compute[rule]}")
+            fail(t, i, f"freed {_where(stage, at)}, later than the rule: {why}, so it leaves "
+                       f"{_where(stage, rule)}")
+        resident.remove(i)
+        used -= nodes[i].bytes
+        trace.append(used)
+
     for t, stage in enumerate(plan.stages):
+        if not stage.compute or stage.compute[-1] != t:
+            raise PlanError(f"stage {t}: the last compute must be node {t}, got {stage.compute}")
+        if any(a >= b for a, b in zip(stage.compute, stage.compute[1:])):
+            raise PlanError(f"stage {t}: computes not strictly ascending: {stage.compute}")
+        for j in stage.free_after:
+            if j not in stage.compute:
+                raise PlanError(f"stage {t}: free_after names node {j}, which is not a compute of the stage")
+        # where the rule frees each tensor of the stage (if the stage frees it at all): at the
+        # end if paged out here, else right after its last use (the last compute reading or
+        # making it), else before the computes
+        due: dict[int, int] = {i: -1 for i in (*resident, *stage.page_in)}
+        for k, c in enumerate(stage.compute):
+            check_id(t, c)
+            for i in (c, *nodes[c].deps):
+                due[i] = k
+        for i in stage.page_out:
+            due[i] = len(stage.compute)
+
         for i in stage.page_in:
             check_id(t, i)
             if nodes[i].bytes == 0:
@@ -99,12 +150,10 @@ def simulate(graph: CostedGraph, plan: Plan, arena_budget: int | None = None,
             counts["page_in"] += 1
             event(t, i, "page_in", nodes[i].page_in_s, nodes[i].page_in_j)
 
-        if not stage.compute or stage.compute[-1] != t:
-            raise PlanError(f"stage {t}: the last compute must be node {t}, got {stage.compute}")
-        if any(a >= b for a, b in zip(stage.compute, stage.compute[1:])):
-            raise PlanError(f"stage {t}: computes not strictly ascending: {stage.compute}")
-        for i in stage.compute:
-            check_id(t, i)
+        for i in stage.free_before:
+            release(t, i, -1, stage, due)
+
+        for k, i in enumerate(stage.compute):
             node = nodes[i]
             recompute = i < t
             if recompute and not (node.recomputable and node.kind in PURE_KINDS):
@@ -119,6 +168,8 @@ def simulate(graph: CostedGraph, plan: Plan, arena_budget: int | None = None,
                 event(t, i, "recompute", node.compute_s, node.compute_j)
             else:
                 event(t, i, _first_compute_kind(node.kind), node.compute_s, node.compute_j)
+            for f in stage.free_after.get(i, ()):
+                release(t, f, k, stage, due)
 
         for i in stage.page_out:
             check_id(t, i)
@@ -129,12 +180,8 @@ def simulate(graph: CostedGraph, plan: Plan, arena_budget: int | None = None,
             event(t, i, "page_out", nodes[i].page_out_s, nodes[i].page_out_j)
 
         for i in stage.free:
-            check_id(t, i)
-            if i not in resident:
-                fail(t, i, "free of a tensor not resident")
-            resident.remove(i)
-            used -= nodes[i].bytes
-            trace.append(used)
+            release(t, i, len(stage.compute), stage, due)
+        # what the stage did not free is kept for stage t+1; that is the plan's choice
 
     if resident:
         i = min(resident)

@@ -11,7 +11,18 @@ With P[t,i] = S[t,i] + Min[t,i] + R[t,i] (present in stage t):
   S[t+1,i] <= P[t,i]   Mout[t,i] <= P[t,i]   Min[t,i] <= A[t,i]
   A[t+1,i] <= A[t,i] + Mout[t,i],  A[i,i] = 0 (nothing is in aux before it exists)
   R[t,i] = 0 for i < t unless node i is forward/loss (input, backward, optimizer)
-  Σ_i bytes_i P[t,i] <= budget for every t          (peak(t) of the spec)
+  RAM at every compute k stage t may run (k = t or R[t,k] exists), a tensor leaving
+  right after its last use unless retained (spec section 1):
+    Σ_{i>k} b_i (S[t,i] + Min[t,i]) + b_k P[t,k] + Σ_{i<k} b_i L[t,i,k] <= budget
+  with L[t,i,k] continuous in [0,1], L >= S[t+1,i], L >= Mout[t,i] and L >= R[t,j]
+  for every j >= k of stage t that reads i (R[t,t] = 1: L = P[t,i] if t reads i).
+  Each of these binaries implies P[t,i] = 1, and L only appears in <= rows, so the
+  optimum sets L to their max: exactly "i is resident just before k". L is one
+  variable per stretch of k between two readers of i stage t may recompute
+  (chained L[.,g] >= L[.,g+1]). A tensor i > k counts if kept or paged in: the
+  rule would free it before the computes only if the stage neither uses nor
+  retains it, a dominated plan (drop the keep or the page-in). Stages with
+  page-ins also get Σ_i b_i (S[t,i] + Min[t,i]) <= budget (RAM after the page-ins).
   Σ R compute_s + Min page_in_s + Mout page_out_s <= deadline
   minimise Σ R compute_j + Min page_in_j + Mout page_out_j.
 Variables that can never pay off are not created: a tensor is needed at most
@@ -25,8 +36,9 @@ The extracted plan drops keeps of tensors never read again and other useless
 Defects of the reference MILP (Patil et al. 2022, commit 6e63098) not shared:
 paging time counts in the deadline; a tensor may be paged out in the stage that
 produces it; inputs are not recomputable (so not free to recompute); duplicated
-edges are dropped (CostedGraph.from_json); nothing is freed inside a stage, so
-there is no self-free term to get wrong; parameters, gradients and the staged
+edges are dropped (CostedGraph.from_json); frees inside a stage are implied by
+the residency indicators L rather than modelled by free variables, so there is
+no self-free term to get wrong; parameters, gradients and the staged
 batch are outside the arena: the caller passes arena_budget = RAM - fixed part.
 Every plan returned is replayed by simulate.py, an independent checker.
 """
@@ -48,6 +60,8 @@ from poet.plan import PURE_KINDS, CostedGraph, CostedNode, Plan, Stage
 from poet.simulate import simulate
 
 Progress = Callable[[str], None] | None
+import os
+_LIVE_CAT = os.environ.get("POET_LIVE_CAT", "Continuous")
 Key = tuple[int, int]  # (stage t, tensor i)
 
 
@@ -145,9 +159,9 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float) -> _
     resident: list[list[int]] = [[] for _ in range(n_nodes)]
     for t, i in m.S:
         resident[t].append(i)
+    reads = [{d for d in n.deps if nodes[d].bytes > 0} for n in nodes]
     for t in range(n_nodes):
-        prob += (nodes[t].bytes + pulp.lpSum(nodes[i].bytes * m.present(t, i) for i in resident[t])
-                 <= limit), f"mem_{t}"
+        _memory_rows(m, graph, t, sorted(resident[t]), reads, limit)
 
     # the deadline row is scaled to 1 so solver tolerances are relative to the deadline
     fixed_s = sum(n.compute_s for n in nodes)
@@ -161,6 +175,67 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float) -> _
         scale = sum(n.compute_j for n in nodes) or 1.0
         prob += pulp.lpSum(c / scale * v for v, c in m.energy_terms(graph) if c)
     return m
+
+
+def _memory_rows(m: _Milp, graph: CostedGraph, t: int, tensors: list[int], reads: list[set[int]],
+                 limit: pulp.LpVariable | int) -> None:
+    """RAM rows of stage t: at its page-ins and at every compute k it may run (spec section 1).
+
+    Just before compute k a tensor i present in the stage is resident
+      i > k:  if it came kept or paged in (S + Min); it is then needed in the stage, else the
+              plan is dominated (drop the keep or the page-in) and the row merely overcounts it;
+      i == k: never (k's own output is counted: S + Min + R[t,k] = present);
+      i < k:  if it is retained (S[t+1,i] or Mout[t,i]) or read by a compute j >= k of the stage
+              (R[t,j]; R[t,t] = 1); each of these binaries implies i present. The indicator is a
+              continuous live variable >= each of them (the optimum sets it to their max), one
+              per stretch of k between two readers of i that stage t may recompute, chained.
+    """
+    nodes, prob = graph.nodes, m.prob
+    cands = [k for k in range(t) if (t, k) in m.R] + [t]  # computes stage t may run
+    rows: dict[int, list[pulp.LpAffineExpression]] = {k: [] for k in cands}
+    rows[t].append(nodes[t].bytes)
+    for i in tensors:
+        b = nodes[i].bytes
+        early = m.S[t, i] + m.Min.get((t, i), 0)
+        present = m.present(t, i)
+        if i in reads[t]:  # read by t itself: resident from its source to the end of the stage
+            for k in cands:
+                rows[k].append(b * (early if k < i else present))
+            continue
+        readers = [j for j in cands[:-1] if i in reads[j]]  # all > i
+        # live[g]: resident at a compute k with exactly readers[g:] left to run (k <= readers[g])
+        # (None: 0, nothing can keep i resident there)
+        live: list[pulp.LpVariable | None] = [None] * (len(readers) + 1)
+        bounds = [v[key] for v, key in ((m.S, (t + 1, i)), (m.Mout, (t, i))) if key in v]
+        for g in reversed(range(len(readers) + 1)):
+            if g < len(readers):
+                bounds = [x for x in (live[g + 1], m.R[t, readers[g]]) if x is not None]
+            if len(bounds) == 1:
+                live[g] = bounds[0]
+            elif bounds:
+                live[g] = prob.add_variable(f"live_{t}_{i}_{g}", lowBound=0, upBound=1, cat=_LIVE_CAT)
+                for n_lb, x in enumerate(bounds):
+                    prob += live[g] >= x, f"live_{t}_{i}_{g}_{n_lb}"
+        g = 0
+        for k in cands:
+            if k < i:
+                rows[k].append(b * early)
+            elif k == i:
+                rows[k].append(b * present)
+            else:
+                while g < len(readers) and readers[g] < k:
+                    g += 1
+                if live[g] is not None:
+                    rows[k].append(b * live[g])
+    for k in cands:
+        prob += pulp.lpSum(rows[k]) <= limit, f"mem_{t}_{k}"
+    if os.environ.get("POET_KNAP"):
+        for name, v, key in (("S", m.S, lambda i: (t + 1, i)), ("Mout", m.Mout, lambda i: (t, i))):
+            prob += (nodes[t].bytes + pulp.lpSum(nodes[i].bytes * (m.present(t, i) if i in reads[t] else v.get(key(i), 0))
+                                                 for i in tensors) <= limit), f"knap_{name}_{t}"
+    if any((t, i) in m.Min for i in tensors):  # after the page-ins, before anything is freed
+        prob += (pulp.lpSum(nodes[i].bytes * (m.S[t, i] + m.Min.get((t, i), 0)) for i in tensors)
+                 <= limit), f"mem_{t}_pagein"
 
 
 @dataclass
@@ -236,7 +311,7 @@ def _from_pulp(m: _Milp, dt: float, name: str) -> _Outcome:
 
 
 def _extract(graph: CostedGraph, m: _Milp) -> list[Stage]:
-    n_nodes, nodes = len(graph), graph.nodes
+    n_nodes = len(graph)
 
     def per_stage(v: dict[Key, pulp.LpVariable]) -> list[set[int]]:
         """Per stage (and one past the last), the tensors whose variable is 1 once rounded."""
@@ -248,13 +323,32 @@ def _extract(graph: CostedGraph, m: _Milp) -> list[Stage]:
 
     rec, kept, pin, pout = per_stage(m.R), per_stage(m.S), per_stage(m.Min), per_stage(m.Mout)
     _drop_pointless(graph, rec, kept, pin, pout)
-    stages = []
-    for t in range(n_nodes):
-        computes = sorted(rec[t] | {t})
-        present = kept[t] | pin[t] | {i for i in computes if nodes[i].bytes > 0}
-        free = present if t == n_nodes - 1 else present - kept[t + 1]
-        stages.append(Stage(sorted(pin[t]), computes, sorted(pout[t]), sorted(free)))
-    return stages
+    return [_stage(graph, t, sorted(rec[t] | {t}), kept[t] | pin[t], pin[t], pout[t], kept[t + 1])
+            for t in range(n_nodes)]
+
+
+def _stage(graph: CostedGraph, t: int, computes: list[int], start: set[int], pin: set[int],
+           pout: set[int], keep_next: set[int]) -> Stage:
+    """Stage t with its frees where the spec's rule puts them: tensors paged out and not kept at
+    the end, other tensors not kept right after their last use in the stage (or before the
+    computes if the stage does not use them)."""
+    nodes = graph.nodes
+    last_use: dict[int, int] = {}
+    for c in computes:
+        for i in (c, *nodes[c].deps):
+            if nodes[i].bytes > 0:
+                last_use[i] = c
+    present = start | {c for c in computes if nodes[c].bytes > 0}
+    free_after: dict[int, list[int]] = {}
+    before, end = [], []
+    for i in sorted(present - keep_next):
+        if i in pout:
+            end.append(i)
+        elif i in last_use:
+            free_after.setdefault(last_use[i], []).append(i)
+        else:
+            before.append(i)
+    return Stage(sorted(pin), computes, sorted(pout), end, free_after, before)
 
 
 def _drop_pointless(graph: CostedGraph, rec: list[set[int]], kept: list[set[int]],
@@ -337,7 +431,8 @@ def keep_all(graph: CostedGraph) -> Plan:
         if node.bytes > 0:
             frees[last_use[i]].append(i)
     plan = Plan(strategy="keep-all", status="feasible",
-                stages=[Stage(compute=[t], free=frees[t]) for t in range(n_nodes)])
+                stages=[Stage(compute=[t], free_after={t: frees[t]} if frees[t] else {})
+                        for t in range(n_nodes)])
     sim = simulate(graph, plan)
     plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
     plan.arena_budget, plan.deadline_s = sim.peak_bytes, sim.time_s
