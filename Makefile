@@ -11,9 +11,11 @@ APT_PKGS := gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
 
 setup: apt $(STAMP)
 
-# Debian packages: installed only if one of them is missing.
+# Debian packages: installed only if one of them is missing (python3-venv only where
+# this python3 cannot make a virtualenv, as on a bare Debian).
 apt:
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
