@@ -107,10 +107,18 @@ def _brute_front(g: CostedGraph, budget: int) -> list[tuple[float, float]]:
     """The (energy, time) Pareto front of every plan (spec section 1) within the budget, by
     dynamic programming over (kept, in aux) states. Shares no code with the MILP. Only
     dominated choices are left out: paging out a tensor already in aux, keeping or paging
-    out a tensor no later node reads."""
+    out a tensor that no later node reads, directly or through recomputes."""
     nodes, n_nodes = g.nodes, len(g)
     stage_peak = _stage_peaks(g)
-    read_after = [{d for c in nodes[t + 1:] for d in c.deps} for t in range(n_nodes)]
+    read_after = []
+    for t in range(n_nodes):
+        need = {d for c in nodes[t + 1:] for d in c.deps}
+        grown = True
+        while grown:  # a later stage may recompute a needed tensor from its own deps
+            more = {d for r in need if nodes[r].kind in ("forward", "loss") for d in nodes[r].deps}
+            grown = not more <= need
+            need |= more
+        read_after.append(need)
     states: dict[tuple[frozenset[int], frozenset[int]], list[tuple[float, float]]] = {
         (frozenset(), frozenset()): [(0.0, 0.0)]}
     for t in range(n_nodes):
