@@ -12,8 +12,7 @@ from poet.boards import board_names, load_board
 from poet.errors import PoetError, UsageError
 from poet.memory import check_ram
 from poet.models import ZOO
-from poet.paths import schedule_file, shown
-from poet.units import format_size, parse_deadline, parse_size
+from poet.units import parse_deadline, parse_size
 
 DEFAULT_BOARD = "nrf52840"
 
@@ -74,34 +73,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _planned(args: argparse.Namespace, runtime_static: int | None = None):
+def cmd_solve(args: argparse.Namespace) -> int:
     from poet.costs import costed, load_profile
-    from poet.pipeline import plan_step
+    from poet.run import solve_and_lower
 
     board = load_board(args.board)
     ram = check_ram(parse_size(args.ram), board.ram_bytes, board.name)
-    g, model, w = _graph(args)
+    g, _, _ = _graph(args)
     prof = load_profile(board.name, Path(args.profile) if args.profile else None)
     cg = costed(g, board, prof)
     deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
-    static = runtime_static if runtime_static is not None else int(prof["runtime_static_bytes"])
-    say(f"solve: {g.model} on {board.name}, --ram {format_size(ram)}, deadline {deadline_s * 1e3:.3f} ms "
-        f"({deadline_s / cg.one_pass_s:.2f}x one pass), solver {args.solver}")
-    p = plan_step(g, cg, board, ram, static, deadline_s, solver=args.solver, time_limit_s=args.time_limit,
-                  progress=lambda m: say(f"  {m}"))
-    from poet.run import print_plan
-
-    print_plan(p, say)
-    return board, g, model, w, p
-
-
-def cmd_solve(args: argparse.Namespace) -> int:
-    board, g, _, _, p = _planned(args)
-    out = Path(args.output) if args.output else schedule_file(g.model, board.name)
-    data = p.lowered.schedule.encode()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
-    say(f"schedule: {len(data)} bytes, {len(p.lowered.schedule.instrs)} instructions -> {shown(out)}")
+    solve_and_lower(args, g, cg, board, ram, int(prof["runtime_static_bytes"]), deadline_s, say,
+                    out=Path(args.output) if args.output else None)
     return 0
 
 

@@ -80,7 +80,7 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
         say(f"\n[schedule] using {given} ({len(sched)} bytes) as given; the board validates it")
         p = None
     else:
-        p = _solve(dev, args, g, cg, board, ram, deadline_s, say)
+        p = solve_and_lower(args, g, cg, board, ram, dev.runtime_static, deadline_s, say)
         sched = p.lowered.schedule.encode()
     (run_dir / "schedule.poet").write_bytes(sched)
 
@@ -126,21 +126,22 @@ def _read_schedule(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _solve(dev: Device, args: argparse.Namespace, g: TrainingGraph, cg, board: Board, ram: int,
-           deadline_s: float, say: Say) -> Planned:
-    say(f"\n[solve] POET MILP for {g.model}: --ram {format_size(ram)}, deadline {deadline_s * 1e3:.3f} ms "
-        f"({deadline_s / cg.one_pass_s:.2f}x one pass), solver {args.solver}")
-    p = plan_step(g, cg, board, ram, dev.runtime_static, deadline_s, solver=args.solver,
+def solve_and_lower(args: argparse.Namespace, g: TrainingGraph, cg, board: Board, ram: int, runtime_static: int,
+                    deadline_s: float, say: Say, out: Path | None = None) -> Planned:
+    """Solve, print the plan, write the schedule (default schedules/<model>.<board>.poet)."""
+    say(f"\n[solve] POET MILP for {g.model} on {board.name}: --ram {format_size(ram)}, deadline "
+        f"{deadline_s * 1e3:.3f} ms ({deadline_s / cg.one_pass_s:.2f}x one pass), solver {args.solver}")
+    p = plan_step(g, cg, board, ram, runtime_static, deadline_s, solver=args.solver,
                   time_limit_s=args.time_limit, progress=lambda m: say(f"  {m}"))
     print_plan(p, say)
     if p.plan.peak_bytes >= p.keep_all_peak:
         say("  note: this budget holds every activation; nothing needs recomputing or paging")
     sched = p.lowered.schedule.encode()
-    copy = schedule_file(g.model, board.name)
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    copy.write_bytes(sched)
+    out = out or schedule_file(g.model, board.name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(sched)
     say(f"\n[lower] schedule: {len(sched)} bytes ({len(p.lowered.schedule.instrs)} instructions, "
-        f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {shown(copy)}")
+        f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {shown(out)}")
     return p
 
 
