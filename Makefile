@@ -41,7 +41,7 @@ test-all: setup
 	$(VENV)/bin/pytest -q -m 'not hw'
 
 lint: setup
-	$(VENV)/bin/ruff check host tests
+	$(VENV)/bin/ruff check host tests benchmarks
 
 clean:
 	rm -rf firmware/build
