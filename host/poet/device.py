@@ -36,7 +36,7 @@ class Device:
 
     @property
     def runtime_static(self) -> int:
-        return self.hello.ram_bytes - self.hello.pool_bytes
+        return self.hello.static_bytes
 
     def load_model(self, g: TrainingGraph, weights: list[np.ndarray]) -> None:
         self.link.upload(MODEL, model_blob(g).encode())

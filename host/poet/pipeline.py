@@ -59,8 +59,3 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
                  f"(fragmentation); re-solving with a tighter live-bytes bound")
         arena -= over
     raise PoetError("could not place the plan's tensors within the arena after 8 attempts; raise --ram")
-
-
-def keep_all_step(g: TrainingGraph, cg: CostedGraph) -> tuple[Plan, Lowered]:
-    plan = keep_all(cg)
-    return plan, lower(plan, g)
