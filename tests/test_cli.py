@@ -145,3 +145,9 @@ def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
     from poet.tracefile import Trace
 
     assert len(Trace.load(run / "trace.json").steps) >= 3
+
+
+def test_data_that_does_not_fit_the_model(tmp_path):
+    r = poet("train", "--model", "lenet", "--ram", "200k", "--run-dir", str(tmp_path / "run"))
+    one_line_error(r, 2, "lenet takes inputs of shape (1, 32, 32)", "digits set has 8x8 images")
+    assert not (tmp_path / "run").exists()

@@ -1,4 +1,4 @@
-"""The model zoo: small models that train on the digits set (more come with the graph issue)."""
+"""The model zoo: the digits models the runtime trains today, and larger ones from poet.zoo."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ import torch
 from torch import nn
 
 from poet.errors import UsageError
+from poet.zoo.bert import bert
+from poet.zoo.lenet import lenet5
+from poet.zoo.mobilenetv2 import mobilenetv2_cifar
+from poet.zoo.resnet import resnet18_cifar
+from poet.zoo.transformer import transformer_block
+from poet.zoo.vgg import vgg16_cifar
 
 
 @dataclass(frozen=True)
@@ -19,6 +25,9 @@ class ZooModel:
     input_shape: tuple[int, ...]  # one sample, without the batch dimension
     classes: int
     about: str
+    # dtype of the input tensor: "float32" for images and features, "int64" for token ids
+    # (then input_shape is (S,)). Last and defaulted so positional ZooModel(...) calls keep working.
+    input_dtype: str = "float32"
 
 
 def _mlp() -> nn.Module:
@@ -50,6 +59,18 @@ ZOO: dict[str, ZooModel] = {
     for m in (
         ZooModel("mlp-digits", _mlp, (64,), 10, "MLP 64-32-32-32-10 on flattened 8x8 digits"),
         ZooModel("cnn-digits", CnnDigits, (1, 8, 8), 10, "conv3x3x8-pool-fc32-fc10 on 8x8 digits"),
+        ZooModel("lenet", lenet5, (1, 32, 32), 10, "LeNet-5 conv5-pool-conv5-pool-fc120-fc84-fc10 on 32x32"),
+        ZooModel("resnet18-cifar", resnet18_cifar, (3, 32, 32), 10, "ResNet-18, CIFAR stem, 11.2M parameters"),
+        ZooModel("vgg16-cifar", vgg16_cifar, (3, 32, 32), 10, "VGG-16 (D) with BatchNorm, fc 512-10, 14.7M"),
+        ZooModel("mobilenetv2-cifar", mobilenetv2_cifar, (3, 32, 32), 10, "MobileNetV2 width 1.0, CIFAR strides"),
+        ZooModel("mobilenetv2-cifar-0.35", lambda: mobilenetv2_cifar(0.35), (3, 32, 32), 10,
+                 "MobileNetV2 width 0.35, CIFAR strides"),
+        ZooModel("transformer-block", transformer_block, (32,), 10,
+                 "one pre-LN encoder block d128 h4 ffn512 on 32 tokens of 1000, mean pool", input_dtype="int64"),
+        ZooModel("bert-tiny", lambda: bert(2, 128, 2, 64, 1000, 10), (64,), 10,
+                 "BERT L2 H128 A2, 64 tokens of 1000", input_dtype="int64"),
+        ZooModel("bert-base", lambda: bert(12, 768, 12, 128, 30522, 10), (128,), 10,
+                 "BERT-base L12 H768 A12, 128 tokens of 30522 (110M parameters)", input_dtype="int64"),
     )
 }
 

@@ -33,6 +33,10 @@ Say = Callable[[str], None]
 def data_batches(g: TrainingGraph, steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """The first `steps` batches of the fixed digits training split, cycling over epochs."""
     xtr, ytr, _, _ = digits_split()
+    if int(np.prod(g.input_shape)) != xtr.shape[1] or g.classes != 10:
+        raise PoetError(f"model {g.model} takes inputs of shape {tuple(g.input_shape)} and {g.classes} classes; "
+                        f"the digits set has 8x8 images ({xtr.shape[1]} values) and 10 classes: "
+                        f"train mlp-digits or cnn-digits on it", status=2)
     epoch = list(batches(xtr, ytr, g.batch, tuple(g.input_shape)))
     return list(itertools.islice(itertools.cycle(epoch), steps))
 
@@ -182,6 +186,7 @@ def train_on_device(args: argparse.Namespace, say: Say) -> None:
     if args.schedule:
         _read_schedule(Path(args.schedule))
     model, g = _model(args)
+    data_batches(g, 1)  # data that does not fit the model fails here, before anything starts
     run_dir = new_run_dir(args.run_dir, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     (run_dir / "config.json").write_text(json.dumps(vars(args), default=str, indent=1))
     with open_device(board, args.port, workdir=run_dir) as dev:

@@ -1,0 +1,143 @@
+"""Every zoo model builds, runs forward and backward on its own input, and has its published size."""
+
+import pytest
+import torch
+from poet.models import ZOO, ZooModel, get_model
+from poet.zoo.bert import bert
+from poet.zoo.mobilenetv2 import mobilenetv2_cifar
+from poet.zoo.resnet import BasicBlock, resnet18_cifar
+from torch import nn
+
+# A training step on 110M parameters takes over a second on CPU: forward pass only (0.2 s).
+FORWARD_ONLY = {"bert-base"}
+
+# Parameter counts: each asserted against a published or hand-derived number.
+PARAMS = {
+    "mlp-digits": 4_522,
+    "cnn-digits": 4_538,
+    # LeNet-5, 10 classes: conv 1*6*25+6 = 156, conv 6*16*25+16 = 2,416, fc 400*120+120 = 48,120,
+    # fc 120*84+84 = 10,164, fc 84*10+10 = 850.
+    "lenet": 61_706,
+    # the number kuangliu/pytorch-cifar and most CIFAR papers quote for ResNet-18
+    "resnet18-cifar": 11_173_962,
+    # 13 convs with bias 14,714,688 + 13 BNs (2 per channel) 8,448 + Linear(512, 10) 5,130 = 14,728,266
+    "vgg16-cifar": 14_728_266,
+    # kuangliu's MobileNetV2 (every block expands, projection shortcuts on stride-1 channel changes)
+    "mobilenetv2-cifar": 2_296_922,
+    "mobilenetv2-cifar-0.35": 416_698,
+    # tokens 1000*128 + positions 32*128 + block (2 LN 512, 4 proj 66,048, FFN 131,712) + LN 256 + fc 1,290
+    "transformer-block": 331_914,
+    "bert-tiny": 608_394,
+    # BERT-base, H=768, V=30522, L=12, 10 classes:
+    #   embeddings (30522 + 512 + 2) * 768 + 2*768 (LayerNorm)             =  23,837,184
+    #   12 layers * (12 H^2 + 13 H) = 12 * 7,087,872                        =  85,054,464
+    #   pooler 768*768 + 768                                                =     590,592
+    #   = 109,482,240: the exact count of Hugging Face's bert-base-uncased BertModel, the "110M" of the paper
+    #   classifier 768*10 + 10                                              =       7,690
+    "bert-base": 109_489_930,
+}
+
+
+def _input(spec: ZooModel, model: nn.Module, batch: int) -> torch.Tensor:
+    if spec.input_dtype == "int64":
+        vocab = next(m for m in model.modules() if isinstance(m, nn.Embedding)).num_embeddings
+        return torch.randint(0, vocab, (batch, *spec.input_shape), dtype=torch.int64)
+    assert spec.input_dtype == "float32"
+    return torch.randn((batch, *spec.input_shape))
+
+
+def _n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_every_model_has_a_count():
+    assert set(PARAMS) == set(ZOO)
+    assert list(ZOO)[:2] == ["mlp-digits", "cnn-digits"]
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_builds_with_its_parameter_count(name):
+    model, spec = get_model(name)
+    assert spec.name == name
+    assert _n_params(model) == PARAMS[name]
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_forward_and_backward_at_batch_2(name):
+    model, spec = get_model(name)
+    x = _input(spec, model, 2)
+    with torch.set_grad_enabled(name not in FORWARD_ONLY):
+        logits = model(x)
+    assert logits.shape == (2, spec.classes) and logits.dtype == torch.float32
+    if name in FORWARD_ONLY:
+        return
+    torch.nn.functional.cross_entropy(logits, torch.tensor([0, 1])).backward()
+    # every parameter takes part in the step (no dead branch)
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_input_dtypes():
+    tokens = {"transformer-block", "bert-tiny", "bert-base"}
+    for name, spec in ZOO.items():
+        assert spec.input_dtype == ("int64" if name in tokens else "float32")
+        if name in tokens:
+            assert len(spec.input_shape) == 1
+    # positional construction without the new field still works and defaults to float32
+    assert ZooModel("m", nn.Identity, (4,), 2, "about").input_dtype == "float32"
+
+
+def test_resnet_uses_three_projection_shortcuts():
+    model = resnet18_cifar()
+    one_by_one = [m for m in model.modules() if isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1)]
+    assert len(one_by_one) == 3  # entering stages 2, 3 and 4
+    assert not any(isinstance(m, nn.MaxPool2d) for m in model.modules())
+    # and they run: a hook on each projection fires once per forward pass
+    calls: list[tuple[int, ...]] = []
+    for m in one_by_one:
+        m.register_forward_hook(lambda _m, _i, out: calls.append(tuple(out.shape)))
+    model(torch.randn(1, 3, 32, 32))
+    assert calls == [(1, 128, 16, 16), (1, 256, 8, 8), (1, 512, 4, 4)]
+
+
+@pytest.mark.parametrize("in_planes,planes,stride", [(16, 16, 1), (16, 32, 2)])
+def test_resnet_block_adds_the_shortcut_before_the_final_relu(in_planes, planes, stride):
+    torch.manual_seed(0)
+    block = BasicBlock(in_planes, planes, stride).eval()
+    # Silence the residual branch: the block must then output relu(shortcut(x)). Had the ReLU come
+    # before the add, negative shortcut values would pass through; without the add, all would be 0.
+    with torch.no_grad():
+        block.bn2.weight.zero_()
+        block.bn2.bias.zero_()
+    x = torch.randn(2, in_planes, 8, 8)
+    expected = torch.relu(block.shortcut(x))
+    assert (expected > 0).any() and (block.shortcut(x) < 0).any()
+    torch.testing.assert_close(block(x), expected)
+    if stride == 1:
+        torch.testing.assert_close(block(x), torch.relu(x))  # identity shortcut
+
+
+def test_mobilenetv2_width_scales_channels():
+    narrow = mobilenetv2_cifar(0.35)
+    convs = [m for m in narrow.modules() if isinstance(m, nn.Conv2d)]
+    assert convs[0].out_channels == 16  # 32 * 0.35 = 11.2, rounded up to a multiple of 8
+    assert convs[-1].out_channels == 1280  # the last conv is not narrowed below 1280
+    assert all(c.out_channels % 8 == 0 for c in convs)
+    # CIFAR strides: only three stride-2 convs (stages 3, 4 and 6), so 32x32 ends at 4x4
+    assert sum(c.stride == (2, 2) for c in convs) == 3
+
+
+def test_attention_is_spelled_out():
+    for name in ("transformer-block", "bert-tiny"):
+        model, _ = get_model(name)
+        assert not any(isinstance(m, nn.MultiheadAttention) for m in model.modules())
+        gm = torch.fx.symbolic_trace(model)
+        targets = {n.target for n in gm.graph.nodes}
+        assert torch.softmax in targets and torch.matmul in targets
+
+
+def test_bert_factory_scales():
+    # BERT parameters per layer are 12 H^2 + 13 H: two more layers add exactly that twice
+    h = 64
+    assert _n_params(bert(3, h, 2, 16, 100, 5)) - _n_params(bert(1, h, 2, 16, 100, 5)) == 2 * (12 * h * h + 13 * h)
+    with pytest.raises(ValueError, match="divisible"):
+        bert(1, 30, 4, 16, 100, 5)
