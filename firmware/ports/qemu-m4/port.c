@@ -125,27 +125,21 @@ static int seek(uint32_t offset)
     return semihost(0x0Au, args); /* SYS_SEEK: 0 on success */
 }
 
-int port_pager_write(uint32_t offset, const void *src, uint32_t n)
+/* SYS_WRITE (0x05) and SYS_READ (0x06) take the same arguments and return the bytes not moved. */
+static int transfer(uint32_t op, uint32_t offset, uintptr_t buf, uint32_t n)
 {
     uint32_t args[3];
     if (port_pager_open() || seek(offset))
         return -1;
     args[0] = (uint32_t)swap_fd;
-    args[1] = (uint32_t)(uintptr_t)src;
+    args[1] = (uint32_t)buf;
     args[2] = n;
-    return semihost(0x05u, args) == 0 ? 0 : -1; /* SYS_WRITE returns bytes not written */
+    return semihost(op, args) == 0 ? 0 : -1;
 }
 
-int port_pager_read(uint32_t offset, void *dst, uint32_t n)
-{
-    uint32_t args[3];
-    if (port_pager_open() || seek(offset))
-        return -1;
-    args[0] = (uint32_t)swap_fd;
-    args[1] = (uint32_t)(uintptr_t)dst;
-    args[2] = n;
-    return semihost(0x06u, args) == 0 ? 0 : -1; /* SYS_READ returns bytes not read */
-}
+int port_pager_write(uint32_t offset, const void *src, uint32_t n) { return transfer(0x05u, offset, (uintptr_t)src, n); }
+
+int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return transfer(0x06u, offset, (uintptr_t)dst, n); }
 
 const char *port_board(void) { return "nrf52840"; }
 uint32_t port_ram_bytes(void) { return 262144u; }
