@@ -151,3 +151,30 @@ def test_data_that_does_not_fit_the_model(tmp_path):
     r = poet("train", "--model", "lenet", "--ram", "200k", "--run-dir", str(tmp_path / "run"))
     one_line_error(r, 2, "lenet takes inputs of shape (1, 32, 32)", "digits set has 8x8 images")
     assert not (tmp_path / "run").exists()
+
+
+def test_user_model_from_module_factory(tmp_path):
+    (tmp_path / "mynet.py").write_text(
+        "from torch import nn\n"
+        "def build():\n"
+        "    return nn.Sequential(nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 3))\n")
+    out = tmp_path / "g.json"
+    r = subprocess.run([sys.executable, "-m", "poet", "graph", "--model", "mynet:build", "--input-shape", "12",
+                        "--classes", "3", "--batch", "4", "-o", str(out)], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "mynet:build: batch 4, " in r.stdout
+    from poet.graph import TrainingGraph
+
+    g = TrainingGraph.from_json(out)
+    assert [n.op for n in g.nodes if n.kind == "forward"] == ["linear", "relu", "linear"]
+    assert g.param_bytes == 4 * (12 * 8 + 8 + 8 * 3 + 3)
+    one_line_error(poet("graph", "--model", "mynet:build"), 2, "cannot load model 'mynet:build'")
+    r = subprocess.run([sys.executable, "-m", "poet", "graph", "--model", "mynet:build"], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=120)
+    one_line_error(r, 2, "--input-shape is needed for mynet:build")
+
+
+def test_argparse_mistakes_are_one_line_too():
+    one_line_error(poet("graph", "--batch", "x"), 2, "invalid int value: 'x'", "poet graph --help")
+    one_line_error(poet("frobnicate"), 2, "invalid choice: 'frobnicate'")

@@ -6,10 +6,11 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 from poet import __version__
 from poet.boards import board_names, load_board
-from poet.errors import PoetError, UsageError
+from poet.errors import PoetError
 from poet.memory import check_ram
 from poet.models import ZOO
 from poet.units import parse_deadline, parse_size
@@ -31,14 +32,10 @@ def cmd_boards(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace):
-    from poet.graph import trace
-    from poet.models import get_model
     from poet.reference import weights_of
+    from poet.run import model_and_graph
 
-    model, spec = get_model(args.model, seed=args.seed)
-    if args.batch < 1:
-        raise UsageError(f"--batch {args.batch}: must be at least 1")
-    g = trace(model, spec.name, spec.input_shape, spec.classes, args.batch)
+    model, g = model_and_graph(args)
     return g, model, weights_of(model)
 
 
@@ -115,9 +112,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") -> None:
     p.add_argument("--model", default=default,
-                   help=f"zoo model: {', '.join(ZOO)}" + (f" (default {default})" if default else ""))
+                   help=f"zoo model ({', '.join(ZOO)}) or package.module:factory"
+                   + (f"; default {default}" if default else ""))
     p.add_argument("--batch", type=int, default=16, help="samples per training step (default 16)")
+    p.add_argument("--input-shape", type=_shape, help="shape of one sample for a module:factory model, e.g. 1,8,8")
+    p.add_argument("--classes", type=int, help="classes of a module:factory model (default 10)")
     p.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape like 1,8,8") from None
+    if not dims or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every dimension must be at least 1")
+    return dims
 
 
 def _board_args(p: argparse.ArgumentParser) -> None:
@@ -137,12 +147,19 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--profile", help="op-cost profile (default profiles/<board>.yaml)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line like every other poet error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"poet: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="poet", description=__doc__.splitlines()[0].strip("`") + " "
+    ap = _Parser(prog="poet", description=__doc__.splitlines()[0].strip("`") + " "
                                  "Train neural networks on boards too small to train them.")
     ap.add_argument("--version", action="version", version=f"poet {__version__}")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("boards", help="list the boards poet knows")
     p.set_defaults(func=cmd_boards)

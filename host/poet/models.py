@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,10 +78,37 @@ ZOO: dict[str, ZooModel] = {
 }
 
 
-def get_model(name: str, seed: int = 0) -> tuple[nn.Module, ZooModel]:
-    """A freshly initialised zoo model; the same seed gives the same weights on every machine."""
-    if name not in ZOO:
-        raise UsageError(f"unknown model {name!r}; known: {', '.join(ZOO)}")
-    spec = ZOO[name]
+def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = None,
+              classes: int | None = None) -> tuple[nn.Module, ZooModel]:
+    """A freshly initialised model: a zoo name, or `package.module:factory` for the user's own.
+
+    The same seed gives the same weights on every machine. A user's factory is called
+    without arguments and must return an nn.Module; its input shape (one sample) must
+    be given, since nothing in a module says what it expects.
+    """
+    if ":" in name:
+        spec = _user_model(name, input_shape, classes)
+    elif name in ZOO:
+        spec = ZOO[name]
+    else:
+        raise UsageError(f"unknown model {name!r}; known: {', '.join(ZOO)}, or package.module:factory")
     torch.manual_seed(seed)
-    return spec.build(), spec
+    model = spec.build()
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"{name} returned {type(model).__name__}, not a torch.nn.Module")
+    return model, spec
+
+
+def _user_model(name: str, input_shape: tuple[int, ...] | None, classes: int | None) -> ZooModel:
+    module, _, attr = name.partition(":")
+    if os.getcwd() not in sys.path:  # the user's own modules, as `python -m` would find them
+        sys.path.insert(0, os.getcwd())
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot load model {name!r}: {exc}") from exc
+    if not callable(factory):
+        raise UsageError(f"{name} is not callable; give a function or class that builds the model")
+    if not input_shape:
+        raise UsageError(f"--input-shape is needed for {name}: the shape of one sample, e.g. --input-shape 1,8,8")
+    return ZooModel(name, factory, tuple(input_shape), classes or 10, f"user model {name}")

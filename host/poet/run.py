@@ -168,13 +168,15 @@ def new_run_dir(given: str | None, default: str) -> Path:
     return d
 
 
-def _model(args: argparse.Namespace):
+def model_and_graph(args: argparse.Namespace) -> tuple[torch.nn.Module, TrainingGraph]:
+    """The model the command line names, freshly initialised, and its traced training graph."""
     from poet.graph import trace
     from poet.models import get_model
 
-    model, spec = get_model(args.model, seed=args.seed)
     if args.batch < 1:
         raise PoetError(f"--batch {args.batch}: must be at least 1", status=2)
+    model, spec = get_model(args.model, seed=args.seed, input_shape=getattr(args, "input_shape", None),
+                            classes=getattr(args, "classes", None))
     return model, trace(model, spec.name, spec.input_shape, spec.classes, args.batch)
 
 
@@ -185,7 +187,7 @@ def train_on_device(args: argparse.Namespace, say: Say) -> None:
         raise PoetError(f"--steps {args.steps}: must be at least 1", status=2)
     if args.schedule:
         _read_schedule(Path(args.schedule))
-    model, g = _model(args)
+    model, g = model_and_graph(args)
     data_batches(g, 1)  # data that does not fit the model fails here, before anything starts
     run_dir = new_run_dir(args.run_dir, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     (run_dir / "config.json").write_text(json.dumps(vars(args), default=str, indent=1))
@@ -232,7 +234,7 @@ def demo(args: argparse.Namespace, say: Say) -> None:
         g = trace(m, name, spec.input_shape, spec.classes, args.batch)
         graphs.append((g, weights_of(m)))
         say(f"  {summary(g)}")
-    model, g = _model(args)
+    model, g = model_and_graph(args)
     run_dir = new_run_dir(args.run_dir, "demo")
     with open_device(board, args.port, workdir=run_dir) as dev:
         say(f"\n[profile] every op of both models on the {dev.provenance} {board.name}")
@@ -244,7 +246,7 @@ def demo(args: argparse.Namespace, say: Say) -> None:
             args.ram = str(auto_budget(g, board, prof, dev.runtime_static, args.deadline, say))
         out = train_session(dev, args, g, model, say, run_dir)
 
-    ref_model, _ = _model(args)
+    ref_model, _ = model_and_graph(args)
     train_steps(ref_model, out["data"], args.lr)
     worst = max(float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
                 for a, b in zip(out["final"], weights_of(ref_model), strict=True))
