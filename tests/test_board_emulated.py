@@ -11,7 +11,7 @@ from conftest import needs_qemu
 from poet.boards import load_board
 from poet.costs import costed, load_profile, uncosted
 from poet.device import open_device
-from poet.graph import trace
+from poet.tracer import trace
 from poet.link import DeviceError
 from poet.lower import lower
 from poet.models import get_model

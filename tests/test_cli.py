@@ -6,7 +6,7 @@ import sys
 import pytest
 from poet.boards import load_board
 from poet.costs import costed, load_profile, profile_path
-from poet.graph import trace
+from poet.tracer import trace
 from poet.memory import budget_for
 from poet.models import get_model
 from poet.solve import min_arena_budget

@@ -2,7 +2,7 @@
 
 import torch
 import torch.nn.functional as F
-from poet.graph import trace
+from poet.tracer import trace
 from poet.instrument import Instrumented, OpTimer, saved_activation_bytes
 from poet.models import get_model
 from torch import nn

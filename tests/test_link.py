@@ -128,7 +128,7 @@ def test_qemu_uart_survives_a_full_receive_ring(tmp_path: Path) -> None:
     import serial
     from poet import firmware
     from poet.costs import uncosted
-    from poet.graph import trace
+    from poet.tracer import trace
     from poet.link import HELLO, HELLO_REPLY, STEP
     from poet.lower import lower, model_blob
     from poet.models import get_model

@@ -3,7 +3,7 @@
 import pytest
 from poet.costs import uncosted
 from poet.errors import UsageError
-from poet.graph import trace
+from poet.tracer import trace
 from poet.lower import instructions, lower, model_blob, place
 from poet.memory import budget_for
 from poet.models import get_model

@@ -342,7 +342,7 @@ def test_real_model_recomputes_and_pages() -> None:
     budget without them."""
     from poet.boards import load_board
     from poet.costs import costed, load_profile
-    from poet.graph import trace
+    from poet.tracer import trace
     from poet.models import get_model
 
     model, spec = get_model("mlp-digits")

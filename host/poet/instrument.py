@@ -11,6 +11,12 @@ all of them, because every op reaches the dispatcher. Each op gets:
 - its tensor inputs and outputs,
 - for a backward op, the id of the forward op whose autograd node produced it.
 
+Above the ATen ops, the layer also records every call into the torch API that the
+model's code makes (`F.linear`, `torch.matmul`, `x + y`, `x.view(...)`): a
+`CallEvent` with the same module path, its arguments and results. Each ATen op
+names the API call it ran inside (`call_id`), so a tool can work at the level the
+user wrote (the graph tracer does) and still account for every op PyTorch ran.
+
 Use:
 
     with Instrumented(model) as ins:
@@ -29,6 +35,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -43,10 +50,33 @@ class OpEvent:
     outputs: list[torch.Tensor] = field(default_factory=list, repr=False)
     forward_id: int | None = None  # for backward ops: the forward op they differentiate
     autograd_node: str = ""  # for backward ops: the autograd node running them (e.g. AccumulateGrad)
+    call_id: int | None = None  # forward ops: the torch API call (CallEvent) they ran inside
+    # backward ops autograd's engine runs after a node, to sum two gradients of one tensor
+    accumulate: bool = False
 
     @property
     def output_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.outputs)
+
+
+@dataclass
+class CallEvent:
+    """One call into the torch API from the model's (or the loss's) code."""
+
+    id: int
+    name: str  # the function or method name: "linear", "matmul", "__add__", "view", ...
+    module: str  # innermost module path at the call
+    args: tuple[Any, ...] = field(repr=False)
+    kwargs: dict[str, Any] = field(repr=False)
+    result: Any = field(default=None, repr=False)
+
+    @property
+    def inputs(self) -> list[torch.Tensor]:
+        return _tensors((self.args, self.kwargs))
+
+    @property
+    def outputs(self) -> list[torch.Tensor]:
+        return _tensors(self.result)
 
 
 Hook = Callable[[OpEvent], None]
@@ -65,12 +95,29 @@ class _Mode(TorchDispatchMode):
         return self.owner._dispatch(func, args, kwargs or {})
 
 
+class _CallMode(TorchFunctionMode):
+    def __init__(self, owner: Instrumented) -> None:
+        super().__init__()
+        self.owner = owner
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        # While a mode handles a call it is off the stack, so calls made inside `func`
+        # (F.cross_entropy calling log_softmax) are not seen: one event per call the user wrote.
+        return self.owner._record_call(func, args, kwargs or {})
+
+
 class Instrumented:
     """A context in which every op of `model`'s training step is observed."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, aten: bool = True, saved: bool = False) -> None:
         self.model = model
+        self.aten = aten  # False: record API calls only (fast; enough for tracing a graph)
+        # (call id, tensor) for every tensor autograd saves for backward, when `saved` is set
+        self.saved: list[tuple[int | None, torch.Tensor]] | None = [] if saved else None
         self.events: list[OpEvent] = []
+        self.calls: list[CallEvent] = []
+        self._current_call: int | None = None
+        self._finished: set[int] = set()  # id(autograd node) whose own work is done this backward
         self._before: list[Hook] = []
         self._after: list[Hook] = []
         self._stack: list[str] = []
@@ -78,6 +125,7 @@ class Instrumented:
         self._grad_fn_owner: dict[int, int] = {}  # id(autograd node) -> forward op id
         self._pending = 0  # events whose outputs' autograd nodes are not yet mapped
         self._mode = _Mode(self)
+        self._call_mode = _CallMode(self)
 
     def on_before(self, hook: Hook) -> None:
         self._before.append(hook)
@@ -90,11 +138,20 @@ class Instrumented:
         for mod, name in names.items():
             self._handles.append(mod.register_forward_pre_hook(lambda _m, _i, n=name: self._push(n)))
             self._handles.append(mod.register_forward_hook(lambda _m, _i, _o: self._pop()))
-        self._mode.__enter__()
+        if self.saved is not None:
+            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+            self._saved_hooks.__enter__()
+        self._call_mode.__enter__()
+        if self.aten:
+            self._mode.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._mode.__exit__(*exc)
+        if self.aten:
+            self._mode.__exit__(*exc)
+        self._call_mode.__exit__(*exc)
+        if self.saved is not None:
+            self._saved_hooks.__exit__(*exc)
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -105,15 +162,34 @@ class Instrumented:
     def _pop(self) -> None:  # returns None: a forward hook's return value would replace the output
         self._stack.pop()
 
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        assert self.saved is not None
+        self.saved.append((self._current_call, t))
+        return t
+
+    def _record_call(self, func, args, kwargs):  # type: ignore[no-untyped-def]
+        if torch._C._current_autograd_node() is not None:  # a backward hook's own torch calls
+            return func(*args, **kwargs)
+        ev = CallEvent(len(self.calls), getattr(func, "__name__", str(func)),
+                       self._stack[-1] if self._stack else "", args, kwargs)
+        outer, self._current_call = self._current_call, ev.id
+        try:
+            ev.result = func(*args, **kwargs)
+        finally:
+            self._current_call = outer
+        self.calls.append(ev)
+        return ev.result
+
     def _dispatch(self, func, args, kwargs):  # type: ignore[no-untyped-def]
         self._resolve_grad_fns()
         node = torch._C._current_autograd_node()
         phase = "backward" if node is not None else "forward"
         ev = OpEvent(len(self.events), str(func), phase, self._stack[-1] if self._stack else "",
-                     _tensors((args, kwargs)))
+                     _tensors((args, kwargs)), call_id=self._current_call if node is None else None)
         if node is not None:
             ev.autograd_node = node.name()
             ev.forward_id = self._grad_fn_owner.get(id(node))
+            ev.accumulate = id(node) in self._finished
             if ev.forward_id is not None:
                 ev.module = self.events[ev.forward_id].module
         for hook in self._before:
@@ -138,8 +214,12 @@ class Instrumented:
                 continue
             for t in ev.outputs:
                 fn = t.grad_fn
-                if fn is not None:
-                    self._grad_fn_owner.setdefault(id(fn), ev.id)
+                if fn is not None and id(fn) not in self._grad_fn_owner:
+                    self._grad_fn_owner[id(fn)] = ev.id
+                    # After a node's own work, the engine may still run ops under it: the
+                    # sums of gradients from two consumers of one tensor. The post-hook marks it.
+                    fn.register_prehook(lambda _g, k=id(fn): self._finished.discard(k))
+                    fn.register_hook(lambda _gi, _go, k=id(fn): self._finished.add(k))
 
 
 # ---------------------------------------------------------------- tools built on the hooks

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from poet import modelblob as mb
+from poet.errors import PoetError
 from poet.graph import TrainingGraph
 from poet.modelblob import BlobNode, ModelBlob
 from poet.plan import Plan
@@ -38,7 +39,28 @@ KINDS = {"input": mb.KIND_INPUT, "forward": mb.KIND_FORWARD, "loss": mb.KIND_LOS
 ALIGN = 4
 
 
+# What today's C runtime runs of the graph's op set (docs/graph.md); the rest is the runtime issue's work.
+RUNTIME_LIMITS = {"conv2d": {"stride": 1, "groups": 1}, "conv2d_bwd": {"stride": 1, "groups": 1},
+                  "maxpool2d": {"k": 2}, "maxpool2d_bwd": {"k": 2}}
+
+
+def check_runtime(g: TrainingGraph) -> None:
+    """Raise, naming the first node the firmware cannot run yet, before anything is uploaded."""
+    if g.frozen:
+        raise PoetError(f"--train {g.train}: the firmware trains every parameter for now; use --train all "
+                        f"on the board (frozen layers are planned and traced, not yet run)")
+    for n in g.nodes:
+        if n.op not in OPS:
+            raise PoetError(f"{n.name}: op {n.op} is in poet's graph but not yet in the C runtime "
+                            f"(it runs {', '.join(o for o in OPS if not o.endswith('_bwd'))})")
+        for attr, want in RUNTIME_LIMITS.get(n.op, {}).items():
+            if n.attrs.get(attr, want) != want:
+                raise PoetError(f"{n.name}: {n.op} with {attr}={n.attrs[attr]}; the C runtime supports "
+                                f"{attr}={want} for now")
+
+
 def model_blob(g: TrainingGraph) -> ModelBlob:
+    check_runtime(g)
     nodes = []
     for n in g.nodes:
         code, names = OPS[n.op]

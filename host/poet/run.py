@@ -170,7 +170,7 @@ def new_run_dir(given: str | None, default: str) -> Path:
 
 def model_and_graph(args: argparse.Namespace) -> tuple[torch.nn.Module, TrainingGraph]:
     """The model the command line names, freshly initialised, and its traced training graph."""
-    from poet.graph import trace
+    from poet.tracer import trace
     from poet.models import get_model
 
     if args.batch < 1:
@@ -221,7 +221,7 @@ def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int,
 def demo(args: argparse.Namespace, say: Say) -> None:
     """The whole loop of DESIGN.md on the default board: trace, profile, solve, lower, train, account."""
     from poet.costs import profile_graphs, write_profile
-    from poet.graph import trace
+    from poet.tracer import trace
     from poet.models import get_model
 
     board: Board = load_board(args.board)
