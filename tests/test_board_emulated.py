@@ -11,7 +11,6 @@ from conftest import needs_qemu
 from poet.boards import load_board
 from poet.costs import costed, load_profile, uncosted
 from poet.device import open_device
-from poet.tracer import trace
 from poet.link import DeviceError
 from poet.lower import lower
 from poet.models import get_model
@@ -19,6 +18,7 @@ from poet.pipeline import plan_step
 from poet.reference import train_steps, weights_of
 from poet.run import data_batches, run_steps
 from poet.solve import keep_all, min_arena_budget
+from poet.tracer import trace
 
 pytestmark = needs_qemu
 STEPS = 3

@@ -6,10 +6,10 @@ import sys
 import pytest
 from poet.boards import load_board
 from poet.costs import costed, load_profile, profile_path
-from poet.tracer import trace
 from poet.memory import budget_for
 from poet.models import get_model
 from poet.solve import min_arena_budget
+from poet.tracer import trace
 
 
 def poet(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -178,3 +178,50 @@ def test_user_model_from_module_factory(tmp_path):
 def test_argparse_mistakes_are_one_line_too():
     one_line_error(poet("graph", "--batch", "x"), 2, "invalid int value: 'x'", "poet graph --help")
     one_line_error(poet("frobnicate"), 2, "invalid choice: 'frobnicate'")
+
+
+def _in(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "poet", *args], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+
+
+def test_graph_errors_from_user_models_are_one_line(tmp_path):
+    (tmp_path / "bad.py").write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def raises():\n"
+        "    raise ValueError('no such width')\n"
+        "class Sorts(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.body = nn.Sequential(nn.Linear(4, 4))\n"
+        "        self.fc = nn.Linear(4, 2)\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(torch.sort(self.body(x), 1).values)\n"
+        "def chain():\n"
+        "    return nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))\n")
+    one_line_error(_in(tmp_path, "graph", "--model", "bad:raises", "--input-shape", "4"), 2,
+                   "building model 'bad:raises' failed: ValueError: no such width")
+    one_line_error(_in(tmp_path, "graph", "--model", "bad:Sorts", "--input-shape", "4", "--classes", "2"), 1,
+                   "model: sort is not in the runtime's op set; supported: linear")
+    one_line_error(_in(tmp_path, "graph", "--model", "bad:chain", "--input-shape", "5", "--classes", "2"), 1,
+                   "fails on a batch of shape [16, 5] (float32): RuntimeError")
+    one_line_error(_in(tmp_path, "graph", "--model", "bad:chain", "--input-shape", "4", "--classes", "3"), 1,
+                   "returns [16, 2], expected logits [16, 3]")
+    one_line_error(poet("graph", "--model", "mlp-digits", "--train", "last:9"), 1,
+                   "--train last:9: the model has only 4 layers with parameters")
+    one_line_error(poet("graph", "--model", "lenet", "--layers", "2"), 2, "--layers and --hidden size the bert")
+
+
+def test_graph_check_and_train_modes(tmp_path):
+    out = tmp_path / "g.json"
+    r = poet("graph", "--model", "bert", "--layers", "1", "--hidden", "64", "--batch", "2", "--train", "last:2",
+             "--check", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "bert: batch 2, " in r.stdout and "B frozen" in r.stdout
+    assert "the graph matches PyTorch's step" in r.stdout
+    from poet.graph import TrainingGraph
+
+    g = TrainingGraph.from_json(out)
+    assert g.train == "last:2" and [n for n, _ in g.params if n not in g.frozen] == [
+        "pooler.weight", "pooler.bias", "classifier.weight", "classifier.bias"]

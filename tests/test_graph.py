@@ -185,3 +185,19 @@ def test_trace_leaves_the_model_as_it_was():
     assert not model.training
     assert all(p.requires_grad and p.grad is None for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_model_that_needs_values_is_traced_on_real_tensors():
+    """Shapes come from a pass on meta tensors; code that reads values falls back to a real pass."""
+    class Gated(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            if x.sum() > -1e9:  # a data-dependent branch: meta tensors have no values
+                x = torch.relu(x)
+            return self.fc(x)
+
+    g = trace(Gated(), "gated", (4,), 2, batch=3)
+    assert [n.op for n in g.nodes if n.kind == "forward"] == ["relu", "linear"]

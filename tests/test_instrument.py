@@ -2,9 +2,9 @@
 
 import torch
 import torch.nn.functional as F
-from poet.tracer import trace
 from poet.instrument import Instrumented, OpTimer, saved_activation_bytes
 from poet.models import get_model
+from poet.tracer import trace
 from torch import nn
 
 

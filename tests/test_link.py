@@ -128,12 +128,12 @@ def test_qemu_uart_survives_a_full_receive_ring(tmp_path: Path) -> None:
     import serial
     from poet import firmware
     from poet.costs import uncosted
-    from poet.tracer import trace
     from poet.link import HELLO, HELLO_REPLY, STEP
     from poet.lower import lower, model_blob
     from poet.models import get_model
     from poet.reference import weights_of
     from poet.solve import keep_all as keep_all_plan
+    from poet.tracer import trace
 
     model, spec = get_model("cnn-digits")
     g = trace(model, "cnn-digits", spec.input_shape, spec.classes, 16)

@@ -3,7 +3,6 @@
 import pytest
 from poet.costs import uncosted
 from poet.errors import UsageError
-from poet.tracer import trace
 from poet.lower import instructions, lower, model_blob, place
 from poet.memory import budget_for
 from poet.models import get_model
@@ -11,6 +10,7 @@ from poet.plan import CostedGraph, CostedNode, Plan, Stage
 from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Schedule, validate
 from poet.simulate import simulate
 from poet.solve import keep_all, min_arena_budget, solve_poet
+from poet.tracer import trace
 
 
 def _graph(name="cnn-digits", batch=4):

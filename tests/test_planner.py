@@ -342,8 +342,8 @@ def test_real_model_recomputes_and_pages() -> None:
     budget without them."""
     from poet.boards import load_board
     from poet.costs import costed, load_profile
-    from poet.tracer import trace
     from poet.models import get_model
+    from poet.tracer import trace
 
     model, spec = get_model("mlp-digits")
     g = costed(trace(model, "mlp-digits", spec.input_shape, spec.classes, 16), load_board("nrf52840"),

@@ -42,11 +42,25 @@ def _graph(args: argparse.Namespace):
 def cmd_graph(args: argparse.Namespace) -> int:
     from poet.graph import summary
 
-    g, _, _ = _graph(args)
+    g, model, _ = _graph(args)
     say(summary(g))
     if args.output:
         g.to_json(args.output)
         say(f"wrote {args.output}")
+    if args.check:
+        from poet.graphcheck import op_check, real_step, saved_check
+        say("checking against a real PyTorch step ...")
+        t = real_step(model, g.model, tuple(g.input_shape), g.classes, g.batch, g.input_dtype, g.train)
+        saved = saved_check(model, t)
+        say(saved.render())
+        ops = op_check(t)
+        say(f"PyTorch ran {ops.aten_forward} forward and {ops.aten_backward} backward ATen ops: "
+            + ", ".join(f"{v} {k}" for k, v in ops.by_account.items()))
+        for line in ops.unaccounted + ops.backward_mismatch:
+            say(f"  NOT ACCOUNTED: {line}")
+        if saved.unexplained or ops.unaccounted or ops.backward_mismatch:
+            raise PoetError("the graph differs from PyTorch's step beyond the documented differences (above)")
+        say("the graph matches PyTorch's step (differences above are the documented ones, docs/graph.md)")
     return 0
 
 
@@ -118,6 +132,10 @@ def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") 
     p.add_argument("--input-shape", type=_shape, help="shape of one sample for a module:factory model, e.g. 1,8,8")
     p.add_argument("--classes", type=int, help="classes of a module:factory model (default 10)")
     p.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    p.add_argument("--train", default="all", metavar="MODE",
+                   help="what to fine-tune: all, last:N (the last N layers with parameters) or bias (default all)")
+    p.add_argument("--layers", type=int, help="encoder layers L of the bert model (default 12)")
+    p.add_argument("--hidden", type=int, help="hidden size H of the bert model, a multiple of 64 (default 768)")
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -167,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("graph", help="trace a model's training step into a graph")
     _model_args(p)
     p.add_argument("-o", "--output", help="write the graph JSON here")
+    p.add_argument("--check", action="store_true",
+                   help="also run a real PyTorch step and compare saved tensors and ops with the graph")
     p.set_defaults(func=cmd_graph)
 
     p = sub.add_parser("profile", help="measure op costs on the board, write profiles/<board>.yaml")

@@ -201,6 +201,13 @@ class Instrumented:
             hook(ev)
         return out
 
+    def _watch(self, fn: Any) -> None:
+        """After a node's own work the engine may still run ops under it: the sums of gradients
+        from two consumers of one tensor. A post-hook marks when the node's own work ends."""
+        key = id(fn)
+        fn.register_prehook(lambda _g: self._finished.discard(key))
+        fn.register_hook(lambda _gi, _go: self._finished.add(key))
+
     def _resolve_grad_fns(self) -> None:
         """Map autograd nodes to the forward ops that made them.
 
@@ -216,10 +223,7 @@ class Instrumented:
                 fn = t.grad_fn
                 if fn is not None and id(fn) not in self._grad_fn_owner:
                     self._grad_fn_owner[id(fn)] = ev.id
-                    # After a node's own work, the engine may still run ops under it: the
-                    # sums of gradients from two consumers of one tensor. The post-hook marks it.
-                    fn.register_prehook(lambda _g, k=id(fn): self._finished.discard(k))
-                    fn.register_hook(lambda _gi, _go, k=id(fn): self._finished.add(k))
+                    self._watch(fn)
 
 
 # ---------------------------------------------------------------- tools built on the hooks

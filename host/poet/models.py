@@ -74,12 +74,16 @@ ZOO: dict[str, ZooModel] = {
                  "BERT L2 H128 A2, 64 tokens of 1000", input_dtype="int64"),
         ZooModel("bert-base", lambda: bert(12, 768, 12, 128, 30522, 10), (128,), 10,
                  "BERT-base L12 H768 A12, 128 tokens of 30522 (110M parameters)", input_dtype="int64"),
+        ZooModel("bert", lambda: bert(12, 768, 12, 128, 30522, 10), (128,), 10,
+                 "BERT with --layers L (default 12) and --hidden H (default 768, A = H/64 heads), "
+                 "128 tokens of 30522", input_dtype="int64"),
     )
 }
 
 
 def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = None,
-              classes: int | None = None) -> tuple[nn.Module, ZooModel]:
+              classes: int | None = None, layers: int | None = None,
+              hidden: int | None = None) -> tuple[nn.Module, ZooModel]:
     """A freshly initialised model: a zoo name, or `package.module:factory` for the user's own.
 
     The same seed gives the same weights on every machine. A user's factory is called
@@ -92,11 +96,27 @@ def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = No
         spec = ZOO[name]
     else:
         raise UsageError(f"unknown model {name!r}; known: {', '.join(ZOO)}, or package.module:factory")
+    if (layers is not None or hidden is not None) and name != "bert":
+        raise UsageError(f"--layers and --hidden size the bert model, not {name}")
+    if name == "bert":
+        spec = _bert(layers or 12, hidden or 768)
     torch.manual_seed(seed)
-    model = spec.build()
+    try:
+        model = spec.build()
+    except Exception as exc:  # a user's factory can raise anything: one line, where and what
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        raise UsageError(f"building model {name!r} failed: {type(exc).__name__}: {msg}") from exc
     if not isinstance(model, nn.Module):
         raise UsageError(f"{name} returned {type(model).__name__}, not a torch.nn.Module")
     return model, spec
+
+
+def _bert(layers: int, hidden: int) -> ZooModel:
+    if layers < 1 or hidden < 64 or hidden % 64:
+        raise UsageError(f"bert --layers {layers} --hidden {hidden}: need L >= 1 and H a multiple of 64 "
+                         f"(BERT's heads are 64 wide)")
+    return ZooModel("bert", lambda: bert(layers, hidden, hidden // 64, 128, 30522, 10), (128,), 10,
+                    f"BERT L{layers} H{hidden} A{hidden // 64}", input_dtype="int64")
 
 
 def _user_model(name: str, input_shape: tuple[int, ...] | None, classes: int | None) -> ZooModel:

@@ -170,14 +170,16 @@ def new_run_dir(given: str | None, default: str) -> Path:
 
 def model_and_graph(args: argparse.Namespace) -> tuple[torch.nn.Module, TrainingGraph]:
     """The model the command line names, freshly initialised, and its traced training graph."""
-    from poet.tracer import trace
     from poet.models import get_model
+    from poet.tracer import trace
 
     if args.batch < 1:
         raise PoetError(f"--batch {args.batch}: must be at least 1", status=2)
     model, spec = get_model(args.model, seed=args.seed, input_shape=getattr(args, "input_shape", None),
-                            classes=getattr(args, "classes", None))
-    return model, trace(model, spec.name, spec.input_shape, spec.classes, args.batch)
+                            classes=getattr(args, "classes", None), layers=getattr(args, "layers", None),
+                            hidden=getattr(args, "hidden", None))
+    return model, trace(model, spec.name, spec.input_shape, spec.classes, args.batch, spec.input_dtype,
+                        getattr(args, "train", "all"))
 
 
 def train_on_device(args: argparse.Namespace, say: Say) -> None:
@@ -221,8 +223,8 @@ def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int,
 def demo(args: argparse.Namespace, say: Say) -> None:
     """The whole loop of DESIGN.md on the default board: trace, profile, solve, lower, train, account."""
     from poet.costs import profile_graphs, write_profile
-    from poet.tracer import trace
     from poet.models import get_model
+    from poet.tracer import trace
 
     board: Board = load_board(args.board)
     if args.ram is not None:

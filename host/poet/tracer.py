@@ -306,14 +306,17 @@ SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid,
 # ---------------------------------------------------------------- the tracer
 
 class _Tracer:
-    def __init__(self, model: nn.Module, train: str) -> None:
+    def __init__(self, model: nn.Module, train: str, subst: dict[str, torch.Tensor] | None = None) -> None:
         self.model = model
         self.params = list(model.named_parameters())
-        self.pindex = {id(p): i for i, (_, p) in enumerate(self.params)}
-        self.buffers = {id(b) for b in model.buffers()}
+        # the tensors the forward pass will really see: the parameters, or their meta stand-ins
+        seen = [subst[n] if subst else p for n, p in self.params]
+        self.pindex = {id(p): i for i, p in enumerate(seen)}
+        self.buffers = {id(subst[n] if subst else b) for n, b in model.named_buffers()}
         self.node_of: dict[int, int] = {}  # id(tensor) -> node id (tensors are kept alive by the calls)
         self.node_of_call: dict[int, int] = {}  # CallEvent id -> the node it made (or aliased)
         self.const_calls: set[int] = set()  # calls that make constants or only read metadata
+        self.poison: dict[int, PoetError] = {}  # id(tensor) -> why no runtime op can make it
         self.consts: dict[int, tuple[str, CallEvent]] = {}
         self.fwd: list[tuple[Fwd, CallEvent]] = []
         self.train = train
@@ -336,28 +339,47 @@ class _Tracer:
             self.const_calls.add(call.id)
             return
         ins = call.inputs
+        # An op outside the op set is an error only if the loss depends on it: its outputs carry the
+        # error, and the first supported op that reads one (or the logits) raises it. So values read
+        # only for control flow (`if x.sum() > 0`) or logging do not stop a trace.
+        inherited = next((self.poison[id(t)] for t in ins if id(t) in self.poison), None)
         live = [t for t in ins if id(t) in self.node_of]
-        if not live and not any(id(t) in self.pindex for t in ins):
+        if inherited is None and not live and not any(id(t) in self.pindex for t in ins):
             for t in outs:  # made from constants only: arange, zeros, running-statistics updates
                 self.consts[id(t)] = (call.name, call)
             self.const_calls.add(call.id)
             return
         ctx = _Ctx(self, call)
-        if call.name in ALIAS or (call.name == "dropout" and (not _arg(call, 2, "training", True)
-                                                             or _arg(call, 1, "p", 0.5) == 0)):
+        alias = call.name in ALIAS or (call.name == "dropout" and (not _arg(call, 2, "training", True)
+                                                                  or _arg(call, 1, "p", 0.5) == 0))
+        handler = FORWARD.get(call.name)
+        if inherited is not None:
+            if handler is None or alias:
+                self._poison(outs, inherited)
+                return
+            raise inherited
+        if alias:
             self.node_of[id(call.result)] = self.node_of_call[call.id] = self.node_of[id(call.args[0])]
             return
-        handler = FORWARD.get(call.name)
         if handler is None:
-            raise PoetError(f"{call.module or 'model'}: {call.name} is not in the runtime's op set; "
-                            f"supported: {SUPPORTED}")
-        f = handler(ctx)
+            self._poison(outs, PoetError(f"{call.module or 'model'}: {call.name} is not in the runtime's op set; "
+                                         f"supported: {SUPPORTED}"))
+            return
+        try:
+            f = handler(ctx)
+        except PoetError as exc:  # a supported op in a form the runtime lacks: same rule
+            self._poison(outs, exc)
+            return
         for t in f.inputs:
             if id(t) not in self.node_of:
                 raise ctx.fail("reads a tensor that is neither an activation nor a parameter "
                                "(register constant tensors as buffers, or compute them from the input)")
         self.node_of[id(f.out)] = self.node_of_call[call.id] = len(self.fwd) + 1  # node 0 is the input
         self.fwd.append((f, call))
+
+    def _poison(self, outs: list[torch.Tensor], err: PoetError) -> None:
+        for t in outs:
+            self.poison[id(t)] = err
 
 
 def _example_batch(batch: int, input_shape: tuple[int, ...], input_dtype: str) -> torch.Tensor:
@@ -399,13 +421,35 @@ def trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tenso
     frozen: set[str] = set()
     if real_step:  # the frozen set depends on the forward order, known from a first, plain trace
         frozen = set(trace_step(model, name, x, labels, classes, input_dtype, train).graph.frozen)
+    else:
+        # Shapes are all a graph needs: a pass on meta tensors costs no arithmetic (BERT-base in
+        # well under a second). Models whose code needs values (data-dependent control flow) fall
+        # back to a real pass.
+        try:
+            return _trace_step(model, name, x.to("meta"), labels.to("meta"), classes, input_dtype, train,
+                               False, frozen, meta=True)
+        except _NeedsValues:
+            pass
+    return _trace_step(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta=False)
+
+
+class _NeedsValues(Exception):
+    """The model failed on meta tensors: trace it on real ones."""
+
+
+def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tensor, classes: int,
+                input_dtype: str, train: str, real_step: bool, frozen: set[str], meta: bool) -> Traced:
     batch = x.shape[0]
     params = list(model.named_parameters())
     before = [(p.requires_grad, p.grad) for _, p in params]
     state = {k: v.clone() for k, v in model.state_dict().items()}  # BN running stats: trace leaves no mark
     was_training = model.training
     model.train()
-    tr = _Tracer(model, train)
+    subst = None
+    if meta:
+        subst = {n: torch.empty_like(t, device="meta").requires_grad_(t.requires_grad)
+                 for n, t in [*model.named_parameters(), *model.named_buffers()]}
+    tr = _Tracer(model, train, subst)
     tr.node_of[id(x)] = 0
     try:
         if real_step:
@@ -414,10 +458,12 @@ def trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tenso
                 p.grad = None
         with torch.set_grad_enabled(real_step), Instrumented(model, aten=real_step, saved=real_step) as ins:
             try:
-                logits = model(x)
+                logits = model(x) if subst is None else torch.func.functional_call(model, subst, (x,))
             except PoetError:
                 raise
             except Exception as exc:  # the user's code can raise anything; say where and why in one line
+                if meta:
+                    raise _NeedsValues() from exc
                 msg = str(exc).splitlines()[0] if str(exc) else ""
                 raise PoetError(f"model {name!r} fails on a batch of shape {list(x.shape)} ({input_dtype}): "
                                 f"{type(exc).__name__}: {msg}") from exc
@@ -436,6 +482,8 @@ def trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tenso
         for (_, p), (req, grad) in zip(params, before):
             p.requires_grad_(req)
             p.grad = grad
+    if id(logits) in tr.poison:
+        raise tr.poison[id(logits)]
     if id(logits) not in tr.node_of:
         raise PoetError(f"model {name!r}: its output is not computed from its input by traced ops")
     g = _build(tr, name, batch, tuple(x.shape[1:]), classes, input_dtype, tr.node_of[id(logits)])
@@ -467,7 +515,7 @@ def _names(tr: _Tracer) -> list[str]:
     """Qualified names: a leaf module's path for its one op, else module/op with _1, _2 for repeats."""
     leaves = {n.replace(".", "/") for n, m in tr.model.named_modules() if not any(m.children())}
     per_module: dict[str, int] = {}
-    for f, call in tr.fwd:
+    for _, call in tr.fwd:
         per_module[call.module] = per_module.get(call.module, 0) + 1
     seen: dict[str, int] = {}
     out = []
