@@ -76,3 +76,34 @@ def test_graph_keeps_exactly_what_pytorch_saves_for_the_mlp():
     theirs = saved_activation_bytes(model, lambda: F.cross_entropy(model(x), y))
     # PyTorch also saves nll_loss's total_weight, a 4-byte scalar our cross-entropy backward does not need
     assert theirs == ours + 4
+
+
+def test_api_calls_are_recorded_and_own_their_aten_ops():
+    model = Functional()
+    with Instrumented(model) as ins:
+        _step(model, torch.randn(4, 6), torch.tensor([0, 1, 2, 0]))
+    names = [(c.module, c.name) for c in ins.calls]
+    assert ("block/0", "linear") in names and ("", "relu") in names and ("", "add") in names
+    assert ("", "flatten") in names and ("", "cross_entropy") in names
+    add = next(c for c in ins.calls if c.name == "add")
+    assert [e.op for e in ins.events if e.call_id == add.id] == ["aten.add.Tensor"]
+    assert all(e.call_id is not None for e in ins.events if e.phase == "forward")
+
+
+def test_gradient_sums_are_marked():
+    """h feeds relu and the add: autograd sums h's two gradients, and only that op is marked."""
+    model = Functional()
+    with Instrumented(model) as ins:
+        _step(model, torch.randn(4, 6), torch.tensor([0, 1, 2, 0]))
+    sums = [e for e in ins.events if e.accumulate]
+    assert [e.op for e in sums] == ["aten.add.Tensor"]
+    assert sums[0].phase == "backward"
+
+
+def test_saved_tensors_are_recorded_with_the_call_that_saved_them():
+    model = Functional()
+    with Instrumented(model, saved=True) as ins:
+        _step(model, torch.randn(4, 6), torch.tensor([0, 1, 2, 0]))
+    relu = next(c for c in ins.calls if c.name == "relu")
+    saved_by_relu = [t for cid, t in ins.saved if cid == relu.id]
+    assert len(saved_by_relu) == 1 and saved_by_relu[0].data_ptr() == relu.result.data_ptr()

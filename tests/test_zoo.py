@@ -141,3 +141,10 @@ def test_bert_factory_scales():
     assert _n_params(bert(3, h, 2, 16, 100, 5)) - _n_params(bert(1, h, 2, 16, 100, 5)) == 2 * (12 * h * h + 13 * h)
     with pytest.raises(ValueError, match="divisible"):
         bert(1, 30, 4, 16, 100, 5)
+
+
+def test_bert_family_is_sized_on_the_command_line():
+    model, spec = get_model("bert", layers=1, hidden=64)
+    h, v = 64, 30522
+    assert _n_params(model) == (v + 512 + 2) * h + 2 * h + (12 * h * h + 13 * h) + (h * h + h) + (h * 10 + 10)
+    assert spec.input_dtype == "int64" and spec.input_shape == (128,)

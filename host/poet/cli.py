@@ -126,7 +126,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") -> None:
     p.add_argument("--model", default=default,
-                   help=f"zoo model ({', '.join(ZOO)}) or package.module:factory"
+                   help=f"zoo model ({', '.join(ZOO)}), bert (sized by --layers, --hidden) or package.module:factory"
                    + (f"; default {default}" if default else ""))
     p.add_argument("--batch", type=int, default=16, help="samples per training step (default 16)")
     p.add_argument("--input-shape", type=_shape, help="shape of one sample for a module:factory model, e.g. 1,8,8")

@@ -74,9 +74,6 @@ ZOO: dict[str, ZooModel] = {
                  "BERT L2 H128 A2, 64 tokens of 1000", input_dtype="int64"),
         ZooModel("bert-base", lambda: bert(12, 768, 12, 128, 30522, 10), (128,), 10,
                  "BERT-base L12 H768 A12, 128 tokens of 30522 (110M parameters)", input_dtype="int64"),
-        ZooModel("bert", lambda: bert(12, 768, 12, 128, 30522, 10), (128,), 10,
-                 "BERT with --layers L (default 12) and --hidden H (default 768, A = H/64 heads), "
-                 "128 tokens of 30522", input_dtype="int64"),
     )
 }
 
@@ -94,12 +91,13 @@ def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = No
         spec = _user_model(name, input_shape, classes)
     elif name in ZOO:
         spec = ZOO[name]
+    elif name == "bert":  # the BERT family, sized on the command line
+        spec = _bert(layers or 12, hidden or 768)
     else:
-        raise UsageError(f"unknown model {name!r}; known: {', '.join(ZOO)}, or package.module:factory")
+        raise UsageError(f"unknown model {name!r}; known: {', '.join(ZOO)}, bert (with --layers, --hidden), "
+                         f"or package.module:factory")
     if (layers is not None or hidden is not None) and name != "bert":
         raise UsageError(f"--layers and --hidden size the bert model, not {name}")
-    if name == "bert":
-        spec = _bert(layers or 12, hidden or 768)
     torch.manual_seed(seed)
     try:
         model = spec.build()
