@@ -225,3 +225,17 @@ def test_graph_check_and_train_modes(tmp_path):
     g = TrainingGraph.from_json(out)
     assert g.train == "last:2" and [n for n, _ in g.params if n not in g.frozen] == [
         "pooler.weight", "pooler.bias", "classifier.weight", "classifier.bias"]
+
+
+def test_solve_plans_a_graph_file(tmp_path):
+    g = tmp_path / "g.json"
+    assert poet("graph", "--model", "mlp-digits", "-o", str(g)).returncode == 0
+    out = tmp_path / "s.poet"
+    r = poet("solve", "--graph", str(g), "--ram", "80k", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "POET MILP for mlp-digits" in r.stdout and out.stat().st_size > 0
+    (tmp_path / "bad.json").write_text("{\"model\": 1}")
+    one_line_error(poet("solve", "--graph", str(tmp_path / "bad.json"), "--ram", "80k"), 2,
+                   "cannot read training graph", "poet graph -o FILE")
+    one_line_error(poet("solve", "--graph", str(tmp_path / "none.json"), "--ram", "80k"), 2,
+                   "cannot read training graph")

@@ -90,7 +90,16 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
     board = load_board(args.board)
     ram = check_ram(parse_size(args.ram), board.ram_bytes, board.name)
-    g, _, _ = _graph(args)
+    if args.graph:
+        from poet.graph import TrainingGraph
+
+        try:
+            g = TrainingGraph.from_json(args.graph)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise PoetError(f"cannot read training graph {args.graph}: {exc}; write one with "
+                            f"`poet graph -o FILE`", status=2) from exc
+    else:
+        g, _, _ = _graph(args)
     prof = load_profile(board.name, Path(args.profile) if args.profile else None)
     cg = costed(g, board, prof)
     deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
@@ -201,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD})")
     _model_args(p)
     _solve_args(p)
+    p.add_argument("--graph", help="plan this training-graph JSON (from `poet graph -o`) instead of tracing --model")
     p.add_argument("-o", "--output", help="schedule file (default schedules/<model>.<board>.poet)")
     p.set_defaults(func=cmd_solve)
 
