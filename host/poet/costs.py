@@ -110,18 +110,62 @@ def uncosted(g: TrainingGraph) -> CostedGraph:
                        param_bytes=g.param_bytes)
 
 
-def costed(g: TrainingGraph, board: Board, profile: dict[str, Any]) -> CostedGraph:
-    """Attach measured compute costs and the board's paging model to every node."""
+def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bool = False,
+           note: Callable[[str], None] | None = None) -> CostedGraph:
+    """Attach measured compute costs and the board's paging model to every node.
+
+    An op the profile lacks is an error, unless `estimate`: then its time is its work
+    (FLOPs, at least one per output element) at the profile's measured seconds per unit of
+    work (the median over the profile's ops with the same op name, else over all), and
+    note() says how many nodes were estimated so.
+    """
     ops = profile.get("ops", {})
-    nodes = []
+    rates = _rates(g, ops) if estimate else {}
+    nodes, guessed = [], 0
     for n in g.nodes:
         key = op_key(n)
-        if key not in ops:
+        if key in ops:
+            time_s, energy_j = float(ops[key]["time_s"]), float(ops[key]["energy_j"])
+        elif estimate and rates:
+            rate_s, rate_j = rates.get(n.op, rates[""])
+            time_s, energy_j = _work(n) * rate_s, _work(n) * rate_j
+            guessed += 1
+        else:
             raise PoetError(f"profile for {board.name} has no cost for {key} ({n.name}): "
                             f"run `poet profile --board {board.name} --model {g.model}`")
-        c = ops[key]
         in_s, in_j = board.page_cost(n.bytes, "in")
         out_s, out_j = board.page_cost(n.bytes, "out")
-        nodes.append(CostedNode(n.id, n.name, n.kind, tuple(n.deps), n.bytes, float(c["time_s"]),
-                                float(c["energy_j"]), in_s, in_j, out_s, out_j, n.recomputable))
+        nodes.append(CostedNode(n.id, n.name, n.kind, tuple(n.deps), n.bytes, time_s, energy_j,
+                                in_s, in_j, out_s, out_j, n.recomputable))
+    if guessed and note:
+        note(f"{guessed} of {len(g.nodes)} nodes of {g.model} are not in the {board.name} profile: their cost is "
+             f"estimated from FLOPs at the profile's measured rate (estimated, not measured)")
     return CostedGraph(tuple(nodes), name=g.model, param_bytes=g.param_bytes)
+
+
+def _work(n: GraphNode) -> int:
+    return max(n.flops, n.bytes // 4, 1)
+
+
+def _rates(g: TrainingGraph, ops: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Seconds and joules per unit of work, per op name ('' = all ops), from the profile's ops that
+    occur in a graph of the same work measure (we only know an op's work from a graph node)."""
+    from poet.models import get_model
+    from poet.tracer import trace
+
+    per: dict[str, list[tuple[float, float]]] = {}
+    graphs = [g]
+    for name in ("mlp-digits", "cnn-digits"):  # the models the default profile measures
+        model, spec = get_model(name)
+        graphs.append(trace(model, name, spec.input_shape, spec.classes, g.batch))
+    for gg in graphs:
+        for n in gg.nodes:
+            c = ops.get(op_key(n))
+            if c:
+                per.setdefault(n.op, []).append((float(c["time_s"]) / _work(n), float(c["energy_j"]) / _work(n)))
+    if not per:
+        return {}
+    out = {op: (statistics.median(s for s, _ in v), statistics.median(j for _, j in v)) for op, v in per.items()}
+    everything = [x for v in per.values() for x in v]
+    out[""] = (statistics.median(s for s, _ in everything), statistics.median(j for _, j in everything))
+    return out

@@ -15,6 +15,25 @@ PURE_KINDS = ("forward", "loss")
 
 
 @dataclass(frozen=True)
+class Semantics:
+    """What counts, where poet and the POET reference (Patil et al. 2022) differ.
+
+    poet's default: paging takes time within the deadline (serial SPI, no DMA overlap) and a
+    tensor may be paged out in the stage that makes it. The reference leaves paging time
+    out of the deadline and pages out only in later stages (and lets graph inputs be
+    recomputed: CostedGraph.from_json(reference=True)). `poet solve --semantics reference`
+    uses the reference's rules so results can be compared with its own.
+    """
+
+    paging_in_deadline: bool = True
+    page_out_when_made: bool = True
+
+
+POET = Semantics()
+REFERENCE = Semantics(paging_in_deadline=False, page_out_when_made=False)
+
+
+@dataclass(frozen=True)
 class CostedNode:
     """One node of a training graph with the cost of computing and paging its output."""
 
@@ -61,11 +80,12 @@ class CostedGraph:
         return sum(n.compute_s for n in self.nodes)
 
     @classmethod
-    def from_json(cls, path: str | Path) -> CostedGraph:
+    def from_json(cls, path: str | Path, reference: bool = False) -> CostedGraph:
         """Read the costed-graph JSON (the schema of ../shared/benchmarks/poet-reference).
 
         Fields missing from foreign graphs get conservative defaults: a node without
-        deps is a graph input (kept or paged, never recomputed); backward nodes are
+        deps is a graph input (kept or paged, never recomputed; with reference=True a
+        forward node the planner may recompute, as in the reference); backward nodes are
         never recomputed; duplicated edges are dropped.
         """
         raw = json.loads(Path(path).read_text())
@@ -73,7 +93,7 @@ class CostedGraph:
         for n in raw["nodes"]:
             deps = tuple(dict.fromkeys(int(d) for d in n.get("deps", [])))
             kind = n.get("kind", "forward")
-            if kind == "forward" and not deps:
+            if kind == "forward" and not deps and not reference:
                 kind = "input"
             nodes.append(
                 CostedNode(
@@ -133,6 +153,7 @@ class Plan:
     solve_time_s: float = 0.0
     gap: float = 0.0
     solver: str = ""
+    note: str = ""  # why a strategy found no plan, or what it chose (e.g. its checkpoint count)
 
     @property
     def recomputes(self) -> int:
@@ -145,3 +166,27 @@ class Plan:
     @property
     def page_outs(self) -> int:
         return sum(len(s.page_out) for s in self.stages)
+
+
+def rule_stage(graph: CostedGraph, t: int, computes: list[int], start: set[int], pin: set[int],
+               pout: set[int], keep_next: set[int]) -> Stage:
+    """Stage t with its frees where the spec's rule puts them: tensors paged out and not kept at
+    the end, other tensors not kept right after their last use in the stage (or before the
+    computes if the stage does not use them)."""
+    nodes = graph.nodes
+    last_use: dict[int, int] = {}
+    for c in computes:
+        for i in (c, *nodes[c].deps):
+            if nodes[i].bytes > 0:
+                last_use[i] = c
+    present = start | {c for c in computes if nodes[c].bytes > 0}
+    free_after: dict[int, list[int]] = {}
+    before, end = [], []
+    for i in sorted(present - keep_next):
+        if i in pout:
+            end.append(i)
+        elif i in last_use:
+            free_after.setdefault(last_use[i], []).append(i)
+        else:
+            before.append(i)
+    return Stage(sorted(pin), computes, sorted(pout), end, free_after, before)

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import pulp
 
-from poet.plan import PURE_KINDS, CostedGraph, CostedNode, Plan, Stage
+from poet.plan import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Semantics, Stage, rule_stage
 from poet.simulate import simulate
 
 Progress = Callable[[str], None] | None
@@ -92,6 +92,7 @@ class _Milp:
     Mout: dict[Key, pulp.LpVariable] = field(default_factory=dict)
     A: dict[Key, pulp.LpVariable] = field(default_factory=dict)
     budget: pulp.LpVariable | None = None
+    live: list[tuple[pulp.LpVariable, list[pulp.LpVariable]]] = field(default_factory=list)  # var >= each
 
     def present(self, t: int, i: int) -> pulp.LpAffineExpression | int:
         if i == t:
@@ -104,15 +105,22 @@ class _Milp:
                 + [(v, n[i].page_in_j) for (_, i), v in self.Min.items()]
                 + [(v, n[i].page_out_j) for (_, i), v in self.Mout.items()])
 
-    def time_terms(self, graph: CostedGraph) -> list[tuple[pulp.LpVariable, float]]:
+    def time_terms(self, graph: CostedGraph, paging: bool = True) -> list[tuple[pulp.LpVariable, float]]:
         n = graph.nodes
+        if not paging:
+            return [(v, n[i].compute_s) for (_, i), v in self.R.items()]
         return ([(v, n[i].compute_s) for (_, i), v in self.R.items()]
                 + [(v, n[i].page_in_s) for (_, i), v in self.Min.items()]
                 + [(v, n[i].page_out_s) for (_, i), v in self.Mout.items()])
 
 
-def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float) -> _Milp:
-    """The MILP; arena_budget None makes the budget an integer variable to minimise."""
+def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, recompute: bool = True,
+           paging: bool = True, semantics: Semantics = POET) -> _Milp:
+    """The MILP; arena_budget None makes the budget an integer variable to minimise.
+
+    recompute=False or paging=False leave those variables out (the remat-only and page-only
+    restrictions; remat-only without a deadline is Checkmate's MILP under our cost model).
+    """
     nodes, n_nodes = graph.nodes, len(graph)
     if any(min(n.compute_j, n.page_in_j, n.page_out_j, n.compute_s, n.page_in_s, n.page_out_s) < 0
            for n in nodes):
@@ -128,12 +136,14 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float) -> _
             continue
         for t in range(i + 1, last[i] + 1):
             m.S[t, i] = binary("S", t, i)
-            m.Min[t, i] = binary("Min", t, i)
-            m.A[t, i] = binary("A", t, i)
-            if _recomputable(node):
+            if paging:
+                m.Min[t, i] = binary("Min", t, i)
+                m.A[t, i] = binary("A", t, i)
+            if recompute and _recomputable(node):
                 m.R[t, i] = binary("R", t, i)
-        for t in range(i, last[i]):
-            m.Mout[t, i] = binary("Mout", t, i)
+        if paging:
+            for t in range(i if semantics.page_out_when_made else i + 1, last[i]):
+                m.Mout[t, i] = binary("Mout", t, i)
 
     prob = m.prob
     for (t, i), a in m.A.items():
@@ -166,7 +176,7 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float) -> _
     fixed_s = sum(n.compute_s for n in nodes)
     if deadline_s <= 0:
         raise ValueError("deadline_s must be positive")
-    prob += (pulp.lpSum(c / deadline_s * v for v, c in m.time_terms(graph) if c)
+    prob += (pulp.lpSum(c / deadline_s * v for v, c in m.time_terms(graph, semantics.paging_in_deadline) if c)
              <= 1 - fixed_s / deadline_s), "deadline"
     if m.budget is not None:
         prob += m.budget
@@ -216,6 +226,7 @@ def _memory_rows(m: _Milp, graph: CostedGraph, t: int, tensors: list[int], reads
                 live[g] = bounds[0]
             elif bounds:
                 live[g] = prob.add_variable(f"live_{t}_{i}_{g}", cat=pulp.LpBinary)
+                m.live.append((live[g], bounds))
                 for n_lb, x in enumerate(bounds):
                     prob += live[g] >= x, f"live_{t}_{i}_{g}_{n_lb}"
         g = 0
@@ -244,19 +255,32 @@ class _Outcome:
     solver: str
 
 
-def _run(m: _Milp, solver: str, time_limit_s: float, gap: float) -> _Outcome:
+def _run(m: _Milp, solver: str, time_limit_s: float, gap: float, warm: bool = False) -> _Outcome:
     t0 = time.perf_counter()
     if solver == "highs":
-        return _run_highs(m, time_limit_s, gap, t0)
+        return _run_highs(m, time_limit_s, gap, t0, warm)
     if solver == "cbc":
-        return _run_cbc(m, time_limit_s, gap, t0)
+        return _run_cbc(m, time_limit_s, gap, t0, warm)
     raise ValueError(f"unknown solver {solver!r} (highs or cbc)")
 
 
-def _run_highs(m: _Milp, time_limit_s: float, gap: float, t0: float) -> _Outcome:
+class _WarmHighs(pulp.HiGHS):  # type: ignore[misc,valid-type]
+    """PuLP's HiGHS API with the variables' initial values handed to HiGHS as a start."""
+
+    def callSolver(self, lp: pulp.LpProblem) -> None:
+        import highspy
+
+        sol = highspy.HighsSolution()
+        sol.col_value = [float(v.varValue or 0.0) for v in lp.variables()]
+        sol.value_valid = True
+        lp.solverModel.setSolution(sol)
+        lp.solverModel.run()
+
+
+def _run_highs(m: _Milp, time_limit_s: float, gap: float, t0: float, warm: bool = False) -> _Outcome:
     opts = {"mip_abs_gap": 0.0, "primal_feasibility_tolerance": 1e-9,
             "mip_feasibility_tolerance": 1e-9}
-    api = pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap, **opts)
+    api = (_WarmHighs if warm else pulp.HiGHS)(msg=False, timeLimit=time_limit_s, gapRel=gap, **opts)
     if not api.available():  # fallback: the highs executable through PuLP
         cmd = pulp.HiGHS_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap)
         m.prob.solve(cmd)
@@ -278,12 +302,12 @@ def _run_highs(m: _Milp, time_limit_s: float, gap: float, t0: float) -> _Outcome
     return _Outcome("no-solution", math.inf, dt, "highs")
 
 
-def _run_cbc(m: _Milp, time_limit_s: float, gap: float, t0: float) -> _Outcome:
+def _run_cbc(m: _Milp, time_limit_s: float, gap: float, t0: float, warm: bool = False) -> _Outcome:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "cbc.log"
         with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC, still the one we have
             warnings.simplefilter("ignore", DeprecationWarning)
-            cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap, logPath=str(log),
+            cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap, logPath=str(log), warmStart=warm,
                                     options=["primalTolerance 1e-9", "integerTolerance 1e-9"])
         m.prob.solve(cmd)
         text = log.read_text() if log.exists() else ""
@@ -321,32 +345,8 @@ def _extract(graph: CostedGraph, m: _Milp) -> list[Stage]:
 
     rec, kept, pin, pout = per_stage(m.R), per_stage(m.S), per_stage(m.Min), per_stage(m.Mout)
     _drop_pointless(graph, rec, kept, pin, pout)
-    return [_stage(graph, t, sorted(rec[t] | {t}), kept[t] | pin[t], pin[t], pout[t], kept[t + 1])
+    return [rule_stage(graph, t, sorted(rec[t] | {t}), kept[t] | pin[t], pin[t], pout[t], kept[t + 1])
             for t in range(n_nodes)]
-
-
-def _stage(graph: CostedGraph, t: int, computes: list[int], start: set[int], pin: set[int],
-           pout: set[int], keep_next: set[int]) -> Stage:
-    """Stage t with its frees where the spec's rule puts them: tensors paged out and not kept at
-    the end, other tensors not kept right after their last use in the stage (or before the
-    computes if the stage does not use them)."""
-    nodes = graph.nodes
-    last_use: dict[int, int] = {}
-    for c in computes:
-        for i in (c, *nodes[c].deps):
-            if nodes[i].bytes > 0:
-                last_use[i] = c
-    present = start | {c for c in computes if nodes[c].bytes > 0}
-    free_after: dict[int, list[int]] = {}
-    before, end = [], []
-    for i in sorted(present - keep_next):
-        if i in pout:
-            end.append(i)
-        elif i in last_use:
-            free_after.setdefault(last_use[i], []).append(i)
-        else:
-            before.append(i)
-    return Stage(sorted(pin), computes, sorted(pout), end, free_after, before)
 
 
 def _drop_pointless(graph: CostedGraph, rec: list[set[int]], kept: list[set[int]],
@@ -388,25 +388,60 @@ def _drop_pointless(graph: CostedGraph, rec: list[set[int]], kept: list[set[int]
             needed_next = need & kept[t]
 
 
+def _set_start(graph: CostedGraph, m: _Milp, plan: Plan) -> bool:
+    """Set the MILP variables' initial values to `plan`'s decisions; False if some decision
+    has no variable here (then nothing is set)."""
+    nodes = graph.nodes
+    ones: set[tuple[str, int, int]] = set()
+    kept: set[int] = set()
+    aux: set[int] = set()
+    for t, st in enumerate(plan.stages):
+        ones |= {("S", t, i) for i in kept} | {("A", t, i) for i in aux}
+        ones |= {("Min", t, i) for i in st.page_in} | {("Mout", t, i) for i in st.page_out}
+        ones |= {("R", t, i) for i in st.compute if i < t and nodes[i].bytes > 0}
+        present = kept | set(st.page_in) | {c for c in st.compute if nodes[c].bytes > 0}
+        freed = set(st.free_before) | set(st.free) | {i for f in st.free_after.values() for i in f}
+        kept = present - freed
+        aux |= set(st.page_out)
+    table = {"S": m.S, "A": m.A, "Min": m.Min, "Mout": m.Mout, "R": m.R}
+    if any((t, i) not in table[k] for k, t, i in ones if k != "A"):  # aux past the last need is moot
+        return False
+    for k, v in table.items():
+        for (t, i), var in v.items():
+            var.setInitialValue(1.0 if (k, t, i) in ones else 0.0)
+    for var, bounds in m.live:
+        var.setInitialValue(max(float(b.varValue or 0.0) for b in bounds))
+    return True
+
+
 def _value(terms: list[tuple[pulp.LpVariable, float]]) -> float:
     return sum(c * round(v.varValue or 0.0) for v, c in terms)
 
 
 def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str = "highs",
-               time_limit_s: float = 60.0, gap: float = 0.0,
-               progress: Progress = None) -> Plan:
-    """The least-energy plan that fits `arena_budget` bytes and meets `deadline_s`."""
+               time_limit_s: float = 60.0, gap: float = 0.0, progress: Progress = None,
+               recompute: bool = True, paging: bool = True, strategy: str = "poet",
+               warm_start: Plan | None = None, semantics: Semantics = POET) -> Plan:
+    """The least-energy plan that fits `arena_budget` bytes and meets `deadline_s`.
+
+    warm_start: a plan (any strategy's, it must fit and meet the deadline) the solver starts
+    from, so a time-limited solve returns nothing worse than it.
+    """
     say = progress or (lambda _msg: None)
-    m = _build(graph, arena_budget, deadline_s)
+    m = _build(graph, arena_budget, deadline_s, recompute=recompute, paging=paging, semantics=semantics)
+    warm = warm_start is not None and _set_start(graph, m, warm_start)
+    if warm_start is not None:
+        say(f"warm start from {warm_start.strategy} ({warm_start.energy_j:.6g} J)"
+            + ("" if warm else ": its decisions are outside this MILP's variables, not used"))
     say(f"{solver}: solving {graph.name} (T={len(graph)}, {len(m.prob.variables())} variables, "
         f"{m.prob.numConstraints()} constraints), budget {arena_budget} B, deadline {deadline_s:.6g} s")
-    out = _run(m, solver, time_limit_s, gap)
-    plan = Plan(strategy="poet", stages=[], status=out.status, arena_budget=arena_budget,
+    out = _run(m, solver, time_limit_s, gap, warm)
+    plan = Plan(strategy=strategy, stages=[], status=out.status, arena_budget=arena_budget,
                 deadline_s=deadline_s, solve_time_s=out.solve_time_s, gap=out.gap,
                 solver=out.solver)
     if out.status in ("optimal", "feasible"):
         plan.stages = _extract(graph, m)
-        sim = simulate(graph, plan, arena_budget, deadline_s)
+        sim = simulate(graph, plan, arena_budget, deadline_s, semantics)
         objective = sum(n.compute_j for n in graph.nodes) + _value(m.energy_terms(graph))
         if not math.isclose(sim.energy_j, objective, rel_tol=1e-9, abs_tol=1e-15):
             raise AssertionError(f"simulated energy {sim.energy_j!r} J != MILP objective {objective!r} J")
@@ -438,7 +473,8 @@ def keep_all(graph: CostedGraph) -> Plan:
 
 
 def min_arena_budget(graph: CostedGraph, deadline_s: float, solver: str = "highs",
-                     time_limit_s: float = 60.0, progress: Progress = None) -> int | None:
+                     time_limit_s: float = 60.0, progress: Progress = None,
+                     semantics: Semantics = POET) -> int | None:
     """The smallest arena budget of any plan meeting `deadline_s` (None: no plan meets it).
 
     If the solver stops on its time limit the best budget found so far is returned
@@ -448,7 +484,7 @@ def min_arena_budget(graph: CostedGraph, deadline_s: float, solver: str = "highs
     if deadline_s < graph.one_pass_s * (1 - 1e-12):
         say(f"deadline {deadline_s:.6g} s is below one plain pass ({graph.one_pass_s:.6g} s)")
         return None
-    m = _build(graph, None, deadline_s)
+    m = _build(graph, None, deadline_s, semantics=semantics)
     say(f"{solver}: minimising the arena budget of {graph.name}, deadline {deadline_s:.6g} s")
     out = _run(m, solver, time_limit_s, 0.0)
     say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s")

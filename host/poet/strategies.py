@@ -1,0 +1,92 @@
+"""Every planning strategy poet knows, under one cost model and one simulator.
+
+`plan_with(name, ...)` returns a Plan whose status says what it is worth:
+optimal / feasible (a MILP proved it, or stopped with a gap), feasible (a heuristic's
+plan that fits and meets the deadline), infeasible (with the reason in note),
+no-solution (a MILP found nothing in its time limit), not-applicable (revolve on a
+graph that is not a chain). Every plan with stages has been replayed by simulate.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from poet import heuristics
+from poet.plan import POET, CostedGraph, Plan, Semantics
+from poet.simulate import PlanError, simulate
+from poet.solve import Progress, solve_poet
+
+# name -> one line for --help and the docs
+STRATEGIES: dict[str, str] = {
+    "poet": "the POET MILP: recompute and page, least energy within RAM and deadline",
+    "remat-only": "the POET MILP without paging",
+    "page-only": "the POET MILP without recomputation (the paging-only optimum)",
+    "checkpoint-all": "keep every activation until its last use (PyTorch's default)",
+    "sqrtn": "Chen et al.: a checkpoint every sqrt(n) activations, recompute the rest",
+    "chen-greedy": "Chen et al.'s greedy segments, the best segment size that fits",
+    "revolve": "Griewank's binomial checkpointing (chains only), the fewest snapshots that fit",
+    "checkmate": "Checkmate: the least-energy recompute-only plan, ignoring the deadline",
+    "dtr": "DTR: evict the tensor with the least cost / (bytes x staleness), recompute on demand",
+    "capuchin": "Capuchin: page out by memory saved per second while the deadline allows, then recompute",
+}
+MILP = ("poet", "remat-only", "page-only", "checkmate")
+BASELINES = tuple(s for s in STRATEGIES if s != "poet")
+
+_HEURISTICS: dict[str, Callable[..., Plan]] = {
+    "checkpoint-all": heuristics.checkpoint_all,
+    "sqrtn": heuristics.sqrtn,
+    "chen-greedy": heuristics.chen_greedy,
+    "revolve": heuristics.revolve,
+    "dtr": heuristics.dtr,
+    "capuchin": heuristics.capuchin,
+}
+
+
+def found(plan: Plan) -> bool:
+    """The plan fits the budget and meets the deadline."""
+    return plan.status in ("optimal", "feasible")
+
+
+def best_heuristic(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool = True,
+                   paging: bool = True, semantics: Semantics = POET) -> Plan | None:
+    """The least-energy plan of the heuristics (milliseconds each) that fits and meets the deadline,
+    using only the allowed decisions; the MILPs start from it."""
+    best = None
+    for fn in _HEURISTICS.values():
+        p = fn(graph, arena_budget, deadline_s, semantics)
+        if not found(p) or (not recompute and p.recomputes) or (not paging and (p.page_ins or p.page_outs)):
+            continue
+        if best is None or p.energy_j < best.energy_j:
+            best = p
+    return best
+
+
+def plan_with(name: str, graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str = "highs",
+              time_limit_s: float = 60.0, gap: float = 0.0, progress: Progress = None,
+              warm: bool = True, semantics: Semantics = POET) -> Plan:
+    """Plan with strategy `name`; MILPs start from the best heuristic plan unless warm=False."""
+    if name in _HEURISTICS:
+        return _HEURISTICS[name](graph, arena_budget, deadline_s, semantics)
+    kw = dict(solver=solver, time_limit_s=time_limit_s, gap=gap, progress=progress, strategy=name,
+              semantics=semantics)
+    if warm and name != "checkmate":
+        kw["warm_start"] = best_heuristic(graph, arena_budget, deadline_s, recompute=name != "page-only",
+                                          paging=name != "remat-only", semantics=semantics)
+    if name == "poet":
+        return solve_poet(graph, arena_budget, deadline_s, **kw)  # type: ignore[arg-type]
+    if name == "remat-only":
+        return solve_poet(graph, arena_budget, deadline_s, paging=False, **kw)  # type: ignore[arg-type]
+    if name == "page-only":
+        return solve_poet(graph, arena_budget, deadline_s, recompute=False, **kw)  # type: ignore[arg-type]
+    if name == "checkmate":
+        # no deadline: no remat plan recomputes more than every node in every stage
+        loose = graph.one_pass_s * (len(graph) + 1)
+        plan = solve_poet(graph, arena_budget, loose, paging=False, **kw)  # type: ignore[arg-type]
+        plan.deadline_s = deadline_s
+        if found(plan):
+            try:
+                simulate(graph, plan, arena_budget, deadline_s, semantics)
+            except PlanError as exc:
+                plan.status, plan.note = "infeasible", f"its least-energy plan misses the deadline: {exc}"
+        return plan
+    raise ValueError(f"unknown strategy {name!r}; one of {', '.join(STRATEGIES)}")
