@@ -233,9 +233,84 @@ def test_solve_plans_a_graph_file(tmp_path):
     out = tmp_path / "s.poet"
     r = poet("solve", "--graph", str(g), "--ram", "80k", "-o", str(out))
     assert r.returncode == 0, r.stderr
-    assert "POET MILP for mlp-digits" in r.stdout and out.stat().st_size > 0
+    assert "[solve] poet for mlp-digits" in r.stdout and out.stat().st_size > 0
     (tmp_path / "bad.json").write_text("{\"model\": 1}")
     one_line_error(poet("solve", "--graph", str(tmp_path / "bad.json"), "--ram", "80k"), 2,
                    "cannot read training graph", "poet graph -o FILE")
     one_line_error(poet("solve", "--graph", str(tmp_path / "none.json"), "--ram", "80k"), 2,
                    "cannot read training graph")
+
+
+REF_DIR = __import__("pathlib").Path(__file__).resolve().parents[1] / "../shared/benchmarks/poet-reference"
+
+
+@pytest.mark.parametrize("ram,words", [("0", ["--ram 0", "more than 0"]), ("abc", ["cannot read size", "abc"])])
+def test_solve_bad_ram(ram, words):
+    one_line_error(poet("solve", "--ram", ram), 2, *words)
+
+
+def test_solve_deadline_below_compute_only_time():
+    one_line_error(poet("solve", "--ram", "200k", "--deadline", "0.9x"), 2, "below the compute-only time")
+
+
+def test_solve_graph_file_errors(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"nodes": [')
+    one_line_error(poet("solve", "--ram", "64k", "--graph", str(bad)), 2, "not JSON", "line 1")
+    cyc = tmp_path / "cycle.json"
+    cyc.write_text('{"nodes": [{"id": 0, "name": "a", "bytes": 4, "deps": [1], "compute_s": 1, "compute_j": 1},'
+                   ' {"id": 1, "name": "b", "bytes": 4, "deps": [0], "compute_s": 1, "compute_j": 1}]}')
+    one_line_error(poet("solve", "--ram", "64k", "--graph", str(cyc)), 2, "cycle", "a -> b -> a")
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    one_line_error(poet("solve", "--ram", "64k", "--graph", str(empty)), 2, "no \"nodes\"")
+    one_line_error(poet("solve", "--ram", "64k", "--graph", str(tmp_path / "none.json")), 2, "cannot read")
+
+
+def test_solve_strategy_on_a_reference_graph():
+    path = REF_DIR / "linear.m0.json"
+    if not path.exists():
+        pytest.skip("reference instances absent")
+    r = poet("solve", "--graph", str(path), "--ram", "3300", "--deadline", "1.0x", "--semantics", "reference")
+    assert r.returncode == 0 and "status optimal" in r.stdout and "0.105044 J" in r.stdout, r.stdout + r.stderr
+    r = poet("solve", "--graph", str(path), "--ram", "3300", "--deadline", "1.0x", "--semantics", "reference",
+             "--strategy", "dtr")
+    one_line_error(r, 1, "dtr found no plan")
+    one_line_error(poet("solve", "--graph", str(path), "--ram", "3300"), 2, "parameters and gradients",
+                   "--semantics reference")
+    one_line_error(poet("solve", "--graph", str(path), "--ram", "3300", "--semantics", "reference",
+                        "--deadline", "1.5x", "-o", "x.poet"), 2, "drop -o")
+
+
+def test_solve_baseline_strategy_on_a_model():
+    r = poet("solve", "--model", "mlp-digits", "--ram", "100k", "--strategy", "chen-greedy", "-o", "/dev/null")
+    assert r.returncode == 0, r.stderr
+    assert "plan: chen-greedy via heuristic, status feasible" in r.stdout
+
+
+def test_sweep_writes_csv_and_figures(tmp_path):
+    import csv
+    r = poet("sweep", "--model", "mlp-digits", "--ram", "60k:100k:3", "--deadline", "1.2x,3x",
+             "--strategies", "poet,remat-only,page-only,capuchin,dtr,checkpoint-all", "--jobs", "2",
+             "-o", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
+    assert len(rows) == 3 * 2 * 6
+    assert {x["strategy"] for x in rows} == {"poet", "remat-only", "page-only", "capuchin", "dtr", "checkpoint-all"}
+    for name in ("fig3_energy_vs_ram.png", "fig4_energy_vs_deadline.png", "fig5_overhead_vs_capuchin.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+    by = {(x["strategy"], x["ram_bytes"], x["deadline_x"]): x for x in rows}
+    assert any(x["status"] == "feasible" for x in rows), "no baseline fits anywhere: the comparison tests nothing"
+    for (_s, ram, d), x in by.items():  # poet is at least as good as every strategy wherever they fit
+        p = by[("poet", ram, d)]
+        if x["status"] in ("optimal", "feasible"):
+            assert p["status"] == "optimal" and float(p["energy_j"]) <= float(x["energy_j"]) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--ram", "64k:32k:4"], ["LOW <= HIGH"]),
+    (["--ram", "32k:64k"], ["LOW:HIGH:COUNT"]),
+    (["--ram", "64k", "--strategies", "poet,magic"], ["unknown magic"]),
+])
+def test_sweep_bad_input(args, words):
+    one_line_error(poet("sweep", *args), 2, *words)

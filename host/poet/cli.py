@@ -10,10 +10,11 @@ from typing import NoReturn
 
 from poet import __version__
 from poet.boards import board_names, load_board
-from poet.errors import PoetError
+from poet.errors import PoetError, UsageError
 from poet.memory import check_ram
 from poet.models import ZOO
-from poet.units import parse_deadline, parse_size
+from poet.plan import STRATEGIES
+from poet.units import format_size, parse_deadline, parse_size
 
 DEFAULT_BOARD = "nrf52840"
 
@@ -84,27 +85,114 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _deadline(text: str, cg) -> float:
+    """--deadline in seconds; refuse one below the compute-only time of a plain pass."""
+    deadline_s = parse_deadline(text, cg.one_pass_s)
+    if deadline_s < cg.one_pass_s * (1 - 1e-12):
+        raise UsageError(f"--deadline {text} ({deadline_s * 1e3:.6g} ms) is below the compute-only time of one "
+                         f"plain pass ({cg.one_pass_s * 1e3:.6g} ms); no plan can meet it: use 1x or more")
+    return deadline_s
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
     from poet.costs import costed, load_profile
+    from poet.graph import TrainingGraph
+    from poet.graphfile import read_graph
     from poet.run import solve_and_lower
 
     board = load_board(args.board)
-    ram = check_ram(parse_size(args.ram), board.ram_bytes, board.name)
+    ram = parse_size(args.ram)
+    if ram <= 0:
+        raise UsageError(f"--ram {args.ram}: must be more than 0 bytes, e.g. 256k")
     if args.graph:
-        from poet.graph import TrainingGraph
-
-        try:
-            g = TrainingGraph.from_json(args.graph)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise PoetError(f"cannot read training graph {args.graph}: {exc}; write one with "
-                            f"`poet graph -o FILE`", status=2) from exc
+        g = read_graph(args.graph, reference=args.semantics == "reference")
+        if not isinstance(g, TrainingGraph):
+            return _solve_costed(args, g, ram)
     else:
         g, _, _ = _graph(args)
+    if args.semantics != "poet":
+        raise UsageError("--semantics reference applies to costed graph files (the POET reference's instances)")
+    check_ram(ram, board.ram_bytes, board.name)
     prof = load_profile(board.name, Path(args.profile) if args.profile else None)
-    cg = costed(g, board, prof)
-    deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
-    solve_and_lower(args, g, cg, board, ram, int(prof["runtime_static_bytes"]), deadline_s, say,
-                    out=Path(args.output) if args.output else None)
+    cg = costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}"))
+    solve_and_lower(args, g, cg, board, ram, int(prof["runtime_static_bytes"]), _deadline(args.deadline, cg), say,
+                    out=Path(args.output) if args.output else None, need_schedule=bool(args.output))
+    return 0
+
+
+def _solve_costed(args: argparse.Namespace, cg, ram: int) -> int:
+    """Plan a costed graph file: no board, no lowering (the file has no ops to run)."""
+    from poet.plan import POET, REFERENCE
+    from poet.solve import keep_all, min_arena_budget
+    from poet.strategies import MILP, found, plan_with
+
+    if args.output:
+        raise UsageError(f"{args.graph} is a costed graph (no ops to run): it can be planned, not lowered to a "
+                         f"schedule; drop -o")
+    semantics = REFERENCE if args.semantics == "reference" else POET
+    fixed = 0 if args.semantics == "reference" else 2 * cg.param_bytes  # parameters and their gradients
+    arena = ram - fixed
+    if arena <= 0:
+        raise UsageError(f"--ram {format_size(ram)} does not hold this graph's parameters and gradients "
+                         f"({format_size(fixed)}); the reference's budgets count activations only: "
+                         f"add --semantics reference")
+    deadline_s = _deadline(args.deadline, cg)
+    say(f"[solve] {args.strategy} for {cg.name} ({len(cg)} nodes): arena {arena} B"
+        + (f" (--ram {ram} B - parameters and gradients {fixed} B)" if fixed else "")
+        + f", deadline {deadline_s:.6g} s ({deadline_s / cg.one_pass_s:.3g}x one pass), {args.semantics} semantics")
+    plan = plan_with(args.strategy, cg, arena, deadline_s, solver=args.solver, time_limit_s=args.time_limit,
+                     gap=args.gap, progress=lambda m: say(f"  {m}"), semantics=semantics)
+    ka = keep_all(cg).peak_bytes
+    say(f"  plan: {plan.strategy} via {plan.solver}, status {plan.status}, made in {plan.solve_time_s:.2f} s"
+        + (f", gap {plan.gap:.2%}" if plan.status == "feasible" and plan.solver != "heuristic" else "")
+        + (f" ({plan.note})" if plan.note else ""))
+    if not found(plan):
+        if args.strategy in MILP and plan.status == "infeasible":
+            smallest = min_arena_budget(cg, deadline_s, solver=args.solver, time_limit_s=args.time_limit,
+                                        semantics=semantics)
+            if smallest is None:
+                raise PoetError("no plan meets this deadline even with unlimited RAM; relax --deadline")
+            raise PoetError(f"arena {arena} B is below the smallest feasible for this deadline, {smallest} B "
+                            f"(--ram {fixed + smallest}); raise --ram or relax --deadline")
+        raise PoetError(f"{args.strategy} found no plan ({plan.status}); try --strategy poet or more --ram")
+    say(f"    energy      {plan.energy_j:.6g} J per step")
+    say(f"    peak arena  {plan.peak_bytes} B of {arena} B (keep-everything needs {ka} B)")
+    say(f"    time        {plan.time_s:.6g} s of {deadline_s:.6g} s deadline")
+    say(f"    decisions   {plan.recomputes} recomputes, {plan.page_ins} page-ins, {plan.page_outs} page-outs")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from poet.costs import costed, load_profile
+    from poet.graph import TrainingGraph
+    from poet.graphfile import read_graph
+    from poet.memory import budget_for
+    from poet.sweep import parse_ram_range, plot, run_sweep, semantics_named, write_csv
+
+    rams = parse_ram_range(args.ram)
+    strategies = args.strategies.split(",") if args.strategies else list(STRATEGIES)
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise UsageError(f"--strategies: unknown {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
+    g = read_graph(args.graph, reference=args.semantics == "reference") if args.graph else _graph(args)[0]
+    if isinstance(g, TrainingGraph):
+        board = load_board(args.board)
+        prof = load_profile(board.name, Path(args.profile) if args.profile else None)
+        cg = costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}"))
+        fixed = budget_for(g, max(rams[-1], board.ram_bytes) * 4, int(prof["runtime_static_bytes"])).fixed
+    else:
+        cg, fixed = g, (0 if args.semantics == "reference" else 2 * g.param_bytes)
+    deadlines = [_deadline(d, cg) / cg.one_pass_s for d in args.deadline.split(",")]
+    out = Path(args.output or f"sweeps/{cg.name}")
+    n = len(rams) * len(deadlines) * len(strategies)
+    say(f"[sweep] {cg.name}: {len(strategies)} strategies x {len(rams)} budgets x {len(deadlines)} deadlines = {n} "
+        f"plans, {args.jobs or 'all'} processes; fixed part of --ram {fixed} B")
+    rows = run_sweep(cg, rams, deadlines, strategies, fixed, solver=args.solver, time_limit_s=args.time_limit,
+                     jobs=args.jobs, semantics=semantics_named(args.semantics), progress=say)
+    write_csv(rows, out / "sweep.csv")
+    say(f"wrote {out / 'sweep.csv'}")
+    for f in plot(rows, out):
+        say(f"wrote {f}")
     return 0
 
 
@@ -147,6 +235,26 @@ def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") 
     p.add_argument("--hidden", type=int, help="hidden size H of the bert model, a multiple of 64 (default 768)")
 
 
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
+    return v
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number like 0.01") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1), e.g. 0.01 for 1%")
+    return v
+
+
 def _shape(text: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(d) for d in text.replace("x", ",").split(","))
@@ -169,8 +277,13 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                       "to what keeping every activation needs"))
     p.add_argument("--deadline", default="3x", help="time per step: a multiple of one plain pass (1.5x) "
                    "or a time (45ms); default 3x")
+    p.add_argument("--strategy", default="poet", choices=list(STRATEGIES), metavar="NAME",
+                   help="how to plan: " + "; ".join(f"{k}: {v}" for k, v in STRATEGIES.items())
+                   + " (default poet)")
     p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
-    p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit in seconds")
+    p.add_argument("--time-limit", type=_positive, default=60.0, help="solver time limit in seconds (default 60)")
+    p.add_argument("--gap", type=_fraction, default=0.0,
+                   help="stop the MILP once its plan is proven within this relative gap, e.g. 0.01 (default 0)")
     p.add_argument("--profile", help="op-cost profile (default profiles/<board>.yaml)")
 
 
@@ -210,9 +323,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD})")
     _model_args(p)
     _solve_args(p)
-    p.add_argument("--graph", help="plan this training-graph JSON (from `poet graph -o`) instead of tracing --model")
+    p.add_argument("--graph", help="plan this graph file instead of tracing --model: a training graph from "
+                   "`poet graph -o`, or a costed graph (the POET reference's schema)")
+    p.add_argument("--semantics", choices=["poet", "reference"], default="poet",
+                   help="for costed graph files: reference = the POET reference's rules (paging time outside "
+                   "the deadline, no page-out in the producing stage, inputs recomputable, budget = activations)")
     p.add_argument("-o", "--output", help="schedule file (default schedules/<model>.<board>.poet)")
     p.set_defaults(func=cmd_solve)
+
+    p = sub.add_parser("sweep", help="every strategy over RAM budgets and deadlines: a CSV and the POET paper's plots")
+    p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD})")
+    _model_args(p)
+    p.add_argument("--graph", help="sweep this graph file (training graph or costed graph) instead of --model")
+    p.add_argument("--ram", required=True, help="budgets: LOW:HIGH:COUNT (e.g. 32k:512k:16) or a list 64k,96k")
+    p.add_argument("--deadline", default="1.5x", help="deadlines, comma-separated: 1.2x,1.5x,2x or 45ms (default 1.5x)")
+    p.add_argument("--strategies", help=f"comma-separated subset of {','.join(STRATEGIES)} (default all)")
+    p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
+    p.add_argument("--time-limit", type=_positive, default=60.0, help="per-plan solver time limit in s (default 60)")
+    p.add_argument("--jobs", type=int, help="parallel processes (default: one per core)")
+    p.add_argument("--profile", help="op-cost profile (default profiles/<board>.yaml)")
+    p.add_argument("--semantics", choices=["poet", "reference"], default="poet",
+                   help="for costed graph files: the POET reference's rules (see `poet solve --help`)")
+    p.add_argument("-o", "--output", help="output folder (default sweeps/<model>)")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("train", help="plan, upload and run training steps on the board")
     _board_args(p)

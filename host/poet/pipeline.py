@@ -11,7 +11,8 @@ from poet.graph import TrainingGraph
 from poet.lower import Lowered, lower
 from poet.memory import MemoryBudget, budget_for, check_ram
 from poet.plan import CostedGraph, Plan
-from poet.solve import keep_all, min_arena_budget, solve_poet
+from poet.solve import keep_all, min_arena_budget
+from poet.strategies import MILP, plan_with
 from poet.units import format_size
 
 Progress = Callable[[str], None]
@@ -22,18 +23,19 @@ class Planned:
     budget: MemoryBudget
     graph: CostedGraph
     plan: Plan
-    lowered: Lowered
+    lowered: Lowered | None  # None: planned only (the runtime cannot run this graph yet)
     keep_all_peak: int
     deadline_s: float
 
 
 def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, runtime_static: int,
               deadline_s: float, solver: str = "highs", time_limit_s: float = 60.0,
-              progress: Progress = print) -> Planned:
-    """Solve the POET MILP for the arena left by --ram, lower it, and make sure the placed arena fits.
+              progress: Progress = print, strategy: str = "poet", gap: float = 0.0,
+              lower_plan: bool = True) -> Planned:
+    """Plan with `strategy` for the arena left by --ram, lower it, and make sure the placed arena fits.
 
-    The MILP bounds the bytes resident at once; placing tensors at offsets can need a
-    little more (fragmentation). If it does, the MILP is solved again with the arena
+    A plan bounds the bytes resident at once; placing tensors at offsets can need a
+    little more (fragmentation). If it does, the plan is made again with the arena
     budget lowered by the overshoot, until the placed arena fits.
     """
     check_ram(ram_bytes, board.ram_bytes, board.name)
@@ -41,8 +43,15 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
     ka = keep_all(cg)
     arena = budget.arena
     for _attempt in range(8):
-        plan = solve_poet(cg, arena, deadline_s, solver=solver, time_limit_s=time_limit_s, progress=progress)
-        if plan.status in ("infeasible", "no-solution"):
+        plan = plan_with(strategy, cg, arena, deadline_s, solver=solver, time_limit_s=time_limit_s, gap=gap,
+                         progress=progress)
+        if plan.status not in ("optimal", "feasible") and strategy not in MILP:
+            raise PoetError(f"{strategy} finds no plan for --ram {format_size(ram_bytes)} (arena {arena} B) "
+                            f"within the deadline: {plan.note or plan.status}; try --strategy poet", status=1)
+        if plan.status == "no-solution":
+            raise PoetError(f"the solver found no plan in {time_limit_s:g} s (not proven infeasible); "
+                            f"raise --time-limit or --ram", status=1)
+        if plan.status == "infeasible":
             smallest = min_arena_budget(cg, deadline_s, solver=solver, time_limit_s=time_limit_s)
             if smallest is None:
                 raise PoetError(f"no plan meets the deadline {deadline_s * 1e3:.3f} ms even with unlimited RAM; "
@@ -51,6 +60,8 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
                             f"deadline: {format_size(budget.fixed + smallest)} ({budget.fixed + smallest} B = "
                             f"fixed {budget.fixed} B + arena {smallest} B); raise --ram or relax --deadline",
                             status=1)
+        if not lower_plan:
+            return Planned(budget, cg, plan, None, ka.peak_bytes, deadline_s)
         lowered = lower(plan, g)
         if lowered.extent_bytes <= budget.arena:
             return Planned(budget, cg, plan, lowered, ka.peak_bytes, deadline_s)

@@ -13,6 +13,20 @@ from pathlib import Path
 
 PURE_KINDS = ("forward", "loss")
 
+# every planning strategy (poet.strategies makes the plans): name -> one line for --help and the docs
+STRATEGIES: dict[str, str] = {
+    "poet": "the POET MILP: recompute and page, least energy within RAM and deadline",
+    "remat-only": "the POET MILP without paging",
+    "page-only": "the POET MILP without recomputation (the paging-only optimum)",
+    "checkpoint-all": "keep every activation until its last use (PyTorch's default)",
+    "sqrtn": "Chen et al.: a checkpoint every sqrt(n) activations, recompute the rest",
+    "chen-greedy": "Chen et al.'s greedy segments, the best segment size that fits",
+    "revolve": "Griewank's binomial checkpointing (chains only), the fewest snapshots that fit",
+    "checkmate": "Checkmate: the least-energy recompute-only plan, ignoring the deadline",
+    "dtr": "DTR: evict the tensor with the least cost / (bytes x staleness), recompute on demand",
+    "capuchin": "Capuchin: page out by memory saved per second while the deadline allows, then recompute",
+}
+
 
 @dataclass(frozen=True)
 class Semantics:

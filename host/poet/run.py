@@ -131,15 +131,33 @@ def _read_schedule(path: Path) -> bytes:
 
 
 def solve_and_lower(args: argparse.Namespace, g: TrainingGraph, cg, board: Board, ram: int, runtime_static: int,
-                    deadline_s: float, say: Say, out: Path | None = None) -> Planned:
-    """Solve, print the plan, write the schedule (default schedules/<model>.<board>.poet)."""
-    say(f"\n[solve] POET MILP for {g.model} on {board.name}: --ram {format_size(ram)}, deadline "
+                    deadline_s: float, say: Say, out: Path | None = None, need_schedule: bool = True) -> Planned:
+    """Plan, print the plan, write the schedule (default schedules/<model>.<board>.poet).
+
+    need_schedule=False (plain `poet solve`): a graph the C runtime cannot run yet is
+    planned and printed, and the reason no schedule is written is said.
+    """
+    from poet.lower import check_runtime
+
+    strategy = getattr(args, "strategy", "poet")
+    say(f"\n[solve] {strategy} for {g.model} on {board.name}: --ram {format_size(ram)}, deadline "
         f"{deadline_s * 1e3:.3f} ms ({deadline_s / cg.one_pass_s:.2f}x one pass), solver {args.solver}")
+    runnable = True
+    if not need_schedule:
+        try:
+            check_runtime(g)
+        except PoetError as exc:
+            runnable = False
+            why = str(exc)
     p = plan_step(g, cg, board, ram, runtime_static, deadline_s, solver=args.solver,
-                  time_limit_s=args.time_limit, progress=lambda m: say(f"  {m}"))
+                  time_limit_s=args.time_limit, progress=lambda m: say(f"  {m}"), strategy=strategy,
+                  gap=getattr(args, "gap", 0.0), lower_plan=runnable)
     print_plan(p, say)
     if p.plan.peak_bytes >= p.keep_all_peak:
         say("  note: this budget holds every activation; nothing needs recomputing or paging")
+    if p.lowered is None:
+        say(f"\n[lower] no schedule written: {why}")
+        return p
     sched = p.lowered.schedule.encode()
     out = out or schedule_file(g.model, board.name)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -153,11 +171,12 @@ def print_plan(p: Planned, say: Say) -> None:
     plan = p.plan
     say("  memory (--ram):")
     say(p.budget.table())
-    say(f"  plan: {plan.strategy} via {plan.solver}, status {plan.status}, solved in {plan.solve_time_s:.2f} s"
-        + (f", gap {plan.gap:.2%}" if plan.status == "feasible" else ""))
+    say(f"  plan: {plan.strategy} via {plan.solver}, status {plan.status}, made in {plan.solve_time_s:.2f} s"
+        + (f", gap {plan.gap:.2%}" if plan.status == "feasible" and plan.solver != "heuristic" else "")
+        + (f" ({plan.note})" if plan.note else ""))
     say(f"    energy      {plan.energy_j * 1e6:10.2f} uJ per step (modelled)")
     say(f"    peak arena  {plan.peak_bytes:10d} B of {p.budget.arena} B budget (keep-everything needs "
-        f"{p.keep_all_peak} B); placed extent {p.lowered.extent_bytes} B")
+        f"{p.keep_all_peak} B)" + (f"; placed extent {p.lowered.extent_bytes} B" if p.lowered else ""))
     say(f"    runtime     {plan.time_s * 1e3:10.3f} ms of {p.deadline_s * 1e3:.3f} ms deadline")
     say(f"    decisions   {plan.recomputes} recomputes, {plan.page_ins} page-ins, {plan.page_outs} page-outs")
 

@@ -9,26 +9,14 @@ graph that is not a chain). Every plan with stages has been replayed by simulate
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from poet import heuristics
-from poet.plan import POET, CostedGraph, Plan, Semantics
+from poet.plan import POET, STRATEGIES, CostedGraph, Plan, Semantics
 from poet.simulate import PlanError, simulate
 from poet.solve import Progress, solve_poet
 
-# name -> one line for --help and the docs
-STRATEGIES: dict[str, str] = {
-    "poet": "the POET MILP: recompute and page, least energy within RAM and deadline",
-    "remat-only": "the POET MILP without paging",
-    "page-only": "the POET MILP without recomputation (the paging-only optimum)",
-    "checkpoint-all": "keep every activation until its last use (PyTorch's default)",
-    "sqrtn": "Chen et al.: a checkpoint every sqrt(n) activations, recompute the rest",
-    "chen-greedy": "Chen et al.'s greedy segments, the best segment size that fits",
-    "revolve": "Griewank's binomial checkpointing (chains only), the fewest snapshots that fit",
-    "checkmate": "Checkmate: the least-energy recompute-only plan, ignoring the deadline",
-    "dtr": "DTR: evict the tensor with the least cost / (bytes x staleness), recompute on demand",
-    "capuchin": "Capuchin: page out by memory saved per second while the deadline allows, then recompute",
-}
 MILP = ("poet", "remat-only", "page-only", "checkmate")
 BASELINES = tuple(s for s in STRATEGIES if s != "poet")
 
@@ -66,7 +54,10 @@ def plan_with(name: str, graph: CostedGraph, arena_budget: int, deadline_s: floa
               warm: bool = True, semantics: Semantics = POET) -> Plan:
     """Plan with strategy `name`; MILPs start from the best heuristic plan unless warm=False."""
     if name in _HEURISTICS:
-        return _HEURISTICS[name](graph, arena_budget, deadline_s, semantics)
+        t0 = time.perf_counter()
+        plan = _HEURISTICS[name](graph, arena_budget, deadline_s, semantics)
+        plan.solve_time_s = time.perf_counter() - t0
+        return plan
     kw = dict(solver=solver, time_limit_s=time_limit_s, gap=gap, progress=progress, strategy=name,
               semantics=semantics)
     if warm and name != "checkmate":
