@@ -236,9 +236,9 @@ def test_solve_plans_a_graph_file(tmp_path):
     assert "[solve] poet for mlp-digits" in r.stdout and out.stat().st_size > 0
     (tmp_path / "bad.json").write_text("{\"model\": 1}")
     one_line_error(poet("solve", "--graph", str(tmp_path / "bad.json"), "--ram", "80k"), 2,
-                   "cannot read training graph", "poet graph -o FILE")
+                   "graph file", "no \"nodes\"", "poet graph -o FILE")
     one_line_error(poet("solve", "--graph", str(tmp_path / "none.json"), "--ram", "80k"), 2,
-                   "cannot read training graph")
+                   "graph file", "no \"nodes\"")
 
 
 REF_DIR = __import__("pathlib").Path(__file__).resolve().parents[1] / "../shared/benchmarks/poet-reference"
