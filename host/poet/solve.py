@@ -428,6 +428,15 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     from, so a time-limited solve returns nothing worse than it.
     """
     say = progress or (lambda _msg: None)
+    plain_j = sum(n.compute_j for n in graph.nodes)
+    if warm_start is not None and warm_start.stages and warm_start.energy_j <= plain_j * (1 + 1e-12):
+        # every plan computes every node at least once: a plan that costs exactly that is optimal
+        simulate(graph, warm_start, arena_budget, deadline_s, semantics)  # and it must fit, whoever made it
+        say(f"{warm_start.strategy}'s plan costs one plain pass ({plain_j:.6g} J), the least any plan can: "
+            f"optimal without a solve")
+        return Plan(strategy=strategy, stages=warm_start.stages, status="optimal", energy_j=warm_start.energy_j,
+                    time_s=warm_start.time_s, peak_bytes=warm_start.peak_bytes, arena_budget=arena_budget,
+                    deadline_s=deadline_s, solver="bound", note=f"the {warm_start.strategy} plan")
     m = _build(graph, arena_budget, deadline_s, recompute=recompute, paging=paging, semantics=semantics)
     warm = warm_start is not None and _set_start(graph, m, warm_start)
     if warm_start is not None:
