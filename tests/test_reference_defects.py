@@ -44,7 +44,7 @@ def test_reference_semantics_page_out_only_after_the_producing_stage() -> None:
     ours = solve_poet(g, budget, deadline)
     assert found(ours) and 1 in ours.stages[1].page_out and ours.recomputes == 0
     ref = solve_poet(g, budget, deadline, semantics=REFERENCE)
-    assert found(ref) and ref.stages[1].page_out == [] and ref.recomputes > 0
+    assert found(ref) and 1 not in ref.stages[1].page_out and ref.recomputes > 0
     assert ref.energy_j > ours.energy_j
 
 

@@ -3,13 +3,13 @@
 Formulation (T nodes, one stage t per node, semantics of docs/spec.md section 1).
 Binaries, for tensors i with bytes_i > 0: R[t,i] recompute i in stage t (i < t;
 R[t,t] = 1 is the first compute), S[t,i] kept in RAM from stage t-1, Min[t,i]
-paged in, Mout[t,i] paged out (i <= t), A[t,i] held in aux at the start of t.
+paged in, Mout[t,i] paged out (i <= t).
 With P[t,i] = S[t,i] + Min[t,i] + R[t,i] (present in stage t):
   P[t,i] <= 1                   one source: kept, paged in or (re)computed
   R[t,i] <= P[t,j]              every dep j (bytes > 0) of a compute is resident
                                 (computes run ascending, so R[t,j], j < i, counts)
-  S[t+1,i] <= P[t,i]   Mout[t,i] <= P[t,i]   Min[t,i] <= A[t,i]
-  A[t+1,i] <= A[t,i] + Mout[t,i],  A[i,i] = 0 (nothing is in aux before it exists)
+  S[t+1,i] <= P[t,i]   Mout[t,i] <= P[t,i]   Min[t,i] <= Σ_{s<t} Mout[s,i] (in aux by then)
+  Σ_t Mout[t,i] <= 1   (one page-out serves every later page-in: a dominance cut)
   R[t,i] = 0 for i < t unless node i is forward/loss (input, backward, optimizer)
   RAM at every compute k stage t may run (k = t or R[t,k] exists), a tensor leaving
   right after its last use unless retained (spec section 1):
@@ -28,7 +28,7 @@ With P[t,i] = S[t,i] + Min[t,i] + R[t,i] (present in stage t):
   minimise Σ R compute_j + Min page_in_j + Mout page_out_j.
 Variables that can never pay off are not created: a tensor is needed at most
 until last_need(i) (its last non-recomputable consumer, or the last need of a
-recomputable one), so S/Min/R/A live in (i, last_need] and Mout in [i, last_need).
+recomputable one), so S/Min/R live in (i, last_need] and Mout in [i, last_need).
 Nodes with bytes == 0 get no residency variables; deps on them impose nothing.
 The deadline row is scaled to 1 and solved to 1e-9 (simulate.py accepts 1e-8).
 The extracted plan drops keeps of tensors never read again and other useless
@@ -90,7 +90,6 @@ class _Milp:
     S: dict[Key, pulp.LpVariable] = field(default_factory=dict)
     Min: dict[Key, pulp.LpVariable] = field(default_factory=dict)
     Mout: dict[Key, pulp.LpVariable] = field(default_factory=dict)
-    A: dict[Key, pulp.LpVariable] = field(default_factory=dict)
     budget: pulp.LpVariable | None = None
     live: list[tuple[pulp.LpVariable, list[pulp.LpVariable]]] = field(default_factory=list)  # var >= each
 
@@ -138,7 +137,6 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
             m.S[t, i] = binary("S", t, i)
             if paging:
                 m.Min[t, i] = binary("Min", t, i)
-                m.A[t, i] = binary("A", t, i)
             if recompute and _recomputable(node):
                 m.R[t, i] = binary("R", t, i)
         if paging:
@@ -146,9 +144,14 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
                 m.Mout[t, i] = binary("Mout", t, i)
 
     prob = m.prob
-    for (t, i), a in m.A.items():
-        prob += m.Min[t, i] <= a, f"pagein_{t}_{i}"
-        prob += a <= m.A.get((t - 1, i), 0) + m.Mout.get((t - 1, i), 0), f"aux_{t}_{i}"
+    outs: dict[int, list[tuple[int, pulp.LpVariable]]] = {}
+    for (t, i), v in sorted(m.Mout.items()):
+        outs.setdefault(i, []).append((t, v))
+    for i, vs in outs.items():
+        if len(vs) > 1:
+            prob += pulp.lpSum(v for _, v in vs) <= 1, f"pageout_once_{i}"
+    for (t, i), v in m.Min.items():
+        prob += v <= pulp.lpSum(o for s, o in outs.get(i, []) if s < t), f"pagein_{t}_{i}"
     for (t, i) in m.S:
         prob += m.present(t, i) <= 1, f"one_{t}_{i}"
         prob += m.S[t, i] <= m.present(t - 1, i), f"keep_{t}_{i}"
@@ -394,17 +397,15 @@ def _set_start(graph: CostedGraph, m: _Milp, plan: Plan) -> bool:
     nodes = graph.nodes
     ones: set[tuple[str, int, int]] = set()
     kept: set[int] = set()
-    aux: set[int] = set()
     for t, st in enumerate(plan.stages):
-        ones |= {("S", t, i) for i in kept} | {("A", t, i) for i in aux}
+        ones |= {("S", t, i) for i in kept}
         ones |= {("Min", t, i) for i in st.page_in} | {("Mout", t, i) for i in st.page_out}
         ones |= {("R", t, i) for i in st.compute if i < t and nodes[i].bytes > 0}
         present = kept | set(st.page_in) | {c for c in st.compute if nodes[c].bytes > 0}
         freed = set(st.free_before) | set(st.free) | {i for f in st.free_after.values() for i in f}
         kept = present - freed
-        aux |= set(st.page_out)
-    table = {"S": m.S, "A": m.A, "Min": m.Min, "Mout": m.Mout, "R": m.R}
-    if any((t, i) not in table[k] for k, t, i in ones if k != "A"):  # aux past the last need is moot
+    table = {"S": m.S, "Min": m.Min, "Mout": m.Mout, "R": m.R}
+    if any((t, i) not in table[k] for k, t, i in ones):
         return False
     for k, v in table.items():
         for (t, i), var in v.items():
