@@ -10,7 +10,7 @@ from poet.plan import STRATEGIES, CostedGraph, Plan
 from poet.simulate import simulate
 from poet.solve import keep_all, solve_poet
 from poet.strategies import BASELINES, best_heuristic, found, plan_with
-from test_planner import chain, deep, linear_m0, tiny
+from test_planner import LINEAR_M0, chain, deep, linear_m0, tiny
 
 
 def _costed_zoo(name: str) -> CostedGraph:
@@ -120,3 +120,27 @@ def test_every_strategy_has_a_plan_maker() -> None:
     for s in STRATEGIES:
         p = plan_with(s, g, keep_all(g).peak_bytes, 2 * g.one_pass_s)
         assert p.strategy == s and found(p)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["linear", "resnet18_cifar", "vgg16_cifar", "transformer", "bert"])
+@pytest.mark.parametrize("platform", ["m0", "m4", "a72"])
+def test_every_reference_instance_gets_a_plan_the_simulator_accepts(model: str, platform: str) -> None:
+    """At 60% of the keep-all peak (or the smallest feasible arena) and 2x: a plan, replayed clean,
+    no worse than any heuristic's (the MILP starts from the best of them)."""
+    from poet.solve import lower_bound_bytes
+    path = LINEAR_M0.with_name(f"{model}.{platform}.json")
+    if not path.exists():
+        pytest.skip(f"{path} absent")
+    g = CostedGraph.from_json(path)
+    budget = max(int(keep_all(g).peak_bytes * 0.6), lower_bound_bytes(g))
+    deadline = 2 * g.one_pass_s
+    p = plan_with("poet", g, budget, deadline, time_limit_s=10)
+    heur = [plan_with(s, g, budget, deadline) for s in ("dtr", "capuchin", "chen-greedy", "sqrtn")]
+    if not found(p):
+        assert p.status in ("infeasible", "no-solution") and not any(found(h) for h in heur)
+        return
+    _replay(g, p, budget, deadline)
+    for h in heur:
+        if found(h):
+            assert p.energy_j <= h.energy_j * (1 + 1e-9)
