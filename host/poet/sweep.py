@@ -127,14 +127,17 @@ def plot(rows: list[Row], out_dir: Path) -> list[Path]:
         for s in strategies:
             pts = sorted((r.ram_bytes / 1024, r.energy_j) for r in rows if r.strategy == s and r.deadline_x == d
                          and _found(r))
-            if pts:
-                ax.plot(*zip(*pts), marker="o", ms=3, label=s, lw=2.2 if s == "poet" else 1.2)
+            if pts:  # one colour per strategy in every panel
+                ax.plot(*zip(*pts), marker="o", ms=3, label=s, lw=2.2 if s == "poet" else 1.2,
+                        color=f"C{strategies.index(s) % 10}")
         ax.set(title=f"{model}, deadline {d:g}x", xlabel="RAM budget (KiB)", ylabel="energy per step (J)")
         ax.grid(alpha=0.3)
-    if axes[0][0].get_legend_handles_labels()[0]:
-        axes[0][0].legend(fontsize=7)
+    handles = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
+    if handles:
+        fig.legend(handles.values(), handles.keys(), fontsize=7, loc="center right")
+        fig.subplots_adjust(right=0.85)
     fig.suptitle("Energy vs RAM budget per strategy (cf. POET Fig. 3); missing points: no plan")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.88, 1))
     written.append(out_dir / "fig3_energy_vs_ram.png")
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
