@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from poet.heuristics import chain_order
 from poet.plan import STRATEGIES, CostedGraph, Plan
 from poet.simulate import simulate
 from poet.solve import keep_all, solve_poet
 from poet.strategies import BASELINES, best_heuristic, found, plan_with
+from poet.strategies.revolve import chain_order
 from test_planner import LINEAR_M0, chain, deep, linear_m0, tiny
 
 

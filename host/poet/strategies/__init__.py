@@ -1,5 +1,8 @@
 """Every planning strategy poet knows, under one cost model and one simulator.
 
+One module per heuristic beside this one (builder, chen, revolve, dtr, capuchin); the MILP
+strategies are poet.solve with some variables left out.
+
 `plan_with(name, ...)` returns a Plan whose status says what it is worth:
 optimal / feasible (a MILP proved it, or stopped with a gap), feasible (a heuristic's
 plan that fits and meets the deadline), infeasible (with the reason in note),
@@ -12,21 +15,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from poet import heuristics
 from poet.plan import POET, STRATEGIES, CostedGraph, Plan, Semantics
 from poet.simulate import PlanError, simulate
 from poet.solve import Progress, solve_poet
+from poet.strategies.builder import checkpoint_all
+from poet.strategies.capuchin import capuchin
+from poet.strategies.chen import chen_greedy, sqrtn
+from poet.strategies.dtr import dtr
+from poet.strategies.revolve import revolve
 
 MILP = ("poet", "remat-only", "page-only", "checkmate")
 BASELINES = tuple(s for s in STRATEGIES if s != "poet")
 
 _HEURISTICS: dict[str, Callable[..., Plan]] = {
-    "checkpoint-all": heuristics.checkpoint_all,
-    "sqrtn": heuristics.sqrtn,
-    "chen-greedy": heuristics.chen_greedy,
-    "revolve": heuristics.revolve,
-    "dtr": heuristics.dtr,
-    "capuchin": heuristics.capuchin,
+    "checkpoint-all": checkpoint_all,
+    "sqrtn": sqrtn,
+    "chen-greedy": chen_greedy,
+    "revolve": revolve,
+    "dtr": dtr,
+    "capuchin": capuchin,
 }
 
 

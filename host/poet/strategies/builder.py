@@ -1,0 +1,196 @@
+"""The demand-driven plan builder every heuristic strategy runs on.
+
+It walks the stages of docs/spec.md section 1 in order. Stage t computes node t; a
+dep that is not resident is paged in if it is in aux storage, else recomputed
+(recursively, from whatever is resident). After the stage each present tensor still
+read by a later node is kept for stage t+1 unless the policy lets it go. When a stage
+would exceed the budget the policy may evict tensors that pass through it unused:
+dropped (recomputed when next needed) or paged out at the end of the previous stage,
+where they were resident.
+
+The builder knows nothing of energy or deadlines beyond what a policy asks; every
+plan it makes is replayed by simulate.py, which decides whether it fits the budget
+and meets the deadline under exactly the rules the MILP plans obey.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poet.plan import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Semantics, rule_stage
+from poet.simulate import PlanError, simulate
+
+
+class Stuck(Exception):
+    """The builder cannot go on: a tensor is lost, or a stage cannot fit whatever is evicted."""
+
+
+def recomputable(node: CostedNode) -> bool:
+    return node.recomputable and node.kind in PURE_KINDS
+
+
+class Policy:
+    """What a strategy decides; the defaults are PyTorch's: keep everything until its last use."""
+
+    name = "checkpoint-all"
+
+    def retain(self, b: Builder, i: int, t: int) -> bool:
+        """Keep tensor i, present in stage t and read by a later node, for stage t+1?"""
+        return True
+
+    def evict(self, b: Builder, t: int, candidates: list[int]) -> tuple[int, bool] | None:
+        """Stage t is over budget: a tensor from `candidates` (resident, unused in stage t) to
+        evict and whether to page it out (else it is dropped); None gives up."""
+        return None
+
+
+@dataclass
+class _StageDraft:
+    computes: set[int]
+    pin: set[int]
+    pout: set[int]
+
+
+class Builder:
+    """Builds a staged plan under a Policy (see the module doc)."""
+
+    def __init__(self, graph: CostedGraph, budget: int, policy: Policy) -> None:
+        self.g, self.nodes, self.budget, self.policy = graph, graph.nodes, budget, policy
+        n = len(graph)
+        self.readers: list[list[int]] = [[] for _ in range(n)]
+        for c in graph.nodes:
+            for d in dict.fromkeys(c.deps):
+                if graph.nodes[d].bytes > 0:
+                    self.readers[d].append(c.id)
+        self.kept: list[set[int]] = [set() for _ in range(n + 1)]  # resident entering stage t
+        self.drafts: list[_StageDraft] = []
+        self.aux: set[int] = set()
+        self.last_access = [0] * n
+        self.extra_s = 0.0  # time beyond one plain pass spent on recomputes and paging so far
+
+    def next_read(self, i: int, t: int) -> int | None:
+        """The first node after stage t that reads tensor i (None: no later reader)."""
+        return next((c for c in self.readers[i] if c > t), None)
+
+    def _demand(self, t: int, resident: set[int]) -> tuple[set[int], set[int]]:
+        computes, pin = {t}, set()
+
+        def need(d: int) -> None:
+            if d in resident or d in pin or d in computes or self.nodes[d].bytes == 0:
+                return
+            if d in self.aux:
+                pin.add(d)
+                self.extra_s += self.nodes[d].page_in_s
+            elif recomputable(self.nodes[d]):
+                computes.add(d)
+                self.extra_s += self.nodes[d].compute_s
+                for dd in self.nodes[d].deps:
+                    need(dd)
+            else:
+                raise Stuck(f"stage {t} needs {self.nodes[d].name}, which was dropped but cannot be "
+                             f"recomputed ({self.nodes[d].kind}) and was not paged out")
+
+        for d in self.nodes[t].deps:
+            need(d)
+        return computes, pin
+
+    def peak(self, start: set[int], computes: list[int], retained: set[int]) -> int:
+        """Peak RAM of a stage by the spec's rule (what simulate.py replays)."""
+        nodes = self.nodes
+        last: dict[int, int] = {}
+        for c in computes:
+            for i in (c, *nodes[c].deps):
+                last[i] = c
+        live = {i for i in start if i in retained or i in last}
+        used = sum(nodes[i].bytes for i in start)
+        peak = used
+        used = sum(nodes[i].bytes for i in live)
+        for c in computes:
+            if nodes[c].bytes > 0 and c not in live:
+                live.add(c)
+                used += nodes[c].bytes
+            peak = max(peak, used)
+            for i in [i for i in live if i not in retained and last.get(i) == c]:
+                live.remove(i)
+                used -= nodes[i].bytes
+        return peak
+
+    def run(self) -> list:
+        nodes = self.nodes
+        for t in range(len(nodes)):
+            resident = self.kept[t]
+            computes, pin = self._demand(t, resident)
+            order = sorted(computes)
+            used_here = {i for c in order for i in (c, *nodes[c].deps) if nodes[i].bytes > 0}
+            for i in used_here:
+                self.last_access[i] = t
+            present = resident | pin | {c for c in order if nodes[c].bytes > 0}
+            keep = {i for i in present if self.next_read(i, t) is not None and self.policy.retain(self, i, t)}
+            while self.peak(resident | pin, order, keep) > self.budget:
+                cands = sorted(i for i in resident if i not in used_here)
+                choice = self.policy.evict(self, t, cands) if cands else None
+                if choice is None:
+                    raise Stuck(f"stage {t} ({nodes[t].name}) needs {self.peak(resident | pin, order, keep)} B "
+                                 f"> {self.budget} B with nothing left to evict")
+                x, page = choice
+                resident.discard(x)
+                keep.discard(x)
+                if page and x not in self.aux:
+                    self.drafts[t - 1].pout.add(x)
+                    self.aux.add(x)
+                    self.extra_s += nodes[x].page_out_s
+            self.kept[t + 1] = keep
+            self.drafts.append(_StageDraft(computes, pin, set()))
+        return [rule_stage(self.g, t, sorted(d.computes), self.kept[t] | d.pin, d.pin, d.pout, self.kept[t + 1])
+                for t, d in enumerate(self.drafts)]
+
+
+def build(graph: CostedGraph, budget: int, deadline_s: float, policy: Policy, note: str = "",
+          semantics: Semantics = POET) -> Plan:
+    """Run `policy` through the builder and check its plan with the simulator.
+
+    status feasible: the plan fits and meets the deadline; infeasible: it does not (or the
+    builder got stuck), with the reason in note.
+    """
+    plan = Plan(strategy=policy.name, stages=[], status="infeasible", arena_budget=budget,
+                deadline_s=deadline_s, solver="heuristic", note=note)
+    try:
+        plan.stages = Builder(graph, budget, policy).run()
+    except Stuck as exc:
+        plan.note = "; ".join(x for x in (note, str(exc)) if x)
+        plan.stages = []
+        return plan
+    return checked(graph, plan, budget, deadline_s, semantics)
+
+
+def forward_ids(graph: CostedGraph) -> list[int]:
+    """Forward tensors a checkpointing strategy may drop: recomputable, with bytes."""
+    return [n.id for n in graph.nodes if recomputable(n) and n.bytes > 0]
+
+
+def better(a: Plan, b: Plan) -> bool:
+    """Feasible beats infeasible; then less energy; among infeasible ones, the smaller peak."""
+    if (a.status == "feasible") != (b.status == "feasible"):
+        return a.status == "feasible"
+    if a.status == "feasible":
+        return a.energy_j < b.energy_j
+    return bool(a.stages) and (not b.stages or a.peak_bytes < b.peak_bytes)
+
+
+def checked(graph: CostedGraph, plan: Plan, budget: int, deadline_s: float, semantics: Semantics) -> Plan:
+    """Account the plan by the simulator (it must obey the spec whatever the budget), then
+    mark it feasible if it fits the budget and meets the deadline."""
+    sim = simulate(graph, plan)
+    plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
+    try:
+        simulate(graph, plan, budget, deadline_s, semantics)
+        plan.status = "feasible"
+    except PlanError as exc:
+        plan.note = "; ".join(x for x in (plan.note, str(exc)) if x)
+    return plan
+
+
+
+
+def checkpoint_all(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET) -> Plan:
+    return build(graph, budget, deadline_s, Policy(), semantics=semantics)
