@@ -50,25 +50,34 @@ void poet_linear_bwd(int B, int in, int out, const float *g, const float *x, con
     }
 }
 
-void poet_conv2d_fwd(int B, int C, int H, int W, int O, int k, int pad, const float *x,
-                     const float *w, const float *b, float *y)
+int poet_conv2d_out(int H, int k, int stride, int pad)
 {
-    int Ho = H + 2 * pad - k + 1, Wo = W + 2 * pad - k + 1;
+    return (H + 2 * pad - k) / stride + 1;
+}
+
+/* The loop orders are those of the original stride-1 kernels, so a stride-1 ungrouped convolution
+ * rounds exactly as before and schedules stay bit-identical across firmware versions. */
+void poet_conv2d_ex_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                        const float *x, const float *w, const float *b, float *y)
+{
+    int Ho = poet_conv2d_out(H, k, stride, pad), Wo = poet_conv2d_out(W, k, stride, pad);
+    int Cg = C / groups, Og = O / groups;
     int n, o, oy, ox, c, ky, kx;
     for (n = 0; n < B; n++)
-        for (o = 0; o < O; o++)
+        for (o = 0; o < O; o++) {
+            const float *xg = x + ((long)n * C + (long)(o / Og) * Cg) * H * W;
             for (oy = 0; oy < Ho; oy++)
                 for (ox = 0; ox < Wo; ox++) {
                     float acc = 0.0f;
-                    for (c = 0; c < C; c++) {
-                        const float *xc = x + ((long)n * C + c) * H * W;
-                        const float *wc = w + ((long)o * C + c) * k * k;
+                    for (c = 0; c < Cg; c++) {
+                        const float *xc = xg + (long)c * H * W;
+                        const float *wc = w + ((long)o * Cg + c) * k * k;
                         for (ky = 0; ky < k; ky++) {
-                            int iy = oy + ky - pad;
+                            int iy = oy * stride + ky - pad;
                             if (iy < 0 || iy >= H)
                                 continue;
                             for (kx = 0; kx < k; kx++) {
-                                int ix = ox + kx - pad;
+                                int ix = ox * stride + kx - pad;
                                 if (ix < 0 || ix >= W)
                                     continue;
                                 acc += xc[(long)iy * W + ix] * wc[ky * k + kx];
@@ -77,35 +86,38 @@ void poet_conv2d_fwd(int B, int C, int H, int W, int O, int k, int pad, const fl
                     }
                     y[(((long)n * O + o) * Ho + oy) * Wo + ox] = b ? acc + b[o] : acc;
                 }
+        }
 }
 
-void poet_conv2d_bwd(int B, int C, int H, int W, int O, int k, int pad, const float *g,
-                     const float *x, const float *w, float *dw, float *db, float *gx)
+void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                        const float *g, const float *x, const float *w, float *dw, float *db,
+                        float *gx)
 {
-    int Ho = H + 2 * pad - k + 1, Wo = W + 2 * pad - k + 1;
+    int Ho = poet_conv2d_out(H, k, stride, pad), Wo = poet_conv2d_out(W, k, stride, pad);
+    int Cg = C / groups, Og = O / groups;
     int n, o, oy, ox, c, ky, kx, iy, ix;
-    /* dW[o,c,ky,kx] += sum_{n,oy,ox} g[n,o,oy,ox] x[n,c,oy+ky-p,ox+kx-p] */
     for (o = 0; o < O; o++) {
-        for (c = 0; c < C; c++)
+        /* dW[o,c,ky,kx] += sum_{n,oy,ox} g[n,o,oy,ox] x[n, group(o) + c, oy s+ky-p, ox s+kx-p] */
+        for (c = 0; dw && c < Cg; c++)
             for (ky = 0; ky < k; ky++)
                 for (kx = 0; kx < k; kx++) {
                     float acc = 0.0f;
                     for (n = 0; n < B; n++) {
                         const float *gn = g + ((long)n * O + o) * Ho * Wo;
-                        const float *xc = x + ((long)n * C + c) * H * W;
+                        const float *xc = x + ((long)n * C + (long)(o / Og) * Cg + c) * H * W;
                         for (oy = 0; oy < Ho; oy++) {
-                            iy = oy + ky - pad;
+                            iy = oy * stride + ky - pad;
                             if (iy < 0 || iy >= H)
                                 continue;
                             for (ox = 0; ox < Wo; ox++) {
-                                ix = ox + kx - pad;
+                                ix = ox * stride + kx - pad;
                                 if (ix < 0 || ix >= W)
                                     continue;
                                 acc += gn[(long)oy * Wo + ox] * xc[(long)iy * W + ix];
                             }
                         }
                     }
-                    dw[(((long)o * C + c) * k + ky) * k + kx] += acc;
+                    dw[(((long)o * Cg + c) * k + ky) * k + kx] += acc;
                 }
         if (db) {
             float acc = 0.0f;
@@ -119,22 +131,32 @@ void poet_conv2d_bwd(int B, int C, int H, int W, int O, int k, int pad, const fl
     }
     if (!gx)
         return;
-    /* gx[n,c,iy,ix] = sum_{o,ky,kx} g[n,o,iy-ky+p,ix-kx+p] W[o,c,ky,kx] */
+    /* Gathered per input pixel rather than scattered per output pixel, so every gx element is
+     * written once from a register and gx needs no zeroing pass:
+     * gx[n,c,iy,ix] = sum over o of c's group, ky, kx with (iy - ky + p) = oy s and
+     * (ix - kx + p) = ox s of g[n,o,oy,ox] W[o, c mod Cg, ky, kx]. */
     for (n = 0; n < B; n++)
-        for (c = 0; c < C; c++)
+        for (c = 0; c < C; c++) {
+            int grp = c / Cg, o0 = grp * Og;
             for (iy = 0; iy < H; iy++)
                 for (ix = 0; ix < W; ix++) {
                     float acc = 0.0f;
-                    for (o = 0; o < O; o++) {
+                    for (o = o0; o < o0 + Og; o++) {
                         const float *gn = g + ((long)n * O + o) * Ho * Wo;
-                        const float *wc = w + ((long)o * C + c) * k * k;
+                        const float *wc = w + ((long)o * Cg + (c - grp * Cg)) * k * k;
                         for (ky = 0; ky < k; ky++) {
-                            oy = iy - ky + pad;
-                            if (oy < 0 || oy >= Ho)
+                            int ty = iy - ky + pad;
+                            if (ty < 0 || ty % stride != 0)
+                                continue;
+                            oy = ty / stride;
+                            if (oy >= Ho)
                                 continue;
                             for (kx = 0; kx < k; kx++) {
-                                ox = ix - kx + pad;
-                                if (ox < 0 || ox >= Wo)
+                                int tx = ix - kx + pad;
+                                if (tx < 0 || tx % stride != 0)
+                                    continue;
+                                ox = tx / stride;
+                                if (ox >= Wo)
                                     continue;
                                 acc += gn[(long)oy * Wo + ox] * wc[ky * k + kx];
                             }
@@ -142,6 +164,19 @@ void poet_conv2d_bwd(int B, int C, int H, int W, int O, int k, int pad, const fl
                     }
                     gx[(((long)n * C + c) * H + iy) * W + ix] = acc;
                 }
+        }
+}
+
+void poet_conv2d_fwd(int B, int C, int H, int W, int O, int k, int pad, const float *x,
+                     const float *w, const float *b, float *y)
+{
+    poet_conv2d_ex_fwd(B, C, H, W, O, k, 1, pad, 1, x, w, b, y);
+}
+
+void poet_conv2d_bwd(int B, int C, int H, int W, int O, int k, int pad, const float *g,
+                     const float *x, const float *w, float *dw, float *db, float *gx)
+{
+    poet_conv2d_ex_bwd(B, C, H, W, O, k, 1, pad, 1, g, x, w, dw, db, gx);
 }
 
 void poet_relu_fwd(int n, const float *x, float *y)

@@ -1,30 +1,197 @@
-/* fp32 reference kernels, forward and backward, for every op of docs/spec.md section 2.
+/* fp32 reference kernels, forward and backward, for every op of docs/graph.md's op set.
  * They follow PyTorch's definitions (first-maximum pooling, log-softmax cross entropy with mean
- * reduction) and accumulate in float so results track PyTorch fp32 to rounding. Backward kernels
- * accumulate (+=) into the parameter gradients; none of them allocate. */
+ * reduction, biased batch variance for normalising and unbiased for the running estimate, ...) and
+ * accumulate in float, because the Cortex-M4F has a single-precision FPU only; results track PyTorch
+ * fp32 to rounding.
+ *
+ * Conventions, shared by every kernel:
+ *  - tensors are dense, row-major (NCHW for images); sizes are element counts;
+ *  - backward kernels ACCUMULATE (+=) into parameter gradients (dw, db), so several backward nodes
+ *    can share one gradient buffer, and WRITE (=) every input gradient (gx, ga, ...);
+ *  - a NULL gradient pointer means that gradient is not wanted, and the tensors only it would read
+ *    may then be NULL too (a frozen conv weight needs no x);
+ *  - nothing allocates and nothing needs scratch memory: where a backward needs statistics that the
+ *    forward made (batch and layer norm) it takes them, or recomputes them per channel / per row
+ *    when given NULL, so the caller chooses between keeping them and recomputing;
+ *  - outputs must not alias inputs unless a kernel says it may. */
 #ifndef POET_KERNELS_H
 #define POET_KERNELS_H
 
 #include <stdint.h>
+
+/* ---- dense and convolution (kernels.c) ------------------------------------------------------ */
 
 void poet_linear_fwd(int B, int in, int out, const float *x, const float *w, const float *b,
                      float *y);
 /* gx may be NULL (need_grad_input = 0); db may be NULL (no bias). */
 void poet_linear_bwd(int B, int in, int out, const float *g, const float *x, const float *w,
                      float *dw, float *db, float *gx);
+
+/* Output height (or width) of a convolution: floor((H + 2 pad - k) / stride) + 1. */
+int poet_conv2d_out(int H, int k, int stride, int pad);
+/* x[B,C,H,W] * w[O, C/groups, k, k] (+ b[O]) -> y[B,O,Ho,Wo], square kernel, zero padding, no
+ * dilation. C and O must be multiples of groups; groups = C = O is a depthwise convolution.
+ * b may be NULL. */
+void poet_conv2d_ex_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                        const float *x, const float *w, const float *b, float *y);
+/* g is dL/dy [B,O,Ho,Wo]. dw += dL/dw (may be NULL: then x may be NULL), db += dL/db (may be NULL),
+ * gx = dL/dx (may be NULL: then w may be NULL). */
+void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                        const float *g, const float *x, const float *w, float *dw, float *db,
+                        float *gx);
+/* stride 1, groups 1: the original entry points, kept for the interpreter. */
 void poet_conv2d_fwd(int B, int C, int H, int W, int O, int k, int pad, const float *x,
                      const float *w, const float *b, float *y);
 void poet_conv2d_bwd(int B, int C, int H, int W, int O, int k, int pad, const float *g,
                      const float *x, const float *w, float *dw, float *db, float *gx);
+
+/* ---- pointwise ------------------------------------------------------------------------------- */
+
+/* relu_bwd reads the output y. */
 void poet_relu_fwd(int n, const float *x, float *y);
 void poet_relu_bwd(int n, const float *g, const float *y, float *gx);
+/* GELU, tanh_approx = 0: x * Phi(x) with the exact erf (torch's default, approximate='none');
+ * tanh_approx = 1: torch's approximate='tanh'. The backward reads the INPUT x. */
+void poet_gelu_fwd(int n, int tanh_approx, const float *x, float *y);
+void poet_gelu_bwd(int n, int tanh_approx, const float *g, const float *x, float *gx);
+/* tanh and sigmoid backward read the OUTPUT y (1 - y^2, y (1 - y)). */
+void poet_tanh_fwd(int n, const float *x, float *y);
+void poet_tanh_bwd(int n, const float *g, const float *y, float *gx);
+void poet_sigmoid_fwd(int n, const float *x, float *y);
+void poet_sigmoid_bwd(int n, const float *g, const float *y, float *gx);
+/* clamp(x, lo, hi); ReLU6 is lo = 0, hi = 6. The backward reads the INPUT x and, like torch,
+ * passes the gradient only strictly inside (lo, hi). */
+void poet_hardtanh_fwd(int n, float lo, float hi, const float *x, float *y);
+void poet_hardtanh_bwd(int n, float lo, float hi, const float *g, const float *x, float *gx);
+
+/* ---- pooling and reductions ----------------------------------------------------------------- */
+
+/* 2x2 window, stride 2, first maximum (NaN wins) as PyTorch. */
 void poet_maxpool2d_fwd(int B, int C, int H, int W, const float *x, float *y);
 void poet_maxpool2d_bwd(int B, int C, int H, int W, const float *g, const float *x, float *gx);
-void poet_copy(int n, const float *x, float *y);
+/* Mean over the middle extent of x[outer, r, inner] -> y[outer, inner]: x.mean(dims) over adjacent
+ * dims (inner = 1 is a mean over a contiguous inner extent). The backward spreads g / r; it reads
+ * nothing else. */
+void poet_mean_fwd(int outer, int r, int inner, const float *x, float *y);
+void poet_mean_bwd(int outer, int r, int inner, const float *g, float *gx);
+/* adaptive_avg_pool2d(x, 1) of x[B,C,H,W] with HW = H*W -> y[B,C] (= poet_mean(B*C, HW, 1)). */
+void poet_global_avgpool2d_fwd(int B, int C, int HW, const float *x, float *y);
+void poet_global_avgpool2d_bwd(int B, int C, int HW, const float *g, float *gx);
+
+/* ---- normalisation --------------------------------------------------------------------------- */
+
+/* Batch norm of x[B, C, HW] (BatchNorm2d with HW = H*W, BatchNorm1d with HW = L or 1); w and b
+ * (affine) may be NULL. momentum must be a number (torch's momentum=None, a cumulative average, is
+ * not supported). */
+
+/* Per-channel batch mean and rstd = 1/sqrt(biased variance + eps), as torch saves them. */
+void poet_batchnorm2d_stats(int B, int C, int HW, float eps, const float *x, float *mean,
+                            float *rstd);
+/* Training mode: normalise with the batch statistics. save_mean/save_rstd [C] receive them (may be
+ * NULL). run_mean/run_var [C] (may be NULL: track_running_stats=False) are updated as torch does:
+ * r = (1 - momentum) r + momentum s, with the unbiased variance (B*HW / (B*HW - 1)) for run_var. */
+void poet_batchnorm2d_fwd_train(int B, int C, int HW, float eps, float momentum, const float *x,
+                                const float *w, const float *b, float *y, float *save_mean,
+                                float *save_rstd, float *run_mean, float *run_var);
+/* Backward of the training-mode forward, through the batch statistics. mean/rstd are the forward's
+ * saved ones, or NULL to recompute them from x (eps is used only then). x is always read when gx
+ * or dw is wanted. w NULL means no affine weight (scale 1); dw, db, gx may each be NULL. */
+void poet_batchnorm2d_bwd_train(int B, int C, int HW, float eps, const float *g, const float *x,
+                                const float *w, const float *mean, const float *rstd, float *dw,
+                                float *db, float *gx);
+/* Frozen statistics (eval mode): normalise with run_mean/run_var, which are not changed. */
+void poet_batchnorm2d_fwd_eval(int B, int C, int HW, float eps, const float *x, const float *w,
+                               const float *b, const float *run_mean, const float *run_var,
+                               float *y);
+/* The statistics are constants here, so gx = g * w * rstd; x is read only for dw. */
+void poet_batchnorm2d_bwd_eval(int B, int C, int HW, float eps, const float *g, const float *x,
+                               const float *w, const float *run_mean, const float *run_var,
+                               float *dw, float *db, float *gx);
+
+/* Layer norm over the last dimension of x[rows, D]; w, b [D] may be NULL. mean/rstd [rows] receive
+ * the per-row statistics torch saves (may be NULL). */
+void poet_layernorm_fwd(int rows, int D, float eps, const float *x, const float *w, const float *b,
+                        float *y, float *mean, float *rstd);
+/* mean/rstd: the forward's, or NULL to recompute them from x with eps. */
+void poet_layernorm_bwd(int rows, int D, float eps, const float *g, const float *x, const float *w,
+                        const float *mean, const float *rstd, float *dw, float *db, float *gx);
+
+/* ---- softmax and losses ---------------------------------------------------------------------- */
+
+/* Softmax over the last dim of x[rows, D]; the backward reads the OUTPUT y. */
+void poet_softmax_fwd(int rows, int D, const float *x, float *y);
+void poet_softmax_bwd(int rows, int D, const float *g, const float *y, float *gx);
 float poet_cross_entropy_fwd(int B, int classes, const float *logits, const int32_t *labels);
 void poet_cross_entropy_bwd(int B, int classes, const float *logits, const int32_t *labels,
                             float *gx);
+
+/* ---- matmul ---------------------------------------------------------------------------------- */
+
+/* y[b] = a[b] @ bm[b], a[batch, M, K], bm[batch, K, N], y[batch, M, N]. */
+void poet_matmul_fwd(int batch, int M, int K, int N, const float *a, const float *bm, float *y);
+/* ga = g @ bm^T (reads the other operand bm) and gb = a^T @ g (reads a); both written. */
+void poet_matmul_bwd_a(int batch, int M, int K, int N, const float *g, const float *bm, float *ga);
+void poet_matmul_bwd_b(int batch, int M, int K, int N, const float *g, const float *a, float *gb);
+
+/* ---- elementwise ----------------------------------------------------------------------------- */
+
+/* Same-shape a (op) b over n elements. y may alias a or b. */
+void poet_add_fwd(int n, const float *a, const float *b, float *y);
+void poet_sub_fwd(int n, const float *a, const float *b, float *y);
+void poet_mul_fwd(int n, const float *a, const float *b, float *y);
+/* add: ga = g, gb = g; sub: ga = g, gb = -g; either may be NULL, and either may alias g. */
+void poet_add_bwd(int n, const float *g, float *ga, float *gb);
+void poet_sub_bwd(int n, const float *g, float *ga, float *gb);
+/* mul's gradient to one operand is g times the other: mul_bwd_a passes b, mul_bwd_b passes a. */
+void poet_mul_bwd(int n, const float *g, const float *other, float *gx);
+/* y[o, c, i] = x[o, c, i] +/- v[c] for x[outer, C, inner]: a row vector broadcast over leading dims
+ * (inner = 1, C = row length, the graph's add/sub with m < n: outer = n / m) or a per-channel vector
+ * of an NCHW tensor (outer = B, inner = H*W). y may alias x. */
+void poet_add_bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float *y);
+void poet_sub_bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float *y);
+/* gx = g (may be NULL or alias g); gv = +/- the sum of g over outer and inner, WRITTEN: in the
+ * training graph v is an activation (the tracer refuses parameter operands). */
+void poet_add_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv);
+void poet_sub_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv);
+/* y = x * mul + add (the graph's scale: x * s, x / s as mul = 1/s, x + s, s - x); gx = g * mul.
+ * y may alias x, gx may alias g. */
+void poet_scale_fwd(int n, float mul, float add, const float *x, float *y);
+void poet_scale_bwd(int n, float mul, const float *g, float *gx);
+
+/* ---- embedding, indexing, layout -------------------------------------------------------------- */
+
+/* y[i, :] = w[ids[i], :] for w[V, D]; an id outside [0, V) (torch raises) gives a zero row in the
+ * forward and is skipped in the backward, so a bad batch cannot write outside the weights. */
+void poet_embedding_fwd(int n, int V, int D, const int32_t *ids, const float *w, float *y);
+/* dw[ids[i], :] += g[i, :] (scatter-add: repeated ids sum). */
+void poet_embedding_bwd(int n, int V, int D, const int32_t *ids, const float *g, float *dw);
+/* x[:, index] of x[B, S, D] -> y[B, D]; the backward writes all of gx (zeros off index). */
+void poet_select_fwd(int B, int S, int D, int index, const float *x, float *y);
+void poet_select_bwd(int B, int S, int D, int index, const float *g, float *gx);
+/* General 4-d permute: x has dims d[0..3], y = x.permute(p) has dims d[p[0]], ..., d[p[3]].
+ * The backward takes the forward's d and p and writes gx (shape d) from g (shape of y). */
+void poet_permute4_fwd(const int *d, const int *p, const float *x, float *y);
+void poet_permute4_bwd(const int *d, const int *p, const float *g, float *gx);
+/* x[b, m, n] -> y[b, n, m] (x.transpose(-1, -2)); gx[b, m, n] from g[b, n, m]. */
+void poet_transpose_last2_fwd(int b, int m, int n, const float *x, float *y);
+void poet_transpose_last2_bwd(int b, int m, int n, const float *g, float *gx);
+/* x[d0, d1, d2, d3] -> y[d0, d2, d1, d3] (x.transpose(1, 2), attention's head split and merge);
+ * gx [d0, d1, d2, d3] from g [d0, d2, d1, d3]. */
+void poet_transpose12_fwd(int d0, int d1, int d2, int d3, const float *x, float *y);
+void poet_transpose12_bwd(int d0, int d1, int d2, int d3, const float *g, float *gx);
+void poet_copy(int n, const float *x, float *y);
+
+/* ---- optimizers: each updates w from g, then zeroes g for the next step's accumulation ------- */
+
 /* w -= lr * g, then g = 0. */
 void poet_sgd(uint32_t n, float lr, float *w, float *g);
+/* torch.optim.SGD(momentum, dampening=0, nesterov=False, weight_decay=0): buf = g on step 1,
+ * buf = momentum * buf + g after; w -= lr * buf. step counts from 1, so buf needs no initialising. */
+void poet_sgd_momentum(uint32_t n, float lr, float momentum, uint32_t step, float *w, float *g,
+                       float *buf);
+/* torch.optim.Adam (amsgrad=False, weight_decay=0, maximize=False), bias-corrected; step is the
+ * count including this one (1 on the first call, when m and v [n] must be zero). */
+void poet_adam(uint32_t n, float lr, float beta1, float beta2, float eps, uint32_t step, float *w,
+               float *g, float *m, float *v);
 
 #endif
