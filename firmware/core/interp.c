@@ -10,12 +10,35 @@ static float *pparam(const poet_model_t *m, float *base, int32_t p)
     return p < 0 ? 0 : base + m->param_off[p];
 }
 
-/* Runs node i's kernel. in[k] is dep k's tensor (NULL for deps without arena output). */
+/* Token ids are staged as fp32 (docs/spec.md section 4), and arange/zeros ids exist nowhere, so
+ * each row's id is made here and the kernel is run one row at a time: no id buffer is needed. An
+ * id outside [0, V) (including NaN) becomes -1, which the kernels turn into a zero row / no update. */
+static void embedding_rows(const int32_t *a, const float *ids, const float *w, const float *g,
+                           float *y, float *dw)
+{
+    int32_t r, id;
+    for (r = 0; r < a[0]; r++) {
+        if (a[3] == 1)
+            id = r;
+        else if (a[3] == 2)
+            id = 0;
+        else
+            id = (ids[r] >= 0.0f && ids[r] < (float)a[1]) ? (int32_t)ids[r] : -1;
+        if (y)
+            poet_embedding_fwd(1, a[1], a[2], &id, w, y + (long)r * a[2]);
+        else
+            poet_embedding_bwd(1, a[1], a[2], &id, g + (long)r * a[2], dw);
+    }
+}
+
+/* Runs node i's kernel. in[k] is dep k's tensor (NULL for deps without arena output). Backward
+ * nodes read dL/dy as dep 0 and what the forward saved as dep 1. */
 static void run_node(const poet_model_t *m, uint16_t i, const poet_buffers_t *buf, float *const *in,
                      float *out, float lr, float *loss)
 {
     const poet_node_t *n = &m->nodes[i];
     const int32_t *a = n->a;
+    float *P = buf->params, *G = buf->grads;
     uint16_t p;
 
     switch (n->op) {
@@ -23,27 +46,52 @@ static void run_node(const poet_model_t *m, uint16_t i, const poet_buffers_t *bu
         poet_copy(a[0], buf->x, out);
         break;
     case POET_OP_LINEAR:
-        poet_linear_fwd(a[0], a[1], a[2], in[0], pparam(m, buf->params, a[3]),
-                        pparam(m, buf->params, a[4]), out);
+        poet_linear_fwd(a[0], a[1], a[2], in[0], pparam(m, P, a[3]), pparam(m, P, a[4]), out);
         break;
     case POET_OP_LINEAR_BWD:
-        poet_linear_bwd(a[0], a[1], a[2], in[0], in[1], pparam(m, buf->params, a[3]),
-                        pparam(m, buf->grads, a[3]), pparam(m, buf->grads, a[4]), a[5] ? out : 0);
+        poet_linear_bwd(a[0], a[1], a[2], in[0], in[1], pparam(m, P, a[3]), pparam(m, G, a[3]),
+                        pparam(m, G, a[4]), a[5] ? out : 0);
         break;
     case POET_OP_CONV2D:
-        poet_conv2d_fwd(a[0], a[1], a[2], a[3], a[4], a[5], a[6], in[0],
-                        pparam(m, buf->params, a[7]), pparam(m, buf->params, a[8]), out);
+        poet_conv2d_ex_fwd(a[0], a[1], a[2], a[3], a[4], a[5], POET_CONV_STRIDE(a[6]),
+                           POET_CONV_PAD(a[6]), POET_CONV_GROUPS(a[6]), in[0], pparam(m, P, a[7]),
+                           pparam(m, P, a[8]), out);
         break;
     case POET_OP_CONV2D_BWD:
-        poet_conv2d_bwd(a[0], a[1], a[2], a[3], a[4], a[5], a[6], in[0], in[1],
-                        pparam(m, buf->params, a[7]), pparam(m, buf->grads, a[7]),
-                        pparam(m, buf->grads, a[8]), a[9] ? out : 0);
+        poet_conv2d_ex_bwd(a[0], a[1], a[2], a[3], a[4], a[5], POET_CONV_STRIDE(a[6]),
+                           POET_CONV_PAD(a[6]), POET_CONV_GROUPS(a[6]), in[0], in[1],
+                           pparam(m, P, a[7]), pparam(m, G, a[7]), pparam(m, G, a[8]),
+                           a[9] ? out : 0);
         break;
     case POET_OP_RELU:
         poet_relu_fwd(a[0], in[0], out);
         break;
     case POET_OP_RELU_BWD:
         poet_relu_bwd(a[0], in[0], in[1], out);
+        break;
+    case POET_OP_TANH:
+        poet_tanh_fwd(a[0], in[0], out);
+        break;
+    case POET_OP_TANH_BWD:
+        poet_tanh_bwd(a[0], in[0], in[1], out);
+        break;
+    case POET_OP_SIGMOID:
+        poet_sigmoid_fwd(a[0], in[0], out);
+        break;
+    case POET_OP_SIGMOID_BWD:
+        poet_sigmoid_bwd(a[0], in[0], in[1], out);
+        break;
+    case POET_OP_GELU:
+        poet_gelu_fwd(a[0], a[1], in[0], out);
+        break;
+    case POET_OP_GELU_BWD:
+        poet_gelu_bwd(a[0], a[1], in[0], in[1], out);
+        break;
+    case POET_OP_HARDTANH:
+        poet_hardtanh_fwd(a[0], poet_attr_f32(a[1]), poet_attr_f32(a[2]), in[0], out);
+        break;
+    case POET_OP_HARDTANH_BWD:
+        poet_hardtanh_bwd(a[0], poet_attr_f32(a[1]), poet_attr_f32(a[2]), in[0], in[1], out);
         break;
     case POET_OP_MAXPOOL2D:
         poet_maxpool2d_fwd(a[0], a[1], a[2], a[3], in[0], out);
@@ -53,7 +101,105 @@ static void run_node(const poet_model_t *m, uint16_t i, const poet_buffers_t *bu
         break;
     case POET_OP_FLATTEN:
     case POET_OP_FLATTEN_BWD:
+    case POET_OP_RESHAPE:
+    case POET_OP_RESHAPE_BWD:
         poet_copy(a[0], in[0], out);
+        break;
+    case POET_OP_BATCHNORM:
+        /* The graph keeps no statistics (docs/graph.md): the backward recomputes them from x, and
+         * running statistics are not tracked on the board (they do not affect training). */
+        poet_batchnorm2d_fwd_train(a[0], a[1], a[2], poet_attr_f32(a[3]), poet_attr_f32(a[4]), in[0],
+                                   pparam(m, P, a[5]), pparam(m, P, a[6]), out, 0, 0, 0, 0);
+        break;
+    case POET_OP_BATCHNORM_BWD:
+        poet_batchnorm2d_bwd_train(a[0], a[1], a[2], poet_attr_f32(a[3]), in[0], in[1],
+                                   pparam(m, P, a[5]), 0, 0, pparam(m, G, a[5]), pparam(m, G, a[6]),
+                                   a[7] ? out : 0);
+        break;
+    case POET_OP_LAYERNORM:
+        poet_layernorm_fwd(a[0], a[1], poet_attr_f32(a[2]), in[0], pparam(m, P, a[3]),
+                           pparam(m, P, a[4]), out, 0, 0);
+        break;
+    case POET_OP_LAYERNORM_BWD:
+        poet_layernorm_bwd(a[0], a[1], poet_attr_f32(a[2]), in[0], in[1], pparam(m, P, a[3]), 0, 0,
+                           pparam(m, G, a[3]), pparam(m, G, a[4]), a[5] ? out : 0);
+        break;
+    case POET_OP_MEAN:
+        poet_mean_fwd(a[0], a[1], a[2], in[0], out);
+        break;
+    case POET_OP_MEAN_BWD:
+        poet_mean_bwd(a[0], a[1], a[2], in[0], out);
+        break;
+    case POET_OP_PERMUTE:
+    case POET_OP_PERMUTE_BWD: {
+        int d[4], q[4], k;
+        for (k = 0; k < 4; k++) {
+            d[k] = a[k];
+            q[k] = a[4 + k];
+        }
+        if (n->op == POET_OP_PERMUTE)
+            poet_permute4_fwd(d, q, in[0], out);
+        else
+            poet_permute4_bwd(d, q, in[0], out);
+        break;
+    }
+    case POET_OP_ADD:
+        if (a[0] == a[1])
+            poet_add_fwd(a[0], in[0], in[1], out);
+        else
+            poet_add_bcast_fwd(a[0] / a[1], a[1], 1, in[0], in[1], out);
+        break;
+    case POET_OP_SUB:
+        if (a[0] == a[1])
+            poet_sub_fwd(a[0], in[0], in[1], out);
+        else
+            poet_sub_bcast_fwd(a[0] / a[1], a[1], 1, in[0], in[1], out);
+        break;
+    case POET_OP_ADD_BWD:
+        poet_add_bcast_bwd(a[0] / a[1], a[1], 1, in[0], 0, out);
+        break;
+    case POET_OP_SUB_BWD:
+        poet_sub_bcast_bwd(a[0] / a[1], a[1], 1, in[0], 0, out);
+        break;
+    case POET_OP_MUL:
+        poet_mul_fwd(a[0], in[0], in[1], out);
+        break;
+    case POET_OP_MUL_BWD_A:
+    case POET_OP_MUL_BWD_B:
+        poet_mul_bwd(a[0], in[0], in[1], out);
+        break;
+    case POET_OP_SCALE:
+        poet_scale_fwd(a[0], poet_attr_f32(a[1]), poet_attr_f32(a[2]), in[0], out);
+        break;
+    case POET_OP_SCALE_BWD:
+        poet_scale_bwd(a[0], poet_attr_f32(a[1]), in[0], out);
+        break;
+    case POET_OP_MATMUL:
+        poet_matmul_fwd(a[0], a[1], a[2], a[3], in[0], in[1], out);
+        break;
+    case POET_OP_MATMUL_BWD_A:
+        poet_matmul_bwd_a(a[0], a[1], a[2], a[3], in[0], in[1], out);
+        break;
+    case POET_OP_MATMUL_BWD_B:
+        poet_matmul_bwd_b(a[0], a[1], a[2], a[3], in[0], in[1], out);
+        break;
+    case POET_OP_SOFTMAX:
+        poet_softmax_fwd(a[0], a[1], in[0], out);
+        break;
+    case POET_OP_SOFTMAX_BWD:
+        poet_softmax_bwd(a[0], a[1], in[0], in[1], out);
+        break;
+    case POET_OP_EMBEDDING:
+        embedding_rows(a, in[0], pparam(m, P, a[4]), 0, out, 0);
+        break;
+    case POET_OP_EMBEDDING_BWD:
+        embedding_rows(a, in[1], 0, in[0], 0, pparam(m, G, a[4]));
+        break;
+    case POET_OP_SELECT:
+        poet_select_fwd(a[0], a[1], a[2], a[3], in[0], out);
+        break;
+    case POET_OP_SELECT_BWD:
+        poet_select_bwd(a[0], a[1], a[2], a[3], in[0], out);
         break;
     case POET_OP_CROSS_ENTROPY:
         out[0] = poet_cross_entropy_fwd(a[0], a[1], in[0], buf->labels);
@@ -64,8 +210,7 @@ static void run_node(const poet_model_t *m, uint16_t i, const poet_buffers_t *bu
         break;
     case POET_OP_SGD:
         for (p = 0; p < m->n_params; p++)
-            poet_sgd(m->param_elems[p], lr, buf->params + m->param_off[p],
-                     buf->grads + m->param_off[p]);
+            poet_sgd(m->param_elems[p], lr, P + m->param_off[p], G + m->param_off[p]);
         break;
     default:
         break;

@@ -1,20 +1,43 @@
 #include "model.h"
 
+#include <string.h>
+
 #include "status.h"
 #include "util.h"
 
 #define HDR 16u
 #define NODE_SZ 56u
 
-/* Products of attribute values are computed in 64 bits so a hostile blob cannot wrap them. */
+/* Products of attribute values saturate in 64 bits, so a hostile blob cannot wrap them into a
+ * size that matches. */
+static uint64_t mul(uint64_t a, uint64_t b)
+{
+    if (a != 0 && b > UINT64_MAX / a)
+        return UINT64_MAX;
+    return a * b;
+}
+
+static uint64_t f32s(uint64_t elems) { return mul(4u, elems); }
+
 static int pos(int32_t v) { return v > 0; }
+
+float poet_attr_f32(int32_t a)
+{
+    float f;
+    memcpy(&f, &a, sizeof f);
+    return f;
+}
+
+/* NaN and infinity fail: no op of the set has a use for them as a constant. */
+static int finite_attr(int32_t a) { return ((uint32_t)a & 0x7F800000u) != 0x7F800000u; }
 
 static int param_ok(const poet_model_t *m, int32_t p, uint64_t elems)
 {
     return p >= 0 && (uint32_t)p < m->n_params && m->param_elems[p] == elems;
 }
 
-static int bias_ok(const poet_model_t *m, int32_t p, uint64_t elems)
+/* Optional parameters (a bias, a norm's affine weight) are -1 when absent. */
+static int opt_param_ok(const poet_model_t *m, int32_t p, uint64_t elems)
 {
     return p == -1 || param_ok(m, p, elems);
 }
@@ -24,28 +47,53 @@ static uint32_t dep_bytes(const poet_model_t *m, const poet_node_t *n, int k)
     return m->nodes[n->deps[k]].bytes;
 }
 
+static int io1(const poet_model_t *m, const poet_node_t *n, uint64_t in, uint64_t out)
+{
+    return n->n_deps == 1 && dep_bytes(m, n, 0) == in && n->bytes == out;
+}
+
+static int io2(const poet_model_t *m, const poet_node_t *n, uint64_t in0, uint64_t in1, uint64_t out)
+{
+    return n->n_deps == 2 && dep_bytes(m, n, 0) == in0 && dep_bytes(m, n, 1) == in1 &&
+           n->bytes == out;
+}
+
+/* A parameterised backward: dep 0 is dL/dy, dep 1 the forward input; the input gradient is the
+ * output only if need_grad_input (else 0 bytes). */
+static int bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x)
+{
+    return (need == 0 || need == 1) && io2(m, n, y, x, need ? x : 0u);
+}
+
+static int kind_of(uint8_t op)
+{
+    switch (op) {
+    case POET_OP_INPUT: return POET_KIND_INPUT;
+    case POET_OP_CROSS_ENTROPY: return POET_KIND_LOSS;
+    case POET_OP_SGD: return POET_KIND_OPTIMIZER;
+    default: break;
+    }
+    if (op <= POET_OP_PERMUTE || (op >= POET_OP_ADD && op <= POET_OP_SELECT))
+        return POET_KIND_FORWARD;
+    if ((op >= POET_OP_LINEAR_BWD && op <= POET_OP_PERMUTE_BWD) ||
+        (op >= POET_OP_ADD_BWD && op <= POET_OP_SELECT_BWD))
+        return POET_KIND_BACKWARD;
+    return -1;
+}
+
 /* Checks that the node's shapes agree with its deps, params and output size, so the kernels
  * can trust every index they compute. */
 static int node_ok(const poet_model_t *m, uint32_t i)
 {
     const poet_node_t *n = &m->nodes[i];
     const int32_t *a = n->a;
-    uint64_t xin, yout;
-    int32_t ho, wo;
-    int kind_expected;
+    uint64_t x, y, t;
+    int32_t ho, wo, s, gr;
+    int k, seen;
 
-    switch (n->op) {
-    case POET_OP_INPUT: kind_expected = POET_KIND_INPUT; break;
-    case POET_OP_LINEAR: case POET_OP_CONV2D: case POET_OP_RELU: case POET_OP_MAXPOOL2D:
-    case POET_OP_FLATTEN: kind_expected = POET_KIND_FORWARD; break;
-    case POET_OP_CROSS_ENTROPY: kind_expected = POET_KIND_LOSS; break;
-    case POET_OP_LINEAR_BWD: case POET_OP_CONV2D_BWD: case POET_OP_RELU_BWD:
-    case POET_OP_MAXPOOL2D_BWD: case POET_OP_FLATTEN_BWD: case POET_OP_CROSS_ENTROPY_BWD:
-        kind_expected = POET_KIND_BACKWARD; break;
-    case POET_OP_SGD: kind_expected = POET_KIND_OPTIMIZER; break;
-    default: return 0;
-    }
-    if (n->kind != kind_expected)
+    k = kind_of(n->op);
+    /* gradient sums are adds in the backward pass */
+    if (k < 0 || (n->kind != k && !(n->op == POET_OP_ADD && n->kind == POET_KIND_BACKWARD)))
         return 0;
 
     switch (n->op) {
@@ -56,64 +104,154 @@ static int node_ok(const poet_model_t *m, uint32_t i)
     case POET_OP_LINEAR_BWD:
         if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]))
             return 0;
-        xin = 4ull * (uint64_t)a[0] * (uint64_t)a[1];
-        yout = 4ull * (uint64_t)a[0] * (uint64_t)a[2];
-        if (!param_ok(m, a[3], (uint64_t)a[1] * (uint64_t)a[2]) || !bias_ok(m, a[4], (uint64_t)a[2]))
+        x = f32s(mul((uint64_t)a[0], (uint64_t)a[1]));
+        y = f32s(mul((uint64_t)a[0], (uint64_t)a[2]));
+        if (!param_ok(m, a[3], mul((uint64_t)a[1], (uint64_t)a[2])) || !opt_param_ok(m, a[4], (uint64_t)a[2]))
             return 0;
-        if (n->op == POET_OP_LINEAR)
-            return n->n_deps == 1 && dep_bytes(m, n, 0) == xin && n->bytes == yout;
-        if (a[5] != 0 && a[5] != 1)
-            return 0;
-        return n->n_deps == 2 && dep_bytes(m, n, 0) == yout && dep_bytes(m, n, 1) == xin &&
-               n->bytes == (a[5] ? xin : 0u);
+        return n->op == POET_OP_LINEAR ? io1(m, n, x, y) : bwd_ok(m, n, a[5], y, x);
     case POET_OP_CONV2D:
     case POET_OP_CONV2D_BWD:
+        s = POET_CONV_STRIDE(a[6]);
+        gr = POET_CONV_GROUPS(a[6]);
         if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]) || !pos(a[3]) || !pos(a[4]) || !pos(a[5]) ||
-            a[6] < 0 || a[6] > 64 || a[2] > 65535 || a[3] > 65535 || a[5] > 64)
+            a[6] < 0 || POET_CONV_PAD(a[6]) > 64 || s > 64 || a[2] > 65535 || a[3] > 65535 ||
+            a[5] > 64 || a[1] % gr || a[4] % gr)
             return 0;
-        ho = a[2] + 2 * a[6] - a[5] + 1;
-        wo = a[3] + 2 * a[6] - a[5] + 1;
-        if (ho <= 0 || wo <= 0)
+        ho = (a[2] + 2 * POET_CONV_PAD(a[6]) - a[5]) / s + 1;
+        wo = (a[3] + 2 * POET_CONV_PAD(a[6]) - a[5]) / s + 1;
+        if (a[2] + 2 * POET_CONV_PAD(a[6]) < a[5] || a[3] + 2 * POET_CONV_PAD(a[6]) < a[5])
             return 0;
-        xin = 4ull * (uint64_t)a[0] * (uint64_t)a[1] * (uint64_t)a[2] * (uint64_t)a[3];
-        yout = 4ull * (uint64_t)a[0] * (uint64_t)a[4] * (uint64_t)ho * (uint64_t)wo;
-        if (!param_ok(m, a[7], (uint64_t)a[4] * (uint64_t)a[1] * (uint64_t)a[5] * (uint64_t)a[5]) ||
-            !bias_ok(m, a[8], (uint64_t)a[4]))
+        x = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[1]), mul((uint64_t)a[2], (uint64_t)a[3])));
+        y = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[4]), mul((uint64_t)ho, (uint64_t)wo)));
+        t = mul(mul((uint64_t)a[4], (uint64_t)(a[1] / gr)), mul((uint64_t)a[5], (uint64_t)a[5]));
+        if (!param_ok(m, a[7], t) || !opt_param_ok(m, a[8], (uint64_t)a[4]))
             return 0;
-        if (n->op == POET_OP_CONV2D)
-            return n->n_deps == 1 && dep_bytes(m, n, 0) == xin && n->bytes == yout;
-        if (a[9] != 0 && a[9] != 1)
-            return 0;
-        return n->n_deps == 2 && dep_bytes(m, n, 0) == yout && dep_bytes(m, n, 1) == xin &&
-               n->bytes == (a[9] ? xin : 0u);
+        return n->op == POET_OP_CONV2D ? io1(m, n, x, y) : bwd_ok(m, n, a[9], y, x);
     case POET_OP_RELU:
     case POET_OP_FLATTEN:
-        return pos(a[0]) && n->n_deps == 1 && dep_bytes(m, n, 0) == 4ull * (uint64_t)a[0] &&
-               n->bytes == 4ull * (uint64_t)a[0];
+    case POET_OP_RESHAPE:
+    case POET_OP_TANH:
+    case POET_OP_SIGMOID:
     case POET_OP_FLATTEN_BWD:
-        return pos(a[0]) && n->n_deps == 1 && dep_bytes(m, n, 0) == 4ull * (uint64_t)a[0] &&
-               n->bytes == 4ull * (uint64_t)a[0];
+    case POET_OP_RESHAPE_BWD:
+        return pos(a[0]) && io1(m, n, f32s((uint64_t)a[0]), f32s((uint64_t)a[0]));
+    case POET_OP_GELU:
+        return pos(a[0]) && (a[1] == 0 || a[1] == 1) && io1(m, n, f32s((uint64_t)a[0]), f32s((uint64_t)a[0]));
+    case POET_OP_HARDTANH:
+    case POET_OP_SCALE:
+    case POET_OP_SCALE_BWD:
+        return pos(a[0]) && finite_attr(a[1]) && finite_attr(a[2]) &&
+               io1(m, n, f32s((uint64_t)a[0]), f32s((uint64_t)a[0]));
     case POET_OP_RELU_BWD:
-        return pos(a[0]) && n->n_deps == 2 && dep_bytes(m, n, 0) == 4ull * (uint64_t)a[0] &&
-               dep_bytes(m, n, 1) == 4ull * (uint64_t)a[0] && n->bytes == 4ull * (uint64_t)a[0];
+    case POET_OP_TANH_BWD:
+    case POET_OP_SIGMOID_BWD:
+    case POET_OP_MUL_BWD_A:
+    case POET_OP_MUL_BWD_B:
+        x = f32s((uint64_t)a[0]);
+        return pos(a[0]) && (n->op < POET_OP_MUL_BWD_A || a[1] == a[0]) && io2(m, n, x, x, x);
+    case POET_OP_GELU_BWD:
+    case POET_OP_HARDTANH_BWD:
+        x = f32s((uint64_t)a[0]);
+        return pos(a[0]) && (n->op == POET_OP_GELU_BWD ? (a[1] == 0 || a[1] == 1)
+                                                        : (finite_attr(a[1]) && finite_attr(a[2]))) &&
+               io2(m, n, x, x, x);
     case POET_OP_MAXPOOL2D:
     case POET_OP_MAXPOOL2D_BWD:
         if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]) || !pos(a[3]) || (a[2] & 1) || (a[3] & 1))
             return 0;
-        xin = 4ull * (uint64_t)a[0] * (uint64_t)a[1] * (uint64_t)a[2] * (uint64_t)a[3];
-        yout = xin / 4u;
-        if (n->op == POET_OP_MAXPOOL2D)
-            return n->n_deps == 1 && dep_bytes(m, n, 0) == xin && n->bytes == yout;
-        return n->n_deps == 2 && dep_bytes(m, n, 0) == yout && dep_bytes(m, n, 1) == xin &&
-               n->bytes == xin;
+        x = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[1]), mul((uint64_t)a[2], (uint64_t)a[3])));
+        y = x / 4u;
+        return n->op == POET_OP_MAXPOOL2D ? io1(m, n, x, y) : io2(m, n, y, x, x);
     case POET_OP_CROSS_ENTROPY:
     case POET_OP_CROSS_ENTROPY_BWD:
         /* labels come from the staged batch, so B must be the model's batch */
         if (!pos(a[0]) || !pos(a[1]) || (uint32_t)a[0] != m->batch)
             return 0;
-        xin = 4ull * (uint64_t)a[0] * (uint64_t)a[1];
-        return n->n_deps == 1 && dep_bytes(m, n, 0) == xin &&
-               n->bytes == (n->op == POET_OP_CROSS_ENTROPY ? 4u : xin);
+        x = f32s(mul((uint64_t)a[0], (uint64_t)a[1]));
+        return io1(m, n, x, n->op == POET_OP_CROSS_ENTROPY ? 4u : x);
+    case POET_OP_BATCHNORM:
+    case POET_OP_BATCHNORM_BWD:
+        /* B*HW > 1: the batch variance of a single value is undefined (torch raises) */
+        if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]) || mul((uint64_t)a[0], (uint64_t)a[2]) < 2u ||
+            !finite_attr(a[3]) || !(poet_attr_f32(a[3]) > 0.0f) || !finite_attr(a[4]) ||
+            !opt_param_ok(m, a[5], (uint64_t)a[1]) || !opt_param_ok(m, a[6], (uint64_t)a[1]))
+            return 0;
+        x = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[1]), (uint64_t)a[2]));
+        return n->op == POET_OP_BATCHNORM ? io1(m, n, x, x) : bwd_ok(m, n, a[7], x, x);
+    case POET_OP_LAYERNORM:
+    case POET_OP_LAYERNORM_BWD:
+        if (!pos(a[0]) || !pos(a[1]) || !finite_attr(a[2]) || !(poet_attr_f32(a[2]) > 0.0f) ||
+            !opt_param_ok(m, a[3], (uint64_t)a[1]) || !opt_param_ok(m, a[4], (uint64_t)a[1]))
+            return 0;
+        x = f32s(mul((uint64_t)a[0], (uint64_t)a[1]));
+        return n->op == POET_OP_LAYERNORM ? io1(m, n, x, x) : bwd_ok(m, n, a[5], x, x);
+    case POET_OP_MEAN:
+    case POET_OP_MEAN_BWD:
+        if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]))
+            return 0;
+        y = f32s(mul((uint64_t)a[0], (uint64_t)a[2]));
+        x = mul(y, (uint64_t)a[1]);
+        return n->op == POET_OP_MEAN ? io1(m, n, x, y) : io1(m, n, y, x);
+    case POET_OP_PERMUTE:
+    case POET_OP_PERMUTE_BWD:
+        seen = 0;
+        for (k = 0; k < 4; k++) {
+            if (!pos(a[k]) || a[4 + k] < 0 || a[4 + k] > 3)
+                return 0;
+            seen |= 1 << a[4 + k];
+        }
+        x = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[1]), mul((uint64_t)a[2], (uint64_t)a[3])));
+        return seen == 0xF && io1(m, n, x, x);
+    case POET_OP_ADD:
+    case POET_OP_SUB:
+    case POET_OP_MUL:
+        /* b broadcasts over a's leading dims: m divides n (mul: same shapes only) */
+        if (!pos(a[0]) || !pos(a[1]) || a[0] % a[1] || (n->op == POET_OP_MUL && a[0] != a[1]))
+            return 0;
+        return io2(m, n, f32s((uint64_t)a[0]), f32s((uint64_t)a[1]), f32s((uint64_t)a[0]));
+    case POET_OP_ADD_BWD:
+    case POET_OP_SUB_BWD:
+        if (!pos(a[0]) || !pos(a[1]) || a[0] % a[1])
+            return 0;
+        return io1(m, n, f32s((uint64_t)a[0]), f32s((uint64_t)a[1]));
+    case POET_OP_MATMUL:
+    case POET_OP_MATMUL_BWD_A:
+    case POET_OP_MATMUL_BWD_B:
+        if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]) || !pos(a[3]))
+            return 0;
+        x = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[1]), (uint64_t)a[2])); /* a [batch, M, K] */
+        t = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[2]), (uint64_t)a[3])); /* b [batch, K, N] */
+        y = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[1]), (uint64_t)a[3])); /* y [batch, M, N] */
+        if (n->op == POET_OP_MATMUL)
+            return io2(m, n, x, t, y);
+        return n->op == POET_OP_MATMUL_BWD_A ? io2(m, n, y, t, x) : io2(m, n, y, x, t);
+    case POET_OP_SOFTMAX:
+    case POET_OP_SOFTMAX_BWD:
+        if (!pos(a[0]) || !pos(a[1]))
+            return 0;
+        x = f32s(mul((uint64_t)a[0], (uint64_t)a[1]));
+        return n->op == POET_OP_SOFTMAX ? io1(m, n, x, x) : io2(m, n, x, x, x);
+    case POET_OP_EMBEDDING:
+    case POET_OP_EMBEDDING_BWD:
+        /* ids: 0 = dep (staged as fp32, exact below 2^24), 1 = arange(n), 2 = zeros(n) */
+        if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]) || a[1] > (1 << 24) || a[3] < 0 || a[3] > 2 ||
+            (a[3] == 1 && a[0] > a[1]) || !param_ok(m, a[4], mul((uint64_t)a[1], (uint64_t)a[2])))
+            return 0;
+        x = f32s((uint64_t)a[0]);
+        y = f32s(mul((uint64_t)a[0], (uint64_t)a[2]));
+        if (n->op == POET_OP_EMBEDDING)
+            return a[3] == 0 ? io1(m, n, x, y) : (n->n_deps == 0 && n->bytes == y);
+        /* no input gradient: ids are not differentiable */
+        if (a[5] != 0 || n->bytes != 0 || n->n_deps != (a[3] == 0 ? 2 : 1) || dep_bytes(m, n, 0) != y)
+            return 0;
+        return a[3] != 0 || dep_bytes(m, n, 1) == x;
+    case POET_OP_SELECT:
+    case POET_OP_SELECT_BWD:
+        if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]) || a[3] < 0 || a[3] >= a[1])
+            return 0;
+        x = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[1]), (uint64_t)a[2]));
+        y = f32s(mul((uint64_t)a[0], (uint64_t)a[2]));
+        return n->op == POET_OP_SELECT ? io1(m, n, x, y) : io1(m, n, y, x);
     case POET_OP_SGD:
         return n->n_deps == 0 && n->bytes == 0 && i + 1u == m->n_nodes;
     default:

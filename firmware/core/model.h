@@ -4,9 +4,14 @@
 
 #include <stdint.h>
 
+/* A port with more RAM may raise these (the linux-big build does); the defaults fit the nRF52840. */
+#ifndef POET_MODEL_BLOB_MAX
 #define POET_MODEL_BLOB_MAX 4096u
-#define POET_MAX_NODES 72u  /* (4096 - 16) / 56 */
+#endif
+#define POET_MAX_NODES ((POET_MODEL_BLOB_MAX - 16u) / 56u)
+#ifndef POET_MAX_PARAMS
 #define POET_MAX_PARAMS 64u
+#endif
 
 enum {
     POET_OP_INPUT = 0,
@@ -22,8 +27,52 @@ enum {
     POET_OP_MAXPOOL2D_BWD = 19,
     POET_OP_FLATTEN_BWD = 20,
     POET_OP_CROSS_ENTROPY_BWD = 21,
-    POET_OP_SGD = 32
+    POET_OP_RESHAPE = 7,
+    POET_OP_BATCHNORM = 8,
+    POET_OP_LAYERNORM = 9,
+    POET_OP_TANH = 10,
+    POET_OP_SIGMOID = 11,
+    POET_OP_GELU = 12,
+    POET_OP_HARDTANH = 13,
+    POET_OP_MEAN = 14,
+    POET_OP_PERMUTE = 15,
+    POET_OP_RESHAPE_BWD = 22,
+    POET_OP_BATCHNORM_BWD = 23,
+    POET_OP_LAYERNORM_BWD = 24,
+    POET_OP_TANH_BWD = 25,
+    POET_OP_SIGMOID_BWD = 26,
+    POET_OP_GELU_BWD = 27,
+    POET_OP_HARDTANH_BWD = 28,
+    POET_OP_MEAN_BWD = 29,
+    POET_OP_PERMUTE_BWD = 30,
+    POET_OP_SGD = 32,
+    POET_OP_ADD = 40,
+    POET_OP_SUB = 41,
+    POET_OP_MUL = 42,
+    POET_OP_SCALE = 43,
+    POET_OP_MATMUL = 44,
+    POET_OP_SOFTMAX = 45,
+    POET_OP_EMBEDDING = 46,
+    POET_OP_SELECT = 47,
+    POET_OP_ADD_BWD = 56,
+    POET_OP_SUB_BWD = 57,
+    POET_OP_MUL_BWD_A = 58,
+    POET_OP_MUL_BWD_B = 59,
+    POET_OP_SCALE_BWD = 60,
+    POET_OP_MATMUL_BWD_A = 61,
+    POET_OP_MATMUL_BWD_B = 62,
+    POET_OP_SOFTMAX_BWD = 63,
+    POET_OP_EMBEDDING_BWD = 64,
+    POET_OP_SELECT_BWD = 65
 };
+
+/* conv2d's a6 packs the geometry that does not fit the ten attributes (docs/spec.md section 2). */
+#define POET_CONV_PAD(a6) ((a6) & 0xFF)
+#define POET_CONV_STRIDE(a6) ((((a6) >> 8) & 0xFF) + 1)
+#define POET_CONV_GROUPS(a6) ((((a6) >> 16) & 0xFFFF) + 1)
+
+/* A float attribute: the blob stores its binary32 bits in the i32 slot. */
+float poet_attr_f32(int32_t a);
 
 enum {
     POET_KIND_INPUT = 0,

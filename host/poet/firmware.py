@@ -13,6 +13,7 @@ TARGETS = {
     "qemu-m4": Path("build/qemu-m4/poet.elf"),
     "linux": Path("build/linux/poet"),
     "linux-asan": Path("build/linux-asan/poet"),
+    "linux-big": Path("build/linux-big/poet"),
     "validate": Path("build/linux/validate"),
 }
 TOOLCHAINS = {"qemu-m4": "arm-none-eabi-gcc"}

@@ -9,6 +9,7 @@ lowest offset that overlaps no placed allocation alive at the same time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from poet import modelblob as mb
 from poet.errors import PoetError
@@ -17,21 +18,64 @@ from poet.modelblob import BlobNode, ModelBlob
 from poet.plan import Plan
 from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
 
-# runtime op -> (op code, the graph attributes that become a0.. in docs/spec.md section 2)
+# runtime op -> (op code, the graph attributes that become a0.. in docs/spec.md section 2).
+# "f:eps" is a float attribute (stored as its binary32 bits); "geom" is conv2d's packed
+# pad/stride/groups; a missing "w"/"b" (no such parameter) is -1.
+_CONV = ("B", "C", "H", "W", "O", "k", "geom", "w", "b")
+_BN = ("B", "C", "HW", "f:eps", "f:momentum", "w", "b")
+_LN = ("rows", "D", "f:eps", "w", "b")
+_PERM = ("d0", "d1", "d2", "d3", "p0", "p1", "p2", "p3")
+_EMB = ("n", "V", "D", "ids", "w")
 OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "input": (mb.OP_INPUT, ("n",)),
     "linear": (mb.OP_LINEAR, ("B", "in", "out", "w", "b")),
-    "conv2d": (mb.OP_CONV2D, ("B", "C", "H", "W", "O", "k", "pad", "w", "b")),
+    "conv2d": (mb.OP_CONV2D, _CONV),
     "relu": (mb.OP_RELU, ("n",)),
     "maxpool2d": (mb.OP_MAXPOOL2D, ("B", "C", "H", "W")),
     "flatten": (mb.OP_FLATTEN, ("n",)),
     "cross_entropy": (mb.OP_CROSS_ENTROPY, ("B", "classes")),
+    "reshape": (mb.OP_RESHAPE, ("n",)),
+    "batchnorm": (mb.OP_BATCHNORM, _BN),
+    "layernorm": (mb.OP_LAYERNORM, _LN),
+    "tanh": (mb.OP_TANH, ("n",)),
+    "sigmoid": (mb.OP_SIGMOID, ("n",)),
+    "gelu": (mb.OP_GELU, ("n", "tanh")),
+    "hardtanh": (mb.OP_HARDTANH, ("n", "f:lo", "f:hi")),
+    "mean": (mb.OP_MEAN, ("outer", "r", "inner")),
+    "permute": (mb.OP_PERMUTE, _PERM),
+    "add": (mb.OP_ADD, ("n", "m")),
+    "sub": (mb.OP_SUB, ("n", "m")),
+    "mul": (mb.OP_MUL, ("n", "m")),
+    "scale": (mb.OP_SCALE, ("n", "f:mul", "f:add")),
+    "matmul": (mb.OP_MATMUL, ("batch", "M", "K", "N")),
+    "softmax": (mb.OP_SOFTMAX, ("rows", "D")),
+    "embedding": (mb.OP_EMBEDDING, _EMB),
+    "select": (mb.OP_SELECT, ("B", "S", "D", "index")),
     "linear_bwd": (mb.OP_LINEAR_BWD, ("B", "in", "out", "w", "b", "need_grad_input")),
-    "conv2d_bwd": (mb.OP_CONV2D_BWD, ("B", "C", "H", "W", "O", "k", "pad", "w", "b", "need_grad_input")),
+    "conv2d_bwd": (mb.OP_CONV2D_BWD, (*_CONV, "need_grad_input")),
     "relu_bwd": (mb.OP_RELU_BWD, ("n",)),
     "maxpool2d_bwd": (mb.OP_MAXPOOL2D_BWD, ("B", "C", "H", "W")),
     "flatten_bwd": (mb.OP_FLATTEN_BWD, ("n",)),
     "cross_entropy_bwd": (mb.OP_CROSS_ENTROPY_BWD, ("B", "classes")),
+    "reshape_bwd": (mb.OP_RESHAPE_BWD, ("n",)),
+    "batchnorm_bwd": (mb.OP_BATCHNORM_BWD, (*_BN, "need_grad_input")),
+    "layernorm_bwd": (mb.OP_LAYERNORM_BWD, (*_LN, "need_grad_input")),
+    "tanh_bwd": (mb.OP_TANH_BWD, ("n",)),
+    "sigmoid_bwd": (mb.OP_SIGMOID_BWD, ("n",)),
+    "gelu_bwd": (mb.OP_GELU_BWD, ("n", "tanh")),
+    "hardtanh_bwd": (mb.OP_HARDTANH_BWD, ("n", "f:lo", "f:hi")),
+    "mean_bwd": (mb.OP_MEAN_BWD, ("outer", "r", "inner")),
+    "permute_bwd": (mb.OP_PERMUTE_BWD, _PERM),
+    "add_bwd": (mb.OP_ADD_BWD, ("n", "m")),
+    "sub_bwd": (mb.OP_SUB_BWD, ("n", "m")),
+    "mul_bwd_a": (mb.OP_MUL_BWD_A, ("n", "m")),
+    "mul_bwd_b": (mb.OP_MUL_BWD_B, ("n", "m")),
+    "scale_bwd": (mb.OP_SCALE_BWD, ("n", "f:mul", "f:add")),
+    "matmul_bwd_a": (mb.OP_MATMUL_BWD_A, ("batch", "M", "K", "N")),
+    "matmul_bwd_b": (mb.OP_MATMUL_BWD_B, ("batch", "M", "K", "N")),
+    "softmax_bwd": (mb.OP_SOFTMAX_BWD, ("rows", "D")),
+    "embedding_bwd": (mb.OP_EMBEDDING_BWD, (*_EMB, "need_grad_input")),
+    "select_bwd": (mb.OP_SELECT_BWD, ("B", "S", "D", "index")),
     "sgd": (mb.OP_SGD, ()),
 }
 KINDS = {"input": mb.KIND_INPUT, "forward": mb.KIND_FORWARD, "loss": mb.KIND_LOSS, "backward": mb.KIND_BACKWARD,
@@ -39,9 +83,8 @@ KINDS = {"input": mb.KIND_INPUT, "forward": mb.KIND_FORWARD, "loss": mb.KIND_LOS
 ALIGN = 4
 
 
-# What today's C runtime runs of the graph's op set (docs/graph.md); the rest is the runtime issue's work.
-RUNTIME_LIMITS = {"conv2d": {"stride": 1, "groups": 1}, "conv2d_bwd": {"stride": 1, "groups": 1},
-                  "maxpool2d": {"k": 2}, "maxpool2d_bwd": {"k": 2}}
+# Forms of the graph's op set (docs/graph.md) the C runtime has no kernel for yet.
+RUNTIME_LIMITS = {"maxpool2d": {"k": 2}, "maxpool2d_bwd": {"k": 2}}
 
 
 def check_runtime(g: TrainingGraph) -> None:
@@ -59,13 +102,24 @@ def check_runtime(g: TrainingGraph) -> None:
                                 f"{attr}={want} for now")
 
 
+def _attr(attrs: dict[str, Any], name: str) -> int:
+    """One a-slot of docs/spec.md section 2 from the graph node's attributes."""
+    if name == "geom":
+        return mb.conv_geometry(int(attrs["pad"]), int(attrs.get("stride", 1)), int(attrs.get("groups", 1)))
+    if name.startswith("f:"):
+        return mb.f32_bits(float(attrs[name[2:]]))
+    if name in ("w", "b"):
+        return int(attrs.get(name, -1))
+    return int(attrs[name])
+
+
 def model_blob(g: TrainingGraph) -> ModelBlob:
     check_runtime(g)
     nodes = []
     for n in g.nodes:
         code, names = OPS[n.op]
         nodes.append(BlobNode(op=code, kind=KINDS[n.kind], deps=tuple(n.deps), bytes=n.bytes,
-                              attrs=tuple(int(n.attrs[a]) for a in names)))
+                              attrs=tuple(_attr(n.attrs, a) for a in names)))
     return ModelBlob(batch=g.batch, x_elems=g.x_elems, param_elems=g.param_elems, nodes=nodes)
 
 

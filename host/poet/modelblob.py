@@ -34,7 +34,43 @@ OP_RELU_BWD = 18
 OP_MAXPOOL2D_BWD = 19
 OP_FLATTEN_BWD = 20
 OP_CROSS_ENTROPY_BWD = 21
+OP_RESHAPE = 7
+OP_BATCHNORM = 8
+OP_LAYERNORM = 9
+OP_TANH = 10
+OP_SIGMOID = 11
+OP_GELU = 12
+OP_HARDTANH = 13
+OP_MEAN = 14
+OP_PERMUTE = 15
+OP_RESHAPE_BWD = 22
+OP_BATCHNORM_BWD = 23
+OP_LAYERNORM_BWD = 24
+OP_TANH_BWD = 25
+OP_SIGMOID_BWD = 26
+OP_GELU_BWD = 27
+OP_HARDTANH_BWD = 28
+OP_MEAN_BWD = 29
+OP_PERMUTE_BWD = 30
 OP_SGD = 32
+OP_ADD = 40  # also the backward pass's gradient sums (kind backward)
+OP_SUB = 41
+OP_MUL = 42
+OP_SCALE = 43
+OP_MATMUL = 44
+OP_SOFTMAX = 45
+OP_EMBEDDING = 46
+OP_SELECT = 47
+OP_ADD_BWD = 56
+OP_SUB_BWD = 57
+OP_MUL_BWD_A = 58
+OP_MUL_BWD_B = 59
+OP_SCALE_BWD = 60
+OP_MATMUL_BWD_A = 61
+OP_MATMUL_BWD_B = 62
+OP_SOFTMAX_BWD = 63
+OP_EMBEDDING_BWD = 64
+OP_SELECT_BWD = 65
 
 # node kinds
 KIND_INPUT = 0
@@ -45,6 +81,17 @@ KIND_OPTIMIZER = 4
 
 _HEADER = struct.Struct("<4sBBHHHI")
 _NODE = struct.Struct("<BBBx4HI10i")
+
+
+def f32_bits(v: float) -> int:
+    """A float attribute as the blob stores it: its IEEE binary32 bit pattern read as an i32."""
+    return int(struct.unpack("<i", struct.pack("<f", v))[0])
+
+
+def conv_geometry(pad: int, stride: int, groups: int) -> int:
+    """conv2d's a6: pad, stride and groups in one attribute (zero-based, so a dense stride-1 conv's
+    a6 is its padding, as before stride and groups were supported)."""
+    return pad | (stride - 1) << 8 | (groups - 1) << 16
 
 
 def fnv1a64(data: bytes) -> int:

@@ -9,7 +9,9 @@
 #include "../../core/port.h"
 #include "../../core/protocol.h"
 
+#ifndef POOL_BYTES
 #define POOL_BYTES (4u * 1024u * 1024u)
+#endif
 
 static union {
     double align;
