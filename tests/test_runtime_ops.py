@@ -139,4 +139,5 @@ def test_mobilenetv2_trains_like_pytorch(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_resnet18_trains_like_pytorch(tmp_path: Path) -> None:
-    _check(tmp_path, "resnet18-cifar", 1, (3, 8, 8), poet=False)
+    # as mobilenet: batch norm over few values, so one step to 1e-3
+    _check(tmp_path, "resnet18-cifar", 2, (3, 16, 16), poet=False, tol=1e-3, steps=1)
