@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from poet.errors import UsageError
-from poet.plan import POET, REFERENCE, CostedGraph, Semantics
+from poet.plan import POET, REFERENCE, CostedGraph, Plan, Semantics
 from poet.units import parse_size
 
 
@@ -61,7 +61,7 @@ def parse_ram_range(text: str) -> list[int]:
 
 
 def _one(graph: CostedGraph, strategy: str, ram: int, fixed: int, deadline_x: float, solver: str,
-         time_limit_s: float, semantics: Semantics) -> Row:
+         time_limit_s: float, semantics: Semantics, starts: list[Plan] | None = None) -> tuple[Row, Plan | None]:
     from poet.strategies import plan_with
 
     arena = ram - fixed
@@ -69,31 +69,47 @@ def _one(graph: CostedGraph, strategy: str, ram: int, fixed: int, deadline_x: fl
     plain = sum(n.compute_j for n in graph.nodes)
     if arena <= 0:
         return Row(graph.name, strategy, ram, arena, deadline_x, deadline_s, "infeasible", math.nan, math.nan,
-                   0, 0, 0, 0, 0.0, math.nan, plain, "--ram below the fixed part")
-    p = plan_with(strategy, graph, arena, deadline_s, solver=solver, time_limit_s=time_limit_s, semantics=semantics)
+                   0, 0, 0, 0, 0.0, math.nan, plain, "--ram below the fixed part"), None
+    p = plan_with(strategy, graph, arena, deadline_s, solver=solver, time_limit_s=time_limit_s, semantics=semantics,
+                  starts=starts)
     ok = p.status in ("optimal", "feasible")
     return Row(graph.name, strategy, ram, arena, deadline_x, deadline_s, p.status,
                p.energy_j if ok else math.nan, p.time_s if ok else math.nan, p.peak_bytes if ok else 0,
                p.recomputes, p.page_ins, p.page_outs, round(p.solve_time_s, 3),
-               p.gap if p.solver not in ("heuristic", "") else 0.0, plain, p.note)
+               p.gap if p.solver not in ("heuristic", "") else 0.0, plain, p.note), (p if ok else None)
 
 
 def run_sweep(graph: CostedGraph, rams: list[int], deadlines_x: list[float], strategies: list[str], fixed: int,
               solver: str = "highs", time_limit_s: float = 60.0, jobs: int | None = None,
               semantics: Semantics = POET, progress: Callable[[str], None] = print) -> list[Row]:
-    """Every (strategy, RAM, deadline), each in a worker process; rows in grid order."""
+    """Every (strategy, RAM, deadline), each in a worker process; rows in grid order.
+
+    POET runs last at each point, warm-started from the best plan any other strategy found
+    there (every strategy's plan is a POET plan), so a time limit cannot leave it behind.
+    """
     tasks = [(s, r, d) for d in deadlines_x for r in rams for s in strategies]
     jobs = jobs or max(1, min(len(tasks), os.cpu_count() or 1))
     rows: dict[tuple[str, int, float], Row] = {}
+    plans: dict[tuple[int, float], list[Plan]] = {}
+    done = 0
+
+    def record(key: tuple[str, int, float], row: Row, plan: Plan | None) -> None:
+        nonlocal done
+        done += 1
+        rows[key] = row
+        if plan is not None:
+            plans.setdefault(key[1:], []).append(plan)
+        what = f"{row.energy_j:.6g} J" if row.status in ("optimal", "feasible") else row.status
+        progress(f"[{done}/{len(tasks)}] {row.strategy:<14} ram {row.ram_bytes:>10} B  deadline {row.deadline_x:g}x"
+                 f"  {what}  ({row.solve_s:.2f} s)")
+
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futs = {pool.submit(_one, graph, s, r, fixed, d, solver, time_limit_s, semantics): (s, r, d)
-                for s, r, d in tasks}
-        for k, fut in enumerate(as_completed(futs), start=1):
-            row = fut.result()
-            rows[futs[fut]] = row
-            what = (f"{row.energy_j:.6g} J" if row.status in ("optimal", "feasible") else row.status)
-            progress(f"[{k}/{len(tasks)}] {row.strategy:<14} ram {row.ram_bytes:>10} B  deadline {row.deadline_x:g}x"
-                     f"  {what}  ({row.solve_s:.2f} s)")
+        for phase in ("others", "poet"):
+            futs = {pool.submit(_one, graph, s, r, fixed, d, solver, time_limit_s, semantics,
+                                plans.get((r, d)) if s == "poet" else None): (s, r, d)
+                    for s, r, d in tasks if (s == "poet") == (phase == "poet")}
+            for fut in as_completed(futs):
+                record(futs[fut], *fut.result())
     return [rows[t] for t in tasks]
 
 

@@ -58,8 +58,10 @@ def best_heuristic(graph: CostedGraph, arena_budget: int, deadline_s: float, rec
 
 def plan_with(name: str, graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str = "highs",
               time_limit_s: float = 60.0, gap: float = 0.0, progress: Progress = None,
-              warm: bool = True, semantics: Semantics = POET) -> Plan:
-    """Plan with strategy `name`; MILPs start from the best heuristic plan unless warm=False."""
+              warm: bool = True, semantics: Semantics = POET, starts: list[Plan] | None = None) -> Plan:
+    """Plan with strategy `name`; MILPs start from the best heuristic plan unless warm=False, or
+    from a better plan among `starts` (other strategies' plans for the same budget and deadline
+    that fit and meet it: a plan of any strategy is a POET plan too)."""
     if name in _HEURISTICS:
         t0 = time.perf_counter()
         plan = _HEURISTICS[name](graph, arena_budget, deadline_s, semantics)
@@ -68,8 +70,16 @@ def plan_with(name: str, graph: CostedGraph, arena_budget: int, deadline_s: floa
     kw = dict(solver=solver, time_limit_s=time_limit_s, gap=gap, progress=progress, strategy=name,
               semantics=semantics)
     if warm and name != "checkmate":
-        kw["warm_start"] = best_heuristic(graph, arena_budget, deadline_s, recompute=name != "page-only",
-                                          paging=name != "remat-only", semantics=semantics)
+        best = best_heuristic(graph, arena_budget, deadline_s, recompute=name != "page-only",
+                              paging=name != "remat-only", semantics=semantics)
+        for p in starts or []:
+            if name == "poet" and p.stages and (best is None or p.energy_j < best.energy_j):
+                try:
+                    simulate(graph, p, arena_budget, deadline_s, semantics)
+                except PlanError:
+                    continue
+                best = p
+        kw["warm_start"] = best
     if name == "poet":
         return solve_poet(graph, arena_budget, deadline_s, **kw)  # type: ignore[arg-type]
     if name == "remat-only":
