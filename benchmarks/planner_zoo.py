@@ -30,9 +30,6 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--deadline", type=float, default=1.5, help="multiple of one plain pass (default 1.5)")
     ap.add_argument("--models", help="comma-separated zoo models (default all)")
-    ap.add_argument("--max-nodes", type=int, default=400,
-                    help="skip the MILP above this many nodes (bert-base's T=645 MILP did not finish building "
-                         "in 5 minutes and 5 GB; default 400)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     board, prof = load_board("nrf52840"), load_profile("nrf52840")
@@ -57,11 +54,6 @@ def main() -> None:
                                                                                      "page-only")]
             ok = [p for p in base if found(p)]
             best = min(ok, key=lambda p: p.energy_j) if ok else None
-            if len(cg) > args.max_nodes:  # the memory rows are dense: O(T^3) nonzeros
-                print(f"| {name} | {len(cg)} | {label} | {budget:,} | {best.strategy if best else 'none'} | "
-                      f"{f'{best.energy_j:.6g}' if best else '-'} | not attempted (T > {args.max_nodes}) | - | - | - | "
-                      f"- |", flush=True)
-                continue
             t0 = time.perf_counter()
             p = plan_with("poet", cg, budget, deadline, time_limit_s=args.time_limit)
             wall = time.perf_counter() - t0

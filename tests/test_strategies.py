@@ -144,3 +144,18 @@ def test_every_reference_instance_gets_a_plan_the_simulator_accepts(model: str, 
     for h in heur:
         if found(h):
             assert p.energy_j <= h.energy_j * (1 + 1e-9)
+
+
+def test_a_milp_too_big_to_build_returns_the_best_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import poet.solve as solve_mod
+
+    g = deep((4, 4, 4, 4, 4))
+    budget, deadline = int(keep_all(g).peak_bytes * 0.75), 3 * g.one_pass_s
+    monkeypatch.setattr(solve_mod, "MAX_MILP_VARIABLES", 10)
+    p = plan_with("poet", g, budget, deadline)
+    best = best_heuristic(g, budget, deadline)
+    assert best is not None and p.status == "feasible" and p.energy_j == best.energy_j
+    assert "not built" in p.note and 0 < p.gap < 1
+    _replay(g, p, budget, deadline)
+    cold = plan_with("poet", g, budget, deadline, warm=False)
+    assert cold.status == "no-solution" and not cold.stages
