@@ -1,0 +1,60 @@
+"""Flash and static RAM of the qemu-m4 (nRF52840 stand-in) firmware, from arm-none-eabi-size / nm.
+
+Usage: .venv/bin/python benchmarks/firmware_footprint.py   (builds firmware/build/qemu-m4 first)
+
+Targets (issue "The C training runtime"): runtime and all kernels <= 64 KB flash; interpreter
+state <= 4 KB plus <= 8 bytes per tensor. Flash is text + data per object file; static RAM is
+every .bss/.data symbol, grouped by what it is for.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "firmware" / "build" / "qemu-m4"
+
+
+def run(*cmd: str) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
+
+
+def main() -> None:
+    run("make", "-C", "firmware", "qemu-m4")
+    elf = BUILD / "poet.elf"
+    print("| object | text B | data B | bss B |")
+    print("|---|---|---|---|")
+    objs = sorted(BUILD.rglob("*.o"))
+    for line in run("arm-none-eabi-size", *map(str, objs)).splitlines()[1:]:
+        text, data, bss, _, _, name = line.split()
+        print(f"| {Path(name).relative_to(BUILD)} | {int(text):,} | {int(data):,} | {int(bss):,} |")
+    text, data, bss = (int(v) for v in run("arm-none-eabi-size", str(elf)).splitlines()[1].split()[:3])
+    print(f"| **poet.elf (linked, with libc/libm)** | **{text:,}** | **{data:,}** | **{bss:,}** |")
+    print(f"\nflash (text + data): {text + data:,} B = {(text + data) / 1024:.1f} KiB of the 64 KiB target\n")
+
+    print("| static RAM symbol | bytes | what |")
+    print("|---|---|---|")
+    what = {"pool": "arena + parameters + gradients + batch (the --ram budget's pool)",
+            "model": "decoded model: node table (POET_MAX_NODES records) and parameter offsets",
+            "model_blob": "model blob as uploaded", "schedule_blob": "schedule as uploaded",
+            "trace": "trace ring (one record per instruction)", "rx": "serial receive frame", "tx": "serial send frame"}
+    symbols = []
+    for line in run("arm-none-eabi-nm", "--size-sort", "-S", str(elf)).splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[2].lower() in ("b", "d"):
+            symbols.append((int(parts[1], 16), parts[3]))
+    for size, name in sorted(symbols, reverse=True)[:12]:
+        print(f"| {name} | {size:,} | {what.get(name, '')} |")
+    header = (ROOT / "firmware" / "core" / "model.h").read_text()
+    max_nodes = re.search(r"#define POET_MAX_NODES \(\(POET_MODEL_BLOB_MAX - 16u\) / (\d+)u\)", header)
+    model = dict((n, s) for s, n in symbols).get("model", 0)
+    if max_nodes:
+        nodes = (4096 - 16) // int(max_nodes.group(1))
+        print(f"\ninterpreter state: the decoded model is {model:,} B for up to {nodes} nodes "
+              f"({model / nodes:.0f} B per node); target 4 KiB + 8 B per tensor = {4096 + 8 * nodes:,} B")
+
+
+if __name__ == "__main__":
+    main()
