@@ -1,0 +1,69 @@
+"""Interpreter overhead and kernel efficiency of the runtime on the emulated nRF52840 (QEMU mps2-an386).
+
+Usage: .venv/bin/python benchmarks/runtime_overhead.py [--model cnn-digits] [--steps 3]
+
+QEMU runs with -icount shift=0: one instruction per virtual nanosecond, so the 25 MHz timer
+the firmware reads advances once per 40 instructions (emulated counts, not M4 cycles). The
+runtime times every schedule instruction around its kernel call; what the step takes beyond
+the sum of those is the interpreter's own work (decoding instructions, writing trace records,
+bookkeeping): an upper bound on dispatch + tracing, printed as a share of the step. MACs per
+executed instruction come from each linear/conv2d node's FLOPs (2 per MAC) and its ticks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from poet.boards import load_board
+from poet.costs import uncosted
+from poet.device import open_device
+from poet.lower import lower
+from poet.models import get_model
+from poet.reference import weights_of
+from poet.run import data_batches
+from poet.solve import keep_all
+from poet.tracer import trace
+
+INSTR_PER_TICK = 40  # 1 GHz virtual instruction clock (-icount shift=0) / 25 MHz timer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="cnn-digits")
+    ap.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    model, spec = get_model(args.model)
+    g = trace(model, args.model, spec.input_shape, spec.classes, 16)
+    sched = lower(keep_all(uncosted(g)), g).schedule.encode()
+    board = load_board("nrf52840")
+    with tempfile.TemporaryDirectory() as work, open_device(board, None, workdir=Path(work), quiet=True) as dev:
+        dev.load_model(g, weights_of(model))
+        dev.load_schedule(sched)
+        results = [dev.step(x, y, 0.01) for x, y in data_batches(g, args.steps)]
+    step = np.median([r.step_ticks for r in results])
+    inside = np.median([sum(rec.ticks for rec in r.records) for r in results])
+    n_instr = len(results[0].records)
+    print(f"{args.model}, batch 16, keep-all schedule, {n_instr} instructions per step, median of {args.steps} steps")
+    print("| step instructions | inside kernels and paging | interpreter + tracing | share |")
+    print("|---|---|---|---|")
+    print(f"| {step * INSTR_PER_TICK:,.0f} | {inside * INSTR_PER_TICK:,.0f} | "
+          f"{(step - inside) * INSTR_PER_TICK:,.0f} | {100 * (step - inside) / step:.3f}% |")
+    print()
+    macs: dict[str, list[float]] = defaultdict(list)
+    for rec in results[-1].records:
+        node = g.nodes[rec.node]
+        if node.op in ("linear", "conv2d", "linear_bwd", "conv2d_bwd") and rec.ticks and rec.kind != "free":
+            macs[node.op].append((node.flops / 2) / (rec.ticks * INSTR_PER_TICK))
+    print("| kernel | nodes | MACs per executed instruction (median) |")
+    print("|---|---|---|")
+    for op in ("linear", "linear_bwd", "conv2d", "conv2d_bwd"):
+        if macs[op]:
+            print(f"| {op} | {len(macs[op])} | {np.median(macs[op]):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
