@@ -31,12 +31,12 @@ static void embedding_rows(const int32_t *a, const float *ids, const float *w, c
     }
 }
 
-/* Runs node i's kernel. in[k] is dep k's tensor (NULL for deps without arena output). Backward
- * nodes read dL/dy as dep 0 and what the forward saved as dep 1. */
-static void run_node(const poet_model_t *m, uint16_t i, const poet_buffers_t *buf, float *const *in,
-                     float *out, float lr, float *loss)
+/* Runs node n's kernel (n: the record as decoded from the blob). in[k] is dep k's tensor (NULL
+ * for deps without arena output). Backward nodes read dL/dy as dep 0 and what the forward saved
+ * as dep 1. */
+static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buffers_t *buf,
+                     float *const *in, float *out, float lr, float *loss)
 {
-    const poet_node_t *n = &m->nodes[i];
     const int32_t *a = n->a;
     float *P = buf->params, *G = buf->grads;
     uint16_t p;
@@ -210,14 +210,14 @@ static void run_node(const poet_model_t *m, uint16_t i, const poet_buffers_t *bu
         break;
     case POET_OP_SGD:
         for (p = 0; p < m->n_params; p++)
-            poet_sgd(m->param_elems[p], lr, P + m->param_off[p], G + m->param_off[p]);
+            poet_sgd(poet_param_elems(m, p), lr, P + m->param_off[p], G + m->param_off[p]);
         break;
     default:
         break;
     }
 }
 
-static uint8_t trace_kind(const poet_node_t *n, uint8_t op)
+static uint8_t trace_kind(uint8_t node_kind, uint8_t op)
 {
     switch (op) {
     case POET_I_RECOMPUTE: return POET_TRACE_RECOMPUTE;
@@ -225,9 +225,9 @@ static uint8_t trace_kind(const poet_node_t *n, uint8_t op)
     case POET_I_PAGE_OUT: return POET_TRACE_PAGE_OUT;
     case POET_I_FREE: return POET_TRACE_FREE;
     default:
-        if (n->kind == POET_KIND_BACKWARD)
+        if (node_kind == POET_KIND_BACKWARD)
             return POET_TRACE_BACKWARD;
-        if (n->kind == POET_KIND_OPTIMIZER)
+        if (node_kind == POET_KIND_OPTIMIZER)
             return POET_TRACE_OPTIMIZER;
         return POET_TRACE_FORWARD;
     }
@@ -236,6 +236,7 @@ static uint8_t trace_kind(const poet_node_t *n, uint8_t op)
 void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet_buffers_t *buf,
                       float lr, poet_trace_t *trace, poet_step_result_t *res)
 {
+    /* The interpreter's only per-node state: where each resident tensor sits in the arena. */
     static uint32_t offset[POET_MAX_NODES];
     uint16_t n_instr = poet_sched_n_instr(schedule), i, j;
     uint32_t live = 0, t_step, t0;
@@ -253,38 +254,42 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
         uint8_t op = p[0];
         uint16_t node = poet_rd16(p + 2);
         uint32_t off = poet_rd32(p + 4);
-        const poet_node_t *n = &m->nodes[node];
+        uint32_t bytes = poet_node_bytes(m, node);
         uint8_t *t = buf->arena + off;
         poet_trace_t *r = &trace[i];
         int err = 0;
 
         t0 = port_ticks();
-        if ((op == POET_I_COMPUTE || op == POET_I_RECOMPUTE || op == POET_I_PAGE_IN) && n->bytes) {
+        if ((op == POET_I_COMPUTE || op == POET_I_RECOMPUTE || op == POET_I_PAGE_IN) && bytes) {
             offset[node] = off;
-            live += n->bytes;
+            live += bytes;
             if (live > res->peak_live_bytes)
                 res->peak_live_bytes = live;
-            if (off + n->bytes > res->peak_extent_bytes)
-                res->peak_extent_bytes = off + n->bytes;
+            if (off + bytes > res->peak_extent_bytes)
+                res->peak_extent_bytes = off + bytes;
         }
         switch (op) {
         case POET_I_COMPUTE:
-        case POET_I_RECOMPUTE:
+        case POET_I_RECOMPUTE: {
+            /* decoded on the stack for this instruction only; no node table is kept */
+            poet_node_t n;
+            poet_node_view(m, node, &n);
             for (j = 0; j < 4; j++)
-                in[j] = (j < n->n_deps && m->nodes[n->deps[j]].bytes)
-                            ? (float *)(void *)(buf->arena + offset[n->deps[j]])
+                in[j] = (j < n.n_deps && poet_node_bytes(m, n.deps[j]))
+                            ? (float *)(void *)(buf->arena + offset[n.deps[j]])
                             : 0;
-            run_node(m, node, buf, in, (float *)(void *)t, lr, &res->loss);
+            run_node(m, &n, buf, in, (float *)(void *)t, lr, &res->loss);
             break;
+        }
         case POET_I_PAGE_IN:
-            err = port_pager_read(m->swap_off[node], t, n->bytes);
+            err = port_pager_read(m->swap_off[node], t, bytes);
             break;
         case POET_I_PAGE_OUT:
             t = buf->arena + offset[node];
-            err = port_pager_write(m->swap_off[node], t, n->bytes);
+            err = port_pager_write(m->swap_off[node], t, bytes);
             break;
         case POET_I_FREE:
-            live -= n->bytes;
+            live -= bytes;
             break;
         default:
             break;
@@ -292,9 +297,9 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
         r->ticks = port_ticks() - t0;
         r->instr = i;
         r->node = node;
-        r->kind = trace_kind(n, op);
-        r->op = n->op;
-        r->bytes = n->bytes;
+        r->kind = trace_kind(poet_node_kind(m, node), op);
+        r->op = poet_node_op(m, node);
+        r->bytes = bytes;
         res->n_records = (uint16_t)(i + 1u);
         if (err) {
             res->status = POET_E_PAGER;

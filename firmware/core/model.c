@@ -5,8 +5,8 @@
 #include "status.h"
 #include "util.h"
 
-#define HDR 16u
-#define NODE_SZ 56u
+#define HDR POET_MODEL_HDR
+#define NODE_SZ POET_NODE_SZ
 
 /* Products of attribute values saturate in 64 bits, so a hostile blob cannot wrap them into a
  * size that matches. */
@@ -33,7 +33,7 @@ static int finite_attr(int32_t a) { return ((uint32_t)a & 0x7F800000u) != 0x7F80
 
 static int param_ok(const poet_model_t *m, int32_t p, uint64_t elems)
 {
-    return p >= 0 && (uint32_t)p < m->n_params && m->param_elems[p] == elems;
+    return p >= 0 && (uint32_t)p < m->n_params && poet_param_elems(m, (uint16_t)p) == elems;
 }
 
 /* Optional parameters (a bias, a norm's affine weight) are -1 when absent. */
@@ -44,7 +44,7 @@ static int opt_param_ok(const poet_model_t *m, int32_t p, uint64_t elems)
 
 static uint32_t dep_bytes(const poet_model_t *m, const poet_node_t *n, int k)
 {
-    return m->nodes[n->deps[k]].bytes;
+    return poet_node_bytes(m, n->deps[k]);
 }
 
 static int io1(const poet_model_t *m, const poet_node_t *n, uint64_t in, uint64_t out)
@@ -83,9 +83,8 @@ static int kind_of(uint8_t op)
 
 /* Checks that the node's shapes agree with its deps, params and output size, so the kernels
  * can trust every index they compute. */
-static int node_ok(const poet_model_t *m, uint32_t i)
+static int node_ok(const poet_model_t *m, const poet_node_t *n, uint32_t i)
 {
-    const poet_node_t *n = &m->nodes[i];
     const int32_t *a = n->a;
     uint64_t x, y, t;
     int32_t ho, wo, s, gr;
@@ -259,15 +258,33 @@ static int node_ok(const poet_model_t *m, uint32_t i)
     }
 }
 
+void poet_node_view(const poet_model_t *m, uint16_t i, poet_node_t *n)
+{
+    const uint8_t *p = poet_node_rec(m, i);
+    int k;
+    n->op = p[0];
+    n->kind = p[1];
+    n->n_deps = p[2];
+    for (k = 0; k < 4; k++)
+        n->deps[k] = poet_rd16(p + 4 + 2 * k);
+    n->bytes = poet_rd32(p + 12);
+    for (k = 0; k < 10; k++)
+        n->a[k] = (int32_t)poet_rd32(p + 16 + 4 * k);
+}
+
+/* Validates every node record fully (the runtime later trusts them as read from the blob), but
+ * keeps only header fields and prefix sums: the records stay in the blob. */
 int poet_model_parse(const uint8_t *blob, uint32_t len, poet_model_t *m, uint32_t *detail)
 {
-    uint32_t i, k, off;
+    uint32_t i, k, elems;
     uint64_t swap = 0, total = 0;
+    poet_node_t n;
 
     *detail = POET_NO_DETAIL;
     if (len < HDR || blob[0] != 'P' || blob[1] != 'M' || blob[2] != 'D' || blob[3] != 'L' ||
         blob[4] != 1 || blob[5] != 0)
         return POET_E_MODEL;
+    m->blob = blob;
     m->n_nodes = poet_rd16(blob + 6);
     m->n_params = poet_rd16(blob + 8);
     m->batch = poet_rd16(blob + 10);
@@ -276,40 +293,34 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, poet_model_t *m, uint32_
         m->batch == 0 || m->x_elems == 0 || m->x_elems > 0x10000000u ||
         len != HDR + 4u * m->n_params + NODE_SZ * m->n_nodes)
         return POET_E_MODEL;
+    m->recs = blob + HDR + 4u * m->n_params;
     for (i = 0; i < m->n_params; i++) {
-        m->param_elems[i] = poet_rd32(blob + HDR + 4u * i);
+        elems = poet_param_elems(m, (uint16_t)i);
         m->param_off[i] = (uint32_t)total;
-        total += m->param_elems[i];
-        if (m->param_elems[i] == 0 || total > 0x10000000u)
+        total += elems;
+        if (elems == 0 || total > 0x10000000u)
             return POET_E_MODEL;
     }
     m->total_param_elems = (uint32_t)total;
     m->min_classes = 0xFFFFFFFFu;
-    off = HDR + 4u * m->n_params;
-    for (i = 0; i < m->n_nodes; i++, off += NODE_SZ) {
-        poet_node_t *n = &m->nodes[i];
-        const uint8_t *p = blob + off;
+    for (i = 0; i < m->n_nodes; i++) {
+        const uint8_t *p = poet_node_rec(m, (uint16_t)i);
         *detail = i;
-        n->op = p[0];
-        n->kind = p[1];
-        n->n_deps = p[2];
-        if (n->n_deps > 4 || p[3] != 0)
+        poet_node_view(m, (uint16_t)i, &n);
+        if (n.n_deps > 4 || p[3] != 0)
             return POET_E_MODEL;
+        /* deps point backwards only, so dep sizes read during node_ok are of validated nodes */
         for (k = 0; k < 4; k++) {
-            n->deps[k] = poet_rd16(p + 4 + 2 * k);
-            if (k < n->n_deps ? n->deps[k] >= i : n->deps[k] != 0xFFFFu)
+            if (k < n.n_deps ? n.deps[k] >= i : n.deps[k] != 0xFFFFu)
                 return POET_E_MODEL;
         }
-        n->bytes = poet_rd32(p + 12);
-        for (k = 0; k < 10; k++)
-            n->a[k] = (int32_t)poet_rd32(p + 16 + 4 * k);
-        if (!node_ok(m, i))
+        if (!node_ok(m, &n, i))
             return POET_E_MODEL;
-        if ((n->op == POET_OP_CROSS_ENTROPY || n->op == POET_OP_CROSS_ENTROPY_BWD) &&
-            (uint32_t)n->a[1] < m->min_classes)
-            m->min_classes = (uint32_t)n->a[1];
+        if ((n.op == POET_OP_CROSS_ENTROPY || n.op == POET_OP_CROSS_ENTROPY_BWD) &&
+            (uint32_t)n.a[1] < m->min_classes)
+            m->min_classes = (uint32_t)n.a[1];
         m->swap_off[i] = (uint32_t)swap;
-        swap += n->bytes;
+        swap += n.bytes;
         if (swap > 0xFFFFFFFFull)
             return POET_E_MODEL;
     }

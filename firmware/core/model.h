@@ -4,10 +4,16 @@
 
 #include <stdint.h>
 
+#include "util.h"
+
 /* A port with more RAM may raise these (the linux-big build does); the defaults fit the nRF52840. */
 #ifndef POET_MODEL_BLOB_MAX
 #define POET_MODEL_BLOB_MAX 4096u
 #endif
+/* Blob layout (docs/spec.md section 2): a 16-byte header, a u32 per parameter, a 56-byte record
+ * per node. POET_MAX_NODES is the most records a full blob can hold. */
+#define POET_MODEL_HDR 16u
+#define POET_NODE_SZ 56u
 #define POET_MAX_NODES ((POET_MODEL_BLOB_MAX - 16u) / 56u)
 #ifndef POET_MAX_PARAMS
 #define POET_MAX_PARAMS 64u
@@ -82,28 +88,55 @@ enum {
     POET_KIND_OPTIMIZER = 4
 };
 
+/* One node record, decoded. The model does not keep a table of these: the records are read from
+ * the blob in place (poet_node_view) into a stack copy when a node runs or is validated. */
 typedef struct {
     uint8_t op;
     uint8_t kind;
     uint8_t n_deps;
-    uint16_t deps[4];
+    uint16_t deps[4]; /* 0xFFFF past n_deps */
     uint32_t bytes;
     int32_t a[10];
 } poet_node_t;
 
+/* What the runtime keeps of a parsed model: only what cannot be read back from the blob cheaply
+ * (the prefix sums) plus header fields. Its per-node RAM is swap_off alone (4 B per node); with
+ * the interpreter's arena offset (interp.c) a node costs 8 B of RAM beyond its blob record. */
 typedef struct {
+    /* The validated blob, read in place. It must stay unchanged while the model is in use:
+     * protocol.c drops the model as soon as a new model upload begins. */
+    const uint8_t *blob;
+    const uint8_t *recs; /* first node record in blob */
     uint16_t n_nodes;
     uint16_t n_params;
     uint16_t batch;
     uint32_t x_elems;
-    uint32_t param_elems[POET_MAX_PARAMS];
     uint32_t param_off[POET_MAX_PARAMS]; /* element offset of param p in the params area */
     uint32_t total_param_elems;
     uint32_t swap_off[POET_MAX_NODES];   /* byte offset of node i in aux storage */
     uint32_t min_classes;                /* smallest class count of any loss node (label check) */
     uint64_t hash;
-    poet_node_t nodes[POET_MAX_NODES];
 } poet_model_t;
+
+/* Readers of single fields, for the hot paths that need one field of many nodes (dep sizes, the
+ * schedule validator's overlap scan) and should not decode whole records. */
+static inline const uint8_t *poet_node_rec(const poet_model_t *m, uint16_t i)
+{
+    return m->recs + POET_NODE_SZ * (uint32_t)i;
+}
+static inline uint8_t poet_node_op(const poet_model_t *m, uint16_t i) { return poet_node_rec(m, i)[0]; }
+static inline uint8_t poet_node_kind(const poet_model_t *m, uint16_t i) { return poet_node_rec(m, i)[1]; }
+static inline uint32_t poet_node_bytes(const poet_model_t *m, uint16_t i)
+{
+    return poet_rd32(poet_node_rec(m, i) + 12);
+}
+static inline uint32_t poet_param_elems(const poet_model_t *m, uint16_t p)
+{
+    return poet_rd32(m->blob + POET_MODEL_HDR + 4u * p);
+}
+
+/* Decode node i's record from the blob into *n. i must be < m->n_nodes. */
+void poet_node_view(const poet_model_t *m, uint16_t i, poet_node_t *n);
 
 /* Parse and validate a model blob. Returns POET_OK or POET_E_MODEL with *detail = the offending
  * node index (0xFFFFFFFF for header and param-table errors). */

@@ -42,7 +42,7 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         uint8_t op = p[0];
         uint16_t node = poet_rd16(p + 2);
         uint32_t off = poet_rd32(p + 4);
-        const poet_node_t *n;
+        poet_node_t n; /* decoded from the blob on the stack; the model keeps no node table */
         int allocates;
 
         *detail = i;
@@ -50,36 +50,36 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
             return POET_E_OPCODE;
         if (node >= n_nodes)
             return POET_E_NODE_RANGE;
-        n = &m->nodes[node];
+        poet_node_view(m, node, &n);
         if (op == POET_I_COMPUTE && node != n_computes)
             return POET_E_ORDER;
         if (op == POET_I_RECOMPUTE &&
-            ((n->kind != POET_KIND_FORWARD && n->kind != POET_KIND_LOSS) || !computed[node]))
+            ((n.kind != POET_KIND_FORWARD && n.kind != POET_KIND_LOSS) || !computed[node]))
             return POET_E_RECOMPUTE;
         if (op == POET_I_PAGE_IN && !paged[node])
             return POET_E_NOT_PAGED;
         allocates = (op == POET_I_COMPUTE || op == POET_I_RECOMPUTE || op == POET_I_PAGE_IN) &&
-                    n->bytes > 0;
+                    n.bytes > 0;
         if (allocates) {
             if (resident[node])
                 return POET_E_DOUBLE_ALLOC;
             /* offsets must be 4-aligned: the kernels read fp32 straight from the arena */
-            if ((off & 3u) != 0 || (uint64_t)off + n->bytes > arena)
+            if ((off & 3u) != 0 || (uint64_t)off + n.bytes > arena)
                 return POET_E_BOUNDS;
             for (j = 0; j < n_nodes; j++) {
-                if (resident[j] && off < offset[j] + m->nodes[j].bytes &&
-                    offset[j] < off + n->bytes)
+                if (resident[j] && off < offset[j] + poet_node_bytes(m, (uint16_t)j) &&
+                    offset[j] < off + n.bytes)
                     return POET_E_OVERLAP;
             }
         }
         if (op == POET_I_COMPUTE || op == POET_I_RECOMPUTE) {
-            for (j = 0; j < n->n_deps; j++) {
-                uint16_t d = n->deps[j];
-                if (m->nodes[d].bytes > 0 && !resident[d])
+            for (j = 0; j < n.n_deps; j++) {
+                uint16_t d = n.deps[j];
+                if (poet_node_bytes(m, d) > 0 && !resident[d])
                     return POET_E_NOT_RESIDENT;
             }
         }
-        if ((op == POET_I_PAGE_OUT || op == POET_I_FREE) && (!resident[node] || n->bytes == 0))
+        if ((op == POET_I_PAGE_OUT || op == POET_I_FREE) && (!resident[node] || n.bytes == 0))
             return POET_E_NOT_LIVE;
 
         switch (op) {
