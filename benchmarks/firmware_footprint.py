@@ -37,7 +37,7 @@ def main() -> None:
     print("| static RAM symbol | bytes | what |")
     print("|---|---|---|")
     what = {"pool": "arena + parameters + gradients + batch (the --ram budget's pool)",
-            "model": "decoded model: node table (POET_MAX_NODES records) and parameter offsets",
+            "model": "model header, parameter offsets, per-node aux offsets (nodes are read from the blob in place)",
             "model_blob": "model blob as uploaded", "schedule_blob": "schedule as uploaded",
             "trace": "trace ring (one record per instruction)", "rx": "serial receive frame", "tx": "serial send frame"}
     symbols = []
@@ -52,8 +52,9 @@ def main() -> None:
     model = dict((n, s) for s, n in symbols).get("model", 0)
     if max_nodes:
         nodes = (4096 - 16) // int(max_nodes.group(1))
-        print(f"\ninterpreter state: the decoded model is {model:,} B for up to {nodes} nodes "
-              f"({model / nodes:.0f} B per node); target 4 KiB + 8 B per tensor = {4096 + 8 * nodes:,} B")
+        offsets = dict((n, s) for s, n in symbols).get("offset.0", 0)
+        print(f"\ninterpreter state: model {model:,} B + arena offsets {offsets:,} B for up to {nodes} nodes = "
+              f"{model + offsets:,} B; target 4 KiB + 8 B per tensor = {4096 + 8 * nodes:,} B")
 
 
 if __name__ == "__main__":
