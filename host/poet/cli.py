@@ -123,6 +123,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
 def _solve_costed(args: argparse.Namespace, cg, ram: int) -> int:
     """Plan a costed graph file: no board, no lowering (the file has no ops to run)."""
     from poet.plan import POET, REFERENCE
+    from poet.run import plan_line
     from poet.solve import keep_all, min_arena_budget
     from poet.strategies import MILP, found, plan_with
 
@@ -143,9 +144,7 @@ def _solve_costed(args: argparse.Namespace, cg, ram: int) -> int:
     plan = plan_with(args.strategy, cg, arena, deadline_s, solver=args.solver, time_limit_s=args.time_limit,
                      gap=args.gap, progress=lambda m: say(f"  {m}"), semantics=semantics)
     ka = keep_all(cg).peak_bytes
-    say(f"  plan: {plan.strategy} via {plan.solver}, status {plan.status}, made in {plan.solve_time_s:.2f} s"
-        + (f", gap {plan.gap:.2%}" if plan.status == "feasible" and plan.solver != "heuristic" else "")
-        + (f" ({plan.note})" if plan.note else ""))
+    say(plan_line(plan))
     if not found(plan):
         if args.strategy in MILP and plan.status == "infeasible":
             smallest = min_arena_budget(cg, deadline_s, solver=args.solver, time_limit_s=args.time_limit,

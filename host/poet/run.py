@@ -23,6 +23,7 @@ from poet.link import DeviceError
 from poet.memory import check_ram
 from poet.paths import profile_file, runs_dir, schedule_file, shown
 from poet.pipeline import Planned, plan_step
+from poet.plan import Plan
 from poet.reference import accuracy, load_weights, train_steps, weights_of
 from poet.tracefile import Trace
 from poet.units import format_size, parse_deadline, parse_size
@@ -167,13 +168,18 @@ def solve_and_lower(args: argparse.Namespace, g: TrainingGraph, cg, board: Board
     return p
 
 
+def plan_line(plan: Plan) -> str:
+    """How a plan was made and what the maker says of it: one line."""
+    return (f"  plan: {plan.strategy} via {plan.solver}, status {plan.status}, made in {plan.solve_time_s:.2f} s"
+            + (f", gap {plan.gap:.2%}" if plan.status == "feasible" and plan.solver != "heuristic" else "")
+            + (f" ({plan.note})" if plan.note else ""))
+
+
 def print_plan(p: Planned, say: Say) -> None:
     plan = p.plan
     say("  memory (--ram):")
     say(p.budget.table())
-    say(f"  plan: {plan.strategy} via {plan.solver}, status {plan.status}, made in {plan.solve_time_s:.2f} s"
-        + (f", gap {plan.gap:.2%}" if plan.status == "feasible" and plan.solver != "heuristic" else "")
-        + (f" ({plan.note})" if plan.note else ""))
+    say(plan_line(plan))
     say(f"    energy      {plan.energy_j * 1e6:10.2f} uJ per step (modelled)")
     say(f"    peak arena  {plan.peak_bytes:10d} B of {p.budget.arena} B budget (keep-everything needs "
         f"{p.keep_all_peak} B)" + (f"; placed extent {p.lowered.extent_bytes} B" if p.lowered else ""))

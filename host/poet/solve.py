@@ -513,26 +513,30 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     """
     say = progress or (lambda _msg: None)
     plain_j = sum(n.compute_j for n in graph.nodes)
-    if warm_start is not None and warm_start.stages and warm_start.energy_j <= plain_j * (1 + 1e-12):
+    start = warm_start if warm_start is not None and warm_start.stages else None
+
+    def adopt(start: Plan, status: str, solver_name: str, gap_: float, note: str) -> Plan:
+        """The warm start as this strategy's plan; it must fit and meet the deadline, whoever made it."""
+        simulate(graph, start, arena_budget, deadline_s, semantics)
+        return Plan(strategy=strategy, stages=start.stages, status=status, energy_j=start.energy_j,
+                    time_s=start.time_s, peak_bytes=start.peak_bytes, arena_budget=arena_budget,
+                    deadline_s=deadline_s, solver=solver_name, gap=gap_, note=note)
+
+    if start is not None and start.energy_j <= plain_j * (1 + 1e-12):
         # every plan computes every node at least once: a plan that costs exactly that is optimal
-        simulate(graph, warm_start, arena_budget, deadline_s, semantics)  # and it must fit, whoever made it
-        say(f"{warm_start.strategy}'s plan costs one plain pass ({plain_j:.6g} J), the least any plan can: "
+        say(f"{start.strategy}'s plan costs one plain pass ({plain_j:.6g} J), the least any plan can: "
             f"optimal without a solve")
-        return Plan(strategy=strategy, stages=warm_start.stages, status="optimal", energy_j=warm_start.energy_j,
-                    time_s=warm_start.time_s, peak_bytes=warm_start.peak_bytes, arena_budget=arena_budget,
-                    deadline_s=deadline_s, solver="bound", note=f"the {warm_start.strategy} plan")
+        return adopt(start, "optimal", "bound", 0.0, f"the {start.strategy} plan")
     size = milp_size(graph)
     if size > MAX_MILP_VARIABLES:
-        plan = Plan(strategy=strategy, stages=[], status="no-solution", arena_budget=arena_budget,
-                    deadline_s=deadline_s, solver="none", gap=math.inf,
-                    note=f"the MILP would have about {size:,} variables (> {MAX_MILP_VARIABLES:,}): not built")
-        if warm_start is not None and warm_start.stages:
-            # the best baseline stands in, with its distance to the bound no plan can beat
-            simulate(graph, warm_start, arena_budget, deadline_s, semantics)
-            plan.stages, plan.status, plan.solver = warm_start.stages, "feasible", warm_start.solver
-            plan.energy_j, plan.time_s, plan.peak_bytes = warm_start.energy_j, warm_start.time_s, warm_start.peak_bytes
-            plan.gap = 1 - plain_j / warm_start.energy_j
-            plan.note += f"; the {warm_start.strategy} plan, gap to one plain pass {plan.gap:.1%}"
+        note = f"the MILP would have about {size:,} variables (> {MAX_MILP_VARIABLES:,}): not built"
+        if start is not None:  # the best baseline stands in, with its distance to the bound no plan can beat
+            gap_ = 1 - plain_j / start.energy_j
+            plan = adopt(start, "feasible", start.solver, gap_,
+                         f"{note}; the {start.strategy} plan, gap to one plain pass {gap_:.1%}")
+        else:
+            plan = Plan(strategy=strategy, stages=[], status="no-solution", arena_budget=arena_budget,
+                        deadline_s=deadline_s, solver="none", gap=math.inf, note=note)
         say(plan.note)
         return plan
     m = _build(graph, arena_budget, deadline_s, recompute=recompute, paging=paging, semantics=semantics)
