@@ -5,7 +5,10 @@
 VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
-APT_PKGS := gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm
+APT_PKGS := gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm \
+            gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user \
+            gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf qemu-system-misc \
+            clang libclang-rt-14-dev
 
 .PHONY: setup apt demo test test-all lint firmware clean
 

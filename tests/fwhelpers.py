@@ -261,8 +261,8 @@ def make_batches(net: Net, n: int, seed: int) -> list[tuple[np.ndarray, np.ndarr
 @contextlib.contextmanager
 def native_link(workdir: Path, target: str = "linux", timeout_s: float = 10.0) -> Iterator[Link]:
     """The native runtime as a child process speaking the protocol on stdin/stdout."""
-    exe = firmware.build(target)
-    proc = subprocess.Popen([str(exe)], cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    cmd = firmware.command(target)
+    proc = subprocess.Popen(cmd, cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     link = Link(ProcessPort(proc), timeout_s=timeout_s)
     try:
         yield link
@@ -273,4 +273,4 @@ def native_link(workdir: Path, target: str = "linux", timeout_s: float = 10.0) -
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        assert proc.returncode == 0, f"{exe} exited with status {proc.returncode}"
+        assert proc.returncode == 0, f"{cmd} exited with status {proc.returncode}"

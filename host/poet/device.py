@@ -74,7 +74,8 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             say(f"no --port given: using the emulated {board.name} "
                 f"(QEMU {board.emulator.get('machine')}, numbers are 'emulated')")
             elf = firmware.build(board.firmware_target, quiet=quiet)
-            qemu = stack.enter_context(emulator.start_qemu(elf, workdir))
+            qemu = stack.enter_context(emulator.start_qemu(
+                elf, workdir, spec=emulator.QemuSpec.from_board(board.emulator)))
             ser = serial.serial_for_url(qemu.url, timeout=1.0)
             emulated = True
         stack.callback(ser.close)

@@ -1,22 +1,46 @@
-"""Build firmware images with the repository's Makefile (make is incremental, so this is cheap)."""
+"""Build firmware images with the repository's Makefile (make is incremental, so this is cheap).
+
+One row per firmware target (firmware/ports/<port>/port.mk builds it): the image it makes, the
+compiler it needs, and for hosted cross builds the command that runs the image here.
+"""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from poet.errors import PoetError
 
 FIRMWARE_DIR = Path(__file__).resolve().parents[2] / "firmware"
-TARGETS = {
-    "qemu-m4": Path("build/qemu-m4/poet.elf"),
-    "linux": Path("build/linux/poet"),
-    "linux-asan": Path("build/linux-asan/poet"),
-    "linux-big": Path("build/linux-big/poet"),
-    "validate": Path("build/linux/validate"),
+
+
+@dataclass(frozen=True)
+class Target:
+    image: Path                  # relative to firmware/
+    compiler: str                # the build needs it on PATH
+    what: str
+    runner: tuple[str, ...] = ()  # command prefix that runs a hosted image on this machine
+
+
+TARGETS: dict[str, Target] = {
+    "qemu-m4": Target(Path("build/qemu-m4/poet.elf"), "arm-none-eabi-gcc",
+                      "nRF52840 stand-in: Cortex-M4F, hard float, on QEMU mps2-an386"),
+    "qemu-m0": Target(Path("build/qemu-m0/poet.elf"), "arm-none-eabi-gcc",
+                      "MKR1000 stand-in: Cortex-M0+ code, soft float, on a QEMU MPS2 machine"),
+    "nrf52840": Target(Path("build/nrf52840/poet.elf"), "arm-none-eabi-gcc",
+                       "nRF52840 itself: its memory map, UARTE, QSPI/SD pager (built and size-checked here)"),
+    "qemu-rv32": Target(Path("build/qemu-rv32/poet.elf"), "riscv64-unknown-elf-gcc",
+                        "ESP32-C3 stand-in: rv32imc + picolibc on QEMU virt"),
+    "linux": Target(Path("build/linux/poet"), "cc", "native runtime (host; RPi 4 and Jetson build the same)"),
+    "linux-asan": Target(Path("build/linux-asan/poet"), "cc", "native runtime under ASan + UBSan"),
+    "linux-big": Target(Path("build/linux-big/poet"), "cc", "native runtime sized for the zoo's big graphs"),
+    "linux-aarch64": Target(Path("build/linux-aarch64/poet"), "aarch64-linux-gnu-gcc",
+                            "RPi 4 / Jetson cross build, run here under qemu-user",
+                            runner=("qemu-aarch64",)),
+    "validate": Target(Path("build/linux/validate"), "cc", "schedule validator harness"),
 }
-TOOLCHAINS = {"qemu-m4": "arm-none-eabi-gcc"}
 
 
 class BuildError(PoetError):
@@ -27,13 +51,22 @@ def build(target: str, quiet: bool = True) -> Path:
     """Run `make -C firmware <target>` and return the image path."""
     if target not in TARGETS:
         raise BuildError(f"unknown firmware target {target!r}; known: {', '.join(TARGETS)}")
-    for tool in ("make", TOOLCHAINS.get(target, "cc")):
+    t = TARGETS[target]
+    for tool in ("make", t.compiler):
         if shutil.which(tool) is None:
-            raise BuildError(f"{tool} not found: run `make setup` to install the firmware toolchain")
+            raise BuildError(f"{tool} not found: run `make setup` to install the firmware toolchains")
     proc = subprocess.run(["make", "-C", str(FIRMWARE_DIR), target], capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
         raise BuildError(f"firmware build for {target} failed:\n" + "\n".join(tail))
     if not quiet:
-        print(f"firmware image: firmware/{TARGETS[target]} ({target}, built by make, incremental)", flush=True)
-    return FIRMWARE_DIR / TARGETS[target]
+        print(f"firmware image: firmware/{t.image} ({target}, built by make, incremental)", flush=True)
+    return FIRMWARE_DIR / t.image
+
+
+def command(target: str) -> list[str]:
+    """The command line that runs a hosted image here (the runner first, for cross builds)."""
+    t = TARGETS[target]
+    if t.runner and shutil.which(t.runner[0]) is None:
+        raise BuildError(f"{t.runner[0]} not found: run `make setup` to install it")
+    return [*t.runner, str(build(target))]

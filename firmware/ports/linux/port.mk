@@ -1,0 +1,57 @@
+# linux: the native runtime (host, Raspberry Pi 4, Jetson), its sanitizer and big-graph builds,
+# the schedule validator harness and the kernels as a shared library for ctypes tests.
+CC ?= cc
+HOST_CFLAGS := $(WARN) -O2 -g -MMD -MP
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+LINUX_SRC := $(CORE_SRC) ports/linux/main.c
+LINUX_OBJ := $(patsubst %.c,$(BUILD)/linux/%.o,$(LINUX_SRC))
+ASAN_OBJ := $(patsubst %.c,$(BUILD)/linux-asan/%.o,$(LINUX_SRC))
+BIG_OBJ := $(patsubst %.c,$(BUILD)/linux-big/%.o,$(LINUX_SRC))
+BIG_FLAGS := -DPOET_MODEL_BLOB_MAX=65536u -DPOET_SCHEDULE_BLOB_MAX=32768u -DPOET_MAX_PARAMS=512u \
+             -DPOOL_BYTES=268435456u
+VALIDATE_SRC := core/util.c core/model.c core/schedule.c tests/validate_main.c
+VALIDATE_OBJ := $(patsubst %.c,$(BUILD)/linux/%.o,$(VALIDATE_SRC))
+# Position-independent objects of their own: the linux port's objects are not built with -fPIC.
+SO_OBJ := $(patsubst %.c,$(BUILD)/so/%.o,$(KERNEL_SRC))
+LINUX_DEPS := Makefile ports/linux/port.mk
+
+PORTS += linux linux-asan linux-big validate kernels-so
+DEPS += $(LINUX_OBJ:.o=.d) $(ASAN_OBJ:.o=.d) $(BIG_OBJ:.o=.d) $(VALIDATE_OBJ:.o=.d) $(SO_OBJ:.o=.d)
+.PHONY: linux linux-asan linux-big validate kernels-so
+
+linux: $(BUILD)/linux/poet
+linux-asan: $(BUILD)/linux-asan/poet
+linux-big: $(BUILD)/linux-big/poet
+validate: $(BUILD)/linux/validate
+kernels-so: $(BUILD)/libpoetkernels.so
+
+$(BUILD)/linux/poet: $(LINUX_OBJ)
+	$(CC) -o $@ $^ -lm
+
+$(BUILD)/linux/validate: $(VALIDATE_OBJ)
+	$(CC) -o $@ $^
+
+$(BUILD)/linux/%.o: %.c $(LINUX_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(HOST_CFLAGS) -c -o $@ $<
+
+$(BUILD)/linux-asan/poet: $(ASAN_OBJ)
+	$(CC) $(ASAN_FLAGS) -o $@ $^ -lm
+
+$(BUILD)/linux-asan/%.o: %.c $(LINUX_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(HOST_CFLAGS) $(ASAN_FLAGS) -c -o $@ $<
+
+$(BUILD)/linux-big/poet: $(BIG_OBJ)
+	$(CC) -o $@ $^ -lm
+
+$(BUILD)/linux-big/%.o: %.c $(LINUX_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(HOST_CFLAGS) $(BIG_FLAGS) -c -o $@ $<
+
+$(BUILD)/libpoetkernels.so: $(SO_OBJ)
+	$(CC) -shared -o $@ $^ -lm
+
+$(BUILD)/so/%.o: %.c $(LINUX_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(HOST_CFLAGS) -fPIC -c -o $@ $<

@@ -1,0 +1,26 @@
+# qemu-m4: the nRF52840 stand-in (Cortex-M4F, hard float) on QEMU mps2-an386.
+ARM_PREFIX ?= arm-none-eabi-
+ARM_CC := $(ARM_PREFIX)gcc
+ARM_SIZE := $(ARM_PREFIX)size
+M4_ARCH := -mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard
+# Shared by every Cortex-M port: the arch flags are the port's own.
+ARM_COMMON := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP
+M4_CFLAGS := $(ARM_COMMON) $(M4_ARCH)
+M4_LDFLAGS := $(M4_ARCH) -nostartfiles --specs=nano.specs -T ports/qemu-m4/linker.ld \
+              -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-m4/poet.map
+M4_SRC := $(CORE_SRC) ports/qemu-m4/startup.c ports/qemu-m4/port.c
+M4_OBJ := $(patsubst %.c,$(BUILD)/qemu-m4/%.o,$(M4_SRC))
+
+PORTS += qemu-m4
+DEPS += $(M4_OBJ:.o=.d)
+.PHONY: qemu-m4
+
+qemu-m4: $(BUILD)/qemu-m4/poet.elf
+	@$(ARM_SIZE) $<
+
+$(BUILD)/qemu-m4/poet.elf: $(M4_OBJ) ports/qemu-m4/linker.ld
+	$(ARM_CC) $(M4_LDFLAGS) -o $@ $(M4_OBJ) -lm -lc -lgcc
+
+$(BUILD)/qemu-m4/%.o: %.c Makefile ports/qemu-m4/port.mk
+	@mkdir -p $(dir $@)
+	$(ARM_CC) $(M4_CFLAGS) -c -o $@ $<
