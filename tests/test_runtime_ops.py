@@ -96,7 +96,8 @@ def _poet_plans(g: TrainingGraph) -> list[Plan]:
 
 
 def _check(tmp_path: Path, name: str, batch: int, input_shape: tuple[int, ...] | None = None,
-           poet: bool = True, tol: float = 1e-5, steps: int = STEPS) -> None:
+           poet: bool = True, tol: float = 1e-5, steps: int = STEPS, target: str | None = None) -> None:
+    """target: the firmware target to run (a cross build under its runner); default by the model's size."""
     model, g, data = _setup(name, batch, input_shape, steps)
     w0 = weights_of(model)
     full_plan = keep_all(uncosted(g))
@@ -104,7 +105,7 @@ def _check(tmp_path: Path, name: str, batch: int, input_shape: tuple[int, ...] |
     if poet:
         assert tight, f"{name}: no POET plan below the keep-all peak"
     sched_bytes = max(len(lower(p, g).schedule.encode()) for p in (full_plan, *tight))
-    with native_link(tmp_path, _target(g, sched_bytes), timeout_s=60.0) as link:
+    with native_link(tmp_path, target or _target(g, sched_bytes), timeout_s=60.0) as link:
         losses, weights = _run(link, g, w0, full_plan, data)
         for plan in tight:  # recompute and paging change where values live, never the values
             assert plan.peak_bytes < full_plan.peak_bytes

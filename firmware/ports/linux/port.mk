@@ -55,3 +55,23 @@ $(BUILD)/libpoetkernels.so: $(SO_OBJ)
 $(BUILD)/so/%.o: %.c $(LINUX_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(HOST_CFLAGS) -fPIC -c -o $@ $<
+
+# linux-aarch64: the same runtime cross-built for the Raspberry Pi 4 / Jetson (AArch64 Linux).
+# Static, so qemu-aarch64 (qemu-user) runs it here without a target sysroot, and a board runs it
+# without matching its glibc. Its objects are the linux port's, compiled by the cross compiler.
+AARCH64_PREFIX ?= aarch64-linux-gnu-
+AARCH64_CC := $(AARCH64_PREFIX)gcc
+AARCH64_OBJ := $(patsubst %.c,$(BUILD)/linux-aarch64/%.o,$(LINUX_SRC))
+
+PORTS += linux-aarch64
+DEPS += $(AARCH64_OBJ:.o=.d)
+.PHONY: linux-aarch64
+
+linux-aarch64: $(BUILD)/linux-aarch64/poet
+
+$(BUILD)/linux-aarch64/poet: $(AARCH64_OBJ)
+	$(AARCH64_CC) -static -o $@ $^ -lm
+
+$(BUILD)/linux-aarch64/%.o: %.c $(LINUX_DEPS)
+	@mkdir -p $(dir $@)
+	$(AARCH64_CC) $(HOST_CFLAGS) -c -o $@ $<
