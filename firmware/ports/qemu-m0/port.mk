@@ -1,0 +1,45 @@
+# qemu-m0: the MKR1000 stand-in (SAMD21, Cortex-M0+, no FPU): ARMv6-M soft-float code, newlib nano,
+# linked into the SAMD21's 256 KB flash / 32 KB RAM, run on QEMU mps2-an385. QEMU 7.2's MPS2
+# machines accept only their own core (`-cpu cortex-m0` is refused: "This board can only be used
+# with CPU cortex-m3"), and its one Cortex-M0 machine (microbit) has 16 KB of RAM, so the image runs
+# on the emulated M3; tests/test_port_m0.py checks the disassembly holds only ARMv6-M instructions.
+#
+# This file sorts before ports/qemu-m4/port.mk, so it defines every variable it uses itself
+# (M0_ prefixed; ARM_PREFIX with ?= so both ports agree on the toolchain).
+ARM_PREFIX ?= arm-none-eabi-
+M0_CC := $(ARM_PREFIX)gcc
+M0_SIZE := $(ARM_PREFIX)size
+M0_ARCH := -mcpu=cortex-m0plus -mthumb -mfloat-abi=soft
+# RAM budget (32768 B, source: datasheet). Static RAM besides the pool, measured from
+# build/qemu-m0/poet.map: the protocol's model blob, schedule blob, per-instruction trace and the two
+# 1 KiB frame buffers, the model's per-node tables, the UART ring and the stack.
+#  - model blob 2 KiB: 16 B header + 4 B per parameter tensor + 56 B per node -> 36 nodes, room for
+#    a 3-4 layer MLP or a small CNN with its backward nodes; a zoo model too big for the pool
+#    would not fit anyway.
+#  - schedule blob 1 KiB: 125 instructions (8 B each); the trace buffer grows with it (16 B per
+#    instruction), so each extra instruction costs 24 B of RAM.
+#  - 16 parameter tensors (8 layers with bias).
+#  - stack 2 KiB (linker.ld): the deepest call chain from -fstack-usage is well under it.
+#  - pool: what is left, rounded down to 1 KiB -> 21 KiB for params, grads, batch and arena.
+M0_LIMITS := -DPOET_MODEL_BLOB_MAX=2048u -DPOET_SCHEDULE_BLOB_MAX=1024u -DPOET_MAX_PARAMS=16u \
+             -DPOOL_BYTES=21504u
+M0_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
+             $(M0_ARCH) $(M0_LIMITS)
+M0_LDFLAGS := $(M0_ARCH) -nostartfiles --specs=nano.specs -T ports/qemu-m0/linker.ld \
+              -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-m0/poet.map
+M0_SRC := $(CORE_SRC) ports/qemu-m0/startup.c ports/qemu-m0/port.c
+M0_OBJ := $(patsubst %.c,$(BUILD)/qemu-m0/%.o,$(M0_SRC))
+
+PORTS += qemu-m0
+DEPS += $(M0_OBJ:.o=.d)
+.PHONY: qemu-m0
+
+qemu-m0: $(BUILD)/qemu-m0/poet.elf
+	@$(M0_SIZE) $<
+
+$(BUILD)/qemu-m0/poet.elf: $(M0_OBJ) ports/qemu-m0/linker.ld
+	$(M0_CC) $(M0_LDFLAGS) -o $@ $(M0_OBJ) -lm -lc -lgcc
+
+$(BUILD)/qemu-m0/%.o: %.c Makefile ports/qemu-m0/port.mk
+	@mkdir -p $(dir $@)
+	$(M0_CC) $(M0_CFLAGS) -c -o $@ $<
