@@ -2,6 +2,9 @@
 
 Usage: .venv/bin/python benchmarks/firmware_footprint.py   (builds firmware/build/qemu-m4 first)
 
+A last table puts the linked qemu-m4 image beside the qemu-m0 one (MKR1000 stand-in, Cortex-M0+
+soft float) against the memories of the boards they stand in for (datasheet sizes).
+
 Targets (issue "The C training runtime"): runtime and all kernels <= 64 KB flash; interpreter
 state <= 4 KB plus <= 8 bytes per tensor. Flash is text + data per object file; static RAM is
 every .bss/.data symbol, grouped by what it is for.
@@ -55,6 +58,17 @@ def main() -> None:
         offsets = dict((n, s) for s, n in symbols).get("offset.0", 0)
         print(f"\ninterpreter state: model {model:,} B + arena offsets {offsets:,} B for up to {nodes} nodes = "
               f"{model + offsets:,} B; target 4 KiB + 8 B per tensor = {4096 + 8 * nodes:,} B")
+
+    print("\n| image | board | text B | data B | bss + stack B | flash used | RAM used |")
+    print("|---|---|---|---|---|---|---|")
+    # flash and RAM of each board: datasheet (nRF52840 PS v1.7; SAM D21 DS40001882 sec. 2)
+    for target, board, flash, ram in (("qemu-m4", "nrf52840", 1 << 20, 256 << 10),
+                                      ("qemu-m0", "mkr1000", 256 << 10, 32 << 10)):
+        run("make", "-C", "firmware", target)
+        out = run("arm-none-eabi-size", str(ROOT / "firmware" / "build" / target / "poet.elf"))
+        text, data, bss = (int(v) for v in out.splitlines()[1].split()[:3])
+        print(f"| {target} | {board} | {text:,} | {data:,} | {bss:,} | {(text + data) / flash:.0%} of "
+              f"{flash >> 10} KiB | {(data + bss) / ram:.0%} of {ram >> 10} KiB |")
 
 
 if __name__ == "__main__":
