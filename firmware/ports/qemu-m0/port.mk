@@ -10,17 +10,22 @@ ARM_PREFIX ?= arm-none-eabi-
 M0_CC := $(ARM_PREFIX)gcc
 M0_SIZE := $(ARM_PREFIX)size
 M0_ARCH := -mcpu=cortex-m0plus -mthumb -mfloat-abi=soft
-# RAM budget (32768 B, source: datasheet). Static RAM besides the pool, measured from
-# build/qemu-m0/poet.map: the protocol's model blob, schedule blob, per-instruction trace and the two
-# 1 KiB frame buffers, the model's per-node tables, the UART ring and the stack.
+# RAM budget (32768 B, source: datasheet), split at compile time because the protocol's buffers are
+# static. Besides the pool, RAM holds (sizes in build/qemu-m0/poet.map, about 8.4 KiB at these limits):
+# the model blob, the schedule blob, the per-instruction trace, the two 1 KiB frame buffers, the
+# model's per-node tables, the 512 B UART ring; and the stack, which linker.ld gives all RAM left over.
 #  - model blob 2 KiB: 16 B header + 4 B per parameter tensor + 56 B per node -> 36 nodes, room for
-#    a 3-4 layer MLP or a small CNN with its backward nodes; a zoo model too big for the pool
-#    would not fit anyway.
-#  - schedule blob 1 KiB: 125 instructions (8 B each); the trace buffer grows with it (16 B per
+#    a 4-layer MLP or a small CNN with its backward nodes; a graph with more nodes would not fit
+#    the pool anyway.
+#  - schedule blob 1 KiB: 125 instructions (8 B each); the trace grows with it (16 B per
 #    instruction), so each extra instruction costs 24 B of RAM.
 #  - 16 parameter tensors (8 layers with bias).
-#  - stack 2 KiB (linker.ld): the deepest call chain from -fstack-usage is well under it.
-#  - pool: what is left, rounded down to 1 KiB -> 21 KiB for params, grads, batch and arena.
+#  - stack at least 2 KiB (linker.ld MIN_STACK, the link fails below it): -fstack-usage puts the
+#    deepest chain of our code at about 600 B (poet_run -> frame handler -> interpreter -> conv2d
+#    backward), plus libm/soft-float helpers and an interrupt frame, so about 1 KiB.
+#  - pool: what is left, rounded down to 1 KiB -> 21 KiB for parameters, gradients, the batch and
+#    the arena (HELLO reports it; the planner plans within it). The stack gets MIN_STACK plus the
+#    remainder (2.7 KiB at these limits).
 M0_LIMITS := -DPOET_MODEL_BLOB_MAX=2048u -DPOET_SCHEDULE_BLOB_MAX=1024u -DPOET_MAX_PARAMS=16u \
              -DPOOL_BYTES=21504u
 M0_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
