@@ -3,7 +3,8 @@
 Usage: .venv/bin/python benchmarks/firmware_footprint.py   (builds firmware/build/qemu-m4 first)
 
 A last table puts the linked qemu-m4 image beside the qemu-m0 one (MKR1000 stand-in, Cortex-M0+
-soft float) against the memories of the boards they stand in for (datasheet sizes).
+soft float), the qemu-rv32 one (ESP32-C3 stand-in, rv32imc soft float) and the linux-aarch64 one
+(RPi 4 / Jetson, static) against the memories of the boards they stand in for (datasheet sizes).
 
 Targets (issue "The C training runtime"): runtime and all kernels <= 64 KB flash; interpreter
 state <= 4 KB plus <= 8 bytes per tensor. Flash is text + data per object file; static RAM is
@@ -13,11 +14,16 @@ every .bss/.data symbol, grouped by what it is for.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "firmware" / "build" / "qemu-m4"
+sys.path.insert(0, str(ROOT / "host"))
+
+from poet.firmware import TARGETS  # noqa: E402
 
 
 def run(*cmd: str) -> str:
@@ -61,14 +67,23 @@ def main() -> None:
 
     print("\n| image | board | text B | data B | bss + stack B | flash used | RAM used |")
     print("|---|---|---|---|---|---|---|")
-    # flash and RAM of each board: datasheet (nRF52840 PS v1.7; SAM D21 DS40001882 sec. 2)
-    for target, board, flash, ram in (("qemu-m4", "nrf52840", 1 << 20, 256 << 10),
-                                      ("qemu-m0", "mkr1000", 256 << 10, 32 << 10)):
+    # flash and RAM of each board: datasheet (nRF52840 PS v1.7; SAM D21 DS40001882 sec. 2; ESP32-C3
+    # Series Datasheet "Internal Memory": 400 KB SRAM less the 16 KB flash cache). The aarch64 image
+    # runs under Linux on a board with GBs (RPi 4 / Jetson): no percentages there.
+    for target, board, size_tool, flash, ram in (
+            ("qemu-m4", "nrf52840", "arm-none-eabi-size", 1 << 20, 256 << 10),
+            ("qemu-m0", "mkr1000", "arm-none-eabi-size", 256 << 10, 32 << 10),
+            ("qemu-rv32", "esp32c3", "riscv64-unknown-elf-size", 4 << 20, 384 << 10),
+            ("linux-aarch64", "rpi4 / jetson", "aarch64-linux-gnu-size", 0, 0)):
+        if shutil.which(size_tool) is None:
+            print(f"| {target} | {board} | {size_tool} not installed (`make setup`) | | | | |")
+            continue
         run("make", "-C", "firmware", target)
-        out = run("arm-none-eabi-size", str(ROOT / "firmware" / "build" / target / "poet.elf"))
+        out = run(size_tool, str(ROOT / "firmware" / TARGETS[target].image))
         text, data, bss = (int(v) for v in out.splitlines()[1].split()[:3])
-        print(f"| {target} | {board} | {text:,} | {data:,} | {bss:,} | {(text + data) / flash:.0%} of "
-              f"{flash >> 10} KiB | {(data + bss) / ram:.0%} of {ram >> 10} KiB |")
+        used = (f"{(text + data) / flash:.0%} of {flash >> 10} KiB | {(data + bss) / ram:.0%} of {ram >> 10} KiB"
+                if flash else "- | -")
+        print(f"| {target} | {board} | {text:,} | {data:,} | {bss:,} | {used} |")
 
 
 if __name__ == "__main__":
