@@ -14,18 +14,19 @@ M0_ARCH := -mcpu=cortex-m0plus -mthumb -mfloat-abi=soft
 # static. Besides the pool, RAM holds (sizes in build/qemu-m0/poet.map, about 8.4 KiB at these limits):
 # the model blob, the schedule blob, the per-instruction trace, the two 1 KiB frame buffers, the
 # model's per-node tables, the 512 B UART ring; and the stack, which linker.ld gives all RAM left over.
-#  - model blob 2 KiB: 16 B header + 4 B per parameter tensor + 56 B per node -> 36 nodes, room for
-#    a 4-layer MLP or a small CNN with its backward nodes; a graph with more nodes would not fit
-#    the pool anyway.
+#  - model blob 2 KiB: 16 B header + 4 B per parameter tensor + 56 B per node -> up to 36 nodes;
+#    an MLP with 6 linear layers and its backward and SGD nodes takes 26.
 #  - schedule blob 1 KiB: 125 instructions (8 B each); the trace grows with it (16 B per
 #    instruction), so each extra instruction costs 24 B of RAM.
 #  - 16 parameter tensors (8 layers with bias).
-#  - stack at least 2 KiB (linker.ld MIN_STACK, the link fails below it): -fstack-usage puts the
-#    deepest chain of our code at about 600 B (poet_run -> frame handler -> interpreter -> conv2d
-#    backward), plus libm/soft-float helpers and an interrupt frame, so about 1 KiB.
+#  - stack at least 1.5 KiB (linker.ld MIN_STACK, the link fails below it). Measured: at most 680 B
+#    used (startup.c paints the stack; read back with QEMU's monitor `xp` after uploads and
+#    keep-all steps of an MLP and a conv net, source: emulated); -fstack-usage agrees: about 600 B
+#    of our frames (poet_run -> frame handler -> interpreter -> conv2d backward) plus libm and the
+#    UART interrupt.
 #  - pool: what is left, rounded down to 1 KiB -> 21 KiB for parameters, gradients, the batch and
-#    the arena (HELLO reports it; the planner plans within it). The stack gets MIN_STACK plus the
-#    remainder (2.7 KiB at these limits).
+#    the arena (HELLO reports it; the planner plans within it). The stack gets the remainder
+#    (2.7 KiB at these limits).
 M0_LIMITS := -DPOET_MODEL_BLOB_MAX=2048u -DPOET_SCHEDULE_BLOB_MAX=1024u -DPOET_MAX_PARAMS=16u \
              -DPOOL_BYTES=21504u
 M0_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \

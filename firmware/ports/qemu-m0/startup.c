@@ -3,7 +3,7 @@
  * (there is no FPU to enable) and at most 32 external IRQs; the table is laid out for that. */
 #include <stdint.h>
 
-extern uint32_t __data_load, __data_start, __data_end, __bss_start, __bss_end, __stack_top;
+extern uint32_t __data_load, __data_start, __data_end, __bss_start, __bss_end, __stack_bottom, __stack_top;
 extern int main(void);
 void Reset_Handler(void);
 void Fault_Handler(void);
@@ -25,10 +25,19 @@ __attribute__((section(".vectors"), used)) static void (*const vectors[16 + 32])
     [17 ... 16 + 31] = Default_Handler,
 };
 
-/* Soft float: nothing to enable before C code runs, so reset only copies .data and clears .bss. */
+/* Every stack word not yet in use gets this pattern, so the deepest the stack ever went can be read
+ * from RAM afterwards (a debugger or QEMU's monitor): with 32 KB the margin is worth measuring. */
+#define STACK_PAINT 0x57A0C0DEu
+
+/* Soft float: nothing to enable before C code runs, so reset only copies .data, clears .bss and
+ * paints the stack below its own frame. */
 void Reset_Handler(void)
 {
     uint32_t *src, *dst;
+    uintptr_t sp;
+    __asm__ volatile("mov %0, sp" : "=r"(sp));
+    for (dst = &__stack_bottom; (uintptr_t)dst < sp - 64u;) /* 64 B below our frame stay unpainted */
+        *dst++ = STACK_PAINT;
     for (src = &__data_load, dst = &__data_start; dst < &__data_end;)
         *dst++ = *src++;
     for (dst = &__bss_start; dst < &__bss_end;)
