@@ -10,6 +10,31 @@ static float *pparam(const poet_model_t *m, float *base, int32_t p)
     return p < 0 ? 0 : base + m->param_off[p];
 }
 
+/* A parameter's gradient, NULL for a frozen one: the kernels then skip that gradient. */
+static float *pgrad(const poet_model_t *m, float *grads, int32_t p)
+{
+    return (p < 0 || m->grad_off[p] == POET_NO_GRAD) ? 0 : grads + m->grad_off[p];
+}
+
+static void optimize(const poet_model_t *m, const int32_t *a, const poet_buffers_t *buf, float lr)
+{
+    uint16_t p;
+    uint32_t step = ++*buf->opt_step;
+    for (p = 0; p < m->n_params; p++) {
+        uint32_t g = m->grad_off[p], n = poet_param_elems(m, p);
+        float *w = buf->params + m->param_off[p];
+        if (g == POET_NO_GRAD)
+            continue;
+        if (m->opt == POET_OPT_ADAM)
+            poet_adam(n, lr, poet_attr_f32(a[1]), poet_attr_f32(a[2]), poet_attr_f32(a[3]), step, w,
+                      buf->grads + g, buf->opt_state + g, buf->opt_state + m->train_elems + g);
+        else if (m->opt == POET_OPT_MOMENTUM)
+            poet_sgd_momentum(n, lr, poet_attr_f32(a[1]), step, w, buf->grads + g, buf->opt_state + g);
+        else
+            poet_sgd(n, lr, w, buf->grads + g);
+    }
+}
+
 /* Token ids are staged as fp32 (docs/spec.md section 4), and arange/zeros ids exist nowhere, so
  * each row's id is made here and the kernel is run one row at a time: no id buffer is needed. An
  * id outside [0, V) (including NaN) becomes -1, which the kernels turn into a zero row / no update. */
@@ -35,11 +60,10 @@ static void embedding_rows(const int32_t *a, const float *ids, const float *w, c
  * for deps without arena output). Backward nodes read dL/dy as dep 0 and what the forward saved
  * as dep 1. */
 static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buffers_t *buf,
-                     float *const *in, float *out, float lr, float *loss)
+                     float *const *in, float *out, float lr, float *loss, int recompute)
 {
     const int32_t *a = n->a;
     float *P = buf->params, *G = buf->grads;
-    uint16_t p;
 
     switch (n->op) {
     case POET_OP_INPUT:
@@ -49,8 +73,8 @@ static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buf
         poet_linear_fwd(a[0], a[1], a[2], in[0], pparam(m, P, a[3]), pparam(m, P, a[4]), out);
         break;
     case POET_OP_LINEAR_BWD:
-        poet_linear_bwd(a[0], a[1], a[2], in[0], in[1], pparam(m, P, a[3]), pparam(m, G, a[3]),
-                        pparam(m, G, a[4]), a[5] ? out : 0);
+        poet_linear_bwd(a[0], a[1], a[2], in[0], in[1], pparam(m, P, a[3]), pgrad(m, G, a[3]),
+                        pgrad(m, G, a[4]), a[5] ? out : 0);
         break;
     case POET_OP_CONV2D:
         poet_conv2d_ex_fwd(a[0], a[1], a[2], a[3], a[4], a[5], POET_CONV_STRIDE(a[6]),
@@ -60,7 +84,7 @@ static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buf
     case POET_OP_CONV2D_BWD:
         poet_conv2d_ex_bwd(a[0], a[1], a[2], a[3], a[4], a[5], POET_CONV_STRIDE(a[6]),
                            POET_CONV_PAD(a[6]), POET_CONV_GROUPS(a[6]), in[0], in[1],
-                           pparam(m, P, a[7]), pparam(m, G, a[7]), pparam(m, G, a[8]),
+                           pparam(m, P, a[7]), pgrad(m, G, a[7]), pgrad(m, G, a[8]),
                            a[9] ? out : 0);
         break;
     case POET_OP_RELU:
@@ -106,15 +130,16 @@ static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buf
         poet_copy(a[0], in[0], out);
         break;
     case POET_OP_BATCHNORM:
-        /* The graph keeps no statistics (docs/graph.md): the backward recomputes them from x, and
-         * running statistics are not tracked on the board (they do not affect training). */
+        /* The graph keeps no batch statistics (docs/graph.md): the backward recomputes them from
+         * x. The running statistics move once per step, as in PyTorch: not again on a recompute. */
         poet_batchnorm2d_fwd_train(a[0], a[1], a[2], poet_attr_f32(a[3]), poet_attr_f32(a[4]), in[0],
-                                   pparam(m, P, a[5]), pparam(m, P, a[6]), out, 0, 0, 0, 0);
+                                   pparam(m, P, a[5]), pparam(m, P, a[6]), out, 0, 0,
+                                   recompute ? 0 : pparam(m, P, a[7]), recompute ? 0 : pparam(m, P, a[8]));
         break;
     case POET_OP_BATCHNORM_BWD:
         poet_batchnorm2d_bwd_train(a[0], a[1], a[2], poet_attr_f32(a[3]), in[0], in[1],
-                                   pparam(m, P, a[5]), 0, 0, pparam(m, G, a[5]), pparam(m, G, a[6]),
-                                   a[7] ? out : 0);
+                                   pparam(m, P, a[5]), 0, 0, pgrad(m, G, a[5]), pgrad(m, G, a[6]),
+                                   a[9] ? out : 0);
         break;
     case POET_OP_LAYERNORM:
         poet_layernorm_fwd(a[0], a[1], poet_attr_f32(a[2]), in[0], pparam(m, P, a[3]),
@@ -122,7 +147,7 @@ static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buf
         break;
     case POET_OP_LAYERNORM_BWD:
         poet_layernorm_bwd(a[0], a[1], poet_attr_f32(a[2]), in[0], in[1], pparam(m, P, a[3]), 0, 0,
-                           pparam(m, G, a[3]), pparam(m, G, a[4]), a[5] ? out : 0);
+                           pgrad(m, G, a[3]), pgrad(m, G, a[4]), a[5] ? out : 0);
         break;
     case POET_OP_MEAN:
         poet_mean_fwd(a[0], a[1], a[2], in[0], out);
@@ -193,7 +218,8 @@ static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buf
         embedding_rows(a, in[0], pparam(m, P, a[4]), 0, out, 0);
         break;
     case POET_OP_EMBEDDING_BWD:
-        embedding_rows(a, in[1], 0, in[0], 0, pparam(m, G, a[4]));
+        if (pgrad(m, G, a[4])) /* a frozen table has nothing to accumulate */
+            embedding_rows(a, in[1], 0, in[0], 0, pgrad(m, G, a[4]));
         break;
     case POET_OP_SELECT:
         poet_select_fwd(a[0], a[1], a[2], a[3], in[0], out);
@@ -209,8 +235,7 @@ static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buf
         poet_cross_entropy_bwd(a[0], a[1], in[0], buf->labels, out);
         break;
     case POET_OP_SGD:
-        for (p = 0; p < m->n_params; p++)
-            poet_sgd(poet_param_elems(m, p), lr, P + m->param_off[p], G + m->param_off[p]);
+        optimize(m, a, buf, lr);
         break;
     default:
         break;
@@ -278,7 +303,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
                 in[j] = (j < n.n_deps && poet_node_bytes(m, n.deps[j]))
                             ? (float *)(void *)(buf->arena + offset[n.deps[j]])
                             : 0;
-            run_node(m, &n, buf, in, (float *)(void *)t, lr, &res->loss);
+            run_node(m, &n, buf, in, (float *)(void *)t, lr, &res->loss, op == POET_I_RECOMPUTE);
             break;
         }
         case POET_I_PAGE_IN:

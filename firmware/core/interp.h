@@ -29,7 +29,9 @@ typedef struct {
 /* Where a step's data lives; all pointers point into the pool. */
 typedef struct {
     float *params;
-    float *grads;
+    float *grads;           /* one per trained element, at the model's grad_off */
+    float *opt_state;       /* opt_words per trained element (all first words, then all second) */
+    uint32_t *opt_step;     /* optimizer steps taken, counting this one once it runs (Adam, momentum) */
     const float *x;         /* staged inputs */
     const int32_t *labels;  /* staged labels */
     uint8_t *arena;

@@ -36,6 +36,15 @@ static int param_ok(const poet_model_t *m, int32_t p, uint64_t elems)
     return p >= 0 && (uint32_t)p < m->n_params && poet_param_elems(m, (uint16_t)p) == elems;
 }
 
+/* Running statistics: both absent (-1) or two distinct frozen tensors of C elements. */
+static int stats_ok(const poet_model_t *m, int32_t mean, int32_t var, uint64_t c)
+{
+    if (mean == -1 && var == -1)
+        return 1;
+    return mean != var && param_ok(m, mean, c) && param_ok(m, var, c) &&
+           poet_param_frozen(m, (uint16_t)mean) && poet_param_frozen(m, (uint16_t)var);
+}
+
 /* Optional parameters (a bias, a norm's affine weight) are -1 when absent. */
 static int opt_param_ok(const poet_model_t *m, int32_t p, uint64_t elems)
 {
@@ -79,6 +88,18 @@ static int kind_of(uint8_t op)
         (op >= POET_OP_ADD_BWD && op <= POET_OP_SELECT_BWD))
         return POET_KIND_BACKWARD;
     return -1;
+}
+
+/* a0 the optimizer; momentum (a1) or Adam's betas (a1, a2) in [0, 1), Adam's eps (a3) > 0. */
+static int unit_attr(int32_t a) { return finite_attr(a) && poet_attr_f32(a) >= 0.0f && poet_attr_f32(a) < 1.0f; }
+static int optimizer_ok(const int32_t *a)
+{
+    switch (a[0]) {
+    case POET_OPT_SGD: return 1;
+    case POET_OPT_MOMENTUM: return unit_attr(a[1]);
+    case POET_OPT_ADAM: return unit_attr(a[1]) && unit_attr(a[2]) && finite_attr(a[3]) && poet_attr_f32(a[3]) > 0.0f;
+    default: return 0;
+    }
 }
 
 /* Checks that the node's shapes agree with its deps, params and output size, so the kernels
@@ -173,10 +194,11 @@ static int node_ok(const poet_model_t *m, const poet_node_t *n, uint32_t i)
         /* B*HW > 1: the batch variance of a single value is undefined (torch raises) */
         if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]) || mul((uint64_t)a[0], (uint64_t)a[2]) < 2u ||
             !finite_attr(a[3]) || !(poet_attr_f32(a[3]) > 0.0f) || !finite_attr(a[4]) ||
-            !opt_param_ok(m, a[5], (uint64_t)a[1]) || !opt_param_ok(m, a[6], (uint64_t)a[1]))
+            !opt_param_ok(m, a[5], (uint64_t)a[1]) || !opt_param_ok(m, a[6], (uint64_t)a[1]) ||
+            !stats_ok(m, a[7], a[8], (uint64_t)a[1]))
             return 0;
         x = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[1]), (uint64_t)a[2]));
-        return n->op == POET_OP_BATCHNORM ? io1(m, n, x, x) : bwd_ok(m, n, a[7], x, x);
+        return n->op == POET_OP_BATCHNORM ? io1(m, n, x, x) : bwd_ok(m, n, a[9], x, x);
     case POET_OP_LAYERNORM:
     case POET_OP_LAYERNORM_BWD:
         if (!pos(a[0]) || !pos(a[1]) || !finite_attr(a[2]) || !(poet_attr_f32(a[2]) > 0.0f) ||
@@ -252,7 +274,7 @@ static int node_ok(const poet_model_t *m, const poet_node_t *n, uint32_t i)
         y = f32s(mul((uint64_t)a[0], (uint64_t)a[2]));
         return n->op == POET_OP_SELECT ? io1(m, n, x, y) : io1(m, n, y, x);
     case POET_OP_SGD:
-        return n->n_deps == 0 && n->bytes == 0 && i + 1u == m->n_nodes;
+        return n->n_deps == 0 && n->bytes == 0 && i + 1u == m->n_nodes && optimizer_ok(a);
     default:
         return 0;
     }
@@ -277,7 +299,7 @@ void poet_node_view(const poet_model_t *m, uint16_t i, poet_node_t *n)
 int poet_model_parse(const uint8_t *blob, uint32_t len, poet_model_t *m, uint32_t *detail)
 {
     uint32_t i, k, elems;
-    uint64_t swap = 0, total = 0;
+    uint64_t swap = 0, total = 0, train = 0;
     poet_node_t n;
 
     *detail = POET_NO_DETAIL;
@@ -295,13 +317,18 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, poet_model_t *m, uint32_
         return POET_E_MODEL;
     m->recs = blob + HDR + 4u * m->n_params;
     for (i = 0; i < m->n_params; i++) {
-        elems = poet_param_elems(m, (uint16_t)i);
+        uint32_t word = poet_rd32(blob + HDR + 4u * i);
+        elems = word & POET_PARAM_ELEMS_MASK;
         m->param_off[i] = (uint32_t)total;
+        m->grad_off[i] = (word & POET_PARAM_FROZEN) ? POET_NO_GRAD : (uint32_t)train;
         total += elems;
-        if (elems == 0 || total > 0x10000000u)
+        if (!(word & POET_PARAM_FROZEN))
+            train += elems;
+        if (elems == 0 || (word & ~(POET_PARAM_FROZEN | POET_PARAM_ELEMS_MASK)) || total > 0x10000000u)
             return POET_E_MODEL;
     }
     m->total_param_elems = (uint32_t)total;
+    m->train_elems = (uint32_t)train;
     m->min_classes = 0xFFFFFFFFu;
     for (i = 0; i < m->n_nodes; i++) {
         const uint8_t *p = poet_node_rec(m, (uint16_t)i);
@@ -325,6 +352,10 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, poet_model_t *m, uint32_
             return POET_E_MODEL;
     }
     *detail = POET_NO_DETAIL;
+    if (n.op != POET_OP_SGD) /* the last node: node_ok made sure an SGD node can only be last */
+        return POET_E_MODEL;
+    m->opt = (uint8_t)n.a[0];
+    m->opt_words = (uint8_t)(n.a[0] == POET_OPT_ADAM ? 2u : n.a[0] == POET_OPT_MOMENTUM ? 1u : 0u);
     m->hash = poet_fnv1a64(blob, len);
     return POET_OK;
 }

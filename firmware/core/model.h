@@ -77,6 +77,16 @@ enum {
 #define POET_CONV_STRIDE(a6) ((((a6) >> 8) & 0xFF) + 1)
 #define POET_CONV_GROUPS(a6) ((((a6) >> 16) & 0xFFFF) + 1)
 
+/* Param table word (docs/spec.md section 2): the element count, and the top bit set for a tensor
+ * that is not trained (a frozen layer's weight, a batch norm's running statistic): it has no
+ * gradient and no optimizer state on the board. Bits 28-30 are reserved (0). */
+#define POET_PARAM_FROZEN 0x80000000u
+#define POET_PARAM_ELEMS_MASK 0x0FFFFFFFu
+#define POET_NO_GRAD 0xFFFFFFFFu
+
+/* The optimizer node's a0 (docs/spec.md section 2) and the state words it keeps per trained element. */
+enum { POET_OPT_SGD = 0, POET_OPT_MOMENTUM = 1, POET_OPT_ADAM = 2 };
+
 /* A float attribute: the blob stores its binary32 bits in the i32 slot. */
 float poet_attr_f32(int32_t a);
 
@@ -112,7 +122,11 @@ typedef struct {
     uint16_t batch;
     uint32_t x_elems;
     uint32_t param_off[POET_MAX_PARAMS]; /* element offset of param p in the params area */
+    uint32_t grad_off[POET_MAX_PARAMS];  /* ... of its gradient in the grads area, or POET_NO_GRAD */
     uint32_t total_param_elems;
+    uint32_t train_elems;                /* elements with a gradient (and optimizer state) */
+    uint8_t opt;                         /* POET_OPT_*, from the optimizer node */
+    uint8_t opt_words;                   /* optimizer state words per trained element: 0, 1, 2 */
     uint32_t swap_off[POET_MAX_NODES];   /* byte offset of node i in aux storage */
     uint32_t min_classes;                /* smallest class count of any loss node (label check) */
     uint64_t hash;
@@ -132,7 +146,11 @@ static inline uint32_t poet_node_bytes(const poet_model_t *m, uint16_t i)
 }
 static inline uint32_t poet_param_elems(const poet_model_t *m, uint16_t p)
 {
-    return poet_rd32(m->blob + POET_MODEL_HDR + 4u * p);
+    return poet_rd32(m->blob + POET_MODEL_HDR + 4u * p) & POET_PARAM_ELEMS_MASK;
+}
+static inline int poet_param_frozen(const poet_model_t *m, uint16_t p)
+{
+    return (poet_rd32(m->blob + POET_MODEL_HDR + 4u * p) & POET_PARAM_FROZEN) != 0;
 }
 
 /* Decode node i's record from the blob into *n. i must be < m->n_nodes. */

@@ -28,14 +28,30 @@ static struct {
     uint8_t *dst;
 } st;
 
+/* Pool layout (docs/spec.md section 6), each region 8-byte aligned: every parameter, the gradients
+ * of the trained ones, the optimizer state (a step counter, then opt_words floats per trained
+ * element), the staged batch, the arena. host/poet/memory.py lays it out the same way. */
+static uint32_t align8(uint32_t n) { return (n + 7u) & ~7u; }
 static uint32_t params_bytes(void) { return 4u * model.total_param_elems; }
+static uint32_t grads_bytes(void) { return 4u * model.train_elems; }
+static uint32_t opt_bytes(void) { return model.opt_words ? 4u + 4u * model.opt_words * model.train_elems : 0u; }
 static uint32_t batch_bytes(void) { return 4u * model.x_elems + 4u * model.batch; }
-static uint32_t fixed_bytes(void) { return 2u * params_bytes() + batch_bytes(); }
+static uint32_t grads_at(void) { return align8(params_bytes()); }
+static uint32_t opt_at(void) { return grads_at() + align8(grads_bytes()); }
+static uint32_t batch_at(void) { return opt_at() + align8(opt_bytes()); }
+static uint32_t fixed_bytes(void) { return batch_at() + align8(batch_bytes()); }
 
 static uint8_t *pool_params(void) { return port_pool(); }
-static uint8_t *pool_grads(void) { return port_pool() + params_bytes(); }
-static uint8_t *pool_batch(void) { return port_pool() + 2u * params_bytes(); }
+static uint8_t *pool_grads(void) { return port_pool() + grads_at(); }
+static uint8_t *pool_opt(void) { return port_pool() + opt_at(); }
+static uint8_t *pool_batch(void) { return port_pool() + batch_at(); }
 static uint8_t *pool_arena(void) { return port_pool() + fixed_bytes(); }
+/* The step counter the optimizer keeps, and the state after it (4-byte aligned: opt_at is 8). */
+static uint32_t *opt_step(void)
+{
+    static uint32_t none; /* plain SGD keeps no state; the count is still kept, here */
+    return model.opt_words ? (uint32_t *)(void *)pool_opt() : &none;
+}
 
 static void send(uint8_t type, const uint8_t *payload, uint16_t len)
 {
@@ -76,9 +92,12 @@ static void hello(void)
     send(POET_MSG_HELLO_REPLY, p, 36);
 }
 
-static void zero_grads(void)
+/* A new model or new weights start training afresh: no accumulated gradient, no optimizer state. */
+static void reset_training(void)
 {
-    memset(pool_grads(), 0, params_bytes());
+    memset(pool_grads(), 0, grads_bytes());
+    memset(pool_opt(), 0, opt_bytes());
+    *opt_step() = 0;
 }
 
 static void begin_blob(const uint8_t *p, uint16_t len)
@@ -105,7 +124,8 @@ static void begin_blob(const uint8_t *p, uint16_t len)
         break;
     case POET_BLOB_WEIGHTS:
     case POET_BLOB_BATCH:
-        if (!st.model) {
+    case POET_BLOB_OPT_STATE:
+        if (!st.model || (blob == POET_BLOB_OPT_STATE && !st.weights)) {
             ack(POET_E_LINK_ORDER, POET_NO_DETAIL);
             return;
         }
@@ -113,6 +133,12 @@ static void begin_blob(const uint8_t *p, uint16_t len)
             st.weights = 0;
             st.dst = pool_params();
             cap = params_bytes();
+        } else if (blob == POET_BLOB_OPT_STATE) {
+            /* a resumed run's state replaces the fresh one the weights upload made; it starts
+             * from zeros so an upload cut short leaves no mix of two runs' state */
+            reset_training();
+            st.dst = pool_opt();
+            cap = opt_bytes();
         } else {
             st.batch = 0;
             st.dst = pool_batch();
@@ -186,13 +212,14 @@ static void end_blob(const uint8_t *p, uint16_t len)
             status = POET_E_TOO_BIG;
             detail = port_pool_bytes();
         }
-        if (status == POET_OK) {
+        if (status == POET_OK)
             st.model = 1;
-            zero_grads();
-        }
         break;
     case POET_BLOB_WEIGHTS:
         st.weights = 1;
+        reset_training();
+        break;
+    case POET_BLOB_OPT_STATE:
         break;
     case POET_BLOB_BATCH: {
         const int32_t *labels = (const int32_t *)(const void *)(pool_batch() + 4u * model.x_elems);
@@ -256,6 +283,8 @@ static void step(const uint8_t *p, uint16_t len)
     memcpy(&lr, &bits, 4);
     buf.params = (float *)(void *)pool_params();
     buf.grads = (float *)(void *)pool_grads();
+    buf.opt_state = (float *)(void *)(pool_opt() + 4u);
+    buf.opt_step = opt_step();
     buf.x = (const float *)(const void *)pool_batch();
     buf.labels = (const int32_t *)(const void *)(pool_batch() + 4u * model.x_elems);
     buf.arena = pool_arena();
@@ -285,12 +314,13 @@ static void step(const uint8_t *p, uint16_t len)
 
 static void read_blob(const uint8_t *p, uint16_t len)
 {
-    uint32_t off, n;
+    uint32_t off, n, size;
+    const uint8_t *base;
     if (len != 7) {
         ack(POET_E_FRAME, POET_NO_DETAIL);
         return;
     }
-    if (p[0] != POET_BLOB_WEIGHTS) {
+    if (p[0] != POET_BLOB_WEIGHTS && p[0] != POET_BLOB_OPT_STATE) {
         ack(POET_E_RANGE, POET_NO_DETAIL);
         return;
     }
@@ -298,13 +328,15 @@ static void read_blob(const uint8_t *p, uint16_t len)
         ack(POET_E_LINK_ORDER, POET_NO_DETAIL);
         return;
     }
+    base = p[0] == POET_BLOB_WEIGHTS ? pool_params() : pool_opt();
+    size = p[0] == POET_BLOB_WEIGHTS ? params_bytes() : opt_bytes();
     off = poet_rd32(p + 1);
     n = poet_rd16(p + 5);
-    if (n > 1000u || off > params_bytes() || n > params_bytes() - off) {
-        ack(POET_E_RANGE, params_bytes());
+    if (n > 1000u || off > size || n > size - off) {
+        ack(POET_E_RANGE, size);
         return;
     }
-    send(POET_MSG_DATA, pool_params() + off, (uint16_t)n);
+    send(POET_MSG_DATA, base + off, (uint16_t)n);
 }
 
 void poet_handle_frame(uint8_t type, const uint8_t *payload, uint16_t len)

@@ -25,7 +25,7 @@ enum {
     POET_MSG_TRACE = 0x86
 };
 
-enum { POET_BLOB_MODEL = 1, POET_BLOB_WEIGHTS = 2, POET_BLOB_SCHEDULE = 3, POET_BLOB_BATCH = 4 };
+enum { POET_BLOB_MODEL = 1, POET_BLOB_WEIGHTS = 2, POET_BLOB_SCHEDULE = 3, POET_BLOB_BATCH = 4, POET_BLOB_OPT_STATE = 5 };
 
 /* Serve requests until port_getc reports the link closed. */
 void poet_run(void);

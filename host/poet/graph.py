@@ -9,9 +9,12 @@ writes the same JSON can feed the planner.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from poet.errors import UsageError
+from poet.memory import OPTIMIZER_WORDS, optimizer_state_bytes, pool_fixed_bytes
 
 F32 = 4
 
@@ -43,9 +46,12 @@ class TrainingGraph:
     classes: int
     params: list[tuple[str, list[int]]]  # every parameter, in upload order; attrs "w"/"b" index it
     nodes: list[GraphNode]
-    frozen: list[str] = field(default_factory=list)  # parameters not trained: they stay in flash
+    frozen: list[str] = field(default_factory=list)  # not trained: no gradient, no optimizer state
     train: str = "all"  # the fine-tuning mode the graph was traced for
     input_dtype: str = "float32"
+    # the optimizer node's settings: {"name": "sgd"}, {"name": "momentum", "momentum": m} or
+    # {"name": "adam", "beta1": b1, "beta2": b2, "eps": e}; the learning rate comes with each step
+    optimizer: dict[str, Any] = field(default_factory=lambda: {"name": "sgd"})
 
     @property
     def param_elems(self) -> list[int]:
@@ -56,6 +62,21 @@ class TrainingGraph:
         """Bytes of the trainable parameters: these, their gradients and optimizer state live in RAM."""
         frozen = set(self.frozen)
         return F32 * sum(numel(s) for n, s in self.params if n not in frozen)
+
+    @property
+    def resident_param_bytes(self) -> int:
+        """Every parameter and statistic the board holds in RAM, trained or not (docs/spec.md 6)."""
+        return F32 * sum(numel(s) for _, s in self.params)
+
+    @property
+    def optimizer_state_bytes(self) -> int:
+        return optimizer_state_bytes(OPTIMIZER_WORDS[self.optimizer["name"]], self.param_bytes)
+
+    @property
+    def fixed_bytes(self) -> int:
+        """The board's pool before the activation arena: parameters, gradients, optimizer state, batch."""
+        return pool_fixed_bytes(self.resident_param_bytes, self.param_bytes, self.optimizer_state_bytes,
+                                self.staging_bytes)
 
     @property
     def frozen_bytes(self) -> int:
@@ -97,6 +118,45 @@ class TrainingGraph:
             if n.kind == "backward" and not n.saved:  # files from before "saved" was written
                 n.saved = [d for d in n.deps if raw["nodes"][d].kind in ("input", "forward", "loss")]
         return cls(**raw)
+
+
+# torch.optim's defaults for what the runtime implements (SGD without weight decay or dampening)
+OPTIMIZER_DEFAULTS: dict[str, dict[str, float]] = {
+    "sgd": {}, "momentum": {"momentum": 0.9}, "adam": {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8}}
+# arithmetic per trained element per step, for the optimizer node's cost estimate
+OPTIMIZER_FLOPS = {"sgd": 2, "momentum": 4, "adam": 12}
+
+
+def parse_optimizer(text: str) -> dict[str, Any]:
+    """`sgd`, `momentum[:M]`, `adam[:B1,B2,EPS]` -> the settings TrainingGraph.optimizer holds."""
+    name, _, args = text.partition(":")
+    if name not in OPTIMIZER_DEFAULTS:
+        raise UsageError(f"--optimizer {text!r}: give sgd, momentum[:M] or adam[:BETA1,BETA2,EPS]")
+    keys = list(OPTIMIZER_DEFAULTS[name])
+    out: dict[str, Any] = {"name": name, **OPTIMIZER_DEFAULTS[name]}
+    if args:
+        try:
+            values = [float(v) for v in args.split(",")]
+        except ValueError:
+            values = []
+        if not values or len(values) > len(keys):
+            raise UsageError(f"--optimizer {text!r}: {name} takes {', '.join(keys) or 'no settings'}")
+        out.update(zip(keys, values, strict=False))
+    for k in ("momentum", "beta1", "beta2"):
+        if k in out and not 0.0 <= out[k] < 1.0:
+            raise UsageError(f"--optimizer {text!r}: {k} must be in [0, 1)")
+    if "eps" in out and not out["eps"] > 0.0:
+        raise UsageError(f"--optimizer {text!r}: eps must be > 0")
+    return out
+
+
+def with_optimizer(g: TrainingGraph, optimizer: dict[str, Any] | str) -> TrainingGraph:
+    """The same graph stepping with another optimizer (its state changes the fixed RAM, not the arena)."""
+    opt = parse_optimizer(optimizer) if isinstance(optimizer, str) else dict(optimizer)
+    nodes = list(g.nodes)
+    last = nodes[-1]
+    nodes[-1] = replace(last, flops=OPTIMIZER_FLOPS[opt["name"]] * (g.param_bytes // F32))
+    return replace(g, nodes=nodes, optimizer=opt)
 
 
 def numel(shape: list[int]) -> int:

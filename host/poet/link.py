@@ -25,7 +25,9 @@ MODEL = 1
 WEIGHTS = 2
 SCHEDULE = 3
 BATCH = 4
-BLOB_NAMES = {MODEL: "model", WEIGHTS: "weights", SCHEDULE: "schedule", BATCH: "batch"}
+OPT_STATE = 5
+BLOB_NAMES = {MODEL: "model", WEIGHTS: "weights", SCHEDULE: "schedule", BATCH: "batch",
+              OPT_STATE: "optimizer state"}
 
 SYNC = 0xA5
 FRAME_MAX = 1024
@@ -260,13 +262,18 @@ class Link:
                 raise LinkError(f"expected TRACE or DONE, got message type 0x{msg_type:02x}")
 
     def read_weights(self, n_bytes: int) -> bytes:
+        return self.read_blob(WEIGHTS, n_bytes)
+
+    def read_blob(self, blob_id: int, n_bytes: int) -> bytes:
+        """Read back the weights or the optimizer state (a step counter, then the state floats)."""
+        name = BLOB_NAMES.get(blob_id, f"blob {blob_id}")
         out = bytearray()
         while len(out) < n_bytes:
             n = min(CHUNK_MAX, n_bytes - len(out))
-            self._send(READ, struct.pack("<BIH", WEIGHTS, len(out), n))
-            part = self._expect(DATA, f"weights bytes {len(out)}..{len(out) + n}")
+            self._send(READ, struct.pack("<BIH", blob_id, len(out), n))
+            part = self._expect(DATA, f"{name} bytes {len(out)}..{len(out) + n}")
             if len(part) != n:
-                raise LinkError(f"asked for {n} weight bytes at {len(out)}, got {len(part)}")
+                raise LinkError(f"asked for {n} {name} bytes at {len(out)}, got {len(part)}")
             out += part
         return bytes(out)
 

@@ -22,7 +22,7 @@ from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Sc
 # "f:eps" is a float attribute (stored as its binary32 bits); "geom" is conv2d's packed
 # pad/stride/groups; a missing "w"/"b" (no such parameter) is -1.
 _CONV = ("B", "C", "H", "W", "O", "k", "geom", "w", "b")
-_BN = ("B", "C", "HW", "f:eps", "f:momentum", "w", "b")
+_BN = ("B", "C", "HW", "f:eps", "f:momentum", "w", "b", "rm", "rv")  # rm/rv: running statistics
 _LN = ("rows", "D", "f:eps", "w", "b")
 _PERM = ("d0", "d1", "d2", "d3", "p0", "p1", "p2", "p3")
 _EMB = ("n", "V", "D", "ids", "w")
@@ -76,8 +76,20 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "softmax_bwd": (mb.OP_SOFTMAX_BWD, ("rows", "D")),
     "embedding_bwd": (mb.OP_EMBEDDING_BWD, (*_EMB, "need_grad_input")),
     "select_bwd": (mb.OP_SELECT_BWD, ("B", "S", "D", "index")),
-    "sgd": (mb.OP_SGD, ()),
+    "sgd": (mb.OP_SGD, ("opt", "f:p1", "f:p2", "f:p3")),
 }
+
+
+def optimizer_attrs(opt: dict[str, Any]) -> dict[str, Any]:
+    """The optimizer node's a0..a3 (docs/spec.md section 2) from a graph's optimizer settings."""
+    name = opt.get("name", "sgd")
+    if name == "sgd":
+        return {"opt": 0, "p1": 0.0, "p2": 0.0, "p3": 0.0}
+    if name == "momentum":
+        return {"opt": 1, "p1": opt["momentum"], "p2": 0.0, "p3": 0.0}
+    if name == "adam":
+        return {"opt": 2, "p1": opt["beta1"], "p2": opt["beta2"], "p3": opt["eps"]}
+    raise PoetError(f"optimizer {name!r}: the runtime has sgd, momentum and adam")
 KINDS = {"input": mb.KIND_INPUT, "forward": mb.KIND_FORWARD, "loss": mb.KIND_LOSS, "backward": mb.KIND_BACKWARD,
          "optimizer": mb.KIND_OPTIMIZER}
 ALIGN = 4
@@ -89,9 +101,6 @@ RUNTIME_LIMITS = {"maxpool2d": {"k": 2}, "maxpool2d_bwd": {"k": 2}}
 
 def check_runtime(g: TrainingGraph) -> None:
     """Raise, naming the first node the firmware cannot run yet, before anything is uploaded."""
-    if g.frozen:
-        raise PoetError(f"--train {g.train}: the firmware trains every parameter for now; use --train all "
-                        f"on the board (frozen layers are planned and traced, not yet run)")
     for n in g.nodes:
         if n.op not in OPS:
             raise PoetError(f"{n.name}: op {n.op} is in poet's graph but not yet in the C runtime "
@@ -108,7 +117,7 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
         return mb.conv_geometry(int(attrs["pad"]), int(attrs.get("stride", 1)), int(attrs.get("groups", 1)))
     if name.startswith("f:"):
         return mb.f32_bits(float(attrs[name[2:]]))
-    if name in ("w", "b"):
+    if name in ("w", "b", "rm", "rv"):
         return int(attrs.get(name, -1))
     return int(attrs[name])
 
@@ -118,9 +127,12 @@ def model_blob(g: TrainingGraph) -> ModelBlob:
     nodes = []
     for n in g.nodes:
         code, names = OPS[n.op]
+        attrs = optimizer_attrs(g.optimizer) if n.kind == "optimizer" else n.attrs
         nodes.append(BlobNode(op=code, kind=KINDS[n.kind], deps=tuple(n.deps), bytes=n.bytes,
-                              attrs=tuple(_attr(n.attrs, a) for a in names)))
-    return ModelBlob(batch=g.batch, x_elems=g.x_elems, param_elems=g.param_elems, nodes=nodes)
+                              attrs=tuple(_attr(attrs, a) for a in names)))
+    frozen = set(g.frozen)
+    return ModelBlob(batch=g.batch, x_elems=g.x_elems, param_elems=g.param_elems, nodes=nodes,
+                     param_frozen=[name in frozen for name, _ in g.params])
 
 
 @dataclass(frozen=True)

@@ -10,16 +10,30 @@ with what is left; the firmware lays out its pool in the same order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from poet.errors import UsageError
-from poet.graph import TrainingGraph
 from poet.units import format_size
 
+if TYPE_CHECKING:  # graph.py uses this module's layout functions
+    from poet.graph import TrainingGraph
+
 POOL_ALIGN = 8  # the firmware aligns each pool region to 8 bytes
+OPTIMIZER_WORDS = {"sgd": 0, "momentum": 1, "adam": 2}  # state floats per trained element
 
 
 def _align(n: int) -> int:
     return (n + POOL_ALIGN - 1) // POOL_ALIGN * POOL_ALIGN
+
+
+def optimizer_state_bytes(words: int, trained_bytes: int) -> int:
+    """A step counter and `words` floats per trained element; plain SGD keeps nothing."""
+    return 4 + words * trained_bytes if words else 0
+
+
+def pool_fixed_bytes(params: int, grads: int, optimizer_state: int, staging: int) -> int:
+    """The pool before the arena, laid out as firmware/core/protocol.c does (docs/spec.md 6)."""
+    return sum(_align(b) for b in (params, grads, optimizer_state, staging))
 
 
 @dataclass(frozen=True)
@@ -33,8 +47,7 @@ class MemoryBudget:
 
     @property
     def fixed(self) -> int:
-        return self.runtime_static + sum(_align(b) for b in (self.params, self.grads, self.optimizer_state,
-                                                               self.staging))
+        return self.runtime_static + pool_fixed_bytes(self.params, self.grads, self.optimizer_state, self.staging)
 
     @property
     def arena(self) -> int:
@@ -42,8 +55,8 @@ class MemoryBudget:
 
     def lines(self) -> list[tuple[str, int]]:
         return [("firmware static (stack, buffers, trace ring)", self.runtime_static),
-                ("trainable parameters", self.params), ("gradients", self.grads),
-                ("optimizer state (SGD)", self.optimizer_state), ("staged batch", self.staging),
+                ("parameters (trained and frozen) and statistics", self.params), ("gradients", self.grads),
+                ("optimizer state", self.optimizer_state), ("staged batch", self.staging),
                 ("activation arena", self.arena)]
 
     def table(self) -> str:
@@ -60,10 +73,11 @@ def check_ram(ram_bytes: int, board_ram_bytes: int, board: str) -> int:
 
 def budget_for(graph: TrainingGraph, ram_bytes: int, runtime_static: int) -> MemoryBudget:
     """Split --ram; refuse a budget that cannot even hold the fixed part."""
-    b = MemoryBudget(ram_bytes=ram_bytes, runtime_static=runtime_static, params=graph.param_bytes,
-                     grads=graph.param_bytes, optimizer_state=0, staging=graph.staging_bytes)
+    b = MemoryBudget(ram_bytes=ram_bytes, runtime_static=runtime_static, params=graph.resident_param_bytes,
+                     grads=graph.param_bytes, optimizer_state=graph.optimizer_state_bytes,
+                     staging=graph.staging_bytes)
     if b.arena <= 0:
         raise UsageError(f"--ram {format_size(ram_bytes)} is below the fixed part "
                          f"{format_size(b.fixed)} (firmware {format_size(runtime_static)}, parameters, "
-                         f"gradients, batch) before any activation; raise --ram")
+                         f"gradients, optimizer state, batch) before any activation; raise --ram")
     return b

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from poet.memory import optimizer_state_bytes, pool_fixed_bytes
+
 MAGIC = b"PMDL"
 VERSION = 1
 HEADER_BYTES = 16
@@ -18,6 +20,9 @@ NODE_BYTES = 56
 MAX_DEPS = 4
 N_ATTRS = 10
 NO_DEP = 0xFFFF
+PARAM_FROZEN = 0x80000000  # param table word: not trained (no gradient, no optimizer state)
+PARAM_ELEMS_MASK = 0x0FFFFFFF
+OPT_WORDS = {0: 0, 1: 1, 2: 2}  # optimizer node a0 (sgd, momentum, adam) -> state floats per trained element
 MODEL_BLOB_MAX = 4096  # the firmware's static model buffer
 
 # ops (docs/spec.md section 2)
@@ -127,12 +132,16 @@ class ModelBlob:
     x_elems: int
     param_elems: list[int]
     nodes: list[BlobNode] = field(default_factory=list)
+    param_frozen: list[bool] = field(default_factory=list)  # per parameter; missing entries: trained
+
+    def frozen(self, p: int) -> bool:
+        return p < len(self.param_frozen) and self.param_frozen[p]
 
     def encode(self) -> bytes:
         out = bytearray(_HEADER.pack(MAGIC, VERSION, 0, len(self.nodes), len(self.param_elems),
                                      self.batch, self.x_elems))
-        for n in self.param_elems:
-            out += struct.pack("<I", n)
+        for p, n in enumerate(self.param_elems):
+            out += struct.pack("<I", n | (PARAM_FROZEN if self.frozen(p) else 0))
         for node in self.nodes:
             deps = list(node.deps) + [NO_DEP] * (MAX_DEPS - len(node.deps))
             attrs = list(node.attrs) + [0] * (N_ATTRS - len(node.attrs))
@@ -149,7 +158,9 @@ class ModelBlob:
         want = HEADER_BYTES + 4 * n_params + NODE_BYTES * n_nodes
         if len(data) != want:
             raise ValueError(f"model blob is {len(data)} bytes, its header says {want}")
-        params = list(struct.unpack_from(f"<{n_params}I", data, HEADER_BYTES))
+        words = list(struct.unpack_from(f"<{n_params}I", data, HEADER_BYTES))
+        params = [w & PARAM_ELEMS_MASK for w in words]
+        frozen = [bool(w & PARAM_FROZEN) for w in words]
         nodes = []
         off = HEADER_BYTES + 4 * n_params
         for _ in range(n_nodes):
@@ -158,22 +169,34 @@ class ModelBlob:
             last = max((i + 1 for i, a in enumerate(attrs) if a != 0), default=0)
             nodes.append(BlobNode(op, kind, tuple(deps[:n_deps]), nbytes, tuple(attrs[:last])))
             off += NODE_BYTES
-        return cls(batch, x_elems, params, nodes)
+        return cls(batch, x_elems, params, nodes, frozen)
 
     def hash(self) -> int:
         return fnv1a64(self.encode())
 
     @property
     def param_bytes(self) -> int:
+        """Every parameter and statistic: the weights blob."""
         return 4 * sum(self.param_elems)
+
+    @property
+    def grad_bytes(self) -> int:
+        return 4 * sum(n for p, n in enumerate(self.param_elems) if not self.frozen(p))
+
+    @property
+    def opt_state_bytes(self) -> int:
+        """The optimizer state blob: the optimizer node (last) names the optimizer in a0."""
+        kind = self.nodes[-1].attrs[0] if self.nodes and self.nodes[-1].op == OP_SGD and self.nodes[-1].attrs else 0
+        return optimizer_state_bytes(OPT_WORDS.get(kind, 0), self.grad_bytes)
 
     @property
     def batch_bytes(self) -> int:
         return 4 * self.x_elems + 4 * self.batch
 
     def pool_free(self, pool_bytes: int) -> int:
-        """Arena bytes left in the board's pool after params, grads and the staged batch."""
-        return pool_bytes - 2 * self.param_bytes - self.batch_bytes
+        """Arena bytes left in the board's pool after params, grads, optimizer state and the batch."""
+        return pool_bytes - pool_fixed_bytes(self.param_bytes, self.grad_bytes, self.opt_state_bytes,
+                                             self.batch_bytes)
 
 
 def encode_weights(params: list[np.ndarray]) -> bytes:

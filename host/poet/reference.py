@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -10,20 +11,33 @@ from torch import nn
 
 
 def weights_of(model: nn.Module) -> list[np.ndarray]:
-    """Trainable parameters in upload order (named_parameters order), as float32 arrays."""
-    return [p.detach().cpu().numpy().astype(np.float32).copy() for p in model.parameters() if p.requires_grad]
+    """Every parameter in upload order (named_parameters order), as float32 arrays."""
+    return [p.detach().cpu().numpy().astype(np.float32).copy() for p in model.parameters()]
 
 
 def load_weights(model: nn.Module, weights: list[np.ndarray]) -> None:
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = list(model.parameters())
     with torch.no_grad():
         for p, w in zip(params, weights, strict=True):
             p.copy_(torch.from_numpy(w.reshape(p.shape)))
 
 
-def train_steps(model: nn.Module, batches: Iterable[tuple[np.ndarray, np.ndarray]], lr: float) -> list[float]:
-    """Plain SGD with mean cross-entropy, one step per batch; returns the losses."""
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+def torch_optimizer(params: list[nn.Parameter], lr: float, optimizer: dict[str, Any] | None
+                    ) -> torch.optim.Optimizer:
+    """The torch.optim twin of a graph's optimizer settings (TrainingGraph.optimizer)."""
+    opt = optimizer or {"name": "sgd"}
+    if opt["name"] == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=opt["momentum"])
+    if opt["name"] == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"])
+    return torch.optim.SGD(params, lr=lr)
+
+
+def train_steps(model: nn.Module, batches: Iterable[tuple[np.ndarray, np.ndarray]], lr: float,
+                optimizer: dict[str, Any] | None = None, frozen: Collection[str] = ()) -> list[float]:
+    """Mean cross-entropy, one optimizer step per batch, `frozen` parameters left alone (as the
+    graph's optimizer and frozen list say); returns the losses."""
+    opt = torch_optimizer([p for n, p in model.named_parameters() if n not in frozen], lr, optimizer)
     losses = []
     for x, y in batches:
         opt.zero_grad()

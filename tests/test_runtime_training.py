@@ -1,0 +1,176 @@
+"""What a fine-tuning run needs from the runtime beyond plain SGD: momentum and Adam with their state
+in the pool, frozen layers (no gradient, no state, weights untouched), optimizer state read back and
+restored so a resumed run continues exactly, and one pool layout shared by host and firmware."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fwhelpers import native_link
+from poet.costs import uncosted
+from poet.graph import TrainingGraph, parse_optimizer, with_optimizer
+from poet.link import BATCH, MODEL, OPT_STATE, SCHEDULE, WEIGHTS, DeviceError, Link
+from poet.lower import lower, model_blob
+from poet.modelblob import decode_weights, encode_batch, encode_weights
+from poet.models import get_model
+from poet.plan import Plan
+from poet.reference import train_steps, weights_of
+from poet.schedule import Schedule
+from poet.solve import keep_all
+from poet.tracer import trace
+from test_runtime_ops import _poet_plans
+
+from conftest import needs_tools
+
+pytestmark = needs_tools("cc", "make")
+LR = 0.05
+Batch = tuple[np.ndarray, np.ndarray]
+
+
+def _data(g: TrainingGraph, steps: int, seed: int = 1) -> list[Batch]:
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((g.batch, *g.input_shape)).astype(np.float32),
+             rng.integers(0, g.classes, size=g.batch).astype(np.int32)) for _ in range(steps)]
+
+
+def _load(link: Link, g: TrainingGraph, w: list[np.ndarray], plan: Plan) -> None:
+    link.upload(MODEL, model_blob(g).encode())
+    link.upload(WEIGHTS, encode_weights(w))
+    link.upload(SCHEDULE, lower(plan, g).schedule.encode())
+
+
+def _steps(link: Link, g: TrainingGraph, data: list[Batch], lr: float = LR) -> list[float]:
+    out = []
+    for x, y in data:
+        link.upload(BATCH, encode_batch(x, y))
+        out.append(link.step(lr).loss)
+    return out
+
+
+def _weights(link: Link, g: TrainingGraph) -> list[np.ndarray]:
+    flat = decode_weights(link.read_weights(4 * sum(g.param_elems)), g.param_elems)
+    return [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
+
+
+def _graph(name: str, optimizer: str, train: str = "all", batch: int = 4) -> tuple[Any, TrainingGraph]:
+    import torch
+    torch.manual_seed(0)
+    model, spec = get_model(name)
+    g = trace(model, name, spec.input_shape, spec.classes, batch, train=train)
+    return model, with_optimizer(g, optimizer)
+
+
+def _assert_close(g: TrainingGraph, got: list[np.ndarray], ref: list[np.ndarray], tol: float = 1e-5) -> None:
+    for (pname, _), a, b in zip(g.params, got, ref, strict=True):
+        err = float(np.linalg.norm(a - b)) / max(float(np.linalg.norm(b)), 1e-12)
+        assert err <= tol, f"{pname} differs from PyTorch by {err:.3g} (relative)"
+
+
+@pytest.mark.parametrize("optimizer", ["momentum:0.9", "adam", "adam:0.8,0.99,1e-6"])
+def test_stateful_optimizers_train_like_torch_under_every_plan(tmp_path: Path, optimizer: str) -> None:
+    model, g = _graph("cnn-digits", optimizer)
+    data = _data(g, 4)
+    w0 = weights_of(model)
+    plans = [keep_all(uncosted(g)), *_poet_plans(g)]
+    assert len(plans) > 1
+    runs = []
+    with native_link(tmp_path) as link:
+        for plan in plans:
+            _load(link, g, w0, plan)
+            runs.append((_steps(link, g, data), _weights(link, g)))
+    for losses, weights in runs[1:]:  # recompute and paging never change a value
+        assert losses == runs[0][0]
+        assert all(np.array_equal(a, b) for a, b in zip(weights, runs[0][1], strict=True))
+    ref_losses = train_steps(model, data, LR, g.optimizer)
+    _assert_close(g, runs[0][1], weights_of(model))
+    assert np.allclose(runs[0][0], ref_losses, rtol=1e-5)
+
+
+def test_adam_state_differs_from_sgd(tmp_path: Path) -> None:
+    """The optimizer setting reaches the board: the same steps under SGD and Adam end elsewhere."""
+    model, g_sgd = _graph("mlp-digits", "sgd")
+    g_adam = with_optimizer(g_sgd, "adam")
+    data, w0 = _data(g_sgd, 2), weights_of(model)
+    out = []
+    with native_link(tmp_path) as link:
+        for g in (g_sgd, g_adam):
+            _load(link, g, w0, keep_all(uncosted(g)))
+            _steps(link, g, data)
+            out.append(_weights(link, g))
+    assert not np.array_equal(out[0][0], out[1][0])
+
+
+def test_frozen_layers_stay_put_and_the_rest_trains_like_torch(tmp_path: Path) -> None:
+    model, g = _graph("cnn-digits", "momentum:0.9", train="last:1")
+    assert g.frozen and len(g.frozen) < len(g.params)
+    blob = model_blob(g)
+    assert blob.grad_bytes == g.param_bytes < blob.param_bytes  # no gradient for a frozen tensor
+    data, w0 = _data(g, 3), weights_of(model)
+    with native_link(tmp_path) as link:
+        _load(link, g, w0, keep_all(uncosted(g)))
+        losses = _steps(link, g, data)
+        got = _weights(link, g)
+    frozen = set(g.frozen)
+    for (pname, _), a, b in zip(g.params, got, w0, strict=True):
+        assert np.array_equal(a, b) == (pname in frozen), pname
+    ref_losses = train_steps(model, data, LR, g.optimizer, frozen=frozen)
+    _assert_close(g, got, weights_of(model))
+    assert np.allclose(losses, ref_losses, rtol=1e-5)
+
+
+def test_resumed_run_continues_exactly(tmp_path: Path) -> None:
+    """Weights and optimizer state read after step 2 and uploaded into a fresh runtime give the same
+    steps 3-4 as an uninterrupted run: what `poet train --resume` relies on."""
+    model, g = _graph("mlp-digits", "adam")
+    data, w0 = _data(g, 4), weights_of(model)
+    plan = keep_all(uncosted(g))
+    state_bytes = model_blob(g).opt_state_bytes
+    assert state_bytes == g.optimizer_state_bytes == 4 + 2 * g.param_bytes
+    with native_link(tmp_path) as link:
+        _load(link, g, w0, plan)
+        straight = _steps(link, g, data)
+        w_straight = _weights(link, g)
+        _load(link, g, w0, plan)
+        _steps(link, g, data[:2])
+        w_mid, state = _weights(link, g), link.read_blob(OPT_STATE, state_bytes)
+    assert struct.unpack_from("<I", state)[0] == 2  # the step counter Adam's bias correction uses
+    with native_link(tmp_path) as link:
+        _load(link, g, w_mid, plan)
+        link.upload(OPT_STATE, state)
+        resumed = _steps(link, g, data[2:])
+        w_resumed = _weights(link, g)
+    assert resumed == straight[2:]
+    assert all(np.array_equal(a, b) for a, b in zip(w_resumed, w_straight, strict=True))
+
+
+def test_pool_layout_is_one_model(tmp_path: Path) -> None:
+    """The host's arena (pool minus params, grads, optimizer state and batch, each 8-aligned) is exactly
+    what the firmware grants: a schedule asking for it is accepted, 8 bytes more is refused."""
+    _, g = _graph("cnn-digits", "adam", train="last:2")
+    blob = model_blob(g)
+    plan = keep_all(uncosted(g))
+    with native_link(tmp_path) as link:
+        pool = link.hello().pool_bytes
+        free = blob.pool_free(pool)
+        assert free == pool - g.fixed_bytes
+        link.upload(MODEL, blob.encode())
+        sched = lower(plan, g).schedule
+        for arena, ok in ((free, True), (free + 8, False)):
+            data = Schedule(sched.n_nodes, sched.model_hash, arena, sched.instrs).encode()
+            if ok:
+                link.upload(SCHEDULE, data)
+            else:
+                with pytest.raises(DeviceError, match="ARENA|arena"):
+                    link.upload(SCHEDULE, data)
+
+
+def test_optimizer_flag_errors() -> None:
+    from poet.errors import UsageError
+    for bad in ("rmsprop", "momentum:1.5", "adam:0.9,0.9,0", "adam:x", "sgd:0.1"):
+        with pytest.raises(UsageError):
+            parse_optimizer(bad)
+    assert parse_optimizer("momentum:0.5") == {"name": "momentum", "momentum": 0.5}
