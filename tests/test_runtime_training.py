@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import needs_tools
 from fwhelpers import native_link
 from poet.costs import uncosted
 from poet.graph import TrainingGraph, parse_optimizer, with_optimizer
@@ -23,8 +24,6 @@ from poet.schedule import Schedule
 from poet.solve import keep_all
 from poet.tracer import trace
 from test_runtime_ops import _poet_plans
-
-from conftest import needs_tools
 
 pytestmark = needs_tools("cc", "make")
 LR = 0.05
