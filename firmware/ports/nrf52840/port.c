@@ -1,0 +1,642 @@
+/* The nRF52840 itself (nRF52840 DK / Dongle): UARTE0 with EasyDMA for the serial link, TIMER1
+ * as the 16 MHz tick counter, and aux storage chosen at build time:
+ *   -DPOET_PAGER_SD    SD card in SPI mode on SPIM2 (drivers/sd_spi.c), Arduino header pins;
+ *   -DPOET_PAGER_QSPI  the DK's MX25R6435F 8 MB QSPI flash (drivers/nor_pager.c).
+ * Register addresses and offsets: nRF52840 Product Specification v1.7 (PS below), cited by
+ * chapter and its "Registers" table. Pins: nRF52840 DK user guide (PCA10056) unless overridden
+ * with -D. Built and size-checked here; nothing in this repository emulates an nRF52, so this
+ * code has not run: the qemu-m4 port is the executable stand-in. */
+#include <stdint.h>
+#include <string.h>
+
+#include "../../core/port.h"
+#include "../../core/protocol.h"
+
+#if defined(POET_PAGER_SD) == defined(POET_PAGER_QSPI)
+#error "build with exactly one of -DPOET_PAGER_SD or -DPOET_PAGER_QSPI"
+#endif
+#ifdef POET_PAGER_SD
+#include "../../drivers/sd_spi.h"
+#else
+#include "../../drivers/nor_pager.h"
+#endif
+
+/* The pool takes what the rest leaves of 256 KB: static buffers of the core (~14 KB), 8 KB stack,
+ * this port's rings and DMA buffers, and the pager's buffer (512 B for SD, 4 KB for QSPI). The
+ * link fails if it does not fit. */
+#ifndef POOL_BYTES
+#define POOL_BYTES (224u * 1024u)
+#endif
+
+/* Pins as PSEL values: bit 5 = port, bits 0-4 = pin (PS, GPIO chapter, "PSEL" fields). */
+#define PIN(port, n) ((port) * 32u + (n))
+#ifndef UART_TX_PIN
+#define UART_TX_PIN PIN(0u, 6u) /* P0.06 -> interface MCU VCOM (DK user guide, "Virtual COM port") */
+#endif
+#ifndef UART_RX_PIN
+#define UART_RX_PIN PIN(0u, 8u) /* P0.08 */
+#endif
+#ifndef UART_BAUD
+#define UART_BAUD 115200u
+#endif
+
+#define REG(a) (*(volatile uint32_t *)(a))
+
+/* CLOCK (PS, "CLOCK - Clock control", registers), base 0x40000000. */
+#define CLOCK 0x40000000u
+#define CLOCK_TASKS_HFCLKSTART REG(CLOCK + 0x000u)
+#define CLOCK_EVENTS_HFCLKSTARTED REG(CLOCK + 0x100u)
+
+/* GPIO P0 at 0x50000000, P1 at 0x50000300 (PS, "GPIO - General purpose input/output"). */
+#define GPIO(pin) (0x50000000u + ((pin) >= 32u ? 0x300u : 0u))
+#define GPIO_OUTSET(pin) REG(GPIO(pin) + 0x508u)
+#define GPIO_OUTCLR(pin) REG(GPIO(pin) + 0x50Cu)
+#define GPIO_DIRSET(pin) REG(GPIO(pin) + 0x518u)
+#define GPIO_PIN_CNF(pin) REG(GPIO(pin) + 0x700u + 4u * ((pin) & 31u))
+#define PIN_CNF_INPUT_PULLUP 0x0Cu /* DIR input, INPUT connected, PULL = pull-up (3 << 2) */
+#define PIN_CNF_OUTPUT 0x01u
+
+/* UARTE0, ID 2 (PS, "UARTE - Universal asynchronous receiver/transmitter with EasyDMA"). */
+#define UARTE 0x40002000u
+#define UARTE_IRQ 2u
+#define UARTE_TASKS_STARTRX REG(UARTE + 0x000u)
+#define UARTE_TASKS_STARTTX REG(UARTE + 0x008u)
+#define UARTE_TASKS_STOPTX REG(UARTE + 0x00Cu)
+#define UARTE_EVENTS_ENDRX REG(UARTE + 0x110u)
+#define UARTE_EVENTS_ENDTX REG(UARTE + 0x120u)
+#define UARTE_EVENTS_ERROR REG(UARTE + 0x124u)
+#define UARTE_EVENTS_RXSTARTED REG(UARTE + 0x14Cu)
+#define UARTE_SHORTS REG(UARTE + 0x200u)
+#define UARTE_INTENSET REG(UARTE + 0x304u)
+#define UARTE_ERRORSRC REG(UARTE + 0x480u)
+#define UARTE_ENABLE REG(UARTE + 0x500u)
+#define UARTE_PSEL_RTS REG(UARTE + 0x508u)
+#define UARTE_PSEL_TXD REG(UARTE + 0x50Cu)
+#define UARTE_PSEL_CTS REG(UARTE + 0x510u)
+#define UARTE_PSEL_RXD REG(UARTE + 0x514u)
+#define UARTE_BAUDRATE REG(UARTE + 0x524u)
+#define UARTE_RXD_PTR REG(UARTE + 0x534u)
+#define UARTE_RXD_MAXCNT REG(UARTE + 0x538u)
+#define UARTE_TXD_PTR REG(UARTE + 0x544u)
+#define UARTE_TXD_MAXCNT REG(UARTE + 0x548u)
+#define UARTE_CONFIG REG(UARTE + 0x56Cu)
+#define UARTE_SHORT_ENDRX_STARTRX (1u << 5)
+#define UARTE_INT_ENDRX (1u << 4)
+#define UARTE_INT_ERROR (1u << 9)
+#define UARTE_INT_RXSTARTED (1u << 19)
+#define UARTE_ENABLED 8u
+#define PSEL_DISCONNECTED 0xFFFFFFFFu
+#if UART_BAUD == 115200u
+#define UARTE_BAUD_VALUE 0x01D7E000u /* BAUDRATE register: "Baud115200" (actual 115108) */
+#elif UART_BAUD == 1000000u
+#define UARTE_BAUD_VALUE 0x10000000u /* "Baud1M" */
+#else
+#error "UART_BAUD: 115200 or 1000000"
+#endif
+
+/* TIMER1, ID 9 (PS, "TIMER - Timer/counter"): 16 MHz with PRESCALER 0, 32-bit BITMODE. It runs
+ * from HFCLK, which stays on while the CPU sleeps in WFI, so ticks keep counting through idle
+ * and pager waits (DWT CYCCNT would stop with the core clock). */
+#define TIMER1 0x40009000u
+#define TIMER_TASKS_START REG(TIMER1 + 0x000u)
+#define TIMER_TASKS_CLEAR REG(TIMER1 + 0x00Cu)
+#define TIMER_TASKS_CAPTURE0 REG(TIMER1 + 0x040u)
+#define TIMER_MODE REG(TIMER1 + 0x504u)
+#define TIMER_BITMODE REG(TIMER1 + 0x508u)
+#define TIMER_PRESCALER REG(TIMER1 + 0x510u)
+#define TIMER_CC0 REG(TIMER1 + 0x540u)
+#define TICK_HZ 16000000u
+
+#define NVIC_ISER0 REG(0xE000E100u)
+#define NVIC_ICPR1 REG(0xE000E284u)
+#define FPU_IRQ 38u
+
+/* Receive ring: the host sends one frame (<= 1032 bytes, spec section 6) and waits for the
+ * reply, so a ring larger than a frame never overflows. */
+#define RING 2048u
+/* EasyDMA reads and writes Data RAM only (PS, "EasyDMA"), so bytes to send are staged in RAM. */
+#define TX_CHUNK 128u
+
+static union {
+    uint64_t align;
+    uint8_t bytes[POOL_BYTES];
+} pool;
+
+static volatile uint8_t ring[RING];
+static volatile uint32_t ring_head, ring_tail; /* head written by the ISR, tail by getc */
+static volatile uint32_t rx_errors;            /* framing/overrun seen (ERRORSRC), for a debugger */
+static uint8_t rx_dma[2];                      /* one byte per EasyDMA transfer, double-buffered */
+static volatile uint32_t rx_active;            /* which rx_dma byte the UARTE fills now */
+static uint8_t tx_dma[2][TX_CHUNK];
+static uint32_t tx_next;                        /* tx_dma buffer to fill next */
+static int tx_running;                          /* a TX transfer was started and not yet waited for */
+
+/* RX: EasyDMA transfers of one byte each, with the ENDRX->STARTRX shortcut so the next transfer
+ * starts in hardware at once. RXD.PTR is double-buffered (PS, UARTE "Reception"): once
+ * RXSTARTED says a transfer began, the ISR points RXD.PTR at the other byte for the next one.
+ * One-byte transfers make every byte visible as soon as it lands (AMOUNT is only updated at
+ * ENDRX); at 115200 baud there are 87 us per byte, far more than this handler needs. */
+void UARTE0_UART0_IRQHandler(void)
+{
+    if (UARTE_EVENTS_ENDRX) {
+        UARTE_EVENTS_ENDRX = 0;
+        if (ring_head - ring_tail < RING) {
+            ring[ring_head % RING] = rx_dma[rx_active];
+            ring_head++;
+        }
+        rx_active ^= 1u;
+    }
+    if (UARTE_EVENTS_RXSTARTED) {
+        UARTE_EVENTS_RXSTARTED = 0;
+        UARTE_RXD_PTR = (uint32_t)(uintptr_t)&rx_dma[rx_active ^ 1u];
+    }
+    if (UARTE_EVENTS_ERROR) {
+        UARTE_EVENTS_ERROR = 0;
+        UARTE_ERRORSRC = UARTE_ERRORSRC; /* write 1 to clear */
+        rx_errors++;
+    }
+    /* Read back so the event clears reach the peripheral before the handler returns; otherwise
+     * the interrupt can fire again at once (PS, "Peripheral interface", interrupt clearing). */
+    (void)UARTE_EVENTS_ENDRX;
+}
+
+/* Wait for the TX transfer in flight, if any. */
+static void tx_wait(void)
+{
+    if (tx_running) {
+        while (!UARTE_EVENTS_ENDTX)
+            ;
+        tx_running = 0;
+    }
+}
+
+/* nRF52840 errata, anomaly 87: an FPU exception flag left set keeps the FPU interrupt pending
+ * and wakes the CPU from WFI at once, so sleep would turn into spinning. Clear the flags
+ * (FPSCR IOC, DZC, OFC, UFC, IXC, IDC) and the pending FPU IRQ first, as nRF5 SDK's power
+ * management does. */
+static void sleep_prepare(void)
+{
+    uint32_t fpscr;
+    __asm__ volatile("vmrs %0, fpscr" : "=r"(fpscr));
+    fpscr &= ~0x9Fu;
+    __asm__ volatile("vmsr fpscr, %0" ::"r"(fpscr) : "memory");
+    NVIC_ICPR1 = 1u << (FPU_IRQ - 32u);
+    /* A finished transmission leaves the transmitter running (and drawing current) until
+     * STOPTX (PS, UARTE "Transmission"). */
+    if (tx_running && UARTE_EVENTS_ENDTX) {
+        tx_running = 0;
+        UARTE_TASKS_STOPTX = 1;
+    }
+}
+
+int port_getc(void)
+{
+    for (;;) {
+        __asm__ volatile("cpsid i" ::: "memory");
+        if (ring_head != ring_tail) {
+            int c = ring[ring_tail % RING];
+            ring_tail++;
+            __asm__ volatile("cpsie i" ::: "memory");
+            return c;
+        }
+        sleep_prepare();
+        /* WFI wakes on a pending interrupt even with PRIMASK set; no lost-wakeup race. */
+        __asm__ volatile("wfi\n\tcpsie i" ::: "memory");
+    }
+}
+
+/* TX with EasyDMA, two staging buffers: the next chunk is copied while the previous one is on
+ * the wire. Returns with the last chunk still sending; the next call (or idle) waits for it. */
+void port_write(const uint8_t *p, size_t n)
+{
+    while (n) {
+        uint32_t k = n < TX_CHUNK ? (uint32_t)n : TX_CHUNK;
+        uint8_t *buf = tx_dma[tx_next];
+        memcpy(buf, p, k);
+        tx_wait();
+        UARTE_EVENTS_ENDTX = 0;
+        UARTE_TXD_PTR = (uint32_t)(uintptr_t)buf;
+        UARTE_TXD_MAXCNT = k;
+        UARTE_TASKS_STARTTX = 1;
+        tx_running = 1;
+        tx_next ^= 1u;
+        p += k;
+        n -= k;
+    }
+}
+
+uint32_t port_ticks(void)
+{
+    TIMER_TASKS_CAPTURE0 = 1;
+    return TIMER_CC0;
+}
+
+uint32_t port_tick_hz(void) { return TICK_HZ; }
+
+/* Milliseconds from the tick counter without losing the remainder, so differences stay right
+ * across the 32-bit tick wrap (every 268 s). */
+static uint32_t millis(void)
+{
+    static uint32_t last, ms;
+    uint32_t d = (port_ticks() - last) / (TICK_HZ / 1000u);
+    last += d * (TICK_HZ / 1000u);
+    ms += d;
+    return ms;
+}
+
+#ifdef POET_PAGER_SD
+/* SPIM2, ID 35 (PS, "SPIM - Serial peripheral interface master with EasyDMA"): up to 8 Mbps.
+ * SPIM3 would do 32 Mbps, but SD's default speed is 25 MHz anyway and SPIM2 has no errata of
+ * its own to work around. */
+#define SPIM 0x40023000u
+#define SPIM_TASKS_START REG(SPIM + 0x010u)
+#define SPIM_EVENTS_END REG(SPIM + 0x118u)
+#define SPIM_ENABLE REG(SPIM + 0x500u)
+#define SPIM_PSEL_SCK REG(SPIM + 0x508u)
+#define SPIM_PSEL_MOSI REG(SPIM + 0x50Cu)
+#define SPIM_PSEL_MISO REG(SPIM + 0x510u)
+#define SPIM_FREQUENCY REG(SPIM + 0x524u)
+#define SPIM_RXD_PTR REG(SPIM + 0x534u)
+#define SPIM_RXD_MAXCNT REG(SPIM + 0x538u)
+#define SPIM_TXD_PTR REG(SPIM + 0x544u)
+#define SPIM_TXD_MAXCNT REG(SPIM + 0x548u)
+#define SPIM_CONFIG REG(SPIM + 0x554u)
+#define SPIM_ORC REG(SPIM + 0x5C0u)
+#define SPIM_ENABLED 7u
+#define SPIM_K125 0x02000000u /* FREQUENCY: 125 kbps; each doubling of the value doubles the rate */
+#define SPIM_MAX_HZ 8000000u
+
+/* The DK's Arduino header (DK user guide, "Arduino Uno R3 compatible header"): D13 SCK = P1.15,
+ * D12 MISO = P1.14, D11 MOSI = P1.13, D10 SS = P1.12, as on any SD shield. */
+#ifndef SD_SCK_PIN
+#define SD_SCK_PIN PIN(1u, 15u)
+#endif
+#ifndef SD_MISO_PIN
+#define SD_MISO_PIN PIN(1u, 14u)
+#endif
+#ifndef SD_MOSI_PIN
+#define SD_MOSI_PIN PIN(1u, 13u)
+#endif
+#ifndef SD_CS_PIN
+#define SD_CS_PIN PIN(1u, 12u)
+#endif
+/* The swap area: raw sectors from the 1 MiB mark, where partitioning tools put the first
+ * partition, so the card's partition table survives (its file system does not). 32 MiB. */
+#ifndef SD_FIRST_SECTOR
+#define SD_FIRST_SECTOR 2048u
+#endif
+#ifndef SD_SECTORS
+#define SD_SECTORS 65536u
+#endif
+#define RAM_START 0x20000000u
+#define RAM_END 0x20040000u
+
+static uint8_t spim_tx, spim_rx; /* single bytes in RAM for EasyDMA */
+
+static void spim_run(const uint8_t *tx, uint32_t ntx, uint8_t *rx, uint32_t nrx)
+{
+    SPIM_TXD_PTR = (uint32_t)(uintptr_t)tx;
+    SPIM_TXD_MAXCNT = ntx;
+    SPIM_RXD_PTR = (uint32_t)(uintptr_t)rx;
+    SPIM_RXD_MAXCNT = nrx;
+    SPIM_EVENTS_END = 0;
+    SPIM_TASKS_START = 1;
+    while (!SPIM_EVENTS_END) /* at most 512 bytes at >= 125 kbps: 33 ms */
+        ;
+}
+
+static void sd_select(void *ctx, int on)
+{
+    (void)ctx;
+    if (on)
+        GPIO_OUTCLR(SD_CS_PIN) = 1u << (SD_CS_PIN & 31u);
+    else
+        GPIO_OUTSET(SD_CS_PIN) = 1u << (SD_CS_PIN & 31u);
+}
+
+static uint8_t sd_xchg(void *ctx, uint8_t b)
+{
+    (void)ctx;
+    spim_tx = b;
+    spim_run(&spim_tx, 1, &spim_rx, 1);
+    return spim_rx;
+}
+
+/* With ORC = 0xFF the SPIM clocks out 0xFF once TXD.MAXCNT bytes are sent (PS, SPIM "Master
+ * mode pin configuration"/ORC), which is the filler SD wants while it sends data. */
+static void sd_xchg_buf(void *ctx, const uint8_t *tx, uint8_t *rx, uint32_t n)
+{
+    uint32_t i;
+    if (tx && ((uintptr_t)tx < RAM_START || (uintptr_t)tx + n > RAM_END)) {
+        for (i = 0; i < n; i++) { /* not in RAM, so not for EasyDMA: byte by byte */
+            uint8_t r = sd_xchg(ctx, tx[i]);
+            if (rx)
+                rx[i] = r;
+        }
+        return;
+    }
+    spim_run(tx, tx ? n : 0u, rx, rx ? n : 0u);
+}
+
+static uint32_t sd_ms(void *ctx)
+{
+    (void)ctx;
+    return millis();
+}
+
+static void sd_set_hz(void *ctx, uint32_t hz)
+{
+    uint32_t f = SPIM_K125, rate = 125000u;
+    (void)ctx;
+    while (rate * 2u <= hz && rate * 2u <= SPIM_MAX_HZ) {
+        rate *= 2u;
+        f <<= 1;
+    }
+    SPIM_FREQUENCY = f;
+}
+
+static const sd_spi_ops_t sd_ops = {0, sd_select, sd_xchg, sd_xchg_buf, sd_ms, sd_set_hz};
+static sd_card_t card;
+
+static void pager_hw_init(void)
+{
+    /* Pin directions the SPIM expects (PS, SPIM "Pin configuration"): SCK and MOSI outputs,
+     * MISO input, here with a pull-up so an absent card reads 0xFF; CS a GPIO, idle high. */
+    GPIO_OUTSET(SD_CS_PIN) = 1u << (SD_CS_PIN & 31u);
+    GPIO_PIN_CNF(SD_CS_PIN) = PIN_CNF_OUTPUT;
+    GPIO_OUTCLR(SD_SCK_PIN) = 1u << (SD_SCK_PIN & 31u); /* CPOL 0 */
+    GPIO_PIN_CNF(SD_SCK_PIN) = PIN_CNF_OUTPUT;
+    GPIO_PIN_CNF(SD_MOSI_PIN) = PIN_CNF_OUTPUT;
+    GPIO_PIN_CNF(SD_MISO_PIN) = PIN_CNF_INPUT_PULLUP;
+    SPIM_PSEL_SCK = SD_SCK_PIN;
+    SPIM_PSEL_MOSI = SD_MOSI_PIN;
+    SPIM_PSEL_MISO = SD_MISO_PIN;
+    SPIM_CONFIG = 0; /* SPI mode 0, MSB first: what SD's SPI mode uses */
+    SPIM_ORC = 0xFFu;
+    SPIM_FREQUENCY = SPIM_K125 << 1; /* 250 kbps until sd_init picks its own */
+    SPIM_ENABLE = SPIM_ENABLED;
+}
+
+/* Initialise on the first STEP, and again after a failure (a card inserted late). */
+int port_pager_open(void)
+{
+    if (card.ready)
+        return 0;
+    return sd_init(&card, &sd_ops, SD_FIRST_SECTOR, SD_SECTORS) ? -1 : 0;
+}
+
+int port_pager_write(uint32_t offset, const void *src, uint32_t n)
+{
+    return sd_pager_write(&card, offset, src, n) ? -1 : 0;
+}
+
+int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return sd_pager_read(&card, offset, dst, n) ? -1 : 0; }
+
+#else /* POET_PAGER_QSPI */
+
+/* QSPI, ID 41 (PS, "QSPI - Quad serial peripheral interface"). */
+#define QSPI 0x40029000u
+#define QSPI_TASKS_ACTIVATE REG(QSPI + 0x000u)
+#define QSPI_TASKS_READSTART REG(QSPI + 0x004u)
+#define QSPI_TASKS_WRITESTART REG(QSPI + 0x008u)
+#define QSPI_TASKS_ERASESTART REG(QSPI + 0x00Cu)
+#define QSPI_EVENTS_READY REG(QSPI + 0x100u)
+#define QSPI_ENABLE REG(QSPI + 0x500u)
+#define QSPI_READ_SRC REG(QSPI + 0x504u)
+#define QSPI_READ_DST REG(QSPI + 0x508u)
+#define QSPI_READ_CNT REG(QSPI + 0x50Cu)
+#define QSPI_WRITE_DST REG(QSPI + 0x510u)
+#define QSPI_WRITE_SRC REG(QSPI + 0x514u)
+#define QSPI_WRITE_CNT REG(QSPI + 0x518u)
+#define QSPI_ERASE_PTR REG(QSPI + 0x51Cu)
+#define QSPI_ERASE_LEN REG(QSPI + 0x520u)
+#define QSPI_PSEL_SCK REG(QSPI + 0x524u)
+#define QSPI_PSEL_CSN REG(QSPI + 0x528u)
+#define QSPI_PSEL_IO0 REG(QSPI + 0x530u)
+#define QSPI_PSEL_IO1 REG(QSPI + 0x534u)
+#define QSPI_PSEL_IO2 REG(QSPI + 0x538u)
+#define QSPI_PSEL_IO3 REG(QSPI + 0x53Cu)
+#define QSPI_IFCONFIG0 REG(QSPI + 0x544u)
+#define QSPI_IFCONFIG1 REG(QSPI + 0x600u)
+#define QSPI_CINSTRCONF REG(QSPI + 0x634u)
+#define QSPI_CINSTRDAT0 REG(QSPI + 0x638u)
+#define QSPI_ERASE_4KB 0u
+/* IFCONFIG0: READOC = READ4IO (4, opcode 0xEB), WRITEOC = PP4IO (3 << 3, opcode 0x38), 24-bit
+ * addresses, 256-byte pages: what the MX25R6435F supports. */
+#define QSPI_IFCONFIG0_VALUE (4u | 3u << 3)
+/* IFCONFIG1: SCK = 32 MHz / (SCKFREQ + 1); 3 -> 8 MHz, the rate Zephyr's nrf52840dk board file
+ * uses for this flash; SCKDELAY keeps its reset value 0x80 (PS, IFCONFIG1). */
+#define QSPI_IFCONFIG1_VALUE (0x80u | 3u << 28)
+/* CINSTRCONF: opcode, LENGTH (bytes incl. the opcode) << 8, WREN << 15 (PS, CINSTRCONF). */
+#define CINSTR(op, len) ((uint32_t)(op) | (uint32_t)(len) << 8)
+#define CINSTR_WREN (1u << 15)
+
+/* The DK's QSPI flash pins (DK user guide, "External memory"): P0.19 SCK, P0.17 CSN,
+ * P0.20-P0.23 IO0-IO3. */
+#define QSPI_SCK_PIN PIN(0u, 19u)
+#define QSPI_CSN_PIN PIN(0u, 17u)
+#define QSPI_IO0_PIN PIN(0u, 20u)
+#define QSPI_IO1_PIN PIN(0u, 21u)
+#define QSPI_IO2_PIN PIN(0u, 22u)
+#define QSPI_IO3_PIN PIN(0u, 23u)
+
+/* MX25R6435F (Macronix datasheet): JEDEC ID C2 28 17, 8 MB, status register bit 0 WIP, bit 6
+ * QE (quad enable, needed for READ4IO/PP4IO), RDSR 0x05, WRSR 0x01, RDID 0x9F. Sector erase
+ * 4 KB takes up to 240 ms and a 256-byte page program up to 10 ms (datasheet, "Erase and
+ * Programming Performance"; the timeouts below leave margin over those). */
+#define MX_RDSR 0x05u
+#define MX_WRSR 0x01u
+#define MX_RDID 0x9Fu
+#define MX_SR_WIP 0x01u
+#define MX_SR_QE 0x40u
+#define MX_JEDEC_ID 0x1728C2u /* bytes C2 28 17 as CINSTRDAT0 holds them, first byte lowest */
+#ifndef QSPI_SWAP_BASE
+#define QSPI_SWAP_BASE 0u
+#endif
+#ifndef QSPI_SWAP_BYTES
+#define QSPI_SWAP_BYTES (8u * 1024u * 1024u)
+#endif
+#define WIP_TIMEOUT_MS 500u
+#define READY_TIMEOUT_MS 100u
+
+static int qspi_ready(void)
+{
+    uint32_t t0 = millis();
+    while (!QSPI_EVENTS_READY)
+        if (millis() - t0 > READY_TIMEOUT_MS)
+            return -1;
+    QSPI_EVENTS_READY = 0;
+    return 0;
+}
+
+/* A custom instruction; its data bytes in CINSTRDAT0, first byte lowest. */
+static int qspi_cinstr(uint32_t conf, uint32_t *dat0)
+{
+    QSPI_EVENTS_READY = 0;
+    if (dat0)
+        QSPI_CINSTRDAT0 = *dat0;
+    QSPI_CINSTRCONF = conf;
+    if (qspi_ready())
+        return -1;
+    if (dat0)
+        *dat0 = QSPI_CINSTRDAT0;
+    return 0;
+}
+
+/* READY after ERASESTART/WRITESTART means the command went out, not that the flash finished;
+ * poll WIP so the next operation does not find the flash busy. */
+static int wait_wip(void)
+{
+    uint32_t t0 = millis(), sr;
+    do {
+        sr = 0;
+        if (qspi_cinstr(CINSTR(MX_RDSR, 2u), &sr))
+            return -1;
+        if (!(sr & MX_SR_WIP))
+            return 0;
+    } while (millis() - t0 < WIP_TIMEOUT_MS);
+    return -1;
+}
+
+static int qspi_read(void *ctx, uint32_t addr, void *dst, uint32_t n)
+{
+    (void)ctx;
+    QSPI_READ_SRC = addr;
+    QSPI_READ_DST = (uint32_t)(uintptr_t)dst;
+    QSPI_READ_CNT = n;
+    QSPI_EVENTS_READY = 0;
+    QSPI_TASKS_READSTART = 1;
+    return qspi_ready();
+}
+
+/* The peripheral splits a write into page programs of PPSIZE itself (PS, QSPI "Write"). */
+static int qspi_program(void *ctx, uint32_t addr, const void *src, uint32_t n)
+{
+    (void)ctx;
+    QSPI_WRITE_DST = addr;
+    QSPI_WRITE_SRC = (uint32_t)(uintptr_t)src;
+    QSPI_WRITE_CNT = n;
+    QSPI_EVENTS_READY = 0;
+    QSPI_TASKS_WRITESTART = 1;
+    return qspi_ready() || wait_wip() ? -1 : 0;
+}
+
+static int qspi_erase(void *ctx, uint32_t addr)
+{
+    (void)ctx;
+    QSPI_ERASE_PTR = addr;
+    QSPI_ERASE_LEN = QSPI_ERASE_4KB;
+    QSPI_EVENTS_READY = 0;
+    QSPI_TASKS_ERASESTART = 1;
+    return qspi_ready() || wait_wip() ? -1 : 0;
+}
+
+static const nor_ops_t nor_ops = {0, qspi_read, qspi_program, qspi_erase};
+static const nor_pager_t nor = {&nor_ops, QSPI_SWAP_BASE, QSPI_SWAP_BYTES};
+static int flash_ready;
+
+static void pager_hw_init(void)
+{
+    QSPI_PSEL_SCK = QSPI_SCK_PIN;
+    QSPI_PSEL_CSN = QSPI_CSN_PIN;
+    QSPI_PSEL_IO0 = QSPI_IO0_PIN;
+    QSPI_PSEL_IO1 = QSPI_IO1_PIN;
+    QSPI_PSEL_IO2 = QSPI_IO2_PIN;
+    QSPI_PSEL_IO3 = QSPI_IO3_PIN;
+    QSPI_IFCONFIG0 = QSPI_IFCONFIG0_VALUE;
+    QSPI_IFCONFIG1 = QSPI_IFCONFIG1_VALUE;
+    QSPI_ENABLE = 1;
+}
+
+/* Activate the interface, check it is the flash we expect, set QE for the quad opcodes. */
+int port_pager_open(void)
+{
+    uint32_t id = 0, sr = 0;
+    if (flash_ready)
+        return 0;
+    QSPI_EVENTS_READY = 0;
+    QSPI_TASKS_ACTIVATE = 1;
+    if (qspi_ready() || qspi_cinstr(CINSTR(MX_RDID, 4u), &id) || (id & 0xFFFFFFu) != MX_JEDEC_ID)
+        return -1;
+    if (qspi_cinstr(CINSTR(MX_RDSR, 2u), &sr))
+        return -1;
+    if (!(sr & MX_SR_QE)) {
+        sr = (sr | MX_SR_QE) & 0xFFu;
+        if (qspi_cinstr(CINSTR(MX_WRSR, 2u) | CINSTR_WREN, &sr) || wait_wip())
+            return -1;
+    }
+    flash_ready = 1;
+    return 0;
+}
+
+int port_pager_write(uint32_t offset, const void *src, uint32_t n)
+{
+    return flash_ready && nor_pager_write(&nor, offset, src, n) == NOR_OK ? 0 : -1;
+}
+
+int port_pager_read(uint32_t offset, void *dst, uint32_t n)
+{
+    return flash_ready && nor_pager_read(&nor, offset, dst, n) == NOR_OK ? 0 : -1;
+}
+#endif
+
+const char *port_board(void) { return "nrf52840"; }
+uint32_t port_ram_bytes(void) { return 262144u; }  /* PS, "Memory": 256 KB RAM */
+uint32_t port_flash_bytes(void) { return 1048576u; } /* PS, "Memory": 1 MB flash */
+uint8_t *port_pool(void) { return pool.bytes; }
+uint32_t port_pool_bytes(void) { return POOL_BYTES; }
+
+void port_idle(void)
+{
+    sleep_prepare();
+    __asm__ volatile("wfi");
+}
+
+static void uart_init(void)
+{
+    /* TXD an output driven high (idle line) and RXD an input, so the pins hold their levels
+     * when the UARTE is disabled (PS, UARTE "Pin configuration"). */
+    GPIO_OUTSET(UART_TX_PIN) = 1u << (UART_TX_PIN & 31u);
+    GPIO_PIN_CNF(UART_TX_PIN) = PIN_CNF_OUTPUT;
+    GPIO_PIN_CNF(UART_RX_PIN) = 0; /* input, buffer connected, no pull */
+    UARTE_PSEL_TXD = UART_TX_PIN;
+    UARTE_PSEL_RXD = UART_RX_PIN;
+    UARTE_PSEL_RTS = PSEL_DISCONNECTED;
+    UARTE_PSEL_CTS = PSEL_DISCONNECTED;
+    UARTE_BAUDRATE = UARTE_BAUD_VALUE;
+    UARTE_CONFIG = 0; /* 8N1, no flow control */
+    UARTE_ENABLE = UARTE_ENABLED;
+    UARTE_SHORTS = UARTE_SHORT_ENDRX_STARTRX;
+    UARTE_INTENSET = UARTE_INT_ENDRX | UARTE_INT_RXSTARTED | UARTE_INT_ERROR;
+    rx_active = 0;
+    UARTE_RXD_PTR = (uint32_t)(uintptr_t)&rx_dma[0];
+    UARTE_RXD_MAXCNT = 1;
+    NVIC_ISER0 = 1u << UARTE_IRQ;
+    UARTE_TASKS_STARTRX = 1;
+}
+
+int main(void)
+{
+    uint32_t i;
+    /* The crystal (HFXO), not the RC oscillator, clocks TIMER1 and the UART: the tick rate is
+     * then good to the crystal's tens of ppm, and 1 Mbaud stays in tolerance (PS, CLOCK, HFCLK
+     * accuracy). HFXO start-up is specified in well under 1 ms; the loop bound only avoids a
+     * hang on a board without the crystal (the RC oscillator is kept then). */
+    CLOCK_EVENTS_HFCLKSTARTED = 0;
+    CLOCK_TASKS_HFCLKSTART = 1;
+    for (i = 0; i < 1000000u && !CLOCK_EVENTS_HFCLKSTARTED; i++)
+        ;
+
+    TIMER_MODE = 0;     /* timer */
+    TIMER_BITMODE = 3u; /* 32 bit */
+    TIMER_PRESCALER = 0; /* 16 MHz / 2^0 */
+    TIMER_TASKS_CLEAR = 1;
+    TIMER_TASKS_START = 1;
+
+    uart_init();
+    pager_hw_init();
+    __asm__ volatile("cpsie i" ::: "memory");
+
+    poet_run();
+    return 0;
+}

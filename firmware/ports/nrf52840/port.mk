@@ -1,0 +1,43 @@
+# nrf52840: the nRF52840 itself (its memory map, UARTE0, TIMER1, and a pager chosen at build time).
+#   make nrf52840       -> build/nrf52840/poet.elf       (SD card over SPIM2, drivers/sd_spi.c)
+#   make nrf52840-qspi  -> build/nrf52840-qspi/poet.elf  (the DK's QSPI flash, drivers/nor_pager.c)
+# Built and size-checked here (tests/test_port_nrf52840.py); nothing here emulates an nRF52, so
+# the images run only on a board. This file sorts before qemu-m4's port.mk, so every variable
+# here is its own (NRF_*), not qemu-m4's.
+include drivers/drivers.mk
+
+NRF_PREFIX ?= arm-none-eabi-
+NRF_CC := $(NRF_PREFIX)gcc
+NRF_SIZE := $(NRF_PREFIX)size
+NRF_ARCH := -mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard
+NRF_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
+              $(NRF_ARCH)
+NRF_LDFLAGS := $(NRF_ARCH) -nostartfiles --specs=nano.specs -T ports/nrf52840/linker.ld -Wl,--gc-sections
+NRF_SRC := $(CORE_SRC) ports/nrf52840/startup.c ports/nrf52840/port.c
+NRF_SD_OBJ := $(patsubst %.c,$(BUILD)/nrf52840/%.o,$(NRF_SRC) drivers/sd_spi.c)
+NRF_QSPI_OBJ := $(patsubst %.c,$(BUILD)/nrf52840-qspi/%.o,$(NRF_SRC) drivers/nor_pager.c)
+NRF_DEPS := Makefile ports/nrf52840/port.mk
+
+PORTS += nrf52840 nrf52840-qspi
+DEPS += $(NRF_SD_OBJ:.o=.d) $(NRF_QSPI_OBJ:.o=.d)
+.PHONY: nrf52840 nrf52840-qspi
+
+nrf52840: $(BUILD)/nrf52840/poet.elf
+	@$(NRF_SIZE) $<
+
+nrf52840-qspi: $(BUILD)/nrf52840-qspi/poet.elf
+	@$(NRF_SIZE) $<
+
+$(BUILD)/nrf52840/poet.elf: $(NRF_SD_OBJ) ports/nrf52840/linker.ld
+	$(NRF_CC) $(NRF_LDFLAGS) -Wl,-Map,$(@:.elf=.map) -o $@ $(NRF_SD_OBJ) -lm -lc -lgcc
+
+$(BUILD)/nrf52840-qspi/poet.elf: $(NRF_QSPI_OBJ) ports/nrf52840/linker.ld
+	$(NRF_CC) $(NRF_LDFLAGS) -Wl,-Map,$(@:.elf=.map) -o $@ $(NRF_QSPI_OBJ) -lm -lc -lgcc
+
+$(BUILD)/nrf52840/%.o: %.c $(NRF_DEPS)
+	@mkdir -p $(dir $@)
+	$(NRF_CC) $(NRF_CFLAGS) -DPOET_PAGER_SD -c -o $@ $<
+
+$(BUILD)/nrf52840-qspi/%.o: %.c $(NRF_DEPS)
+	@mkdir -p $(dir $@)
+	$(NRF_CC) $(NRF_CFLAGS) -DPOET_PAGER_QSPI -c -o $@ $<
