@@ -31,6 +31,8 @@ TARGETS: dict[str, Target] = {
                       "MKR1000 stand-in: Cortex-M0+ code, soft float, on a QEMU MPS2 machine"),
     "nrf52840": Target(Path("build/nrf52840/poet.elf"), "arm-none-eabi-gcc",
                        "nRF52840 itself: its memory map, UARTE, QSPI/SD pager (built and size-checked here)"),
+    "nrf52840-qspi": Target(Path("build/nrf52840-qspi/poet.elf"), "arm-none-eabi-gcc",
+                            "nRF52840 with the DK's QSPI flash as the pager instead of an SD card"),
     "qemu-rv32": Target(Path("build/qemu-rv32/poet.elf"), "riscv64-unknown-elf-gcc",
                         "ESP32-C3 stand-in: rv32imc + picolibc on QEMU virt"),
     "linux": Target(Path("build/linux/poet"), "cc", "native runtime (host; RPi 4 and Jetson build the same)"),
