@@ -22,10 +22,15 @@
 #endif
 
 /* The pool takes what the rest leaves of 256 KB: static buffers of the core (~14 KB), 8 KB stack,
- * this port's rings and DMA buffers, and the pager's buffer (512 B for SD, 4 KB for QSPI). The
- * link fails if it does not fit. */
+ * this port's rings and DMA buffers, and the pager's buffer (512 B for SD, 4 KB for QSPI). The SD
+ * build keeps the qemu-m4 stand-in's pool, so a plan made on the stand-in fits it; the QSPI build
+ * gives the 4 KB sector buffer back. The link fails if it does not fit. */
 #ifndef POOL_BYTES
+#ifdef POET_PAGER_SD
+#define POOL_BYTES (228u * 1024u)
+#else
 #define POOL_BYTES (224u * 1024u)
+#endif
 #endif
 
 /* Pins as PSEL values: bit 5 = port, bits 0-4 = pin (PS, GPIO chapter, "PSEL" fields). */
@@ -424,11 +429,15 @@ int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return sd_pager_re
 /* IFCONFIG0: READOC = READ4IO (4, opcode 0xEB), WRITEOC = PP4IO (3 << 3, opcode 0x38), 24-bit
  * addresses, 256-byte pages: what the MX25R6435F supports. */
 #define QSPI_IFCONFIG0_VALUE (4u | 3u << 3)
-/* IFCONFIG1: SCK = 32 MHz / (SCKFREQ + 1); 3 -> 8 MHz, the rate Zephyr's nrf52840dk board file
- * uses for this flash; SCKDELAY keeps its reset value 0x80 (PS, IFCONFIG1). */
-#define QSPI_IFCONFIG1_VALUE (0x80u | 3u << 28)
-/* CINSTRCONF: opcode, LENGTH (bytes incl. the opcode) << 8, WREN << 15 (PS, CINSTRCONF). */
-#define CINSTR(op, len) ((uint32_t)(op) | (uint32_t)(len) << 8)
+/* IFCONFIG1: SCK = 32 MHz / (SCKFREQ + 1) in bits 28-31; 3 -> 8 MHz, the rate Zephyr's
+ * nrf52840dk board file uses for this flash. The other fields keep their reset values (PS,
+ * IFCONFIG1). */
+#define QSPI_SCKFREQ_MASK (0xFu << 28)
+#define QSPI_SCKFREQ_8MHZ (3u << 28)
+/* CINSTRCONF: opcode, LENGTH (bytes incl. the opcode) << 8, LIO2 << 12, LIO3 << 13, WREN << 15
+ * (PS, CINSTRCONF). IO2 and IO3 are the flash's WP# and HOLD#/RESET# while a single-line custom
+ * instruction runs, so both are held high: WP# low would block WRSR, HOLD# low would pause it. */
+#define CINSTR(op, len) ((uint32_t)(op) | (uint32_t)(len) << 8 | 1u << 12 | 1u << 13)
 #define CINSTR_WREN (1u << 15)
 
 /* The DK's QSPI flash pins (DK user guide, "External memory"): P0.19 SCK, P0.17 CSN,
@@ -544,7 +553,7 @@ static void pager_hw_init(void)
     QSPI_PSEL_IO2 = QSPI_IO2_PIN;
     QSPI_PSEL_IO3 = QSPI_IO3_PIN;
     QSPI_IFCONFIG0 = QSPI_IFCONFIG0_VALUE;
-    QSPI_IFCONFIG1 = QSPI_IFCONFIG1_VALUE;
+    QSPI_IFCONFIG1 = (QSPI_IFCONFIG1 & ~QSPI_SCKFREQ_MASK) | QSPI_SCKFREQ_8MHZ;
     QSPI_ENABLE = 1;
 }
 

@@ -1,6 +1,8 @@
 # nrf52840: the nRF52840 itself (its memory map, UARTE0, TIMER1, and a pager chosen at build time).
 #   make nrf52840       -> build/nrf52840/poet.elf       (SD card over SPIM2, drivers/sd_spi.c)
 #   make nrf52840-qspi  -> build/nrf52840-qspi/poet.elf  (the DK's QSPI flash, drivers/nor_pager.c)
+# Each also gets a poet.hex beside it for the flashers (nrfutil pkg generate --application ... for
+# the Dongle's bootloader; nrfjprog --program on a DK). See ports/nrf52840/README.md.
 # Built and size-checked here (tests/test_port_nrf52840.py); nothing here emulates an nRF52, so
 # the images run only on a board. This file sorts before qemu-m4's port.mk, so every variable
 # here is its own (NRF_*), not qemu-m4's.
@@ -9,6 +11,7 @@ include drivers/drivers.mk
 NRF_PREFIX ?= arm-none-eabi-
 NRF_CC := $(NRF_PREFIX)gcc
 NRF_SIZE := $(NRF_PREFIX)size
+NRF_OBJCOPY := $(NRF_PREFIX)objcopy
 NRF_ARCH := -mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard
 NRF_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
               $(NRF_ARCH)
@@ -30,9 +33,11 @@ nrf52840-qspi: $(BUILD)/nrf52840-qspi/poet.elf
 
 $(BUILD)/nrf52840/poet.elf: $(NRF_SD_OBJ) ports/nrf52840/linker.ld
 	$(NRF_CC) $(NRF_LDFLAGS) -Wl,-Map,$(@:.elf=.map) -o $@ $(NRF_SD_OBJ) -lm -lc -lgcc
+	$(NRF_OBJCOPY) -O ihex $@ $(@:.elf=.hex)
 
 $(BUILD)/nrf52840-qspi/poet.elf: $(NRF_QSPI_OBJ) ports/nrf52840/linker.ld
 	$(NRF_CC) $(NRF_LDFLAGS) -Wl,-Map,$(@:.elf=.map) -o $@ $(NRF_QSPI_OBJ) -lm -lc -lgcc
+	$(NRF_OBJCOPY) -O ihex $@ $(@:.elf=.hex)
 
 $(BUILD)/nrf52840/%.o: %.c $(NRF_DEPS)
 	@mkdir -p $(dir $@)
