@@ -27,11 +27,13 @@ def test_hello_native(tmp_path: Path) -> None:
     assert h.pool_bytes > 0
 
 
-def test_order_and_state_errors(tmp_path: Path) -> None:
+# the error paths under ASan + UBSan too: they are where bounds checks matter
+@pytest.mark.parametrize("target", ["linux", "linux-asan"])
+def test_order_and_state_errors(tmp_path: Path, target: str) -> None:
     net = mlp()
     params = init_params(net, 0)
     (x, y), = make_batches(net, 1, 0)
-    with native_link(tmp_path) as link:
+    with native_link(tmp_path, target) as link:
         with pytest.raises(DeviceError) as e:
             link.upload(WEIGHTS, encode_weights(params))
         assert code_of(e) == "ORDER"
@@ -69,8 +71,9 @@ def test_order_and_state_errors(tmp_path: Path) -> None:
             link.step(0.1)
 
 
-def test_garbage_and_unknown_messages(tmp_path: Path) -> None:
-    with native_link(tmp_path) as link:
+@pytest.mark.parametrize("target", ["linux", "linux-asan"])
+def test_garbage_and_unknown_messages(tmp_path: Path, target: str) -> None:
+    with native_link(tmp_path, target) as link:
         frame = bytearray(encode_frame(0x01))
         frame[-1] ^= 1  # bad CRC: dropped without a reply
         link.port.write(b"\x00\xa5\xff\xff" + bytes(frame) + b"\xa5\x01\x00\x05")  # over-long frame header

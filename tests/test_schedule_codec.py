@@ -34,9 +34,21 @@ NEEDS_CC = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C comp
 CODE = {name: code for code, name in ERRORS.items()}
 
 
-def c_validate(model: ModelBlob | None, pool_free: int, schedules: list[bytes]) -> list[tuple[int, int]]:
+# validate-asan: the same harness under ASan + UBSan (firmware/ports/linux/port.mk)
+VALIDATORS = {"validate": "build/linux/validate", "validate-asan": "build/linux-asan/validate"}
+
+
+def validator(target: str) -> Path:
+    if target == "validate":
+        return firmware.build(target)
+    subprocess.run(["make", "-C", str(firmware.FIRMWARE_DIR), target], check=True, capture_output=True)
+    return firmware.FIRMWARE_DIR / VALIDATORS[target]
+
+
+def c_validate(model: ModelBlob | None, pool_free: int, schedules: list[bytes],
+               target: str = "validate") -> list[tuple[int, int]]:
     """Run the C validator over many schedules in one process (firmware/tests/validate_main.c)."""
-    exe = firmware.build("validate")
+    exe = validator(target)
     mb = model.encode() if model is not None else b""
     stream = struct.pack("<II", pool_free, len(mb)) + mb
     stream += b"".join(struct.pack("<I", len(s)) + s for s in schedules)
@@ -138,12 +150,13 @@ def test_python_validator_codes(label: str, data: bytes, model: ModelBlob | None
 
 
 @NEEDS_CC
-def test_c_validator_codes() -> None:
+@pytest.mark.parametrize("target", VALIDATORS)
+def test_c_validator_codes(target: str) -> None:
     for model in (mlp().blob, None):
         group = [c for c in CASES if c[2] is model]
         for pool in sorted({c[3] for c in group}):
             sub = [c for c in group if c[3] == pool]
-            got = c_validate(model, pool, [c[1] for c in sub])
+            got = c_validate(model, pool, [c[1] for c in sub], target)
             assert got == [c[4] for c in sub], [c[0] for c in sub]
 
 
@@ -194,14 +207,15 @@ def corruptions(base: Schedule, n: int, seed: int) -> list[bytes]:
 
 
 @NEEDS_CC
-def test_differential_python_vs_c() -> None:
+@pytest.mark.parametrize("target", VALIDATORS)
+def test_differential_python_vs_c(target: str) -> None:
     statuses: set[int] = set()
     for net in (mlp(), cnn()):
         base = frugal(net.blob)
         cases = corruptions(base, 200, seed=1234)
         pool = base.arena_bytes + 4096
         py = [validate(d, net.blob, pool) for d in cases]
-        assert c_validate(net.blob, pool, cases) == py
+        assert c_validate(net.blob, pool, cases, target) == py
         statuses |= {s for s, _ in py}
     # the corpus reaches most of the validator, not just the header checks
     assert len(statuses) >= 12, sorted(statuses)

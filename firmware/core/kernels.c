@@ -22,9 +22,9 @@ void poet_linear_bwd(int B, int in, int out, const float *g, const float *x, con
                      float *dw, float *db, float *gx)
 {
     int i, o, k;
-    /* dW[o,k] += sum_i g[i,o] x[i,k] */
+    /* dW[o,k] += sum_i g[i,o] x[i,k]; none for a frozen weight (dw NULL), as in the conv */
     for (o = 0; o < out; o++) {
-        for (k = 0; k < in; k++) {
+        for (k = 0; dw && k < in; k++) {
             float acc = 0.0f;
             for (i = 0; i < B; i++)
                 acc += g[(long)i * out + o] * x[(long)i * in + k];

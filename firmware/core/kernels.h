@@ -23,7 +23,7 @@
 
 void poet_linear_fwd(int B, int in, int out, const float *x, const float *w, const float *b,
                      float *y);
-/* gx may be NULL (need_grad_input = 0); db may be NULL (no bias). */
+/* gx may be NULL (need_grad_input = 0); db may be NULL (no bias); dw may be NULL (frozen weight). */
 void poet_linear_bwd(int B, int in, int out, const float *g, const float *x, const float *w,
                      float *dw, float *db, float *gx);
 

@@ -75,3 +75,16 @@ $(BUILD)/linux-aarch64/poet: $(AARCH64_OBJ)
 $(BUILD)/linux-aarch64/%.o: %.c $(LINUX_DEPS)
 	@mkdir -p $(dir $@)
 	$(AARCH64_CC) $(HOST_CFLAGS) -c -o $@ $<
+
+# validate-asan: the schedule validator harness under ASan + UBSan (same objects as linux-asan), so
+# the differential tests' thousands of corrupted schedules also check it for memory errors.
+VALIDATE_ASAN_OBJ := $(patsubst %.c,$(BUILD)/linux-asan/%.o,$(VALIDATE_SRC))
+
+PORTS += validate-asan
+DEPS += $(VALIDATE_ASAN_OBJ:.o=.d)
+.PHONY: validate-asan
+
+validate-asan: $(BUILD)/linux-asan/validate
+
+$(BUILD)/linux-asan/validate: $(VALIDATE_ASAN_OBJ)
+	$(CC) $(ASAN_FLAGS) -o $@ $^

@@ -1,0 +1,109 @@
+#include "fuzz_common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/interp.h"
+#include "../core/schedule.h"
+#include "../core/util.h"
+#include "fuzz_port.h"
+
+uint32_t fuzz_keep_all(const poet_model_t *m, uint8_t *out, uint32_t cap, uint32_t *arena)
+{
+    uint32_t n = 0, off = 0, len, i;
+    uint8_t *p = out + POET_SCHED_HDR;
+    uint64_t end = 0;
+
+    for (i = 0; i < m->n_nodes; i++)
+        n += 1u + (poet_node_bytes(m, (uint16_t)i) > 0);
+    len = POET_SCHED_HDR + 8u * n + 4u;
+    if (len > cap || n > 0xFFFFu)
+        return 0;
+    for (i = 0; i < m->n_nodes; i++, p += 8) {
+        uint32_t b = poet_node_bytes(m, (uint16_t)i);
+        p[0] = 1; /* COMPUTE */
+        p[1] = 0;
+        poet_wr16(p + 2, (uint16_t)i);
+        poet_wr32(p + 4, b ? off : 0u);
+        end = (uint64_t)off + b;
+        if (end > 0xFFFFFFFCull)
+            return 0;
+        if (b)
+            off = (uint32_t)end;
+    }
+    for (i = 0; i < m->n_nodes; i++) {
+        if (poet_node_bytes(m, (uint16_t)i) == 0)
+            continue;
+        p[0] = 5; /* FREE */
+        p[1] = 0;
+        poet_wr16(p + 2, (uint16_t)i);
+        poet_wr32(p + 4, 0);
+        p += 8;
+    }
+    memcpy(out, "PSCH", 4);
+    out[4] = 1;
+    out[5] = 0;
+    poet_wr16(out + 6, m->n_nodes);
+    poet_wr32(out + 8, (uint32_t)m->hash);
+    poet_wr32(out + 12, (uint32_t)(m->hash >> 32));
+    poet_wr32(out + 16, off);
+    poet_wr16(out + 20, (uint16_t)n);
+    poet_wr16(out + 22, 0);
+    poet_wr32(out + len - 4u, poet_crc32(0, out, len - 4u));
+    *arena = off;
+    return len;
+}
+
+static poet_trace_t trace[POET_SCHED_MAX_INSTR];
+
+int fuzz_step(const poet_model_t *m, const uint8_t *sched)
+{
+    uint32_t arena = poet_rd32(sched + 16), params = 4u * m->total_param_elems;
+    uint32_t grads = 4u * m->train_elems, opt = grads * m->opt_words, opt_step = 0;
+    uint32_t xb = 4u * m->x_elems, lb = 4u * m->batch, last = (uint32_t)m->n_nodes - 1u, i;
+    uint64_t swap = (uint64_t)m->swap_off[last] + poet_node_bytes(m, (uint16_t)last);
+    uint64_t total = (uint64_t)arena + params + grads + opt + xb + lb;
+    poet_buffers_t buf;
+    poet_step_result_t r;
+    float *w, *g, *o, *x;
+    int32_t *labels;
+    uint8_t *a, *s;
+
+    if (total > FUZZ_EXEC_BYTES || swap > FUZZ_EXEC_BYTES)
+        return -1;
+    /* +!n: malloc(0) may return NULL, and a zero-sized buffer must still be a distinct object */
+    w = malloc(params + !params);
+    g = calloc(grads + !grads, 1);
+    o = calloc(opt + !opt, 1);
+    x = malloc(xb);
+    labels = malloc(lb);
+    a = malloc(arena + !arena);
+    s = malloc((size_t)swap + !swap);
+    if (!w || !g || !o || !x || !labels || !a || !s)
+        abort();
+    for (i = 0; i < m->total_param_elems; i++)
+        w[i] = 0.01f * (float)((int)(i % 13u) - 6);
+    for (i = 0; i < m->x_elems; i++)
+        x[i] = (float)(i % 7u); /* valid token ids for embedding models, plain inputs otherwise */
+    for (i = 0; i < m->batch; i++)
+        labels[i] = 0; /* every loss has at least one class */
+    memset(a, 0xA5, arena);
+    fuzz_port_swap(s, (uint32_t)swap);
+    buf.params = w;
+    buf.grads = g;
+    buf.opt_state = o;
+    buf.opt_step = &opt_step;
+    buf.x = x;
+    buf.labels = labels;
+    buf.arena = a;
+    poet_interp_step(m, sched, &buf, 0.01f, trace, &r);
+    fuzz_port_swap(0, 0);
+    free(w);
+    free(g);
+    free(o);
+    free(x);
+    free(labels);
+    free(a);
+    free(s);
+    return r.status;
+}

@@ -1,0 +1,87 @@
+/* libFuzzer harness: the model blob decoder and validator (poet_model_parse).
+ * Input: a model blob, as END_BLOB would hand it over. Every model the parser accepts must then
+ * be safe to use: its node table walks stay inside the blob, its keep-all schedule passes the
+ * schedule validator, and one training step under that schedule (buffers sized exactly as the
+ * model declares, under ASan and UBSan) neither faults nor fails. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/model.h"
+#include "../core/schedule.h"
+#include "../core/status.h"
+#include "fuzz_common.h"
+
+#define CHECK(c)                                                                          \
+    do {                                                                                  \
+        if (!(c)) {                                                                       \
+            fprintf(stderr, "fuzz_model: %s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c); \
+            abort();                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static poet_model_t model;
+static uint8_t sched[POET_SCHEDULE_BLOB_MAX];
+
+static void check_accepted(const poet_model_t *m, const uint8_t *blob, uint32_t len)
+{
+    uint32_t i, k, swap = 0, elems = 0, arena, slen, detail;
+    poet_node_t n;
+    int st;
+
+    CHECK(m->n_nodes >= 1 && m->n_nodes <= POET_MAX_NODES);
+    CHECK(m->recs + POET_NODE_SZ * (uint32_t)m->n_nodes == blob + len);
+    for (i = 0; i < m->n_params; i++) {
+        CHECK(m->param_off[i] == elems);
+        elems += poet_param_elems(m, (uint16_t)i);
+    }
+    CHECK(elems == m->total_param_elems);
+    for (i = 0; i < m->n_nodes; i++) {
+        poet_node_view(m, (uint16_t)i, &n);
+        CHECK(n.n_deps <= 4);
+        for (k = 0; k < n.n_deps; k++)
+            CHECK(n.deps[k] < i);
+        CHECK(m->swap_off[i] == swap);
+        CHECK(n.bytes % 4u == 0);
+        swap += n.bytes;
+        CHECK(n.op != POET_OP_SGD || i + 1u == m->n_nodes);
+    }
+    slen = fuzz_keep_all(m, sched, sizeof sched, &arena);
+    CHECK(slen != 0); /* 2 instructions per node always fit the schedule buffer */
+    st = poet_schedule_validate(sched, slen, m, arena, &detail);
+    if (st != POET_OK) {
+        fprintf(stderr, "fuzz_model: keep-all schedule of an accepted model rejected: %d at %u\n", st,
+                detail);
+        abort();
+    }
+    st = fuzz_step(m, sched);
+    CHECK(st == POET_OK || st == -1);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    uint8_t *blob;
+    uint32_t detail;
+    int st;
+
+    /* the firmware refuses a bigger model at BEGIN_BLOB, before the parser sees it */
+    if (size > POET_MODEL_BLOB_MAX)
+        return -1;
+    /* an exact-size copy: ASan flags a read one byte past the blob */
+    blob = malloc(size + !size);
+    if (!blob)
+        abort();
+    memcpy(blob, data, size);
+    st = poet_model_parse(blob, (uint32_t)size, &model, &detail);
+    if (st == POET_OK) {
+        CHECK(detail == POET_NO_DETAIL);
+        check_accepted(&model, blob, (uint32_t)size);
+    } else {
+        CHECK(st == POET_E_MODEL);
+        CHECK(detail == POET_NO_DETAIL || detail < model.n_nodes);
+    }
+    free(blob);
+    return 0;
+}

@@ -1,0 +1,177 @@
+"""Write the fuzzers' seed corpora and built-in models from real blobs made by the host package.
+
+    .venv/bin/python firmware/fuzz/make_seeds.py
+
+writes firmware/fuzz/corpus/{model,schedule,protocol}/ and firmware/fuzz/seed_models.h (the models
+fuzz_schedule validates against). The seeds are what poet itself sends: model blobs traced and lowered
+from zoo models and small hand-built nets, keep-all, recompute-and-page and POET schedules, and whole
+upload-and-step protocol sessions. Output is deterministic, so rerunning it changes nothing unless the
+formats or the planner changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "host"))
+sys.path.insert(0, str(REPO / "tests"))
+
+import fwhelpers  # noqa: E402
+from poet.boards import load_board  # noqa: E402
+from poet.costs import costed, load_profile, uncosted  # noqa: E402
+from poet.graph import TrainingGraph  # noqa: E402
+from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS  # noqa: E402
+from poet.lower import lower, model_blob  # noqa: E402
+from poet.modelblob import ModelBlob, encode_batch, encode_weights  # noqa: E402
+from poet.models import get_model  # noqa: E402
+from poet.schedule import Schedule  # noqa: E402
+from poet.solve import keep_all  # noqa: E402
+from poet.strategies import plan_with  # noqa: E402
+from poet.tracer import trace  # noqa: E402
+from poet.zoo.transformer import TransformerClassifier  # noqa: E402
+
+HELLO, BEGIN, CHUNK, END, STEP, READ = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
+CHUNK_BYTES = 1000
+PROTOCOL_POOL = 64 * 1024  # POET_FUZZ_POOL in fuzz_port.h
+SESSION_MAX = 8 * 1024  # bigger sessions (mlp-digits' 18 KB of weights) only slow the fuzzer down
+
+
+def conv_bn_net() -> nn.Module:
+    """Strided, grouped conv, batch norm and the pointwise ops the zoo's CNNs do not reach."""
+    return nn.Sequential(nn.Conv2d(2, 4, 3, stride=2, padding=1, groups=2), nn.BatchNorm2d(4), nn.Hardtanh(),
+                         nn.Conv2d(4, 4, 1), nn.Tanh(), nn.Flatten(), nn.Linear(64, 8), nn.Sigmoid(),
+                         nn.Linear(8, 3))
+
+
+def traced(name: str, build: Callable[[], nn.Module], shape: tuple[int, ...], classes: int, batch: int,
+           dtype: str = "float32") -> TrainingGraph:
+    torch.manual_seed(0)
+    return trace(build(), name, shape, classes, batch, input_dtype=dtype)
+
+
+def zoo(name: str, batch: int) -> TrainingGraph:
+    model, spec = get_model(name)
+    return traced(name, lambda: model, spec.input_shape, spec.classes, batch, spec.input_dtype)
+
+
+def tiny_transformer() -> TrainingGraph:
+    return traced("tiny-transformer",
+                  lambda: TransformerClassifier(vocab=20, seq_len=8, d_model=16, heads=2, d_ff=32, classes=3),
+                  (8,), 3, 1, "int64")
+
+
+def graph_schedules(g: TrainingGraph) -> list[Schedule]:
+    """Keep-all, and POET at half the keep-all peak where the MILP finds a plan (recompute, paging)."""
+    plans = [keep_all(uncosted(g))]
+    board = load_board("nrf52840")
+    cg = costed(g, board, load_profile(board.name), estimate=True)
+    poet = plan_with("poet", cg, plans[0].peak_bytes // 2, 50 * cg.one_pass_s, time_limit_s=5.0)
+    if poet.status in ("optimal", "feasible"):
+        plans.append(poet)
+    return [lower(p, g).schedule for p in plans]
+
+
+def frame_records(requests: list[tuple[int, bytes]]) -> bytes:
+    """fuzz_protocol's record form: the harness adds sync and CRC."""
+    return b"".join(struct.pack("<BH", t, len(p)) + p for t, p in requests)
+
+
+def raw_frames(requests: list[tuple[int, bytes]]) -> bytes:
+    from poet.link import encode_frame
+
+    return b"".join(encode_frame(t, p) for t, p in requests)
+
+
+def upload(blob: int, data: bytes) -> list[tuple[int, bytes]]:
+    reqs = [(BEGIN, struct.pack("<BI", blob, len(data)))]
+    for off in range(0, len(data), CHUNK_BYTES):
+        reqs.append((CHUNK, struct.pack("<BI", blob, off) + data[off:off + CHUNK_BYTES]))
+    return reqs + [(END, bytes([blob]))]
+
+
+def session(blob: ModelBlob, sched: Schedule, seed: int, token_vocab: int = 0) -> list[tuple[int, bytes]]:
+    """HELLO, every blob uploaded, two steps, the weights read back: what `poet run` sends."""
+    rng = np.random.default_rng(seed)
+    weights = [rng.uniform(-0.3, 0.3, size=n).astype(np.float32) for n in blob.param_elems]
+    if token_vocab:
+        x = rng.integers(0, token_vocab, size=blob.x_elems).astype(np.float32)
+    else:
+        x = rng.standard_normal(blob.x_elems).astype(np.float32)
+    classes = min(n.attrs[1] for n in blob.nodes if n.op == fwhelpers.OP_CROSS_ENTROPY)
+    labels = rng.integers(0, classes, size=blob.batch).astype(np.int32)
+    reqs = [(HELLO, b"")]
+    reqs += upload(MODEL, blob.encode()) + upload(WEIGHTS, encode_weights(weights))
+    reqs += upload(SCHEDULE, sched.encode()) + upload(BATCH, encode_batch(x, labels))
+    reqs += [(STEP, struct.pack("<f", 0.05)), (STEP, struct.pack("<f", 0.05))]
+    reqs.append((READ, struct.pack("<BIH", WEIGHTS, 0, min(blob.param_bytes, 64))))
+    return reqs
+
+
+def write(dirname: str, data: bytes) -> None:
+    d = HERE / "corpus" / dirname
+    d.mkdir(parents=True, exist_ok=True)
+    # content-addressed, like libFuzzer's own corpus files: rewriting a seed never duplicates it
+    (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def c_array(name: str, data: bytes) -> str:
+    rows = [", ".join(f"0x{b:02x}" for b in data[i:i + 16]) for i in range(0, len(data), 16)]
+    return f"static const uint8_t {name}[{len(data)}] = {{\n    " + ",\n    ".join(rows) + "\n};\n"
+
+
+def main() -> None:
+    mlp, cnn = fwhelpers.mlp(), fwhelpers.cnn()
+    digits, transformer = zoo("mlp-digits", 2), tiny_transformer()
+    # fuzz_schedule's four models (mode bits 0-1), each with the schedules poet would send for it
+    fixed: list[tuple[ModelBlob, list[Schedule]]] = [
+        (mlp.blob, [fwhelpers.keep_all(mlp.blob), fwhelpers.frugal(mlp.blob)]),
+        (cnn.blob, [fwhelpers.keep_all(cnn.blob), fwhelpers.frugal(cnn.blob)]),
+        (model_blob(digits), graph_schedules(digits)),
+        (model_blob(transformer), graph_schedules(transformer)),
+    ]
+    for index, (_, scheds) in enumerate(fixed):
+        for s in scheds:
+            for flags in (0x10, 0x1C):  # pool of 1 MiB; also with CRC and hash fixed up
+                write("schedule", bytes([index | flags]) + s.encode())
+    header = ["/* Generated by make_seeds.py: the models fuzz_schedule validates schedules against. */",
+              "#ifndef POET_FUZZ_SEED_MODELS_H", "#define POET_FUZZ_SEED_MODELS_H", "",
+              "#include <stdint.h>", "", "#define FUZZ_N_MODELS 4u", ""]
+    for index, (blob, _) in enumerate(fixed):
+        header.append(c_array(f"fuzz_model{index}", blob.encode()))
+    names = ", ".join(f"fuzz_model{i}" for i in range(len(fixed)))
+    lens = ", ".join(f"sizeof fuzz_model{i}" for i in range(len(fixed)))
+    header += [f"static const uint8_t *const fuzz_models[FUZZ_N_MODELS] = {{{names}}};",
+               f"static const uint32_t fuzz_model_lens[FUZZ_N_MODELS] = {{{lens}}};", "", "#endif", ""]
+    (HERE / "seed_models.h").write_text("\n".join(header))
+
+    for blob in [b for b, _ in fixed] + [model_blob(g) for g in
+                                         (zoo("cnn-digits", 1), zoo("lenet", 1),
+                                          traced("conv-bn", conv_bn_net, (2, 8, 8), 3, 2))]:
+        write("model", blob.encode())
+
+    # protocol sessions on nets that fit fuzz_port's 64 KiB pool, in both input modes
+    for k, (blob, scheds) in enumerate(fixed):
+        vocab = 20 if blob is fixed[3][0] else 0
+        if 2 * blob.param_bytes + blob.batch_bytes + max(s.arena_bytes for s in scheds) > PROTOCOL_POOL:
+            continue
+        for s in scheds:
+            reqs = session(blob, s, seed=k, token_vocab=vocab)
+            if len(raw_frames(reqs)) > SESSION_MAX:
+                continue
+            write("protocol", b"\x00" + frame_records(reqs))
+            write("protocol", b"\x01" + raw_frames(reqs))
+    print(f"seeds in {HERE / 'corpus'}, models in {HERE / 'seed_models.h'}")
+
+
+if __name__ == "__main__":
+    main()

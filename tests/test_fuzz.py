@@ -1,0 +1,73 @@
+"""The libFuzzer harnesses of firmware/fuzz/ (schedule validator, model parser, serial protocol).
+
+Fast: every seed in corpus/ and every crash ever found in crashes/ replays through its harness under
+ASan and UBSan without a report: crashes/ is the regression suite of fixed bugs. Slow (`-m slow`, CI's
+second step): each harness fuzzes for POET_FUZZ_SECONDS (default 20 s); a crash fails the test and is
+copied into crashes/<harness>/, to be fixed and committed with its fix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import needs_tools
+
+FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
+FUZZ = FIRMWARE / "fuzz"
+# harness -> -max_len: the largest input the firmware would hand it (a mode byte plus a 2 KiB
+# schedule buffer; the 4 KiB model buffer; a few uploads of the small nets fuzz_port's pool holds)
+HARNESSES = {"schedule": 1 + 2048, "model": 4096, "protocol": 8192}
+
+pytestmark = needs_tools("clang", "make")
+
+
+def build(name: str) -> Path:
+    proc = subprocess.run(["make", "-C", str(FIRMWARE), f"fuzz-{name}"], capture_output=True, text=True)
+    assert proc.returncode == 0, f"make fuzz-{name} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    return FIRMWARE / "build" / "fuzz" / f"fuzz-{name}"
+
+
+def inputs(name: str) -> list[Path]:
+    return sorted(p for d in ("corpus", "crashes") for p in (FUZZ / d / name).glob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("name", HARNESSES)
+def test_corpus_and_crashes_replay(name: str) -> None:
+    exe = build(name)
+    files = inputs(name)
+    assert any(p.parent.parent.name == "corpus" for p in files), "no seeds: run firmware/fuzz/make_seeds.py"
+    # files as arguments: libFuzzer runs each once and stops at the first sanitizer report
+    proc = subprocess.run([str(exe), *map(str, files)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"fuzz-{name} fails on a corpus or crash input:\n{proc.stderr[-4000:]}"
+
+
+@pytest.mark.slow
+def test_bounded_fuzz_run(tmp_path: Path) -> None:
+    """All harnesses at once for the same wall time, each on a scratch copy of its corpus."""
+    seconds = int(os.environ.get("POET_FUZZ_SECONDS", "20"))
+    runs: dict[str, tuple[subprocess.Popen[str], Path]] = {}
+    for name, max_len in HARNESSES.items():
+        exe = build(name)
+        corpus, artifacts = tmp_path / name / "corpus", tmp_path / name / "artifacts"
+        shutil.copytree(FUZZ / "corpus" / name, corpus)
+        artifacts.mkdir()
+        cmd = [str(exe), str(corpus), f"-max_total_time={seconds}", f"-max_len={max_len}", "-timeout=20",
+               "-print_final_stats=1", f"-artifact_prefix={artifacts}/"]
+        log = (tmp_path / f"{name}.log").open("w")
+        runs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True), artifacts)
+    failed = []
+    for name, (proc, artifacts) in runs.items():
+        proc.wait(timeout=seconds + 300)
+        found = sorted(artifacts.iterdir())
+        if proc.returncode != 0 or found:
+            keep = FUZZ / "crashes" / name
+            keep.mkdir(parents=True, exist_ok=True)
+            for f in found:
+                shutil.copy(f, keep / f.name)
+            tail = (tmp_path / f"{name}.log").read_text().splitlines()[-30:]
+            failed.append(f"fuzz-{name} (exit {proc.returncode}), inputs kept in {keep}:\n" + "\n".join(tail))
+    assert not failed, "\n\n".join(failed)
