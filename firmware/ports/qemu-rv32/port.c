@@ -165,7 +165,7 @@ int port_pager_write(uint32_t offset, const void *src, uint32_t n) { return tran
 int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return transfer(0x06u, offset, (uintptr_t)dst, n); }
 
 const char *port_board(void) { return "esp32c3"; }
-/* ESP32-C3 Series Datasheet, "Internal Memory": 400 KB SRAM, 16 KB of it the flash cache. */
+/* ESP32-C3 Series Datasheet: 400 KB SRAM, 16 KB of it the flash cache (sec. 3.1.5 "Cache"). */
 uint32_t port_ram_bytes(void) { return 393216u; }
 uint32_t port_flash_bytes(void) { return 4194304u; }
 uint8_t *port_pool(void) { return pool.bytes; }
