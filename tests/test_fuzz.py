@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_tools
+from fwhelpers import native_link
+from poet.link import MODEL, DeviceError
+from poet.modelblob import KIND_INPUT, KIND_OPTIMIZER, OP_INPUT, OP_SGD, BlobNode, ModelBlob, f32_bits
 
 FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
 FUZZ = FIRMWARE / "fuzz"
@@ -43,6 +46,20 @@ def test_corpus_and_crashes_replay(name: str) -> None:
     # files as arguments: libFuzzer runs each once and stops at the first sanitizer report
     proc = subprocess.run([str(exe), *map(str, files)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"fuzz-{name} fails on a corpus or crash input:\n{proc.stderr[-4000:]}"
+
+
+def test_pool_layout_cannot_wrap(tmp_path: Path) -> None:
+    """Found reviewing the protocol while fuzzing it (no fuzz input can show it: exploiting it takes
+    a 1 GiB weights upload): 2^28 parameters trained with Adam need params + grads + two state words
+    = 4 GiB + 8 bytes of pool, a sum that wrapped to 16 bytes in 32 bits and passed the fit check,
+    after which the weights upload would have written 1 GiB from the pool's start."""
+    adam = (2, f32_bits(0.9), f32_bits(0.999), f32_bits(1e-8))
+    blob = ModelBlob(batch=1, x_elems=1, param_elems=[(1 << 28) - 1, 1],
+                     nodes=[BlobNode(OP_INPUT, KIND_INPUT, (), 4, (1,)), BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, adam)])
+    with native_link(tmp_path, "linux-asan") as link:
+        with pytest.raises(DeviceError) as e:
+            link.upload(MODEL, blob.encode())
+    assert e.value.name == "TOO_BIG"
 
 
 @pytest.mark.slow

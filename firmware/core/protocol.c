@@ -40,6 +40,13 @@ static uint32_t grads_at(void) { return align8(params_bytes()); }
 static uint32_t opt_at(void) { return grads_at() + align8(grads_bytes()); }
 static uint32_t batch_at(void) { return opt_at() + align8(opt_bytes()); }
 static uint32_t fixed_bytes(void) { return batch_at() + align8(batch_bytes()); }
+/* The same sum without wrapping, for the fit check: each region fits 32 bits, but together they
+ * may not (2^28 parameters with Adam's two state words are 4 GiB), and a wrapped sum would pass. */
+static uint64_t layout_bytes(void)
+{
+    return (uint64_t)align8(params_bytes()) + align8(grads_bytes()) + align8(opt_bytes()) +
+           align8(batch_bytes());
+}
 
 static uint8_t *pool_params(void) { return port_pool(); }
 static uint8_t *pool_grads(void) { return port_pool() + grads_at(); }
@@ -208,7 +215,7 @@ static void end_blob(const uint8_t *p, uint16_t len)
     switch (blob) {
     case POET_BLOB_MODEL:
         status = poet_model_parse(model_blob, st.total, &model, &detail);
-        if (status == POET_OK && fixed_bytes() > port_pool_bytes()) {
+        if (status == POET_OK && layout_bytes() > port_pool_bytes()) {
             status = POET_E_TOO_BIG;
             detail = port_pool_bytes();
         }

@@ -1,10 +1,10 @@
 /* libFuzzer harness: the schedule blob validator (poet_schedule_validate), then the interpreter
  * on every schedule it accepts.
  * Input: one mode byte, then the schedule blob.
- *   bits 0-1  which fixed model (seed_models.h) is loaded
- *   bit 2     rewrite the CRC trailer so the mutation reaches the checks behind it
- *   bit 3     write the model's hash into the header, likewise
- *   bit 4     pool_free = 1 MiB (else 4 KiB, so ARENA rejections happen too)
+ *   bits 0-2  which fixed model (seed_models.h) is loaded
+ *   bit 3     rewrite the CRC trailer so the mutation reaches the checks behind it
+ *   bit 4     write the model's hash into the header, likewise
+ *   bit 5     pool_free = 1 MiB (else 4 KiB, so ARENA rejections happen too)
  * An accepted schedule must run one step, with every buffer allocated at exactly its declared
  * size, without a fault and with status OK: the validator's acceptance is what the interpreter
  * trusts. */
@@ -50,17 +50,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return -1;
     mode = data[0];
     len = (uint32_t)size - 1u;
-    m = &models[mode & 3u];
-    pool_free = (mode & 0x10u) ? (1u << 20) : 4096u;
+    m = &models[(mode & 7u) % FUZZ_N_MODELS];
+    pool_free = (mode & 0x20u) ? (1u << 20) : 4096u;
     s = malloc(len + !len); /* exact size: ASan flags a read past the blob */
     if (!s)
         abort();
     memcpy(s, data + 1, len);
-    if ((mode & 0x08u) && len >= 16u) {
+    if ((mode & 0x10u) && len >= 16u) {
         poet_wr32(s + 8, (uint32_t)m->hash);
         poet_wr32(s + 12, (uint32_t)(m->hash >> 32));
     }
-    if ((mode & 0x04u) && len >= 4u)
+    if ((mode & 0x08u) && len >= 4u)
         poet_wr32(s + len - 4u, poet_crc32(0, s, len - 4u));
     st = poet_schedule_validate(s, len, m, pool_free, &detail);
     if (st == POET_OK) {
