@@ -251,8 +251,8 @@ static uint32_t millis(void)
 
 #ifdef POET_PAGER_SD
 /* SPIM2, ID 35 (PS, "SPIM - Serial peripheral interface master with EasyDMA"): up to 8 Mbps.
- * SPIM3 would do 32 Mbps, but SD's default speed is 25 MHz anyway and SPIM2 has no errata of
- * its own to work around. */
+ * SPIM3 would do 32 Mbps, but it is the instance with errata of its own (anomaly 198 among
+ * them), and SD's default speed tops out at 25 MHz anyway. */
 #define SPIM 0x40023000u
 #define SPIM_TASKS_START REG(SPIM + 0x010u)
 #define SPIM_EVENTS_END REG(SPIM + 0x118u)
