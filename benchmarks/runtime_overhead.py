@@ -6,8 +6,10 @@ QEMU runs with -icount shift=0: one instruction per virtual nanosecond, so the 2
 the firmware reads advances once per 40 instructions (emulated counts, not M4 cycles). The
 runtime times every schedule instruction around its kernel call; what the step takes beyond
 the sum of those is the interpreter's own work (decoding instructions, writing trace records,
-bookkeeping): an upper bound on dispatch + tracing, printed as a share of the step. MACs per
-executed instruction come from each linear/conv2d node's FLOPs (2 per MAC) and its ticks.
+bookkeeping): an upper bound on dispatch + tracing, printed as a share of the step. Tracing
+alone is measured against the same image built with POET_TRACE=0 (qemu-m4-notrace): the
+difference of the two step counts, and the bytes the trace adds to the link after each step.
+MACs per executed instruction come from each linear/conv2d node's FLOPs (2 per MAC) and its ticks.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,10 +43,16 @@ def main() -> None:
     g = trace(model, args.model, spec.input_shape, spec.classes, 16)
     sched = lower(keep_all(uncosted(g)), g).schedule.encode()
     board = load_board("nrf52840")
-    with tempfile.TemporaryDirectory() as work, open_device(board, None, workdir=Path(work), quiet=True) as dev:
-        dev.load_model(g, weights_of(model))
-        dev.load_schedule(sched)
-        results = [dev.step(x, y, 0.01) for x, y in data_batches(g, args.steps)]
+    runs = {}
+    for target in ("qemu-m4", "qemu-m4-notrace"):
+        with tempfile.TemporaryDirectory() as work, open_device(replace(board, firmware_target=target), None,
+                                                                workdir=Path(work), quiet=True) as dev:
+            dev.load_model(g, weights_of(model))
+            dev.load_schedule(sched)
+            runs[target] = [dev.step(x, y, 0.01) for x, y in data_batches(g, args.steps)]
+    results = runs["qemu-m4"]
+    bare = np.median([r.step_ticks for r in runs["qemu-m4-notrace"]])
+    assert not runs["qemu-m4-notrace"][0].records, "the notrace image sent trace records"
     step = np.median([r.step_ticks for r in results])
     inside = np.median([sum(rec.ticks for rec in r.records) for r in results])
     n_instr = len(results[0].records)
@@ -52,6 +61,11 @@ def main() -> None:
     print("|---|---|---|---|")
     print(f"| {step * INSTR_PER_TICK:,.0f} | {inside * INSTR_PER_TICK:,.0f} | "
           f"{(step - inside) * INSTR_PER_TICK:,.0f} | {100 * (step - inside) / step:.3f}% |")
+    print()
+    print("| step instructions, traced | untraced (POET_TRACE=0) | tracing | share | trace bytes sent after the step |")
+    print("|---|---|---|---|---|")
+    print(f"| {step * INSTR_PER_TICK:,.0f} | {bare * INSTR_PER_TICK:,.0f} | {(step - bare) * INSTR_PER_TICK:,.0f} | "
+          f"{100 * (step - bare) / bare:.3f}% | {16 * n_instr:,} ({-(-n_instr // 60)} frames) |")
     print()
     macs: dict[str, list[float]] = defaultdict(list)
     for rec in results[-1].records:

@@ -173,3 +173,50 @@ def test_optimizer_flag_errors() -> None:
         with pytest.raises(UsageError):
             parse_optimizer(bad)
     assert parse_optimizer("momentum:0.5") == {"name": "momentum", "momentum": 0.5}
+
+
+def _bn_net() -> Any:
+    import torch
+    from torch import nn
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Conv2d(1, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(),
+                         nn.Conv2d(6, 6, 3, padding=1), nn.BatchNorm2d(6, momentum=0.3), nn.ReLU(),
+                         nn.Flatten(), nn.Linear(6 * 64, 10))
+
+
+@pytest.mark.parametrize("frozen_stats", [False, True])
+def test_batch_norm_statistics_on_the_board(tmp_path: Path, frozen_stats: bool) -> None:
+    """Training mode: the running statistics move once per step exactly as PyTorch's do, also under
+    plans that recompute the batch norms (a recompute must not move them again). Frozen statistics
+    (a batch norm the user put in eval()): normalised with the running ones, which stay put."""
+    model = _bn_net()
+    with_stats = model.state_dict()
+    with_stats["1.running_mean"].uniform_(-0.5, 0.5)
+    with_stats["1.running_var"].uniform_(0.5, 2.0)
+    if frozen_stats:
+        model[1].eval()
+        model[4].eval()
+    g = trace(model, "bn-net", (1, 8, 8), 10, 4)
+    assert {n.op for n in g.nodes} >= ({"batchnorm_eval", "batchnorm_eval_bwd"} if frozen_stats
+                                       else {"batchnorm", "batchnorm_bwd"})
+    assert [n for n, _ in g.params][-4:] == ["1.running_mean", "1.running_var", "4.running_mean", "4.running_var"]
+    assert set(g.frozen) == {"1.running_mean", "1.running_var", "4.running_mean", "4.running_var"}
+    data, w0 = _data(g, 3), weights_of(model)
+    plans = [keep_all(uncosted(g)), *_poet_plans(g)]
+    bn_nodes = {n.id for n in g.nodes if n.op.startswith("batchnorm") and n.kind == "forward"}
+    if not frozen_stats:
+        assert any(bn_nodes & set(c for st in p.stages for c in st.compute[:-1]) for p in plans[1:]), \
+            "no plan recomputes a batch norm: the test would not see a double update"
+    runs = []
+    with native_link(tmp_path) as link:
+        for plan in plans:
+            _load(link, g, w0, plan)
+            runs.append((_steps(link, g, data), _weights(link, g)))
+    for losses, weights in runs[1:]:
+        assert losses == runs[0][0]
+        assert all(np.array_equal(a, b) for a, b in zip(weights, runs[0][1], strict=True))
+    train_steps(model, data, LR)
+    ref = weights_of(model)
+    _assert_close(g, runs[0][1], ref)
+    moved = [not np.array_equal(a, b) for a, b in zip(runs[0][1][-4:], w0[-4:], strict=True)]
+    assert moved == [not frozen_stats] * 4

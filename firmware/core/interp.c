@@ -141,6 +141,15 @@ static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buf
                                    pparam(m, P, a[5]), 0, 0, pgrad(m, G, a[5]), pgrad(m, G, a[6]),
                                    a[9] ? out : 0);
         break;
+    case POET_OP_BATCHNORM_EVAL:
+        poet_batchnorm2d_fwd_eval(a[0], a[1], a[2], poet_attr_f32(a[3]), in[0], pparam(m, P, a[5]),
+                                  pparam(m, P, a[6]), pparam(m, P, a[7]), pparam(m, P, a[8]), out);
+        break;
+    case POET_OP_BATCHNORM_EVAL_BWD:
+        poet_batchnorm2d_bwd_eval(a[0], a[1], a[2], poet_attr_f32(a[3]), in[0], in[1], pparam(m, P, a[5]),
+                                  pparam(m, P, a[7]), pparam(m, P, a[8]), pgrad(m, G, a[5]),
+                                  pgrad(m, G, a[6]), a[9] ? out : 0);
+        break;
     case POET_OP_LAYERNORM:
         poet_layernorm_fwd(a[0], a[1], poet_attr_f32(a[2]), in[0], pparam(m, P, a[3]),
                            pparam(m, P, a[4]), out, 0, 0);
@@ -242,6 +251,13 @@ static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buf
     }
 }
 
+/* POET_TRACE 0 builds a runtime that records nothing: the baseline the overhead benchmark measures
+ * the cost of tracing against (qemu-m4-notrace). */
+#ifndef POET_TRACE
+#define POET_TRACE 1
+#endif
+
+#if POET_TRACE
 static uint8_t trace_kind(uint8_t node_kind, uint8_t op)
 {
     switch (op) {
@@ -257,6 +273,7 @@ static uint8_t trace_kind(uint8_t node_kind, uint8_t op)
         return POET_TRACE_FORWARD;
     }
 }
+#endif
 
 void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet_buffers_t *buf,
                       float lr, poet_trace_t *trace, poet_step_result_t *res)
@@ -264,8 +281,13 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
     /* The interpreter's only per-node state: where each resident tensor sits in the arena. */
     static uint32_t offset[POET_MAX_NODES];
     uint16_t n_instr = poet_sched_n_instr(schedule), i, j;
-    uint32_t live = 0, t_step, t0;
+    uint32_t live = 0, t_step;
     float *in[4];
+#if POET_TRACE
+    uint32_t t0;
+#else
+    (void)trace;
+#endif
 
     res->status = POET_OK;
     res->loss = 0.0f;
@@ -281,10 +303,11 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
         uint32_t off = poet_rd32(p + 4);
         uint32_t bytes = poet_node_bytes(m, node);
         uint8_t *t = buf->arena + off;
-        poet_trace_t *r = &trace[i];
         int err = 0;
 
+#if POET_TRACE
         t0 = port_ticks();
+#endif
         if ((op == POET_I_COMPUTE || op == POET_I_RECOMPUTE || op == POET_I_PAGE_IN) && bytes) {
             offset[node] = off;
             live += bytes;
@@ -319,13 +342,18 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
         default:
             break;
         }
-        r->ticks = port_ticks() - t0;
-        r->instr = i;
-        r->node = node;
-        r->kind = trace_kind(poet_node_kind(m, node), op);
-        r->op = poet_node_op(m, node);
-        r->bytes = bytes;
-        res->n_records = (uint16_t)(i + 1u);
+#if POET_TRACE
+        {
+            poet_trace_t *r = &trace[i];
+            r->ticks = port_ticks() - t0;
+            r->instr = i;
+            r->node = node;
+            r->kind = trace_kind(poet_node_kind(m, node), op);
+            r->op = poet_node_op(m, node);
+            r->bytes = bytes;
+            res->n_records = (uint16_t)(i + 1u);
+        }
+#endif
         if (err) {
             res->status = POET_E_PAGER;
             break;

@@ -82,10 +82,10 @@ static int kind_of(uint8_t op)
     case POET_OP_SGD: return POET_KIND_OPTIMIZER;
     default: break;
     }
-    if (op <= POET_OP_PERMUTE || (op >= POET_OP_ADD && op <= POET_OP_SELECT))
+    if (op <= POET_OP_PERMUTE || (op >= POET_OP_ADD && op <= POET_OP_BATCHNORM_EVAL))
         return POET_KIND_FORWARD;
     if ((op >= POET_OP_LINEAR_BWD && op <= POET_OP_PERMUTE_BWD) ||
-        (op >= POET_OP_ADD_BWD && op <= POET_OP_SELECT_BWD))
+        (op >= POET_OP_ADD_BWD && op <= POET_OP_BATCHNORM_EVAL_BWD))
         return POET_KIND_BACKWARD;
     return -1;
 }
@@ -191,14 +191,19 @@ static int node_ok(const poet_model_t *m, const poet_node_t *n, uint32_t i)
         return io1(m, n, x, n->op == POET_OP_CROSS_ENTROPY ? 4u : x);
     case POET_OP_BATCHNORM:
     case POET_OP_BATCHNORM_BWD:
-        /* B*HW > 1: the batch variance of a single value is undefined (torch raises) */
+    case POET_OP_BATCHNORM_EVAL:
+    case POET_OP_BATCHNORM_EVAL_BWD:
+        /* B*HW > 1: the batch variance of a single value is undefined (torch raises); frozen
+         * statistics (eval) need the running statistics they normalise with */
         if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]) || mul((uint64_t)a[0], (uint64_t)a[2]) < 2u ||
             !finite_attr(a[3]) || !(poet_attr_f32(a[3]) > 0.0f) || !finite_attr(a[4]) ||
             !opt_param_ok(m, a[5], (uint64_t)a[1]) || !opt_param_ok(m, a[6], (uint64_t)a[1]) ||
-            !stats_ok(m, a[7], a[8], (uint64_t)a[1]))
+            !stats_ok(m, a[7], a[8], (uint64_t)a[1]) ||
+            ((n->op == POET_OP_BATCHNORM_EVAL || n->op == POET_OP_BATCHNORM_EVAL_BWD) && a[7] < 0))
             return 0;
         x = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[1]), (uint64_t)a[2]));
-        return n->op == POET_OP_BATCHNORM ? io1(m, n, x, x) : bwd_ok(m, n, a[9], x, x);
+        return (n->op == POET_OP_BATCHNORM || n->op == POET_OP_BATCHNORM_EVAL) ? io1(m, n, x, x)
+                                                                                : bwd_ok(m, n, a[9], x, x);
     case POET_OP_LAYERNORM:
     case POET_OP_LAYERNORM_BWD:
         if (!pos(a[0]) || !pos(a[1]) || !finite_attr(a[2]) || !(poet_attr_f32(a[2]) > 0.0f) ||

@@ -60,6 +60,7 @@ enum {
     POET_OP_SOFTMAX = 45,
     POET_OP_EMBEDDING = 46,
     POET_OP_SELECT = 47,
+    POET_OP_BATCHNORM_EVAL = 48,
     POET_OP_ADD_BWD = 56,
     POET_OP_SUB_BWD = 57,
     POET_OP_MUL_BWD_A = 58,
@@ -69,7 +70,8 @@ enum {
     POET_OP_MATMUL_BWD_B = 62,
     POET_OP_SOFTMAX_BWD = 63,
     POET_OP_EMBEDDING_BWD = 64,
-    POET_OP_SELECT_BWD = 65
+    POET_OP_SELECT_BWD = 65,
+    POET_OP_BATCHNORM_EVAL_BWD = 66
 };
 
 /* conv2d's a6 packs the geometry that does not fit the ten attributes (docs/spec.md section 2). */

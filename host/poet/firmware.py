@@ -27,6 +27,8 @@ class Target:
 TARGETS: dict[str, Target] = {
     "qemu-m4": Target(Path("build/qemu-m4/poet.elf"), "arm-none-eabi-gcc",
                       "nRF52840 stand-in: Cortex-M4F, hard float, on QEMU mps2-an386"),
+    "qemu-m4-notrace": Target(Path("build/qemu-m4-notrace/poet.elf"), "arm-none-eabi-gcc",
+                              "qemu-m4 recording no trace: the baseline for the cost of tracing"),
     "qemu-m0": Target(Path("build/qemu-m0/poet.elf"), "arm-none-eabi-gcc",
                       "MKR1000 stand-in: Cortex-M0+ code, soft float, on a QEMU MPS2 machine"),
     "nrf52840": Target(Path("build/nrf52840/poet.elf"), "arm-none-eabi-gcc",

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from poet.errors import PoetError
 from poet.schedule import ERRORS as SCHEDULE_ERRORS
+from poet.schedule import MEANINGS as SCHEDULE_MEANINGS
 
 MODEL = 1
 WEIGHTS = 2
@@ -107,6 +108,15 @@ class StepResult:
     peak_extent_bytes: int
     step_ticks: int
     records: list[TraceRecord] = field(default_factory=list)
+
+
+LINK_MEANINGS: dict[int, str] = {
+    32: "a malformed request", 33: "a request or blob this firmware does not know: update the firmware",
+    34: "it does not fit the board's buffers or pool: use a smaller model, batch or plan",
+    35: "requests out of order (e.g. weights before the model)", 36: "the model blob is invalid",
+    37: "no valid schedule is loaded", 38: "the board's aux storage (flash/SD) failed",
+    39: "a size or value out of range",
+}
 
 
 def status_name(status: int) -> str:
@@ -213,8 +223,15 @@ class Link:
 
     @staticmethod
     def _error(status: int, detail: int, what: str) -> DeviceError:
-        where = "" if detail == 0xFFFFFFFF else f" (detail {detail})"
-        return DeviceError(status, detail, f"device refused {what}: {status_name(status)} (code {status}){where}")
+        meaning = SCHEDULE_MEANINGS.get(status) or LINK_MEANINGS.get(status)
+        if detail == 0xFFFFFFFF:
+            where = ""
+        elif status in SCHEDULE_MEANINGS:
+            where = f" (at instruction {detail})"
+        else:
+            where = f" (detail {detail})"
+        return DeviceError(status, detail, f"device refused {what}: {status_name(status)} (code {status})"
+                                           + (f": {meaning}" if meaning else "") + where)
 
     # ---- requests --------------------------------------------------------------------
     def hello(self) -> Hello:

@@ -10,13 +10,25 @@ import torch
 from torch import nn
 
 
+def state_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """What the board holds of a model, in upload order: every parameter (named_parameters order),
+    then the running mean and variance of every batch norm that tracks them."""
+    stats = []
+    for prefix, mod in model.named_modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm) and mod.track_running_stats \
+                and mod.running_mean is not None and mod.running_var is not None:
+            dot = f"{prefix}." if prefix else ""
+            stats += [(f"{dot}running_mean", mod.running_mean), (f"{dot}running_var", mod.running_var)]
+    return [*model.named_parameters(), *stats]
+
+
 def weights_of(model: nn.Module) -> list[np.ndarray]:
-    """Every parameter in upload order (named_parameters order), as float32 arrays."""
-    return [p.detach().cpu().numpy().astype(np.float32).copy() for p in model.parameters()]
+    """The weights blob's tensors (state_tensors) as float32 arrays."""
+    return [t.detach().cpu().numpy().astype(np.float32).copy() for _, t in state_tensors(model)]
 
 
 def load_weights(model: nn.Module, weights: list[np.ndarray]) -> None:
-    params = list(model.parameters())
+    params = [t for _, t in state_tensors(model)]
     with torch.no_grad():
         for p, w in zip(params, weights, strict=True):
             p.copy_(torch.from_numpy(w.reshape(p.shape)))

@@ -41,6 +41,30 @@ ERRORS: dict[int, str] = {
     17: "RECOMPUTE", 18: "ORDER", 19: "LEAK",
 }
 
+# What each refusal means for the user, and what to do (the host prints it with the code).
+MEANINGS: dict[int, str] = {
+    1: "the schedule is shorter than its header: the upload was cut short",
+    2: "not a poet schedule (bad magic)",
+    3: "a schedule format this firmware does not speak: rebuild the schedule or update the firmware",
+    4: "the schedule's CRC-32 does not match its bytes: it was damaged on disk or on the way",
+    5: "the schedule's length does not match its instruction count",
+    6: "the schedule was made for another model (graph hash differs): plan again for this model",
+    7: "the schedule has a different node count than the loaded model",
+    8: "the schedule's arena is larger than the board's pool has left after parameters, gradients, "
+       "optimizer state and batch: plan with a smaller --ram",
+    9: "an instruction has an unknown opcode",
+    10: "an instruction names a node the model does not have",
+    11: "an instruction places a tensor outside the arena (or misaligned)",
+    12: "an instruction places a tensor over one that is still live",
+    13: "a compute reads a tensor that is not resident",
+    14: "a page-in of a tensor that was never paged out",
+    15: "a tensor is allocated twice",
+    16: "a page-out or free of a tensor that is not resident",
+    17: "a recompute of a node that cannot be recomputed (backward, input, or not yet computed)",
+    18: "the nodes are not computed in order, or not all of them",
+    19: "a tensor is still resident at the end of the step",
+}
+
 _HEADER = struct.Struct("<4sBBHQIHH")
 _INSTR = struct.Struct("<BBHI")
 

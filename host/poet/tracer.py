@@ -29,6 +29,7 @@ from torch import nn
 from poet.errors import PoetError
 from poet.graph import F32, GraphNode, TrainingGraph, numel
 from poet.instrument import CallEvent, Instrumented
+from poet.reference import state_tensors
 
 IGNORED = {"dim", "size", "__get__", "numel", "backward", "__len__", "__format__", "__bool__", "item"}
 ALIAS = {"contiguous", "clone", "detach"}  # runtime tensors are always contiguous, private copies
@@ -108,18 +109,26 @@ def _conv2d(c: _Ctx) -> Fwd:
 
 
 def _batch_norm(c: _Ctx) -> Fwd:
+    """Training mode (batch statistics; the running ones, when tracked, move once per step) or, for
+    a module the user put in eval() mode, frozen statistics: an affine map with the running ones."""
     x = c.call.args[0]
+    mean, var = _arg(c.call, 1, "running_mean"), _arg(c.call, 2, "running_var")
     w, b = _arg(c.call, 3, "weight"), _arg(c.call, 4, "bias")
     training = bool(_arg(c.call, 5, "training", False))
-    if not training:
-        raise c.fail("batch norm in eval mode (running statistics); poet trains with batch statistics: "
-                     "put the model in train() mode")
+    momentum = _arg(c.call, 6, "momentum", 0.1)
     if x.dim() < 2:
         raise c.fail(f"batch norm on a {x.dim()}-d input")
+    tracked = mean is not None and var is not None and c.param(mean) and c.param(var)
+    if not training and not tracked:
+        raise c.fail("batch norm in eval mode without running statistics the runtime can read")
+    if training and tracked and momentum is None:
+        raise c.fail("batch norm with momentum=None (a cumulative average); give a number")
     attrs = {"B": x.shape[0], "C": x.shape[1], "HW": x.numel() // (x.shape[0] * x.shape[1]),
-             "eps": float(_arg(c.call, 7, "eps", 1e-5)), "momentum": float(_arg(c.call, 6, "momentum", 0.1))}
-    params = {k: v for k, v in (("w", w), ("b", b)) if v is not None}
-    return Fwd("batchnorm", [x], attrs, c.call.result, 8 * x.numel(), params)
+             "eps": float(_arg(c.call, 7, "eps", 1e-5)), "momentum": float(momentum or 0.0)}
+    roles = (("w", w), ("b", b)) + ((("rm", mean), ("rv", var)) if tracked else ())
+    params = {k: v for k, v in roles if v is not None}
+    return Fwd("batchnorm" if training else "batchnorm_eval", [x], attrs, c.call.result,
+               (8 if training else 2) * x.numel(), params)
 
 
 def _layer_norm(c: _Ctx) -> Fwd:
@@ -308,7 +317,8 @@ SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid,
 class _Tracer:
     def __init__(self, model: nn.Module, train: str, subst: dict[str, torch.Tensor] | None = None) -> None:
         self.model = model
-        self.params = list(model.named_parameters())
+        # parameters, then the running statistics the runtime keeps (frozen: moved by the forward only)
+        self.params = state_tensors(model)
         # the tensors the forward pass will really see: the parameters, or their meta stand-ins
         seen = [subst[n] if subst else p for n, p in self.params]
         self.pindex = {id(p): i for i, p in enumerate(seen)}
@@ -443,8 +453,9 @@ def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
     params = list(model.named_parameters())
     before = [(p.requires_grad, p.grad) for _, p in params]
     state = {k: v.clone() for k, v in model.state_dict().items()}  # BN running stats: trace leaves no mark
-    was_training = model.training
-    model.train()
+    modes = {m: m.training for m in model.modules()}
+    if not model.training:  # a model handed over in eval mode trains as a whole; one in train mode
+        model.train()       # keeps the modes its user set (a batch norm in eval(): frozen statistics)
     subst = None
     if meta:
         subst = {n: torch.empty_like(t, device="meta").requires_grad_(t.requires_grad)
@@ -478,7 +489,8 @@ def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
             tr.add_call(call)
     finally:
         model.load_state_dict(state)
-        model.train(was_training)
+        for m, mode in modes.items():
+            m.training = mode
         for (_, p), (req, grad) in zip(params, before):
             p.requires_grad_(req)
             p.grad = grad
@@ -635,9 +647,9 @@ class _Backward:
                                  self.nodes[x[i]].shape, attrs, node.flops)
                     self._give(x[i], s)
             return
-        if op in ("linear", "conv2d", "embedding", "batchnorm", "layernorm"):
+        if op in ("linear", "conv2d", "embedding", "batchnorm", "batchnorm_eval", "layernorm"):
             gx = bool(need and need[0]) and op != "embedding"
-            if op in ("linear", "conv2d"):
+            if op in ("linear", "conv2d", "batchnorm_eval"):  # x only for the weight gradient
                 saved = [x[0]] if "w" in trains else []
             elif op == "embedding":
                 saved = list(x)  # the token ids, when they come from the input

@@ -24,3 +24,19 @@ $(BUILD)/qemu-m4/poet.elf: $(M4_OBJ) ports/qemu-m4/linker.ld
 $(BUILD)/qemu-m4/%.o: %.c Makefile ports/qemu-m4/port.mk
 	@mkdir -p $(dir $@)
 	$(ARM_CC) $(M4_CFLAGS) -c -o $@ $<
+
+# qemu-m4-notrace: the same image recording no trace (POET_TRACE=0), so the overhead benchmark
+# can measure what tracing costs per step.
+NT_OBJ := $(patsubst %.c,$(BUILD)/qemu-m4-notrace/%.o,$(M4_SRC))
+PORTS += qemu-m4-notrace
+DEPS += $(NT_OBJ:.o=.d)
+.PHONY: qemu-m4-notrace
+
+qemu-m4-notrace: $(BUILD)/qemu-m4-notrace/poet.elf
+
+$(BUILD)/qemu-m4-notrace/poet.elf: $(NT_OBJ) ports/qemu-m4/linker.ld
+	$(ARM_CC) $(subst qemu-m4/poet.map,qemu-m4-notrace/poet.map,$(M4_LDFLAGS)) -o $@ $(NT_OBJ) -lm -lc -lgcc
+
+$(BUILD)/qemu-m4-notrace/%.o: %.c Makefile ports/qemu-m4/port.mk
+	@mkdir -p $(dir $@)
+	$(ARM_CC) $(M4_CFLAGS) -DPOET_TRACE=0 -c -o $@ $<
