@@ -57,7 +57,7 @@ def _setup(name: str, batch: int, input_shape: tuple[int, ...] | None = None, st
 
 def _target(g: TrainingGraph, sched_bytes: int) -> str:
     small = len(model_blob(g).encode()) <= MODEL_BLOB_MAX and sched_bytes <= SCHEDULE_BLOB_MAX
-    return "linux" if small and 2 * g.param_bytes < 3 << 20 else "linux-big"
+    return "linux" if small and g.fixed_bytes < 3 << 20 else "linux-big"
 
 
 def _run(link: Link, g: TrainingGraph, w0: list[np.ndarray], plan: Plan, data: list[Batch]
@@ -73,7 +73,7 @@ def _run(link: Link, g: TrainingGraph, w0: list[np.ndarray], plan: Plan, data: l
         assert res.peak_live_bytes == plan.peak_bytes, "runtime peak differs from the planner's"
         assert res.peak_extent_bytes == lowered.extent_bytes
         losses.append(res.loss)
-    flat = decode_weights(link.read_weights(g.param_bytes), g.param_elems)
+    flat = decode_weights(link.read_weights(g.resident_param_bytes), g.param_elems)
     return losses, [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
 
 

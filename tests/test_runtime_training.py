@@ -51,7 +51,7 @@ def _steps(link: Link, g: TrainingGraph, data: list[Batch], lr: float = LR) -> l
 
 
 def _weights(link: Link, g: TrainingGraph) -> list[np.ndarray]:
-    flat = decode_weights(link.read_weights(4 * sum(g.param_elems)), g.param_elems)
+    flat = decode_weights(link.read_weights(g.resident_param_bytes), g.param_elems)
     return [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
 
 

@@ -50,7 +50,7 @@ class Device:
         return self.link.step(lr)
 
     def read_weights(self, g: TrainingGraph) -> list[np.ndarray]:
-        flat = decode_weights(self.link.read_weights(g.param_bytes), g.param_elems)
+        flat = decode_weights(self.link.read_weights(g.resident_param_bytes), g.param_elems)
         return [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
 
 
