@@ -45,8 +45,8 @@ def main() -> None:
     board = load_board("nrf52840")
     runs = {}
     for target in ("qemu-m4", "qemu-m4-notrace"):
-        with tempfile.TemporaryDirectory() as work, open_device(replace(board, firmware_target=target), None,
-                                                                workdir=Path(work), quiet=True) as dev:
+        stand_in = replace(board, emulator={**board.emulator, "target": target})
+        with tempfile.TemporaryDirectory() as work, open_device(stand_in, None, workdir=Path(work), quiet=True) as dev:
             dev.load_model(g, weights_of(model))
             dev.load_schedule(sched)
             runs[target] = [dev.step(x, y, 0.01) for x, y in data_batches(g, args.steps)]

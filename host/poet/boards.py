@@ -20,12 +20,17 @@ class Board:
     clock_hz: float
     ram_bytes: int
     flash_bytes: int
-    firmware_target: str
+    firmware_target: str      # the image for the real board (firmware/ports/<target>)
     cpu_active_w: float
     cpi: float
     storage: dict[str, Any]
     emulator: dict[str, Any]
     raw: dict[str, Any]
+
+    @property
+    def emulator_target(self) -> str:
+        """The image of the emulated stand-in (QEMU or a process), when no board is attached."""
+        return str(self.emulator.get("target", self.firmware_target))
 
     def compute_time_s(self, ticks: int, tick_hz: float) -> float:
         """Board time of an op measured in emulator timer ticks.

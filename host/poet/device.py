@@ -7,6 +7,8 @@ real firmware image) and every number it yields is labelled `emulated`.
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,7 @@ from poet import emulator, firmware
 from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph import TrainingGraph
-from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Hello, Link, StepResult
+from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Hello, Link, ProcessPort, StepResult
 from poet.lower import model_blob
 from poet.modelblob import decode_weights, encode_batch, encode_weights
 
@@ -54,6 +56,15 @@ class Device:
         return [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
 
 
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a process stand-in: closing its stdin ends it; kill it if it does not go."""
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def log(msg: str) -> None:
     print(msg, flush=True)
 
@@ -70,10 +81,19 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             except (serial.SerialException, ValueError) as exc:
                 raise PoetError(f"cannot open port {port}: {exc}") from exc
             emulated = False
+        elif board.emulator.get("kind") == "process":
+            # a Linux board's stand-in: the runtime as a child process (a cross build under qemu-user)
+            cmd = [*firmware.command(board.emulator_target), board.name]
+            say(f"no --port given: using the emulated {board.name} ({' '.join(cmd)}, numbers are 'emulated')")
+            wd = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="poet-run-")))
+            proc = subprocess.Popen(cmd, cwd=wd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            stack.callback(_reap, proc)
+            ser = ProcessPort(proc)
+            emulated = True
         else:
             say(f"no --port given: using the emulated {board.name} "
                 f"(QEMU {board.emulator.get('machine')}, numbers are 'emulated')")
-            elf = firmware.build(board.firmware_target, quiet=quiet)
+            elf = firmware.build(board.emulator_target, quiet=quiet)
             qemu = stack.enter_context(emulator.start_qemu(
                 elf, workdir, spec=emulator.QemuSpec.from_board(board.emulator)))
             ser = serial.serial_for_url(qemu.url, timeout=1.0)

@@ -77,15 +77,20 @@ int port_pager_read(uint32_t offset, void *dst, uint32_t n)
     return 0;
 }
 
-const char *port_board(void) { return "linux"; }
+/* One runtime serves every Linux board (RPi 4, Jetson, this host): it says which one it stands for. */
+static const char *board = "linux";
+const char *port_board(void) { return board; }
 uint32_t port_ram_bytes(void) { return POOL_BYTES; }
 uint32_t port_flash_bytes(void) { return 0; }
 uint8_t *port_pool(void) { return pool.bytes; }
 uint32_t port_pool_bytes(void) { return POOL_BYTES; }
 void port_idle(void) {}
 
-int main(void)
+/* usage: poet [BOARD]  (the name HELLO reports; default "linux") */
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        board = argv[1];
     poet_run();
     if (swap)
         fclose(swap);
