@@ -1,0 +1,78 @@
+/* Vector table and reset for the ATSAMD21G18A (Cortex-M0+, ARMv6-M) behind Arduino's SAM-BA
+ * bootloader. IRQ numbers: SAM D21/DA1 datasheet DS40001882D, sec. 11.2.2 "Interrupt Line Mapping",
+ * table 11-3 (29 lines, 0..28; SERCOM5 is line 14). ARMv6-M has only HardFault for faults, no
+ * CPACR (no FPU), and VTOR as an option the SAM D21 implements (the bootloader writes it). */
+#include <stdint.h>
+
+extern uint32_t __data_load, __data_start, __data_end, __bss_start, __bss_end, __stack_bottom, __stack_top;
+extern int main(void);
+void Reset_Handler(void);
+void Fault_Handler(void);
+void Default_Handler(void);
+void SERCOM5_Handler(void);
+
+#define SCB_VTOR (*(volatile uint32_t *)0xE000ED08u)  /* ARMv6-M ARM B3.2.5 */
+#define SCB_AIRCR (*(volatile uint32_t *)0xE000ED0Cu) /* ARMv6-M ARM B3.2.6 */
+#define AIRCR_SYSRESETREQ 0x05FA0004u                  /* VECTKEY 0x05FA | SYSRESETREQ (bit 2) */
+#define SERCOM5_IRQ 14u                                /* DS40001882D table 11-3 */
+#define N_IRQ 29u                                      /* same table: lines 0..28 */
+
+/* 16 system exceptions + the SAM D21's 29 IRQ lines. Not static: the test finds it by name. */
+__attribute__((section(".vectors"), used)) void (*const poet_vectors[16 + N_IRQ])(void) = {
+    (void (*)(void))(uintptr_t)&__stack_top,
+    Reset_Handler,
+    Fault_Handler,       /* NMI (EIC NMI pin; nothing here enables it) */
+    Fault_Handler,       /* HardFault: the only fault exception on ARMv6-M */
+    0, 0, 0, 0, 0, 0, 0, /* reserved on ARMv6-M */
+    Default_Handler,     /* SVC */
+    0, 0,                /* reserved */
+    Default_Handler,     /* PendSV */
+    Default_Handler,     /* SysTick */
+    [16 ... 16 + SERCOM5_IRQ - 1] = Default_Handler,
+    [16 + SERCOM5_IRQ] = SERCOM5_Handler, /* Serial1 (PB22/PB23) RX */
+    [16 + SERCOM5_IRQ + 1 ... 16 + N_IRQ - 1] = Default_Handler,
+};
+
+/* Every stack word not yet in use gets this pattern, so the deepest the stack went can be read with
+ * a debugger (SWD) afterwards: with 32 KB the margin is worth measuring, as on qemu-m0. */
+#define STACK_PAINT 0x57A0C0DEu
+
+/* The bootloader already set MSP and VTOR (bootloaders/zero/main.c); VTOR is set again so the image
+ * also works when started some other way (a debugger loading it at 0x2000 and resetting into the
+ * bootloader, or the SAM-BA "G" command). Soft float: nothing to enable before C code runs. */
+void Reset_Handler(void)
+{
+    uint32_t *src, *dst;
+    uintptr_t sp;
+    __asm__ volatile("cpsid i" ::: "memory"); /* main enables interrupts once the peripherals are set */
+    SCB_VTOR = (uint32_t)(uintptr_t)poet_vectors;
+    __asm__ volatile("dsb" ::: "memory");
+    __asm__ volatile("mov %0, sp" : "=r"(sp));
+    for (dst = &__stack_bottom; (uintptr_t)dst < sp - 64u;) /* 64 B below our frame stay unpainted */
+        *dst++ = STACK_PAINT;
+    for (src = &__data_load, dst = &__data_start; dst < &__data_end;)
+        *dst++ = *src++;
+    for (dst = &__bss_start; dst < &__bss_end;)
+        *dst++ = 0;
+    main();
+    for (;;)
+        __asm__ volatile("wfi");
+}
+
+/* A fault resets the chip (through the bootloader, which starts the image again), so the host sees
+ * the board come back and answer HELLO instead of a link that hangs until its timeout. No `bkpt`
+ * for an attached debugger as on the nrf52840: on ARMv6-M, whether software may read DHCSR to know
+ * is implementation defined, and a bkpt with no debugger inside HardFault locks the core up. */
+void Fault_Handler(void)
+{
+    __asm__ volatile("dsb" ::: "memory");
+    SCB_AIRCR = AIRCR_SYSRESETREQ;
+    __asm__ volatile("dsb" ::: "memory");
+    for (;;)
+        ;
+}
+
+void Default_Handler(void)
+{
+    Fault_Handler();
+}
