@@ -25,10 +25,56 @@ def say(msg: str = "") -> None:
 
 # ---------------------------------------------------------------- commands
 
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows]
+
+
+def _size(n: int) -> str:
+    """256 KiB, 4 MiB: whole units where the size is one (every board's is), else format_size."""
+    for unit, scale in (("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return format_size(n)
+
+
 def cmd_boards(args: argparse.Namespace) -> int:
-    for name in board_names():
-        b = load_board(name)
-        say(f"{name:<12} {b.description}  (emulated by QEMU {b.emulator.get('machine', '-')})")
+    from poet.flash import stand_in
+    from poet.serialports import attached, match_ports
+
+    boards = [load_board(n) for n in board_names()]
+    say("boards poet knows (boards/*.yaml):")
+    rows = [["board", "core", "RAM", "flash", "flasher", "stand-in when none is attached", "description"]]
+    for b in boards:
+        # a Linux board's ram_bytes is the runtime's pool, not the board's memory (boards/rpi4.yaml)
+        ram = _size(b.ram_bytes) + (" pool" if b.raw.get("flasher") == "linux" else "")
+        rows.append([b.name, str(b.raw.get("core", "-")), ram, _size(b.flash_bytes) if b.flash_bytes else "-",
+                     str(b.raw.get("flasher", "-")),
+                     stand_in(b), b.description])
+    for line in _table(rows):
+        say("  " + line)
+    say()
+    ports = match_ports(attached(), boards)
+    if not ports:
+        say("no serial ports attached: every command uses the emulated stand-in above (no --port, "
+            "or `poet flash --emulate`)")
+        return 0
+    say("serial ports attached now:")
+    rows = [["port", "USB ID", "product", "board"]]
+    rows += [[p.device, p.usb_id, p.product, p.verdict] for p in ports]
+    for line in _table(rows):
+        say("  " + line)
+    if not any(p.boards for p in ports):
+        say("none of them is a board poet recognises: pass --port to use one anyway, or leave it out "
+            "for the emulated stand-in")
+    return 0
+
+
+def cmd_flash(args: argparse.Namespace) -> int:
+    from poet.flash import flash
+
+    flash(load_board(args.board), None if args.emulate else args.port, say, dry_run=args.dry_run,
+          build_on_target=args.build_on_target)
     return 0
 
 
@@ -300,8 +346,21 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("boards", help="list the boards poet knows")
+    p = sub.add_parser("boards", help="list the boards poet knows and the serial ports attached now")
     p.set_defaults(func=cmd_boards)
+
+    p = sub.add_parser("flash", help="build the firmware and put it on the board (or boot its emulated stand-in)")
+    p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--port", help="the board's serial port (/dev/ttyACM0), or ssh://user@host[:port] for "
+                       "rpi4 and jetson")
+    where.add_argument("--emulate", action="store_true",
+                       help="build the emulated stand-in's image and boot it (the default without --port)")
+    p.add_argument("--dry-run", action="store_true", help="print the exact commands, run nothing")
+    p.add_argument("--build-on-target", action="store_true",
+                   help="Linux boards: copy the firmware sources and build the runtime on the board "
+                   "instead of copying the cross build")
+    p.set_defaults(func=cmd_flash)
 
     p = sub.add_parser("graph", help="trace a model's training step into a graph")
     _model_args(p)

@@ -75,7 +75,16 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
     """Yield a Device; an emulator started here is stopped on every exit path, Ctrl-C included."""
     say = (lambda _m: None) if quiet else log
     with contextlib.ExitStack() as stack:
-        if port:
+        if port and port.startswith("ssh://"):
+            # a Linux board over ssh: the runtime `poet flash` installed there, on ssh's stdin/stdout
+            from poet.flash import runtime_over_ssh
+
+            proc = subprocess.Popen(runtime_over_ssh(port, board.name), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE)
+            stack.callback(_reap, proc)
+            ser = ProcessPort(proc)
+            emulated = False
+        elif port:
             try:
                 ser = serial.serial_for_url(port, baudrate=115200, timeout=1.0)
             except (serial.SerialException, ValueError) as exc:
