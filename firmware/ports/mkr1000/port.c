@@ -14,8 +14,12 @@
  * Area Mapping, 11.2.2 Interrupt Line Mapping, 15 GCLK, 16 PM, 17 SYSCTRL, 22 NVMCTRL, 23 PORT,
  * 25 SERCOM, 26 SERCOM USART, 27 SERCOM SPI, 30 TC, 37 Electrical Characteristics. Register
  * offsets and bit positions below were cross-checked against Microchip's CMSIS device headers for
- * the SAMD21 (component/{gclk,pm,sysctrl,nvmctrl,port,sercom,tc}.h). Pins: ArduinoCore-samd
- * variants/mkr1000/variant.cpp (the board's pin table). Built and size-checked here; nothing in
+ * the SAMD21 (component/{gclk,pm,sysctrl,nvmctrl,port,sercom,tc}.h, fuses.h). Section numbers
+ * were checked against the datasheet's text for 11.2.2 (table 11-3), 22 (NVMCTRL) and 25.6.2.3
+ * (table 25-2); the others follow that revision's chapter layout (register n of a chapter's
+ * register summary is x.8.n) and are unverified digit by digit: the register and section names
+ * are the stable reference. Pins: ArduinoCore-samd variants/mkr1000/variant.cpp (the board's pin
+ * table). Built and size-checked here; nothing in
  * this repository emulates a SAM D21, so this code has not run: qemu-m0 is the executable
  * stand-in, with the same pool and blob sizes. */
 #include <stdint.h>
@@ -35,7 +39,7 @@
 
 /* ---- Clock frequencies ---------------------------------------------------------------------- */
 
-/* DFLL48M closed loop: f = DFLLMUL.MUL x f_ref (DS 17.6.7.1.2, closed-loop operation). With the
+/* DFLL48M closed loop: f = DFLLMUL.MUL x f_ref (DS 17.6, DFLL48M "Closed-Loop Operation"). With the
  * 32.768 kHz crystal as reference, MUL = 48 MHz / 32768 Hz = 1464 (rounded down, as Arduino's
  * VARIANT_MCK / VARIANT_MAINOSC does, so the core stays at or under its 48 MHz maximum):
  * 1464 x 32768 = 47 972 352 Hz. This is the CPU clock, and TC4 and both SERCOMs count it. */
@@ -105,7 +109,7 @@
 #define DFLLCTRL_QLDIS (1u << 9) /* quick lock off: slower to lock, steadier after (as Arduino) */
 #define DFLLVAL_FINE(n) ((uint32_t)(n) << 0)
 #define DFLLVAL_COARSE(n) ((uint32_t)(n) << 10)
-/* CSTEP and FSTEP at half their range, the largest the datasheet allows (DS 17.6.7.1.2). */
+/* CSTEP and FSTEP at half their range, the largest the datasheet allows (DS 17.6, closed loop). */
 #define DFLLMUL_VALUE ((31u << 26) | (511u << 16) | DFLL_MUL)
 
 /* ---- GCLK (DS 15.8) ------------------------------------------------------------------------- */
@@ -248,9 +252,10 @@
 #endif
 
 /* Bounds on the clock set-up's busy-waits, in loop passes. At reset the core runs at 1 MHz (OSC8M
- * with its reset prescaler /8, DS 17.8 OSC8M.PRESC; the bootloader's own delay loops assume it) and a pass takes a few cycles, so
- * 10^6 passes are several seconds: more than the crystal's 2 s start-up, and only reached when the
- * crystal or the DFLL is broken, which must not hang the board for good. */
+ * with its reset prescaler /8, DS 17.8 OSC8M.PRESC; the bootloader's own delay loops assume it)
+ * and a pass takes a few cycles, so 10^6 passes are several seconds: more than the crystal's 2 s
+ * start-up, and only reached when the crystal or the DFLL is broken, which must not hang the board
+ * for good. */
 #define CLOCK_POLLS 1000000u
 
 /* 512 B like qemu-m0 (the same RAM budget). The host sends one request and waits for the reply, so
@@ -285,10 +290,10 @@ static void dfll_sync(void)
 
 /* GCLK0 (the CPU, buses, TC4 and the SERCOMs) = DFLL48M locked to XOSC32K, the sequence of
  * Arduino's SystemInit (cores/arduino/startup.c), which the datasheet's closed-loop procedure
- * describes (DS 17.6.7.1.2). The bootloader jumps to us before it configures any clock
- * (bootloaders/zero/main.c: check_start_application runs before board_init), so we start from the
- * reset state, 1 MHz on OSC8M; the code does not rely on that either (a SAM-BA "G" command, or a
- * debugger, may start it with clocks set up). */
+ * describes (DS 17.6, DFLL48M "Closed-Loop Operation"). The bootloader jumps to us before it
+ * configures any clock (bootloaders/zero/main.c: check_start_application runs before board_init),
+ * so we start from the reset state, 1 MHz on OSC8M; the code does not rely on that either (a SAM-BA
+ * "G" command, or a debugger, may start it with clocks set up). */
 static uint32_t clock_init(void)
 {
     uint32_t i, coarse, closed;
@@ -298,7 +303,8 @@ static uint32_t clock_init(void)
     PM_APBAMASK |= PM_APBAMASK_GCLK; /* on after reset; set in case someone turned it off */
 
     /* Back to the reset clocking (GCLK0 = OSC8M) so the DFLL can be reconfigured while nothing
-     * runs from it. SWRST and SYNCBUSY both clear when the reset is done (DS 15.8.1 CTRL, 15.8.2 STATUS). */
+     * runs from it. SWRST and SYNCBUSY both clear when the reset is done (DS 15.8.1 CTRL,
+     * 15.8.2 STATUS). */
     GCLK_CTRL = GCLK_CTRL_SWRST;
     while ((GCLK_CTRL & GCLK_CTRL_SWRST) || (GCLK_STATUS & GCLK_STATUS_SYNCBUSY))
         ;
@@ -393,7 +399,7 @@ static void tick_init(void)
 }
 
 /* COUNT lives in the TC's clock domain: a read request synchronises it into the readable register,
- * done when STATUS.SYNCBUSY clears (DS 30.6.6, "Synchronization"; READREQ, DS 30.8.2). */
+ * done when STATUS.SYNCBUSY clears (DS 30.6, "Synchronization"; READREQ, DS 30.8.2). */
 uint32_t port_ticks(void)
 {
     TC_READREQ = TC_READREQ_RREQ | TC_READREQ_COUNT;
@@ -545,7 +551,7 @@ static uint32_t sd_ms(void *ctx)
 }
 
 /* The highest f_SCK = f_ref / (2 (BAUD + 1)) not above hz: BAUD = ceil(f_ref / (2 hz)) - 1, at
- * least 1 (SPI_MAX_HZ). BAUD is enable-protected (DS 27.8.4), so the SERCOM is stopped around it. */
+ * least 1 (SPI_MAX_HZ). BAUD is enable-protected (DS 27.8.3), so the SERCOM is stopped around it. */
 static void sd_set_hz(void *ctx, uint32_t hz)
 {
     uint32_t baud;
@@ -604,7 +610,10 @@ int port_pager_write(uint32_t offset, const void *src, uint32_t n)
     return sd_pager_write(&card, offset, src, n) ? -1 : 0;
 }
 
-int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return sd_pager_read(&card, offset, dst, n) ? -1 : 0; }
+int port_pager_read(uint32_t offset, void *dst, uint32_t n)
+{
+    return sd_pager_read(&card, offset, dst, n) ? -1 : 0;
+}
 
 /* ---- Identity, pool, idle, entry ------------------------------------------------------------ */
 
@@ -617,7 +626,8 @@ uint8_t *port_pool(void) { return pool.bytes; }
 uint32_t port_pool_bytes(void) { return POOL_BYTES; }
 
 /* WFI with SCR.SLEEPDEEP = 0 and PM.SLEEP.IDLE = 0 (reset values) is IDLE 0: only the CPU clock
- * stops; GCLK0, TC4 and the SERCOMs keep running (DS 16.6.2.8, sleep mode table). */
+ * stops; GCLK0, TC4 and the SERCOMs keep running (DS 16.6, "Sleep Mode Controller", sleep mode
+ * table). */
 void port_idle(void) { __asm__ volatile("wfi"); }
 
 int main(void)
