@@ -1,0 +1,459 @@
+/* The ESP32-C3 itself, bare metal (no ESP-IDF): the serial link on the chip's USB-Serial/JTAG
+ * controller (the port a DevKit enumerates as 303a:1001), SYSTIMER unit 0 as the 16 MHz tick
+ * counter, and an SD card in SPI mode as the pager (drivers/sd_spi.c) on bit-banged GPIOs.
+ *
+ * Sources for every address and bit below: ESP32-C3 Technical Reference Manual (TRM), cited by
+ * chapter name, cross-checked against ESP-IDF's register headers for the chip
+ * (components/soc/esp32c3/{include,register}/soc/<block>_reg.h, reg_base.h, periph_defs.h), whose
+ * file is named where it is the more precise source. Built, imaged with esptool and checked
+ * statically here (tests/test_port_esp32c3.py); nothing here emulates a C3, so this code has not
+ * run: the qemu-rv32 port is the executable stand-in (same ISA, same memory sizes). */
+#include <stdint.h>
+
+#include "../../core/port.h"
+#include "../../core/protocol.h"
+#include "../../drivers/sd_spi.h"
+
+/* The pool takes what the rest leaves of the 386832 B of SRAM1 this image may use (linker.ld):
+ * code and constants (~50 KB: unlike on the qemu-rv32 stand-in, whose code sits in "flash",
+ * code runs from the same SRAM here), the core's static buffers (~14 KB), this port's receive
+ * ring and the SD driver's sector buffer, and an 8 KB stack. The link fails if it does not fit;
+ * tests/test_port_esp32c3.py checks the margin. */
+#ifndef POOL_BYTES
+#define POOL_BYTES (300u * 1024u)
+#endif
+
+#define REG(a) (*(volatile uint32_t *)(uintptr_t)(a))
+
+/* ---- Watchdogs and reset: RTC_CNTL at 0x60008000 (TRM "Watchdog Timers (WDT)" and "Low-power
+ * Management"; rtc_cntl_reg.h). The ROM boots with the RTC WDT and TIMG0's MWDT armed in
+ * "flash boot" mode (WDT_FLASHBOOT_MOD_EN) and the super watchdog running; a second-stage
+ * bootloader would feed or stop them, so this image must. */
+#define RTC_CNTL 0x60008000u
+#define RTC_CNTL_OPTIONS0 REG(RTC_CNTL + 0x000u)
+#define RTC_CNTL_SW_SYS_RST (1u << 31)
+#define RTC_CNTL_WDTCONFIG0 REG(RTC_CNTL + 0x090u) /* bit 31 WDT_EN, bit 12 FLASHBOOT_MOD_EN */
+#define RTC_CNTL_WDTWPROTECT REG(RTC_CNTL + 0x0A8u)
+#define RTC_CNTL_SWD_CONF REG(RTC_CNTL + 0x0ACu)
+#define RTC_CNTL_SWD_WPROTECT REG(RTC_CNTL + 0x0B0u)
+#define RTC_CNTL_SWD_AUTO_FEED_EN (1u << 31)
+#define RTC_CNTL_SWD_DISABLE (1u << 30)
+#define WDT_WKEY 0x50D83AA1u /* RTC_CNTL_WDT_WKEY and TIMG_WDT_WKEY: unlocks the WDT registers */
+#define SWD_WKEY 0x8F1D312Au /* RTC_CNTL_SWD_WKEY */
+
+/* Timer groups TIMG0 at 0x6001F000, TIMG1 at 0x60020000 (TRM "Timer Group (TIMG)";
+ * timer_group_reg.h): WDTCONFIG0 bit 31 WDT_EN, bit 14 FLASHBOOT_MOD_EN, bit 22 CONF_UPDATE_EN
+ * (a new configuration takes effect only when this bit is written with it). */
+#define TIMG(n) (0x6001F000u + (n) * 0x1000u)
+#define TIMG_WDTCONFIG0(n) REG(TIMG(n) + 0x048u)
+#define TIMG_WDTWPROTECT(n) REG(TIMG(n) + 0x064u)
+#define TIMG_WDT_CONF_UPDATE_EN (1u << 22)
+
+/* ---- SYSTIMER at 0x60023000 (TRM "System Timer (SYSTIMER)"; systimer_reg.h). Its counters run
+ * from XTAL_CLK (40 MHz) through a fixed divider of 2.5, i.e. at 16 MHz whatever the CPU clock
+ * (ESP-IDF soc_caps.h: SOC_SYSTIMER_FIXED_DIVIDER, 16 ticks per us), and keep counting while the
+ * CPU waits in WFI. A read latches the 52-bit value: write UNIT0_UPDATE, wait for VALUE_VALID. */
+#define SYSTIMER 0x60023000u
+#define SYSTIMER_CONF REG(SYSTIMER + 0x00u)
+#define SYSTIMER_UNIT0_OP REG(SYSTIMER + 0x04u)
+#define SYSTIMER_TARGET0_CONF REG(SYSTIMER + 0x34u)
+#define SYSTIMER_UNIT0_VALUE_LO REG(SYSTIMER + 0x44u)
+#define SYSTIMER_COMP0_LOAD REG(SYSTIMER + 0x50u)
+#define SYSTIMER_INT_ENA REG(SYSTIMER + 0x64u)
+#define SYSTIMER_INT_CLR REG(SYSTIMER + 0x6Cu)
+#define SYSTIMER_CLK_EN (1u << 31)
+#define SYSTIMER_UNIT0_WORK_EN (1u << 30)
+#define SYSTIMER_TARGET0_WORK_EN (1u << 24)
+#define SYSTIMER_UNIT0_UPDATE (1u << 30)
+#define SYSTIMER_UNIT0_VALUE_VALID (1u << 29)
+#define SYSTIMER_PERIOD_MODE (1u << 30) /* TARGET0_CONF; bit 31 = 0 compares against unit 0 */
+#define SYSTIMER_TARGET0_INT (1u << 0)
+#define TICK_HZ 16000000u
+/* The idle backstop (see port_getc): a 100 Hz alarm, 160000 ticks, within the 26-bit period. */
+#define BACKSTOP_TICKS (TICK_HZ / 100u)
+
+/* ---- Interrupt matrix, INTERRUPT_CORE0 at 0x600C2000 (TRM "Interrupt Matrix (INTERRUPT)";
+ * interrupt_core0_reg.h): one map register per peripheral source at 4 * source, holding the CPU
+ * interrupt line (1-31) it drives; per-line enable, type (0 = level), priority (1-15, PRI_n at
+ * 0x114 + 4n) and a threshold below which lines are masked. Source numbers: periph_defs.h. The
+ * core's mie CSR is not used for these lines on the C3 (ESP-IDF's esprv_intc writes only these
+ * registers); mstatus.MIE is the global switch. */
+#define INTMTX 0x600C2000u
+#define INTMTX_MAP(src) REG(INTMTX + 4u * (src))
+#define INTMTX_CPU_INT_ENABLE REG(INTMTX + 0x104u)
+#define INTMTX_CPU_INT_TYPE REG(INTMTX + 0x108u)
+#define INTMTX_CPU_INT_PRI(line) REG(INTMTX + 0x114u + 4u * (line))
+#define INTMTX_CPU_INT_THRESH REG(INTMTX + 0x194u)
+#define INTMTX_SOURCES 62u          /* ETS_MAX_INTR_SOURCE */
+#define SRC_USB_SERIAL_JTAG 26u     /* ETS_USB_SERIAL_JTAG_INTR_SOURCE */
+#define SRC_SYSTIMER_TARGET0 37u    /* ETS_SYSTIMER_TARGET0_EDGE_INTR_SOURCE (a level: SOC_SYSTIMER_INT_LEVEL) */
+#define LINE_USB 9u                 /* any free line 1-31: nothing else runs here */
+#define LINE_TICK 10u
+#define MCAUSE_INTERRUPT 0x80000000u
+#define MSTATUS_MIE 0x8u
+
+/* ---- USB-Serial/JTAG at 0x60043000 (TRM "USB Serial/JTAG Controller (USB_SERIAL_JTAG)";
+ * usb_serial_jtag_reg.h). The CDC-ACM side is handled by the hardware: EP1 is a 64-byte FIFO
+ * each way, read/written a byte at a time through USB_SERIAL_JTAG_EP1_REG. */
+#define USJ 0x60043000u
+#define USJ_EP1 REG(USJ + 0x00u)
+#define USJ_EP1_CONF REG(USJ + 0x04u)
+#define USJ_INT_ENA REG(USJ + 0x10u)
+#define USJ_INT_CLR REG(USJ + 0x14u)
+#define USJ_WR_DONE (1u << 0)              /* EP1_CONF: hand the IN FIFO's bytes to the host */
+#define USJ_IN_EP_DATA_FREE (1u << 1)      /* EP1_CONF: the IN (to host) FIFO has room */
+#define USJ_OUT_EP_DATA_AVAIL (1u << 2)    /* EP1_CONF: the OUT (from host) FIFO holds a byte */
+#define USJ_INT_SERIAL_OUT_RECV_PKT (1u << 2)
+#define USJ_PACKET 64u
+
+/* ---- GPIO at 0x60004000 and IO_MUX at 0x60009000 (TRM "IO MUX and GPIO Matrix (GPIO, IO_MUX)";
+ * gpio_struct.h, io_mux_reg.h). A pad is a plain GPIO with IO_MUX MCU_SEL = 1 (PIN_FUNC_GPIO)
+ * and, for output, its GPIO matrix output selector set to SIG_GPIO_OUT_IDX (128,
+ * gpio_sig_map.h), so GPIO_OUT/GPIO_ENABLE drive it. */
+#define GPIO 0x60004000u
+#define GPIO_OUT_W1TS REG(GPIO + 0x08u)
+#define GPIO_OUT_W1TC REG(GPIO + 0x0Cu)
+#define GPIO_ENABLE_W1TS REG(GPIO + 0x24u)
+#define GPIO_ENABLE_W1TC REG(GPIO + 0x28u)
+#define GPIO_IN REG(GPIO + 0x3Cu)
+#define GPIO_FUNC_OUT_SEL_CFG(n) REG(GPIO + 0x554u + 4u * (n))
+#define SIG_GPIO_OUT_IDX 128u
+#define IO_MUX_GPIO(n) REG(0x60009000u + 4u + 4u * (n))
+#define IO_MUX_FUN_WPU (1u << 8)
+#define IO_MUX_FUN_IE (1u << 9)
+#define IO_MUX_FUN_DRV_DEFAULT (2u << 10) /* drive strength field's reset value */
+#define IO_MUX_MCU_SEL_GPIO (1u << 12)
+
+/* SD card pins (GPIO numbers). Defaults: the ESP32-C3-DevKitM-1's header pins that are free of
+ * strapping (2, 8, 9), flash (12-17), USB (18, 19) and UART0 (20, 21) duties; SCK/MOSI/CS are
+ * the pads IO_MUX gives FSPICLK/FSPID/FSPICS0 (io_mux_reg.h), MISO is GPIO5 rather than FSPIQ's
+ * GPIO2, a strapping pin a card could pull low at reset. Override with -DSD_SCK_PIN=... */
+#ifndef SD_SCK_PIN
+#define SD_SCK_PIN 6u
+#endif
+#ifndef SD_MOSI_PIN
+#define SD_MOSI_PIN 7u
+#endif
+#ifndef SD_MISO_PIN
+#define SD_MISO_PIN 5u
+#endif
+#ifndef SD_CS_PIN
+#define SD_CS_PIN 10u
+#endif
+/* The swap area: raw sectors from the 1 MiB mark (where partitioning tools put the first
+ * partition, so the card's partition table survives, its file system does not). 32 MiB. */
+#ifndef SD_FIRST_SECTOR
+#define SD_FIRST_SECTOR 2048u
+#endif
+#ifndef SD_SECTORS
+#define SD_SECTORS 65536u
+#endif
+
+/* Receive ring: the host sends one frame (<= 1032 bytes, spec section 6) and waits for the
+ * reply, so a ring larger than a frame never overflows; if it did, the ISR would stop taking
+ * bytes and the controller would NAK the host until port_getc drains the FIFO. */
+#define RING 2048u
+
+static union {
+    uint64_t align;
+    uint8_t bytes[POOL_BYTES];
+} pool;
+
+static volatile uint8_t ring[RING];
+static volatile uint32_t ring_head, ring_tail; /* head written by the ISR, tail by getc */
+static uint32_t tx_in_packet;                  /* bytes in the IN FIFO not yet handed over */
+static uint32_t spi_half_ticks;                /* SCK half period in ticks; 0 = as fast as the GPIOs go */
+
+void c3_early_init(void);
+void trap_handler(void);
+
+/* Called from _start before .bss is zeroed: uses no RAM variables. */
+void c3_early_init(void)
+{
+    uint32_t n;
+    RTC_CNTL_WDTWPROTECT = WDT_WKEY;
+    RTC_CNTL_WDTCONFIG0 = 0; /* WDT_EN and FLASHBOOT_MOD_EN off */
+    RTC_CNTL_WDTWPROTECT = 0;
+    for (n = 0; n < 2u; n++) {
+        TIMG_WDTWPROTECT(n) = WDT_WKEY;
+        TIMG_WDTCONFIG0(n) = TIMG_WDT_CONF_UPDATE_EN; /* all stages off, WDT_EN 0, latched */
+        TIMG_WDTWPROTECT(n) = 0;
+    }
+    /* The super watchdog cannot be stopped through WDTCONFIG0; ESP-IDF's bootloader sets
+     * AUTO_FEED_EN (bootloader_super_wdt_auto_feed), DISABLE is the TRM's off switch: both. */
+    RTC_CNTL_SWD_WPROTECT = SWD_WKEY;
+    RTC_CNTL_SWD_CONF |= RTC_CNTL_SWD_AUTO_FEED_EN | RTC_CNTL_SWD_DISABLE;
+    RTC_CNTL_SWD_WPROTECT = 0;
+}
+
+/* USB RX: clear the "packet received" flag first, then drain the FIFO, so a packet landing
+ * during the drain raises it again. When the ring is full the rest stays in the FIFO (the host
+ * is NAKed meanwhile) and the interrupt is masked; port_getc then reads the FIFO itself. */
+static void usb_rx(void)
+{
+    USJ_INT_CLR = USJ_INT_SERIAL_OUT_RECV_PKT;
+    while (USJ_EP1_CONF & USJ_OUT_EP_DATA_AVAIL) {
+        if (ring_head - ring_tail >= RING) {
+            USJ_INT_ENA = 0;
+            return;
+        }
+        ring[ring_head % RING] = (uint8_t)USJ_EP1;
+        ring_head++;
+    }
+}
+
+/* Every trap comes here (all 32 vector slots, startup.S). Interrupts: mcause = bit 31 | line.
+ * An exception is a bug: reset the chip (RTC_CNTL_SW_SYS_RST), so the ROM boots this image
+ * again and the host sees the board come back (HELLO) instead of a link that hangs. */
+__attribute__((interrupt("machine"))) void trap_handler(void)
+{
+    uint32_t cause;
+    __asm__ volatile("csrr %0, mcause" : "=r"(cause));
+    if (!(cause & MCAUSE_INTERRUPT)) {
+        RTC_CNTL_OPTIONS0 = RTC_CNTL_SW_SYS_RST;
+        for (;;)
+            ;
+    }
+    switch (cause & 0x1Fu) {
+    case LINE_USB:
+        usb_rx();
+        break;
+    case LINE_TICK:
+        SYSTIMER_INT_CLR = SYSTIMER_TARGET0_INT; /* nothing else to do: it only ends a WFI */
+        break;
+    default:
+        break;
+    }
+}
+
+/* WFI with mstatus.MIE clear wakes on a pending interrupt by the RISC-V privileged spec, but
+ * whether the C3's interrupt matrix wakes a WFI whose interrupt cannot be taken is not
+ * documented (unverified), so this does not rely on it: MIE on, then WFI. A byte that arrives
+ * between the empty check and the WFI is taken by the ISR just before the WFI, which then
+ * sleeps until the next interrupt; the 100 Hz SYSTIMER alarm bounds that to 10 ms. */
+int port_getc(void)
+{
+    for (;;) {
+        int c = -1;
+        __asm__ volatile("csrc mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
+        if (ring_head != ring_tail) {
+            c = ring[ring_tail % RING];
+            ring_tail++;
+        } else if (USJ_EP1_CONF & USJ_OUT_EP_DATA_AVAIL) { /* left behind when the ring was full */
+            c = (int)(USJ_EP1 & 0xFFu);
+        }
+        if (c >= 0) {
+            USJ_INT_ENA = USJ_INT_SERIAL_OUT_RECV_PKT; /* the ring has room again */
+            __asm__ volatile("csrs mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
+            return c;
+        }
+        __asm__ volatile("csrs mstatus, %0\n\twfi" ::"r"(MSTATUS_MIE) : "memory");
+    }
+}
+
+static void usb_wait_free(void)
+{
+    /* Blocks while the host is not reading (the port not open): the core only writes replies
+     * to requests, so a host is there; if it went away mid-reply, the write resumes when it
+     * reads again and the host resynchronises on the next frame's sync byte. */
+    while (!(USJ_EP1_CONF & USJ_IN_EP_DATA_FREE))
+        ;
+}
+
+/* TX: fill the 64-byte IN FIFO, hand each full packet over with WR_DONE, and the last partial
+ * one at the end of the call. A write ending on a full packet gets a zero-length packet after
+ * it, so a host whose bulk read is larger than 64 bytes (Linux cdc-acm reads 128) completes the
+ * transfer instead of waiting for more (USB 2.0 spec 5.8.3). That WR_DONE on an empty FIFO sends
+ * a zero-length packet is unverified; if it sends nothing, this costs nothing either. */
+void port_write(const uint8_t *p, size_t n)
+{
+    if (!n)
+        return;
+    while (n--) {
+        usb_wait_free();
+        USJ_EP1 = *p++;
+        if (++tx_in_packet == USJ_PACKET) {
+            USJ_EP1_CONF = USJ_WR_DONE;
+            tx_in_packet = 0;
+        }
+    }
+    usb_wait_free();
+    USJ_EP1_CONF = USJ_WR_DONE; /* the partial packet, or the ZLP after a full one */
+    tx_in_packet = 0;
+}
+
+/* The low word of the 52-bit counter is itself a free-running counter wrapping at 2^32, which
+ * is all the core asks for. */
+uint32_t port_ticks(void)
+{
+    SYSTIMER_UNIT0_OP = SYSTIMER_UNIT0_UPDATE;
+    while (!(SYSTIMER_UNIT0_OP & SYSTIMER_UNIT0_VALUE_VALID))
+        ;
+    return SYSTIMER_UNIT0_VALUE_LO;
+}
+
+uint32_t port_tick_hz(void) { return TICK_HZ; }
+
+/* Milliseconds from the tick counter without losing the remainder, so differences stay right
+ * across the 32-bit tick wrap (every 268 s). */
+static uint32_t millis(void)
+{
+    static uint32_t last, ms;
+    uint32_t d = (port_ticks() - last) / (TICK_HZ / 1000u);
+    last += d * (TICK_HZ / 1000u);
+    ms += d;
+    return ms;
+}
+
+/* ---- SD card over bit-banged SPI (mode 0, MSB first, the SD spec's SPI mode). GPSPI2 through
+ * the GPIO matrix would be faster, but its routing and clock set-up cannot be checked without a
+ * board; plain GPIO writes are simple enough to get right blind. The pager's rate is then set
+ * by GPIO access time (a few Mbit/s at most, unmeasured), not by the 20 MHz the board file's
+ * aux_storage model assumes: profile the board before trusting paging costs. */
+static void spi_delay(void)
+{
+    uint32_t t0;
+    if (!spi_half_ticks)
+        return;
+    t0 = port_ticks();
+    while (port_ticks() - t0 < spi_half_ticks)
+        ;
+}
+
+static void sd_select(void *ctx, int on)
+{
+    (void)ctx;
+    if (on)
+        GPIO_OUT_W1TC = 1u << SD_CS_PIN;
+    else
+        GPIO_OUT_W1TS = 1u << SD_CS_PIN;
+}
+
+/* The card samples MOSI on SCK's rising edge and shifts MISO out after the falling edge, so
+ * MISO is read just before the falling edge: the latest point its bit is still valid, which
+ * leaves the GPIO input synchroniser (2 APB clocks) the most time. */
+static uint8_t sd_xchg(void *ctx, uint8_t out)
+{
+    uint32_t i, in = 0;
+    (void)ctx;
+    for (i = 0; i < 8u; i++) {
+        if (out & 0x80u)
+            GPIO_OUT_W1TS = 1u << SD_MOSI_PIN;
+        else
+            GPIO_OUT_W1TC = 1u << SD_MOSI_PIN;
+        out = (uint8_t)(out << 1);
+        spi_delay();
+        GPIO_OUT_W1TS = 1u << SD_SCK_PIN;
+        spi_delay();
+        in = in << 1 | ((GPIO_IN >> SD_MISO_PIN) & 1u);
+        GPIO_OUT_W1TC = 1u << SD_SCK_PIN;
+    }
+    return (uint8_t)in;
+}
+
+static uint32_t sd_ms(void *ctx)
+{
+    (void)ctx;
+    return millis();
+}
+
+/* Initialisation needs 100-400 kHz (SD spec 4.4): a half period of TICK_HZ / (2 hz) ticks, 20
+ * at 400 kHz; the timer reads add to it, so the clock comes out below 400 kHz, as required. At
+ * data-transfer speed no delay is added. */
+static void sd_set_hz(void *ctx, uint32_t hz)
+{
+    (void)ctx;
+    spi_half_ticks = hz >= 1000000u ? 0u : TICK_HZ / (2u * hz);
+}
+
+static const sd_spi_ops_t sd_ops = {0, sd_select, sd_xchg, 0, sd_ms, sd_set_hz};
+static sd_card_t card;
+
+static void gpio_output(uint32_t pin, int level)
+{
+    if (level)
+        GPIO_OUT_W1TS = 1u << pin;
+    else
+        GPIO_OUT_W1TC = 1u << pin;
+    IO_MUX_GPIO(pin) = IO_MUX_MCU_SEL_GPIO | IO_MUX_FUN_DRV_DEFAULT;
+    GPIO_FUNC_OUT_SEL_CFG(pin) = SIG_GPIO_OUT_IDX;
+    GPIO_ENABLE_W1TS = 1u << pin;
+}
+
+static void pager_hw_init(void)
+{
+    gpio_output(SD_CS_PIN, 1);   /* deselected */
+    gpio_output(SD_SCK_PIN, 0);  /* CPOL 0 */
+    gpio_output(SD_MOSI_PIN, 1); /* the card sees 0xFF filler while idle */
+    /* MISO an input with the pad's pull-up, so an absent card reads 0xFF. */
+    GPIO_ENABLE_W1TC = 1u << SD_MISO_PIN;
+    IO_MUX_GPIO(SD_MISO_PIN) = IO_MUX_MCU_SEL_GPIO | IO_MUX_FUN_DRV_DEFAULT | IO_MUX_FUN_IE | IO_MUX_FUN_WPU;
+    sd_set_hz(0, 400000u);
+}
+
+/* Initialise on the first STEP, and again after a failure (a card inserted late). */
+int port_pager_open(void)
+{
+    if (card.ready)
+        return 0;
+    return sd_init(&card, &sd_ops, SD_FIRST_SECTOR, SD_SECTORS) ? -1 : 0;
+}
+
+int port_pager_write(uint32_t offset, const void *src, uint32_t n)
+{
+    return sd_pager_write(&card, offset, src, n) ? -1 : 0;
+}
+
+int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return sd_pager_read(&card, offset, dst, n) ? -1 : 0; }
+
+const char *port_board(void) { return "esp32c3"; }
+/* ESP32-C3 Series Datasheet: 400 KB SRAM, 16 KB of it the flash cache (sec. 3.1.5 "Cache");
+ * 4 MB in-package flash (ESP32-C3FH4 / the DevKitM-1's module). As boards/esp32c3.yaml says. */
+uint32_t port_ram_bytes(void) { return 393216u; }
+uint32_t port_flash_bytes(void) { return 4194304u; }
+uint8_t *port_pool(void) { return pool.bytes; }
+uint32_t port_pool_bytes(void) { return POOL_BYTES; }
+void port_idle(void) { __asm__ volatile("wfi"); }
+
+static void interrupts_init(void)
+{
+    uint32_t src;
+    /* Whatever the ROM routed stays away from our lines; line 0 means "not connected". */
+    INTMTX_CPU_INT_ENABLE = 0;
+    for (src = 0; src < INTMTX_SOURCES; src++)
+        INTMTX_MAP(src) = 0;
+    INTMTX_MAP(SRC_USB_SERIAL_JTAG) = LINE_USB;
+    INTMTX_MAP(SRC_SYSTIMER_TARGET0) = LINE_TICK;
+    INTMTX_CPU_INT_TYPE = 0; /* both sources are levels */
+    INTMTX_CPU_INT_PRI(LINE_USB) = 1u;
+    INTMTX_CPU_INT_PRI(LINE_TICK) = 1u;
+    INTMTX_CPU_INT_THRESH = 1u; /* lines with priority >= 1 are taken (ESP-IDF's default) */
+    INTMTX_CPU_INT_ENABLE = 1u << LINE_USB | 1u << LINE_TICK;
+}
+
+static void systimer_init(void)
+{
+    SYSTIMER_CONF |= SYSTIMER_CLK_EN | SYSTIMER_UNIT0_WORK_EN;
+    /* Target 0 in period mode against unit 0: COMP0_LOAD takes the new period, then enable. */
+    SYSTIMER_CONF &= ~SYSTIMER_TARGET0_WORK_EN;
+    SYSTIMER_TARGET0_CONF = SYSTIMER_PERIOD_MODE | BACKSTOP_TICKS;
+    SYSTIMER_COMP0_LOAD = 1u;
+    SYSTIMER_CONF |= SYSTIMER_TARGET0_WORK_EN;
+    SYSTIMER_INT_CLR = SYSTIMER_TARGET0_INT;
+    SYSTIMER_INT_ENA |= SYSTIMER_TARGET0_INT;
+}
+
+int main(void)
+{
+    systimer_init();
+    /* The USB-Serial/JTAG controller is on and enumerated since reset (the ROM uses it); its
+     * FIFO is not flushed, as the host may have sent its first request already. */
+    USJ_INT_CLR = USJ_INT_SERIAL_OUT_RECV_PKT;
+    USJ_INT_ENA = USJ_INT_SERIAL_OUT_RECV_PKT;
+    interrupts_init();
+    pager_hw_init();
+    __asm__ volatile("csrs mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
+
+    poet_run();
+    return 0;
+}

@@ -1,0 +1,60 @@
+# esp32c3: the ESP32-C3 itself, bare metal (rv32imc, soft float, picolibc): USB-Serial/JTAG link,
+# SYSTIMER ticks, SD pager on bit-banged SPI (drivers/sd_spi.c). See ports/esp32c3/README.md.
+#   make esp32c3  -> build/esp32c3/poet.elf, and build/esp32c3/poet.bin (the image the ROM boots,
+#                    flashed at offset 0) when esptool is installed (pip install -e '.[dev]')
+# Built, imaged and checked statically here (tests/test_port_esp32c3.py); QEMU has no ESP32-C3
+# machine, so the image runs only on a board: qemu-rv32 is the executable stand-in.
+# This file sorts first among the ports, so every variable here is its own (C3_*): qemu-rv32's
+# RV_* are not defined yet when it is read.
+include drivers/drivers.mk
+
+C3_PREFIX ?= riscv64-unknown-elf-
+C3_CC := $(C3_PREFIX)gcc
+C3_SIZE := $(C3_PREFIX)size
+# esptool makes the image; the repository's virtualenv has it (pyproject dev extra).
+C3_PYTHON ?= $(firstword $(wildcard ../.venv/bin/python) python3)
+# Zicsr spelled out for the CSR accesses (gcc 12); the link names the base ISA only, so that gcc
+# picks picolibc's rv32im/ilp32 multilib (no rv32imc one ships; qemu-rv32's port.mk explains).
+C3_ARCH := -march=rv32imc_zicsr -mabi=ilp32
+C3_LINK_ARCH := -march=rv32imc -mabi=ilp32
+C3_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
+             $(C3_ARCH) --specs=picolibc.specs
+# max-page-size=16: the program headers start at the sections themselves; with 4 KB pages the
+# DRAM one would start a page early, its file bytes (ELF headers) aliasing the end of the code.
+C3_LDFLAGS := $(C3_LINK_ARCH) --specs=picolibc.specs -nostartfiles -T ports/esp32c3/linker.ld \
+              -Wl,--gc-sections -Wl,-z,max-page-size=16 -Wl,-Map,$(BUILD)/esp32c3/poet.map
+C3_SRC := $(CORE_SRC) ports/esp32c3/port.c drivers/sd_spi.c
+C3_OBJ := $(patsubst %.c,$(BUILD)/esp32c3/%.o,$(C3_SRC)) $(BUILD)/esp32c3/ports/esp32c3/startup.o
+C3_DEPS := Makefile ports/esp32c3/port.mk
+# elf2image's flash options in their short spelling, which esptool 4.x and 5.x both accept
+# (5.x renamed --flash_mode to --flash-mode etc.): DIO at 80 MHz, 4 MB (the C3FH4 / DevKitM-1
+# module's flash). They only fill the header for the ROM; this image does not read flash.
+C3_IMAGE_FLAGS := -fm dio -ff 80m -fs 4MB
+
+PORTS += esp32c3
+DEPS += $(C3_OBJ:.o=.d)
+.PHONY: esp32c3
+
+esp32c3: $(BUILD)/esp32c3/poet.elf $(BUILD)/esp32c3/poet.bin
+	@$(C3_SIZE) $(BUILD)/esp32c3/poet.elf
+
+$(BUILD)/esp32c3/poet.elf: $(C3_OBJ) ports/esp32c3/linker.ld
+	$(C3_CC) $(C3_LDFLAGS) -o $@ $(C3_OBJ) -lm -lc -lgcc
+
+# Without esptool the ELF is still built (make all must not fail on a machine without the dev
+# extra); the .bin is then missing, which the test reports.
+$(BUILD)/esp32c3/poet.bin: $(BUILD)/esp32c3/poet.elf
+	@if $(C3_PYTHON) -c 'import esptool' 2>/dev/null; then \
+	    echo "$(C3_PYTHON) -m esptool --chip esp32c3 elf2image $(C3_IMAGE_FLAGS) -o $@ $<"; \
+	    $(C3_PYTHON) -m esptool --chip esp32c3 elf2image $(C3_IMAGE_FLAGS) -o $@ $< >/dev/null; \
+	else \
+	    echo "esp32c3: esptool not installed (pip install -e '.[dev]'): $@ not made"; \
+	fi
+
+$(BUILD)/esp32c3/%.o: %.c $(C3_DEPS)
+	@mkdir -p $(dir $@)
+	$(C3_CC) $(C3_CFLAGS) -c -o $@ $<
+
+$(BUILD)/esp32c3/%.o: %.S $(C3_DEPS)
+	@mkdir -p $(dir $@)
+	$(C3_CC) $(C3_ARCH) -g -MMD -MP -c -o $@ $<
