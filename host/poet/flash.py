@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -319,6 +320,7 @@ def _run_or_show(cmds: list[list[str]], say: Say, dry_run: bool) -> None:
 
 
 def _flash_nrfutil(board: Board, port: str, say: Say, dry_run: bool) -> None:
+    _note_jlink(port, say)
     flavour = str(_tool_or_note(nrfutil_flavour, NRF5SDK, dry_run, say))
     if not dry_run:
         require("arm-none-eabi-objcopy")
@@ -343,6 +345,7 @@ def _flash_bossac(board: Board, port: str, say: Say, dry_run: bool) -> None:
     boot_port = serialports.wait_for_bootloader(port, SAMBA_IDS)
     if boot_port != port:
         say(f"[flash] the bootloader is on {boot_port}")
+    time.sleep(0.5)   # udev gives the new device node its group and mode a moment after it appears
     run_commands(bossac_commands(image, boot_port), say)
     say(f"flashed {board.name} on {boot_port} (bossac); the board runs poet now")
 
@@ -383,3 +386,14 @@ def _hint_attached(board: Board, say: Say) -> None:
         if board.name in p.boards:
             say(f"note: a {board.name} seems attached on {p.device} ({p.product}): "
                 f"`poet flash --board {board.name} --port {p.device}` flashes it")
+
+
+def _note_jlink(port: str, say: Say) -> None:
+    """A DK's J-Link virtual COM port reaches the nRF52840's UART, not a USB DFU bootloader."""
+    try:
+        jlink = any(p.device == port and p.vid == 0x1366 for p in serialports.attached())
+    except Exception:  # a courtesy note: never fail the flash on listing ports
+        return
+    if jlink:
+        say(f"note: {port} is a J-Link (nRF52840 DK): USB DFU needs the bootloader on the nRF USB port; over "
+            f"J-Link use nrfjprog (firmware/ports/nrf52840/README.md)")
