@@ -90,6 +90,23 @@ def test_nrfutil_missing(monkeypatch):
                               "(the PyPI nrfutil needs Python <= 3.10)")
 
 
+@needs_tools("make", "arm-none-eabi-gcc", "arm-none-eabi-objcopy")
+def test_nrf52840_flash_runs_objcopy_and_nrfutil_on_the_port(pty_port, tmp_path):
+    """The real path to a port (a pty), with nrfutil replaced by a script that records its arguments."""
+    name, _ = pty_port
+    log = tmp_path / "nrfutil.log"
+    fake_tool(tmp_path / "bin", "nrfutil", f'[ "$1" = --version ] && {{ echo "nrfutil 7.13.0"; exit 0; }}\n'
+              f'echo "$@" >> {log}\n')
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    r = poet("flash", "--board", "nrf52840", "--port", name, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    elf = flash.firmware.FIRMWARE_DIR / "build/nrf52840/poet.elf"
+    want = flash.nrfutil_commands(elf, name, flash.NRF5SDK)
+    assert log.read_text().splitlines() == ["nrf5sdk-tools --help"] + [" ".join(c[1:]) for c in want[1:]]
+    assert [x for x in r.stdout.splitlines() if x.startswith("$ ")] == [flash.show(c) for c in want]
+    assert elf.with_suffix(".hex").read_text().startswith(":")
+
+
 # ---------------------------------------------------------------- bossac
 
 def test_bossac_command():
@@ -161,13 +178,22 @@ def test_wait_for_bootloader_times_out_with_what_to_do():
 def test_esptool_commands_v4_and_v5():
     elf = Path("/fw/build/esp32c3/poet.elf")
     py = "/venv/bin/python"
-    elf2image = [py, "-m", "esptool", "--chip", "esp32c3", "elf2image", "-o", "/fw/build/esp32c3/poet.bin",
-                 "/fw/build/esp32c3/poet.elf"]
+    elf2image = [py, "-m", "esptool", "--chip", "esp32c3", "elf2image", "-fm", "dio", "-ff", "80m", "-fs", "4MB",
+                 "-o", "/fw/build/esp32c3/poet.bin", "/fw/build/esp32c3/poet.elf"]
     write = [py, "-m", "esptool", "--chip", "esp32c3", "-p", "/dev/ttyACM0", "-b", "460800"]
     assert flash.esptool_commands(elf, "/dev/ttyACM0", 5, python=py) == [
         elf2image, [*write, "write-flash", "0x0", "/fw/build/esp32c3/poet.bin"]]
     assert flash.esptool_commands(elf, "/dev/ttyACM0", 4, python=py) == [
         elf2image, [*write, "write_flash", "0x0", "/fw/build/esp32c3/poet.bin"]]
+
+
+def test_image_flags_are_the_ports():
+    """flash.py's elf2image must make the same image as `make esp32c3` (the port's C3_IMAGE_FLAGS)."""
+    port_mk = flash.firmware.FIRMWARE_DIR / "ports/esp32c3/port.mk"
+    if not port_mk.exists():
+        pytest.skip("no esp32c3 port in this tree")
+    line = next(x for x in port_mk.read_text().splitlines() if x.startswith("C3_IMAGE_FLAGS"))
+    assert line.split(":=")[1].split() == flash.ESP32C3_IMAGE_FLAGS
 
 
 def test_esptool_missing(monkeypatch):

@@ -121,12 +121,17 @@ def esptool_major() -> int:
     return int(version.split(".")[0])
 
 
+# The image header's flash settings: the same as `make esp32c3` writes (C3_IMAGE_FLAGS in
+# firmware/ports/esp32c3/port.mk; a test keeps the two equal), short options that esptool 4 and 5 share.
+ESP32C3_IMAGE_FLAGS = ["-fm", "dio", "-ff", "80m", "-fs", "4MB"]
+
+
 def esptool_commands(elf: Path, port: str, major: int, python: str = sys.executable) -> list[list[str]]:
     """ELF -> ESP image at offset 0 (the ROM loads it); esptool 5 spells its commands with dashes."""
     image = elf.with_suffix(".bin")
     write = "write-flash" if major >= 5 else "write_flash"
     esptool = [python, "-m", "esptool", "--chip", "esp32c3"]
-    return [[*esptool, "elf2image", "-o", str(image), str(elf)],
+    return [[*esptool, "elf2image", *ESP32C3_IMAGE_FLAGS, "-o", str(image), str(elf)],
             [*esptool, "-p", port, "-b", ESPTOOL_BAUD, write, "0x0", str(image)]]
 
 
