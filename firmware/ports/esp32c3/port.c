@@ -418,7 +418,7 @@ void port_idle(void) { __asm__ volatile("wfi"); }
 static void interrupts_init(void)
 {
     uint32_t src;
-    /* Whatever the ROM routed stays away from our lines; line 0 means "not connected". */
+    /* Whatever the ROM routed goes to line 0, which is never enabled, away from our lines. */
     INTMTX_CPU_INT_ENABLE = 0;
     for (src = 0; src < INTMTX_SOURCES; src++)
         INTMTX_MAP(src) = 0;
