@@ -11,6 +11,7 @@ import pytest
 import serial
 from conftest import needs_tools
 from poet import flash, serialports
+from poet.boards import load_board
 from poet.errors import PoetError
 from serial.tools.list_ports_common import ListPortInfo
 
@@ -308,6 +309,17 @@ def test_busy_port_for_real(pty_port):
         one_line_error(poet("flash", "--board", "esp32c3", "--port", name), 1,
                        f"{name} is busy: another program (a serial monitor?) has it open")
     serialports.check_port(name)   # free again
+
+
+def test_a_port_that_is_another_board_is_refused(pty_port, monkeypatch):
+    name, _ = pty_port
+    esp = ListPortInfo(name, skip_link_detection=True)
+    esp.vid, esp.pid = 0x303A, 0x1001
+    monkeypatch.setattr(serialports, "attached", lambda: [esp])
+    with pytest.raises(PoetError) as exc:
+        flash.flash(load_board("nrf52840"), name, print)
+    assert str(exc.value) == (f"{name} looks like esp32c3 (ESP32-C3 USB-Serial/JTAG, 303a:1001), not nrf52840: "
+                              f"pass the right --board or --port (`poet boards` shows what is attached)")
 
 
 def test_ebusy_from_open_is_the_busy_line():

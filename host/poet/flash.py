@@ -294,6 +294,7 @@ def flash(board: Board, port: str | None, say: Say, dry_run: bool = False, build
         raise UsageError(f"--port {port}: {board.name} is flashed over a serial port, not ssh")
     if not dry_run:
         serialports.check_port(port)
+        _check_identity(board, port)
     if flasher == "nrfutil":
         _flash_nrfutil(board, port, say, dry_run)
     elif flasher == "bossac":
@@ -402,3 +403,14 @@ def _note_jlink(port: str, say: Say) -> None:
     if jlink:
         say(f"note: {port} is a J-Link (nRF52840 DK): USB DFU needs the bootloader on the nRF USB port; over "
             f"J-Link use nrfjprog (firmware/ports/nrf52840/README.md)")
+
+
+def _check_identity(board: Board, port: str) -> None:
+    """Refuse a port whose USB ID says it is another board (a bridge or an unknown ID may be anything)."""
+    from poet.boards import board_names, load_board
+
+    here = [p for p in serialports.attached() if p.device == port]
+    for m in serialports.match_ports(here, [load_board(n) for n in board_names()]):
+        if m.boards and board.name not in m.boards:
+            raise UsageError(f"{port} looks like {m.verdict} ({m.product}, {m.usb_id}), not {board.name}: "
+                             f"pass the right --board or --port (`poet boards` shows what is attached)")
