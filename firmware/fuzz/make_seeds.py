@@ -54,6 +54,21 @@ def conv_bn_net() -> nn.Module:
                          nn.Linear(8, 3))
 
 
+class BroadcastNet(nn.Module):
+    """Token, position and type embeddings (all three id sources) summed with broadcasting adds and
+    subs, a select of the first token: the ops of BERT's embedding and pooler in a blob that fits 4 KiB."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok, self.pos, self.typ = nn.Embedding(10, 8), nn.Embedding(4, 8), nn.Embedding(2, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.tok(ids) + self.pos(torch.arange(4))
+        h = h - self.typ(torch.zeros(4, dtype=torch.long))
+        return self.head(torch.tanh(h[:, 0]))
+
+
 def traced(name: str, build: Callable[[], nn.Module], shape: tuple[int, ...], classes: int, batch: int,
            dtype: str = "float32", train: str = "all", optimizer: str = "sgd") -> TrainingGraph:
     torch.manual_seed(0)
@@ -145,6 +160,7 @@ def main() -> None:
     mlp_adam = with_adam(mlp.blob)
     conv_bn = traced("conv-bn", conv_bn_net, (2, 8, 8), 3, 2, optimizer="adam")
     tuned = zoo("mlp-digits", 2, train="last:1", optimizer="momentum")
+    bcast = traced("broadcast", BroadcastNet, (4,), 3, 2, "int64", optimizer="momentum")
     fixed: list[tuple[ModelBlob, list[Schedule]]] = [
         (mlp.blob, [fwhelpers.keep_all(mlp.blob), fwhelpers.frugal(mlp.blob)]),
         (cnn.blob, [fwhelpers.keep_all(cnn.blob), fwhelpers.frugal(cnn.blob)]),
@@ -153,7 +169,7 @@ def main() -> None:
         (mlp_adam, [fwhelpers.keep_all(mlp_adam), fwhelpers.frugal(mlp_adam)]),
         (model_blob(conv_bn), graph_schedules(conv_bn)),
         (model_blob(tuned), graph_schedules(tuned)),
-        (model_blob(zoo("cnn-digits", 1)), graph_schedules(zoo("cnn-digits", 1))),
+        (model_blob(bcast), graph_schedules(bcast)),
     ]
     for index, (_, scheds) in enumerate(fixed):
         for s in scheds:
@@ -170,12 +186,13 @@ def main() -> None:
                f"static const uint32_t fuzz_model_lens[FUZZ_N_MODELS] = {{{lens}}};", "", "#endif", ""]
     (HERE / "seed_models.h").write_text("\n".join(header))
 
-    for blob in [b for b, _ in fixed] + [model_blob(zoo("lenet", 1, optimizer="adam"))]:
+    extra = [model_blob(g) for g in (zoo("lenet", 1, optimizer="adam"), zoo("cnn-digits", 1))]
+    for blob in [b for b, _ in fixed] + extra:
         write("model", blob.encode())
 
     # protocol sessions on nets that fit fuzz_port's 64 KiB pool, in both input modes
     for k, (blob, scheds) in enumerate(fixed):
-        vocab = 20 if k == 3 else 0
+        vocab = {3: 20, 7: 10}.get(k, 0)
         if 2 * blob.param_bytes + blob.batch_bytes + max(s.arena_bytes for s in scheds) > PROTOCOL_POOL:
             continue
         for s in scheds:
