@@ -22,7 +22,7 @@ from fwhelpers import (
     predicted_peaks,
 )
 from poet import emulator, firmware
-from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Link, StepResult
+from poet.link import BATCH, MODEL, PROTO, SCHEDULE, WEIGHTS, Link, StepResult
 from poet.modelblob import decode_weights, encode_batch, encode_weights
 from poet.schedule import Schedule
 
@@ -74,7 +74,7 @@ def torch_train(net: Net, params: list[np.ndarray], batches) -> tuple[list[np.nd
 
 
 def device_train(link: Link, net: Net, sched: Schedule, params, batches) -> tuple[list[np.ndarray], list[StepResult]]:
-    assert link.hello().proto == 1
+    assert link.hello().proto == PROTO
     link.upload(MODEL, net.blob.encode())
     link.upload(WEIGHTS, encode_weights(params))
     link.upload(SCHEDULE, sched.encode())

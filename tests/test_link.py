@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import shutil
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fwhelpers import init_params, keep_all, make_batches, mlp, native_link
 from poet import emulator
-from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError, Link, LinkTimeout, encode_frame
+from poet.framing import encode_frame
+from poet.link import BATCH, MODEL, NAK, PROTO, SCHEDULE, WEIGHTS, DeviceError, Link, LinkTimeout
 from poet.modelblob import encode_batch, encode_weights
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
@@ -23,8 +25,8 @@ def code_of(exc: pytest.ExceptionInfo[DeviceError]) -> str:
 def test_hello_native(tmp_path: Path) -> None:
     with native_link(tmp_path) as link:
         h = link.hello()
-    assert (h.proto, h.fw_version, h.board, h.tick_hz) == (1, "1.0", "linux", 1_000_000_000)
-    assert h.pool_bytes > 0
+    assert (h.proto, h.fw_version, h.board, h.tick_hz) == (PROTO, "1.1", "linux", 1_000_000_000)
+    assert h.pool_bytes > 0 and h.loaded == frozenset() and h.steps_done == 0
 
 
 # the error paths under ASan + UBSan too: they are where bounds checks matter
@@ -74,14 +76,19 @@ def test_order_and_state_errors(tmp_path: Path, target: str) -> None:
 @pytest.mark.parametrize("target", ["linux", "linux-asan"])
 def test_garbage_and_unknown_messages(tmp_path: Path, target: str) -> None:
     with native_link(tmp_path, target) as link:
-        frame = bytearray(encode_frame(0x01))
-        frame[-1] ^= 1  # bad CRC: dropped without a reply
-        link.port.write(b"\x00\xa5\xff\xff" + bytes(frame) + b"\xa5\x01\x00\x05")  # over-long frame header
-        link.port.write(bytes(9))  # flush the half frame so the next sync is found
-        link.port.write(encode_frame(0x7E))
-        msg, payload = link._recv("the ACK to an unknown message")
+        frame = bytearray(encode_frame(0x01, 7))
+        frame[-2] ^= 1  # bad CRC: dropped, and answered by a NAK so the host need not wait
+        link.port.write(b"\x00\x05\xff\xff" + bytes(frame) + b"\x03\x01")  # junk, a bad frame, a cut one
+        link.port.write(b"\xff" * 1500 + b"\x00")  # longer than any packet: dropped at its end
+        naks = []
+        while len(naks) < 2:  # junk + the bad frame run together into one; the cut one + the long run
+            got = link._next_frame(time.monotonic() + 5.0, "the NAKs of two damaged frames")
+            assert got is not None and got[:2] == (NAK, 0), got
+            naks.append(got)
+        msg, payload = link._exchange(0x7E, b"", "the ACK to an unknown message")  # type: ignore[misc]
         assert msg == 0x80 and struct.unpack("<HI", payload)[0] == 33
-        assert link.hello().proto == 1
+        assert link.hello().proto == PROTO
+        assert link.stats.retransmissions == 0
 
 
 def test_timeout_names_what_was_awaited(tmp_path: Path) -> None:
@@ -131,7 +138,7 @@ def test_qemu_uart_survives_a_full_receive_ring(tmp_path: Path) -> None:
     import serial
     from poet import firmware
     from poet.costs import uncosted
-    from poet.link import HELLO, HELLO_REPLY, STEP
+    from poet.link import HELLO, HELLO_REPLY, STEP, TRACE
     from poet.lower import lower, model_blob
     from poet.models import get_model
     from poet.reference import weights_of
@@ -149,10 +156,18 @@ def test_qemu_uart_survives_a_full_receive_ring(tmp_path: Path) -> None:
             link.upload(WEIGHTS, encode_weights(weights_of(model)))
             link.upload(SCHEDULE, lower(keep_all_plan(uncosted(g)), g).schedule.encode())
             link.upload(BATCH, encode_batch(np.zeros((16, 1, 8, 8), np.float32), np.zeros(16, np.int64)))
-            ser.write(encode_frame(STEP, struct.pack("<f", 0.0)) + encode_frame(HELLO) * n)
-            while link._recv("the STEP's TRACE/DONE")[0] != 0x85:
-                pass
-            for _ in range(n):
-                assert link._expect(HELLO_REPLY, "a pipelined HELLO reply")[:2] == b"\x01\x00"
+            ser.write(encode_frame(STEP, 200, struct.pack("<fH", 0.0, 60))
+                      + b"".join(encode_frame(HELLO, 1 + i % 199) for i in range(n)))
+            replies = []
+            while len(replies) < n:
+                got = link._next_frame(time.monotonic() + 10.0, "the STEP's reply and the pipelined HELLOs")
+                assert got is not None, f"{len(replies)} of {n} pipelined HELLOs answered"
+                if got[0] == HELLO_REPLY:
+                    replies.append(got)
+                else:
+                    assert got[0] in (0x80, TRACE, 0x85)  # the STEP's ACK, trace and DONE
+            # consecutive HELLOs with different seqs are each answered, with their seq
+            assert [seq for _, seq, _ in replies] == [1 + i % 199 for i in range(n)]
+            assert all(p[:2] == struct.pack("<H", PROTO) for _, _, p in replies)
         finally:
             ser.close()

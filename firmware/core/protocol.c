@@ -9,14 +9,35 @@
 #include "status.h"
 #include "util.h"
 
-#define TRACE_PER_FRAME 60u
-
 static uint8_t model_blob[POET_MODEL_BLOB_MAX];
 static uint8_t schedule_blob[POET_SCHEDULE_BLOB_MAX];
 static poet_model_t model;
 static poet_trace_t trace[POET_SCHED_MAX_INSTR];
-static uint8_t rx[POET_FRAME_MAX];
-static uint8_t tx[4u + POET_FRAME_MAX + 4u];
+static uint8_t rx[POET_PACKET_MAX];
+static uint8_t tx[POET_PACKET_MAX]; /* [type][seq] payload [crc32], COBS-encoded as it is written */
+
+/* The COBS decoder's state: bytes left in the current block, whether the block's code was 0xFF
+ * (no zero follows it), and whether the frame has overflowed rx (then it is dropped at its end). */
+static struct {
+    uint32_t len;
+    uint8_t left, full_block, started, overflow;
+} dec;
+
+/* The request being answered (its seq goes into every reply) and the last one handled: a request
+ * that arrives again with the same seq and type is a retransmission (its reply was lost) and gets
+ * the same answer without being executed twice. */
+static uint8_t cur_seq;
+static struct {
+    uint8_t valid, seq, type;
+    uint16_t status;
+    uint32_t detail;
+} last;
+
+/* The last step's outcome, kept so a retransmitted STEP replays its trace and DONE. */
+static poet_step_result_t step_res;
+static int step_status;
+static uint16_t trace_per_frame = POET_TRACE_PER_FRAME_MAX;
+static uint32_t steps_done; /* since the weights were loaded: HELLO reports it for resynchronising */
 
 /* Which blobs are loaded and valid; a new BEGIN of a blob invalidates it (and what depends on it). */
 static struct {
@@ -60,20 +81,51 @@ static uint32_t *opt_step(void)
     return model.opt_words ? (uint32_t *)(void *)pool_opt() : &none;
 }
 
+/* COBS (Cheshire & Baker 1999): every 0x00 of the packet becomes a block length, so 0x00 only ever
+ * marks a frame's end and a receiver resynchronises at the next one whatever was lost. Written
+ * block by block straight from the packet: no second buffer. */
+static void write_cobs(const uint8_t *p, uint32_t n)
+{
+    static const uint8_t end = 0;
+    uint32_t i = 0;
+    for (;;) {
+        uint32_t run = 0;
+        uint8_t code;
+        while (i + run < n && p[i + run] != 0 && run < 254u)
+            run++;
+        code = (uint8_t)(run + 1u);
+        port_write(&code, 1);
+        port_write(p + i, run);
+        i += run;
+        if (i == n)
+            break;
+        if (run == 254u) /* a full block: no zero was taken */
+            continue;
+        i++; /* the zero this block's code stands for */
+        if (i == n) {
+            code = 1; /* the packet ended with that zero: an empty last block */
+            port_write(&code, 1);
+            break;
+        }
+    }
+    port_write(&end, 1);
+}
+
 static void send(uint8_t type, const uint8_t *payload, uint16_t len)
 {
-    tx[0] = POET_SYNC;
-    tx[1] = type;
-    poet_wr16(tx + 2, len);
-    if (payload != tx + 4 && len)
-        memcpy(tx + 4, payload, len);
-    poet_wr32(tx + 4 + len, poet_crc32(0, tx + 1, 3u + len));
-    port_write(tx, 8u + len);
+    tx[0] = type;
+    tx[1] = cur_seq;
+    if (payload != tx + 2 && len)
+        memcpy(tx + 2, payload, len);
+    poet_wr32(tx + 2 + len, poet_crc32(0, tx, 2u + len));
+    write_cobs(tx, 6u + len);
 }
 
 static void ack(int status, uint32_t detail)
 {
     uint8_t p[6];
+    last.status = (uint16_t)status;
+    last.detail = detail;
     poet_wr16(p, (uint16_t)status);
     poet_wr32(p + 2, detail);
     send(POET_MSG_ACK, p, 6);
@@ -81,7 +133,7 @@ static void ack(int status, uint32_t detail)
 
 static void hello(void)
 {
-    uint8_t *p = tx + 4;
+    uint8_t *p = tx + 2;
     const char *b = port_board();
     size_t i;
     poet_wr16(p, POET_PROTO);
@@ -96,7 +148,10 @@ static void hello(void)
         if (*b)
             b++;
     }
-    send(POET_MSG_HELLO_REPLY, p, 36);
+    /* what is loaded, so a host reconnecting after a reset or a lost cable knows what to resend */
+    p[36] = (uint8_t)(st.model | st.weights << 1 | st.batch << 2 | st.schedule << 3);
+    poet_wr32(p + 37, steps_done);
+    send(POET_MSG_HELLO_REPLY, p, 41);
 }
 
 /* A new model or new weights start training afresh: no accumulated gradient, no optimizer state. */
@@ -180,16 +235,19 @@ static void chunk(const uint8_t *p, uint16_t len)
     }
     off = poet_rd32(p + 1);
     n = len - 5u;
-    if (p[0] != st.cur || st.cur == 0 || off != st.received) {
+    /* No gap: a chunk starts at or before the bytes received so far. One starting before is the
+     * host resending, in smaller pieces, data whose acknowledgement it lost: the same bytes. */
+    if (p[0] != st.cur || st.cur == 0 || off > st.received) {
         ack(POET_E_LINK_ORDER, st.received);
         return;
     }
-    if (n > 1000u || off + n > st.total) {
+    if (n > 1000u || n > st.total || off > st.total - n) {
         ack(POET_E_RANGE, st.total);
         return;
     }
     memcpy(st.dst + off, p + 5, n);
-    st.received += n;
+    if (off + n > st.received)
+        st.received = off + n;
     ack(POET_OK, 0);
 }
 
@@ -224,6 +282,7 @@ static void end_blob(const uint8_t *p, uint16_t len)
         break;
     case POET_BLOB_WEIGHTS:
         st.weights = 1;
+        steps_done = 0;
         reset_training();
         break;
     case POET_BLOB_OPT_STATE:
@@ -266,44 +325,14 @@ static void done(int status, const poet_step_result_t *r)
     send(POET_MSG_DONE, p, 20);
 }
 
-static void step(const uint8_t *p, uint16_t len)
+/* The step's trace (trace_per_frame records per frame, as the host asked) and DONE; sent again,
+ * unchanged, when the STEP is retransmitted. */
+static void send_step_result(void)
 {
-    poet_step_result_t r;
-    poet_buffers_t buf;
-    uint32_t bits, i, k;
-    float lr;
-
-    memset(&r, 0, sizeof r);
-    if (len != 4) {
-        done(POET_E_FRAME, &r);
-        return;
-    }
-    if (!st.model || !st.weights || !st.batch) {
-        done(POET_E_LINK_ORDER, &r);
-        return;
-    }
-    if (!st.schedule) {
-        done(POET_E_NO_SCHEDULE, &r);
-        return;
-    }
-    bits = poet_rd32(p);
-    memcpy(&lr, &bits, 4);
-    buf.params = (float *)(void *)pool_params();
-    buf.grads = (float *)(void *)pool_grads();
-    buf.opt_state = (float *)(void *)(pool_opt() + 4u);
-    buf.opt_step = opt_step();
-    buf.x = (const float *)(const void *)pool_batch();
-    buf.labels = (const int32_t *)(const void *)(pool_batch() + 4u * model.x_elems);
-    buf.arena = pool_arena();
-    if (port_pager_open() != 0) {
-        done(POET_E_PAGER, &r);
-        return;
-    }
-    poet_interp_step(&model, schedule_blob, &buf, lr, trace, &r);
-    /* Trace after the step, so sending it never perturbs the measured ticks. */
-    for (i = 0; i < r.n_records; i += TRACE_PER_FRAME) {
-        uint32_t n = r.n_records - i < TRACE_PER_FRAME ? r.n_records - i : TRACE_PER_FRAME;
-        uint8_t *q = tx + 4;
+    uint32_t i, k;
+    for (i = 0; i < step_res.n_records; i += trace_per_frame) {
+        uint32_t n = step_res.n_records - i < trace_per_frame ? step_res.n_records - i : trace_per_frame;
+        uint8_t *q = tx + 2;
         for (k = 0; k < n; k++, q += 16) {
             const poet_trace_t *t = &trace[i + k];
             poet_wr16(q, t->instr);
@@ -314,9 +343,57 @@ static void step(const uint8_t *p, uint16_t len)
             poet_wr32(q + 8, t->ticks);
             poet_wr32(q + 12, t->bytes);
         }
-        send(POET_MSG_TRACE, tx + 4, (uint16_t)(16u * n));
+        send(POET_MSG_TRACE, tx + 2, (uint16_t)(16u * n));
     }
-    done(r.status, &r);
+    done(step_status, &step_res);
+}
+
+static void step_fail(int status)
+{
+    memset(&step_res, 0, sizeof step_res);
+    step_status = status;
+    done(status, &step_res);
+}
+
+static void step(const uint8_t *p, uint16_t len)
+{
+    poet_buffers_t buf;
+    uint32_t bits;
+    float lr;
+
+    if (len != 6 || poet_rd16(p + 4) == 0 || poet_rd16(p + 4) > POET_TRACE_PER_FRAME_MAX) {
+        step_fail(POET_E_FRAME);
+        return;
+    }
+    if (!st.model || !st.weights || !st.batch) {
+        step_fail(POET_E_LINK_ORDER);
+        return;
+    }
+    if (!st.schedule) {
+        step_fail(POET_E_NO_SCHEDULE);
+        return;
+    }
+    trace_per_frame = poet_rd16(p + 4);
+    bits = poet_rd32(p);
+    memcpy(&lr, &bits, 4);
+    buf.params = (float *)(void *)pool_params();
+    buf.grads = (float *)(void *)pool_grads();
+    buf.opt_state = (float *)(void *)(pool_opt() + 4u);
+    buf.opt_step = opt_step();
+    buf.x = (const float *)(const void *)pool_batch();
+    buf.labels = (const int32_t *)(const void *)(pool_batch() + 4u * model.x_elems);
+    buf.arena = pool_arena();
+    if (port_pager_open() != 0) {
+        step_fail(POET_E_PAGER);
+        return;
+    }
+    /* Accepted: the host now knows the step runs and waits for it rather than retransmitting. */
+    ack(POET_OK, 0);
+    poet_interp_step(&model, schedule_blob, &buf, lr, trace, &step_res);
+    step_status = step_res.status;
+    steps_done++;
+    /* Trace after the step, so sending it never perturbs the measured ticks. */
+    send_step_result();
 }
 
 static void read_blob(const uint8_t *p, uint16_t len)
@@ -346,8 +423,25 @@ static void read_blob(const uint8_t *p, uint16_t len)
     send(POET_MSG_DATA, base + off, (uint16_t)n);
 }
 
-void poet_handle_frame(uint8_t type, const uint8_t *payload, uint16_t len)
+void poet_handle_frame(uint8_t type, uint8_t seq, const uint8_t *payload, uint16_t len)
 {
+    cur_seq = seq;
+    if (last.valid && seq == last.seq && type == last.type) {
+        switch (type) {
+        case POET_MSG_HELLO:
+        case POET_MSG_READ:
+            break; /* change nothing: answered afresh */
+        case POET_MSG_STEP:
+            send_step_result();
+            return;
+        default:
+            ack(last.status, last.detail); /* the verdict already given; nothing runs twice */
+            return;
+        }
+    }
+    last.valid = 1;
+    last.seq = seq;
+    last.type = type;
     switch (type) {
     case POET_MSG_HELLO: hello(); break;
     case POET_MSG_BEGIN_BLOB: begin_blob(payload, len); break;
@@ -359,41 +453,47 @@ void poet_handle_frame(uint8_t type, const uint8_t *payload, uint16_t len)
     }
 }
 
+static void rx_put(uint8_t c)
+{
+    if (dec.len < sizeof rx)
+        rx[dec.len++] = c;
+    else
+        dec.overflow = 1;
+}
+
+void poet_rx_byte(uint8_t c)
+{
+    if (c == 0) {
+        /* A frame ends. Drop it if a block was cut short, it overflowed, or the CRC fails: the
+         * host retransmits what it gets no answer to. */
+        if (dec.started && !dec.left && !dec.overflow && dec.len >= 6u &&
+            poet_crc32(0, rx, dec.len - 4u) == poet_rd32(rx + dec.len - 4u)) {
+            poet_handle_frame(rx[0], rx[1], rx + 2, (uint16_t)(dec.len - 6u));
+        } else if (dec.started) {
+            /* Say so at once: the host resends now rather than after its timeout. seq 0 is no
+             * request's (hosts number them 1..255). */
+            cur_seq = 0;
+            send(POET_MSG_NAK, 0, 0);
+        }
+        memset(&dec, 0, sizeof dec);
+        return;
+    }
+    if (dec.left) {
+        rx_put(c);
+        dec.left--;
+        return;
+    }
+    if (dec.started && !dec.full_block)
+        rx_put(0); /* the zero the previous block's code stood for */
+    dec.started = 1;
+    dec.full_block = c == 0xFFu;
+    dec.left = (uint8_t)(c - 1u);
+}
+
 void poet_run(void)
 {
-    uint8_t hdr[3], crcb[4];
     int c;
-    uint32_t i;
-    uint16_t len;
-
-    for (;;) {
-        c = port_getc();
-        if (c < 0)
-            return;
-        if (c != POET_SYNC)
-            continue;
-        /* On any error we go back to hunting from the byte after this sync. A bad frame is
-         * dropped silently: the host times out and retries. */
-        for (i = 0; i < 3; i++) {
-            if ((c = port_getc()) < 0)
-                return;
-            hdr[i] = (uint8_t)c;
-        }
-        len = poet_rd16(hdr + 1);
-        if (len > POET_FRAME_MAX)
-            continue;
-        for (i = 0; i < len; i++) {
-            if ((c = port_getc()) < 0)
-                return;
-            rx[i] = (uint8_t)c;
-        }
-        for (i = 0; i < 4; i++) {
-            if ((c = port_getc()) < 0)
-                return;
-            crcb[i] = (uint8_t)c;
-        }
-        if (poet_crc32(poet_crc32(0, hdr, 3), rx, len) != poet_rd32(crcb))
-            continue;
-        poet_handle_frame(hdr[0], rx, len);
-    }
+    memset(&dec, 0, sizeof dec);
+    while ((c = port_getc()) >= 0)
+        poet_rx_byte((uint8_t)c);
 }

@@ -4,12 +4,15 @@
 
 #include <stdint.h>
 
-#define POET_PROTO 1
+#define POET_PROTO 2
 #define POET_FW_MAJOR 1
-#define POET_FW_MINOR 0
+#define POET_FW_MINOR 1
 
-#define POET_FRAME_MAX 1024u
-#define POET_SYNC 0xA5u
+/* A frame (docs/spec.md section 6) is a packet [type][seq][payload][crc32] COBS-encoded and ended
+ * by a 0x00 byte. */
+#define POET_FRAME_MAX 1024u                     /* payload bytes */
+#define POET_PACKET_MAX (2u + POET_FRAME_MAX + 4u)
+#define POET_TRACE_PER_FRAME_MAX 60u
 
 enum {
     POET_MSG_HELLO = 0x01,
@@ -22,7 +25,8 @@ enum {
     POET_MSG_HELLO_REPLY = 0x81,
     POET_MSG_DATA = 0x84,
     POET_MSG_DONE = 0x85,
-    POET_MSG_TRACE = 0x86
+    POET_MSG_TRACE = 0x86,
+    POET_MSG_NAK = 0x8F /* seq 0: a damaged frame arrived; the host resends without waiting */
 };
 
 enum { POET_BLOB_MODEL = 1, POET_BLOB_WEIGHTS = 2, POET_BLOB_SCHEDULE = 3, POET_BLOB_BATCH = 4, POET_BLOB_OPT_STATE = 5 };
@@ -30,7 +34,11 @@ enum { POET_BLOB_MODEL = 1, POET_BLOB_WEIGHTS = 2, POET_BLOB_SCHEDULE = 3, POET_
 /* Serve requests until port_getc reports the link closed. */
 void poet_run(void);
 
-/* Handle one received, CRC-checked frame (exposed for ports and tests). */
-void poet_handle_frame(uint8_t type, const uint8_t *payload, uint16_t len);
+/* Feed one received byte to the frame decoder; a complete, CRC-checked frame is handled at once
+ * (poet_run calls this for every byte; exposed for ports that receive otherwise, and the fuzzer). */
+void poet_rx_byte(uint8_t c);
+
+/* Handle one decoded, CRC-checked request (exposed for tests). */
+void poet_handle_frame(uint8_t type, uint8_t seq, const uint8_t *payload, uint16_t len);
 
 #endif

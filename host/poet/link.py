@@ -2,8 +2,15 @@
 
 Works over anything with read(n) / write(b): a pyserial port (a real board, or
 QEMU's `socket://127.0.0.1:PORT`), or `ProcessPort` around the native Linux
-runtime's stdin/stdout. The link keeps its own deadline per reply, so the
-underlying port's read timeout only bounds how often we check it.
+runtime's stdin/stdout.
+
+Stop-and-wait with retransmission: every request carries a sequence number and
+every reply echoes it. A request that gets no reply in time is sent again,
+unchanged; the board recognises the repeat and answers it again without doing
+the work twice (a STEP's trace and DONE are replayed, not recomputed). The
+retransmission timer follows the measured round trip (Jacobson/Karels, as TCP),
+and frames shrink while the line loses them and grow back while it does not, so
+a noisy cable costs time, not data.
 """
 
 from __future__ import annotations
@@ -18,7 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import serial
+
 from poet.errors import PoetError
+from poet.framing import PAYLOAD_MAX, FrameReader, encode_frame
 from poet.schedule import ERRORS as SCHEDULE_ERRORS
 from poet.schedule import MEANINGS as SCHEDULE_MEANINGS
 
@@ -30,13 +40,15 @@ OPT_STATE = 5
 BLOB_NAMES = {MODEL: "model", WEIGHTS: "weights", SCHEDULE: "schedule", BATCH: "batch",
               OPT_STATE: "optimizer state"}
 
-SYNC = 0xA5
-FRAME_MAX = 1024
+PROTO = 2  # the protocol this host speaks; HELLO's first field is the board's
+FRAME_MAX = PAYLOAD_MAX
 CHUNK_MAX = 1000
+CHUNK_MIN = 32  # the smallest data part a lossy line is tried with
 TRACE_RECORD_BYTES = 16
+TRACE_PER_FRAME_MAX = 60
 
 HELLO, BEGIN_BLOB, CHUNK, END_BLOB, STEP, READ = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
-ACK, HELLO_REPLY, DATA, DONE, TRACE = 0x80, 0x81, 0x84, 0x85, 0x86
+ACK, HELLO_REPLY, DATA, DONE, TRACE, NAK = 0x80, 0x81, 0x84, 0x85, 0x86, 0x8F
 
 LINK_ERRORS: dict[int, str] = {
     32: "FRAME", 33: "UNKNOWN_MSG", 34: "TOO_BIG", 35: "ORDER", 36: "MODEL",
@@ -53,6 +65,14 @@ class LinkError(PoetError):
 
 class LinkTimeout(LinkError):
     pass
+
+
+class LinkClosed(LinkError):
+    """The other end went away: cable unplugged, board reset, emulator stopped."""
+
+
+class ProtocolMismatch(LinkError):
+    """The board speaks another protocol version."""
 
 
 class DeviceError(PoetError):
@@ -84,6 +104,8 @@ class Hello:
     pool_bytes: int
     flash_bytes: int
     board: str
+    loaded: frozenset[str] = frozenset()  # blobs the board holds now: model, weights, batch, schedule
+    steps_done: int = 0  # steps run since the weights were loaded
 
     @property
     def static_bytes(self) -> int:
@@ -123,13 +145,6 @@ def status_name(status: int) -> str:
     return STATUS_NAMES.get(status, f"status {status}")
 
 
-def encode_frame(msg_type: int, payload: bytes = b"") -> bytes:
-    if len(payload) > FRAME_MAX:
-        raise ValueError(f"frame payload of {len(payload)} bytes exceeds {FRAME_MAX}")
-    head = struct.pack("<BH", msg_type, len(payload))
-    return bytes([SYNC]) + head + payload + struct.pack("<I", zlib.crc32(head + payload))
-
-
 class ProcessPort:
     """read/write over a child process's stdout/stdin, with a timeout like pyserial's."""
 
@@ -140,15 +155,22 @@ class ProcessPort:
         self._out = proc.stdout.fileno()
 
     def read(self, n: int) -> bytes:
+        """What is there, up to n bytes, waiting at most `timeout` for the first."""
         ready, _, _ = select.select([self._out], [], [], self.timeout)
         if not ready:
             return b""
-        return os.read(self._out, n)
+        data = os.read(self._out, n)
+        if not data:
+            raise LinkClosed(f"the runtime's output closed (process exit status {self.proc.poll()})")
+        return data
 
     def write(self, data: bytes) -> int:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as exc:
+            raise LinkClosed(f"the runtime's input closed (process exit status {self.proc.poll()})") from exc
         return len(data)
 
     def close(self) -> None:
@@ -157,57 +179,176 @@ class ProcessPort:
                 f.close()
 
 
+BUSY = object()  # a reply handler's answer: the board accepted the request and is working on it
+
+
+class _Resend(Exception):
+    """A reply arrived incomplete (trace frames were lost): send the request again now."""
+
+
+@dataclass
+class LinkStats:
+    requests: int = 0
+    retransmissions: int = 0
+    bad_frames: int = 0
+    stale_frames: int = 0  # replies to an earlier request (its retransmission was answered twice)
+
+
 class Link:
-    """One request, one reply; every wait has a deadline and names what it waited for."""
+    """One request at a time; every wait has a deadline and names what it waited for."""
 
-    def __init__(self, port_like: PortLike, timeout_s: float = 10.0) -> None:
+    def __init__(self, port_like: PortLike, timeout_s: float = 10.0, rto_s: float = 0.5) -> None:
         self.port = port_like
-        self.timeout_s = timeout_s
-        self._buf = bytearray()
+        self.timeout_s = timeout_s  # silence after which the board is given up
+        if hasattr(port_like, "timeout"):
+            port_like.timeout = 0.01  # type: ignore[attr-defined]  # our own deadlines decide; poll often
+        self._reader = FrameReader()
+        self._pending: list[tuple[int, int, bytes]] = []
+        self._seq = 0
+        self._rto = rto_s
+        self._srtt: float | None = None
+        self._rttvar = 0.0
+        self.part = CHUNK_MAX  # payload bytes per CHUNK / READ / trace frame, adapted to the line
+        self._clean = 0
+        self._work_s: float | None = None  # how long the last STEP kept the board busy (wall time)
+        self.stats = LinkStats()
 
-    # ---- framing ---------------------------------------------------------------------
-    def _send(self, msg_type: int, payload: bytes = b"") -> None:
-        self.port.write(encode_frame(msg_type, payload))
+    # ---- frames ----------------------------------------------------------------------
+    def _read_some(self) -> bytes:
+        waiting = getattr(self.port, "in_waiting", None)
+        try:
+            if isinstance(waiting, int) and waiting > 0:
+                return self.port.read(waiting) or b""
+            return self.port.read(1 if waiting is not None else 4096) or b""
+        except LinkError:
+            raise
+        except (OSError, serial.SerialException) as exc:
+            raise LinkClosed(f"the board closed the link ({exc})") from exc
 
-    def _fill(self, n: int, deadline: float, what: str) -> None:
-        while len(self._buf) < n:
-            if time.monotonic() > deadline:
-                raise LinkTimeout(f"timed out after {self.timeout_s:g} s waiting for {what} from the device "
-                                  "(is the firmware running and the port right?)")
-            chunk = self.port.read(max(1, n - len(self._buf)))
-            if chunk is None:
-                chunk = b""
-            if not chunk:
-                closed = getattr(self.port, "proc", None)
-                if closed is not None and closed.poll() is not None:
-                    raise LinkError(f"the device exited (status {closed.returncode}) while we waited for {what}")
-                continue
-            self._buf += chunk
+    def _next_frame(self, until: float, what: str) -> tuple[int, int, bytes] | None:
+        """The next good frame; a damaged one arriving first is reported as a NAK (seq 0) of our
+        own, since the reply we wait for may be what was damaged."""
+        bad = self._reader.bad_frames
+        while not self._pending:
+            if self._reader.bad_frames != bad:
+                self.stats.bad_frames = self._reader.bad_frames
+                return NAK, 0, b""
+            if time.monotonic() >= until:
+                return None
+            try:
+                data = self._read_some()
+            except LinkClosed as exc:
+                raise LinkClosed(f"{exc} while waiting for {what}: it was unplugged, reset or stopped") from exc
+            if data:
+                self._pending += self._reader.feed(data)
+                self.stats.bad_frames = self._reader.bad_frames
+        return self._pending.pop(0)
 
-    def _recv(self, what: str) -> tuple[int, bytes]:
-        """Next valid frame; bad CRCs and over-long frames are skipped by hunting for the next sync."""
-        deadline = time.monotonic() + self.timeout_s
+    def _write(self, frame: bytes) -> None:
+        try:
+            self.port.write(frame)
+        except LinkError:
+            raise
+        except (OSError, serial.SerialException) as exc:
+            raise LinkClosed(f"the board closed the link ({exc}): it was unplugged, reset or stopped") from exc
+
+    def _rtt_sample(self, rtt: float) -> None:
+        """Jacobson/Karels (RFC 6298): smoothed round trip and its variation set the timer."""
+        if self._srtt is None:
+            self._srtt, self._rttvar = rtt, rtt / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
+            self._srtt = 0.875 * self._srtt + 0.125 * rtt
+        self._rto = min(2.0, max(0.005, self._srtt + 4 * self._rttvar))
+
+    def _exchange(self, msg_type: int, payload: bytes | Callable[[], bytes], what: str,
+                  handle: Callable[[int, bytes], object] | None = None) -> object:
+        """Send a request until it is answered. Without `handle` the first reply is the answer;
+        with it, every reply goes to `handle` until it returns something other than None.
+
+        `payload` may be a function of self.part: a retransmission then asks it again, so data
+        that did not get through goes in smaller frames (the same seq: the board either never saw
+        the first try, or answers it again; docs/spec.md section 6 says why both are safe)."""
+        self._seq = self._seq % 255 + 1
+        make = payload if callable(payload) else None
+        frame = encode_frame(msg_type, self._seq, make() if make else payload)  # type: ignore[arg-type]
+        self.stats.requests += 1
+        self._pending.clear()  # whatever arrived before this request answers an earlier one
+        rto = self._rto
+        busy_wait = 2 * self._work_s if self._work_s else 1.0
+        silent_since = time.monotonic()
+        busy_since: float | None = None  # when the board said it started working on the request
+        first = True
         while True:
-            self._fill(1, deadline, what)
-            if self._buf[0] != SYNC:
-                del self._buf[0]
-                continue
-            self._fill(4, deadline, what)
-            msg_type, length = struct.unpack_from("<BH", self._buf, 1)
-            if length > FRAME_MAX:
-                del self._buf[0]
-                continue
-            self._fill(8 + length, deadline, what)
-            body = bytes(self._buf[1:4 + length])
-            (crc,) = struct.unpack_from("<I", self._buf, 4 + length)
-            if zlib.crc32(body) != crc:
-                del self._buf[0]
-                continue
-            del self._buf[:8 + length]
-            return msg_type, body[3:]
+            sent = time.monotonic()
+            self._write(frame)
+            # a board at work answers when the work is done; otherwise answers come within the RTO
+            until = sent + (busy_wait if busy_since is not None else rto)
+            resend_now = False
+            while not resend_now:
+                got = self._next_frame(until, what)
+                if got is None:
+                    break
+                t, seq, p = got
+                if t == NAK and seq == 0:  # a frame was damaged on the way: resend at once
+                    if busy_since is None:
+                        resend_now = True
+                        self._lossy()
+                    continue
+                if seq != self._seq:
+                    self.stats.stale_frames += 1
+                    continue
+                now = silent_since = time.monotonic()
+                if first:  # Karn: only an unambiguous exchange measures the round trip
+                    self._rtt_sample(now - sent)
+                    first = False
+                if handle is None:
+                    self._answered()
+                    return t, p
+                try:
+                    out = handle(t, p)
+                except _Resend:
+                    resend_now = True
+                    self._lossy()  # frames were lost: ask for smaller ones
+                    continue
+                if out is BUSY:
+                    busy_since = now
+                    until = now + busy_wait
+                    continue
+                if busy_since is not None:  # the work is done: how long it took says how long to wait next time
+                    self._work_s = now - busy_since if self._work_s is None else \
+                        0.75 * self._work_s + 0.25 * (now - busy_since)
+                    busy_since = None
+                if out is not None:
+                    self._answered()
+                    return out
+                until = now + rto  # the rest of the reply follows at once
+            if time.monotonic() - silent_since > self.timeout_s:
+                raise LinkTimeout(f"timed out after {self.timeout_s:g} s waiting for {what} from the device "
+                                  f"(sent {self.stats.retransmissions and 'with retries' or 'once'}; is the "
+                                  "firmware running and the port right?)")
+            first = False
+            self.stats.retransmissions += 1
+            if not resend_now:  # silence: the frame or its whole reply was lost; back off
+                self._lossy()
+                if busy_since is not None:
+                    busy_wait = min(self.timeout_s / 2, busy_wait * 2)
+                rto = min(2.0, rto * 2)
+            if make is not None:
+                frame = encode_frame(msg_type, self._seq, make())
 
-    def _expect(self, want: int, what: str) -> bytes:
-        msg_type, payload = self._recv(what)
+    def _lossy(self) -> None:
+        self.part = max(CHUNK_MIN, self.part // 2)
+        self._clean = 0
+
+    def _answered(self) -> None:
+        self._clean += 1
+        if self._clean >= 8 and self.part < CHUNK_MAX:
+            self.part = min(CHUNK_MAX, self.part * 2)
+            self._clean = 0
+
+    def _expect(self, want: int, payload_of: tuple[int, bytes], what: str) -> bytes:
+        msg_type, payload = payload_of
         if msg_type == want:
             return payload
         if msg_type == ACK and len(payload) == 6:
@@ -215,11 +356,16 @@ class Link:
             raise self._error(status, detail, what)
         raise LinkError(f"expected {what}, got message type 0x{msg_type:02x}")
 
-    def _ack(self, what: str) -> int:
-        status, detail = struct.unpack("<HI", self._expect(ACK, what))
+    def _request(self, msg_type: int, payload: bytes | Callable[[], bytes], want: int, what: str) -> bytes:
+        reply = self._exchange(msg_type, payload, what)
+        assert isinstance(reply, tuple)
+        return self._expect(want, reply, what)
+
+    def _ack(self, msg_type: int, payload: bytes | Callable[[], bytes], what: str) -> int:
+        status, detail = struct.unpack("<HI", self._request(msg_type, payload, ACK, what))
         if status:
             raise self._error(status, detail, what)
-        return detail
+        return int(detail)
 
     @staticmethod
     def _error(status: int, detail: int, what: str) -> DeviceError:
@@ -235,48 +381,90 @@ class Link:
 
     # ---- requests --------------------------------------------------------------------
     def hello(self) -> Hello:
-        self._send(HELLO)
-        p = self._expect(HELLO_REPLY, "the HELLO reply")
-        proto, major, minor, tick_hz, ram, pool, flash = struct.unpack_from("<HBBIIII", p)
+        try:
+            p = self._request(HELLO, b"", HELLO_REPLY, "the HELLO reply")
+        except LinkTimeout:
+            if self._answers_protocol_1():
+                raise ProtocolMismatch(f"the firmware on the board speaks protocol 1, this poet speaks {PROTO}: "
+                                       "update the firmware with `poet flash --board BOARD`") from None
+            raise
+        (proto,) = struct.unpack_from("<H", p)
+        if proto != PROTO:
+            side = "the firmware with `poet flash --board BOARD`" if proto < PROTO else "poet on this computer"
+            raise ProtocolMismatch(f"the firmware on the board speaks protocol {proto}, this poet speaks {PROTO}: "
+                                   f"update {side}")
+        if len(p) < 41:
+            raise LinkError(f"the HELLO reply is {len(p)} bytes, protocol {PROTO} sends 41")
+        _, major, minor, tick_hz, ram, pool, flash = struct.unpack_from("<HBBIIII", p)
         board = p[20:36].split(b"\0", 1)[0].decode("ascii", "replace")
-        return Hello(proto, f"{major}.{minor}", tick_hz, ram, pool, flash, board)
+        flags, steps = p[36], struct.unpack_from("<I", p, 37)[0]
+        loaded = frozenset(n for bit, n in enumerate(("model", "weights", "batch", "schedule")) if flags >> bit & 1)
+        return Hello(proto, f"{major}.{minor}", tick_hz, ram, pool, flash, board, loaded, steps)
+
+    def _answers_protocol_1(self) -> bool:
+        """Does the board answer a protocol-1 HELLO (0xA5-framed)? Then its firmware is older than us."""
+        head = bytes([0x01, 0, 0])
+        self._write(bytes([0xA5]) + head + struct.pack("<I", zlib.crc32(head)))
+        deadline = time.monotonic() + 1.0
+        seen = bytearray()
+        while time.monotonic() < deadline:
+            seen += self._read_some()
+            if bytes([0xA5, 0x81]) in seen:
+                return True
+        return False
 
     def upload(self, blob_id: int, data: bytes, progress: Callable[[int, int], None] | None = None) -> None:
         """BEGIN, CHUNKs, END; raises DeviceError with the device's verdict (e.g. schedule validation)."""
         name = BLOB_NAMES.get(blob_id, f"blob {blob_id}")
-        self._send(BEGIN_BLOB, struct.pack("<BI", blob_id, len(data)))
-        self._ack(f"the {name} upload (BEGIN, {len(data)} bytes)")
-        for off in range(0, len(data), CHUNK_MAX):
-            part = data[off:off + CHUNK_MAX]
-            self._send(CHUNK, struct.pack("<BI", blob_id, off) + part)
-            self._ack(f"the {name} chunk at byte {off}")
+        self._ack(BEGIN_BLOB, struct.pack("<BI", blob_id, len(data)), f"the {name} upload (BEGIN, {len(data)} bytes)")
+        off = 0
+        while off < len(data):
+            sent = [0]
+
+            def chunk(off: int = off, sent: list[int] = sent) -> bytes:
+                part = data[off:off + self.part]
+                sent[0] = len(part)
+                return struct.pack("<BI", blob_id, off) + part
+
+            self._ack(CHUNK, chunk, f"the {name} chunk at byte {off}")
+            off += sent[0]  # what the last try carried (the board may hold more: a later chunk rewrites it)
             if progress is not None:
-                progress(off + len(part), len(data))
-        self._send(END_BLOB, bytes([blob_id]))
-        self._ack(f"the {name} upload (END)")
+                progress(off, len(data))
+        self._ack(END_BLOB, bytes([blob_id]), f"the {name} upload (END)")
 
     def step(self, lr: float) -> StepResult:
-        self._send(STEP, struct.pack("<f", lr))
-        records: list[TraceRecord] = []
-        while True:
-            msg_type, p = self._recv("the STEP's TRACE/DONE")
-            if msg_type == TRACE:
+        """One training step; every trace record arrives exactly once (lost ones are asked again)."""
+        records: dict[int, TraceRecord] = {}
+
+        def handle(t: int, p: bytes) -> StepResult | None:
+            if t == TRACE:
                 for off in range(0, len(p) - len(p) % TRACE_RECORD_BYTES, TRACE_RECORD_BYTES):
                     instr, node, kind, op, _, ticks, nbytes = struct.unpack_from("<HHBBHII", p, off)
                     kname = TRACE_KINDS[kind] if kind < len(TRACE_KINDS) else f"kind{kind}"
-                    records.append(TraceRecord(instr, node, kname, op, ticks, nbytes))
-            elif msg_type == DONE:
+                    records[instr] = TraceRecord(instr, node, kname, op, ticks, nbytes)
+                return None
+            if t == DONE:
                 status, loss, live, extent, n_records, ticks = struct.unpack("<HfIIHI", p)
                 if status:
                     raise self._error(status, 0xFFFFFFFF, "the training step")
-                if n_records != len(records):
-                    raise LinkError(f"the device reported {n_records} trace records but sent {len(records)}")
-                return StepResult(loss, live, extent, ticks, records)
-            elif msg_type == ACK and len(p) == 6:
+                if len(records) < n_records:
+                    raise _Resend()  # trace frames were lost: the board replays the whole step's result
+                if set(records) != set(range(n_records)):
+                    raise LinkError(f"the device reported {n_records} trace records but sent others")
+                return StepResult(loss, live, extent, ticks, [records[i] for i in range(n_records)])
+            if t == ACK and len(p) == 6:
                 status, detail = struct.unpack("<HI", p)
-                raise self._error(status, detail, "the training step")
-            else:
-                raise LinkError(f"expected TRACE or DONE, got message type 0x{msg_type:02x}")
+                if status:
+                    raise self._error(status, detail, "the training step")
+                return BUSY  # accepted: the step runs now
+            raise LinkError(f"expected TRACE or DONE, got message type 0x{t:02x}")
+
+        def request() -> bytes:  # a replay may ask for smaller trace frames
+            return struct.pack("<fH", lr, max(1, min(TRACE_PER_FRAME_MAX, self.part // TRACE_RECORD_BYTES)))
+
+        out = self._exchange(STEP, request, "the STEP's TRACE/DONE", handle)
+        assert isinstance(out, StepResult)
+        return out
 
     def read_weights(self, n_bytes: int) -> bytes:
         return self.read_blob(WEIGHTS, n_bytes)
@@ -286,12 +474,16 @@ class Link:
         name = BLOB_NAMES.get(blob_id, f"blob {blob_id}")
         out = bytearray()
         while len(out) < n_bytes:
-            n = min(CHUNK_MAX, n_bytes - len(out))
-            self._send(READ, struct.pack("<BIH", blob_id, len(out), n))
-            part = self._expect(DATA, f"{name} bytes {len(out)}..{len(out) + n}")
-            if len(part) != n:
-                raise LinkError(f"asked for {n} {name} bytes at {len(out)}, got {len(part)}")
-            out += part
+            asked = [0]
+
+            def read(off: int = len(out), asked: list[int] = asked) -> bytes:
+                asked[0] = min(self.part, n_bytes - off)
+                return struct.pack("<BIH", blob_id, off, asked[0])
+
+            part = self._request(READ, read, DATA, f"{name} bytes from {len(out)}")
+            if len(part) not in (asked[0], min(2 * asked[0], n_bytes - len(out))) or not part:
+                raise LinkError(f"asked for {asked[0]} {name} bytes at {len(out)}, got {len(part)}")
+            out += part  # a reply to an earlier, larger try of the same request is as good
         return bytes(out)
 
     def close(self) -> None:
