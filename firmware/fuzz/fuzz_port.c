@@ -15,6 +15,8 @@ static unsigned steps;
 static uint8_t *swap;
 static uint32_t swap_len;
 static uint32_t ticks;
+static uint8_t out_frame[2u * POET_PACKET_MAX]; /* the reply frame being written, COBS-encoded */
+static size_t out_len;
 
 static union {
     double align;
@@ -27,6 +29,7 @@ void fuzz_port_feed(const uint8_t *p, size_t len)
     in_len = len;
     in_pos = 0;
     steps = 0;
+    out_len = 0;
 }
 
 void fuzz_port_close(void) { in_pos = in_len; }
@@ -47,24 +50,49 @@ int port_getc(void)
     return in_p[in_pos++];
 }
 
-/* The core writes one whole frame per call; a malformed reply is a firmware bug, so abort and
- * let libFuzzer keep the input. */
+/* The core writes a frame in pieces (COBS blocks); at each 0x00 the frame collected so far is
+ * decoded and checked. A malformed reply is a firmware bug: abort and let libFuzzer keep the input. */
+static void check_reply(void)
+{
+    uint8_t packet[POET_PACKET_MAX];
+    size_t i = 0, n = 0;
+    while (i < out_len) {
+        uint8_t code = out_frame[i];
+        if (code == 0 || i + code > out_len || n + code - 1u > sizeof packet) {
+            fprintf(stderr, "fuzz_port: reply of %zu bytes is not a COBS frame\n", out_len);
+            abort();
+        }
+        memcpy(packet + n, out_frame + i + 1, code - 1u);
+        n += code - 1u;
+        i += code;
+        if (code != 0xFF && i < out_len) {
+            if (n == sizeof packet)
+                abort();
+            packet[n++] = 0;
+        }
+    }
+    if (n < 6 || poet_crc32(0, packet, n - 4) != poet_rd32(packet + n - 4)) {
+        fprintf(stderr, "fuzz_port: malformed reply frame (%zu bytes)\n", n);
+        abort();
+    }
+    if (packet[0] == POET_MSG_DONE)
+        steps++;
+}
+
 void port_write(const uint8_t *p, size_t n)
 {
-    uint16_t len;
-    if (n < 8 || p[0] != POET_SYNC) {
-        fprintf(stderr, "fuzz_port: reply of %zu bytes is not a frame\n", n);
-        abort();
+    size_t k;
+    for (k = 0; k < n; k++) {
+        if (p[k] == 0) {
+            check_reply();
+            out_len = 0;
+        } else if (out_len < sizeof out_frame) {
+            out_frame[out_len++] = p[k];
+        } else {
+            fprintf(stderr, "fuzz_port: reply longer than any frame\n");
+            abort();
+        }
     }
-    len = poet_rd16(p + 2);
-    if (len > POET_FRAME_MAX || n != 8u + len ||
-        poet_crc32(0, p + 1, 3u + len) != poet_rd32(p + 4 + len)) {
-        fprintf(stderr, "fuzz_port: malformed reply frame (type 0x%02x, len %u, %zu bytes)\n", p[1],
-                len, n);
-        abort();
-    }
-    if (p[1] == POET_MSG_DONE)
-        steps++;
 }
 
 uint32_t port_ticks(void) { return ticks++; }

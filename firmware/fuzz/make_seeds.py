@@ -104,14 +104,15 @@ def graph_schedules(g: TrainingGraph) -> list[Schedule]:
 
 
 def frame_records(requests: list[tuple[int, bytes]]) -> bytes:
-    """fuzz_protocol's record form: the harness adds sync and CRC."""
-    return b"".join(struct.pack("<BH", t, len(p)) + p for t, p in requests)
+    """fuzz_protocol's record form [type][seq][u16 len][payload]: the harness adds COBS and CRC.
+    Requests are numbered 1, 2, ... as a host numbers them (a repeat of a number is a retransmission)."""
+    return b"".join(struct.pack("<BBH", t, 1 + i % 255, len(p)) + p for i, (t, p) in enumerate(requests))
 
 
 def raw_frames(requests: list[tuple[int, bytes]]) -> bytes:
-    from poet.link import encode_frame
+    from poet.framing import encode_frame
 
-    return b"".join(encode_frame(t, p) for t, p in requests)
+    return b"".join(encode_frame(t, 1 + i % 255, p) for i, (t, p) in enumerate(requests))
 
 
 def upload(blob: int, data: bytes) -> list[tuple[int, bytes]]:
@@ -134,7 +135,7 @@ def session(blob: ModelBlob, sched: Schedule, seed: int, token_vocab: int = 0) -
     reqs = [(HELLO, b"")]
     reqs += upload(MODEL, blob.encode()) + upload(WEIGHTS, encode_weights(weights))
     reqs += upload(SCHEDULE, sched.encode()) + upload(BATCH, encode_batch(x, labels))
-    reqs += [(STEP, struct.pack("<f", 0.05)), (STEP, struct.pack("<f", 0.05))]
+    reqs += [(STEP, struct.pack("<fH", 0.05, 60)), (STEP, struct.pack("<fH", 0.05, 3))]
     reqs.append((READ, struct.pack("<BIH", WEIGHTS, 0, min(blob.param_bytes, 64))))
     return reqs
 
