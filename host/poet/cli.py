@@ -13,6 +13,7 @@ from poet.boards import board_names, load_board
 from poet.errors import PoetError, UsageError
 from poet.memory import check_ram
 from poet.models import ZOO
+from poet.paths import shown
 from poet.plan import STRATEGIES
 from poet.units import format_size, parse_deadline, parse_size
 
@@ -112,11 +113,14 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from poet.costs import load_profile, profile_graphs, profile_path, write_profile
+    from poet.costs import load_profile, profile_path
     from poet.device import open_device
+    from poet.profile import profile_graphs, profile_paging, resumable, write_profile
 
     board = load_board(args.board)
-    models = args.models or ["mlp-digits", "cnn-digits"]
+    if args.repeats < 1 or args.max_repeats < args.repeats:
+        raise UsageError(f"--repeats {args.repeats} --max-repeats {args.max_repeats}: need 1 <= repeats <= max-repeats")
+    models = args.models or ([args.model] if args.model else ["mlp-digits", "cnn-digits"])
     graphs = []
     for m in models:
         args.model = m
@@ -125,9 +129,19 @@ def cmd_profile(args: argparse.Namespace) -> int:
     path = Path(args.output) if args.output else profile_path(board.name)
     existing = load_profile(board.name, path) if path.exists() else None
     with tempfile.TemporaryDirectory() as work, open_device(board, args.port, workdir=Path(work)) as dev:
-        prof = profile_graphs(dev, graphs, repeats=args.repeats, progress=say, existing=existing)
+        prev = resumable(existing, dev)
+        if existing and prev is None:
+            say(f"{shown(path)} was made another way (firmware {existing.get('firmware')}, "
+                f"{existing.get('source', 'an older poet')}): profiling afresh")
+        elif prev is not None:
+            say(f"resuming {shown(path)} (firmware {prev['firmware']}): what it has is skipped")
+        prof = profile_graphs(dev, graphs, repeats=args.repeats, max_repeats=args.max_repeats, spread=args.spread,
+                              progress=say, existing=prev, save=path)
+        if not args.no_paging:
+            profile_paging(dev, prof, say, save=path)
     write_profile(prof, path)
-    say(f"wrote {path}: {len(prof['ops'])} op shapes, {'emulated' if not args.port else 'measured'}")
+    say(f"wrote {shown(path)}: {len(prof['ops'])} op shapes ({prof['source']}; the planner uses "
+        f"{prof['compute']['used']} compute costs and the {prof['paging']['used']} paging model)")
     return 0
 
 
@@ -369,11 +383,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run a real PyTorch step and compare saved tensors and ops with the graph")
     p.set_defaults(func=cmd_graph)
 
-    p = sub.add_parser("profile", help="measure op costs on the board, write profiles/<board>.yaml")
-    _board_args(p)
+    p = sub.add_parser("profile", help="measure op costs and paging on the board, write profiles/<board>.yaml")
+    p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--port", help="serial port of a real board (or ssh://user@host for rpi4 and jetson)")
+    where.add_argument("--emulate", action="store_true",
+                       help="profile the emulated stand-in (the default without --port); numbers are 'emulated'")
     _model_args(p, default=None)
     p.add_argument("--models", nargs="+", help="models to profile (default: mlp-digits cnn-digits)")
-    p.add_argument("--repeats", type=int, default=3, help="runs per op (default 3)")
+    p.add_argument("--repeats", type=int, default=3, help="least runs per graph (default 3)")
+    p.add_argument("--max-repeats", type=int, default=10,
+                   help="most runs per graph while an op's spread is above --spread (default 10)")
+    p.add_argument("--spread", type=_fraction, default=0.02,
+                   help="stop repeating once every op's (max - min) / median ticks is below this (default 0.02)")
+    p.add_argument("--no-paging", action="store_true", help="skip the paging sweep")
     p.add_argument("-o", "--output", help="profile path (default profiles/<board>.yaml)")
     p.set_defaults(func=cmd_profile)
 
@@ -427,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=89, help="training steps (default 89: one epoch of digits)")
     p.add_argument("--lr", type=float, default=0.3, help="SGD learning rate (default 0.3)")
     p.add_argument("--run-dir", help="where the run's files go (default runs/demo)")
-    p.set_defaults(func=cmd_demo, models=None, repeats=3, output=None)
+    p.set_defaults(func=cmd_demo, models=None, repeats=3, max_repeats=10, spread=0.02, output=None)
     return ap
 
 

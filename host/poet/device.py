@@ -20,9 +20,10 @@ from poet import emulator, firmware
 from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph import TrainingGraph
-from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Hello, Link, ProcessPort, StepResult
+from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Hello, Link, ProcessPort, ProtocolMismatch, StepResult
 from poet.lower import model_blob
 from poet.modelblob import decode_weights, encode_batch, encode_weights
+from poet.serialports import open_serial
 
 
 @dataclass
@@ -85,10 +86,7 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             ser = ProcessPort(proc)
             emulated = False
         elif port:
-            try:
-                ser = serial.serial_for_url(port, baudrate=115200, timeout=1.0)
-            except (serial.SerialException, ValueError) as exc:
-                raise PoetError(f"cannot open port {port}: {exc}") from exc
+            ser = open_serial(port)  # one line for a missing, busy or refused port
             emulated = False
         elif board.emulator.get("kind") == "process":
             # a Linux board's stand-in: the runtime as a child process (a cross build under qemu-user)
@@ -109,7 +107,12 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             emulated = True
         stack.callback(ser.close)
         link = Link(ser)
-        hello = link.hello()
+        try:
+            hello = link.hello()
+        except ProtocolMismatch as exc:  # the link's words, with the board and port filled in
+            where = f" on {port}" if port else ""
+            raise ProtocolMismatch(str(exc).replace("the board", f"the {board.name}{where}", 1)
+                                   .replace("--board BOARD", f"--board {board.name}")) from None
         if hello.board != board.name and not (emulated and hello.board == board.name):
             raise PoetError(f"the board on {port or 'the emulator'} says it is {hello.board!r}, "
                             f"not {board.name!r}; pass the right --board")

@@ -122,6 +122,25 @@ def check_port(port: str) -> None:
     ser.close()
 
 
+def open_serial(port: str, baudrate: int = 115200, timeout: float = 1.0) -> serial.SerialBase:
+    """Open a board's port for the link, held exclusively: a missing port, one another program holds
+    and any other refusal end in one line each. URLs (socket://, rfc2217://) go to pyserial as they are."""
+    try:
+        if "://" in port:
+            return serial.serial_for_url(port, baudrate=baudrate, timeout=timeout)
+        if not os.path.exists(port):
+            raise UsageError(f"no serial port {port}: run `poet boards` to see what is attached")
+        ser = serial.Serial()
+        ser.port, ser.baudrate, ser.timeout = port, baudrate, timeout
+        ser.exclusive = True  # flock, so two poets (or a serial monitor) never share a board
+        ser.open()
+        return ser
+    except serial.SerialException as exc:
+        raise port_error(port, exc) from exc
+    except ValueError as exc:
+        raise UsageError(f"--port {port}: {exc}") from exc
+
+
 def port_error(port: str, exc: serial.SerialException) -> PoetError:
     text = str(exc)
     code = exc.errno if isinstance(exc.errno, int) else None

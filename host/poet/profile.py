@@ -1,0 +1,369 @@
+"""`poet profile`: measure every op of some graphs on a board, and its paging, into profiles/<board>.yaml.
+
+Each graph runs under a keep-everything schedule, step after step, until every op's ticks
+agree within `spread` (or `max_repeats` steps ran). Then a tiny synthetic model whose only
+work is paging one tensor out and back in is run at sizes from 256 B up, and
+`t = latency + bytes / throughput` is fitted per direction.
+
+The file is rewritten after every finished graph and after the paging sweep, with what is
+done marked, so an interrupted profile (Ctrl-C, a pulled cable, a stopped emulator) keeps
+its finished part and the same command resumes it. What the planner reads from the file
+(costs.costed) is `time_s` / `energy_j` per op and the `paging` section; every number
+says where it comes from.
+"""
+
+from __future__ import annotations
+
+import datetime
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from poet.boards import Board
+from poet.costs import op_key, uncosted, work
+from poet.errors import PoetError
+from poet.graph import TrainingGraph
+from poet.link import MODEL, SCHEDULE, WEIGHTS, LinkClosed, LinkTimeout
+from poet.modelblob import KIND_INPUT, KIND_OPTIMIZER, OP_INPUT, OP_SGD, BlobNode, ModelBlob
+from poet.paths import shown
+from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, Instr, Schedule
+
+Say = Callable[[str], None]
+COMPUTE_KINDS = ("forward", "backward", "optimizer")
+# the paging sweep: 256 B .. 64 KiB, doubling (capped by what the board's pool holds)
+PAGE_SIZES = tuple(256 << k for k in range(9))
+PAGE_ROUNDS = 6  # page-out + page-in round trips per size in one step; the first is dropped (cold file/cache)
+
+
+@dataclass(frozen=True)
+class Seed:
+    """A real Linux board's compute speed from a document, for when only its qemu-user stand-in ran."""
+    source: str          # poet-paper | datasheet
+    flop_per_s: float
+    cite: str
+
+    def time_s(self, w: int) -> float:
+        return w / self.flop_per_s
+
+    def describe(self) -> str:
+        return f"{self.source}: {self.flop_per_s / 1e9:g} GFLOP/s ({self.cite}); energy = time x the board file's " \
+               f"cpu_active_w (datasheet)"
+
+
+SEEDS: dict[str, Seed] = {
+    # POET reference implementation (Patil et al., ICML 2022; github.com/ShishirPatil/poet,
+    # poet/chipsets.py, RPi["FLOPS"] = 2e9). Its RPi FLOPS_PER_WATT (1.6283e9 / (13.53 x 3)) would
+    # mean ~50 W at that rate, so energy comes from boards/rpi4.yaml's power instead.
+    "rpi4": Seed("poet-paper", 2e9, "POET reference poet/chipsets.py RPi FLOPS"),
+    # The reference gives the Jetson TX2 no FLOP rate (JetsonTX2 has power and paging only), so:
+    # the Jetson Nano's 1.43 GHz A57 (module data sheet) at one scalar FLOP per cycle, the
+    # assumption chipsets.py states for the RPi; the runtime's kernels are scalar C on one core.
+    "jetson": Seed("datasheet", 1.43e9, "Jetson Nano module data sheet 1.43 GHz x 1 FLOP/cycle, the POET "
+                   "reference's per-cycle assumption"),
+}
+
+
+class ProfileInterrupted(PoetError):
+    """The board went away (or Ctrl-C) mid-profile; what finished is saved."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    min_repeats: int = 3
+    max_repeats: int = 10
+    spread: float = 0.02  # relative (max - min) / median of an op's ticks that counts as settled
+
+
+# ---------------------------------------------------------------- the file
+
+def write_profile(profile: dict[str, Any], path: Path) -> None:
+    """Atomically: a crash mid-write leaves the previous file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("# poet op-cost profile; every number carries its provenance\n"
+                   + yaml.safe_dump(profile, sort_keys=False))
+    tmp.replace(path)
+
+
+def _is_linux(board: Board) -> bool:
+    return board.emulator.get("kind") == "process"
+
+
+def _compute_section(board: Board, emulated: bool) -> dict[str, Any]:
+    """Which numbers the planner uses for compute, and why."""
+    if not emulated:
+        return {"used": "measured", "why": "ticks of the board's own timer, time = ticks / tick_hz"}
+    if _is_linux(board):
+        return {"used": SEEDS[board.name].source,
+                "why": "the stand-in runs under qemu-user, whose ticks are this computer's wall clock, not the "
+                       "board's: the planner uses time_s from " + SEEDS[board.name].describe() + "; the stand-in's "
+                       "ticks are kept as stand_in_time_s"}
+    return {"used": "emulated",
+            "why": f"ticks -> instructions (-icount shift=0: 1 per virtual ns) x CPI {board.cpi} / "
+                   f"{board.clock_hz / 1e6:g} MHz (emulated); energy = time x {board.cpu_active_w} W (datasheet)"}
+
+
+def new_profile(device: Any) -> dict[str, Any]:
+    board: Board = device.board
+    return {
+        "board": board.name,
+        "firmware": device.hello.fw_version,
+        "date": datetime.date.today().isoformat(),
+        "source": device.provenance,
+        "tick_hz": device.hello.tick_hz,
+        "runtime_static_bytes": device.runtime_static,
+        "compute": _compute_section(board, device.emulated),
+        "settings": {},
+        "models": {},
+        "paging": _datasheet_paging(board, "not measured yet"),
+        "ops": {},
+    }
+
+
+def _datasheet_paging(board: Board, reason: str) -> dict[str, Any]:
+    s = board.storage
+    return {"used": "datasheet", "reason": reason,
+            **{k: s[k] for k in ("kind", "read_bytes_per_s", "write_bytes_per_s", "latency_s", "read_w", "write_w",
+                                 "source")}}
+
+
+def resumable(existing: dict[str, Any] | None, device: Any) -> dict[str, Any] | None:
+    """The existing profile if it was made by this board's current firmware the same way, else None."""
+    if not existing or "models" not in existing:
+        return None
+    same = (existing.get("board") == device.board.name and str(existing.get("firmware")) == device.hello.fw_version
+            and existing.get("source") == device.provenance)
+    return existing if same else None
+
+
+# ---------------------------------------------------------------- compute
+
+def _times(board: Board, device: Any, ticks: float, w: int) -> dict[str, Any]:
+    """An op's time and energy as the planner reads them, with where they come from."""
+    if not device.emulated:
+        t = ticks / device.hello.tick_hz
+        return {"time_s": t, "energy_j": board.compute_energy_j(t), "time_provenance": "measured"}
+    if _is_linux(board):
+        t = SEEDS[board.name].time_s(w)
+        return {"stand_in_time_s": ticks / device.hello.tick_hz, "time_s": t, "energy_j": board.compute_energy_j(t),
+                "time_provenance": SEEDS[board.name].source}
+    t = board.compute_time_s(int(ticks), device.hello.tick_hz)
+    return {"time_s": t, "energy_j": board.compute_energy_j(t), "time_provenance": "emulated"}
+
+
+def _provenance(board: Board, device: Any) -> str:
+    if device.emulated and _is_linux(board):
+        return "emulated (qemu-user wall clock: not the board's speed)"
+    return str(device.provenance)
+
+
+def _done_key(g: TrainingGraph) -> str:
+    return f"{g.model} batch {g.batch}"
+
+
+def profile_graphs(device: Any, graphs: list[tuple[TrainingGraph, list[np.ndarray]]], repeats: int = 3,
+                   progress: Say = print, existing: dict[str, Any] | None = None, max_repeats: int = 10,
+                   spread: float = 0.02, save: Path | None = None) -> dict[str, Any]:
+    """Measure every op of every graph; returns the profile (also written to `save` after each graph).
+
+    `repeats` is the least number of steps per graph; a graph the resumable `existing` profile
+    already has is skipped. On LinkClosed/LinkTimeout/Ctrl-C raises ProfileInterrupted with the
+    one line to print, the finished graphs saved.
+    """
+    settings = Settings(max(1, repeats), max(repeats, max_repeats), spread)
+    prof = resumable(existing, device) or new_profile(device)
+    prof["date"] = datetime.date.today().isoformat()
+    prof["settings"] = {"min_repeats": settings.min_repeats, "max_repeats": settings.max_repeats,
+                        "spread": settings.spread}
+    every = {op_key(n) for g, _ in graphs for n in g.nodes}
+    for g, weights in graphs:
+        key = _done_key(g)
+        if prof["models"].get(key, {}).get("done"):
+            progress(f"profile {g.model}: already in the profile (firmware {prof['firmware']}), skipped")
+            continue
+        try:
+            summary = _profile_graph(device, g, weights, settings, prof, progress)
+        except (LinkClosed, LinkTimeout, KeyboardInterrupt) as exc:
+            if save is not None:
+                write_profile(_sorted(prof), save)
+            done = sum(1 for k in every if k in prof["ops"])
+            where = f"saved to {shown(save)}" if save is not None else "not saved"
+            raise ProfileInterrupted(f"{_went(exc)} while profiling {g.model} ({done} of {len(every)} ops done, "
+                                     f"{where}); run the same command again to resume", _status(exc)) from exc
+        if save is not None:
+            write_profile(_sorted(prof), save)
+        progress(summary)  # only once saved: what it says is done is on disk
+    return _sorted(prof)
+
+
+def _went(exc: BaseException) -> str:
+    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "the board went away"
+
+
+def _status(exc: BaseException) -> int:
+    return 130 if isinstance(exc, KeyboardInterrupt) else 1  # 130: the shell's code for Ctrl-C
+
+
+def _sorted(prof: dict[str, Any]) -> dict[str, Any]:
+    return {**prof, "ops": dict(sorted(prof["ops"].items()))}
+
+
+def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: Settings, prof: dict[str, Any],
+                   progress: Say) -> str:
+    """Measure one graph into prof; returns the line that says it is done."""
+    from poet.lower import lower
+    from poet.solve import keep_all
+
+    board: Board = device.board
+    progress(f"profile {g.model}: {len(g.nodes)} ops, {s.min_repeats}..{s.max_repeats} runs until every op's "
+             f"spread < {s.spread:.0%}")
+    device.load_model(g, weights)
+    device.load_schedule(lower(keep_all(uncosted(g)), g).schedule.encode())
+    rng = np.random.default_rng(0)  # the same inputs on every board and every resume
+    samples: dict[int, list[int]] = {}
+    for r in range(s.max_repeats):
+        x = rng.random((g.batch, *g.input_shape), dtype=np.float32)
+        y = rng.integers(0, g.classes, g.batch)
+        res = device.step(x, y, lr=0.0)  # lr 0: the weights, hence the inputs of every op, stay put
+        for rec in res.records:
+            if rec.kind in COMPUTE_KINDS:
+                samples.setdefault(rec.node, []).append(rec.ticks)
+        worst = max((_spread(t) for t in samples.values()), default=0.0)
+        progress(f"  run {r + 1}: {res.step_ticks} ticks, worst op spread {worst:.2%}")
+        if r + 1 >= s.min_repeats and worst < s.spread:
+            break
+    runs = r + 1
+    by_key: dict[str, list[int]] = {}  # nodes of one shape (two ReLUs of one width) pool their samples
+    for nid, ticks in samples.items():
+        by_key.setdefault(op_key(g.nodes[nid]), []).extend(ticks)
+    w = {op_key(g.nodes[nid]): work(g.nodes[nid]) for nid in samples}
+    for key, ticks in by_key.items():
+        med = statistics.median(ticks)
+        prof["ops"][key] = {
+            "work": w[key],
+            "ticks": int(med),
+            "spread": round(_spread(ticks), 6),
+            "repeats": runs,
+            "samples": len(ticks),  # repeats x the nodes of this shape
+            "provenance": _provenance(board, device),
+            **_times(board, device, med, w[key]),
+        }
+    unsettled = sum(1 for t in samples.values() if _spread(t) >= s.spread)
+    prof["models"][_done_key(g)] = {"done": True, "ops": len(by_key), "runs": runs,
+                                    "unsettled_ops": unsettled}
+    return (f"  {g.model} done: {len(samples)} nodes, {len(by_key)} op shapes"
+            + (f", {unsettled} still spread >= {s.spread:.0%} after {s.max_repeats} runs" if unsettled else ""))
+
+
+def _spread(ticks: list[int]) -> float:
+    med = statistics.median(ticks)
+    return (max(ticks) - min(ticks)) / med if med else 0.0
+
+
+# ---------------------------------------------------------------- paging
+
+def paging_model(nbytes: int) -> ModelBlob:
+    """A model whose only tensor is its input (nbytes) and whose step is an SGD over no parameters:
+    the schedule around it does nothing but page that tensor (docs/spec.md section 5: node 0 pages at
+    swap offset 0)."""
+    n = nbytes // 4
+    nodes = [BlobNode(OP_INPUT, KIND_INPUT, (), nbytes, (n,)), BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, ())]
+    return ModelBlob(batch=1, x_elems=n, param_elems=[], nodes=nodes)
+
+
+def paging_schedule(blob: ModelBlob, rounds: int = PAGE_ROUNDS) -> Schedule:
+    nbytes = blob.nodes[0].bytes
+    instrs = [Instr(COMPUTE, 0, 0)]
+    for _ in range(rounds):
+        instrs += [Instr(PAGE_OUT, 0), Instr(FREE, 0), Instr(PAGE_IN, 0, 0)]
+    instrs += [Instr(COMPUTE, 1), Instr(FREE, 0)]
+    return Schedule(len(blob.nodes), blob.hash(), nbytes, instrs)
+
+
+def page_sizes(pool_bytes: int) -> list[int]:
+    # the pool holds the staged batch (nbytes + a label) and the arena (nbytes), each 8-byte aligned
+    return [s for s in PAGE_SIZES if 2 * s + 64 <= pool_bytes]
+
+
+def fit_line(nbytes: list[int], seconds: list[float]) -> dict[str, Any]:
+    """Least squares t = latency + bytes / throughput, with R² (None when every time is the same)."""
+    x = np.asarray(nbytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    a = np.stack([np.ones_like(x), x], axis=1)
+    (latency, per_byte), *_ = np.linalg.lstsq(a, t, rcond=None)
+    ss_tot = float(((t - t.mean()) ** 2).sum())
+    ss_res = float(((t - a @ np.array([latency, per_byte])) ** 2).sum())
+    grows = per_byte * (x.max() - x.min()) > 1e-9  # more than a nanosecond over the sizes: finer than any timer
+    return {"latency_s": float(latency),
+            "bytes_per_s": float(1.0 / per_byte) if grows else None,  # None: no time grows with size
+            "r2": round(1.0 - ss_res / ss_tot, 6) if ss_tot > 0 else None,
+            "samples": len(nbytes)}
+
+
+def profile_paging(device: Any, prof: dict[str, Any], progress: Say = print, save: Path | None = None) -> None:
+    """Page out and in at every size, fit each direction, and say which model the planner uses."""
+    board: Board = device.board
+    if prof.get("paging", {}).get("fit", {}).get("done"):
+        progress("paging: already in the profile, skipped")
+        return
+    sizes = page_sizes(device.hello.pool_bytes)
+    progress(f"paging: {len(sizes)} sizes {sizes[0]} B .. {sizes[-1]} B, {PAGE_ROUNDS - 1} round trips each")
+    seen: dict[str, tuple[list[int], list[float]]] = {"out": ([], []), "in": ([], [])}
+    try:
+        for nbytes in sizes:
+            blob = paging_model(nbytes)
+            device.link.upload(MODEL, blob.encode())
+            device.link.upload(WEIGHTS, b"")
+            device.link.upload(SCHEDULE, paging_schedule(blob).encode())
+            res = device.step(np.zeros((1, nbytes // 4), np.float32), np.zeros(1, np.int32), lr=0.0)
+            for direction, kind in (("out", "page_out"), ("in", "page_in")):
+                recs = [r for r in res.records if r.kind == kind][1:]  # the first: cold file and caches
+                seen[direction][0].extend(r.bytes for r in recs)
+                seen[direction][1].extend(r.ticks / device.hello.tick_hz for r in recs)
+            progress(f"  {nbytes:6d} B: out {_median_us(res, 'page_out', device):9.1f} us, "
+                     f"in {_median_us(res, 'page_in', device):9.1f} us (board timer)")
+    except (LinkClosed, LinkTimeout, KeyboardInterrupt) as exc:
+        raise ProfileInterrupted(f"{_went(exc)} while measuring paging (the ops are saved"
+                                 + (f" to {shown(save)}" if save else "") + "); run the same command again to "
+                                 "resume", _status(exc)) from exc
+    fit = {d: {**fit_line(*seen[d]), "sizes": sizes} for d in ("out", "in")}
+    prof["paging"] = _paging_section(board, device, fit)
+    if save is not None:
+        write_profile(_sorted(prof), save)
+    for d in ("out", "in"):
+        f = fit[d]
+        rate = f"{f['bytes_per_s'] / 1e6:.3g} MB/s" if f["bytes_per_s"] else "no growth with size"
+        progress(f"  page-{d}: latency {f['latency_s'] * 1e6:.1f} us, {rate}, R² {f['r2']}")
+    progress(f"  the planner uses the {prof['paging']['used']} paging model: {prof['paging']['reason']}")
+
+
+def _median_us(res: Any, kind: str, device: Any) -> float:
+    ticks = [r.ticks for r in res.records if r.kind == kind][1:]
+    return statistics.median(ticks) / device.hello.tick_hz * 1e6 if ticks else 0.0
+
+
+def _paging_section(board: Board, device: Any, fit: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    prov = _provenance(board, device)
+    fit_out = {"done": True, "provenance": prov, **fit}
+    if device.emulated:
+        why = ("the stand-in pages to a file on this computer through qemu-user: its times are this computer's"
+               if _is_linux(board) else
+               "the emulator pages through semihosting, outside QEMU's virtual clock (near-zero ticks): "
+               "it says nothing about an SD card")
+        return {**_datasheet_paging(board, why + f"; the board file's storage model ({board.storage['kind']}, "
+                                    f"{board.storage.get('source', '?')}) is used"), "fit": fit_out}
+    usable = all(fit[d]["bytes_per_s"] for d in ("out", "in"))
+    if not usable:
+        return {**_datasheet_paging(board, "the measured times did not grow with size (no throughput to fit)"),
+                "fit": fit_out}
+    s = board.storage
+    return {"used": "measured", "reason": "fitted on this board (time = latency + bytes / throughput, board timer)",
+            "kind": s["kind"], "read_bytes_per_s": fit["in"]["bytes_per_s"],
+            "write_bytes_per_s": fit["out"]["bytes_per_s"], "read_latency_s": max(0.0, fit["in"]["latency_s"]),
+            "write_latency_s": max(0.0, fit["out"]["latency_s"]), "read_w": s["read_w"], "write_w": s["write_w"],
+            "source": "measured (powers: datasheet)", "fit": fit_out}
