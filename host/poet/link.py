@@ -474,16 +474,19 @@ class Link:
         name = BLOB_NAMES.get(blob_id, f"blob {blob_id}")
         out = bytearray()
         while len(out) < n_bytes:
-            asked = [0]
+            asked = [0]  # the most any try of this request asked for
 
             def read(off: int = len(out), asked: list[int] = asked) -> bytes:
-                asked[0] = min(self.part, n_bytes - off)
-                return struct.pack("<BIH", blob_id, off, asked[0])
+                n = min(self.part, n_bytes - off)
+                asked[0] = max(asked[0], n)
+                return struct.pack("<BIH", blob_id, off, n)
 
             part = self._request(READ, read, DATA, f"{name} bytes from {len(out)}")
-            if len(part) not in (asked[0], min(2 * asked[0], n_bytes - len(out))) or not part:
-                raise LinkError(f"asked for {asked[0]} {name} bytes at {len(out)}, got {len(part)}")
-            out += part  # a reply to an earlier, larger try of the same request is as good
+            # any try's reply is good: they all read from the same offset (a late answer to a
+            # larger first try carries more)
+            if not 0 < len(part) <= asked[0]:
+                raise LinkError(f"asked for at most {asked[0]} {name} bytes at {len(out)}, got {len(part)}")
+            out += part
         return bytes(out)
 
     def close(self) -> None:
