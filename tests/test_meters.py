@@ -83,8 +83,10 @@ def footprint_corr(a: al.Alignment, b: al.Alignment) -> float:
 def test_smaragdine_precision_and_stability() -> None:
     """Pearson correlation of per-op footprints: sparsened recordings (precision), noise seeds (stability).
 
-    Thresholds sit below the values measured over 20 timelines (benchmarks/meter_accuracy.py,
-    docs/benchmarks.md): 2x >= 0.9995, 4x >= 0.998, 8x >= 0.99, runs >= 0.9998.
+    Measured over 20 timelines (benchmarks/meter_accuracy.py, docs/benchmarks.md), minimum r:
+    2x 0.99997, 4x 0.99975, 8x 0.99893, 5 noise seeds 0.99999. The floors below leave ~10x the
+    measured shortfall from 1 as margin, so a seed change passes but a broken alignment (r of an
+    op's energy against another's drops fast once shares land on the wrong ops) does not.
     """
     tl = synthetic.timeline(200, seed=3)
     full = base.check(synthetic.render(tl, 100e-6, seed=3))
@@ -396,7 +398,8 @@ def small_trace(steps: list[list[int]], tick_hz: float = 1e6) -> Trace:
     nodes = [{"name": "fc1/forward", "module": "fc1", "kind": "forward", "op": "linear", "bytes": 64}]
     tr = Trace("nrf52840", "mlp-digits", "measured", tick_hz, nodes)
     for n, ticks in enumerate(steps):
-        tr.steps.append({"step": n, "records": [[i, 0, "forward", "linear", t, 0] for i, t in enumerate(ticks)]})
+        tr.steps.append({"step": n, "step_ticks": sum(ticks) + 1000,   # + 1 ms of interpreter overhead
+                         "records": [[i, 0, "forward", "linear", t, 0] for i, t in enumerate(ticks)]})
     return tr
 
 
@@ -406,7 +409,11 @@ def test_measured_energy_per_trace_record_from_step_times() -> None:
     t = np.arange(0.9, 2.1, 1e-4)
     rec = base.check(base.Recording.of_power("ina219", 1e-4, t, np.full(t.size, 0.01)))
     events = al.events_from_steps(trace, [1.0, 2.0])
-    energy_of = al.measured_energy(trace, rec, events)
+    windows = al.step_windows(trace, [1.0, 2.0])
+    energy_of = al.measured_energy(trace, rec, events, windows=windows)
+    # accounting asks energy_of(step, -1) for the step's time outside its records: 1 ms each here.
+    assert energy_of(0, al.OVERHEAD_RECORD) == pytest.approx(0.01 * 1e-3, rel=1e-6)
+    assert energy_of(1, al.OVERHEAD_RECORD) == pytest.approx(0.01 * 1e-3, rel=1e-6)
     assert energy_of(0, 0) == pytest.approx(0.01 * 2e-3, rel=1e-6)
     assert energy_of(0, 1) == pytest.approx(0.01 * 3e-3, rel=1e-6)
     assert energy_of(1, 0) == pytest.approx(0.01 * 5e-3, rel=1e-6)

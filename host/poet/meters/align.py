@@ -67,6 +67,13 @@ class Alignment:
     period_s: float
     min_samples: int
     notes: tuple[str, ...]
+    idle: np.ndarray        # (n, 3): start_s, end_s, energy_j of every stretch no event covers
+
+    def idle_j(self, start_s: float, end_s: float) -> float:
+        """Unattributed energy inside [start_s, end_s); pass those instants as `cuts` to align()."""
+        s, e = self.idle[:, 0], self.idle[:, 1]
+        inside = (s >= start_s) & (e <= end_s)
+        return float(np.sum(self.idle[inside, 2]))
 
     @property
     def total_j(self) -> float:
@@ -77,30 +84,34 @@ class Alignment:
 
 
 def align(rec: Recording, events: Sequence[Event], *, min_samples: int = DEFAULT_MIN_SAMPLES,
-          refine: int = DEFAULT_REFINE) -> Alignment:
-    """Per-event energy from a checked recording and events on the meter's clock (see module doc)."""
+          refine: int = DEFAULT_REFINE, cuts: Sequence[float] = ()) -> Alignment:
+    """Per-event energy from a checked recording and events on the meter's clock (see module doc).
+
+    `cuts` are extra instants where the unattributed stretches are split (a step's end), so
+    Alignment.idle_j can answer for an interval ending there.
+    """
     if not events:
-        return Alignment([], 0.0, rec.period_s, min_samples, rec.notes)
+        return Alignment([], 0.0, rec.period_s, min_samples, rec.notes, np.zeros((0, 3)))
     seg = rec.segments()
     ev_s = np.array([e.start_s for e in events], dtype=np.float64)
     ev_e = np.array([e.end_s for e in events], dtype=np.float64)
     if np.any(ev_e < ev_s):
         i = int(np.flatnonzero(ev_e < ev_s)[0])
         raise MeterError(f"op event {events[i].key} ends before it starts ({ev_s[i]:.6f} > {ev_e[i]:.6f} s)")
-    lo, hi = float(ev_s.min()), float(ev_e.max())
+    extra = np.asarray(cuts, dtype=np.float64)
+    lo, hi = float(np.min(np.concatenate([ev_s, extra]))), float(np.max(np.concatenate([ev_e, extra])))
     tol = 1e-9 * max(1.0, abs(hi))
     if lo < seg.start_s[0] - tol or hi > seg.end_s[-1] + tol:
-        raise MeterError(f"the op events run from {lo:.6f} to {hi:.6f} s but {rec.where} covers only "
-                         f"{seg.start_s[0]:.6f} to {seg.end_s[-1]:.6f} s on the meter clock; check the sync "
-                         "(marker channel, step start times) or record longer")
+        raise MeterError(f"the op events (and step windows) run from {lo:.6f} to {hi:.6f} s but {rec.where} "
+                         f"covers only {seg.start_s[0]:.6f} to {seg.end_s[-1]:.6f} s on the meter clock; check the "
+                         "sync (marker channel, step start times) or record longer")
     # The span rounded out to whole samples: a sample cut at the first or last event would hide
     # the part of its energy outside, and the deconvolution needs every sample whole.
     first = max(int(np.searchsorted(seg.start_s, lo, side="right")) - 1, 0)
     last = max(int(np.searchsorted(seg.start_s, hi, side="right")) - 1, 0)
     lo, hi = min(lo, float(seg.start_s[first])), max(hi, float(seg.end_s[last]))
     # Elementary pieces: between every sample boundary and every event boundary inside [lo, hi].
-    cuts = np.concatenate([seg.start_s, seg.end_s, ev_s, ev_e])
-    b = np.unique(np.clip(cuts, lo, hi))
+    b = np.unique(np.clip(np.concatenate([seg.start_s, seg.end_s, ev_s, ev_e, extra]), lo, hi))
     b0, b1 = b[:-1], b[1:]
     length = b1 - b0
     k = np.clip(np.searchsorted(seg.start_s, b0, side="right") - 1, 0, len(seg.start_s) - 1)
@@ -108,11 +119,13 @@ def align(rec: Recording, events: Sequence[Event], *, min_samples: int = DEFAULT
     active = (np.searchsorted(np.sort(ev_s), b0, side="right")
               - np.searchsorted(np.sort(ev_e), b0, side="right"))
     # Timeline pieces: runs of constant activity; an event boundary opens a new one.
-    ev_bounds = np.unique(np.concatenate([[lo], ev_s, ev_e]))
+    ev_bounds = np.unique(np.concatenate([[lo], ev_s, ev_e, np.clip(extra, lo, hi)]))
     j = np.searchsorted(ev_bounds, b0, side="right") - 1
     piece_e = _deconvolve(seg.power_w[k] * length, k, j, length, int(j.max()) + 1, refine)
     share = np.where(active > 0, piece_e / np.maximum(active, 1), 0.0)
-    unattributed = float(np.sum(np.where(active == 0, piece_e, 0.0)))
+    none = active == 0
+    unattributed = float(np.sum(piece_e[none]))
+    idle = np.stack([b0[none], b1[none], piece_e[none]], axis=1)
     cum = np.concatenate([[0.0], np.cumsum(share)])
     flag = np.concatenate([[0], np.cumsum(seg.interpolated[k].astype(np.int64))])
     i0, i1 = np.searchsorted(b, ev_s), np.searchsorted(b, ev_e)
@@ -121,7 +134,7 @@ def align(rec: Recording, events: Sequence[Event], *, min_samples: int = DEFAULT
         spans = (e.end_s - e.start_s) / rec.period_s
         out.append(EventEnergy(e.key, e.start_s, e.end_s, float(cum[i1[n]] - cum[i0[n]]), spans,
                                spans >= min_samples, bool(flag[i1[n]] - flag[i0[n]])))
-    return Alignment(out, unattributed, rec.period_s, min_samples, rec.notes)
+    return Alignment(out, unattributed, rec.period_s, min_samples, rec.notes, idle)
 
 
 def _deconvolve(piece_j: np.ndarray, k: np.ndarray, j: np.ndarray, length: np.ndarray, pieces: int,
@@ -198,7 +211,8 @@ def marker_pulses(rec: Recording, channel: int) -> list[tuple[float, float]]:
 
 
 def record_keys(trace: Trace) -> list[tuple[int, int]]:
-    return [(int(st["step"]), i) for st in trace.steps for i in range(len(st["records"]))]
+    """(step index into trace.steps, record index): what accounting's energy_of(step, i) is asked."""
+    return [(n, i) for n, st in enumerate(trace.steps) for i in range(len(st["records"]))]
 
 
 def events_from_markers(trace: Trace, rec: Recording, channel: int) -> list[Event]:
@@ -210,6 +224,13 @@ def events_from_markers(trace: Trace, rec: Recording, channel: int) -> list[Even
                          f"{len(keys)} records: check the channel, that the recording spans the whole run, "
                          "and that the firmware was built with the op marker")
     return [Event(s, e, key) for (s, e), key in zip(pulses, keys)]
+
+
+def step_windows(trace: Trace, step_start_s: Sequence[float], sync: Sync | None = None) -> list[tuple[float, float]]:
+    """Each step's [start, start + step_ticks / tick_hz) on the meter clock, for its overhead energy."""
+    sync = sync or Sync(0.0)
+    return [(sync.to_meter(t0), sync.to_meter(t0 + float(st["step_ticks"]) / trace.tick_hz))
+            for st, t0 in zip(trace.steps, step_start_s)]
 
 
 def events_from_steps(trace: Trace, step_start_s: Sequence[float], sync: Sync | None = None) -> list[Event]:
@@ -224,23 +245,33 @@ def events_from_steps(trace: Trace, step_start_s: Sequence[float], sync: Sync | 
         raise MeterError(f"{len(step_start_s)} step start times for {len(trace.steps)} trace steps")
     sync = sync or Sync(0.0)
     out = []
-    for st, t0 in zip(trace.steps, step_start_s):
+    for n, (st, t0) in enumerate(zip(trace.steps, step_start_s)):
         t = 0.0
         for i, rec in enumerate(st["records"]):
             d = float(rec[4]) / trace.tick_hz
-            out.append(Event(sync.to_meter(t0 + t), sync.to_meter(t0 + t + d), (int(st["step"]), i)))
+            out.append(Event(sync.to_meter(t0 + t), sync.to_meter(t0 + t + d), (n, i)))
             t += d
     return out
 
 
+OVERHEAD_RECORD = -1   # accounting's record index for the part of a step no record covers
+
+
 @dataclass(frozen=True)
 class MeasuredEnergy:
-    """Per trace record joules, callable as energy_of(step, record_index) for accounting."""
+    """Joules per trace record, callable as accounting's energy_of(step, record_index).
+
+    step is the index into trace.steps; record_index OVERHEAD_RECORD (-1) asks for the step's
+    remainder: the unattributed energy inside the step's window (between and after its records).
+    """
 
     alignment: Alignment
     by_record: dict[tuple[int, int], EventEnergy]
+    overhead_j: list[float]
 
     def __call__(self, step: int, record_index: int) -> float:
+        if record_index == OVERHEAD_RECORD and 0 <= step < len(self.overhead_j):
+            return self.overhead_j[step]
         try:
             return self.by_record[(step, record_index)].energy_j
         except KeyError:
@@ -252,12 +283,26 @@ class MeasuredEnergy:
 
 
 def measured_energy(trace: Trace, rec: Recording, events: Sequence[Event], *,
+                    windows: Sequence[tuple[float, float]] | None = None,
                     min_samples: int = DEFAULT_MIN_SAMPLES, refine: int = DEFAULT_REFINE) -> MeasuredEnergy:
-    """The trace's records (events keyed (step, record_index)) charged from a recording."""
-    al = align(rec, events, min_samples=min_samples, refine=refine)
+    """The trace's records (events keyed (step index, record index)) charged from a recording.
+
+    `windows` are the steps' extents on the meter clock (step_windows() for host-timed steps);
+    without them a step spans its first record's start to its last record's end.
+    """
+    keys = record_keys(trace)
+    by_step: dict[int, list[Event]] = {}
+    for e in events:
+        by_step.setdefault(e.key[0], []).append(e)  # type: ignore[index]
+    if windows is None:
+        windows = [(min(e.start_s for e in by_step[n]), max(e.end_s for e in by_step[n])) if n in by_step
+                   else (0.0, 0.0) for n in range(len(trace.steps))]
+    if len(windows) != len(trace.steps):
+        raise MeterError(f"{len(windows)} step windows for {len(trace.steps)} trace steps")
+    al = align(rec, events, min_samples=min_samples, refine=refine, cuts=[t for w in windows for t in w])
     by = {e.key: e for e in al.events}
-    missing = [k for k in record_keys(trace) if k not in by]
+    missing = [k for k in keys if k not in by]
     if missing:
         raise MeterError(f"{len(missing)} trace records have no event (first: step {missing[0][0]} record "
                          f"{missing[0][1]}); build events with events_from_markers or events_from_steps")
-    return MeasuredEnergy(al, by)  # type: ignore[arg-type]
+    return MeasuredEnergy(al, by, [al.idle_j(a, b) for a, b in windows])  # type: ignore[arg-type]
