@@ -211,8 +211,8 @@ def render_diff(rows: list[DiffRow], a: Account, b: Account, names: tuple[str, s
         lines.append(f"  {k:<14} {fmt_j(ea)} {fmt_j(eb)} {fmt_j(eb - ea)}")
     changed = sorted((r for r in rows if r.delta_j), key=lambda r: -abs(r.delta_j))
     shown = changed[:top or 10]
-    title = f"by tensor and kind (largest changes: {len(shown)} of {len(changed)})"
-    lines += ["", f"  {title:<{w + 12}} {'A':>12} {'B':>12} {'B - A':>12}"]
+    lines += ["", f"  by tensor and kind, the largest changes ({len(shown)} of {len(changed)}):",
+              f"  {'tensor':<{w}} {'kind':<11} {'A':>12} {'B':>12} {'B - A':>12}"]
     for r in shown:
         lines.append(f"  {r.tensor:<{w}} {r.kind:<11} {fmt_j(r.a_j)} {fmt_j(r.b_j)} {fmt_j(r.delta_j)}")
     return "\n".join(lines)
@@ -349,7 +349,8 @@ def run(args: Any, say: Say) -> int:
     board = load_board(tr.board)
     acct = account(tr, board)
     out = Path(args.out) if args.out else path.parent
-    out.mkdir(parents=True, exist_ok=True)
+    if args.out and (args.csv is not None or args.chrome is not None or args.plot):
+        out.mkdir(parents=True, exist_ok=True)
     stem = path.stem
     if args.diff:
         other_path = Path(args.diff)
