@@ -215,15 +215,9 @@ def train(args: argparse.Namespace, say: Say) -> Path:
             return run.dir
         say(f"resuming {shown(run.dir)} at epoch {state.epoch + 1}, step {state.step + 1} "
             f"({state.global_step} steps done)")
-    else:
-        if args.epochs < 1:
-            raise UsageError(f"--epochs {args.epochs}: must be at least 1")
-        folder = Path(args.run_dir) if getattr(args, "run_dir", None) else \
-            runs_dir() / f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{args.model}"
-        folder.mkdir(parents=True, exist_ok=True)
-        run = Run(folder)
-        _write_atomic(run.config_path, json.dumps(_config_from(args), indent=1, default=str).encode())
-        state = RunState()
+    elif args.epochs < 1:
+        raise UsageError(f"--epochs {args.epochs}: must be at least 1")
+    # everything a new run could be refused for is checked before its folder exists
     board = load_board(args.board)
     check_ram(parse_size(args.ram), board.ram_bytes, board.name)
     model, g = _graph(args)
@@ -231,6 +225,13 @@ def train(args: argparse.Namespace, say: Say) -> Path:
     per_epoch = len(data.epoch_batches(g.batch, 0, args.seed))
     if per_epoch == 0:
         raise UsageError(f"--data {args.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
+    if not args.resume:
+        folder = Path(args.run_dir) if getattr(args, "run_dir", None) else \
+            runs_dir() / f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{args.model}"
+        folder.mkdir(parents=True, exist_ok=True)
+        run = Run(folder)
+        _write_atomic(run.config_path, json.dumps(_config_from(args), indent=1, default=str).encode())
+        state = RunState()
     total_steps = per_epoch * args.epochs
     w0 = weights_of(model)
     with open_device(board, args.port, workdir=run.dir) as dev:
