@@ -295,3 +295,65 @@ def test_sweep_writes_csv_and_figures(tmp_path):
 ])
 def test_sweep_bad_input(args, words):
     one_line_error(poet("sweep", *args), 2, *words)
+
+
+# ---------------------------------------------------------------- poet profile: the port, one line each
+
+@pytest.fixture
+def pty_board():
+    """A pty whose far end answers HELLO as a board speaking protocol 3 (a newer firmware than this poet)."""
+    import os
+    import select
+    import struct
+    import threading
+
+    from poet.framing import FrameReader, encode_frame
+    from poet.link import HELLO, HELLO_REPLY
+
+    master, slave = os.openpty()
+    stop = threading.Event()
+
+    def board() -> None:
+        reader = FrameReader()
+        while not stop.is_set():
+            if not select.select([master], [], [], 0.05)[0]:
+                continue
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                return
+            for msg_type, seq, _ in reader.feed(data):
+                if msg_type == HELLO:
+                    hello = struct.pack("<HBBIIII", 3, 2, 0, 1000, 262144, 200000, 1 << 20)
+                    hello += b"nrf52840".ljust(16, b"\0") + bytes(5)
+                    os.write(master, encode_frame(HELLO_REPLY, seq, hello))
+
+    t = threading.Thread(target=board, daemon=True)
+    t.start()
+    yield os.ttyname(slave)
+    stop.set()
+    t.join(timeout=2)
+    os.close(master)
+    os.close(slave)
+
+
+def test_profile_port_that_does_not_exist():
+    one_line_error(poet("profile", "--port", "/dev/ttyNOSUCH0", "--model", "mlp-digits"), 2,
+                   "no serial port /dev/ttyNOSUCH0", "poet boards")
+
+
+def test_profile_port_another_program_holds(pty_board):
+    import serial
+
+    holder = serial.Serial()
+    holder.port, holder.exclusive = pty_board, True
+    holder.open()
+    try:
+        one_line_error(poet("profile", "--port", pty_board, "--model", "mlp-digits"), 1, f"{pty_board} is busy")
+    finally:
+        holder.close()
+
+
+def test_profile_board_with_another_protocol(pty_board):
+    one_line_error(poet("profile", "--port", pty_board, "--model", "mlp-digits"), 1,
+                   f"the nrf52840 on {pty_board} speaks protocol 3, this poet speaks 2", "update poet")

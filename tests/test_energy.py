@@ -1,9 +1,16 @@
-"""The energy account of a trace: every record charged once, to the right kind, module and tensor."""
+"""The energy account of a trace: every record charged once, to the right kind, module and tensor.
+
+Pure Python on hand-made traces; tests/test_accounting.py does the same on real emulated runs.
+"""
+
+import json
 
 import pytest
+from poet.accounting import OVERHEAD_RECORD, RUNTIME, Box, diff, edd, energy_from_lists, fold, walk
 from poet.boards import load_board
 from poet.energy import account, render
 from poet.errors import PoetError
+from poet.report import chrome_trace
 from poet.tracefile import Trace
 
 NODES = [
@@ -29,7 +36,7 @@ def _trace() -> Trace:
         [8, 4, "optimizer", 32, 400, 0],
     ]
     tr.steps = [{"step": 0, "lr": 0.1, "loss": 2.3, "peak_live_bytes": 1, "peak_extent_bytes": 1,
-                 "step_ticks": 4553, "records": records}]
+                 "step_ticks": 4600, "records": records}]
     return tr
 
 
@@ -44,11 +51,17 @@ def test_every_joule_has_a_kind_and_a_tensor():
     # paging costs the storage model for the bytes moved, not the (emulated, near-zero) ticks
     assert a.by_kind["page_out"][0] == pytest.approx(board.page_cost(4096, "out")[1])
     assert a.by_kind["page_in"][0] == pytest.approx(board.page_cost(4096, "in")[1])
+    # the step's 44 ticks outside its records and the free's 0 ticks are runtime overhead
+    assert a.by_kind["overhead"][0] == pytest.approx(44 * per_tick)
+    assert a.by_tensor[RUNTIME]["overhead"] == pytest.approx(44 * per_tick)
     assert a.total_j == pytest.approx(sum(e for e, _ in a.by_kind.values()))
     assert a.total_j == pytest.approx(sum(e for e, _ in a.by_module.values()))
+    # the identity: the step's ticks (less the paging records' own, replaced by the storage model) + paging
+    paging = board.page_cost(4096, "out")[1] + board.page_cost(4096, "in")[1]
+    assert a.total_j == pytest.approx((4600 - 6) * per_tick + paging, rel=1e-12)
     # recompute is charged to the tensor it remade, paging to the tensor it moved
     assert a.by_tensor["fc1/forward"]["recompute"] == pytest.approx(1000 * per_tick)
-    assert set(a.by_tensor["input"]) == {"forward", "page_in", "page_out"}
+    assert set(a.by_tensor["input"]) == {"forward", "page_in", "page_out", "overhead"}
 
 
 def test_report_round_trip(tmp_path):
@@ -69,3 +82,100 @@ def test_not_a_trace(tmp_path):
     (tmp_path / "y.json").write_text('{"a": 1}')
     with pytest.raises(PoetError, match="not a poet trace"):
         Trace.load(tmp_path / "y.json")
+
+
+def test_measured_energy_replaces_the_model(tmp_path):
+    board = load_board("nrf52840")
+    tr = _trace()
+    n = len(tr.steps[0]["records"])
+    per_record = [[0.001 * (i + 1) for i in range(n)]]
+    a = account(tr, board, energy_from_lists(per_record, [0.5]))
+    assert a.source == "measured"
+    assert a.total_j == pytest.approx(sum(per_record[0]) + 0.5)
+    assert a.by_kind["recompute"][0] == pytest.approx(0.007)  # record 6
+    assert a.by_tensor[RUNTIME]["overhead"] == pytest.approx(0.5)
+    asked = []
+    account(tr, board, lambda s, i: asked.append((s, i)) or 0.0)
+    assert asked == [(0, i) for i in range(n)] + [(0, OVERHEAD_RECORD)]
+    with pytest.raises(PoetError, match="step 0 record 3 .* impossible"):
+        account(tr, board, lambda s, i: -1.0 if i == 3 else 0.0)
+
+
+def _box(tree: dict, name: str = "m") -> Box:
+    b = Box(name=name)
+    for k, v in tree.items():
+        c = _box(v, k) if isinstance(v, dict) else Box(energy_j=v, time_s=v, kinds={"forward": v}, name=k)
+        b.children[k] = c
+        b.add(c.energy_j, c.time_s, c.kinds)
+    return b
+
+
+def test_fold_numbered_siblings_of_the_same_shape():
+    block = {"conv1": {"forward": 1.0}, "conv2": {"forward": 1.0}}
+    down = {**block, "shortcut": {"0": {"forward": 1.0}}}
+    root = _box({"layer1": {"0": block, "1": block}, "layer2": {"0": down, "1": block},
+                 "layer3": {"0": down, "1": block}, "fc": {"forward": 1.0}})
+    folded = fold(root)
+    names = {b.path: b.count for _, b in walk(folded)}
+    # layer1's first block has no shortcut: layer2 and layer3 fold, layer1 stays
+    assert "layer{2,3}" in names and names["layer{2,3}"] == 2 and "layer1" in names
+    assert names["layer1/*"] == 2  # its two blocks are alike
+    assert names["layer1/*/conv*"] == 4 and names["layer1/*/conv*/forward"] == 4
+    assert folded.energy_j == root.energy_j == pytest.approx(sum(b.energy_j for _, b in walk(folded) if not b.children))
+    assert walk(root)[1][1].path == "" and len(walk(root, 1)) == 5  # the original tree is untouched
+
+
+def test_edd_mirrors_module_paths():
+    board = load_board("nrf52840")
+    a = account(_trace(), board)
+    root = edd(a)
+    assert set(root.children) == {"input", "fc1", "loss", "optimizer", RUNTIME}
+    assert set(root.children["fc1"].children) == {"forward", "backward"}
+    assert root.children["input"].children == {}  # a tensor named like its module is the module's box
+    assert root.energy_j == pytest.approx(a.total_j)
+
+
+def test_diff_needs_the_same_graph():
+    board = load_board("nrf52840")
+    a, b = _trace(), _trace()
+    b.steps[0]["records"][6][4] = 500  # a cheaper recompute
+    rows = {(r.tensor, r.kind): r for r in diff(a, account(a, board), b, account(b, board))}
+    per_tick = board.compute_energy_j(board.compute_time_s(1, 25e6))
+    assert rows[("fc1/forward", "recompute")].delta_j == pytest.approx(-500 * per_tick)
+    b.nodes = [dict(n) for n in b.nodes]
+    b.nodes[1]["bytes"] = 1024
+    with pytest.raises(PoetError, match="graphs differ at fc1/forward"):
+        diff(a, account(a, board), b, account(b, board))
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda d: d["steps"][0]["records"].pop(), "instruction"),
+    (lambda d: d["steps"][0].update(step_ticks=100), "more than the step"),
+    (lambda d: d["steps"][0]["records"][3].__setitem__(5, 99), "another graph"),
+    (lambda d: d["steps"][0]["records"][3].__setitem__(1, 40), "another graph"),
+    (lambda d: d["steps"][0]["records"][7].__setitem__(2, "forward"), "another graph"),
+    (lambda d: d["steps"][0]["records"][0].__setitem__(4, -1), "impossible"),
+    (lambda d: d.update(tick_hz=0), "tick_hz"),
+    (lambda d: d.update(steps=[]), "no steps"),
+])
+def test_damaged_traces_are_refused_in_one_line(tmp_path, edit, words):
+    tr = _trace()
+    tr.steps.append(json.loads(json.dumps(tr.steps[0])))
+    tr.save(tmp_path / "t.json")
+    data = json.loads((tmp_path / "t.json").read_text())
+    edit(data)
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    with pytest.raises(PoetError, match=words) as exc:
+        Trace.load(tmp_path / "t.json")
+    assert "\n" not in str(exc.value)
+
+
+def test_chrome_trace_events():
+    board = load_board("nrf52840")
+    tr = _trace()
+    a = account(tr, board)
+    doc = json.loads(json.dumps(chrome_trace(a, tr, board)))
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["tid"] == 1]
+    assert [e["cat"] for e in xs][:3] == ["forward", "page_out", "overhead"]
+    assert sum(e["dur"] for e in xs) == pytest.approx(a.total_s * 1e6)
+    assert doc["otherData"]["board"] == "nrf52840"

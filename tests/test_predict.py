@@ -115,6 +115,8 @@ def test_predictor_refuses_nonsense():
         RunPredictor(epochs=0, total_steps=4)
     with pytest.raises(ValueError):
         RunPredictor(epochs=2, total_steps=4).predict()
+    with pytest.raises(ValueError, match="more than"):
+        RunPredictor(epochs=2, total_steps=4).add(Epoch(5, 1.0, 1.0))
     run = RunPredictor(epochs=1, total_steps=4)
     run.add(Epoch(4, 1.0, 1.0))
     with pytest.raises(ValueError):

@@ -12,7 +12,7 @@ from poet import __version__
 from poet.boards import board_names, load_board
 from poet.errors import PoetError, UsageError
 from poet.memory import check_ram
-from poet.models import ZOO
+from poet.models import SMALL, ZOO
 from poet.paths import shown
 from poet.plan import STRATEGIES
 from poet.units import format_size, parse_deadline, parse_size
@@ -267,12 +267,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from poet.energy import render
-    from poet.tracefile import Trace
+    from poet.report import run
 
-    tr = Trace.load(args.trace)
-    say(render(tr, load_board(tr.board), top=args.top))
-    return 0
+    return run(args, say)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -286,7 +283,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") -> None:
     p.add_argument("--model", default=default,
-                   help=f"zoo model ({', '.join(ZOO)}), bert (sized by --layers, --hidden) or package.module:factory"
+                   help=f"zoo model ({', '.join([*ZOO, *SMALL])}), bert (sized by --layers, --hidden) or "
+                   "package.module:factory"
                    + (f"; default {default}" if default else ""))
     p.add_argument("--batch", type=int, default=16, help="samples per training step (default 16)")
     p.add_argument("--input-shape", type=_shape, help="shape of one sample for a module:factory model, e.g. 1,8,8")
@@ -464,9 +462,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last finished step")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("report", help="energy report of a saved trace")
-    p.add_argument("trace", help="trace JSON written by `poet train` or `poet demo`")
-    p.add_argument("--top", type=int, default=5, help="tensors to list (default 5)")
+    p = sub.add_parser("report", help="energy report of a saved trace: by module, layer, tensor, kind; CSV, "
+                       "Chrome trace, plots; a diff of two schedules")
+    p.add_argument("trace", help="trace JSON written by `poet train` or `poet demo` (checked against the "
+                   "schedule.poet beside it, when there is one)")
+    p.add_argument("--by", choices=["module", "layer", "tensor", "kind"],
+                   help="one view: the module tree (EDD), layers (graph modules), tensors or kinds "
+                   "(default: kinds, module tree and top tensors)")
+    p.add_argument("--depth", type=int, help="module tree levels below the model (default 2; plots: all)")
+    p.add_argument("--top", type=int, help="tensors (and with --by layer, layers) to list (default 5; plots 10)")
+    p.add_argument("--fold", action="store_true",
+                   help="summarized footprint: fold numbered self-similar siblings (layer_3 -> layer_*)")
+    p.add_argument("--csv", nargs="?", const="", metavar="FILE",
+                   help="write the long-form CSV (step, module, tensor, kind, energy_j, time_s); default "
+                   "TRACE-stem.energy.csv next to the trace or in --out")
+    p.add_argument("--chrome", nargs="?", const="", metavar="FILE",
+                   help="write a Chrome trace-event JSON for Perfetto (ops on board time, power counter); "
+                   "default TRACE-stem.chrome.json")
+    p.add_argument("--plot", action="store_true",
+                   help="write PNGs: the EDD as an icicle chart, top tensors (energy, power), power timeline")
+    p.add_argument("--out", metavar="DIR", help="where --csv/--chrome/--plot files go (default: the trace's folder)")
+    p.add_argument("--diff", metavar="TRACE_B",
+                   help="compare with another trace of the same graph: joules per step by kind and tensor")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("demo", help="the whole loop on the default (emulated) board")

@@ -41,6 +41,14 @@ def _mlp() -> nn.Module:
         fc3=nn.Linear(32, 32), relu3=nn.ReLU(), fc4=nn.Linear(32, 10)))
 
 
+def _mlp_tiny() -> nn.Module:
+    # mlp-digits at 16 wide: 1754 parameters (7 KB, as much again for gradients), so a batch of 8
+    # trains in the MKR1000's 32 KB (tests/test_port_m0.py) with room left to plan.
+    return nn.Sequential(OrderedDict(
+        fc1=nn.Linear(64, 16), relu1=nn.ReLU(), fc2=nn.Linear(16, 16), relu2=nn.ReLU(),
+        fc3=nn.Linear(16, 16), relu3=nn.ReLU(), fc4=nn.Linear(16, 10)))
+
+
 class CnnDigits(nn.Module):
     """conv3x3(8) - relu - maxpool2 - flatten - fc(32) - relu - fc(10) on 1x8x8 digits."""
 
@@ -78,6 +86,14 @@ ZOO: dict[str, ZooModel] = {
 }
 
 
+# Models for the smallest boards, kept apart from ZOO (whose every entry has a published size checked
+# in tests/test_zoo.py); get_model and the CLI take them like zoo names.
+SMALL: dict[str, ZooModel] = {
+    "mlp-tiny": ZooModel("mlp-tiny", _mlp_tiny, (64,), 10,
+                         "MLP 64-16-16-16-10 on 8x8 digits (1754 parameters): fits the MKR1000's 32 KB"),
+}
+
+
 def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = None,
               classes: int | None = None, layers: int | None = None,
               hidden: int | None = None) -> tuple[nn.Module, ZooModel]:
@@ -89,12 +105,12 @@ def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = No
     """
     if ":" in name:
         spec = _user_model(name, input_shape, classes)
-    elif name in ZOO:
-        spec = ZOO[name]
+    elif name in ZOO or name in SMALL:
+        spec = ZOO.get(name) or SMALL[name]
     elif name == "bert":  # the BERT family, sized on the command line
         spec = _bert(layers or 12, hidden or 768)
     else:
-        raise UsageError(f"unknown model {name!r}; known: {', '.join(ZOO)}, bert (with --layers, --hidden), "
+        raise UsageError(f"unknown model {name!r}; known: {', '.join([*ZOO, *SMALL])}, bert (with --layers, --hidden), "
                          f"or package.module:factory")
     if (layers is not None or hidden is not None) and name != "bert":
         raise UsageError(f"--layers and --hidden size the bert model, not {name}")

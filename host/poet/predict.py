@@ -127,6 +127,8 @@ class RunPredictor:
         if steps_seen == 0:
             raise ValueError("the measured epochs ran no step")
         steps_left = self.total_steps - steps_seen
+        if steps_left < 0:
+            raise ValueError(f"{steps_seen} steps measured, more than the run's {self.total_steps}")
         epochs_left = self.epochs - len(self.seen)
         step_j = sum(e.energy_j for e in self.seen) / steps_seen
         step_s = sum(e.time_s for e in self.seen) / steps_seen

@@ -46,6 +46,7 @@ class Seed:
     source: str          # poet-paper | datasheet
     flop_per_s: float
     cite: str
+    paper_paging: tuple[tuple[str, float], ...] = ()  # the POET reference's own paging constants, for comparison
 
     def time_s(self, w: int) -> float:
         return w / self.flop_per_s
@@ -59,12 +60,16 @@ SEEDS: dict[str, Seed] = {
     # POET reference implementation (Patil et al., ICML 2022; github.com/ShishirPatil/poet,
     # poet/chipsets.py, RPi["FLOPS"] = 2e9). Its RPi FLOPS_PER_WATT (1.6283e9 / (13.53 x 3)) would
     # mean ~50 W at that rate, so energy comes from boards/rpi4.yaml's power instead.
-    "rpi4": Seed("poet-paper", 2e9, "POET reference poet/chipsets.py RPi FLOPS"),
+    "rpi4": Seed("poet-paper", 2e9, "POET reference poet/chipsets.py RPi FLOPS",
+                 (("read_latency_s", 0.00509561e-3), ("read_bytes_per_s", 45.5e6),      # chipsets.py RPi PAGEIN_*
+                  ("write_latency_s", 0.0185314e-3), ("write_bytes_per_s", 24.5e6))),   # PAGEOUT_* (with caching)
     # The reference gives the Jetson TX2 no FLOP rate (JetsonTX2 has power and paging only), so:
     # the Jetson Nano's 1.43 GHz A57 (module data sheet) at one scalar FLOP per cycle, the
     # assumption chipsets.py states for the RPi; the runtime's kernels are scalar C on one core.
     "jetson": Seed("datasheet", 1.43e9, "Jetson Nano module data sheet 1.43 GHz x 1 FLOP/cycle, the POET "
-                   "reference's per-cycle assumption"),
+                   "reference's per-cycle assumption",
+                   (("read_latency_s", 0.00054), ("read_bytes_per_s", 108.5e6),  # chipsets.py JetsonTX2 (a TX2,
+                    ("write_latency_s", 0.002396), ("write_bytes_per_s", 94.37e6))),  # not the Nano: eMMC alike)
 }
 
 
@@ -253,7 +258,7 @@ def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: 
             "provenance": _provenance(board, device),
             **_times(board, device, med, w[key]),
         }
-    unsettled = sum(1 for t in samples.values() if _spread(t) >= s.spread)
+    unsettled = sum(1 for t in by_key.values() if _spread(t) >= s.spread)
     prof["models"][_done_key(g)] = {"done": True, "ops": len(by_key), "runs": runs,
                                     "unsettled_ops": unsettled}
     return (f"  {g.model} done: {len(samples)} nodes, {len(by_key)} op shapes"
@@ -355,8 +360,13 @@ def _paging_section(board: Board, device: Any, fit: dict[str, dict[str, Any]]) -
                if _is_linux(board) else
                "the emulator pages through semihosting, outside QEMU's virtual clock (near-zero ticks): "
                "it says nothing about an SD card")
-        return {**_datasheet_paging(board, why + f"; the board file's storage model ({board.storage['kind']}, "
-                                    f"{board.storage.get('source', '?')}) is used"), "fit": fit_out}
+        section = {**_datasheet_paging(board, why + f"; the board file's storage model ({board.storage['kind']}, "
+                                       f"{board.storage.get('source', '?')}) is used"), "fit": fit_out}
+        seed = SEEDS.get(board.name)
+        if seed and seed.paper_paging:
+            section["poet_paper"] = {**dict(seed.paper_paging), "used": False,
+                                     "source": "poet-paper (POET reference poet/chipsets.py)"}
+        return section
     usable = all(fit[d]["bytes_per_s"] for d in ("out", "in"))
     if not usable:
         return {**_datasheet_paging(board, "the measured times did not grow with size (no throughput to fit)"),

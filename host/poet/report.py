@@ -1,0 +1,377 @@
+"""`poet report`: an energy account (poet.accounting) as terminal tables, a long-form CSV, a Chrome
+trace and PNG plots (matplotlib, Agg, imported only when --plot asks).
+
+Every report says its source in the header: modelled (trace ticks x the board's datasheet
+power, paging bytes x its storage model) or measured (a meter's joules per record).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from poet.accounting import KINDS, PAGING, Account, Box, DiffRow, Entry, edd, fold, walk
+from poet.boards import Board
+from poet.tracefile import Trace
+
+VIEWS = ("module", "layer", "tensor", "kind")
+Say = Callable[[str], None]
+
+
+def fmt_j(j: float) -> str:
+    """12 characters: 9.3f in J, mJ or uJ (so columns line up)."""
+    if j == 0:
+        return f"{'0':>9}   "
+    for unit, scale in (("J", 1.0), ("mJ", 1e-3)):
+        if abs(j) >= scale:
+            return f"{j / scale:9.3f} {unit:<2}"
+    return f"{j / 1e-6:9.3f} uJ"
+
+
+def fmt_w(w: float) -> str:
+    return f"{w:8.4f} W " if abs(w) >= 1 else f"{w * 1e3:8.3f} mW"
+
+
+def fmt_s(s: float) -> str:
+    return f"{s * 1e3:10.3f} ms"
+
+
+def pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:5.1f}%" if whole else "    -"
+
+
+def source_line(acct: Account, trace: Trace, board: Board) -> str:
+    if acct.source == "measured":
+        return (f"measured: a power meter's joules per record; board time from the trace's {trace.provenance} "
+                f"ticks ({trace.tick_hz / 1e6:g} MHz timer)")
+    power = board.raw.get("power", {}).get("source", "datasheet")
+    st = board.storage
+    return (f"modelled: {trace.provenance} ticks ({trace.tick_hz / 1e6:g} MHz timer) -> board time at "
+            f"{board.clock_hz / 1e6:g} MHz, CPI {board.cpi:g} x CPU active {board.cpu_active_w * 1e3:g} mW ({power}); "
+            f"paging bytes x the {st.get('kind', 'storage')} model ({st.get('source', '?')})")
+
+
+def header(acct: Account, trace: Trace, board: Board) -> list[str]:
+    n = max(acct.steps, 1)
+    mean_w = acct.total_j / acct.total_s if acct.total_s else 0.0
+    return [
+        f"energy of {acct.steps} training step(s) of {acct.model} on {acct.board} ({acct.source})",
+        f"  source: {source_line(acct, trace, board)}",
+        f"  total {fmt_j(acct.total_j).strip()} in {fmt_s(acct.total_s).strip()} of board time "
+        f"(mean {fmt_w(mean_w).strip()}); per step {fmt_j(acct.total_j / n).strip()}, "
+        f"{fmt_s(acct.total_s / n).strip()}",
+        f"  recompute {pct(acct.by_kind['recompute'][0], acct.total_j).strip()}, paging "
+        f"{pct(acct.by_kind['page_in'][0] + acct.by_kind['page_out'][0], acct.total_j).strip()} "
+        f"(page-in {pct(acct.by_kind['page_in'][0], acct.total_j).strip()}, page-out "
+        f"{pct(acct.by_kind['page_out'][0], acct.total_j).strip()}), runtime overhead "
+        f"{pct(acct.by_kind['overhead'][0], acct.total_j).strip()} of the energy",
+    ]
+
+
+def _row(name: str, e: Entry, total: float, width: int) -> str:
+    paging = sum(e.kinds.get(k, 0.0) for k in PAGING)
+    return (f"  {name:<{width}} {fmt_j(e.energy_j)} {pct(e.energy_j, total)} {fmt_s(e.time_s)} "
+            f"{fmt_w(e.power_w)} {fmt_j(e.kinds.get('recompute', 0.0))} {fmt_j(paging)}").rstrip()
+
+
+def _head(title: str, width: int, extra: bool = True) -> str:
+    cols = f"  {title:<{width}} {'energy':>12} {'share':>6} {'time':>13} {'power':>11}"
+    return cols + (f" {'recompute':>12} {'paging':>12}" if extra else "")
+
+
+def kind_table(acct: Account) -> list[str]:
+    w = 14
+    lines = [_head("by kind", w, extra=False)]
+    for k in KINDS:
+        e, t = acct.by_kind[k]
+        lines.append(f"  {k:<{w}} {fmt_j(e)} {pct(e, acct.total_j)} {fmt_s(t)} {fmt_w(e / t if t else 0.0)}")
+    return lines
+
+
+def module_table(acct: Account, depth: int, folded: bool = False) -> list[str]:
+    root = edd(acct)
+    if folded:
+        root = fold(root)
+    rows = walk(root, depth)
+    names = [("  " * lvl) + b.name + (f" (x{b.count})" if b.count > 1 else "") for lvl, b in rows]
+    w = max(24, *(len(n) for n in names))
+    title = f"by module ({'summarized, ' if folded else ''}depth {depth})"
+    return [_head(title, w)] + [_row(n, b, acct.total_j, w) for n, (_, b) in zip(names, rows, strict=True)]
+
+
+def _ranked(entries: dict[str, Entry], top: int | None) -> list[tuple[str, Entry]]:
+    ranked = sorted(entries.items(), key=lambda kv: (-kv[1].energy_j, kv[0]))
+    return ranked[:top] if top else ranked
+
+
+def flat_table(title: str, entries: dict[str, Entry], total: float, top: int | None) -> list[str]:
+    ranked = _ranked(entries, top)
+    w = max(24, *(len(n) for n, _ in ranked)) if ranked else 24
+    label = f"{title} (top {len(ranked)} of {len(entries)})" if top and len(entries) > len(ranked) else title
+    return [_head(label, w)] + [_row(n, e, total, w) for n, e in ranked]
+
+
+def folded_tensors(acct: Account) -> dict[str, Entry]:
+    """The tensor footprint with self-similar blocks folded: the leaves of the summarized EDD."""
+    out: dict[str, Entry] = {}
+    for _, b in walk(fold(edd(acct))):
+        if not b.children:
+            out[b.path + (f" (x{b.count})" if b.count > 1 else "")] = b
+    return out
+
+
+def render(acct: Account, trace: Trace, board: Board, by: str | None = None, depth: int | None = None,
+           top: int | None = None, folded: bool = False) -> str:
+    """The terminal report: the header, then one view (`by`), or kinds, modules and top tensors.
+
+    The module tree goes `depth` levels below the model (default 2: modules and their tensors
+    on a flat model); the tensor list shows the `top` (default 5), the layer list all."""
+    lines = header(acct, trace, board)
+    tensors = folded_tensors(acct) if folded else acct.tensors
+    views = {
+        "kind": lambda: kind_table(acct),
+        "module": lambda: module_table(acct, 2 if depth is None else depth, folded),
+        "layer": lambda: flat_table("by layer", acct.layers, acct.total_j, top),
+        "tensor": lambda: flat_table("by tensor", tensors, acct.total_j, top or 5),
+    }
+    for v in ([by] if by else ["kind", "module", "tensor"]):
+        lines += ["", *views[v]()]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- files
+
+def write_csv(acct: Account, path: Path) -> None:
+    """Long form, one row per step x tensor x kind (Smaragdine's footprint CSV), joules and seconds."""
+    rows: dict[tuple[int, str, str], list[Any]] = {}
+    for c in acct.charges:
+        key = (c.step, c.tensor, c.kind)
+        if key not in rows:
+            rows[key] = [c.step, c.module, c.tensor, c.kind, 0.0, 0.0, acct.source]
+        rows[key][4] += c.energy_j
+        rows[key][5] += c.time_s
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "module", "tensor", "kind", "energy_j", "time_s", "source"])
+        for r in rows.values():
+            w.writerow([*r[:4], repr(r[4]), repr(r[5]), r[6]])
+
+
+def chrome_trace(acct: Account, trace: Trace, board: Board) -> dict[str, Any]:
+    """Chrome trace-event JSON (opens in Perfetto and chrome://tracing): one complete event per record on
+    board time (µs), the power of each as a counter track, steps on a second track, the board named."""
+    pid = 1
+    ev: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+         "args": {"name": f"poet {acct.model} on {acct.board} ({trace.provenance} trace, {acct.source} energy)"}},
+        {"name": "thread_name", "ph": "M", "pid": pid, "tid": 1, "args": {"name": "ops"}},
+        {"name": "thread_name", "ph": "M", "pid": pid, "tid": 2, "args": {"name": "steps"}},
+    ]
+    step_span: dict[int, list[float]] = {}
+    for c in acct.charges:
+        ts, dur = c.start_s * 1e6, c.time_s * 1e6
+        ev.append({"name": c.tensor, "cat": c.kind, "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": 1,
+                   "args": {"bytes": c.bytes, "energy_j": c.energy_j, "module": c.module, "step": c.step,
+                            "record": c.record}})
+        if c.time_s > 0:  # a zero-length record (a free of 0 ticks) has no power of its own
+            ev.append({"name": "power", "ph": "C", "ts": ts, "pid": pid, "args": {"W": c.energy_j / c.time_s}})
+        span = step_span.setdefault(c.step, [ts, ts])
+        span[1] = ts + dur
+    end = max((s[1] for s in step_span.values()), default=0.0)
+    ev.append({"name": "power", "ph": "C", "ts": end, "pid": pid, "args": {"W": 0.0}})
+    for k, (t0, t1) in step_span.items():
+        ev.append({"name": f"step {k}", "cat": "step", "ph": "X", "ts": t0, "dur": t1 - t0, "pid": pid, "tid": 2,
+                   "args": {"loss": trace.steps[k].get("loss"), "step_ticks": trace.steps[k]["step_ticks"]}})
+    return {"traceEvents": ev, "displayTimeUnit": "ms",
+            "otherData": {"board": acct.board, "model": acct.model, "energy_source": acct.source,
+                          "trace_provenance": trace.provenance, "total_j": acct.total_j,
+                          "note": "timestamps are board time: each step's records in order, the step's "
+                                  "runtime overhead (time between records) as one event at its end"}}
+
+
+def write_chrome(acct: Account, trace: Trace, board: Board, path: Path) -> None:
+    path.write_text(json.dumps(chrome_trace(acct, trace, board), separators=(",", ":")))
+
+
+# ---------------------------------------------------------------- diff
+
+def render_diff(rows: list[DiffRow], a: Account, b: Account, names: tuple[str, str], top: int | None) -> str:
+    ta, tb = a.total_j / a.steps, b.total_j / b.steps
+    w = max(24, *(len(r.tensor) for r in rows))
+    lines = [f"energy per step of {a.model}: {names[0]} ({a.board}, {a.steps} steps) -> {names[1]} "
+             f"({b.board}, {b.steps} steps), {a.source} / {b.source}",
+             f"  total {fmt_j(ta).strip()} -> {fmt_j(tb).strip()}: {fmt_j(tb - ta).strip()} "
+             f"({pct(tb - ta, ta).strip()})", "",
+             f"  {'by kind':<14} {'A':>12} {'B':>12} {'B - A':>12}"]
+    for k in KINDS:
+        ea, eb = a.by_kind[k][0] / a.steps, b.by_kind[k][0] / b.steps
+        lines.append(f"  {k:<14} {fmt_j(ea)} {fmt_j(eb)} {fmt_j(eb - ea)}")
+    changed = sorted((r for r in rows if r.delta_j), key=lambda r: -abs(r.delta_j))
+    shown = changed[:top or 10]
+    title = f"by tensor and kind (largest changes: {len(shown)} of {len(changed)})"
+    lines += ["", f"  {title:<{w + 12}} {'A':>12} {'B':>12} {'B - A':>12}"]
+    for r in shown:
+        lines.append(f"  {r.tensor:<{w}} {r.kind:<11} {fmt_j(r.a_j)} {fmt_j(r.b_j)} {fmt_j(r.delta_j)}")
+    return "\n".join(lines)
+
+
+def write_diff_csv(rows: list[DiffRow], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["tensor", "kind", "a_j_per_step", "b_j_per_step", "delta_j_per_step"])
+        for r in rows:
+            w.writerow([r.tensor, r.kind, repr(r.a_j), repr(r.b_j), repr(r.delta_j)])
+
+
+def box_label(b: Box) -> str:
+    return b.name + (f" (x{b.count})" if b.count > 1 else "")
+
+
+# ---------------------------------------------------------------- plots (--plot)
+
+KIND_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "recompute": "#c44e52", "page_in": "#8172b2",
+               "page_out": "#ccb974", "optimizer": "#64b5cd", "overhead": "#999999"}
+
+
+def _icicle(ax: Any, root: Box, total: float, depth: int | None) -> None:
+    """The EDD as an icicle (partition) chart: each box as wide as its energy, children below it."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["YlOrRd"]
+
+    def draw(b: Box, x0: float, level: int) -> None:
+        w = b.energy_j / total if total else 0.0
+        ax.add_patch(_rect(x0, -level - 1, w, 1, cmap(0.15 + 0.85 * w)))
+        if w > 0.03:
+            ax.text(x0 + w / 2, -level - 0.5, f"{box_label(b)}\n{100 * w:.1f}%", ha="center", va="center",
+                    fontsize=7, clip_on=True)
+        if depth is not None and level >= depth:
+            return
+        x = x0
+        for c in sorted(b.children.values(), key=lambda c: (-c.energy_j, c.name)):
+            draw(c, x, level + 1)
+            x += c.energy_j / total if total else 0.0
+
+    draw(root, 0.0, 0)
+    levels = max(lvl for lvl, _ in walk(root, depth)) + 1
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-levels, 0)
+    ax.set_yticks([-i - 0.5 for i in range(levels)], ["model"] + [f"level {i}" for i in range(1, levels)])
+    ax.set_xlabel("share of the energy")
+
+
+def _rect(x: float, y: float, w: float, h: float, color: Any) -> Any:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), w, h, facecolor=color, edgecolor="white", linewidth=0.8)
+
+
+def plot(acct: Account, trace: Trace, board: Board, out: Path, stem: str, top: int = 10,
+         depth: int | None = None, folded: bool = False, timeline_steps: int = 3) -> list[Path]:
+    """edd.png (icicle of the module tree), tensors.png (top-N energy by kind and power), power.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    src = f"{acct.source} ({trace.provenance} trace) on {acct.board}"
+    paths = []
+    root = fold(edd(acct)) if folded else edd(acct)
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.9 * (max(lvl for lvl, _ in walk(root, depth)) + 1)))
+    _icicle(ax, root, acct.total_j, depth)
+    ax.set_title(f"energy distribution of {acct.model}: {fmt_j(acct.total_j).strip()} over {acct.steps} steps, "
+                 f"{src}", fontsize=9)
+    paths.append(_save(fig, out / f"{stem}.edd.png"))
+
+    ranked = _ranked(folded_tensors(acct) if folded else acct.tensors, top)[::-1]
+    fig, (ax_e, ax_p) = plt.subplots(1, 2, figsize=(12, 1 + 0.35 * len(ranked)), sharey=True)
+    names = [n for n, _ in ranked]
+    left = [0.0] * len(ranked)
+    for k in KINDS:
+        vals = [e.kinds.get(k, 0.0) * 1e3 for _, e in ranked]
+        if any(vals):
+            ax_e.barh(names, vals, left=left, color=KIND_COLORS[k], label=k)
+            left = [a + b for a, b in zip(left, vals, strict=True)]
+    ax_e.set_xlabel("energy (mJ)")
+    ax_e.legend(fontsize=7)
+    ax_p.barh(names, [e.power_w * 1e3 for _, e in ranked], color="#dd8452")
+    ax_p.set_xlabel("mean power while it runs (mW)")
+    fig.suptitle(f"top {len(ranked)} tensors of {acct.model}, {src}", fontsize=9)
+    paths.append(_save(fig, out / f"{stem}.tensors.png"))
+
+    shown = [c for c in acct.charges if c.step < timeline_steps]
+    fig, ax = plt.subplots(figsize=(12, 3.5))
+    for k in KINDS:
+        spans = [(c.start_s * 1e3, c.time_s * 1e3) for c in shown if c.kind == k and c.time_s > 0]
+        if spans:
+            ax.broken_barh(spans, (0, 1), facecolors=KIND_COLORS[k], alpha=0.35, label=k,
+                           transform=ax.get_xaxis_transform())
+    timed = [c for c in shown if c.time_s > 0]
+    xs = [t for c in timed for t in (c.start_s * 1e3, (c.start_s + c.time_s) * 1e3)]
+    ys = [p for c in timed for p in 2 * [c.energy_j / c.time_s * 1e3]]
+    ax.plot(xs, ys, color="black", linewidth=0.8, label="power")
+    ax.set_xlabel("board time (ms)")
+    ax.set_ylabel("power (mW)")
+    ax.set_ylim(0, max(ys, default=1.0) * 1.1)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(f"power of the first {min(timeline_steps, acct.steps)} of {acct.steps} steps, {src}", fontsize=9)
+    paths.append(_save(fig, out / f"{stem}.power.png"))
+    return paths
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------- the command
+
+def run(args: Any, say: Say) -> int:
+    """`poet report TRACE [--by ...] [--depth N] [--top N] [--fold] [--csv [F]] [--chrome [F]] [--plot]
+    [--out DIR] [--diff B]`; every refusal is a PoetError (one line)."""
+    from poet.accounting import account, diff
+    from poet.boards import load_board
+    from poet.errors import UsageError
+
+    if args.depth is not None and args.depth < 0:
+        raise UsageError(f"--depth {args.depth}: give 0 (the model only) or more")
+    if args.top is not None and args.top < 1:
+        raise UsageError(f"--top {args.top}: give 1 or more")
+    path = Path(args.trace)
+    tr = Trace.load(path)
+    board = load_board(tr.board)
+    acct = account(tr, board)
+    out = Path(args.out) if args.out else path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    stem = path.stem
+    if args.diff:
+        other_path = Path(args.diff)
+        other = Trace.load(other_path)
+        other_acct = account(other, load_board(other.board))
+        rows = diff(tr, acct, other, other_acct)
+        say(render_diff(rows, acct, other_acct, (str(path), str(other_path)), args.top))
+        if args.csv is not None:
+            f = Path(args.csv) if args.csv else out / f"{stem}.diff.csv"
+            write_diff_csv(rows, f)
+            say(f"wrote {f}")
+        return 0
+    say(render(acct, tr, board, by=args.by, depth=args.depth, top=args.top, folded=args.fold))
+    written = []
+    if args.csv is not None:
+        written.append(Path(args.csv) if args.csv else out / f"{stem}.energy.csv")
+        write_csv(acct, written[-1])
+    if args.chrome is not None:
+        written.append(Path(args.chrome) if args.chrome else out / f"{stem}.chrome.json")
+        write_chrome(acct, tr, board, written[-1])
+    if args.plot:
+        written += plot(acct, tr, board, out, stem, top=args.top or 10, depth=args.depth, folded=args.fold)
+    for f in written:
+        say(f"wrote {f}")
+    return 0
