@@ -66,10 +66,6 @@ def test_budget_below_smallest_feasible_names_the_smallest():
     assert ok.returncode == 0, ok.stderr
 
 
-def test_missing_schedule_file_fails_before_starting_anything():
-    one_line_error(poet("train", "--ram", "128k", "--schedule", "/nonexistent.poet"), 2, "does not exist")
-
-
 @pytest.mark.parametrize("cmd", [["--help"], ["solve", "--help"], ["train", "--help"], ["demo", "--help"]])
 def test_help(cmd):
     r = poet(*cmd)
@@ -80,24 +76,8 @@ def test_qemu_missing(tmp_path):
     import os
 
     env = dict(os.environ, POET_QEMU=str(tmp_path / "qemu-system-arm"))
-    r = poet("train", "--ram", "200k", "--steps", "1", "--run-dir", str(tmp_path / "run"), env=env)
+    r = poet("train", "--ram", "200k", "--epochs", "1", "--run-dir", str(tmp_path / "run"), env=env)
     one_line_error(r, 1, "qemu-system-arm not found", "make setup")
-
-
-def test_corrupted_schedule_file_is_refused_by_the_board(tmp_path):
-    from poet.costs import uncosted
-    from poet.lower import lower
-    from poet.solve import keep_all
-
-    model, spec = get_model("mlp-digits")
-    g = trace(model, "mlp-digits", spec.input_shape, spec.classes, 16)
-    data = bytearray(lower(keep_all(uncosted(g)), g).schedule.encode())
-    data[30] ^= 0x40  # one flipped bit in the first instruction
-    bad = tmp_path / "bad.poet"
-    bad.write_bytes(bytes(data))
-    r = poet("train", "--model", "mlp-digits", "--ram", "200k", "--steps", "1", "--schedule", str(bad),
-             "--run-dir", str(tmp_path / "run"))
-    one_line_error(r, 1, "refused the schedule", "CRC", "code 4")
 
 
 def _qemu_pids_in(directory) -> list[int]:
@@ -125,7 +105,7 @@ def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
     run = tmp_path / "run"
     env = dict(os.environ, POET_WORKSPACE=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-m", "poet", "train", "--model", "mlp-digits", "--ram", "200k",
-                             "--steps", "100000", "--run-dir", str(run), "--profile",
+                             "--epochs", "1000", "--run-dir", str(run), "--profile",
                              str(profile_path("nrf52840"))],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -137,8 +117,9 @@ def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130
-    assert err.strip().splitlines()[-1] == "poet: interrupted"
+    assert proc.returncode == 1
+    last = err.strip().splitlines()[-1]
+    assert "stopped by Ctrl-C" in last and "resume with `poet train --resume" in last, last
     assert "Traceback" not in err
     time.sleep(0.2)
     assert not _qemu_pids_in(run)
@@ -149,7 +130,7 @@ def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
 
 def test_data_that_does_not_fit_the_model(tmp_path):
     r = poet("train", "--model", "lenet", "--ram", "200k", "--run-dir", str(tmp_path / "run"))
-    one_line_error(r, 2, "lenet takes inputs of shape (1, 32, 32)", "digits set has 8x8 images")
+    one_line_error(r, 2, "--data digits: samples of shape (64,)", "do not fit model lenet", "(1, 32, 32)")
     assert not (tmp_path / "run").exists()
 
 

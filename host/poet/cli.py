@@ -256,9 +256,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from poet.run import train_on_device
+    from poet.train import train
 
-    train_on_device(args, say)
+    if args.port and args.emulate:
+        raise UsageError("--port and --emulate: give one (a real board's port, or the emulated stand-in)")
+    if not args.resume and args.ram is None:
+        raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
+    train(args, say)
     return 0
 
 
@@ -426,14 +430,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output folder (default sweeps/<model>)")
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("train", help="plan, upload and run training steps on the board")
+    p = sub.add_parser("train", help="fine-tune a model on the board: plan, flash, upload, train epochs, read back",
+                       description="Fine-tune a model on the board within --ram and --deadline. The run lives in "
+                       "runs/<id>/ (config, plan, schedule, trace, checkpoint after every step, report, weights.pt); "
+                       "one stopped by a reset, a lost cable or Ctrl-C continues with --resume runs/<id>.")
     _board_args(p)
+    p.add_argument("--emulate", action="store_true", help="use the board's emulated stand-in (the default without "
+                   "--port)")
     _model_args(p)
-    _solve_args(p)
-    p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
-    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
-    p.add_argument("--run-dir", help="where the run's files go (default runs/<time>)")
-    p.add_argument("--schedule", help="run this schedule file instead of solving (the board validates it)")
+    _solve_args(p, required=False)
+    p.add_argument("--data", default="digits", help="digits (scikit-learn's, bundled), a folder with train_x.npy "
+                   "and train_y.npy (test_x.npy/test_y.npy optional), or module:factory returning a torch Dataset "
+                   "(or a (train, test) pair); default digits")
+    p.add_argument("--data-limit", type=int, help="use only the first N training samples")
+    p.add_argument("--epochs", type=int, default=3, help="epochs (default 3)")
+    p.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    p.add_argument("--optimizer", default="sgd", help="sgd, momentum[:M] or adam[:BETA1,BETA2,EPS] (default sgd)")
+    p.add_argument("--budget-j", type=_positive, help="refuse a run predicted to need more joules than this")
+    p.add_argument("--battery-mah", type=_positive, help="refuse a run the battery cannot carry (with --volts)")
+    p.add_argument("--volts", type=_positive, help="the battery's nominal voltage")
+    p.add_argument("--force", action="store_true", help="run even if over --budget-j or the battery")
+    p.add_argument("--country", help="ISO 3166 code of the grid the board draws from (carbon intensity; default "
+                   "the world average)")
+    p.add_argument("--carbon-intensity", type=float, metavar="G_PER_KWH", help="grid carbon intensity to use "
+                   "instead of the bundled table")
+    p.add_argument("--checkpoint-every", type=int, default=1, metavar="N",
+                   help="read weights and optimizer state back every N steps (default 1: a resumed run loses "
+                   "nothing; on a slow serial line a larger N saves link time, and --resume re-runs up to N-1 "
+                   "steps, with the same result)")
+    p.add_argument("--run-dir", help="the run's folder (default runs/<time>-<model>)")
+    p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last finished step")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("report", help="energy report of a saved trace: by module, layer, tensor, kind; CSV, "

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -205,21 +203,6 @@ def model_and_graph(args: argparse.Namespace) -> tuple[torch.nn.Module, Training
                             hidden=getattr(args, "hidden", None))
     return model, trace(model, spec.name, spec.input_shape, spec.classes, args.batch, spec.input_dtype,
                         getattr(args, "train", "all"))
-
-
-def train_on_device(args: argparse.Namespace, say: Say) -> None:
-    board = load_board(args.board)
-    check_ram(parse_size(args.ram), board.ram_bytes, board.name)  # fail before starting anything
-    if args.steps < 1:
-        raise PoetError(f"--steps {args.steps}: must be at least 1", status=2)
-    if args.schedule:
-        _read_schedule(Path(args.schedule))
-    model, g = model_and_graph(args)
-    data_batches(g, 1)  # data that does not fit the model fails here, before anything starts
-    run_dir = new_run_dir(args.run_dir, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    (run_dir / "config.json").write_text(json.dumps(vars(args), default=str, indent=1))
-    with open_device(board, args.port, workdir=run_dir) as dev:
-        train_session(dev, args, g, model, say, run_dir)
 
 
 def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int, deadline: str, say: Say) -> int:

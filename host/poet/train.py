@@ -1,0 +1,347 @@
+"""`poet train`: fine-tune a model on the board within its RAM, its deadline and its energy budget.
+
+A run lives in its own folder (runs/<id>/): config.json (what was asked), plan.json and
+schedule.poet (what was planned), trace.json (every step's per-op trace), checkpoint.npz (weights
+and optimizer state after the last finished step), state.json (where the run is), report.txt and
+weights.pt (a state_dict) at the end. Everything is written after every step, atomically, so a run
+stopped by a reset, a pulled cable or Ctrl-C resumes with `--resume runs/<id>` from its last
+finished step, with the same data order: the final weights are those of an uninterrupted run.
+
+Plans are cached (runs/plans/<key>/) by graph, board, profile, budget, deadline and strategy: a
+second run of the same configuration skips the solver. Test accuracy is measured after every
+epoch on the host, with the weights read back from the board.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from poet.battery import check_battery, refusal
+from poet.boards import Board, load_board
+from poet.carbon import intensity
+from poet.datasets import Dataset, load_dataset
+from poet.device import Device, open_device
+from poet.emissions import RunRecord, append
+from poet.energy import charges, render
+from poet.errors import PoetError, UsageError
+from poet.graph import TrainingGraph, parse_optimizer, with_optimizer
+from poet.link import OPT_STATE, LinkError
+from poet.memory import check_ram
+from poet.paths import runs_dir, shown
+from poet.predict import Comparison, Epoch, Prediction, RunPredictor, plan_prediction
+from poet.reference import accuracy, load_weights, weights_of
+from poet.tracefile import Trace
+from poet.units import parse_deadline, parse_size
+
+Say = Callable[[str], None]
+
+# what a run's config keeps; --resume takes all of it from the run, only the link from the command line
+CONFIG_KEYS = ("board", "model", "batch", "seed", "train", "data", "data_limit", "epochs", "ram", "deadline",
+               "lr", "optimizer", "strategy", "solver", "time_limit", "gap", "profile", "budget_j",
+               "battery_mah", "volts", "force", "country", "carbon_intensity", "checkpoint_every",
+               "input_shape", "classes", "layers", "hidden")
+
+
+@dataclass
+class RunState:
+    epoch: int = 0  # the epoch in progress
+    step: int = 0  # the next step within it
+    global_step: int = 0
+    finished: bool = False
+    history: list[dict[str, float]] = field(default_factory=list)  # per finished epoch
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class Run:
+    """A run's folder: what it was asked, where it is, and its files."""
+
+    def __init__(self, folder: Path) -> None:
+        self.dir = folder
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "config.json"
+
+    def save_state(self, state: RunState) -> None:
+        _write_atomic(self.dir / "state.json", json.dumps(asdict(state), indent=1).encode())
+
+    def load_state(self) -> RunState:
+        p = self.dir / "state.json"
+        return RunState(**json.loads(p.read_text())) if p.exists() else RunState()
+
+    def save_checkpoint(self, weights: list[np.ndarray], opt_state: bytes, state: RunState) -> None:
+        arrays = {f"w{i}": w for i, w in enumerate(weights)}
+        tmp = self.dir / "checkpoint.tmp.npz"
+        np.savez(tmp, opt_state=np.frombuffer(opt_state, dtype=np.uint8), global_step=state.global_step, **arrays)
+        os.replace(tmp, self.dir / "checkpoint.npz")
+
+    def load_checkpoint(self) -> tuple[list[np.ndarray], bytes, int] | None:
+        p = self.dir / "checkpoint.npz"
+        if not p.exists():
+            return None
+        with np.load(p) as z:
+            n = sum(1 for k in z.files if k.startswith("w"))
+            return [z[f"w{i}"] for i in range(n)], z["opt_state"].tobytes(), int(z["global_step"])
+
+
+def _config_from(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: getattr(args, k, None) for k in CONFIG_KEYS}
+
+
+def _namespace(cfg: dict[str, Any], args: argparse.Namespace) -> argparse.Namespace:
+    ns = argparse.Namespace(**cfg)
+    ns.port, ns.resume = getattr(args, "port", None), getattr(args, "resume", None)
+    return ns
+
+
+def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, args: argparse.Namespace) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps(asdict(g), sort_keys=True).encode())
+    h.update(profile_bytes)
+    h.update(json.dumps([board.name, parse_size(args.ram), args.deadline, args.strategy, args.solver,
+                         args.gap]).encode())
+    return h.hexdigest()[:16]
+
+
+def _graph(args: argparse.Namespace) -> tuple[torch.nn.Module, TrainingGraph]:
+    from poet.run import model_and_graph
+
+    model, g = model_and_graph(args)
+    return model, with_optimizer(g, parse_optimizer(args.optimizer))
+
+
+def _plan(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device, run: Run, say: Say) -> dict:
+    """The plan and schedule for this run: from the cache when the same configuration was solved before."""
+    from poet.costs import costed, load_profile
+    from poet.paths import profile_file
+    from poet.run import solve_and_lower
+
+    prof_path = Path(args.profile) if args.profile else profile_file(board.name)
+    prof = load_profile(board.name, prof_path if args.profile else None)
+    key = _plan_key(g, board, prof_path.read_bytes() if prof_path.exists() else b"", args)
+    cache = runs_dir() / "plans" / key
+    if (cache / "plan.json").exists() and (cache / "schedule.poet").exists():
+        info = json.loads((cache / "plan.json").read_text())
+        say(f"\n[plan] reusing the plan solved for the same graph, board, profile and budget ({shown(cache)}): "
+            f"{info['recomputes']} recomputes, {info['page_ins']} page-ins, peak arena {info['peak_bytes']} B")
+    else:
+        cg = costed(g, board, prof, estimate=True)
+        deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
+        p = solve_and_lower(args, g, cg, board, parse_size(args.ram), dev.runtime_static, deadline_s, say,
+                            out=cache / "schedule.poet")
+        if p.lowered is None:
+            raise PoetError(f"model {g.model} cannot run on the board yet")
+        info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
+                "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
+                "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,
+                "page_outs": p.plan.page_outs, "ram_bytes": parse_size(args.ram), "key": key}
+        _write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())
+    shutil.copy(cache / "plan.json", run.dir / "plan.json")
+    shutil.copy(cache / "schedule.poet", run.dir / "schedule.poet")
+    return info
+
+
+def _check_energy(args: argparse.Namespace, plan: dict, steps: int, epochs: int, say: Say) -> Prediction:
+    """The plan's prediction of the run; refuse, before anything runs, a run the energy budget or the
+    battery cannot carry (unless --force)."""
+    grid = intensity(args.country, args.carbon_intensity)
+    pred = plan_prediction(plan["energy_j"], plan["time_s"], steps, epochs, grid)
+    say(f"\n[energy] {pred.line('the plan predicts')}")
+    msg = None
+    if args.budget_j is not None and pred.energy_j > args.budget_j:
+        msg = (f"the run needs {pred.energy_j:.4g} J (predicted from the plan), more than --budget-j "
+               f"{args.budget_j:g} J: train fewer epochs, or pass --force to run anyway")
+    elif args.battery_mah is not None:
+        if not args.volts:
+            raise UsageError("--battery-mah needs --volts (the battery's nominal voltage)")
+        check = check_battery(pred.energy_j, args.battery_mah, args.volts)
+        say(f"  {check.line()}")
+        msg = refusal(check)
+    if msg:
+        if not args.force:
+            raise UsageError(msg)
+        say(f"  warning: {msg.split(':')[0]} (--force given: running anyway)")
+    return pred
+
+
+def _epoch_energy(tr: Trace, board: Board, first_step: int) -> tuple[float, float]:
+    """Modelled joules and board seconds of the trace's steps from `first_step` on."""
+    e = t = 0.0
+    for c in charges(tr, board):
+        if c.step >= first_step:
+            e += c.energy_j
+            t += c.time_s
+    return e, t
+
+
+def _evaluate(model: torch.nn.Module, weights: list[np.ndarray], data: Dataset) -> float:
+    load_weights(model, weights)
+    was = model.training
+    model.eval()
+    try:
+        return accuracy(model, data.x_test, data.y_test) if len(data.y_test) else float("nan")
+    finally:
+        model.train(was)
+
+
+def train(args: argparse.Namespace, say: Say) -> Path:
+    """Run (or resume) a fine-tuning run; returns its folder."""
+    if args.resume:
+        run = Run(Path(args.resume))
+        if not run.config_path.exists():
+            raise UsageError(f"--resume {args.resume}: not a run folder (no config.json)")
+        cfg = json.loads(run.config_path.read_text())
+        args = _namespace(cfg, args)
+        state = run.load_state()
+        if state.finished:
+            say(f"run {shown(run.dir)} already finished: nothing to resume")
+            return run.dir
+        say(f"resuming {shown(run.dir)} at epoch {state.epoch + 1}, step {state.step + 1} "
+            f"({state.global_step} steps done)")
+    elif args.epochs < 1:
+        raise UsageError(f"--epochs {args.epochs}: must be at least 1")
+    # everything a new run could be refused for is checked before its folder exists
+    board = load_board(args.board)
+    check_ram(parse_size(args.ram), board.ram_bytes, board.name)
+    model, g = _graph(args)
+    data = load_dataset(args.data, args.data_limit).fitted(tuple(g.input_shape), g.classes, g.model)
+    per_epoch = len(data.epoch_batches(g.batch, 0, args.seed))
+    if per_epoch == 0:
+        raise UsageError(f"--data {args.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
+    if not args.resume:
+        folder = Path(args.run_dir) if getattr(args, "run_dir", None) else \
+            runs_dir() / f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{args.model}"
+        folder.mkdir(parents=True, exist_ok=True)
+        run = Run(folder)
+        _write_atomic(run.config_path, json.dumps(_config_from(args), indent=1, default=str).encode())
+        state = RunState()
+    total_steps = per_epoch * args.epochs
+    w0 = weights_of(model)
+    with open_device(board, args.port, workdir=run.dir) as dev:
+        plan = _plan(args, g, board, dev, run, say)
+        pred = _check_energy(args, plan, total_steps, args.epochs, say)
+        trace_path = run.dir / "trace.json"
+        tr = Trace.load(trace_path) if state.global_step and trace_path.exists() else \
+            Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
+        tr.plan = plan
+        tr.steps = tr.steps[:state.global_step]  # a step traced but not checkpointed runs again
+        dev.load_model(g, w0)
+        ckpt = run.load_checkpoint() if state.global_step else None
+        if ckpt is not None:
+            weights, opt_state, done = ckpt
+            if done != state.global_step:
+                raise PoetError(f"{shown(run.dir)}: checkpoint after step {done}, state says {state.global_step}")
+            dev.load_model(g, weights)
+            dev.link.upload(OPT_STATE, opt_state)
+        dev.load_schedule((run.dir / "schedule.poet").read_bytes())
+        say(f"\n[train] {g.model} ({g.train}) on the {dev.provenance} {board.name}: {args.epochs} epochs x "
+            f"{per_epoch} steps of {g.batch}, {g.optimizer['name']} lr {args.lr}, data {data.name} "
+            f"({len(data.y_train)} train / {len(data.y_test)} test)")
+        try:
+            _epochs(args, g, board, dev, run, state, tr, data, model, per_epoch, pred, say)
+        except (LinkError, KeyboardInterrupt) as exc:
+            why = "stopped by Ctrl-C" if isinstance(exc, KeyboardInterrupt) else f"lost the board: {exc}"
+            raise PoetError(f"{why}; {state.global_step} of {total_steps} steps are done and saved in "
+                            f"{shown(run.dir)}: resume with `poet train --resume {shown(run.dir)}`") from None
+    return run.dir
+
+
+def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device, run: Run, state: RunState,
+            tr: Trace, data: Dataset, model: torch.nn.Module, per_epoch: int, plan_pred: Prediction,
+            say: Say) -> None:
+    opt_bytes = g.optimizer_state_bytes
+    every = max(1, args.checkpoint_every or 1)
+    predictor = RunPredictor(args.epochs, per_epoch * args.epochs, plan_pred.grid)
+    for h in state.history:  # a resumed run's finished epochs
+        predictor.add(Epoch(per_epoch, h["energy_j"], h["time_s"]))
+    weights = dev.read_weights(g)
+    while state.epoch < args.epochs:
+        batches = data.epoch_batches(g.batch, state.epoch, args.seed)
+        epoch_start = state.global_step - state.step
+        losses = []
+        while state.step < per_epoch:
+            x, y = batches[state.step]
+            res = dev.step(x, y, args.lr)
+            tr.add_step(res, args.lr)
+            losses.append(res.loss)
+            state.step += 1
+            state.global_step += 1
+            if state.global_step % every == 0 or state.step == per_epoch:
+                # checkpoint, trace, then state: a crash between them leaves state behind, never ahead
+                weights = dev.read_weights(g)
+                opt_state = dev.link.read_blob(OPT_STATE, opt_bytes) if opt_bytes else b""
+                run.save_checkpoint(weights, opt_state, state)
+                _write_atomic(run.dir / "trace.json", json.dumps(_trace_dict(tr), separators=(",", ":")).encode())
+                run.save_state(state)
+            say(f"  epoch {state.epoch + 1}/{args.epochs} step {state.step:3d}/{per_epoch}  loss {res.loss:.4f}  "
+                f"{res.step_ticks} ticks")
+        e_j, t_s = _epoch_energy(tr, board, epoch_start)
+        acc = _evaluate(model, weights, data)
+        state.history.append({"epoch": state.epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan"),
+                              "accuracy": acc, "energy_j": e_j, "time_s": t_s})
+        state.epoch += 1
+        state.step = 0
+        run.save_state(state)
+        say(f"epoch {state.epoch}/{args.epochs}: mean loss {state.history[-1]['loss']:.4f}, test accuracy "
+            f"{acc:.1%}, {e_j * 1e3:.3f} mJ, {t_s:.3f} s of board time (modelled)")
+        made = predictor.add(Epoch(per_epoch, e_j, t_s))
+        if made is not None and args.epochs > 1:
+            say(f"  {made.line()}")
+    state.finished = True
+    run.save_state(state)
+    _finish(g, board, run, state, tr, model, weights, say)
+    actual = predictor.actual()
+    for line in Comparison(predictor.prediction or plan_pred, actual).lines():
+        say(f"  {line}")
+    say(f"  {Comparison(plan_pred, actual).lines()[1].replace('prediction error', 'plan prediction error')}")
+    csv = append(run.dir / "emissions.csv", RunRecord(actual.energy_j, actual.time_s, actual.co2_g, actual.grid,
+                                                      board.name, dev.provenance, parse_size(args.ram),
+                                                      experiment=f"{g.model} on {board.name}",
+                                                      run_id=run.dir.name))
+    say(f"  emissions: {shown(run.dir / 'emissions.csv')} (codecarbon's columns)"
+        + (f"; an older file with other columns was kept as {shown(csv)}" if csv else ""))
+
+
+def _trace_dict(tr: Trace) -> dict[str, Any]:
+    from poet.tracefile import FORMAT, RECORD_FIELDS
+    return {"format": FORMAT, "record_fields": list(RECORD_FIELDS), **tr.__dict__}
+
+
+def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace, model: torch.nn.Module,
+            weights: list[np.ndarray], say: Say) -> None:
+    load_weights(model, weights)
+    torch.save({k: v.clone() for k, v in model.state_dict().items()}, run.dir / "weights.pt")
+    report = render(tr, board)
+    (run.dir / "report.txt").write_text(report + "\n")
+    h = state.history
+    say(report)
+    say(f"\n[done] {state.global_step} steps; final test accuracy {h[-1]['accuracy']:.1%}; "
+        f"{sum(e['energy_j'] for e in h):.3f} J and {sum(e['time_s'] for e in h):.2f} s of board time (modelled)")
+    say(f"  weights: {shown(run.dir / 'weights.pt')} (a state_dict: model.load_state_dict(torch.load(...)))")
+
+
+def read_back(run_dir: Path, g: TrainingGraph) -> list[np.ndarray]:
+    """The weights of a run's last checkpoint, in the graph's state-tensor order (tests, tools)."""
+    ckpt = Run(run_dir).load_checkpoint()
+    if ckpt is None:
+        raise PoetError(f"{run_dir}: no checkpoint")
+    return ckpt[0]
+
+

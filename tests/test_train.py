@@ -1,0 +1,152 @@
+"""`poet train` on the emulated nRF52840: a run that is killed resumes to the same weights, the weights
+come back as a state_dict with the accuracy the run reported, and bad requests stop in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, needs_tools
+from poet.cli import main
+from poet.datasets import load_dataset
+from poet.models import get_model
+from poet.reference import accuracy, load_weights, torch_optimizer, weights_of
+from poet.tracer import trace
+from poet.train import Run
+
+pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
+
+BASE = ["train", "--model", "cnn-digits", "--ram", "200k", "--epochs", "2", "--data-limit", "64",
+        "--optimizer", "momentum:0.9", "--lr", "0.05"]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Runs, plans and profiles under tmp_path; the shipped profile is the planner's input."""
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "nrf52840.yaml").write_bytes((REPO / "profiles" / "nrf52840.yaml").read_bytes())
+    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path))
+    return tmp_path
+
+
+def _qemu_of(run_dir: Path) -> int | None:
+    """The pid of the QEMU serving this run (its working directory is the run's folder)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/cwd").resolve() == run_dir.resolve() and \
+                    b"qemu-system" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return int(pid)
+        except OSError:
+            continue
+    return None
+
+
+def _final_weights(run_dir: Path) -> list[np.ndarray]:
+    ckpt = Run(run_dir).load_checkpoint()
+    assert ckpt is not None
+    return ckpt[0]
+
+
+def test_killed_run_resumes_to_the_uninterrupted_weights(workspace: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    straight = workspace / "runs" / "straight"
+    assert main([*BASE, "--run-dir", str(straight)]) == 0
+    out = capsys.readouterr().out
+    assert "reusing the plan" not in out
+
+    # the same run, its emulator killed (SIGKILL: as a pulled cable or a reset) in the middle of epoch 1
+    killed = workspace / "runs" / "killed"
+    import poet.cli as cli
+
+    real_say = cli.say
+
+    def say_and_kill(msg: str) -> None:
+        real_say(msg)
+        if "epoch 1/2 step   2/4" in msg:
+            pid = _qemu_of(killed)
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+
+    monkeypatch.setattr(cli, "say", say_and_kill)
+    assert main([*BASE, "--run-dir", str(killed)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "resume with `poet train --resume" in err[0] and "2 of 8 steps" in err[0], err
+    monkeypatch.setattr(cli, "say", real_say)
+    state = json.loads((killed / "state.json").read_text())
+    assert (state["epoch"], state["step"], state["global_step"]) == (0, 2, 2)
+
+    assert main(["train", "--resume", str(killed)]) == 0
+    out = capsys.readouterr().out
+    assert "resuming" in out and "reusing the plan" in out  # same graph, board, profile and budget
+    for a, b in zip(_final_weights(killed), _final_weights(straight), strict=True):
+        assert np.array_equal(a, b)
+    trace = json.loads((killed / "trace.json").read_text())
+    assert len(trace["steps"]) == 8  # no step lost, none twice
+    assert main(["train", "--resume", str(killed)]) == 0  # a finished run: nothing to do
+    assert "already finished" in capsys.readouterr().out
+
+
+def test_weights_come_back_as_a_state_dict_with_the_reported_accuracy(workspace: Path) -> None:
+    run_dir = workspace / "runs" / "r"
+    assert main([*BASE, "--run-dir", str(run_dir)]) == 0
+    reported = json.loads((run_dir / "state.json").read_text())["history"][-1]["accuracy"]
+    model, spec = get_model("cnn-digits", seed=0)
+    model.load_state_dict(torch.load(run_dir / "weights.pt"))
+    data = load_dataset("digits").fitted(spec.input_shape, spec.classes, "cnn-digits")
+    assert accuracy(model, data.x_test, data.y_test) == reported
+    rows = (run_dir / "emissions.csv").read_text().splitlines()
+    assert rows[0].startswith("timestamp,project_name,run_id") and len(rows) == 2
+
+
+def test_board_weights_match_pytorch_on_the_same_data_order(workspace: Path) -> None:
+    """Two epochs of momentum SGD on the board and in PyTorch, batch for batch: the same weights."""
+    run_dir = workspace / "runs" / "r"
+    assert main([*BASE, "--run-dir", str(run_dir)]) == 0
+    model, spec = get_model("cnn-digits", seed=0)
+    g = trace(model, "cnn-digits", spec.input_shape, spec.classes, 16)
+    data = load_dataset("digits", 64).fitted(spec.input_shape, spec.classes, "cnn-digits")
+    opt = torch_optimizer(list(model.parameters()), 0.05, {"name": "momentum", "momentum": 0.9})
+    for epoch in range(2):
+        for x, y in data.epoch_batches(g.batch, epoch, 0):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+            opt.step()
+    board = _final_weights(run_dir)
+    for a, b in zip(board, weights_of(model), strict=True):
+        assert np.linalg.norm(a - b) <= 1e-5 * max(np.linalg.norm(b), 1e-12)
+    load_weights(model, board)
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--ram", "100k"], "below the smallest feasible budget"),
+    (["--battery-mah", "0.0001", "--volts", "3.7"], "battery"),
+    (["--budget-j", "1e-6"], "--budget-j"),
+    (["--epochs", "0"], "--epochs 0"),
+    (["--port", "/dev/null", "--emulate"], "--port and --emulate"),
+])
+def test_refused_in_one_line(workspace: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
+                             words: str) -> None:
+    assert main([*BASE, "--run-dir", str(workspace / "runs" / "x"), *extra]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+
+
+def test_data_that_does_not_fit_the_model(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = workspace / "wrong"
+    folder.mkdir()
+    np.save(folder / "train_x.npy", np.zeros((32, 3, 5, 5), np.float32))
+    np.save(folder / "train_y.npy", np.zeros(32, np.int64))
+    assert main([*BASE, "--data", str(folder)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "do not fit model cnn-digits" in err[0], err
+
+
+def test_battery_refusal_can_be_forced(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*BASE, "--epochs", "1", "--data-limit", "16", "--battery-mah", "0.00001", "--volts", "3.7", "--force"]
+    assert main([*args, "--run-dir", str(workspace / "runs" / "f")]) == 0
+    assert "--force given" in capsys.readouterr().out
