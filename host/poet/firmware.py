@@ -6,6 +6,7 @@ compiler it needs, and for hosted cross builds the command that runs the image h
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -54,6 +55,14 @@ TARGETS: dict[str, Target] = {
 
 class BuildError(PoetError):
     pass
+
+
+def source_version() -> str:
+    """The firmware version these sources build (POET_FW_MAJOR.MINOR in core/protocol.h): what
+    HELLO reports when the board runs this poet's firmware."""
+    text = (FIRMWARE_DIR / "core" / "protocol.h").read_text()
+    found = dict(re.findall(r"#define POET_FW_(MAJOR|MINOR) (\d+)", text))
+    return f"{found['MAJOR']}.{found['MINOR']}"
 
 
 def build(target: str, quiet: bool = True) -> Path:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from poet import firmware, flash
 from poet.battery import check_battery, refusal
 from poet.boards import Board, load_board
 from poet.carbon import intensity
@@ -37,7 +38,7 @@ from poet.emissions import RunRecord, append
 from poet.energy import charges, render
 from poet.errors import PoetError, UsageError
 from poet.graph import TrainingGraph, parse_optimizer, with_optimizer
-from poet.link import OPT_STATE, LinkError
+from poet.link import OPT_STATE, LinkError, ProtocolMismatch
 from poet.memory import check_ram
 from poet.paths import runs_dir, shown
 from poet.predict import Comparison, Epoch, Prediction, RunPredictor, plan_prediction
@@ -158,6 +159,20 @@ def _plan(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device,
     return info
 
 
+def _ensure_firmware(board: Board, port: str, run_dir: Path, say: Say) -> None:
+    """Flash the board when it runs another firmware than this poet builds (or speaks another protocol)."""
+    want = firmware.source_version()
+    try:
+        with open_device(board, port, workdir=run_dir, quiet=True) as dev:
+            have = dev.hello.fw_version
+    except ProtocolMismatch as exc:
+        have = f"another protocol ({exc})"
+    if have == want:
+        return
+    say(f"\n[flash] the board runs firmware {have}, this poet builds {want}: flashing it")
+    flash.flash(board, port, say)
+
+
 def _check_energy(args: argparse.Namespace, plan: dict, steps: int, epochs: int, say: Say) -> Prediction:
     """The plan's prediction of the run; refuse, before anything runs, a run the energy budget or the
     battery cannot carry (unless --force)."""
@@ -234,6 +249,8 @@ def train(args: argparse.Namespace, say: Say) -> Path:
         state = RunState()
     total_steps = per_epoch * args.epochs
     w0 = weights_of(model)
+    if args.port:
+        _ensure_firmware(board, args.port, run.dir, say)
     with open_device(board, args.port, workdir=run.dir) as dev:
         plan = _plan(args, g, board, dev, run, say)
         pred = _check_energy(args, plan, total_steps, args.epochs, say)

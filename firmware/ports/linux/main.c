@@ -1,8 +1,13 @@
-/* Native Linux port: the protocol on stdin/stdout (binary), the pager in ./poet-swap.bin.
- * Used for fast differential tests against the Python reference and under sanitizers. */
-#define _POSIX_C_SOURCE 200809L
+/* Native Linux port: the protocol on stdin/stdout (binary), or on a pseudo-terminal the host opens
+ * like any serial port (--pty); the pager in ./poet-swap.bin. Used on the RPi 4 and Jetson, for fast
+ * differential tests against the Python reference, and under sanitizers. */
+#define _XOPEN_SOURCE 600
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,16 +25,28 @@ static union {
 static uint8_t inbuf[4096];
 static size_t in_len, in_pos;
 static FILE *swap;
+static int in_fd = 0, out_fd = 1, on_pty;
 
 int port_getc(void)
 {
     if (in_pos == in_len) {
         ssize_t n;
-        do
-            n = read(0, inbuf, sizeof inbuf);
-        while (n < 0);
-        if (n == 0)
-            return -1;
+        for (;;) {
+            n = read(in_fd, inbuf, sizeof inbuf);
+            if (n > 0)
+                break;
+            if (n == 0 && !on_pty)
+                return -1;
+            if (on_pty && (n == 0 || errno == EIO)) {
+                /* nobody has the terminal open (the host closed it: a pulled cable): like a board,
+                 * keep everything loaded and wait for the next connection */
+                struct timespec ts = {0, 20000000L};
+                nanosleep(&ts, 0);
+                continue;
+            }
+            if (errno != EINTR && errno != EAGAIN)
+                return -1;
+        }
         in_len = (size_t)n;
         in_pos = 0;
     }
@@ -39,12 +56,25 @@ int port_getc(void)
 void port_write(const uint8_t *p, size_t n)
 {
     while (n > 0) {
-        ssize_t w = write(1, p, n);
+        ssize_t w = write(out_fd, p, n);
         if (w <= 0)
-            return;
+            return; /* no reader: the reply is lost, as on a board whose cable was pulled */
         p += w;
         n -= (size_t)w;
     }
+}
+
+/* The master side of a new pseudo-terminal; its slave's path goes to stdout for the host to open. */
+static int open_pty(void)
+{
+    int fd = posix_openpt(O_RDWR | O_NOCTTY);
+    if (fd < 0 || grantpt(fd) || unlockpt(fd) || !ptsname(fd)) {
+        fprintf(stderr, "poet: cannot make a pseudo-terminal: %s\n", strerror(errno));
+        exit(1);
+    }
+    printf("%s\n", ptsname(fd));
+    fflush(stdout);
+    return fd;
 }
 
 uint32_t port_ticks(void)
@@ -86,11 +116,19 @@ uint8_t *port_pool(void) { return pool.bytes; }
 uint32_t port_pool_bytes(void) { return POOL_BYTES; }
 void port_idle(void) {}
 
-/* usage: poet [BOARD]  (the name HELLO reports; default "linux") */
+/* usage: poet [BOARD] [--pty]  (BOARD: the name HELLO reports, default "linux"; --pty: serve the
+ * link on a new pseudo-terminal, printing its path, until killed) */
 int main(int argc, char **argv)
 {
-    if (argc > 1)
-        board = argv[1];
+    int i;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--pty"))
+            on_pty = 1;
+        else
+            board = argv[i];
+    }
+    if (on_pty)
+        in_fd = out_fd = open_pty();
     poet_run();
     if (swap)
         fclose(swap);
