@@ -347,11 +347,16 @@ def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace
     torch.save({k: v.clone() for k, v in model.state_dict().items()}, run.dir / "weights.pt")
     report = render(tr, board)
     (run.dir / "report.txt").write_text(report + "\n")
+    from poet.accounting import account
+    from poet.report import plot
+
+    pngs = plot(account(tr, board), tr, board, run.dir, "energy")
     h = state.history
     say(report)
     say(f"\n[done] {state.global_step} steps; final test accuracy {h[-1]['accuracy']:.1%}; "
         f"{sum(e['energy_j'] for e in h):.3f} J and {sum(e['time_s'] for e in h):.2f} s of board time (modelled)")
     say(f"  weights: {shown(run.dir / 'weights.pt')} (a state_dict: model.load_state_dict(torch.load(...)))")
+    say(f"  plots: {', '.join(shown(p) for p in pngs)} (module tree, top tensors, power timeline)")
 
 
 def read_back(run_dir: Path, g: TrainingGraph) -> list[np.ndarray]:
