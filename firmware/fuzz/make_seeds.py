@@ -5,13 +5,14 @@
 writes firmware/fuzz/corpus/{model,schedule,protocol}/ and firmware/fuzz/seed_models.h (the models
 fuzz_schedule validates against). The seeds are what poet itself sends: model blobs traced and lowered
 from zoo models and small hand-built nets, keep-all, recompute-and-page and POET schedules, and whole
-upload-and-step protocol sessions. Output is deterministic, so rerunning it changes nothing unless the
-formats or the planner changed.
+upload-and-step protocol sessions. The corpus directories are rewritten, not added to; the POET plans come
+from a time-limited MILP, so a rerun on a busier machine may change those seeds (and the sessions using them).
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import struct
 import sys
 from collections.abc import Callable
@@ -52,6 +53,13 @@ def conv_bn_net() -> nn.Module:
     return nn.Sequential(nn.Conv2d(2, 4, 3, stride=2, padding=1, groups=2), nn.BatchNorm2d(4), nn.Hardtanh(),
                          nn.Conv2d(4, 4, 1), nn.Tanh(), nn.Flatten(), nn.Linear(64, 8), nn.Sigmoid(),
                          nn.Linear(8, 3))
+
+
+def conv_bn_eval_net() -> nn.Module:
+    """The same with the batch norm in eval mode: frozen statistics, an affine map (ops 48 and 66)."""
+    net = conv_bn_net()
+    net[1].eval()
+    return net
 
 
 class BroadcastNet(nn.Module):
@@ -153,6 +161,8 @@ def c_array(name: str, data: bytes) -> str:
 
 
 def main() -> None:
+    for d in ("model", "schedule", "protocol"):
+        shutil.rmtree(HERE / "corpus" / d, ignore_errors=True)
     mlp, cnn = fwhelpers.mlp(), fwhelpers.cnn()
     digits, transformer = zoo("mlp-digits", 2), tiny_transformer()
     # fuzz_schedule's eight models (mode bits 0-2), each with the schedules poet would send for it:
@@ -187,7 +197,8 @@ def main() -> None:
                f"static const uint32_t fuzz_model_lens[FUZZ_N_MODELS] = {{{lens}}};", "", "#endif", ""]
     (HERE / "seed_models.h").write_text("\n".join(header))
 
-    extra = [model_blob(g) for g in (zoo("lenet", 1, optimizer="adam"), zoo("cnn-digits", 1))]
+    extra = [model_blob(g) for g in (zoo("lenet", 1, optimizer="adam"), zoo("cnn-digits", 1),
+                                     traced("conv-bn-eval", conv_bn_eval_net, (2, 8, 8), 3, 1))]
     for blob in [b for b, _ in fixed] + extra:
         write("model", blob.encode())
 
