@@ -56,6 +56,35 @@ static void embedding_rows(const int32_t *a, const float *ids, const float *w, c
     }
 }
 
+/* A cast (docs/spec.md section 2): src is dep 0 or the parameter a3; an int8 side's scale is the
+ * last dep, the 4-byte output of an absmax node. Narrow tensors sit in the arena like fp32 ones
+ * (4-byte aligned offsets), so the pointers are only reinterpreted. */
+static void cast(const int32_t *a, const void *src, const float *scale, void *out)
+{
+    switch (a[1] * 4 + a[2]) {
+    case POET_DT_F32 * 4 + POET_DT_F16:
+        poet_cast_f32_f16(a[0], (const float *)src, (uint16_t *)out);
+        break;
+    case POET_DT_F16 * 4 + POET_DT_F32:
+        poet_cast_f16_f32(a[0], (const uint16_t *)src, (float *)out);
+        break;
+    case POET_DT_F32 * 4 + POET_DT_BF16:
+        poet_cast_f32_bf16(a[0], (const float *)src, (uint16_t *)out);
+        break;
+    case POET_DT_BF16 * 4 + POET_DT_F32:
+        poet_cast_bf16_f32(a[0], (const uint16_t *)src, (float *)out);
+        break;
+    case POET_DT_F32 * 4 + POET_DT_I8:
+        poet_quantize_i8(a[0], scale[0], (const float *)src, (int8_t *)out);
+        break;
+    case POET_DT_I8 * 4 + POET_DT_F32:
+        poet_dequantize_i8(a[0], scale[0], (const int8_t *)src, (float *)out);
+        break;
+    default: /* model.c admits no other pair */
+        break;
+    }
+}
+
 /* Runs node n's kernel (n: the record as decoded from the blob). in[k] is dep k's tensor (NULL
  * for deps without arena output). Backward nodes read dL/dy as dep 0 and what the forward saved
  * as dep 1. */
@@ -235,6 +264,22 @@ static void run_node(const poet_model_t *m, const poet_node_t *n, const poet_buf
         break;
     case POET_OP_SELECT_BWD:
         poet_select_bwd(a[0], a[1], a[2], a[3], in[0], out);
+        break;
+    case POET_OP_CAST:
+        cast(a, a[3] >= 0 ? pparam(m, P, a[3]) : in[0], n->n_deps ? in[n->n_deps - 1] : 0, out);
+        break;
+    case POET_OP_ABSMAX:
+        out[0] = poet_absmax_scale(a[0], a[1] >= 0 ? pparam(m, P, a[1]) : in[0]);
+        break;
+    case POET_OP_LINEAR_I8:
+        poet_linear_i8_fwd(a[0], a[1], a[2], (const int8_t *)(const void *)in[0], in[1][0],
+                           (const int8_t *)(const void *)in[2], in[3][0], pparam(m, P, a[4]), out);
+        break;
+    case POET_OP_CONV2D_I8:
+        poet_conv2d_i8_fwd(a[0], a[1], a[2], a[3], a[4], a[5], POET_CONV_STRIDE(a[6]),
+                           POET_CONV_PAD(a[6]), POET_CONV_GROUPS(a[6]),
+                           (const int8_t *)(const void *)in[0], in[1][0],
+                           (const int8_t *)(const void *)in[2], in[3][0], pparam(m, P, a[8]), out);
         break;
     case POET_OP_CROSS_ENTROPY:
         out[0] = poet_cross_entropy_fwd(a[0], a[1], in[0], buf->labels);

@@ -181,6 +181,41 @@ void poet_transpose12_fwd(int d0, int d1, int d2, int d3, const float *x, float 
 void poet_transpose12_bwd(int d0, int d1, int d2, int d3, const float *g, float *gx);
 void poet_copy(int n, const float *x, float *y);
 
+/* ---- low precision (kernels_lp.c) ------------------------------------------------------------ */
+
+/* Storage casts. fp16 is IEEE binary16, bf16 the upper half of binary32; both round to nearest
+ * even from fp32 (overflow to inf, subnormals exact), keep inf, and keep NaN a NaN of the same
+ * sign (quiet, top payload bits kept). Widening back to fp32 is exact. Computed on the bit
+ * patterns, so the result is the same on every port, with or without an FPU. */
+uint16_t poet_f32_to_f16(float f);
+float poet_f16_to_f32(uint16_t h);
+uint16_t poet_f32_to_bf16(float f);
+float poet_bf16_to_f32(uint16_t h);
+void poet_cast_f32_f16(int n, const float *x, uint16_t *y);
+void poet_cast_f16_f32(int n, const uint16_t *x, float *y);
+void poet_cast_f32_bf16(int n, const float *x, uint16_t *y);
+void poet_cast_bf16_f32(int n, const uint16_t *x, float *y);
+
+/* int8, symmetric, zero point 0, one scale per tensor. The scale is m / 127 with m the largest
+ * finite |x| (NaN and inf are skipped), or 1 when that is below the smallest normal float (an
+ * all-zero tensor). */
+float poet_absmax_scale(int n, const float *x);
+/* q = x * (1 / scale) rounded half to even, saturated to [-127, 127] (inf saturates), NaN -> 0. */
+void poet_quantize_i8(int n, float scale, const float *x, int8_t *q);
+/* y = q * scale. */
+void poet_dequantize_i8(int n, float scale, const int8_t *q, float *y);
+
+/* int8 forward kernels: the products summed exactly in int32 (the caller keeps the reduction length,
+ * in or C/groups * k * k, at most 133143 = 2^31 / 127^2, so the sum cannot overflow), then
+ * y = acc * (x_scale * w_scale) (+ b) in fp32, in that order. Weights are quantised per tensor
+ * (w_scale is one number). Layouts, geometry and b (NULL: none) as poet_linear_fwd and
+ * poet_conv2d_ex_fwd. */
+void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale, const int8_t *wq,
+                        float w_scale, const float *b, float *y);
+void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                        const int8_t *xq, float x_scale, const int8_t *wq, float w_scale,
+                        const float *b, float *y);
+
 /* ---- optimizers: each updates w from g, then zeroes g for the next step's accumulation ------- */
 
 /* w -= lr * g, then g = 0. */

@@ -67,6 +67,36 @@ static int io2(const poet_model_t *m, const poet_node_t *n, uint64_t in0, uint64
            n->bytes == out;
 }
 
+/* The element type of node d's output: a cast's a2, fp32 for every other op. */
+static int32_t dep_dtype(const poet_model_t *m, const poet_node_t *n, int k)
+{
+    const uint8_t *p = poet_node_rec(m, n->deps[k]);
+    return p[0] == POET_OP_CAST ? (int32_t)poet_rd32(p + 16 + 4 * 2) : POET_DT_F32;
+}
+
+/* Bytes of elems elements of type t (0..3, validated by the caller). */
+static uint64_t dt_bytes(int32_t t, uint64_t elems)
+{
+    return t == POET_DT_I8 ? elems : mul(t == POET_DT_F32 ? 4u : 2u, elems);
+}
+
+/* An int8 tensor's scale: a 4-byte fp32 made by an absmax node (not any 4-byte tensor, a loss). */
+static int is_scale(const poet_model_t *m, uint16_t d) { return poet_node_op(m, d) == POET_OP_ABSMAX; }
+
+/* Products of int8 values are below 127^2 in magnitude, so an int32 sum of up to 2^31 / 127^2 of
+ * them cannot overflow: the int8 kernels' reduction length (in, or C/groups k k) is held to that. */
+#define POET_I8_MAX_REDUCE 133143u
+
+/* An int8 layer's deps: the quantised input (xe elements) and its scale, the quantised weight (we
+ * elements) and its scale; the output is y bytes of fp32. */
+static int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we, uint64_t reduce,
+                 uint64_t y)
+{
+    return n->n_deps == 4 && reduce <= POET_I8_MAX_REDUCE && dep_bytes(m, n, 0) == xe &&
+           dep_dtype(m, n, 0) == POET_DT_I8 && is_scale(m, n->deps[1]) && dep_bytes(m, n, 2) == we &&
+           dep_dtype(m, n, 2) == POET_DT_I8 && is_scale(m, n->deps[3]) && n->bytes == y;
+}
+
 /* A parameterised backward: dep 0 is dL/dy, dep 1 the forward input; the input gradient is the
  * output only if need_grad_input (else 0 bytes). */
 static int bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x)
@@ -82,7 +112,7 @@ static int kind_of(uint8_t op)
     case POET_OP_SGD: return POET_KIND_OPTIMIZER;
     default: break;
     }
-    if (op <= POET_OP_PERMUTE || (op >= POET_OP_ADD && op <= POET_OP_BATCHNORM_EVAL))
+    if (op <= POET_OP_PERMUTE || (op >= POET_OP_ADD && op <= POET_OP_CONV2D_I8))
         return POET_KIND_FORWARD;
     if ((op >= POET_OP_LINEAR_BWD && op <= POET_OP_PERMUTE_BWD) ||
         (op >= POET_OP_ADD_BWD && op <= POET_OP_BATCHNORM_EVAL_BWD))
@@ -109,12 +139,18 @@ static int node_ok(const poet_model_t *m, const poet_node_t *n, uint32_t i)
     const int32_t *a = n->a;
     uint64_t x, y, t;
     int32_t ho, wo, s, gr;
-    int k, seen;
+    int k, seen, q;
 
     k = kind_of(n->op);
     /* gradient sums are adds in the backward pass */
     if (k < 0 || (n->kind != k && !(n->op == POET_OP_ADD && n->kind == POET_KIND_BACKWARD)))
         return 0;
+    /* Only the low-precision ops read anything but fp32: a narrow tensor's bytes can equal an
+     * fp32 tensor's of fewer elements, so sizes alone would not catch an fp32 kernel reading it. */
+    if (n->op != POET_OP_CAST && n->op != POET_OP_LINEAR_I8 && n->op != POET_OP_CONV2D_I8)
+        for (k = 0; k < n->n_deps; k++)
+            if (dep_dtype(m, n, k) != POET_DT_F32)
+                return 0;
 
     switch (n->op) {
     case POET_OP_INPUT:
@@ -122,15 +158,19 @@ static int node_ok(const poet_model_t *m, const poet_node_t *n, uint32_t i)
                (uint64_t)n->bytes == 4ull * m->x_elems;
     case POET_OP_LINEAR:
     case POET_OP_LINEAR_BWD:
+    case POET_OP_LINEAR_I8:
         if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]))
             return 0;
         x = f32s(mul((uint64_t)a[0], (uint64_t)a[1]));
         y = f32s(mul((uint64_t)a[0], (uint64_t)a[2]));
         if (!param_ok(m, a[3], mul((uint64_t)a[1], (uint64_t)a[2])) || !opt_param_ok(m, a[4], (uint64_t)a[2]))
             return 0;
+        if (n->op == POET_OP_LINEAR_I8)
+            return i8_io(m, n, x / 4u, mul((uint64_t)a[1], (uint64_t)a[2]), (uint64_t)a[1], y);
         return n->op == POET_OP_LINEAR ? io1(m, n, x, y) : bwd_ok(m, n, a[5], y, x);
     case POET_OP_CONV2D:
     case POET_OP_CONV2D_BWD:
+    case POET_OP_CONV2D_I8:
         s = POET_CONV_STRIDE(a[6]);
         gr = POET_CONV_GROUPS(a[6]);
         if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]) || !pos(a[3]) || !pos(a[4]) || !pos(a[5]) ||
@@ -146,6 +186,8 @@ static int node_ok(const poet_model_t *m, const poet_node_t *n, uint32_t i)
         t = mul(mul((uint64_t)a[4], (uint64_t)(a[1] / gr)), mul((uint64_t)a[5], (uint64_t)a[5]));
         if (!param_ok(m, a[7], t) || !opt_param_ok(m, a[8], (uint64_t)a[4]))
             return 0;
+        if (n->op == POET_OP_CONV2D_I8)
+            return i8_io(m, n, x / 4u, t, mul((uint64_t)(a[1] / gr), mul((uint64_t)a[5], (uint64_t)a[5])), y);
         return n->op == POET_OP_CONV2D ? io1(m, n, x, y) : bwd_ok(m, n, a[9], y, x);
     case POET_OP_RELU:
     case POET_OP_FLATTEN:
@@ -278,6 +320,27 @@ static int node_ok(const poet_model_t *m, const poet_node_t *n, uint32_t i)
         x = f32s(mul(mul((uint64_t)a[0], (uint64_t)a[1]), (uint64_t)a[2]));
         y = f32s(mul((uint64_t)a[0], (uint64_t)a[2]));
         return n->op == POET_OP_SELECT ? io1(m, n, x, y) : io1(m, n, y, x);
+    case POET_OP_CAST:
+        /* a1 -> a2: fp32 to or from one narrow type; a3 a parameter to read instead of dep 0 (an
+         * fp32 weight being quantised) or -1. Deps: the source (unless a3), then for int8 the scale. */
+        if (!pos(a[0]) || a[1] < POET_DT_F32 || a[1] > POET_DT_I8 || a[2] < POET_DT_F32 ||
+            a[2] > POET_DT_I8 || a[1] == a[2] || (a[1] != POET_DT_F32 && a[2] != POET_DT_F32) ||
+            (a[3] != -1 && (a[1] != POET_DT_F32 || !param_ok(m, a[3], (uint64_t)a[0]))))
+            return 0;
+        q = a[1] == POET_DT_I8 || a[2] == POET_DT_I8;
+        if (n->n_deps != (a[3] == -1) + q || n->bytes != dt_bytes(a[2], (uint64_t)a[0]))
+            return 0;
+        if (a[3] == -1 &&
+            (dep_bytes(m, n, 0) != dt_bytes(a[1], (uint64_t)a[0]) || dep_dtype(m, n, 0) != a[1]))
+            return 0;
+        return !q || is_scale(m, n->deps[n->n_deps - 1]);
+    case POET_OP_ABSMAX:
+        /* the scale of a0 fp32 elements: of dep 0, or of parameter a1 (then no deps) */
+        if (!pos(a[0]) || a[1] < -1 || n->bytes != 4u)
+            return 0;
+        if (a[1] >= 0)
+            return n->n_deps == 0 && param_ok(m, a[1], (uint64_t)a[0]);
+        return n->n_deps == 1 && dep_bytes(m, n, 0) == f32s((uint64_t)a[0]);
     case POET_OP_SGD:
         return n->n_deps == 0 && n->bytes == 0 && i + 1u == m->n_nodes && optimizer_ok(a);
     default:

@@ -61,6 +61,10 @@ enum {
     POET_OP_EMBEDDING = 46,
     POET_OP_SELECT = 47,
     POET_OP_BATCHNORM_EVAL = 48,
+    POET_OP_CAST = 49,       /* storage type conversion (dtypes below) */
+    POET_OP_ABSMAX = 50,     /* an int8 scale: max |x| / 127 */
+    POET_OP_LINEAR_I8 = 51,  /* int8 x int8 -> int32 -> fp32 */
+    POET_OP_CONV2D_I8 = 52,
     POET_OP_ADD_BWD = 56,
     POET_OP_SUB_BWD = 57,
     POET_OP_MUL_BWD_A = 58,
@@ -78,6 +82,10 @@ enum {
 #define POET_CONV_PAD(a6) ((a6) & 0xFF)
 #define POET_CONV_STRIDE(a6) ((((a6) >> 8) & 0xFF) + 1)
 #define POET_CONV_GROUPS(a6) ((((a6) >> 16) & 0xFFFF) + 1)
+
+/* Element types of a cast's a1 (from) and a2 (to) (docs/spec.md section 2). Every other op's
+ * tensors are fp32; int8 ones are quantised with one fp32 scale per tensor (an absmax node). */
+enum { POET_DT_F32 = 0, POET_DT_F16 = 1, POET_DT_BF16 = 2, POET_DT_I8 = 3 };
 
 /* Param table word (docs/spec.md section 2): the element count, and the top bit set for a tensor
  * that is not trained (a frozen layer's weight, a batch norm's running statistic): it has no

@@ -52,6 +52,12 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "softmax": (mb.OP_SOFTMAX, ("rows", "D")),
     "embedding": (mb.OP_EMBEDDING, _EMB),
     "select": (mb.OP_SELECT, ("B", "S", "D", "index")),
+    # low precision: "w" is the parameter a cast or absmax reads instead of dep 0 (-1: none); "from"
+    # and "to" are element types (fp32, fp16, bf16, int8); the int8 layers keep their fp32 layouts
+    "cast": (mb.OP_CAST, ("n", "from", "to", "w")),
+    "absmax": (mb.OP_ABSMAX, ("n", "w")),
+    "linear_i8": (mb.OP_LINEAR_I8, ("B", "in", "out", "w", "b")),
+    "conv2d_i8": (mb.OP_CONV2D_I8, _CONV),
     "linear_bwd": (mb.OP_LINEAR_BWD, ("B", "in", "out", "w", "b", "need_grad_input")),
     "conv2d_bwd": (mb.OP_CONV2D_BWD, (*_CONV, "need_grad_input")),
     "relu_bwd": (mb.OP_RELU_BWD, ("n",)),
@@ -117,6 +123,8 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
     """One a-slot of docs/spec.md section 2 from the graph node's attributes."""
     if name == "geom":
         return mb.conv_geometry(int(attrs["pad"]), int(attrs.get("stride", 1)), int(attrs.get("groups", 1)))
+    if name in ("from", "to"):
+        return mb.dtype_code(attrs[name])
     if name.startswith("f:"):
         return mb.f32_bits(float(attrs[name[2:]]))
     if name in ("w", "b", "rm", "rv"):

@@ -67,6 +67,10 @@ OP_SOFTMAX = 45
 OP_EMBEDDING = 46
 OP_SELECT = 47
 OP_BATCHNORM_EVAL = 48  # batch norm with frozen (running) statistics
+OP_CAST = 49  # a storage type conversion: a1 from, a2 to (DT_*), a3 a param source or -1
+OP_ABSMAX = 50  # an int8 scale, max |x| / 127 (4 bytes)
+OP_LINEAR_I8 = 51  # int8 x int8 -> int32 -> fp32, deps (x_q, x_scale, w_q, w_scale)
+OP_CONV2D_I8 = 52
 OP_ADD_BWD = 56
 OP_SUB_BWD = 57
 OP_MUL_BWD_A = 58
@@ -78,6 +82,23 @@ OP_SOFTMAX_BWD = 63
 OP_EMBEDDING_BWD = 64
 OP_SELECT_BWD = 65
 OP_BATCHNORM_EVAL_BWD = 66
+
+# element types of a cast (docs/spec.md section 2); every other op's tensors are fp32
+DT_F32 = 0
+DT_F16 = 1
+DT_BF16 = 2
+DT_I8 = 3
+DTYPES = {"fp32": DT_F32, "fp16": DT_F16, "bf16": DT_BF16, "int8": DT_I8}
+DTYPE_BYTES = {DT_F32: 4, DT_F16: 2, DT_BF16: 2, DT_I8: 1}
+
+
+def dtype_code(t: int | str) -> int:
+    """A cast's type attribute as the blob stores it, from its name (fp32, fp16, bf16, int8) or code."""
+    code = DTYPES.get(t) if isinstance(t, str) else int(t)
+    if code not in DTYPE_BYTES:
+        raise ValueError(f"element type {t!r}: the runtime has {', '.join(DTYPES)}")
+    return code
+
 
 # node kinds
 KIND_INPUT = 0

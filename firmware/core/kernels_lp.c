@@ -1,0 +1,236 @@
+/* Low-precision kernels: storage casts (fp16, bf16, int8 with a per-tensor scale) and the int8
+ * forward kernels of linear and conv2d (int32 accumulate, fp32 result). Conventions in kernels.h.
+ *
+ * Every conversion is bit manipulation on the binary32 pattern, not a compiler type: the
+ * Cortex-M0+ and RV32 builds have no _Float16, and the M4F's FPU has no half-precision
+ * arithmetic worth relying on for exact IEEE rounding of subnormals. The integer paths also cost
+ * the soft-float boards no library calls, which is the point of storing at half size there. */
+#include "kernels.h"
+
+#include <string.h>
+
+/* Largest finite float and smallest normal one, spelled out so nothing needs float.h's macros. */
+#define F32_MAX 3.40282347e38f
+#define F32_MIN_NORMAL 1.17549435e-38f
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- fp16 (IEEE binary16) ------------------------------------------------------------------- */
+
+uint16_t poet_f32_to_f16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+
+    if (a >= 0x47800000u) {
+        /* 2^16 and up, inf, NaN. NaN stays NaN: quiet bit set, the top payload bits kept (what
+         * the x86 F16C and ARM conversion instructions do). Finite values this large are past
+         * the halfway point above 65504 and round to inf. */
+        if (a > 0x7F800000u)
+            return (uint16_t)(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
+        return (uint16_t)(sign | 0x7C00u);
+    }
+    if (a >= 0x38800000u) {
+        /* Normal half (2^-14 and up): rebias the exponent by 15 - 127 and round the 13 dropped
+         * mantissa bits to nearest even. A carry out of the mantissa bumps the exponent, which is
+         * right, including up to inf from 65520 on. */
+        uint32_t odd = (a >> 13) & 1u;
+        a += 0xC8000FFFu + odd; /* (15 - 127) << 23 modulo 2^32, plus 0xFFF: half an ulp less one */
+        return (uint16_t)(sign | (a >> 13));
+    }
+    if (a <= 0x33000000u) /* up to 2^-25, half the smallest subnormal: the tie goes to even, 0 */
+        return (uint16_t)sign;
+    {
+        /* Subnormal half: the value in units of 2^-24 is the full mantissa shifted right by
+         * 126 - exponent (14..24 here), rounded to nearest even on the bits shifted out. A round
+         * up to 0x400 is the smallest normal half, encoded correctly by the same bits. */
+        uint32_t e = a >> 23, m = (a & 0x7FFFFFu) | 0x800000u, shift = 126u - e;
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+}
+
+float poet_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0x1Fu) /* inf, or NaN with its payload */
+        return bits_f32(sign | 0x7F800000u | (m << 13));
+    if (e)
+        return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+    if (!m)
+        return bits_f32(sign);
+    /* subnormal half m * 2^-24: normalise, so it is a normal float */
+    e = 113u;
+    while (!(m & 0x400u)) {
+        m <<= 1;
+        e--;
+    }
+    return bits_f32(sign | (e << 23) | ((m & 0x3FFu) << 13));
+}
+
+void poet_cast_f32_f16(int n, const float *x, uint16_t *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = poet_f32_to_f16(x[i]);
+}
+
+void poet_cast_f16_f32(int n, const uint16_t *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = poet_f16_to_f32(x[i]);
+}
+
+/* ---- bf16 (the upper half of binary32) ------------------------------------------------------ */
+
+uint16_t poet_f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) /* NaN: truncating could clear every payload bit */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    /* round to nearest even on the low 16 bits; a carry reaches the exponent (up to inf) */
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float poet_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+void poet_cast_f32_bf16(int n, const float *x, uint16_t *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = poet_f32_to_bf16(x[i]);
+}
+
+void poet_cast_bf16_f32(int n, const uint16_t *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = poet_bf16_to_f32(x[i]);
+}
+
+/* ---- int8, symmetric per tensor ------------------------------------------------------------- */
+
+float poet_absmax_scale(int n, const float *x)
+{
+    int i;
+    float m = 0.0f, s;
+    for (i = 0; i < n; i++) {
+        float v = x[i] < 0.0f ? -x[i] : x[i];
+        /* NaN fails both tests and inf the second: one bad element must not zero the tensor */
+        if (v > m && v <= F32_MAX)
+            m = v;
+    }
+    s = m / 127.0f;
+    /* an all-zero (or all-tiny) tensor: any scale quantises it to zeros; 1 keeps 1/s finite */
+    return s >= F32_MIN_NORMAL ? s : 1.0f;
+}
+
+/* v rounded half to even and saturated to [-127, 127]; NaN gives 0. Written out rather than
+ * rintf so the result does not depend on the FPU's rounding mode or on a soft-float libm. */
+static int8_t q8(float v)
+{
+    int32_t t;
+    float r;
+    if (v != v)
+        return 0;
+    if (v >= 127.0f)
+        return 127;
+    if (v <= -127.0f)
+        return -127;
+    t = (int32_t)v;    /* toward zero, exact: |v| < 127 */
+    r = v - (float)t;  /* the fraction, exact: it is v's own low bits */
+    if (r > 0.5f || (r == 0.5f && (t & 1)))
+        t++;
+    else if (r < -0.5f || (r == -0.5f && (t & 1)))
+        t--;
+    return (int8_t)t;
+}
+
+void poet_quantize_i8(int n, float scale, const float *x, int8_t *q)
+{
+    int i;
+    /* one division per tensor, a multiply per element: the M0 and RV32 divide in software */
+    float inv = 1.0f / scale;
+    for (i = 0; i < n; i++)
+        q[i] = q8(x[i] * inv);
+}
+
+void poet_dequantize_i8(int n, float scale, const int8_t *q, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = (float)q[i] * scale;
+}
+
+/* ---- int8 linear and conv2d forward ----------------------------------------------------------- */
+
+void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale, const int8_t *wq,
+                        float w_scale, const float *b, float *y)
+{
+    int i, o, k;
+    float s = x_scale * w_scale;
+    for (i = 0; i < B; i++) {
+        const int8_t *xr = xq + (long)i * in;
+        for (o = 0; o < out; o++) {
+            const int8_t *wr = wq + (long)o * in;
+            int32_t acc = 0;
+            for (k = 0; k < in; k++)
+                acc += (int32_t)xr[k] * (int32_t)wr[k];
+            /* one rounding for the scale, one for the bias: the reference does the same */
+            y[(long)i * out + o] = b ? (float)acc * s + b[o] : (float)acc * s;
+        }
+    }
+}
+
+/* The loop order of poet_conv2d_ex_fwd; integer sums are exact, so the order only matters for
+ * speed here. */
+void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                        const int8_t *xq, float x_scale, const int8_t *wq, float w_scale,
+                        const float *b, float *y)
+{
+    int Ho = poet_conv2d_out(H, k, stride, pad), Wo = poet_conv2d_out(W, k, stride, pad);
+    int Cg = C / groups, Og = O / groups;
+    int n, o, oy, ox, c, ky, kx;
+    float s = x_scale * w_scale;
+    for (n = 0; n < B; n++)
+        for (o = 0; o < O; o++) {
+            const int8_t *xg = xq + ((long)n * C + (long)(o / Og) * Cg) * H * W;
+            for (oy = 0; oy < Ho; oy++)
+                for (ox = 0; ox < Wo; ox++) {
+                    int32_t acc = 0;
+                    for (c = 0; c < Cg; c++) {
+                        const int8_t *xc = xg + (long)c * H * W;
+                        const int8_t *wc = wq + ((long)o * Cg + c) * k * k;
+                        for (ky = 0; ky < k; ky++) {
+                            int iy = oy * stride + ky - pad;
+                            if (iy < 0 || iy >= H)
+                                continue;
+                            for (kx = 0; kx < k; kx++) {
+                                int ix = ox * stride + kx - pad;
+                                if (ix < 0 || ix >= W)
+                                    continue;
+                                acc += (int32_t)xc[(long)iy * W + ix] * (int32_t)wc[ky * k + kx];
+                            }
+                        }
+                    }
+                    y[(((long)n * O + o) * Ho + oy) * Wo + ox] =
+                        b ? (float)acc * s + b[o] : (float)acc * s;
+                }
+        }
+}
