@@ -30,7 +30,8 @@ run's total, not the sum of whatever the records happened to cover.
 Measured energy: `account(trace, board, energy_of)` takes the joules of each record
 from a power meter instead (`energy_of(step, i)`, step = index into trace.steps,
 i = index into that step's records; `energy_of(step, OVERHEAD_RECORD)` = the step's
-joules outside every record). Times then come from the trace's ticks alone.
+joules outside every record). Times then come from the trace's ticks, except an emulated
+trace's paging records, which keep the storage model's time (they took no virtual time).
 """
 
 from __future__ import annotations
@@ -109,14 +110,15 @@ def charges(trace: Trace, board: Board, energy_of: EnergyOf | None = None) -> li
         for i, (_instr, node, kind, _op, ticks, nbytes) in enumerate(st["records"]):
             covered += ticks
             n = trace.nodes[node]
-            if energy_of is not None:
-                t = board.compute_time_s(ticks, trace.tick_hz)
-                e = _measured(energy_of, k, i, f"record {i} ({kind} {n['name']})")
-            elif kind in PAGING:
+            if kind in PAGING and (energy_of is None or trace.provenance == "emulated"):
+                # emulated paging takes no virtual time (semihosting): its time is the storage model's,
+                # measured or not (report.measure places an emulated trace's records the same way)
                 t, e = board.page_cost(nbytes, "in" if kind == "page_in" else "out")
             else:
                 t = board.compute_time_s(ticks, trace.tick_hz)
                 e = board.compute_energy_j(t)
+            if energy_of is not None:
+                e = _measured(energy_of, k, i, f"record {i} ({kind} {n['name']})")
             out.append(Charge(k, i, n["name"], n["module"], "overhead" if kind == "free" else kind, t, e,
                               nbytes, clock))
             clock += t

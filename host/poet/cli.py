@@ -460,6 +460,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "steps, with the same result)")
     p.add_argument("--run-dir", help="the run's folder (default runs/<time>-<model>)")
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last finished step")
+    p.add_argument("--meter", metavar="BACKEND[:ARG]",
+                   help="record a power meter over the steps into runs/<id>/meter.csv (for `poet report "
+                   "TRACE --meter`): rapl[:ZONE], ina219[:INDEX], ina3221[:RAIL+RAIL] or file:RECORDING.csv "
+                   "(replays a recording from the run's start)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("report", help="energy report of a saved trace: by module, layer, tensor, kind; CSV, "
@@ -484,6 +488,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="where --csv/--chrome/--plot files go (default: the trace's folder)")
     p.add_argument("--diff", metavar="TRACE_B",
                    help="compare with another trace of the same graph: joules per step by kind and tensor")
+    p.add_argument("--meter", metavar="RECORDING.csv",
+                   help="measured energy: a power meter's recording (poet-meter/1 CSV, e.g. runs/<id>/meter.csv "
+                   "from `poet train --meter`) aligned with the trace by its steps' host times; shown beside "
+                   "the modelled account")
+    p.add_argument("--allow-gaps", action="store_true",
+                   help="with --meter: interpolate over gaps in the recording (the ops over them are flagged) "
+                   "instead of refusing it")
+    p.add_argument("--meter-offset", type=float, metavar="S",
+                   help="with --meter: the meter's clock minus the host's time.time(), in seconds (default 0: "
+                   "host-side meters stamp time.time())")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("demo", help="the whole loop on the default (emulated) board")

@@ -7,10 +7,12 @@ real firmware image) and every number it yields is labelled `emulated`.
 from __future__ import annotations
 
 import contextlib
+import math
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,17 @@ from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Hello, Link, ProcessPort,
 from poet.lower import model_blob
 from poet.modelblob import decode_weights, encode_batch, encode_weights
 from poet.serialports import open_serial
+
+
+@dataclass
+class TimedStep(StepResult):
+    """A step's result with when it ran on the host clock: `host_t0` just before STEP was sent,
+    `host_t1` just after DONE arrived (time.time(), Unix seconds: the clock the host-side meters
+    stamp their samples with, poet.meters.sampler). The board's step lies inside [host_t0, host_t1];
+    that window is how a meter's recording is put next to the trace (docs/energy.md)."""
+
+    host_t0: float = math.nan
+    host_t1: float = math.nan
 
 
 @dataclass
@@ -48,9 +61,14 @@ class Device:
     def load_schedule(self, data: bytes) -> None:
         self.link.upload(SCHEDULE, data)
 
-    def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> StepResult:
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> TimedStep:
         self.link.upload(BATCH, encode_batch(x, y))
-        return self.link.step(lr)
+        # The batch upload stays outside the window: the window should hold the step and as little
+        # link time as the protocol allows (STEP, its ACK, the trace frames and DONE).
+        t0 = time.time()
+        res = self.link.step(lr)
+        t1 = time.time()
+        return TimedStep(**{f.name: getattr(res, f.name) for f in fields(StepResult)}, host_t0=t0, host_t1=t1)
 
     def read_weights(self, g: TrainingGraph) -> list[np.ndarray]:
         flat = decode_weights(self.link.read_weights(g.resident_param_bytes), g.param_elems)

@@ -2,19 +2,26 @@
 trace and PNG plots (matplotlib, Agg, imported only when --plot asks).
 
 Every report says its source in the header: modelled (trace ticks x the board's datasheet
-power, paging bytes x its storage model) or measured (a meter's joules per record).
+power, paging bytes x its storage model) or measured (a meter's joules per record: `--meter`,
+a recording aligned with the trace by the host times of its steps; see `measure`).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import statistics
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from poet.accounting import KINDS, PAGING, Account, Box, DiffRow, Entry, edd, fold, walk
+from poet.accounting import KINDS, PAGING, Account, Box, DiffRow, Entry, account, edd, fold, walk
 from poet.boards import Board
+from poet.errors import PoetError
+from poet.meters import align as al
+from poet.meters import base as meter_base
+from poet.paths import shown
 from poet.tracefile import Trace
 
 VIEWS = ("module", "layer", "tensor", "kind")
@@ -54,12 +61,12 @@ def source_line(acct: Account, trace: Trace, board: Board) -> str:
             f"paging bytes x the {st.get('kind', 'storage')} model ({st.get('source', '?')})")
 
 
-def header(acct: Account, trace: Trace, board: Board) -> list[str]:
+def header(acct: Account, trace: Trace, board: Board, measured: Measured | None = None) -> list[str]:
     n = max(acct.steps, 1)
     mean_w = acct.total_j / acct.total_s if acct.total_s else 0.0
     return [
         f"energy of {acct.steps} training step(s) of {acct.model} on {acct.board} ({acct.source})",
-        f"  source: {source_line(acct, trace, board)}",
+        *(measured.lines if measured is not None else [f"  source: {source_line(acct, trace, board)}"]),
         f"  total {fmt_j(acct.total_j).strip()} in {fmt_s(acct.total_s).strip()} of board time "
         f"(mean {fmt_w(mean_w).strip()}); per step {fmt_j(acct.total_j / n).strip()}, "
         f"{fmt_s(acct.total_s / n).strip()}",
@@ -124,12 +131,15 @@ def folded_tensors(acct: Account) -> dict[str, Entry]:
 
 
 def render(acct: Account, trace: Trace, board: Board, by: str | None = None, depth: int | None = None,
-           top: int | None = None, folded: bool = False) -> str:
+           top: int | None = None, folded: bool = False, measured: Measured | None = None) -> str:
     """The terminal report: the header, then one view (`by`), or kinds, modules and top tensors.
 
     The module tree goes `depth` levels below the model (default 2: modules and their tensors
-    on a flat model); the tensor list shows the `top` (default 5), the layer list all."""
-    lines = header(acct, trace, board)
+    on a flat model); the tensor list shows the `top` (default 5), the layer list all. A
+    measured account also shows the modelled one beside it, kind by kind."""
+    lines = header(acct, trace, board, measured)
+    if measured is not None:
+        lines += ["", *versus_table(acct, measured.modelled)]
     tensors = folded_tensors(acct) if folded else acct.tensors
     views = {
         "kind": lambda: kind_table(acct),
@@ -140,6 +150,148 @@ def render(acct: Account, trace: Trace, board: Board, by: str | None = None, dep
     for v in ([by] if by else ["kind", "module", "tensor"]):
         lines += ["", *views[v]()]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- measured (--meter)
+
+@dataclass(frozen=True)
+class Measured:
+    """A meter's recording aligned with a trace: accounting's energy_of, and what the report says of it."""
+
+    energy_of: al.MeasuredEnergy
+    recording: meter_base.Recording
+    placed: al.HostSteps
+    modelled: Account  # the same trace's modelled account, shown beside the measured one
+    unresolvable: list[tuple[int, int]]  # (step, record) spanning fewer than min_samples meter periods
+    over_gaps: list[tuple[int, int]]  # (step, record) lying partly over a gap (interpolated)
+    lines: list[str]  # the header's source lines
+
+
+def _period(s: float) -> str:
+    return f"{s * 1e3:g} ms" if s >= 1e-3 else f"{s * 1e6:g} us"
+
+
+def _placement(trace: Trace, board: Board, modelled: Account) -> tuple[list[list[float]], list[float], bool]:
+    """Board seconds of each record and each step's remainder, and whether they are virtual time.
+
+    A real board's records take their ticks at the timer's rate, in real time. An emulated board's
+    ticks are instructions (virtual time) and its paging took none (semihosting), so its records
+    take their modelled board time (paging at the storage model, as the planner and the modelled
+    account cost it), and only their proportions within a step mean anything on the host's clock.
+    """
+    durs: list[list[float]] = [[] for _ in trace.steps]
+    rest = [0.0] * len(trace.steps)
+    if trace.provenance == "emulated":
+        for c in modelled.charges:
+            if c.record == al.OVERHEAD_RECORD:
+                rest[c.step] = c.time_s
+            else:
+                durs[c.step].append(c.time_s)
+        return durs, rest, True
+    for k, st in enumerate(trace.steps):
+        durs[k] = [r[4] / trace.tick_hz for r in st["records"]]
+        rest[k] = (st["step_ticks"] - sum(r[4] for r in st["records"])) / trace.tick_hz
+    return durs, rest, False
+
+
+def measure(trace: Trace, board: Board, recording: Path, *, allow_gaps: bool = False, offset_s: float = 0.0,
+            min_samples: int = al.DEFAULT_MIN_SAMPLES, where: str = "trace") -> Measured:
+    """Align a meter's recording (meters/base.py's CSV) with the trace's steps; every refusal one line.
+
+    Sync: each step's host window, [host_t0, host_t1] = STEP sent .. DONE arrived in time.time()
+    seconds (device.TimedStep), moved to the meter's clock by `offset_s` (meter minus host; 0 for
+    the polling meters, which stamp time.time() too). Inside a step the records sit at their board
+    times (`_placement`). The account then charges each record the meter's joules over its span
+    (align.py: recency hold, overlap split, equal share), each step's remainder what no record
+    covers inside the step.
+    """
+    if trace.host_times() is None:
+        raise PoetError(f"{where}: this trace predates host timestamps (its steps have no host_t0/host_t1, "
+                        f"so nothing ties it to a meter's clock): rerun it with this poet", status=2)
+    # Gaps are judged over the steps only (below): one between two sessions of a resumed run is harmless.
+    rec = meter_base.load(recording, allow_gaps=True)
+    modelled = account(trace, board)
+    durs, rest, stretch = _placement(trace, board, modelled)
+    placed = al.events_from_host_windows(trace, durs, rest, offset_s=offset_s, stretch=stretch)
+    lo, hi = placed.steps[0][0], placed.steps[-1][1]
+    seg = rec.segments()
+    a, b = float(seg.start_s[0]), float(seg.end_s[-1])
+    if a > lo or b < hi:
+        what = "starts after the first step" if a > lo else "ends before the last step"
+        clock = f"host clock + --meter-offset {offset_s:g} s" if offset_s else "host clock, time.time()"
+        raise meter_base.RecordingError(
+            f"{rec.where} covers t={a:.3f}..{b:.3f} s but the trace's steps ran t={lo:.3f}..{hi:.3f} s "
+            f"({clock}): it {what}; record over the whole run, or give --meter-offset S (the meter's clock "
+            "minus the host's) for a meter with a clock of its own")
+    gaps = meter_base.only_gaps_over(rec, placed.steps).gaps
+    if gaps and not allow_gaps:
+        raise meter_base.gap_error(rec, gaps)
+    # every gap stays interpolated (segments); only those over a step are the account's business
+    rec = replace(rec, notes=meter_base.only_gaps_over(rec, placed.steps).notes)
+    me = al.measured_energy(trace, rec, placed.events, windows=placed.steps, min_samples=min_samples)
+    # A free is bookkeeping of a few ticks, never resolvable and never worth a flag: ops only.
+    keys = [(k, i) for k, i in al.record_keys(trace) if trace.steps[k]["records"][i][2] != "free"]
+    unres = [k for k in keys if not me.by_record[k].resolvable]
+    gapped = [k for k in keys if me.by_record[k].interpolated]
+    lines = _measured_lines(trace, rec, recording, placed, me, unres, gapped, offset_s, min_samples)
+    return Measured(me, rec, placed, modelled, unres, gapped, lines)
+
+
+def _names(trace: Trace, keys: list[tuple[int, int]], most: int = 4) -> str:
+    """The distinct ops among these records, `tensor (kind)`, the first few."""
+    seen: list[str] = []
+    for k, i in keys:
+        r = trace.steps[k]["records"][i]
+        name = f"{trace.nodes[r[1]]['name']} ({r[2]})"
+        if name not in seen:
+            seen.append(name)
+    return ", ".join(seen[:most]) + (f", ... ({len(seen)} ops)" if len(seen) > most else "")
+
+
+def _measured_lines(trace: Trace, rec: meter_base.Recording, path: Path, placed: al.HostSteps,
+                    me: al.MeasuredEnergy, unres: list[tuple[int, int]], gapped: list[tuple[int, int]],
+                    offset_s: float, min_samples: int) -> list[str]:
+    n = sum(1 for k, i in me.by_record if trace.steps[k]["records"][i][2] != "free")  # type: ignore[misc]
+    seg = rec.segments()
+    in_steps = sum(seg.energy_between(s0, s1, measured_only=True) for s0, s1 in placed.steps)
+    span = seg.energy_between(placed.windows[0][0], placed.windows[-1][1], measured_only=True)
+    clock = "time.time()" + (f", meter clock = host + {offset_s:g} s" if offset_s else "")
+    med_w = statistics.median(w1 - w0 for w0, w1 in placed.windows)
+    if placed.stretched:
+        how = (f"an emulated trace's board time is virtual (instructions), not wall time: each step's records "
+               f"are spread over its host window (median {med_w * 1e3:.3f} ms) in proportion to their modelled "
+               f"board time")
+    else:
+        slack = statistics.median(placed.slack_s)
+        how = (f"each step starts at its STEP, records at their ticks; the windows exceed the steps by "
+               f"{slack * 1e3:.3f} ms (median; link transfers), the bound on the sync error")
+    out = [f"  source: measured by {rec.meter} at {_period(rec.period_s)} ({shown(path)}), aligned with the "
+           f"trace by its steps' host times",
+           f"  sync: host window per step = STEP sent .. DONE arrived ({clock}); {how}",
+           f"  resolution: {len(unres)} of {n} ops (records other than frees) span fewer than {min_samples} "
+           f"meter samples "
+           f"({min_samples * rec.period_s * 1e3:g} ms): their energy is their share of the samples around them, "
+           f"flagged" + (f" ({_names(trace, unres)})" if unres else "")]
+    if gapped:
+        out.append(f"  gaps: {len(gapped)} records lie over a gap in the recording (--allow-gaps: their energy is "
+                   f"interpolated, flagged: {_names(trace, gapped)})")
+    out += [f"  note: {x}" for x in rec.notes]
+    gapped_note = " (leaving out gaps)" if rec.gaps else ""
+    out.append(f"  the meter saw {fmt_j(span).strip()} from the first STEP to the last DONE{gapped_note}: "
+               f"{fmt_j(in_steps).strip()} inside the steps (the account), {fmt_j(span - in_steps).strip()} "
+               f"between them (link transfers, batch uploads, host)")
+    return out
+
+
+def versus_table(acct: Account, modelled: Account) -> list[str]:
+    """Measured next to modelled, in total and by kind."""
+    lines = [f"  {'measured vs modelled':<20} {'measured':>12} {'modelled':>12} {'difference':>11}"]
+    rows = [("total", acct.total_j, modelled.total_j)]
+    rows += [(k, acct.by_kind[k][0], modelled.by_kind[k][0]) for k in KINDS]
+    for name, m, e in rows:
+        d = f"{100 * (m - e) / e:+10.1f}%" if e else f"{'-':>11}"
+        lines.append(f"  {name:<20} {fmt_j(m)} {fmt_j(e)} {d}")
+    return lines
 
 
 # ---------------------------------------------------------------- files
@@ -335,8 +487,9 @@ def _save(fig: Any, path: Path) -> Path:
 
 def run(args: Any, say: Say) -> int:
     """`poet report TRACE [--by ...] [--depth N] [--top N] [--fold] [--csv [F]] [--chrome [F]] [--plot]
-    [--out DIR] [--diff B]`; every refusal is a PoetError (one line)."""
-    from poet.accounting import account, diff
+    [--out DIR] [--diff B] [--meter REC [--allow-gaps] [--meter-offset S]]`; every refusal is a PoetError
+    (one line)."""
+    from poet.accounting import diff
     from poet.boards import load_board
     from poet.errors import UsageError
 
@@ -344,10 +497,21 @@ def run(args: Any, say: Say) -> int:
         raise UsageError(f"--depth {args.depth}: give 0 (the model only) or more")
     if args.top is not None and args.top < 1:
         raise UsageError(f"--top {args.top}: give 1 or more")
+    meter = getattr(args, "meter", None)
+    if meter is None and (getattr(args, "allow_gaps", False) or getattr(args, "meter_offset", None) is not None):
+        raise UsageError("--allow-gaps and --meter-offset apply to a recording: add --meter RECORDING.csv")
+    if meter is not None and args.diff:
+        raise UsageError("--meter measures one trace; drop --diff (or report each trace on its own)")
     path = Path(args.trace)
     tr = Trace.load(path)
     board = load_board(tr.board)
-    acct = account(tr, board)
+    measured = None
+    if meter is not None:
+        measured = measure(tr, board, Path(meter), allow_gaps=args.allow_gaps, offset_s=args.meter_offset or 0.0,
+                           where=str(path))
+        acct = account(tr, board, measured.energy_of)
+    else:
+        acct = account(tr, board)
     out = Path(args.out) if args.out else path.parent
     if args.out and (args.csv is not None or args.chrome is not None or args.plot):
         out.mkdir(parents=True, exist_ok=True)
@@ -363,7 +527,7 @@ def run(args: Any, say: Say) -> int:
             write_diff_csv(rows, f)
             say(f"wrote {f}")
         return 0
-    say(render(acct, tr, board, by=args.by, depth=args.depth, top=args.top, folded=args.fold))
+    say(render(acct, tr, board, by=args.by, depth=args.depth, top=args.top, folded=args.fold, measured=measured))
     written = []
     if args.csv is not None:
         written.append(Path(args.csv) if args.csv else out / f"{stem}.energy.csv")

@@ -48,11 +48,23 @@ class Trace:
         return cls(board, g.model, provenance, tick_hz, nodes)
 
     def add_step(self, result: Any, lr: float) -> None:
-        self.steps.append({
+        st: dict[str, Any] = {
             "step": len(self.steps), "lr": lr, "loss": result.loss, "peak_live_bytes": result.peak_live_bytes,
             "peak_extent_bytes": result.peak_extent_bytes, "step_ticks": result.step_ticks,
             "records": [[r.instr, r.node, r.kind, r.op, r.ticks, r.bytes] for r in result.records],
-        })
+        }
+        # When the step ran on the host clock (device.TimedStep; a bare link.StepResult has none):
+        # what a power meter's recording is aligned with. Optional, so older traces still load.
+        t0, t1 = getattr(result, "host_t0", None), getattr(result, "host_t1", None)
+        if t0 is not None and t1 is not None and math.isfinite(t0) and math.isfinite(t1):
+            st["host_t0"], st["host_t1"] = float(t0), float(t1)
+        self.steps.append(st)
+
+    def host_times(self) -> list[tuple[float, float]] | None:
+        """Each step's (host_t0, host_t1) in time.time() seconds, or None when any step lacks them."""
+        if not all("host_t0" in st and "host_t1" in st for st in self.steps):
+            return None
+        return [(float(st["host_t0"]), float(st["host_t1"])) for st in self.steps]
 
     def save(self, path: str | Path) -> None:
         data = {"format": FORMAT, "record_fields": list(RECORD_FIELDS), **self.__dict__}
@@ -120,6 +132,10 @@ class Trace:
                 raise bad(f"step {k} record {i} is {seq[i][1]} of node {seq[i][0]}, {src} says {ref[i][1]} of "
                           f"node {ref[i][0]}: the trace and its schedule come from different plans or graphs")
             first = first if first is not None else seq
+            if ("host_t0" in st) != ("host_t1" in st) or ("host_t0" in st and not (
+                    _is_time(st["host_t0"]) and _is_time(st["host_t1"]) and st["host_t0"] <= st["host_t1"])):
+                raise bad(f"step {k} has host times {st.get('host_t0')!r}..{st.get('host_t1')!r}: not a "
+                          f"forward window of time.time() seconds; the trace is damaged")
             used = sum(r[4] for r in recs)
             if used > st["step_ticks"]:
                 raise bad(f"step {k}: its records take {used} ticks, more than the step's {st['step_ticks']}: "
@@ -193,6 +209,10 @@ def _is_int(v: Any) -> bool:
 
 def _is_count(v: Any) -> bool:
     return _is_int(v) and v >= 0
+
+
+def _is_time(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 def _is_node(n: Any) -> bool:

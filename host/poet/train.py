@@ -15,6 +15,7 @@ epoch on the host, with the weights read back from the board.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import json
@@ -40,6 +41,8 @@ from poet.errors import PoetError, UsageError
 from poet.graph import TrainingGraph, parse_optimizer, with_optimizer
 from poet.link import OPT_STATE, LinkError, ProtocolMismatch
 from poet.memory import check_ram
+from poet.meters.replay import open_meter
+from poet.meters.window import recorded
 from poet.paths import runs_dir, shown
 from poet.predict import Comparison, Epoch, Prediction, RunPredictor, plan_prediction
 from poet.reference import accuracy, load_weights, weights_of
@@ -52,7 +55,7 @@ Say = Callable[[str], None]
 CONFIG_KEYS = ("board", "model", "batch", "seed", "train", "data", "data_limit", "epochs", "ram", "deadline",
                "lr", "optimizer", "strategy", "solver", "time_limit", "gap", "profile", "budget_j",
                "battery_mah", "volts", "force", "country", "carbon_intensity", "checkpoint_every",
-               "input_shape", "classes", "layers", "hidden")
+               "input_shape", "classes", "layers", "hidden", "meter")
 
 
 @dataclass
@@ -240,6 +243,7 @@ def train(args: argparse.Namespace, say: Say) -> Path:
     per_epoch = len(data.epoch_batches(g.batch, 0, args.seed))
     if per_epoch == 0:
         raise UsageError(f"--data {args.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
+    meter = open_meter(args.meter) if getattr(args, "meter", None) else None  # a missing sensor: refused here
     if not args.resume:
         folder = Path(args.run_dir) if getattr(args, "run_dir", None) else \
             runs_dir() / f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{args.model}"
@@ -272,7 +276,9 @@ def train(args: argparse.Namespace, say: Say) -> Path:
             f"{per_epoch} steps of {g.batch}, {g.optimizer['name']} lr {args.lr}, data {data.name} "
             f"({len(data.y_train)} train / {len(data.y_test)} test)")
         try:
-            _epochs(args, g, board, dev, run, state, tr, data, model, per_epoch, pred, say)
+            # the meter records the steps on the host clock; `poet report trace.json --meter meter.csv` aligns them
+            with recorded(meter, run.dir / "meter.csv", say) if meter else contextlib.nullcontext():
+                _epochs(args, g, board, dev, run, state, tr, data, model, per_epoch, pred, say)
         except (LinkError, KeyboardInterrupt) as exc:
             why = "stopped by Ctrl-C" if isinstance(exc, KeyboardInterrupt) else f"lost the board: {exc}"
             raise PoetError(f"{why}; {state.global_step} of {total_steps} steps are done and saved in "

@@ -237,7 +237,7 @@ def events_from_steps(trace: Trace, step_start_s: Sequence[float], sync: Sync | 
     """Records laid end to end from each step's start, ticks / tick_hz seconds each.
 
     For meters on the host's clock: `step_start_s` are the host's timestamps of each step's
-    start (time.monotonic() just before STEP was sent, as the meter's samples are stamped).
+    start (time.time() just before STEP was sent, as the polling meters' samples are stamped).
     What the step spends beyond its records (decoding, tracing) falls after the last record
     and is left unattributed.
     """
@@ -252,6 +252,61 @@ def events_from_steps(trace: Trace, step_start_s: Sequence[float], sync: Sync | 
             out.append(Event(sync.to_meter(t0 + t), sync.to_meter(t0 + t + d), (n, i)))
             t += d
     return out
+
+
+@dataclass(frozen=True)
+class HostSteps:
+    """The trace's records on the meter clock, placed from each step's host window (device.TimedStep)."""
+
+    events: list[Event]                     # keyed (step index, record index)
+    steps: list[tuple[float, float]]        # each step's extent on the meter clock: what the account covers
+    windows: list[tuple[float, float]]      # [host_t0, host_t1] of each step on the meter clock
+    stretched: bool                         # board time spread over the window (virtual time), not real time
+
+    @property
+    def slack_s(self) -> list[float]:
+        """Window minus step, per step: the link's part of the window, the bound on the sync error."""
+        return [(w1 - w0) - (s1 - s0) for (w0, w1), (s0, s1) in zip(self.windows, self.steps, strict=True)]
+
+
+def events_from_host_windows(trace: Trace, durations_s: Sequence[Sequence[float]], rest_s: Sequence[float], *,
+                             offset_s: float = 0.0, stretch: bool = False,
+                             tolerance: float = 0.01) -> HostSteps:
+    """Place every record of every step on the meter clock from the step's host window.
+
+    `durations_s[k][i]` is record i of step k in board seconds, `rest_s[k]` the step's time outside
+    its records (laid after them, as accounting charges it); `offset_s` is the meter's clock minus
+    the host's. A real board's timer runs in real time: the step starts when STEP is sent (the board
+    starts on a frame of a few bytes; the trace frames and DONE follow the step) and takes its board
+    time, which must fit the window. An emulated board's time is virtual (instructions) and has no
+    fixed relation to the host's: `stretch` spreads the step over the whole window in proportion.
+    """
+    times = trace.host_times()
+    if times is None:
+        raise MeterError("this trace predates host timestamps (no host_t0/host_t1 per step): rerun it "
+                         "with this poet to measure it with a meter")
+    if not (len(durations_s) == len(rest_s) == len(times)):
+        raise MeterError(f"{len(durations_s)} steps of record times for {len(times)} trace steps")
+    events: list[Event] = []
+    steps, windows = [], []
+    for k, ((h0, h1), durs, rest) in enumerate(zip(times, durations_s, rest_s, strict=True)):
+        w0, w1 = h0 + offset_s, h1 + offset_s
+        board = float(sum(durs)) + float(rest)
+        if stretch:
+            scale = (w1 - w0) / board if board > 0 else 0.0
+        else:
+            if board > (w1 - w0) * (1 + tolerance):
+                raise MeterError(f"step {k} took {board * 1e3:.3f} ms of board time but the host saw only "
+                                 f"{(w1 - w0) * 1e3:.3f} ms from STEP to DONE: the trace's tick_hz is not the "
+                                 "board timer's rate, or its host times belong to another run")
+            scale = 1.0
+        t = w0
+        for i, d in enumerate(durs):
+            events.append(Event(t, t + d * scale, (k, i)))
+            t += d * scale
+        steps.append((w0, w1 if stretch else w0 + board))
+        windows.append((w0, w1))
+    return HostSteps(events, steps, windows, stretch)
 
 
 OVERHEAD_RECORD = -1   # accounting's record index for the part of a step no record covers

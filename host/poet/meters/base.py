@@ -22,6 +22,7 @@ or, for counters, the raw counter exactly as read (wraps and all) with its range
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -81,6 +82,14 @@ class Segments:
     @property
     def energy_j(self) -> float:
         return float(np.sum(self.power_w * (self.end_s - self.start_s)))
+
+    def energy_between(self, a: float, b: float, *, measured_only: bool = False) -> float:
+        """Joules of the held power inside [a, b) (the parts of segments that overlap it); with
+        `measured_only`, leaving out the stretches over gaps."""
+        overlap = np.clip(np.minimum(self.end_s, b) - np.maximum(self.start_s, a), 0.0, None)
+        if measured_only:
+            overlap = np.where(self.interpolated, 0.0, overlap)
+        return float(np.sum(self.power_w * overlap))
 
 
 @dataclass(frozen=True)
@@ -223,17 +232,33 @@ def check(rec: Recording, *, allow_gaps: bool = False,
     holes = np.flatnonzero(dt > limit)
     gaps = tuple(Gap(int(i), float(t[i]), float(t[i + 1])) for i in holes)
     if gaps and not allow_gaps:
-        g = gaps[0]
-        more = f" (and {len(gaps) - 1} more)" if len(gaps) > 1 else ""
-        raise RecordingError(
-            f"{w}: gap of {g.duration_s * 1e3:.3f} ms after sample {g.after_sample} "
-            f"(t={g.start_s:.6f}..{g.end_s:.6f} s), {g.duration_s / rec.period_s:.0f}x the "
-            f"{rec.period_s * 1e6:.6g} us period (limit {max_gap_periods:g}x){more}; re-record, or "
-            "pass --allow-gaps to interpolate its energy (flagged)")
-    for g in gaps:
-        how = "spread flat (the counter has its energy)" if rec.kind == "energy" else "interpolated"
-        notes.append(f"gap of {g.duration_s * 1e3:.3f} ms at t={g.start_s:.6f} s {how}; ops over it are flagged")
+        raise gap_error(rec, gaps, max_gap_periods)
+    notes += [gap_note(rec, g) for g in gaps]
     return replace(rec, gaps=gaps, notes=tuple(notes))
+
+
+def gap_error(rec: Recording, gaps: Sequence[Gap], max_gap_periods: float = DEFAULT_MAX_GAP_PERIODS) -> RecordingError:
+    """The one-line refusal of a recording with these gaps (the first named, the rest counted)."""
+    g = gaps[0]
+    more = f" (and {len(gaps) - 1} more)" if len(gaps) > 1 else ""
+    return RecordingError(
+        f"{rec.where}: gap of {g.duration_s * 1e3:.3f} ms after sample {g.after_sample} "
+        f"(t={g.start_s:.6f}..{g.end_s:.6f} s), {g.duration_s / rec.period_s:.0f}x the "
+        f"{rec.period_s * 1e6:.6g} us period (limit {max_gap_periods:g}x){more}; re-record, or "
+        "pass --allow-gaps to interpolate its energy (flagged)")
+
+
+def gap_note(rec: Recording, g: Gap) -> str:
+    how = "spread flat (the counter has its energy)" if rec.kind == "energy" else "interpolated"
+    return f"gap of {g.duration_s * 1e3:.3f} ms at t={g.start_s:.6f} s {how}; ops over it are flagged"
+
+
+def only_gaps_over(rec: Recording, spans: Sequence[tuple[float, float]]) -> Recording:
+    """The recording keeping only the gaps that touch one of `spans` (and their notes): a hole outside
+    the stretches being measured (between two sessions of a resumed run) costs them nothing."""
+    inner = tuple(g for g in rec.gaps if any(g.end_s > a and g.start_s < b for a, b in spans))
+    notes = [n for n in rec.notes if not n.startswith("gap of ")] + [gap_note(rec, g) for g in inner]
+    return replace(rec, gaps=inner, notes=tuple(notes))
 
 
 class Meter(Protocol):

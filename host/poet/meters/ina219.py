@@ -37,7 +37,7 @@ def power_reader(d: Path) -> Callable[[], float]:
 
 class Ina219Meter(PollingMeter):
     def __init__(self, period_s: float = 0.001, *, index: int = 0, root: Path = HWMON,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         d = find_hwmon("ina219", root, index)
         self.hwmon_dir = d
         super().__init__(f"ina219:{d.name}", period_s, power_reader(d), clock=clock)

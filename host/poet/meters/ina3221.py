@@ -79,6 +79,6 @@ def rail_reader(names: Sequence[str] | None = None, root: Path = I2C_DRIVERS) ->
 
 class Ina3221Meter(PollingMeter):
     def __init__(self, rails: Sequence[str] | None = None, period_s: float = 0.01, *, root: Path = I2C_DRIVERS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         names, read = rail_reader(rails, root)
         super().__init__(f"ina3221:{'+'.join(names)}", period_s, read, clock=clock)

@@ -31,7 +31,7 @@ def find_zone(name: str = "package-0", root: Path = POWERCAP) -> Path:
 
 class RaplMeter(PollingMeter):
     def __init__(self, zone: str = "package-0", period_s: float = 0.01, *, root: Path = POWERCAP,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         d = find_zone(zone, root)
         self.zone_dir = d
         super().__init__(f"rapl:{zone}", period_s, lambda: read_number(d / "energy_uj"), counter=True,

@@ -1,7 +1,9 @@
 """Meters read by polling a file (Linux hwmon, iio, powercap): one reading per period on the host clock.
 
-The samples are stamped with time.monotonic(), the clock the host also stamps step starts
-with, so align.events_from_steps needs no offset. A thread does the polling; tests call
+The samples are stamped with time.time() (Unix seconds), the clock poet.device stamps each step's
+STEP and DONE with, so a recording lines up with a trace with no offset. Wall time rather than
+time.monotonic(): it is the one clock a logger in another process, or on another NTP-synced
+machine (an INA219 on a Pi beside the host), shares with the host. A thread does the polling; tests call
 `sample()` themselves with a fake clock instead (`start(thread=False)`).
 """
 
@@ -32,7 +34,7 @@ class PollingMeter:
     """A Meter (base.Meter) over a function that reads one value: watts, or a counter in uJ."""
 
     def __init__(self, name: str, period_s: float, read: Callable[[], float], *, counter: bool = False,
-                 max_energy_range_uj: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_energy_range_uj: int | None = None, clock: Callable[[], float] = time.time) -> None:
         self.name = name
         self.period_s = period_s
         self._read = read

@@ -49,11 +49,13 @@ def timeline(n_ops: int = 200, *, min_s: float = 20e-6, max_s: float = 20e-3, mi
 
 
 def render(tl: Timeline, period_s: float, *, noise: float = 0.02, seed: int = 0,
-           margin_s: float = 2e-3) -> Recording:
-    """The recording an integrating meter with this period and relative noise makes of the timeline."""
-    starts = np.array([e.start_s for e in tl.events])
-    ends = np.array([e.end_s for e in tl.events])
-    t_end = float(ends[-1]) + margin_s
+           margin_s: float = 2e-3, start_s: float = 0.0) -> Recording:
+    """The recording an integrating meter with this period and relative noise makes of the timeline,
+    its first sample at `start_s` (a host-clock recording starts near time.time(), not at 0)."""
+    # Relative times inside: at ~1.7e9 s a float64 resolves only 0.2 us, too coarse for short ops.
+    starts = np.array([e.start_s for e in tl.events]) - start_s
+    ends = np.array([e.end_s for e in tl.events]) - start_s
+    t_end = float(ends.max()) + margin_s
     # True energy as a function of time, exactly: idle everywhere, plus each op's excess.
     grid = np.arange(0.0, t_end + period_s, period_s)
 
@@ -65,4 +67,4 @@ def render(tl: Timeline, period_s: float, *, noise: float = 0.02, seed: int = 0,
     mean_p = np.diff(e) / period_s
     rng = np.random.default_rng(seed + 1_000_003)
     p = np.maximum(mean_p * (1.0 + noise * rng.standard_normal(mean_p.size)), 0.0)
-    return Recording.of_power("synthetic", period_s, grid[:-1], p)
+    return Recording.of_power("synthetic", period_s, grid[:-1] + start_s, p)
