@@ -77,15 +77,36 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def lib() -> ctypes.CDLL:
-    proc = subprocess.run(["make", "-C", str(FIRMWARE), "kernels-so"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    so = ctypes.CDLL(str(LIB))
+def _load(path: Path) -> ctypes.CDLL:
+    so = ctypes.CDLL(str(path))
     for name, (args, res) in SIGNATURES.items():
         fn = getattr(so, name)
         fn.argtypes, fn.restype = args, res
     return so
+
+
+@pytest.fixture(scope="module")
+def lib() -> ctypes.CDLL:
+    proc = subprocess.run(["make", "-C", str(FIRMWARE), "kernels-so"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return _load(LIB)
+
+
+@pytest.fixture(scope="module")
+def soft_lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    """The kernels as the soft-float ports (M0, RV32) build them: int8 casts by integer arithmetic."""
+    out = tmp_path_factory.mktemp("soft") / "libpoetkernels_soft.so"
+    core = FIRMWARE / "core"
+    proc = subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-fPIC", "-shared",
+                           "-DPOET_SOFT_FLOAT=1", "-o", str(out), str(core / "kernels_lp.c"), str(core / "kernels.c"),
+                           "-lm"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return _load(out)
+
+
+@pytest.fixture(params=["fpu", "soft-float"])
+def any_lib(request: pytest.FixtureRequest, lib: ctypes.CDLL) -> ctypes.CDLL:
+    return lib if request.param == "fpu" else request.getfixturevalue("soft_lib")
 
 
 def ptr(a: np.ndarray | None, kind: Any) -> Any:
@@ -195,7 +216,8 @@ def test_bf16_both_ways(lib: ctypes.CDLL) -> None:
 
 # ---------------------------------------------------------------- int8
 
-def test_absmax_and_quantise(lib: ctypes.CDLL) -> None:
+def test_absmax_and_quantise(any_lib: ctypes.CDLL) -> None:
+    lib = any_lib
     rng = np.random.default_rng(2)
     cases = [rng.standard_normal(n).astype(np.float32) * s for n, s in ((1, 1.0), (7, 1e-3), (1000, 50.0))]
     cases += [np.zeros(5, np.float32), np.array([1e-40, -2e-39], np.float32),
@@ -218,6 +240,23 @@ def test_absmax_and_quantise(lib: ctypes.CDLL) -> None:
     q = np.empty(x.size, np.int8)
     lib.poet_quantize_i8(x.size, 1.0, ptr(x, F32P), ptr(q, I8P))
     assert list(q) == [0, 2, 2, 0, -2, -2, 126, -126, 127, 127, -127, 0]
+
+
+def test_dequantise_every_code_and_scale_range(any_lib: ctypes.CDLL) -> None:
+    """Every int8 code times scales across the exponent range (rounding, overflow to inf)."""
+    q = np.arange(-128, 128, dtype=np.int16).astype(np.int8)
+    rng = np.random.default_rng(3)
+    scales = np.concatenate([np.array([1.0, 1 / 127, 1.1754944e-38, 3.4028235e38 / 127, 3.4028235e38 / 100,
+                                       3.4028235e38, 0.0, 2.5e-39, -0.5, np.inf], np.float32),
+                             rng.integers(0x00800000, 0x7F800000, 200, dtype=np.uint32).view(np.float32)])
+    y = np.empty(q.size, np.float32)
+    for s in scales.astype(np.float32):
+        any_lib.poet_dequantize_i8(q.size, float(s), ptr(q, I8P), ptr(y, F32P))
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = q.astype(np.float32) * s
+        nan = np.isnan(want)  # inf x 0 only
+        assert np.array_equal(np.isnan(y), nan), s
+        assert np.array_equal(y[~nan].view(np.uint32), want[~nan].view(np.uint32)), s
 
 
 def _quantised(lib: ctypes.CDLL, x: np.ndarray) -> tuple[np.ndarray, np.float32]:

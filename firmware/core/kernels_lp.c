@@ -9,8 +9,7 @@
 
 #include <string.h>
 
-/* Largest finite float and smallest normal one, spelled out so nothing needs float.h's macros. */
-#define F32_MAX 3.40282347e38f
+/* The smallest normal float, spelled out so nothing needs float.h. */
 #define F32_MIN_NORMAL 1.17549435e-38f
 
 static uint32_t f32_bits(float f)
@@ -126,40 +125,54 @@ void poet_cast_bf16_f32(int n, const uint16_t *x, float *y)
 
 /* ---- int8, symmetric per tensor ------------------------------------------------------------- */
 
+/* Whether float arithmetic is a library call here (Cortex-M0+, RV32 without F): then the int8 casts
+ * do by integer arithmetic what a hardware FPU does in an instruction or two. Both paths give the
+ * same bits (tests/test_kernels_lp.py builds and checks each). */
+#ifndef POET_SOFT_FLOAT
+#if defined(__SOFTFP__) || defined(__riscv_float_abi_soft)
+#define POET_SOFT_FLOAT 1
+#else
+#define POET_SOFT_FLOAT 0
+#endif
+#endif
+
 float poet_absmax_scale(int n, const float *x)
 {
     int i;
-    float m = 0.0f, s;
+    uint32_t m = 0;
+    float s;
+    /* On |x|'s bit pattern: non-negative floats order as their patterns do, and inf and NaN
+     * (0x7F800000 and up) are skipped, so one bad element does not decide the scale. */
     for (i = 0; i < n; i++) {
-        float v = x[i] < 0.0f ? -x[i] : x[i];
-        /* NaN fails both tests and inf the second: one bad element must not zero the tensor */
-        if (v > m && v <= F32_MAX)
-            m = v;
+        uint32_t a = f32_bits(x[i]) & 0x7FFFFFFFu;
+        if (a > m && a < 0x7F800000u)
+            m = a;
     }
-    s = m / 127.0f;
+    s = bits_f32(m) / 127.0f;
     /* an all-zero (or all-tiny) tensor: any scale quantises it to zeros; 1 keeps 1/s finite */
     return s >= F32_MIN_NORMAL ? s : 1.0f;
 }
 
-/* v rounded half to even and saturated to [-127, 127]; NaN gives 0. Written out rather than
- * rintf so the result does not depend on the FPU's rounding mode or on a soft-float libm. */
+/* v rounded half to even and saturated to [-127, 127]; NaN gives 0. Done on v's bit pattern (its
+ * mantissa shifted to the binary point), which is exact, independent of the rounding mode, and
+ * a few integer instructions where float compares and conversions are library calls. */
 static int8_t q8(float v)
 {
-    int32_t t;
-    float r;
-    if (v != v)
+    uint32_t u = f32_bits(v), a = u & 0x7FFFFFFFu, m, s, q, rem, half;
+    if (a > 0x7F800000u) /* NaN */
         return 0;
-    if (v >= 127.0f)
-        return 127;
-    if (v <= -127.0f)
-        return -127;
-    t = (int32_t)v;    /* toward zero, exact: |v| < 127 */
-    r = v - (float)t;  /* the fraction, exact: it is v's own low bits */
-    if (r > 0.5f || (r == 0.5f && (t & 1)))
-        t++;
-    else if (r < -0.5f || (r == -0.5f && (t & 1)))
-        t--;
-    return (int8_t)t;
+    if (a >= 0x42FE0000u) /* |v| >= 127, inf included */
+        return (int8_t)(u >> 31 ? -127 : 127);
+    s = 150u - (a >> 23); /* |v| = m 2^-s, m the 24-bit mantissa; s >= 17 here */
+    if (s > 24u)          /* |v| < 0.5: rounds to 0 (exactly 0.5 is s = 24) */
+        return 0;
+    m = (a & 0x7FFFFFu) | 0x800000u;
+    q = m >> s;
+    rem = m & ((1u << s) - 1u);
+    half = 1u << (s - 1u);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++;
+    return (int8_t)(u >> 31 ? -(int32_t)q : (int32_t)q);
 }
 
 void poet_quantize_i8(int n, float scale, const float *x, int8_t *q)
@@ -171,9 +184,49 @@ void poet_quantize_i8(int n, float scale, const float *x, int8_t *q)
         q[i] = q8(x[i] * inv);
 }
 
+#if POET_SOFT_FLOAT
+/* q * scale for a positive normal scale, correctly rounded like the FPU's multiply: |q| times the
+ * 24-bit mantissa fits 31 bits, so the product is exact in an integer and only its rounding to 24
+ * bits is left. */
+static float dq(int8_t q, uint32_t sbits)
+{
+    uint32_t p, e, sh = 0, rem, half, sign = q < 0 ? 0x80000000u : 0u;
+    if (q == 0)
+        return 0.0f;
+    p = (uint32_t)(q < 0 ? -(int32_t)q : q) * ((sbits & 0x7FFFFFu) | 0x800000u);
+    while ((p >> sh) >= 0x1000000u) /* bits beyond 24: 0..7 */
+        sh++;
+    if (sh) {
+        rem = p & ((1u << sh) - 1u);
+        half = 1u << (sh - 1u);
+        p >>= sh;
+        if (rem > half || (rem == half && (p & 1u)))
+            p++;
+        if (p == 0x1000000u) {
+            p >>= 1;
+            sh++;
+        }
+    }
+    e = (sbits >> 23) + sh;
+    if (e >= 255u)
+        return bits_f32(sign | 0x7F800000u);
+    return bits_f32(sign | (e << 23) | (p & 0x7FFFFFu));
+}
+#endif
+
 void poet_dequantize_i8(int n, float scale, const int8_t *q, float *y)
 {
     int i;
+#if POET_SOFT_FLOAT
+    uint32_t sb = f32_bits(scale);
+    /* the integer product needs a positive normal scale, which absmax makes; anything else (a
+     * hand-made scale) takes the float multiply */
+    if (sb >= 0x00800000u && sb < 0x7F800000u) {
+        for (i = 0; i < n; i++)
+            y[i] = dq(q[i], sb);
+        return;
+    }
+#endif
     for (i = 0; i < n; i++)
         y[i] = (float)q[i] * scale;
 }

@@ -115,7 +115,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     from poet.costs import load_profile, profile_path
     from poet.device import open_device
-    from poet.profile import profile_graphs, profile_paging, resumable, write_profile
+    from poet.profile import profile_casts, profile_graphs, profile_paging, resumable, write_profile
 
     board = load_board(args.board)
     if args.repeats < 1 or args.max_repeats < args.repeats:
@@ -139,6 +139,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
                               progress=say, existing=prev, save=path)
         if not args.no_paging:
             profile_paging(dev, prof, say, save=path)
+        if args.casts:
+            profile_casts(dev, prof, graphs, say, save=path)
     write_profile(prof, path)
     say(f"wrote {shown(path)}: {len(prof['ops'])} op shapes ({prof['source']}; the planner uses "
         f"{prof['compute']['used']} compute costs and the {prof['paging']['used']} paging model)")
@@ -399,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spread", type=_fraction, default=0.02,
                    help="stop repeating once every op's (max - min) / median ticks is below this (default 0.02)")
     p.add_argument("--no-paging", action="store_true", help="skip the paging sweep")
+    p.add_argument("--casts", action="store_true",
+                   help="also measure the casts (fp32 <-> fp16, bf16, int8) over sizes, fitting cycles = r n + c, "
+                        "and the int8 linear/conv forward against fp32 at the models' layer shapes")
     p.add_argument("-o", "--output", help="profile path (default profiles/<board>.yaml)")
     p.set_defaults(func=cmd_profile)
 

@@ -132,6 +132,11 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
     return int(attrs[name])
 
 
+def blob_attrs(op: str, attrs: dict[str, Any]) -> tuple[int, ...]:
+    """a0.. of a runtime op (docs/spec.md section 2) from a graph node's attributes."""
+    return tuple(_attr(attrs, a) for a in OPS[op][1])
+
+
 def model_blob(g: TrainingGraph) -> ModelBlob:
     check_runtime(g)
     nodes = []
