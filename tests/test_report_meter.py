@@ -225,3 +225,18 @@ def test_a_real_board_step_starts_at_its_step_and_must_fit_its_window() -> None:
     tr.steps[0]["host_t1"] = 100.002  # the host saw less time than the board's timer: wrong tick_hz
     with pytest.raises(PoetError, match="tick_hz is not the board timer's rate"):
         al.events_from_host_windows(tr, [[1e-3, 1.5e-3]], [0.5e-3])
+
+
+def test_a_resumed_run_appends_to_its_recording(tmp_path: Path) -> None:
+    """`recorded` keeps an earlier session's samples; the hole between sessions is outside every step."""
+    from poet.meters.replay import ReplayMeter
+    from poet.meters.window import recorded
+
+    flat = base.check(base.Recording.of_power("supply", 0.01, np.arange(0.0, 60.0, 0.01), np.full(6000, 0.02)))
+    path, said = tmp_path / "meter.csv", []
+    for _ in range(2):
+        with recorded(ReplayMeter(flat), path, said.append):
+            pass
+    rec = base.load(path, allow_gaps=True)
+    assert len(said) == 2 and "meter.csv" in said[-1] and rec.meter == "replay:supply"
+    assert np.all(np.diff(rec.t_s) > 0)  # one forward-running clock across both sessions

@@ -6,6 +6,10 @@ do not cover the schedule (a truncated trace), records that name nodes the trace
 graph does not have or that disagree with them (a trace from another graph), and
 impossible values (negative ticks, records taking longer than their step). Nothing
 is clamped: the message says which step and record is wrong.
+
+Each step may carry `host_t0`/`host_t1`, the host's time.time() when its STEP was sent and its
+DONE arrived (poet.device.TimedStep): how `poet report --meter` lines a power meter's recording
+up with the steps. Traces from before them load as they are; only --meter needs them.
 """
 
 from __future__ import annotations
