@@ -506,3 +506,22 @@ def _renumber(nodes: list[BlobNode], inserted: int) -> list[BlobNode]:
             continue
         out.append(BlobNode(n.op, n.kind, tuple(d + 1 if d >= inserted else d for d in n.deps), n.bytes, n.attrs))
     return out
+
+
+def test_cast_sweep_model_runs(tmp_path: Path) -> None:
+    """`poet profile --casts`'s per-size graph and schedule are valid and run every direction
+    CAST_ROUNDS times; a line fits exactly."""
+    from poet.profile import CAST_ROUNDS, cast_directions, cast_model, cast_schedule, fit_cycles
+
+    blob, where = cast_model(256)
+    assert sorted(where) == sorted(cast_directions())
+    with native_link(tmp_path) as link:
+        link.upload(MODEL, blob.encode())
+        link.upload(WEIGHTS, b"")
+        link.upload(SCHEDULE, cast_schedule(blob).encode())
+        link.upload(BATCH, encode_batch(np.ones((1, 256), np.float32), np.zeros(1, np.int32)))
+        res = link.step(0.0)
+    for node in where.values():
+        assert sum(1 for r in res.records if r.node == node and r.kind in ("forward", "recompute")) == CAST_ROUNDS
+    f = fit_cycles([64, 128, 256], [3.0 * 64 + 10, 3.0 * 128 + 10, 3.0 * 256 + 10])
+    assert (f["cycles_per_elem"], f["cycles_fixed"], f["r2"]) == (3.0, 10.0, 1.0)
