@@ -60,7 +60,8 @@ def test_planner_predicts_what_the_run_measures(workspace: Path, capsys: pytest.
               "--profile", str(prof_path)]
     assert _poet("solve", *common, "-o", str(sched)) == 0
     run = workspace / "run"
-    assert _poet("train", *common, "--steps", "2", "--schedule", str(sched), "--run-dir", str(run)) == 0
+    assert _poet("train", *common, "--epochs", "1", "--data-limit", "32", "--schedule", str(sched),
+                 "--run-dir", str(run)) == 0
     capsys.readouterr()
 
     tr = json.loads((run / "trace.json").read_text())

@@ -465,6 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "steps, with the same result)")
     p.add_argument("--run-dir", help="the run's folder (default runs/<time>-<model>)")
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last finished step")
+    p.add_argument("--schedule", help="run this schedule file (from `poet solve`) instead of planning; the board "
+                   "validates it")
     p.add_argument("--meter", metavar="BACKEND[:ARG]",
                    help="record a power meter over the steps into runs/<id>/meter.csv (for `poet report "
                    "TRACE --meter`): rapl[:ZONE], ina219[:INDEX], ina3221[:RAIL+RAIL] or file:RECORDING.csv "

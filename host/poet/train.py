@@ -54,7 +54,7 @@ Say = Callable[[str], None]
 # what a run's config keeps; --resume takes all of it from the run, only the link from the command line
 CONFIG_KEYS = ("board", "model", "batch", "seed", "train", "data", "data_limit", "epochs", "ram", "deadline",
                "lr", "optimizer", "strategy", "solver", "time_limit", "gap", "profile", "budget_j",
-               "battery_mah", "volts", "force", "country", "carbon_intensity", "checkpoint_every",
+               "battery_mah", "volts", "force", "country", "carbon_intensity", "checkpoint_every", "schedule",
                "input_shape", "classes", "layers", "hidden", "meter")
 
 
@@ -131,8 +131,22 @@ def _graph(args: argparse.Namespace) -> tuple[torch.nn.Module, TrainingGraph]:
     return model, with_optimizer(g, parse_optimizer(args.optimizer))
 
 
+def _given_schedule(path: Path, run: Run, say: Say) -> dict:
+    """--schedule: run this file instead of planning; the board validates it. No plan, so no prediction."""
+    if not path.is_file():
+        raise UsageError(f"--schedule {path}: the file does not exist")
+    if path.resolve() != (run.dir / "schedule.poet").resolve():
+        shutil.copy(path, run.dir / "schedule.poet")
+    say(f"\n[plan] running the schedule {shown(path)} as given ({path.stat().st_size} bytes); the board validates it")
+    info = {"given": str(path)}
+    _write_atomic(run.dir / "plan.json", json.dumps(info, indent=1).encode())
+    return info
+
+
 def _plan(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device, run: Run, say: Say) -> dict:
     """The plan and schedule for this run: from the cache when the same configuration was solved before."""
+    if args.schedule:
+        return _given_schedule(Path(args.schedule), run, say)
     from poet.costs import costed, load_profile
     from poet.paths import profile_file
     from poet.run import solve_and_lower
@@ -180,6 +194,10 @@ def _check_energy(args: argparse.Namespace, plan: dict, steps: int, epochs: int,
     """The plan's prediction of the run; refuse, before anything runs, a run the energy budget or the
     battery cannot carry (unless --force)."""
     grid = intensity(args.country, args.carbon_intensity)
+    if "energy_j" not in plan:  # a given schedule: nothing predicts it before it runs
+        if args.budget_j is not None or args.battery_mah is not None:
+            raise UsageError("--budget-j and --battery-mah need a plan to predict the run from; drop --schedule")
+        return plan_prediction(0.0, 0.0, steps, epochs, grid)
     pred = plan_prediction(plan["energy_j"], plan["time_s"], steps, epochs, grid)
     say(f"\n[energy] {pred.line('the plan predicts')}")
     msg = None
@@ -333,7 +351,8 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
     actual = predictor.actual()
     for line in Comparison(predictor.prediction or plan_pred, actual).lines():
         say(f"  {line}")
-    say(f"  {Comparison(plan_pred, actual).lines()[1].replace('prediction error', 'plan prediction error')}")
+    if plan_pred.energy_j > 0:  # a given schedule has no plan to compare with
+        say(f"  {Comparison(plan_pred, actual).lines()[1].replace('prediction error', 'plan prediction error')}")
     csv = append(run.dir / "emissions.csv", RunRecord(actual.energy_j, actual.time_s, actual.co2_g, actual.grid,
                                                       board.name, dev.provenance, parse_size(args.ram),
                                                       experiment=f"{g.model} on {board.name}",
