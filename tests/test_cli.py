@@ -12,6 +12,19 @@ from poet.solve import min_arena_budget
 from poet.tracer import trace
 
 
+@pytest.fixture(autouse=True)
+def _workspace(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command's schedules/, runs/ and profiles/ in a temporary workspace (with the shipped
+    profiles), so the tests never rewrite the repository's files."""
+    import shutil
+
+    from conftest import REPO
+
+    ws = tmp_path_factory.mktemp("workspace")
+    shutil.copytree(REPO / "profiles", ws / "profiles")
+    monkeypatch.setenv("POET_WORKSPACE", str(ws))
+
+
 def poet(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "poet", *args], capture_output=True, text=True, timeout=300,
                           env=env)

@@ -25,7 +25,10 @@ def code_of(exc: pytest.ExceptionInfo[DeviceError]) -> str:
 def test_hello_native(tmp_path: Path) -> None:
     with native_link(tmp_path) as link:
         h = link.hello()
-    assert (h.proto, h.fw_version, h.board, h.tick_hz) == (PROTO, "1.1", "linux", 1_000_000_000)
+    from poet.firmware import source_version
+
+    assert (h.proto, h.fw_version, h.board, h.tick_hz) == (PROTO, source_version(), "linux", 1_000_000_000)
+    assert source_version() == "1.2"  # 1.2: the low-precision ops (49-52); protocol 2
     assert h.pool_bytes > 0 and h.loaded == frozenset() and h.steps_done == 0
 
 
