@@ -6,6 +6,7 @@
 
 #include "../../core/port.h"
 #include "../../core/protocol.h"
+#include "../shared/semihost.h" /* port_semihost: startup.S */
 
 #ifndef POOL_BYTES
 #define POOL_BYTES (356u * 1024u)
@@ -41,7 +42,6 @@
 
 #define RING 512u
 
-int port_semihost(uint32_t op, void *arg); /* startup.S */
 
 static union {
     uint64_t align;
@@ -50,11 +50,10 @@ static union {
 
 static volatile uint8_t ring[RING];
 static volatile uint32_t ring_head, ring_tail; /* head written by the handler, tail by getc */
-static int swap_fd = -1;
 
 static void semihost_exit(void)
 {
-    port_semihost(0x18u, (void *)(uintptr_t)0x20023u); /* SYS_EXIT, ADP_Stopped_RunTimeErrorUnknown */
+    port_semihost(SEMIHOST_SYS_EXIT, (void *)(uintptr_t)0x20023u); /* SYS_EXIT, ADP_Stopped_RunTimeErrorUnknown */
 }
 
 /* When the ring is full the handler leaves the byte in the UART and masks the UART's RX
@@ -126,43 +125,6 @@ void port_write(const uint8_t *p, size_t n)
  * all the core asks for, so there is no high/low tearing to guard against. */
 uint32_t port_ticks(void) { return MTIME_LO; }
 uint32_t port_tick_hz(void) { return 10000000u; }
-
-int port_pager_open(void)
-{
-    static const char name[] = "poet-swap.bin";
-    uint32_t args[3];
-    if (swap_fd >= 0)
-        return 0;
-    args[0] = (uint32_t)(uintptr_t)name;
-    args[1] = 7u; /* "w+b" */
-    args[2] = sizeof name - 1u;
-    swap_fd = port_semihost(0x01u, args); /* SYS_OPEN */
-    return swap_fd >= 0 ? 0 : -1;
-}
-
-static int seek(uint32_t offset)
-{
-    uint32_t args[2];
-    args[0] = (uint32_t)swap_fd;
-    args[1] = offset;
-    return port_semihost(0x0Au, args); /* SYS_SEEK: 0 on success */
-}
-
-/* SYS_WRITE (0x05) and SYS_READ (0x06) take the same arguments and return the bytes not moved. */
-static int transfer(uint32_t op, uint32_t offset, uintptr_t buf, uint32_t n)
-{
-    uint32_t args[3];
-    if (port_pager_open() || seek(offset))
-        return -1;
-    args[0] = (uint32_t)swap_fd;
-    args[1] = (uint32_t)buf;
-    args[2] = n;
-    return port_semihost(op, args) == 0 ? 0 : -1;
-}
-
-int port_pager_write(uint32_t offset, const void *src, uint32_t n) { return transfer(0x05u, offset, (uintptr_t)src, n); }
-
-int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return transfer(0x06u, offset, (uintptr_t)dst, n); }
 
 const char *port_board(void) { return "esp32c3"; }
 /* ESP32-C3 Series Datasheet: 400 KB SRAM, 16 KB of it the flash cache (sec. 3.1.5 "Cache"). */
