@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_tools
+from elfinfo import symbols, tool
 from poet import firmware
 
 pytestmark = needs_tools("make", "riscv64-unknown-elf-gcc")
@@ -61,17 +62,6 @@ class Image:
     computed_digest: bytes
 
 
-def _tool(*cmd: str) -> str:
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-
-
-def _symbols(elf: Path) -> dict[str, int]:
-    syms = {}
-    for line in _tool("riscv64-unknown-elf-nm", str(elf)).splitlines():
-        parts = line.split()
-        if len(parts) == 3:
-            syms[parts[2]] = int(parts[0], 16)
-    return syms
 
 
 def _sram_offset(addr: int) -> int:
@@ -126,8 +116,8 @@ def image(image_bin: Path) -> Image:
 
 
 def test_fits_sram_outside_rom_regions(elf: Path) -> None:
-    syms = _symbols(elf)
-    text, data, bss = (int(v) for v in _tool("riscv64-unknown-elf-size", str(elf)).splitlines()[1].split()[:3])
+    syms = symbols_rv(elf)
+    text, data, bss = (int(v) for v in tool("riscv64-unknown-elf-size", str(elf)).splitlines()[1].split()[:3])
     assert syms["__iram_start"] == IRAM[0], "code starts at the first SRAM1 byte after the cache"
     assert syms["__iram_end"] - I_D_OFFSET <= syms["__dram_load_start"], "data overlaps the code's SRAM"
     assert syms["__dram_load_end"] <= ROM_LOADER_STACK, "a loaded byte reaches the ROM loader's stack"
@@ -139,8 +129,8 @@ def test_fits_sram_outside_rom_regions(elf: Path) -> None:
 
 
 def test_image_header_and_segments(elf: Path, image: Image) -> None:
-    syms = _symbols(elf)
-    entry = int(_tool("riscv64-unknown-elf-readelf", "-h", str(elf)).split("Entry point address:")[1].split()[0], 16)
+    syms = symbols_rv(elf)
+    entry = int(tool("riscv64-unknown-elf-readelf", "-h", str(elf)).split("Entry point address:")[1].split()[0], 16)
     assert image.magic == ESP_IMAGE_MAGIC
     assert image.chip_id == ESP32C3_CHIP_ID
     assert image.flash_mode == 2 and image.flash_size_freq == 0x2F, "DIO, 4 MB, 80 MHz (esptool's header codes)"
@@ -156,7 +146,7 @@ def test_image_header_and_segments(elf: Path, image: Image) -> None:
     assert spans[-1][1] <= ROM_LOADER_STACK - DRAM[0], "a segment reaches the ROM loader's stack or data"
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"segments overlap in SRAM: {spans}"
     # What the ROM loads is exactly the ELF's code, constants and initialised data (size's text + data).
-    text, data = (int(v) for v in _tool("riscv64-unknown-elf-size", str(elf)).splitlines()[1].split()[:2])
+    text, data = (int(v) for v in tool("riscv64-unknown-elf-size", str(elf)).splitlines()[1].split()[:2])
     assert sum(len(s.data) for s in image.segments) == text + data
 
 
@@ -171,7 +161,7 @@ def test_esptool_image_info(elf: Path, image_bin: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     entry = re.search(r"Entry point:\s*(?:0x)?([0-9a-fA-F]+)", out)
-    assert entry and int(entry.group(1), 16) == _symbols(elf)["_start"], out
+    assert entry and int(entry.group(1), 16) == symbols_rv(elf)["_start"], out
     assert re.search(r"Chip ID:\s*5\b", out), out
     assert re.search(r"Checksum:.*\(valid\)", out) and re.search(r"Validation hash:.*\(valid\)", out), out
     rows = re.findall(r"^\s*\d+\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)\s+0x[0-9a-f]+\s+(.*)$", out, re.M)  # esptool 5
@@ -185,12 +175,12 @@ def test_esptool_image_info(elf: Path, image_bin: Path) -> None:
 
 
 def test_rv32imc_without_float_instructions(elf: Path) -> None:
-    arch = re.search(r'Tag_RISCV_arch: "([^"]+)"', _tool("riscv64-unknown-elf-readelf", "-A", str(elf)))
+    arch = re.search(r'Tag_RISCV_arch: "([^"]+)"', tool("riscv64-unknown-elf-readelf", "-A", str(elf)))
     assert arch and arch.group(1).startswith("rv32i"), arch
     # "rv32i2p1_m2p0_c2p0_zicsr2p0_zmmul1p0": the base, then one extension (name + version) per field.
     exts = {m.group() for e in arch.group(1).split("_")[1:] if (m := re.match(r"[a-z]+", e))}
     assert {"m", "c"} <= exts and not exts & {"f", "d", "q", "zfinx", "zdinx"}, arch.group(1)
-    disasm = _tool("riscv64-unknown-elf-objdump", "-d", "-j", ".text", str(elf))
+    disasm = tool("riscv64-unknown-elf-objdump", "-d", "-j", ".text", str(elf))
     insns = [fields[2].split()[0] for line in disasm.splitlines() if len(fields := line.split("\t")) >= 3]
     assert len(insns) > 1000
     floats = sorted({i for i in insns if i.startswith("f") and not i.startswith("fence")})
@@ -199,14 +189,14 @@ def test_rv32imc_without_float_instructions(elf: Path) -> None:
 
 
 def test_vectors_startup_and_drivers_linked(elf: Path) -> None:
-    syms = _symbols(elf)
+    syms = symbols_rv(elf)
     table = syms["poet_vector_table"]
     assert table % 256 == 0 and IRAM[0] <= table < IRAM[1], "mtvec base: 256-byte aligned, in IRAM"
-    disasm = _tool("riscv64-unknown-elf-objdump", "-d", "--start-address", hex(table),
+    disasm = tool("riscv64-unknown-elf-objdump", "-d", "--start-address", hex(table),
                    "--stop-address", hex(table + 128), str(elf))
     slots = re.findall(r"^\s*[0-9a-f]+:\s+([0-9a-f]+)\s+j\s+\S+\s+<(\w+)>", disasm, re.M)
     assert len(slots) == 32 and all(len(op) == 8 and target == "trap_handler" for op, target in slots), disasm
-    start = _tool("riscv64-unknown-elf-objdump", "-d", "--start-address", hex(syms["_start"]),
+    start = tool("riscv64-unknown-elf-objdump", "-d", "--start-address", hex(syms["_start"]),
                   "--stop-address", hex(syms["_start"] + 64), str(elf))
     assert "mtvec" in start and "<c3_early_init>" in start, "_start sets mtvec and stops the watchdogs first"
     for name in ("trap_handler", "c3_early_init", "port_getc", "port_write", "port_ticks", "poet_run",
@@ -215,5 +205,9 @@ def test_vectors_startup_and_drivers_linked(elf: Path) -> None:
         assert name in syms, name
     # The USB-Serial/JTAG controller's registers (base 0x60043000) are what the serial link touches.
     for fn in ("port_write", "port_getc"):
-        body = _tool("riscv64-unknown-elf-objdump", "-d", f"--disassemble={fn}", str(elf))
+        body = tool("riscv64-unknown-elf-objdump", "-d", f"--disassemble={fn}", str(elf))
         assert re.search(r"lui\s+\w+,0x60043\b", body), f"{fn} does not address USB_SERIAL_JTAG"
+
+
+def symbols_rv(elf: Path) -> dict[str, int]:
+    return symbols(elf, "riscv64-unknown-elf-nm")

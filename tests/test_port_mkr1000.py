@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import re
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
 import test_port_m0
 from conftest import needs_tools
+from elfinfo import symbols, tool
 from poet import firmware
 
 pytestmark = needs_tools("make", "arm-none-eabi-gcc")
@@ -31,17 +31,6 @@ N_IRQ = 29                   # same table
 PORTS = firmware.FIRMWARE_DIR / "ports"
 
 
-def _tool(*cmd: str) -> str:
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-
-
-def _symbols(elf: Path) -> dict[str, int]:
-    syms = {}
-    for line in _tool("arm-none-eabi-nm", str(elf)).splitlines():
-        parts = line.split()
-        if len(parts) == 3:
-            syms[parts[2]] = int(parts[0], 16)
-    return syms
 
 
 @pytest.fixture(scope="module")
@@ -50,30 +39,30 @@ def elf() -> Path:
 
 
 def test_fits_the_samd21(elf: Path) -> None:
-    text, data, bss = (int(v) for v in _tool("arm-none-eabi-size", str(elf)).splitlines()[1].split()[:3])
+    text, data, bss = (int(v) for v in tool("arm-none-eabi-size", str(elf)).splitlines()[1].split()[:3])
     # bss counts the NOLOAD stack section too, so this is every byte of RAM the image claims
     assert data + bss <= RAM_BYTES
     assert text + data <= FLASH_BYTES - APP_START, "flash holds the code and .data's initial values"
-    sections = _tool("arm-none-eabi-size", "-A", str(elf))
+    sections = tool("arm-none-eabi-size", "-A", str(elf))
     stack = next(int(line.split()[1]) for line in sections.splitlines() if line.startswith(".stack"))
     assert stack >= MIN_STACK  # the link fails before this could
-    assert _symbols(elf)["__stack_top"] == RAM_START + RAM_BYTES
+    assert symbols(elf)["__stack_top"] == RAM_START + RAM_BYTES
 
 
 def test_vector_table_at_0x2000(elf: Path, tmp_path: Path) -> None:
-    syms = _symbols(elf)
+    syms = symbols(elf)
     assert syms["poet_vectors"] == APP_START
     raw = tmp_path / "text.bin"
-    _tool("arm-none-eabi-objcopy", "-O", "binary", "-j", ".text", str(elf), str(raw))
+    tool("arm-none-eabi-objcopy", "-O", "binary", "-j", ".text", str(elf), str(raw))
     vectors = struct.unpack(f"<{16 + N_IRQ}I", raw.read_bytes()[:4 * (16 + N_IRQ)])
-    entry = int(_tool("arm-none-eabi-readelf", "-h", str(elf)).split("Entry point address:")[1].split()[0], 16)
+    entry = int(tool("arm-none-eabi-readelf", "-h", str(elf)).split("Entry point address:")[1].split()[0], 16)
     assert vectors[0] == syms["__stack_top"], "initial SP"
     assert vectors[1] == syms["Reset_Handler"] | 1 == entry, "reset vector (Thumb bit set)"
     assert vectors[16 + SERCOM5_IRQ] == syms["SERCOM5_Handler"] | 1
     others = {v for i, v in enumerate(vectors[16:]) if i != SERCOM5_IRQ}
     assert others == {syms["Default_Handler"] | 1}, "every other IRQ goes to the default handler"
     # Everything loadable into flash sits between the bootloader and the end of flash.
-    for line in _tool("arm-none-eabi-readelf", "-l", "-W", str(elf)).splitlines():
+    for line in tool("arm-none-eabi-readelf", "-l", "-W", str(elf)).splitlines():
         fields = line.split()
         if fields and fields[0] == "LOAD" and int(fields[5], 16):
             start, size = int(fields[3], 16), int(fields[5], 16)  # physical (load) address
@@ -82,12 +71,12 @@ def test_vector_table_at_0x2000(elf: Path, tmp_path: Path) -> None:
 
 def test_bin_is_what_the_bootloader_starts(elf: Path) -> None:
     image = elf.with_suffix(".bin").read_bytes()
-    syms = _symbols(elf)
+    syms = symbols(elf)
     sp, reset = struct.unpack_from("<II", image)
     # The bootloader stays put when this word reads 0xFFFFFFFF, else loads it into MSP.
     assert RAM_START < sp <= RAM_START + RAM_BYTES and sp % 8 == 0
     assert reset == syms["Reset_Handler"] | 1
-    text, data = (int(v) for v in _tool("arm-none-eabi-size", str(elf)).splitlines()[1].split()[:2])
+    text, data = (int(v) for v in tool("arm-none-eabi-size", str(elf)).splitlines()[1].split()[:2])
     assert len(image) == text + data, "the .bin is .text followed by .data's load image, nothing else"
     assert APP_START + len(image) <= FLASH_BYTES
     assert b"mkr1000\0" in image  # HELLO's board name
@@ -98,12 +87,12 @@ def test_image_is_armv6m_only(elf: Path) -> None:
 
 
 def test_pager_and_serial_linked(elf: Path) -> None:
-    syms = _symbols(elf)
+    syms = symbols(elf)
     wanted = {"sd_init", "sd_pager_read", "sd_pager_write", "sector_buf", "SERCOM5_Handler", "poet_run",
               "port_pager_open", "port_getc", "port_write", "port_ticks"}
     assert wanted <= syms.keys(), f"missing {wanted - syms.keys()}"
     # No semihosting (the stand-in's pager and exit): on a board without a debugger, bkpt faults.
-    dis = _tool("arm-none-eabi-objdump", "-d", str(elf))
+    dis = tool("arm-none-eabi-objdump", "-d", str(elf))
     assert not re.search(r"\tbkpt\b", dis)
 
 

@@ -9,11 +9,11 @@ pager each image was built with linked in (and the other one not), hard-float Co
 from __future__ import annotations
 
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import needs_tools
+from elfinfo import symbols, tool
 from poet import firmware
 
 pytestmark = needs_tools("make", "arm-none-eabi-gcc")
@@ -28,17 +28,6 @@ IMAGES = {
 }
 
 
-def _tool(*cmd: str) -> str:
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-
-
-def _symbols(elf: Path) -> dict[str, int]:
-    syms = {}
-    for line in _tool("arm-none-eabi-nm", str(elf)).splitlines():
-        parts = line.split()
-        if len(parts) == 3:
-            syms[parts[2]] = int(parts[0], 16)
-    return syms
 
 
 @pytest.fixture(scope="module", params=sorted(IMAGES))
@@ -48,29 +37,29 @@ def image(request: pytest.FixtureRequest) -> tuple[str, Path]:
 
 def test_fits_flash_target_and_ram(image: tuple[str, Path]) -> None:
     _, elf = image
-    text, data, bss = (int(v) for v in _tool("arm-none-eabi-size", str(elf)).splitlines()[1].split()[:3])
+    text, data, bss = (int(v) for v in tool("arm-none-eabi-size", str(elf)).splitlines()[1].split()[:3])
     assert text + data <= FLASH_TARGET, f"flash {text + data} B over the 64 KiB target"
     # bss includes the stack and the pool; the MBR keeps the first 8 bytes of RAM.
     assert data + bss <= RAM_BYTES - 8, f"RAM {data + bss} B over 256 KiB"
-    syms = _symbols(elf)
+    syms = symbols(elf)
     assert syms["__stack_top"] <= 0x20000000 + RAM_BYTES
 
 
 def test_vector_table_at_application_start(image: tuple[str, Path], tmp_path: Path) -> None:
     _, elf = image
-    syms = _symbols(elf)
+    syms = symbols(elf)
     assert syms["poet_vectors"] == APP_START
     raw = tmp_path / "text.bin"
-    _tool("arm-none-eabi-objcopy", "-O", "binary", "-j", ".text", str(elf), str(raw))
+    tool("arm-none-eabi-objcopy", "-O", "binary", "-j", ".text", str(elf), str(raw))
     vectors = struct.unpack("<64I", raw.read_bytes()[:256])
-    entry = int(_tool("arm-none-eabi-readelf", "-h", str(elf)).split("Entry point address:")[1].split()[0], 16)
+    entry = int(tool("arm-none-eabi-readelf", "-h", str(elf)).split("Entry point address:")[1].split()[0], 16)
     assert vectors[0] == syms["__stack_top"], "initial SP"
     assert vectors[1] == syms["Reset_Handler"] | 1 == entry, "reset vector (Thumb bit set)"
     assert vectors[16 + UARTE0_IRQ] == syms["UARTE0_UART0_IRQHandler"] | 1
     others = {v for i, v in enumerate(vectors[16:]) if i != UARTE0_IRQ}
     assert others == {syms["Default_Handler"] | 1}, "every other IRQ goes to the default handler"
     # Everything loadable sits between the MBR and the bootloader.
-    for line in _tool("arm-none-eabi-readelf", "-l", "-W", str(elf)).splitlines():
+    for line in tool("arm-none-eabi-readelf", "-l", "-W", str(elf)).splitlines():
         fields = line.split()
         if fields and fields[0] == "LOAD" and int(fields[5], 16) and int(fields[3], 16) < 0x20000000:
             start, size = int(fields[3], 16), int(fields[5], 16)
@@ -79,7 +68,7 @@ def test_vector_table_at_application_start(image: tuple[str, Path], tmp_path: Pa
 
 def test_drivers_linked(image: tuple[str, Path]) -> None:
     name, elf = image
-    syms = _symbols(elf)
+    syms = symbols(elf)
     wanted, unwanted = IMAGES[name]
     assert wanted <= syms.keys(), f"missing {wanted - syms.keys()}"
     assert not unwanted & syms.keys(), f"{name} links the other pager: {unwanted & syms.keys()}"
@@ -89,7 +78,7 @@ def test_drivers_linked(image: tuple[str, Path]) -> None:
 
 def test_hard_float_cortex_m4(image: tuple[str, Path]) -> None:
     _, elf = image
-    attrs = _tool("arm-none-eabi-readelf", "-A", str(elf))
+    attrs = tool("arm-none-eabi-readelf", "-A", str(elf))
     assert "Tag_CPU_arch: v7E-M" in attrs, attrs
     assert "Tag_FP_arch: VFPv4-D16" in attrs and "Tag_ABI_HardFP_use: SP only" in attrs, attrs  # fpv4-sp-d16
     assert "Tag_ABI_VFP_args: VFP registers" in attrs, attrs                                   # hard-float ABI
