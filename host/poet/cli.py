@@ -348,6 +348,13 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--gap", type=_fraction, default=0.0,
                    help="stop the MILP once its plan is proven within this relative gap, e.g. 0.01 (default 0)")
     p.add_argument("--profile", help="op-cost profile (default profiles/<board>.yaml)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "greedy", "auto"],
+                   help="storage of saved activations: fp32 keeps every value (default); greedy stores every "
+                   "allowed one in 16 bits; auto picks, per tensor, what gives the least energy with the casts "
+                   "counted (greedy and auto change values by 16-bit rounding)")
+    p.add_argument("--precision-rules", metavar="FILE",
+                   help="which tensors may go low (default: poet's data/precision.yaml: softmax, loss and "
+                   "norm inputs stay fp32)")
 
 
 class _Parser(argparse.ArgumentParser):

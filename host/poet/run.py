@@ -85,6 +85,8 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
     else:
         p = solve_and_lower(args, g, cg, board, ram, dev.runtime_static, deadline_s, say)
         sched = p.lowered.schedule.encode()
+        from poet.precision import training_graph
+        g = training_graph(p, g)  # --precision: the model blob with the plan's casts
     (run_dir / "schedule.poet").write_bytes(sched)
 
     weights0 = weights_of(model)
@@ -148,10 +150,21 @@ def solve_and_lower(args: argparse.Namespace, g: TrainingGraph, cg, board: Board
         except PoetError as exc:
             runnable = False
             why = str(exc)
+    sel = None
+    if getattr(args, "precision", "fp32") not in (None, "fp32"):  # fp32: not even imported, the plan as before
+        from poet.precision import select_for
+        sel = select_for(args, g, board, ram, runtime_static, deadline_s, say)
+        g, cg = sel.graph, sel.cg
     p = plan_step(g, cg, board, ram, runtime_static, deadline_s, solver=args.solver,
                   time_limit_s=args.time_limit, progress=lambda m: say(f"  {m}"), strategy=strategy,
                   gap=getattr(args, "gap", 0.0), lower_plan=runnable)
+    if sel is not None:
+        from poet.precision import with_selection
+        p = with_selection(p, sel)
     print_plan(p, say)
+    if sel is not None:
+        for line in sel.lines():
+            say(f"  {line}")
     if p.plan.peak_bytes >= p.keep_all_peak:
         say("  note: this budget holds every activation; nothing needs recomputing or paging")
     if p.lowered is None:

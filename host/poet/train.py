@@ -55,7 +55,7 @@ Say = Callable[[str], None]
 CONFIG_KEYS = ("board", "model", "batch", "seed", "train", "data", "data_limit", "epochs", "ram", "deadline",
                "lr", "optimizer", "strategy", "solver", "time_limit", "gap", "profile", "budget_j",
                "battery_mah", "volts", "force", "country", "carbon_intensity", "checkpoint_every", "schedule",
-               "input_shape", "classes", "layers", "hidden", "meter")
+               "input_shape", "classes", "layers", "hidden", "meter", "precision", "precision_rules")
 
 
 @dataclass
@@ -121,6 +121,10 @@ def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, args: argpar
     h.update(profile_bytes)
     h.update(json.dumps([board.name, parse_size(args.ram), args.deadline, args.strategy, args.solver,
                          args.gap]).encode())
+    precision = getattr(args, "precision", None) or "fp32"
+    if precision != "fp32":  # fp32 runs keep the keys (and the cached plans) they had before --precision
+        rules = getattr(args, "precision_rules", None)
+        h.update(json.dumps([precision, Path(rules).read_text() if rules else ""]).encode())
     return h.hexdigest()[:16]
 
 
@@ -129,6 +133,15 @@ def _graph(args: argparse.Namespace) -> tuple[torch.nn.Module, TrainingGraph]:
 
     model, g = model_and_graph(args)
     return model, with_optimizer(g, parse_optimizer(args.optimizer))
+
+
+def _graph_for(g: TrainingGraph, plan: dict) -> TrainingGraph:
+    """The graph the plan's schedule runs on: g, or with --precision greedy|auto its narrow-stored form."""
+    if not plan.get("precision"):
+        return g
+    from poet.precision import graph_for
+
+    return graph_for(g, plan["precision"])
 
 
 def _given_schedule(path: Path, run: Run, say: Say) -> dict:
@@ -170,6 +183,9 @@ def _plan(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device,
                 "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
                 "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,
                 "page_outs": p.plan.page_outs, "ram_bytes": parse_size(args.ram), "key": key}
+        sel = getattr(p, "selection", None)
+        if sel is not None:  # --precision greedy|auto: the run's graph has the plan's casts
+            info["precision"] = sel.to_json()
         _write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())
     shutil.copy(cache / "plan.json", run.dir / "plan.json")
     shutil.copy(cache / "schedule.poet", run.dir / "schedule.poet")
@@ -275,6 +291,7 @@ def train(args: argparse.Namespace, say: Say) -> Path:
         _ensure_firmware(board, args.port, run.dir, say)
     with open_device(board, args.port, workdir=run.dir) as dev:
         plan = _plan(args, g, board, dev, run, say)
+        g = _graph_for(g, plan)
         pred = _check_energy(args, plan, total_steps, args.epochs, say)
         trace_path = run.dir / "trace.json"
         tr = Trace.load(trace_path) if state.global_step and trace_path.exists() else \

@@ -1,0 +1,107 @@
+"""Energy, time and peak RAM of fp32, greedy and auto storage precision per zoo model on the nRF52840.
+
+Usage: .venv/bin/python benchmarks/precision_zoo.py [--profile P] [--deadline 3] [--time-limit S] [--models a,b]
+
+Each model is traced at its batch (below), costed for the nrf52840 and planned by the POET MILP at two
+arena budgets: `tight`, halfway between the smallest arena an fp32 plan fits at the deadline and what
+keeping every fp32 activation needs (so paging and recomputation matter), and `roomy`, the keep-all
+peak (nothing needs paging: the casts can only cost). At each budget: fp32 (no casts), greedy (every
+saved tensor the rules allow stored in 16 bits, the cheaper cast type on this board, casts ignored when
+choosing but counted in the plan) and auto (poet.precision.select: the least-energy storage set found,
+fp32 and greedy among the candidates). RAM = the fixed part (parameters, gradients, optimizer state,
+staged batch, firmware static) + the plan's peak arena.
+
+Cast costs come from the profile's `casts:` section (`poet profile --casts`). When the profile has none,
+the nrf52840 fits of docs/benchmarks.md "Precision: cast and int8 kernel costs" (emulated, 2026-11-21)
+are used, and the output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from poet.boards import load_board
+from poet.costs import costed, load_profile
+from poet.memory import budget_for
+from poet.models import get_model
+from poet.precision import select
+from poet.solve import keep_all, min_arena_budget
+from poet.strategies import found, plan_with
+from poet.tracer import trace
+
+# the emulated nrf52840's cast fits (cycles = r n + c), docs/benchmarks.md, for profiles without `casts:`
+NRF52840_CASTS: dict[str, Any] = {
+    "clock_hz": 64e6,
+    "fp32->fp16": {"cycles_per_elem": 24.0, "cycles_fixed": 206.0},
+    "fp16->fp32": {"cycles_per_elem": 17.0, "cycles_fixed": 200.0},
+    "fp32->bf16": {"cycles_per_elem": 11.0, "cycles_fixed": 204.0},
+    "bf16->fp32": {"cycles_per_elem": 5.0, "cycles_fixed": 196.0},
+}
+# (model, batch): the zoo models small enough to plan in seconds; mobilenetv2, resnet18, vgg16 and
+# bert-base are left out (hundreds of nodes: one MILP takes minutes, auto solves dozens)
+MODELS = (("mlp-digits", 16), ("cnn-digits", 16), ("lenet", 4), ("transformer-block", 2), ("bert-tiny", 1))
+RUNTIME_STATIC = 28672  # the nrf52840 firmware's static RAM (profiles/nrf52840.yaml runtime_static_bytes)
+
+
+def with_casts(prof: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    if prof.get("casts"):
+        return prof, "the profile's casts fits"
+    return dict(prof, casts=NRF52840_CASTS), "docs/benchmarks.md's emulated nrf52840 fits (profile has none)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", help="op-cost profile (default profiles/nrf52840.yaml)")
+    ap.add_argument("--deadline", type=float, default=3.0, help="multiple of one plain fp32 pass (default 3)")
+    ap.add_argument("--time-limit", type=float, default=10.0, help="per MILP, seconds (default 10)")
+    ap.add_argument("--models", help="comma-separated model:batch (default: the five small zoo models)")
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    board = load_board("nrf52840")
+    prof, source = with_casts(load_profile(board.name, Path(args.profile) if args.profile else None))
+    static = int(prof.get("runtime_static_bytes", RUNTIME_STATIC))
+    models = [(m.split(":")[0], int(m.split(":")[1])) for m in args.models.split(",")] if args.models else MODELS
+    print(f"cast costs: {source}; deadline {args.deadline:g}x one fp32 pass; POET MILP (highs, "
+          f"{args.time_limit:g} s per solve)\n")
+    print("| model (batch) | budget | RAM | mode | stored low | energy uJ | time ms | peak RAM B | vs fp32 energy |"
+          " plans solved | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, batch in models:
+        model, spec = get_model(name)
+        g = trace(model, name, spec.input_shape, spec.classes, batch, spec.input_dtype)
+        cg = costed(g, board, prof, estimate=True)
+        fixed = budget_for(g, 1 << 40, static).fixed
+        deadline = args.deadline * cg.one_pass_s
+        full = keep_all(cg).peak_bytes
+        smallest = min_arena_budget(cg, deadline, time_limit_s=args.time_limit)
+        budgets = [("roomy", full)]
+        if smallest is not None and smallest < full:
+            budgets.insert(0, ("tight", (smallest + full) // 2))
+        for label, arena in budgets:
+            base = math.nan
+            for mode in ("fp32", "greedy", "auto"):
+                t0 = time.perf_counter()
+                sel = select(mode, g, board, prof, arena, deadline, time_limit_s=args.time_limit)
+                plan = sel.plan if mode == "auto" else plan_with("poet", sel.cg, arena, deadline,
+                                                                 time_limit_s=args.time_limit)
+                wall = time.perf_counter() - t0
+                low = f"{len(sel.changes)} ({sum(c.bytes_saved for c in sel.changes):,} B)"
+                solved = sel.tried if mode == "auto" else 1
+                if plan is None or not found(plan):
+                    print(f"| {name} ({batch}) | {label} | {fixed + arena:,} | {mode} | {low} | infeasible | - | - "
+                          f"| - | {solved} | {wall:.1f} |", flush=True)
+                    continue
+                if mode == "fp32":
+                    base = plan.energy_j
+                print(f"| {name} ({batch}) | {label} | {fixed + arena:,} | {mode} | {low} | "
+                      f"{plan.energy_j * 1e6:,.1f} | {plan.time_s * 1e3:,.2f} | {fixed + plan.peak_bytes:,} | "
+                      f"{plan.energy_j / base - 1:+.1%} | {solved} | {wall:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

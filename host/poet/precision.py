@@ -1,0 +1,351 @@
+"""Storage precision of saved activations: which ones the training step keeps at half size.
+
+A saved activation (a forward tensor some backward node reads, `TrainingGraph.saved_ids`) may
+be stored in fp16 or bf16 instead of fp32. Stored low, it is made in fp32 as before, cast to the
+narrow type right after (a cast node: the fp32 tensor and its narrow copy are in RAM at once),
+the narrow copy is what the plan keeps or pages between the forward and the backward pass (half
+the bytes), and right before its first backward reader a cast back to fp32 makes the tensor the
+backward kernels read (again both copies at once). `apply_storage` writes exactly that into the
+training graph, so the planner, the simulator, the lowering and the runtime need nothing new:
+they plan, replay, lower and run the cast nodes like any other forward op.
+
+Three modes (docs/planner.md "Precision"):
+
+- `fp32`: no transform; the plan is the one poet made before precision existed, bit for bit.
+- `greedy`: every saved tensor the rules allow goes low, whatever the casts cost (the baseline).
+- `auto`: the choice that gives the least-energy plan at the same RAM budget and deadline, by a
+  search over transformed graphs, each scored by the planner's optimum (the POET MILP): fp32 and
+  greedy are candidates, so auto is never worse than either. A stepping stone to one joint MILP
+  with a binary per tensor.
+
+Only storage changes precision here: every op still computes in fp32 (int8 compute, ops 51-52,
+is a later step).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from poet.boards import Board
+from poet.costs import costed, op_key
+from poet.errors import PoetError, UsageError
+from poet.graph import GraphNode, TrainingGraph
+from poet.pipeline import Planned
+from poet.plan import CostedGraph, Plan
+from poet.strategies import plan_with
+
+MODES = ("fp32", "greedy", "auto")
+LOW_BYTES = {"fp16": 2, "bf16": 2}  # bytes per element of each storage type the planner may pick
+DEFAULT_RULES = Path(__file__).parent / "data" / "precision.yaml"
+AUTO_SWEEPS = 2  # local-search passes over the candidate tensors after the starting sets
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Which saved tensors may go low (host/poet/data/precision.yaml explains each field)."""
+
+    dtypes: tuple[str, ...] = ("fp16", "bf16")
+    deny_producers: frozenset[str] = frozenset()
+    deny_consumers: frozenset[str] = frozenset()
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+def load_rules(path: str | Path | None = None) -> Rules:
+    p = Path(path) if path else DEFAULT_RULES
+    if not p.is_file():
+        raise UsageError(f"--precision-rules {p}: no such file")
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--precision-rules {p}: not YAML ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise UsageError(f"--precision-rules {p}: expected a mapping (see {DEFAULT_RULES})")
+    unknown = set(raw) - {"dtypes", "deny_producers", "deny_consumers", "allow", "deny"}
+    if unknown:
+        raise UsageError(f"--precision-rules {p}: unknown keys {', '.join(sorted(unknown))}")
+    dtypes = tuple(raw.get("dtypes") or ("fp16", "bf16"))
+    bad = [d for d in dtypes if d not in LOW_BYTES]
+    if bad:
+        raise UsageError(f"--precision-rules {p}: dtypes {bad}: storage may be {', '.join(LOW_BYTES)}")
+    return Rules(dtypes, frozenset(raw.get("deny_producers") or ()), frozenset(raw.get("deny_consumers") or ()),
+                 tuple(raw.get("allow") or ()), tuple(raw.get("deny") or ()))
+
+
+def allowed(g: TrainingGraph, rules: Rules) -> list[int]:
+    """The saved tensors the rules let go low, ascending: fp32 forward tensors (or the input)."""
+    readers: dict[int, set[str]] = {}
+    for n in g.nodes:
+        for d in n.deps:
+            readers.setdefault(d, set()).add(n.op)
+    out = []
+    for i in sorted(g.saved_ids()):
+        n = g.nodes[i]
+        if n.kind not in ("input", "forward") or n.op == "cast" or n.bytes <= 0 or n.bytes % 4:
+            continue  # only fp32 tensors (4 bytes an element) are narrowed
+        if n.op in rules.deny_producers or readers.get(i, set()) & rules.deny_consumers:
+            continue
+        if any(fnmatch.fnmatchcase(n.name, pat) for pat in rules.deny):
+            continue
+        if rules.allow and not any(fnmatch.fnmatchcase(n.name, pat) for pat in rules.allow):
+            continue
+        out.append(i)
+    return out
+
+
+def apply_storage(g: TrainingGraph, choice: dict[int, str]) -> TrainingGraph:
+    """g with each chosen saved tensor (node id of g -> "fp16" | "bf16") stored narrow: a cast right
+    after its producer, a cast back to fp32 right before its first backward reader, and every backward
+    reader reading the cast back. Forward readers still read the fp32 tensor. An empty choice is g."""
+    if not choice:
+        return g
+    saved = g.saved_ids()
+    first_reader: dict[int, int] = {}
+    for i, dt in choice.items():
+        src = g.nodes[i]
+        if i not in saved or src.kind not in ("input", "forward") or src.bytes % 4 or src.op == "cast":
+            raise PoetError(f"{src.name}: only an fp32 forward tensor the backward pass reads can be stored narrow")
+        if dt not in LOW_BYTES:
+            raise PoetError(f"{src.name}: storage type {dt!r}; the planner stores {', '.join(LOW_BYTES)}")
+        first_reader[i] = min(n.id for n in g.nodes if n.kind == "backward" and i in n.deps)
+    before: dict[int, list[int]] = {}
+    for i, r in first_reader.items():
+        before.setdefault(r, []).append(i)
+    nodes: list[GraphNode] = []
+    new: dict[int, int] = {}  # id in g -> id in the new graph
+    low: dict[int, int] = {}  # chosen tensor -> its narrow copy
+    back: dict[int, int] = {}  # chosen tensor -> its cast back to fp32
+
+    def cast(src: GraphNode, dep: int, frm: str, to: str) -> int:
+        elems = src.bytes // 4
+        name = f"{src.name}/{to}"  # e.g. "conv1/forward/fp16", and "conv1/forward/fp16/fp32" for the way back
+        if frm != "fp32":
+            name = f"{nodes[dep].name}/fp32"
+        nodes.append(GraphNode(len(nodes), name, src.module, "forward", "cast", [dep],
+                               elems * (4 if to == "fp32" else LOW_BYTES[to]), list(src.shape),
+                               {"n": elems, "from": frm, "to": to, "w": -1}, flops=elems))
+        return len(nodes) - 1
+
+    for n in g.nodes:
+        for i in sorted(before.get(n.id, ())):
+            back[i] = cast(g.nodes[i], low[i], choice[i], "fp32")
+        bwd = n.kind == "backward"
+        deps = [back[d] if bwd and d in back else new[d] for d in n.deps]
+        kept = [back[d] if d in back else new[d] for d in n.saved]
+        nodes.append(replace(n, id=len(nodes), deps=deps, saved=kept, attrs=dict(n.attrs), shape=list(n.shape)))
+        new[n.id] = len(nodes) - 1
+        if n.id in choice:
+            low[n.id] = cast(n, new[n.id], "fp32", choice[n.id])
+    return replace(g, nodes=nodes)
+
+
+# ---------------------------------------------------------------- cast costs
+
+
+def cast_cost(board: Board, profile: dict[str, Any], n: int, frm: str, to: str) -> tuple[float, float] | None:
+    """(seconds, joules) of casting n elements by the profile's `casts:` fit (cycles = r n + c, from
+    `poet profile --casts`); None when the profile has no fit for that direction."""
+    section = profile.get("casts") or {}
+    fit = section.get(f"{frm}->{to}")
+    if not fit:
+        return None
+    cycles = float(fit["cycles_per_elem"]) * n + float(fit["cycles_fixed"])
+    t = cycles / float(section.get("clock_hz") or board.clock_hz)
+    return t, t * board.cpu_active_w
+
+
+def with_cast_costs(g: TrainingGraph, board: Board, profile: dict[str, Any]) -> dict[str, Any]:
+    """The profile with an `ops` entry for every cast of g its `casts:` fit can cost."""
+    ops = dict(profile.get("ops") or {})
+    for n in g.nodes:
+        if n.op != "cast" or op_key(n) in ops:
+            continue
+        c = cast_cost(board, profile, n.attrs["n"], n.attrs["from"], n.attrs["to"])
+        if c is not None:
+            ops[op_key(n)] = {"time_s": c[0], "energy_j": c[1], "work": n.attrs["n"],
+                              "provenance": "the profile's casts fit (cycles = r n + c)"}
+    return dict(profile, ops=ops)
+
+
+def costed_storage(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bool = True,
+                   note: Progress | None = None) -> CostedGraph:
+    """costs.costed with the casts costed from the profile's fits. Without a `casts:` section a cast
+    is an error, or with `estimate` estimated like any op the profile lacks (and said so)."""
+    prof = with_cast_costs(g, board, profile)
+    missing = [n for n in g.nodes if n.op == "cast" and op_key(n) not in prof["ops"]]
+    if missing and not estimate:
+        raise PoetError(f"the {board.name} profile has no cast costs: run `poet profile --board {board.name} --casts`")
+    return costed(g, board, prof, estimate=estimate, note=note)
+
+
+def cheaper_dtype(board: Board, profile: dict[str, Any], n: int, dtypes: tuple[str, ...]) -> str:
+    """The storage type whose casts there and back cost the least energy for n elements; the first
+    listed when the profile cannot tell (no fits, or a tie)."""
+    best, best_j = dtypes[0], math.inf
+    for dt in dtypes:
+        there, back = cast_cost(board, profile, n, "fp32", dt), cast_cost(board, profile, n, dt, "fp32")
+        if there is None or back is None:
+            continue
+        if there[1] + back[1] < best_j:
+            best, best_j = dt, there[1] + back[1]
+    return best
+
+
+# ---------------------------------------------------------------- choosing
+
+
+@dataclass(frozen=True)
+class Change:
+    """One saved tensor stored narrow: its node in the fp32 graph, name, type and the bytes it saves."""
+
+    id: int
+    name: str
+    dtype: str
+    fp32_bytes: int
+    low_bytes: int
+
+    @property
+    def bytes_saved(self) -> int:
+        return self.fp32_bytes - self.low_bytes
+
+
+@dataclass
+class Selection:
+    """What a precision mode chose: the storage per tensor, the graph that carries it, its costs."""
+
+    mode: str
+    choice: dict[int, str]
+    graph: TrainingGraph
+    cg: CostedGraph
+    changes: list[Change]
+    plan: Plan | None = None  # the plan the choice was scored by (auto), if any
+    tried: int = 0  # candidate storage sets planned (auto)
+    scores: dict[str, float] = field(default_factory=dict)  # energy of the named candidates (auto)
+
+    def lines(self) -> list[str]:
+        if not self.changes:
+            return [f"precision {self.mode}: every saved tensor stays fp32"]
+        total = sum(c.bytes_saved for c in self.changes)
+        out = [f"precision {self.mode}: {len(self.changes)} saved tensors stored narrow, {total} B saved"
+               + (f" (searched {self.tried} storage sets)" if self.tried else "")]
+        out += [f"  {c.name:40s} {c.dtype}  {c.fp32_bytes} B -> {c.low_bytes} B (saves {c.bytes_saved} B)"
+                for c in self.changes]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "stored": [{"id": c.id, "name": c.name, "dtype": c.dtype,
+                                               "bytes_saved": c.bytes_saved} for c in self.changes]}
+
+
+def changes_of(g: TrainingGraph, choice: dict[int, str]) -> list[Change]:
+    return [Change(i, g.nodes[i].name, dt, g.nodes[i].bytes, g.nodes[i].bytes // 4 * LOW_BYTES[dt])
+            for i, dt in sorted(choice.items())]
+
+
+def graph_for(g: TrainingGraph, stored: dict[str, Any] | None) -> TrainingGraph:
+    """The graph a plan was made for, from its precision record (Selection.to_json; None: fp32)."""
+    if not stored:
+        return g
+    return apply_storage(g, {int(s["id"]): str(s["dtype"]) for s in stored.get("stored", ())})
+
+
+def select(mode: str, g: TrainingGraph, board: Board, profile: dict[str, Any], arena_budget: int,
+           deadline_s: float, rules: Rules | None = None, strategy: str = "poet", solver: str = "highs",
+           time_limit_s: float = 60.0, gap: float = 0.0, progress: Progress | None = None,
+           estimate: bool = True) -> Selection:
+    """The storage choice of `mode` for g at this arena budget and deadline (module docstring)."""
+    if mode not in MODES:
+        raise UsageError(f"--precision {mode}: give one of {', '.join(MODES)}")
+    rules = rules or load_rules()
+    say = progress or (lambda _m: None)
+
+    def build(choice: dict[int, str]) -> tuple[TrainingGraph, CostedGraph]:
+        g2 = apply_storage(g, choice)
+        return g2, costed_storage(g2, board, profile, estimate=estimate)
+
+    if mode == "fp32":
+        g2, cg2 = build({})
+        return Selection(mode, {}, g2, cg2, [])
+    cands = allowed(g, rules)
+    greedy = {i: cheaper_dtype(board, profile, g.nodes[i].bytes // 4, rules.dtypes) for i in cands}
+    if mode == "greedy":
+        g2, cg2 = build(greedy)
+        return Selection(mode, greedy, g2, cg2, changes_of(g, greedy))
+
+    # auto: score storage sets by the planner's least energy at this budget and deadline
+    seen: dict[frozenset[int], tuple[float, Plan | None]] = {}
+
+    def score(ids: frozenset[int]) -> float:
+        if ids not in seen:
+            _, cg2 = build({i: greedy[i] for i in ids})
+            plan = plan_with(strategy, cg2, arena_budget, deadline_s, solver=solver, time_limit_s=time_limit_s,
+                             gap=gap)
+            ok = plan.status in ("optimal", "feasible")
+            seen[ids] = (plan.energy_j if ok else math.inf, plan if ok else None)
+        return seen[ids][0]
+
+    every = frozenset(cands)
+    by_size = sorted(cands, key=lambda i: -g.nodes[i].bytes)
+    starts = {"fp32": frozenset(), "greedy": every, "largest half": frozenset(by_size[:(len(by_size) + 1) // 2])}
+    scores = {name: score(ids) for name, ids in starts.items()}
+    say(f"precision auto: {len(cands)} saved tensors may go low; fp32 {_uj(scores['fp32'])}, greedy "
+        f"{_uj(scores['greedy'])}, largest half {_uj(scores['largest half'])}")
+    best = min(starts.values(), key=lambda ids: (score(ids), len(ids)))
+    for _sweep in range(AUTO_SWEEPS):  # toggle one tensor at a time, keep whatever lowers the energy
+        improved = False
+        for i in by_size:
+            other = best ^ {i}
+            if score(other) < score(best) * (1 - 1e-9):
+                best, improved = other, True
+        if not improved:
+            break
+    choice = {i: greedy[i] for i in sorted(best)}
+    g2, cg2 = build(choice)
+    say(f"precision auto: {len(choice)} stored narrow, {_uj(score(best))} ({len(seen)} storage sets planned)")
+    return Selection(mode, choice, g2, cg2, changes_of(g, choice), seen[best][1], len(seen), scores)
+
+
+def _uj(energy_j: float) -> str:
+    return "infeasible" if math.isinf(energy_j) else f"{energy_j * 1e6:.2f} uJ"
+
+
+@dataclass
+class PrecisionPlanned(Planned):
+    """A plan made for a graph with narrow-stored tensors: that graph (the model blob to upload) and
+    what changed precision."""
+
+    training: TrainingGraph | None = None
+    selection: Selection | None = None
+
+
+def training_graph(p: Planned, g: TrainingGraph) -> TrainingGraph:
+    """The graph whose model blob the plan's schedule runs on: g, or its narrow-stored form."""
+    return p.training if isinstance(p, PrecisionPlanned) and p.training is not None else g
+
+
+def with_selection(p: Planned, sel: Selection) -> PrecisionPlanned:
+    return PrecisionPlanned(**vars(p), training=sel.graph, selection=sel)
+
+
+def select_for(args: Any, g: TrainingGraph, board: Board, ram: int, runtime_static: int, deadline_s: float,
+               say: Progress) -> Selection:
+    """`--precision` and `--precision-rules` of a solve or train command line, for solve_and_lower."""
+    from poet.costs import load_profile
+    from poet.memory import budget_for
+
+    prof = load_profile(board.name, Path(args.profile) if getattr(args, "profile", None) else None)
+    arena = budget_for(g, ram, runtime_static).arena
+    say(f"\n[precision] {args.precision} for {g.model}: which saved activations to store in 16 bits")
+    return select(args.precision, g, board, prof, arena, deadline_s, load_rules(getattr(args, "precision_rules", None)),
+                  strategy=getattr(args, "strategy", "poet"), solver=args.solver, time_limit_s=args.time_limit,
+                  gap=getattr(args, "gap", 0.0), progress=lambda m: say(f"  {m}"),
+                  estimate=True)
