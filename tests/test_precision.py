@@ -1,0 +1,288 @@
+"""Storage precision (poet.precision): the cast-node graph transform, the rules, the three modes, the
+fp32 default bit for bit as before, and greedy/auto plans of cnn-digits on the native runtime: they
+run, their weights stay within 16-bit rounding of fp32's, and fine-tuning with auto keeps the test
+accuracy within a point of fp32's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from fwhelpers import native_link
+from poet.boards import load_board
+from poet.costs import costed, load_profile
+from poet.data import batches, digits_split
+from poet.graph import TrainingGraph
+from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS
+from poet.lower import lower, model_blob
+from poet.memory import budget_for
+from poet.modelblob import decode_weights, encode_batch, encode_weights
+from poet.models import get_model
+from poet.plan import Plan
+from poet.precision import Rules, allowed, apply_storage, graph_for, load_rules, select
+from poet.reference import accuracy, load_weights, weights_of
+from poet.run import solve_and_lower
+from poet.simulate import simulate
+from poet.solve import keep_all, min_arena_budget
+from poet.strategies import found, plan_with
+from poet.tracer import trace
+
+# the emulated nrf52840's cast fits (docs/benchmarks.md "Precision: cast and int8 kernel costs"), for a
+# profile that has no `casts:` section yet
+CASTS: dict[str, Any] = {
+    "clock_hz": 64e6,
+    "fp32->fp16": {"cycles_per_elem": 24.0, "cycles_fixed": 206.0},
+    "fp16->fp32": {"cycles_per_elem": 17.0, "cycles_fixed": 200.0},
+    "fp32->bf16": {"cycles_per_elem": 11.0, "cycles_fixed": 204.0},
+    "bf16->fp32": {"cycles_per_elem": 5.0, "cycles_fixed": 196.0},
+}
+BOARD = load_board("nrf52840")
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None, reason="cc / make missing")
+
+
+def _profile() -> dict[str, Any]:
+    prof = load_profile(BOARD.name)
+    return prof if prof.get("casts") else dict(prof, casts=CASTS)
+
+
+def _graph(name: str, batch: int) -> tuple[Any, TrainingGraph]:
+    model, spec = get_model(name, seed=0)
+    return model, trace(model, name, spec.input_shape, spec.classes, batch, spec.input_dtype)
+
+
+def _budgets(g: TrainingGraph, prof: dict[str, Any]) -> tuple[int, int, float]:
+    """(tight, roomy) arenas as benchmarks/precision_zoo.py picks them, and the deadline (3x)."""
+    cg = costed(g, BOARD, prof, estimate=True)
+    deadline = 3 * cg.one_pass_s
+    full = keep_all(cg).peak_bytes
+    smallest = min_arena_budget(cg, deadline)
+    assert smallest is not None
+    return (smallest + full) // 2, full, deadline
+
+
+def test_apply_storage_inserts_the_casts_and_rewires_the_backward_readers() -> None:
+    _, g = _graph("cnn-digits", 4)
+    cands = allowed(g, load_rules())
+    assert cands, "cnn-digits has saved tensors the default rules allow"
+    choice = {i: "fp16" for i in cands}
+    g2 = apply_storage(g, choice)
+    assert len(g2.nodes) == len(g.nodes) + 2 * len(cands)
+    by_name = {n.name: n for n in g2.nodes}
+    for i in cands:
+        src = g.nodes[i]
+        low, back = by_name[f"{src.name}/fp16"], by_name[f"{src.name}/fp16/fp32"]
+        assert low.op == back.op == "cast" and low.kind == back.kind == "forward"
+        assert low.bytes * 2 == src.bytes == back.bytes  # 2 bytes an element, then fp32 again
+        assert low.deps == [by_name[src.name].id] and back.deps == [low.id]
+        assert (low.attrs["from"], low.attrs["to"], back.attrs["from"], back.attrs["to"]) == \
+            ("fp32", "fp16", "fp16", "fp32")
+        readers = [n for n in g2.nodes if n.kind == "backward" and back.id in n.deps]
+        assert readers and back.id < min(r.id for r in readers)
+        assert not any(by_name[src.name].id in n.deps for n in g2.nodes if n.kind == "backward")
+        assert low.id == by_name[src.name].id + 1  # right after its producer
+    model_blob(g2)  # the runtime's op set and dtype rules accept it
+    assert apply_storage(g, {}) is g
+    assert graph_for(g, {"stored": [{"id": i, "dtype": "fp16"} for i in cands]}).nodes == g2.nodes
+
+
+def test_rules_keep_softmax_loss_and_norm_inputs_fp32(tmp_path: Path) -> None:
+    _, g = _graph("transformer-block", 2)
+    rules = load_rules()
+    ok = set(allowed(g, rules))
+    readers: dict[int, set[str]] = {}
+    for n in g.nodes:
+        for d in n.deps:
+            readers.setdefault(d, set()).add(n.op)
+    for i in g.saved_ids():
+        n = g.nodes[i]
+        if n.op in ("softmax", "layernorm", "cross_entropy") or readers.get(i, set()) & {
+                "softmax_bwd", "layernorm_bwd", "cross_entropy_bwd"}:
+            assert i not in ok, n.name
+    assert ok, "some saved tensors of the transformer block may go low"
+    f = tmp_path / "rules.yaml"
+    f.write_text(yaml.safe_dump({"dtypes": ["bf16"], "deny": ["*"]}))
+    assert allowed(g, load_rules(f)) == []
+    assert allowed(g, Rules()) and set(allowed(g, Rules())) >= ok
+
+
+def test_modes_at_a_tight_and_a_roomy_budget() -> None:
+    """auto is never worse than greedy or fp32; with room for every activation the casts only cost, so
+    greedy is worse than fp32; at a tight budget half-size storage pays."""
+    prof = _profile()
+    for name in ("mlp-digits", "cnn-digits"):
+        _, g = _graph(name, 16)
+        tight, roomy, deadline = _budgets(g, prof)
+        for arena in (tight, roomy):
+            energy = {}
+            for mode in ("fp32", "greedy", "auto"):
+                sel = select(mode, g, BOARD, prof, arena, deadline, time_limit_s=20)
+                plan = sel.plan if mode == "auto" else plan_with("poet", sel.cg, arena, deadline, time_limit_s=20)
+                assert plan is not None and found(plan)
+                simulate(sel.cg, plan, arena, deadline)
+                energy[mode] = plan.energy_j
+                if mode == "greedy":
+                    assert len(sel.changes) == len(allowed(g, load_rules())) > 0
+                    assert {c.dtype for c in sel.changes} == {"bf16"}  # the cheaper cast on the nrf52840
+            assert energy["auto"] <= energy["greedy"] * (1 + 1e-9)
+            assert energy["auto"] <= energy["fp32"] * (1 + 1e-9)
+            if arena == roomy:
+                assert energy["greedy"] > energy["fp32"]
+            else:
+                assert energy["greedy"] < energy["fp32"]
+
+
+def _args(profile: Path, precision: str | None) -> argparse.Namespace:
+    ns = argparse.Namespace(strategy="poet", solver="highs", time_limit=30.0, gap=0.0, profile=str(profile))
+    if precision is not None:
+        ns.precision = precision
+    return ns
+
+
+def test_fp32_is_the_plan_of_before_bit_for_bit(tmp_path: Path) -> None:
+    """--precision fp32 goes through the same code as a solve without the flag: same plan, same bytes."""
+    prof_path = tmp_path / "nrf52840.yaml"
+    prof_path.write_text(yaml.safe_dump(_profile()))
+    _, g = _graph("cnn-digits", 16)
+    prof = _profile()
+    cg = costed(g, BOARD, prof, estimate=True)
+    fixed = budget_for(g, 1 << 30, 28672).fixed
+    tight, _, deadline = _budgets(g, prof)
+    said: list[str] = []
+    before = solve_and_lower(_args(prof_path, None), g, cg, BOARD, fixed + tight, 28672, deadline, said.append,
+                             out=tmp_path / "a.poet")
+    now = solve_and_lower(_args(prof_path, "fp32"), g, cg, BOARD, fixed + tight, 28672, deadline, said.append,
+                          out=tmp_path / "b.poet")
+    assert (tmp_path / "a.poet").read_bytes() == (tmp_path / "b.poet").read_bytes()
+    assert before.plan.stages == now.plan.stages and before.plan.energy_j == now.plan.energy_j
+    assert not any("precision" in line for line in said)
+
+
+def test_solve_says_which_tensors_changed(tmp_path: Path) -> None:
+    prof_path = tmp_path / "nrf52840.yaml"
+    prof_path.write_text(yaml.safe_dump(_profile()))
+    _, g = _graph("cnn-digits", 16)
+    prof = _profile()
+    cg = costed(g, BOARD, prof, estimate=True)
+    fixed = budget_for(g, 1 << 30, 28672).fixed
+    tight, _, deadline = _budgets(g, prof)
+    said: list[str] = []
+    p = solve_and_lower(_args(prof_path, "greedy"), g, cg, BOARD, fixed + tight, 28672, deadline, said.append,
+                        out=tmp_path / "g.poet")
+    text = "\n".join(said)
+    assert "precision greedy:" in text and "saved tensors stored narrow" in text
+    for i in allowed(g, load_rules()):
+        assert any(g.nodes[i].name in line and "bf16" in line and "saves" in line for line in said)
+    sel = p.selection  # type: ignore[attr-defined]
+    assert p.training is sel.graph and len(p.lowered.schedule.instrs) > 0  # type: ignore[attr-defined,union-attr]
+    assert sel.to_json()["stored"][0]["bytes_saved"] > 0
+
+
+# ---------------------------------------------------------------- on the native runtime
+
+
+def _run(tmp_path: Path, g: TrainingGraph, plan: Plan, w0: list[np.ndarray],
+         data: list[tuple[np.ndarray, np.ndarray]], lr: float) -> tuple[list[float], list[np.ndarray]]:
+    lowered = lower(plan, g)
+    losses = []
+    with native_link(tmp_path, "linux", timeout_s=60.0) as link:
+        link.upload(MODEL, model_blob(g).encode())
+        link.upload(WEIGHTS, encode_weights(w0))
+        link.upload(SCHEDULE, lowered.schedule.encode())
+        for x, y in data:
+            link.upload(BATCH, encode_batch(x, y))
+            res = link.step(lr)
+            assert res.peak_live_bytes == plan.peak_bytes  # the planner's memory model holds with the casts
+            losses.append(res.loss)
+        flat = decode_weights(link.read_weights(g.resident_param_bytes), g.param_elems)
+    return losses, [w.reshape(s) for w, (_, s) in zip(flat, g.params, strict=True)]
+
+
+def _digits(g: TrainingGraph, steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    xtr, ytr, _, _ = digits_split()
+    epoch = list(batches(xtr, ytr, g.batch, tuple(g.input_shape)))
+    return [epoch[k % len(epoch)] for k in range(steps)]
+
+
+def _plans(g: TrainingGraph) -> dict[str, tuple[TrainingGraph, Plan, list[str]]]:
+    prof = _profile()
+    tight, _, deadline = _budgets(g, prof)
+    out = {}
+    for mode in ("fp32", "greedy", "auto"):
+        sel = select(mode, g, BOARD, prof, tight, deadline, time_limit_s=20)
+        plan = sel.plan if mode == "auto" else plan_with("poet", sel.cg, tight, deadline, time_limit_s=20)
+        assert plan is not None and found(plan)
+        out[mode] = (sel.graph, plan, [c.name for c in sel.changes])
+    return out
+
+
+@needs_cc
+def test_greedy_and_auto_plans_run_and_stay_within_16_bit_rounding(tmp_path: Path) -> None:
+    model, g = _graph("cnn-digits", 16)
+    w0 = weights_of(model)
+    data = _digits(g, 3)
+    plans = _plans(g)
+    ref_loss, ref_w = _run(tmp_path, g, plans["fp32"][1], w0, data, 0.1)
+    # fp32 through the precision path is the graph and the schedule of before
+    assert plans["fp32"][0] is g
+    for mode in ("greedy", "auto"):
+        g2, plan, changed = plans[mode]
+        if not changed:
+            continue
+        losses, w = _run(tmp_path, g2, plan, w0, data, 0.1)
+        assert losses[0] == ref_loss[0]  # the forward pass reads only fp32 tensors
+        eps = 2.0 ** -8  # bf16's unit roundoff (the cheaper cast on the nrf52840)
+        for a, r in zip(w, ref_w, strict=True):
+            assert np.linalg.norm(a - r) <= 8 * eps * max(float(np.linalg.norm(r)), 1e-6)
+        assert all(math.isfinite(v) for v in losses)
+
+
+@needs_cc
+def test_fine_tuning_with_auto_keeps_accuracy_within_a_point(tmp_path: Path) -> None:
+    model, g = _graph("cnn-digits", 16)
+    w0 = weights_of(model)
+    steps = 2 * 89  # two epochs of the digits training split
+    data = _digits(g, steps)
+    plans = _plans(g)
+    g_auto, plan_auto, changed = plans["auto"]
+    assert changed, "auto stores something narrow at the tight budget"
+    _, _, xte, yte = digits_split()
+    acc = {}
+    for mode, (g2, plan, _) in (("fp32", plans["fp32"]), ("auto", (g_auto, plan_auto, changed))):
+        _, w = _run(tmp_path, g2, plan, w0, data, 0.1)
+        load_weights(model, w)
+        model.eval()
+        acc[mode] = accuracy(model, xte.reshape((-1, *g.input_shape)), yte)
+    assert acc["fp32"] > 0.8
+    assert abs(acc["auto"] - acc["fp32"]) <= 0.01, acc
+
+
+@needs_cc
+def test_poet_train_with_auto_runs_the_narrow_graph_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`poet train --precision auto` on the emulated nrf52840 at a RAM budget where half-size storage
+    pays: the plan (and plan.json) names the tensors stored narrow, and the board runs that graph."""
+    from poet.cli import main
+
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "nrf52840.yaml").write_text(yaml.safe_dump(_profile()))
+    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path))
+    _, g = _graph("cnn-digits", 16)
+    tight, _, _ = _budgets(g, _profile())
+    ram = budget_for(g, 1 << 30, int(_profile()["runtime_static_bytes"])).fixed + tight
+    run_dir = tmp_path / "runs" / "auto"
+    assert main(["train", "--model", "cnn-digits", "--ram", str(ram), "--epochs", "1", "--data-limit", "48",
+                 "--lr", "0.1", "--precision", "auto", "--run-dir", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    plan = json.loads((run_dir / "plan.json").read_text())
+    stored = plan["precision"]["stored"]
+    assert plan["precision"]["mode"] == "auto" and stored
+    for s in stored:
+        assert s["name"] in out and s["bytes_saved"] > 0
+    assert "precision auto:" in out
