@@ -233,6 +233,16 @@ def _check_energy(args: argparse.Namespace, plan: dict, steps: int, epochs: int,
     return pred
 
 
+def _step_energy(tr: Trace, board: Board) -> tuple[float, float]:
+    """Modelled joules and board seconds of the trace's last step (the account of that step alone)."""
+    last = Trace(tr.board, tr.model, tr.provenance, tr.tick_hz, tr.nodes, steps=tr.steps[-1:])
+    e = t = 0.0
+    for c in charges(last, board):
+        e += c.energy_j
+        t += c.time_s
+    return e, t
+
+
 def _epoch_energy(tr: Trace, board: Board, first_step: int) -> tuple[float, float]:
     """Modelled joules and board seconds of the trace's steps from `first_step` on."""
     e = t = 0.0
@@ -348,8 +358,9 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
                 run.save_checkpoint(weights, opt_state, state)
                 _write_atomic(run.dir / "trace.json", json.dumps(_trace_dict(tr), separators=(",", ":")).encode())
                 run.save_state(state)
+            step_j, step_s = _step_energy(tr, board)
             say(f"  epoch {state.epoch + 1}/{args.epochs} step {state.step:3d}/{per_epoch}  loss {res.loss:.4f}  "
-                f"{res.step_ticks} ticks")
+                f"{step_j * 1e3:.3f} mJ  {step_s * 1e3:.2f} ms (modelled)")
         e_j, t_s = _epoch_energy(tr, board, epoch_start)
         acc = _evaluate(model, weights, data)
         state.history.append({"epoch": state.epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan"),
