@@ -2,14 +2,17 @@
 
 Usage: .venv/bin/python benchmarks/precision_zoo.py [--profile P] [--deadline 3] [--time-limit S] [--models a,b]
 
-Each model is traced at its batch (below), costed for the nrf52840 and planned by the POET MILP at two
-arena budgets: `tight`, halfway between the smallest arena an fp32 plan fits at the deadline and what
-keeping every fp32 activation needs (so paging and recomputation matter), and `roomy`, the keep-all
-peak (nothing needs paging: the casts can only cost). At each budget: fp32 (no casts), greedy (every
-saved tensor the rules allow stored in 16 bits, the cheaper cast type on this board, casts ignored when
-choosing but counted in the plan) and auto (poet.precision.select: the least-energy storage set found,
-fp32 and greedy among the candidates). RAM = the fixed part (parameters, gradients, optimizer state,
-staged batch, firmware static) + the plan's peak arena.
+Each model is traced at its batch (below), costed for the nrf52840 and planned by the POET MILP at
+three arena budgets: `tight`, halfway between the smallest arena an fp32 plan fits at the deadline and
+what keeping every fp32 activation needs (so paging and recomputation matter); `roomy`, the keep-all
+peak (nothing needs paging: the casts can only cost); `below fp32`, halfway between the smallest arena
+a greedy plan fits in and the smallest an fp32 plan fits in (no fp32 plan exists there). At each
+budget: fp32 (no casts), greedy (every saved tensor the rules allow stored in 16 bits, the cheaper cast
+type on this board, casts ignored when choosing but counted in the plan) and auto
+(poet.precision.select: the least-energy storage set found, fp32 and greedy among the candidates).
+RAM = the fixed part (parameters, gradients, optimizer state, staged batch, firmware static) + the
+plan's peak arena; above the board's 256 KiB it is the profile's cost model with more memory, not a
+plan the real board could hold.
 
 Cast costs come from the profile's `casts:` section (`poet profile --casts`). When the profile has none,
 the nrf52840 fits of docs/benchmarks.md "Precision: cast and int8 kernel costs" (emulated, 2026-11-21)
@@ -82,6 +85,11 @@ def main() -> None:
         budgets = [("roomy", full)]
         if smallest is not None and smallest < full:
             budgets.insert(0, ("tight", (smallest + full) // 2))
+        # below what any fp32 plan fits in: half-size storage is what makes a plan possible at all
+        low = select("greedy", g, board, prof, full, deadline)
+        smallest_low = min_arena_budget(low.cg, deadline, time_limit_s=args.time_limit)
+        if smallest is not None and smallest_low is not None and smallest_low < smallest:
+            budgets.insert(0, ("below fp32", (smallest_low + smallest) // 2))
         for label, arena in budgets:
             base = math.nan
             for mode in ("fp32", "greedy", "auto"):
@@ -90,17 +98,18 @@ def main() -> None:
                 plan = sel.plan if mode == "auto" else plan_with("poet", sel.cg, arena, deadline,
                                                                  time_limit_s=args.time_limit)
                 wall = time.perf_counter() - t0
-                low = f"{len(sel.changes)} ({sum(c.bytes_saved for c in sel.changes):,} B)"
+                stored = f"{len(sel.changes)} ({sum(c.bytes_saved for c in sel.changes):,} B)"
                 solved = sel.tried if mode == "auto" else 1
                 if plan is None or not found(plan):
-                    print(f"| {name} ({batch}) | {label} | {fixed + arena:,} | {mode} | {low} | infeasible | - | - "
-                          f"| - | {solved} | {wall:.1f} |", flush=True)
+                    print(f"| {name} ({batch}) | {label} | {fixed + arena:,} | {mode} | {stored} | infeasible | - | "
+                          f"- | - | {solved} | {wall:.1f} |", flush=True)
                     continue
                 if mode == "fp32":
                     base = plan.energy_j
-                print(f"| {name} ({batch}) | {label} | {fixed + arena:,} | {mode} | {low} | "
+                vs = f"{plan.energy_j / base - 1:+.1%}" if math.isfinite(base) else "(no fp32 plan)"
+                print(f"| {name} ({batch}) | {label} | {fixed + arena:,} | {mode} | {stored} | "
                       f"{plan.energy_j * 1e6:,.1f} | {plan.time_s * 1e3:,.2f} | {fixed + plan.peak_bytes:,} | "
-                      f"{plan.energy_j / base - 1:+.1%} | {solved} | {wall:.1f} |", flush=True)
+                      f"{vs} | {solved} | {wall:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -345,6 +345,9 @@ def select_for(args: Any, g: TrainingGraph, board: Board, ram: int, runtime_stat
     prof = load_profile(board.name, Path(args.profile) if getattr(args, "profile", None) else None)
     arena = budget_for(g, ram, runtime_static).arena
     say(f"\n[precision] {args.precision} for {g.model}: which saved activations to store in 16 bits")
+    if not prof.get("casts"):
+        say(f"  note: the {board.name} profile has no casts section: cast costs are estimated like any op it "
+            f"lacks (poet.costs.estimate_op), not measured; `poet profile --board {board.name} --casts` measures them")
     return select(args.precision, g, board, prof, arena, deadline_s, load_rules(getattr(args, "precision_rules", None)),
                   strategy=getattr(args, "strategy", "poet"), solver=args.solver, time_limit_s=args.time_limit,
                   gap=getattr(args, "gap", 0.0), progress=lambda m: say(f"  {m}"),
