@@ -286,3 +286,28 @@ def test_poet_train_with_auto_runs_the_narrow_graph_and_records_it(tmp_path: Pat
     for s in stored:
         assert s["name"] in out and s["bytes_saved"] > 0
     assert "precision auto:" in out
+
+
+def test_cli_precision_refusals_and_output(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    (tmp_path / "profiles" / "nrf52840.yaml").write_text(yaml.safe_dump(_profile()))
+    env = {**os.environ, "POET_WORKSPACE": str(tmp_path)}
+
+    def poet(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "poet", *args], capture_output=True, text=True, timeout=300,
+                              env=env)
+
+    r = poet("solve", "--model", "mlp-digits", "--ram", "80k", "--precision", "auto", "--precision-rules",
+             str(tmp_path / "missing.yaml"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "missing.yaml" in r.stderr, r.stderr
+    r = poet("solve", "--model", "mlp-digits", "--ram", "80k", "--precision", "greedy")
+    assert r.returncode == 0, r.stderr
+    assert "precision greedy: 4 saved tensors stored narrow" in r.stdout and "bf16" in r.stdout
+    r = poet("solve", "--model", "mlp-digits", "--ram", "80k", "--precision", "greedy", "-o", str(tmp_path / "g.poet"))
+    assert r.returncode == 0 and (tmp_path / "g.poet").stat().st_size > 0, r.stderr

@@ -169,6 +169,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.graph:
         g = read_graph(args.graph, reference=args.semantics == "reference")
         if not isinstance(g, TrainingGraph):
+            if args.precision != "fp32":
+                raise UsageError(f"--precision {args.precision} needs a training graph (it inserts cast nodes); "
+                                 f"{args.graph} is a costed graph")
             return _solve_costed(args, g, ram)
     else:
         g, _, _ = _graph(args)

@@ -124,7 +124,8 @@ def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, args: argpar
     precision = getattr(args, "precision", None) or "fp32"
     if precision != "fp32":  # fp32 runs keep the keys (and the cached plans) they had before --precision
         rules = getattr(args, "precision_rules", None)
-        h.update(json.dumps([precision, Path(rules).read_text() if rules else ""]).encode())
+        text = Path(rules).read_text() if rules and Path(rules).is_file() else ""  # a missing file: refused later
+        h.update(json.dumps([precision, rules or "", text]).encode())
     return h.hexdigest()[:16]
 
 
