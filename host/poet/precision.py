@@ -306,6 +306,8 @@ def select(mode: str, g: TrainingGraph, board: Board, profile: dict[str, Any], a
             other = best ^ {i}
             if score(other) < score(best) * (1 - 1e-9):
                 best, improved = other, True
+                say(f"precision auto: {g.nodes[i].name} {'narrow' if i in best else 'fp32'}: "
+                    f"{_uj(score(best))} ({len(seen)} storage sets planned so far)")
         if not improved:
             break
     choice = {i: greedy[i] for i in sorted(best)}
