@@ -261,8 +261,13 @@ def demo(args: argparse.Namespace, say: Say) -> None:
     run_dir = new_run_dir(args.run_dir, "demo")
     with open_device(board, args.port, workdir=run_dir) as dev:
         say(f"\n[profile] every op of both models on the {dev.provenance} {board.name}")
-        prof = profile_graphs(dev, graphs, repeats=args.repeats, progress=lambda m: say(f"  {m}"))
-        write_profile(prof, profile_file(board.name))
+        # the profile there (if this firmware made it) is resumed, so its paging fit and cast costs stay
+        from poet.costs import load_profile
+
+        path = profile_file(board.name)
+        existing = load_profile(board.name, path) if path.exists() else None
+        prof = profile_graphs(dev, graphs, repeats=args.repeats, progress=lambda m: say(f"  {m}"), existing=existing)
+        write_profile(prof, path)
         say(f"  wrote {shown(profile_file(board.name))}: {len(prof['ops'])} op shapes "
             f"({dev.provenance} ticks; time and energy from the board model)")
         if args.ram is None:
