@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../../core/port.h"
+#include "../../drivers/millis.h"
 #include "../../core/protocol.h"
 #include "../../drivers/sd_spi.h"
 
@@ -294,16 +295,6 @@ uint32_t port_ticks(void)
 
 uint32_t port_tick_hz(void) { return TICK_HZ; }
 
-/* Milliseconds from the tick counter without losing the remainder, so differences stay right
- * across the 32-bit tick wrap (every 268 s). */
-static uint32_t millis(void)
-{
-    static uint32_t last, ms;
-    uint32_t d = (port_ticks() - last) / (TICK_HZ / 1000u);
-    last += d * (TICK_HZ / 1000u);
-    ms += d;
-    return ms;
-}
 
 /* ---- SD card over bit-banged SPI (mode 0, MSB first, the SD spec's SPI mode). GPSPI2 through
  * the GPIO matrix would be faster, but its routing and clock set-up cannot be checked without a
@@ -354,7 +345,7 @@ static uint8_t sd_xchg(void *ctx, uint8_t out)
 static uint32_t sd_ms(void *ctx)
 {
     (void)ctx;
-    return millis();
+    return poet_millis();
 }
 
 /* Initialisation needs 100-400 kHz (SD spec 4.4): a half period of TICK_HZ / (2 hz) ticks, 20

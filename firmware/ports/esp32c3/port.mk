@@ -23,7 +23,7 @@ C3_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno 
 # DRAM one would start a page early, its file bytes (ELF headers) aliasing the end of the code.
 C3_LDFLAGS := $(C3_LINK_ARCH) --specs=picolibc.specs -nostartfiles -T ports/esp32c3/linker.ld \
               -Wl,--gc-sections -Wl,-z,max-page-size=16 -Wl,-Map,$(BUILD)/esp32c3/poet.map
-C3_SRC := $(CORE_SRC) ports/esp32c3/port.c drivers/sd_spi.c
+C3_SRC := $(CORE_SRC) ports/esp32c3/port.c drivers/sd_spi.c drivers/millis.c
 C3_OBJ := $(patsubst %.c,$(BUILD)/esp32c3/%.o,$(C3_SRC)) $(BUILD)/esp32c3/ports/esp32c3/startup.o
 C3_DEPS := Makefile ports/esp32c3/port.mk
 # elf2image's flash options in their short spelling, which esptool 4.x and 5.x both accept

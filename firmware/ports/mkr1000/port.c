@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "../../core/port.h"
+#include "../../drivers/millis.h"
 #include "../../core/protocol.h"
 #include "../../drivers/sd_spi.h"
 
@@ -409,17 +410,6 @@ uint32_t port_ticks(void)
 
 uint32_t port_tick_hz(void) { return TICK_HZ; }
 
-/* Milliseconds from the tick counter without losing the remainder, so differences stay right
- * across the 32-bit tick wrap. 47972 ticks per ms (the 0.35 of 47972.352 dropped: 7 ppm, for
- * timeouts only). */
-static uint32_t millis(void)
-{
-    static uint32_t last, ms;
-    uint32_t d = (port_ticks() - last) / (TICK_HZ / 1000u);
-    last += d * (TICK_HZ / 1000u);
-    ms += d;
-    return ms;
-}
 
 /* ---- Serial: SERCOM5 USART ------------------------------------------------------------------ */
 
@@ -547,7 +537,7 @@ static void sd_xchg_buf(void *ctx, const uint8_t *tx, uint8_t *rx, uint32_t n)
 static uint32_t sd_ms(void *ctx)
 {
     (void)ctx;
-    return millis();
+    return poet_millis();
 }
 
 /* The highest f_SCK = f_ref / (2 (BAUD + 1)) not above hz: BAUD = ceil(f_ref / (2 hz)) - 1, at

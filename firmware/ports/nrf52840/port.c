@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../../core/port.h"
+#include "../../drivers/millis.h"
 #include "../../core/protocol.h"
 
 #if defined(POET_PAGER_SD) == defined(POET_PAGER_QSPI)
@@ -238,16 +239,6 @@ uint32_t port_ticks(void)
 
 uint32_t port_tick_hz(void) { return TICK_HZ; }
 
-/* Milliseconds from the tick counter without losing the remainder, so differences stay right
- * across the 32-bit tick wrap (every 268 s). */
-static uint32_t millis(void)
-{
-    static uint32_t last, ms;
-    uint32_t d = (port_ticks() - last) / (TICK_HZ / 1000u);
-    last += d * (TICK_HZ / 1000u);
-    ms += d;
-    return ms;
-}
 
 #ifdef POET_PAGER_SD
 /* SPIM2, ID 35 (PS, "SPIM - Serial peripheral interface master with EasyDMA"): up to 8 Mbps.
@@ -346,7 +337,7 @@ static void sd_xchg_buf(void *ctx, const uint8_t *tx, uint8_t *rx, uint32_t n)
 static uint32_t sd_ms(void *ctx)
 {
     (void)ctx;
-    return millis();
+    return poet_millis();
 }
 
 static void sd_set_hz(void *ctx, uint32_t hz)
@@ -470,9 +461,9 @@ int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return sd_pager_re
 
 static int qspi_ready(void)
 {
-    uint32_t t0 = millis();
+    uint32_t t0 = poet_millis();
     while (!QSPI_EVENTS_READY)
-        if (millis() - t0 > READY_TIMEOUT_MS)
+        if (poet_millis() - t0 > READY_TIMEOUT_MS)
             return -1;
     QSPI_EVENTS_READY = 0;
     return 0;
@@ -496,14 +487,14 @@ static int qspi_cinstr(uint32_t conf, uint32_t *dat0)
  * poll WIP so the next operation does not find the flash busy. */
 static int wait_wip(void)
 {
-    uint32_t t0 = millis(), sr;
+    uint32_t t0 = poet_millis(), sr;
     do {
         sr = 0;
         if (qspi_cinstr(CINSTR(MX_RDSR, 2u), &sr))
             return -1;
         if (!(sr & MX_SR_WIP))
             return 0;
-    } while (millis() - t0 < WIP_TIMEOUT_MS);
+    } while (poet_millis() - t0 < WIP_TIMEOUT_MS);
     return -1;
 }
 

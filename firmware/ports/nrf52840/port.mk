@@ -16,7 +16,7 @@ NRF_ARCH := -mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard
 NRF_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
               $(NRF_ARCH)
 NRF_LDFLAGS := $(NRF_ARCH) -nostartfiles --specs=nano.specs -T ports/nrf52840/linker.ld -Wl,--gc-sections
-NRF_SRC := $(CORE_SRC) ports/nrf52840/startup.c ports/nrf52840/port.c
+NRF_SRC := $(CORE_SRC) ports/nrf52840/startup.c ports/nrf52840/port.c drivers/millis.c
 NRF_SD_OBJ := $(patsubst %.c,$(BUILD)/nrf52840/%.o,$(NRF_SRC) drivers/sd_spi.c)
 NRF_QSPI_OBJ := $(patsubst %.c,$(BUILD)/nrf52840-qspi/%.o,$(NRF_SRC) drivers/nor_pager.c)
 NRF_DEPS := Makefile ports/nrf52840/port.mk
