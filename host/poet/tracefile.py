@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,12 @@ class Trace:
         return [(float(st["host_t0"]), float(st["host_t1"])) for st in self.steps]
 
     def save(self, path: str | Path) -> None:
+        """Write atomically (a temporary file renamed over it): a run stopped mid-write keeps the last trace."""
         data = {"format": FORMAT, "record_fields": list(RECORD_FIELDS), **self.__dict__}
-        Path(path).write_text(json.dumps(data, separators=(",", ":")))
+        p = Path(path)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(data, separators=(",", ":")))
+        os.replace(tmp, p)
 
     @classmethod
     def load(cls, path: str | Path, check: bool = True) -> Trace:

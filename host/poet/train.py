@@ -357,7 +357,7 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
                 weights = dev.read_weights(g)
                 opt_state = dev.link.read_blob(OPT_STATE, opt_bytes) if opt_bytes else b""
                 run.save_checkpoint(weights, opt_state, state)
-                _write_atomic(run.dir / "trace.json", json.dumps(_trace_dict(tr), separators=(",", ":")).encode())
+                tr.save(run.dir / "trace.json")
                 run.save_state(state)
             step_j, step_s = _step_energy(tr, board)
             say(f"  epoch {state.epoch + 1}/{args.epochs} step {state.step:3d}/{per_epoch}  loss {res.loss:.4f}  "
@@ -388,11 +388,6 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
                                                       run_id=run.dir.name))
     say(f"  emissions: {shown(run.dir / 'emissions.csv')} (codecarbon's columns)"
         + (f"; an older file with other columns was kept as {shown(csv)}" if csv else ""))
-
-
-def _trace_dict(tr: Trace) -> dict[str, Any]:
-    from poet.tracefile import FORMAT, RECORD_FIELDS
-    return {"format": FORMAT, "record_fields": list(RECORD_FIELDS), **tr.__dict__}
 
 
 def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace, model: torch.nn.Module,
