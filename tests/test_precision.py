@@ -6,6 +6,7 @@ accuracy within a point of fp32's."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import shutil
@@ -26,7 +27,7 @@ from poet.memory import budget_for
 from poet.modelblob import decode_weights, encode_batch, encode_weights
 from poet.models import get_model
 from poet.plan import Plan
-from poet.precision import Rules, allowed, apply_storage, graph_for, load_rules, select
+from poet.precision import Rules, allowed, apply_storage, costed_storage, graph_for, load_rules, select
 from poet.reference import accuracy, load_weights, weights_of
 from poet.run import solve_and_lower
 from poet.simulate import simulate
@@ -136,6 +137,31 @@ def test_modes_at_a_tight_and_a_roomy_budget() -> None:
                 assert energy["greedy"] > energy["fp32"]
             else:
                 assert energy["greedy"] < energy["fp32"]
+
+
+def test_auto_is_the_best_storage_set_by_exhaustive_search() -> None:
+    """auto decides storage inside one MILP (a switch per tensor): its energy is the least of the POET
+    optima of every one of the 2^m storage sets, at budgets where the answer is neither fp32 nor greedy."""
+    prof = _profile()
+    _, g = _graph("mlp-digits", 16)
+    tight, roomy, deadline = _budgets(g, prof)
+    cands = allowed(g, load_rules())
+    assert len(cands) == 4
+    picked = set()
+    for arena in (tight, (3 * tight) // 4, roomy):
+        sel = select("auto", g, BOARD, prof, arena, deadline, time_limit_s=30)
+        assert sel.plan is not None and sel.plan.status == "optimal" and sel.tried == 1  # one MILP, proven
+        simulate(sel.cg, sel.plan, arena, deadline)
+        best = math.inf
+        for bits in itertools.product((False, True), repeat=len(cands)):
+            choice = {i: "bf16" for i, b in zip(cands, bits, strict=True) if b}
+            cg = costed_storage(apply_storage(g, choice), BOARD, prof)
+            p = plan_with("poet", cg, arena, deadline, time_limit_s=30)
+            if found(p):
+                best = min(best, p.energy_j)
+        assert sel.plan.energy_j == pytest.approx(best, rel=1e-9)
+        picked.add(len(sel.choice))
+    assert 0 < min(picked - {0}) < len(cands) and 0 in picked  # partial sets were the optimum somewhere
 
 
 def _args(profile: Path, precision: str | None) -> argparse.Namespace:

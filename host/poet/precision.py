@@ -13,10 +13,12 @@ Three modes (docs/planner.md "Precision"):
 
 - `fp32`: no transform; the plan is the one poet made before precision existed, bit for bit.
 - `greedy`: every saved tensor the rules allow goes low, whatever the casts cost (the baseline).
-- `auto`: the choice that gives the least-energy plan at the same RAM budget and deadline, by a
-  search over transformed graphs, each scored by the planner's optimum (the POET MILP): fp32 and
-  greedy are candidates, so auto is never worse than either. A stepping stone to one joint MILP
-  with a binary per tensor.
+- `auto`: the choice that gives the least-energy plan at the same RAM budget and deadline, made
+  inside the POET MILP: the graph with every allowed tensor's casts is planned with one switch
+  per tensor (poet.solve.Switch: the casts run only when it is on, and the backward readers read
+  the fp32 tensor or its cast back as it says), so the storage and the plan are one optimum.
+  fp32 and greedy are points of that MILP, so a proven auto plan is never worse than either; a
+  MILP stopped by its time limit is compared with both and the best of the three is taken.
 
 Only storage changes precision here: every op still computes in fp32 (int8 compute, ops 51-52,
 is a later step).
@@ -39,12 +41,12 @@ from poet.errors import PoetError, UsageError
 from poet.graph import GraphNode, TrainingGraph
 from poet.pipeline import Planned
 from poet.plan import CostedGraph, Plan
-from poet.strategies import plan_with
+from poet.solve import Switch, solve_switched
+from poet.strategies import best_heuristic, found, plan_with
 
 MODES = ("fp32", "greedy", "auto")
 LOW_BYTES = {"fp16": 2, "bf16": 2}  # bytes per element of each storage type the planner may pick
 DEFAULT_RULES = Path(__file__).parent / "data" / "precision.yaml"
-AUTO_SWEEPS = 2  # local-search passes over the candidate tensors after the starting sets
 
 Progress = Callable[[str], None]
 
@@ -106,8 +108,20 @@ def apply_storage(g: TrainingGraph, choice: dict[int, str]) -> TrainingGraph:
     """g with each chosen saved tensor (node id of g -> "fp16" | "bf16") stored narrow: a cast right
     after its producer, a cast back to fp32 right before its first backward reader, and every backward
     reader reading the cast back. Forward readers still read the fp32 tensor. An empty choice is g."""
-    if not choice:
-        return g
+    return _storage(g, choice).graph if choice else g
+
+
+@dataclass
+class _Stored:
+    """apply_storage's graph and where each node of g and each cast went in it."""
+
+    graph: TrainingGraph
+    new: dict[int, int]  # id in g -> id in graph
+    low: dict[int, int]  # chosen tensor -> its narrow copy
+    back: dict[int, int]  # chosen tensor -> its cast back to fp32
+
+
+def _storage(g: TrainingGraph, choice: dict[int, str]) -> _Stored:
     saved = g.saved_ids()
     first_reader: dict[int, int] = {}
     for i, dt in choice.items():
@@ -145,7 +159,7 @@ def apply_storage(g: TrainingGraph, choice: dict[int, str]) -> TrainingGraph:
         new[n.id] = len(nodes) - 1
         if n.id in choice:
             low[n.id] = cast(n, new[n.id], "fp32", choice[n.id])
-    return replace(g, nodes=nodes)
+    return _Stored(replace(g, nodes=nodes), new, low, back)
 
 
 # ---------------------------------------------------------------- cast costs
@@ -228,15 +242,15 @@ class Selection:
     cg: CostedGraph
     changes: list[Change]
     plan: Plan | None = None  # the plan the choice was scored by (auto), if any
-    tried: int = 0  # candidate storage sets planned (auto)
-    scores: dict[str, float] = field(default_factory=dict)  # energy of the named candidates (auto)
+    tried: int = 0  # MILPs solved to choose (auto: 1, or 3 when the joint one stopped unproven)
+    scores: dict[str, float] = field(default_factory=dict)  # energy of each plan solved (auto)
 
     def lines(self) -> list[str]:
         if not self.changes:
             return [f"precision {self.mode}: every saved tensor stays fp32"]
         total = sum(c.bytes_saved for c in self.changes)
         out = [f"precision {self.mode}: {len(self.changes)} saved tensors stored narrow, {total} B saved"
-               + (f" (searched {self.tried} storage sets)" if self.tried else "")]
+               + (f" ({self.tried} MILP solves)" if self.tried else "")]
         out += [f"  {c.name:40s} {c.dtype}  {c.fp32_bytes} B -> {c.low_bytes} B (saves {c.bytes_saved} B)"
                 for c in self.changes]
         return out
@@ -281,39 +295,87 @@ def select(mode: str, g: TrainingGraph, board: Board, profile: dict[str, Any], a
         g2, cg2 = build(greedy)
         return Selection(mode, greedy, g2, cg2, changes_of(g, greedy))
 
-    # auto: score storage sets by the planner's least energy at this budget and deadline
-    seen: dict[frozenset[int], tuple[float, Plan | None]] = {}
+    return _auto(g, board, profile, arena_budget, deadline_s, greedy, build, strategy, solver, time_limit_s, gap,
+                 say, estimate)
 
-    def score(ids: frozenset[int]) -> float:
-        if ids not in seen:
-            _, cg2 = build({i: greedy[i] for i in ids})
-            plan = plan_with(strategy, cg2, arena_budget, deadline_s, solver=solver, time_limit_s=time_limit_s,
-                             gap=gap)
-            ok = plan.status in ("optimal", "feasible")
-            seen[ids] = (plan.energy_j if ok else math.inf, plan if ok else None)
-        return seen[ids][0]
 
-    every = frozenset(cands)
-    by_size = sorted(cands, key=lambda i: -g.nodes[i].bytes)
-    starts = {"fp32": frozenset(), "greedy": every, "largest half": frozenset(by_size[:(len(by_size) + 1) // 2])}
-    scores = {name: score(ids) for name, ids in starts.items()}
-    say(f"precision auto: {len(cands)} saved tensors may go low; fp32 {_uj(scores['fp32'])}, greedy "
-        f"{_uj(scores['greedy'])}, largest half {_uj(scores['largest half'])}")
-    best = min(starts.values(), key=lambda ids: (score(ids), len(ids)))
-    for _sweep in range(AUTO_SWEEPS):  # toggle one tensor at a time, keep whatever lowers the energy
-        improved = False
-        for i in by_size:
-            other = best ^ {i}
-            if score(other) < score(best) * (1 - 1e-9):
-                best, improved = other, True
-                say(f"precision auto: {g.nodes[i].name} {'narrow' if i in best else 'fp32'}: "
-                    f"{_uj(score(best))} ({len(seen)} storage sets planned so far)")
-        if not improved:
-            break
-    choice = {i: greedy[i] for i in sorted(best)}
+def _auto(g: TrainingGraph, board: Board, profile: dict[str, Any], arena_budget: int, deadline_s: float,
+          greedy: dict[int, str], build: Callable[[dict[int, str]], tuple[TrainingGraph, CostedGraph]],
+          strategy: str, solver: str, time_limit_s: float, gap: float, say: Progress, estimate: bool) -> Selection:
+    """The least-energy storage choice: one MILP with a switch per tensor the rules allow (the planner's
+    own variables decide it), or for a heuristic strategy the better of fp32 and greedy."""
+    def scored(choice: dict[int, str]) -> tuple[float, Plan]:
+        _, cg2 = build(choice)
+        plan = plan_with(strategy, cg2, arena_budget, deadline_s, solver=solver, time_limit_s=time_limit_s, gap=gap)
+        return (plan.energy_j if found(plan) else math.inf), plan
+
+    if strategy not in JOINT or not greedy:
+        (e32, p32), (eg, pg) = scored({}), scored(greedy)
+        choice, plan = ({}, p32) if e32 <= eg else (greedy, pg)
+        say(f"precision auto ({strategy}): fp32 {_uj(e32)}, greedy {_uj(eg)}: "
+            f"{'fp32' if not choice else 'greedy'}")
+        g2, cg2 = build(choice)
+        return Selection("auto", choice, g2, cg2, changes_of(g, choice), plan if found(plan) else None, 2,
+                         {"fp32": e32, "greedy": eg})
+    cands = sorted(greedy)
+    sup = _storage(g, greedy)
+    _, sup_cg = build(greedy)
+    nodes = list(sup_cg.nodes)
+    switches = []
+    for i in cands:
+        readers = [j.id for j in sup.graph.nodes if j.kind == "backward" and sup.back[i] in j.deps]
+        for j in readers:  # a backward reader reads the fp32 tensor or its cast back, as the switch says
+            nodes[j] = replace(nodes[j], deps=(*nodes[j].deps, sup.new[i]))
+        switches.append(Switch(g.nodes[i].name, (sup.low[i], sup.back[i]),
+                               tuple((j, sup.new[i], sup.back[i]) for j in readers)))
+    sup_cg = replace(sup_cg, nodes=tuple(nodes))
+    realised: dict[tuple[bool, ...], tuple[dict[int, str], TrainingGraph, CostedGraph, list[int | None]]] = {}
+
+    def realise(chosen: list[bool]) -> tuple[CostedGraph, list[int | None]]:
+        key = tuple(chosen)
+        if key not in realised:
+            choice = {i: greedy[i] for i, c in zip(cands, chosen, strict=True) if c}
+            g2, cg2 = build(choice)
+            gone = {t for i, c in zip(cands, chosen, strict=True) if not c for t in (sup.low[i], sup.back[i])}
+            kept = [t for t in range(len(sup_cg)) if t not in gone]
+            where: list[int | None] = [None] * len(sup_cg)
+            for w, t in enumerate(kept):
+                where[t] = w
+                if g2.nodes[w].name != sup.graph.nodes[t].name:
+                    raise AssertionError(f"{g2.nodes[w].name} != {sup.graph.nodes[t].name}")
+            realised[key] = (choice, g2, cg2, where)
+        return realised[key][2], realised[key][3]
+
+    # start from the best heuristic plan of fp32 or greedy storage (every heuristic plan is a plan here)
+    starts = []
+    for chosen in ([False] * len(cands), [True] * len(cands)):
+        h = best_heuristic(realise(chosen)[0], arena_budget, deadline_s, recompute=strategy != "page-only",
+                           paging=strategy != "remat-only")
+        if h is not None:
+            starts.append((h.energy_j, chosen, h))
+    warm = min(starts, key=lambda x: x[0])[1:] if starts else None
+    say(f"precision auto: one MILP, {len(cands)} saved tensors may go low (a switch each, with the plan)")
+    plan, chosen, _ = solve_switched(sup_cg, tuple(switches), realise, arena_budget, deadline_s, solver=solver,
+                                     time_limit_s=time_limit_s, gap=gap, progress=say,
+                                     recompute=strategy != "page-only", paging=strategy != "remat-only",
+                                     warm_start=warm, strategy=strategy)
+    scores: dict[str, float] = {"joint": plan.energy_j if found(plan) else math.inf}
+    choice = realised[tuple(chosen)][0] if found(plan) else {}
+    if plan.status in ("feasible", "no-solution"):  # unproven: fp32 and greedy are planned too, the best wins
+        for name, c in (("fp32", {}), ("greedy", greedy)):
+            e, p = scored(c)
+            scores[name] = e
+            if e < (plan.energy_j if found(plan) else math.inf):
+                choice, plan = c, p
+        say(f"precision auto: the MILP stopped unproven ({plan.status}); fp32 {_uj(scores['fp32'])}, greedy "
+            f"{_uj(scores['greedy'])}, joint {_uj(scores['joint'])}")
     g2, cg2 = build(choice)
-    say(f"precision auto: {len(choice)} stored narrow, {_uj(score(best))} ({len(seen)} storage sets planned)")
-    return Selection(mode, choice, g2, cg2, changes_of(g, choice), seen[best][1], len(seen), scores)
+    say(f"precision auto: {len(choice)} stored narrow, {_uj(plan.energy_j if found(plan) else math.inf)}")
+    return Selection("auto", choice, g2, cg2, changes_of(g, choice), plan if found(plan) else None, len(scores),
+                     scores)
+
+
+JOINT = ("poet", "remat-only", "page-only")  # the strategies whose MILP takes the switches
 
 
 def _uj(energy_j: float) -> str:

@@ -42,6 +42,14 @@ the residency indicators L rather than modelled by free variables, so there is
 no self-free term to get wrong; parameters, gradients and the staged
 batch are outside the arena: the caller passes arena_budget = RAM - fixed part.
 Every plan returned is replayed by simulate.py, an independent checker.
+
+Switches (solve_switched; poet.precision stores saved tensors narrow with them): a binary
+Z per switch chooses between two forms of the graph inside the same MILP. A switch's
+nodes run in their own stage only when Z = 1 (R[t,t] = Z instead of 1, their bytes and
+costs times Z) and are never present when Z = 0; a switched edge (j, d_off, d_on) makes
+compute j read d_off when Z = 0 and d_on when Z = 1 (both are deps of j in the graph:
+R <= P[d_off] + Z and R <= P[d_on] + 1 - Z). Their stages run nothing else when Z = 0,
+so removing the unchosen nodes leaves a plan of the chosen graph with the same energy.
 """
 
 from __future__ import annotations
@@ -105,29 +113,50 @@ class _Milp:
     Mout: dict[Key, pulp.LpVariable] = field(default_factory=dict)
     budget: pulp.LpVariable | None = None
     live: list[tuple[pulp.LpVariable, list[pulp.LpVariable]]] = field(default_factory=list)  # var >= each
+    Z: list[pulp.LpVariable] = field(default_factory=list)  # one per switch
+    own: dict[int, pulp.LpVariable] = field(default_factory=dict)  # node of a switch -> its Z
 
-    def present(self, t: int, i: int) -> pulp.LpAffineExpression | int:
+    def present(self, t: int, i: int) -> pulp.LpAffineExpression | pulp.LpVariable | int:
         if i == t:
-            return 1
+            return self.own.get(t, 1)
         return pulp.lpSum(v[t, i] for v in (self.S, self.Min, self.R) if (t, i) in v)
 
     def energy_terms(self, graph: CostedGraph) -> list[tuple[pulp.LpVariable, float]]:
         n = graph.nodes
         return ([(v, n[i].compute_j) for (_, i), v in self.R.items()]
                 + [(v, n[i].page_in_j) for (_, i), v in self.Min.items()]
-                + [(v, n[i].page_out_j) for (_, i), v in self.Mout.items()])
+                + [(v, n[i].page_out_j) for (_, i), v in self.Mout.items()]
+                + [(z, n[t].compute_j) for t, z in self.own.items()])
 
     def time_terms(self, graph: CostedGraph, paging: bool = True) -> list[tuple[pulp.LpVariable, float]]:
         n = graph.nodes
+        computes = [(v, n[i].compute_s) for (_, i), v in self.R.items()] + [(z, n[t].compute_s)
+                                                                            for t, z in self.own.items()]
         if not paging:
-            return [(v, n[i].compute_s) for (_, i), v in self.R.items()]
-        return ([(v, n[i].compute_s) for (_, i), v in self.R.items()]
-                + [(v, n[i].page_in_s) for (_, i), v in self.Min.items()]
+            return computes
+        return (computes + [(v, n[i].page_in_s) for (_, i), v in self.Min.items()]
                 + [(v, n[i].page_out_s) for (_, i), v in self.Mout.items()])
+
+    def fixed_j(self, graph: CostedGraph) -> float:
+        """Energy every plan spends: each node not in a switch, computed once in its own stage."""
+        return sum(n.compute_j for n in graph.nodes if n.id not in self.own)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A yes/no choice made in the MILP with the plan (module docstring, "Switches").
+
+    nodes: run (in their own stage) and exist only when chosen; edges: (reader j, d_off, d_on),
+    j reads d_off when not chosen and d_on when chosen, both listed in j's deps.
+    """
+
+    name: str
+    nodes: tuple[int, ...]
+    edges: tuple[tuple[int, int, int], ...] = ()
 
 
 def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, recompute: bool = True,
-           paging: bool = True, semantics: Semantics = POET) -> _Milp:
+           paging: bool = True, semantics: Semantics = POET, switches: tuple[Switch, ...] = ()) -> _Milp:
     """The MILP; arena_budget None makes the budget an integer variable to minimise.
 
     recompute=False or paging=False leave those variables out (the remat-only and page-only
@@ -157,6 +186,24 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
                 m.Mout[t, i] = binary("Mout", t, i)
 
     prob = m.prob
+    cond: dict[tuple[int, int], tuple[pulp.LpVariable, bool]] = {}  # (reader, dep) -> (Z, read when Z = 1)
+    for n_sw, sw in enumerate(switches):
+        z = prob.add_variable(f"Z_{n_sw}", cat=pulp.LpBinary)
+        m.Z.append(z)
+        for t in sw.nodes:
+            if t in m.own or nodes[t].kind not in PURE_KINDS:
+                raise ValueError(f"switch {sw.name}: node {t} is in another switch or not a forward node")
+            m.own[t] = z
+        for j, off, on in sw.edges:
+            if off not in nodes[j].deps or on not in nodes[j].deps:
+                raise ValueError(f"switch {sw.name}: {j} does not read both {off} and {on}")
+            cond[j, off], cond[j, on] = (z, False), (z, True)
+    for t, z in m.own.items():  # an unchosen node's stage runs nothing, and its tensor never exists
+        for v in (m.R, m.Min, m.Mout):
+            for key in [k for k in v if k[0] == t]:
+                prob += v[key] <= z, f"idle_{v[key].name}"
+        if (t, t) in m.Mout:
+            prob += m.Mout[t, t] <= z, f"made_{t}"
     outs: dict[int, list[tuple[int, pulp.LpVariable]]] = {}
     for (t, i), v in sorted(m.Mout.items()):
         outs.setdefault(i, []).append((t, v))
@@ -166,17 +213,21 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
     for (t, i), v in m.Min.items():
         prob += v <= pulp.lpSum(o for s, o in outs.get(i, []) if s < t), f"pagein_{t}_{i}"
     for (t, i) in m.S:
-        prob += m.present(t, i) <= 1, f"one_{t}_{i}"
+        prob += m.present(t, i) <= m.own.get(i, 1), f"one_{t}_{i}"
         prob += m.S[t, i] <= m.present(t - 1, i), f"keep_{t}_{i}"
     for (t, i), v in m.Mout.items():
         if t > i:
             prob += v <= m.present(t, i), f"pageout_{t}_{i}"
     for t in range(n_nodes):
-        computed = [(t, 1)] + [(i, m.R[t, i]) for i in range(t) if (t, i) in m.R]
+        computed = [(t, m.own.get(t, 1))] + [(i, m.R[t, i]) for i in range(t) if (t, i) in m.R]
         for i, r in computed:
             for d in dict.fromkeys(nodes[i].deps):  # a hand-made graph may repeat an edge
                 if nodes[d].bytes > 0:
-                    prob += r <= m.present(t, d), f"dep_{t}_{i}_{d}"
+                    if (i, d) not in cond:
+                        prob += r <= m.present(t, d), f"dep_{t}_{i}_{d}"
+                        continue
+                    z, when = cond[i, d]
+                    prob += r <= m.present(t, d) + (1 - z if when else z), f"dep_{t}_{i}_{d}"
 
     if arena_budget is None:
         m.budget = prob.add_variable("budget", lowBound=lower_bound_bytes(graph), cat=pulp.LpInteger)
@@ -189,7 +240,7 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
         _memory_rows(m, graph, t, sorted(resident[t]), reads, limit)
 
     # the deadline row is scaled to 1 so solver tolerances are relative to the deadline
-    fixed_s = sum(n.compute_s for n in nodes)
+    fixed_s = sum(n.compute_s for n in nodes if n.id not in m.own)
     if deadline_s <= 0:
         raise ValueError("deadline_s must be positive")
     prob += (pulp.lpSum(c / deadline_s * v for v, c in m.time_terms(graph, semantics.paging_in_deadline) if c)
@@ -220,7 +271,7 @@ def _memory_rows(m: _Milp, graph: CostedGraph, t: int, tensors: list[int], reads
     """
     nodes, prob = graph.nodes, m.prob
     cands = [k for k in range(t) if (t, k) in m.R] + [t]  # computes stage t may run
-    pieces: dict[int, list[tuple[int, Any]]] = {t: [(len(cands) - 1, nodes[t].bytes)]}
+    pieces: dict[int, list[tuple[int, Any]]] = {t: [(len(cands) - 1, nodes[t].bytes * m.own.get(t, 1))]}
     for i in tensors:
         b = nodes[i].bytes
         early = m.S[t, i] + m.Min.get((t, i), 0)
@@ -553,7 +604,7 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     if out.status in ("optimal", "feasible"):
         plan.stages = _extract(graph, m)
         sim = simulate(graph, plan, arena_budget, deadline_s, semantics)
-        objective = sum(n.compute_j for n in graph.nodes) + _value(m.energy_terms(graph))
+        objective = m.fixed_j(graph) + _value(m.energy_terms(graph))
         if not math.isclose(sim.energy_j, objective, rel_tol=1e-9, abs_tol=1e-15):
             raise AssertionError(f"simulated energy {sim.energy_j!r} J != MILP objective {objective!r} J")
         plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
@@ -561,6 +612,104 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
         + (f", {plan.energy_j:.6g} J, {plan.time_s:.6g} s, peak {plan.peak_bytes} B, "
            f"{plan.recomputes} recomputes, {plan.page_ins} page-ins" if plan.stages else ""))
     return plan
+
+
+Realise = Callable[[list[bool]], tuple[CostedGraph, list[int | None]]]
+
+
+def solve_switched(graph: CostedGraph, switches: tuple[Switch, ...], realise: Realise, arena_budget: int,
+                   deadline_s: float, solver: str = "highs", time_limit_s: float = 60.0, gap: float = 0.0,
+                   progress: Progress = None, recompute: bool = True, paging: bool = True,
+                   warm_start: tuple[list[bool], Plan] | None = None,
+                   strategy: str = "poet") -> tuple[Plan, list[bool], CostedGraph]:
+    """The least-energy plan over every way of setting the switches (module docstring).
+
+    realise(chosen) gives the graph the choice stands for and, per node of `graph`, its id
+    there (None: a node of an unchosen switch, and only those). The plan returned is a plan of
+    that graph, replayed by simulate.py, its energy the MILP objective. warm_start: a choice
+    and a plan of its realised graph for the solver to start from.
+    """
+    say = progress or (lambda _msg: None)
+    m = _build(graph, arena_budget, deadline_s, recompute=recompute, paging=paging, switches=switches)
+    warm = False
+    if warm_start is not None:
+        warm = _set_switched_start(graph, m, realise, *warm_start)
+        say(f"warm start from {warm_start[1].strategy} ({warm_start[1].energy_j:.6g} J)"
+            + ("" if warm else ": its decisions are outside this MILP's variables, not used"))
+    say(f"{solver}: solving {graph.name} with {len(switches)} switches (T={len(graph)}, "
+        f"{len(m.prob.variables())} variables, {m.prob.numConstraints()} constraints), budget {arena_budget} B, "
+        f"deadline {deadline_s:.6g} s")
+    out = _run(m, solver, time_limit_s, gap, warm)
+    plan = Plan(strategy=strategy, stages=[], status=out.status, arena_budget=arena_budget, deadline_s=deadline_s,
+                solve_time_s=out.solve_time_s, gap=out.gap, solver=out.solver)
+    if out.status not in ("optimal", "feasible"):
+        say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s")
+        return plan, [False] * len(switches), graph
+    chosen = [round(z.varValue or 0.0) == 1 for z in m.Z]
+    sub, where = realise(chosen)
+    dropped = {t for sw, c in zip(switches, chosen, strict=True) if not c for t in sw.nodes}
+    if {t for t, w in enumerate(where) if w is None} != dropped:
+        raise AssertionError("realise() dropped other nodes than the unchosen switches'")
+    plan.stages = _extract_switched(graph, m, sub, where)
+    sim = simulate(sub, plan, arena_budget, deadline_s)
+    objective = m.fixed_j(graph) + _value(m.energy_terms(graph))
+    if not math.isclose(sim.energy_j, objective, rel_tol=1e-9, abs_tol=1e-15):
+        raise AssertionError(f"simulated energy {sim.energy_j!r} J != MILP objective {objective!r} J")
+    plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
+    say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s, {sum(chosen)} of {len(chosen)} switches on, "
+        f"{plan.energy_j:.6g} J, {plan.time_s:.6g} s, peak {plan.peak_bytes} B, {plan.recomputes} recomputes, "
+        f"{plan.page_ins} page-ins")
+    return plan, chosen, sub
+
+
+def _extract_switched(graph: CostedGraph, m: _Milp, sub: CostedGraph, where: list[int | None]) -> list[Stage]:
+    """The MILP's decisions as stages of the realised graph: an unchosen node's stage decides
+    nothing but which tensors it lets go, so the next stage that exists keeps what it keeps."""
+    n_sub = len(sub)
+    sets: list[list[set[int]]] = []
+    for v in (m.R, m.S, m.Min, m.Mout):
+        out: list[set[int]] = [set() for _ in range(n_sub + 1)]
+        for (t, i), var in v.items():
+            if round(var.varValue or 0.0) != 1:
+                continue
+            wt, wi = where[t] if t < len(where) else n_sub, where[i]
+            if wi is None:
+                raise AssertionError(f"the MILP used node {i} of an unchosen switch in stage {t}")
+            if wt is not None:
+                out[wt].add(wi)
+            elif v is not m.S:
+                raise AssertionError(f"the MILP decided something in the idle stage {t}")
+        sets.append(out)
+    rec, _, pin, pout = sets
+    # S of the stage after an unchosen one: what the realised stage before it keeps is what
+    # survives every idle stage up to the next realised one
+    kept: list[set[int]] = [set() for _ in range(n_sub + 1)]
+    for (t, i), var in m.S.items():
+        wt = where[t] if t < len(where) else None
+        if wt is not None and round(var.varValue or 0.0) == 1:
+            kept[wt].add(where[i])  # type: ignore[arg-type]
+    _drop_pointless(sub, rec, kept, pin, pout)
+    return [rule_stage(sub, t, sorted(rec[t] | {t}), kept[t] | pin[t], pin[t], pout[t], kept[t + 1])
+            for t in range(n_sub)]
+
+
+def _set_switched_start(graph: CostedGraph, m: _Milp, realise: Realise, chosen: list[bool], plan: Plan) -> bool:
+    """Start from `plan`, a plan of realise(chosen)'s graph: its stages spread over `graph`'s, an
+    unchosen node's stage empty (it keeps what the stage before it kept)."""
+    _, where = realise(chosen)
+    back = {w: t for t, w in enumerate(where) if w is not None}
+    stages = [Stage() for _ in graph.nodes]
+    for w, st in enumerate(plan.stages):
+        stages[back[w]] = Stage([back[i] for i in st.page_in], [back[i] for i in st.compute],
+                                [back[i] for i in st.page_out], [back[i] for i in st.free],
+                                {back[c]: [back[i] for i in f] for c, f in st.free_after.items()},
+                                [back[i] for i in st.free_before])
+    spread = Plan(plan.strategy, stages, plan.status, plan.energy_j)
+    if not _set_start(graph, m, spread):
+        return False
+    for z, c in zip(m.Z, chosen, strict=True):
+        z.setInitialValue(1.0 if c else 0.0)
+    return True
 
 
 def keep_all(graph: CostedGraph) -> Plan:
