@@ -312,6 +312,11 @@ def test_poet_train_with_auto_runs_the_narrow_graph_and_records_it(tmp_path: Pat
     for s in stored:
         assert s["name"] in out and s["bytes_saved"] > 0
     assert "precision auto:" in out
+    # the run's energy report says which tensors changed precision and what their casts cost
+    report = (run_dir / "report.txt").read_text()
+    assert f"precision: {len(stored)} tensor(s) stored narrow" in report, report
+    for s in stored:
+        assert f"{s['name']}: fp32 -> {s['dtype']}" in report
 
 
 def test_cli_precision_refusals_and_output(tmp_path: Path) -> None:

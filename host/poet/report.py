@@ -75,7 +75,28 @@ def header(acct: Account, trace: Trace, board: Board, measured: Measured | None 
         f"(page-in {pct(acct.by_kind['page_in'][0], acct.total_j).strip()}, page-out "
         f"{pct(acct.by_kind['page_out'][0], acct.total_j).strip()}), runtime overhead "
         f"{pct(acct.by_kind['overhead'][0], acct.total_j).strip()} of the energy",
+        *precision_lines(acct, trace),
     ]
+
+
+NARROW_BYTES = {"fp16": 2, "bf16": 2, "int8": 1}  # bytes an element of each type a cast makes
+
+
+def precision_lines(acct: Account, trace: Trace) -> list[str]:
+    """Which tensors the plan stored narrow (poet.precision's cast nodes, named `<tensor>/<type>` and
+    `<tensor>/<type>/fp32` for the way back) and what their casts cost; nothing for an fp32 plan."""
+    casts = [n for n in trace.nodes if n.get("op") == "cast"]
+    narrow = [n for n in casts if n["name"].rsplit("/", 1)[-1] in NARROW_BYTES]
+    if not narrow:
+        return []
+    cost = sum(acct.tensors[n["name"]].energy_j for n in casts if n["name"] in acct.tensors)
+    out = [f"  precision: {len(narrow)} tensor(s) stored narrow, their casts {fmt_j(cost).strip()} "
+           f"({pct(cost, acct.total_j).strip()} of the energy):"]
+    for n in narrow:
+        src, dt = n["name"].rsplit("/", 1)
+        fp32 = n["bytes"] // NARROW_BYTES[dt] * 4
+        out.append(f"    {src}: fp32 -> {dt}, {fp32} B -> {n['bytes']} B")
+    return out
 
 
 def _row(name: str, e: Entry, total: float, width: int) -> str:
