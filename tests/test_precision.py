@@ -27,7 +27,7 @@ from poet.memory import budget_for
 from poet.modelblob import decode_weights, encode_batch, encode_weights
 from poet.models import get_model
 from poet.plan import Plan
-from poet.precision import Rules, allowed, apply_storage, costed_storage, graph_for, load_rules, select
+from poet.precision import Rules, allowed, apply_storage, costed_storage, graph_for, int8_allowed, load_rules, select
 from poet.reference import accuracy, load_weights, weights_of
 from poet.run import solve_and_lower
 from poet.simulate import simulate
@@ -56,6 +56,9 @@ def _profile() -> dict[str, Any]:
 def _graph(name: str, batch: int) -> tuple[Any, TrainingGraph]:
     model, spec = get_model(name, seed=0)
     return model, trace(model, name, spec.input_shape, spec.classes, batch, spec.input_dtype)
+
+
+STORAGE_ONLY = Rules(**{**vars(load_rules()), "int8": ()})  # the shipped rules without int8 layers
 
 
 def _budgets(g: TrainingGraph, prof: dict[str, Any]) -> tuple[int, int, float]:
@@ -164,6 +167,63 @@ def test_auto_is_the_best_storage_set_by_exhaustive_search() -> None:
     assert 0 < min(picked - {0}) < len(cands) and 0 in picked  # partial sets were the optimum somewhere
 
 
+def _m0_graph() -> tuple[Any, TrainingGraph, dict[str, Any], int, int, float]:
+    """mlp-tiny at batch 8 on the mkr1000 (Cortex-M0+, soft float: int8 layers cost a quarter of fp32's,
+    profiles/mkr1000.yaml), with its tight and roomy arenas and a 3x deadline."""
+    board, prof = load_board("mkr1000"), load_profile("mkr1000")
+    model, spec = get_model("mlp-tiny", seed=0)
+    g = trace(model, "mlp-tiny", spec.input_shape, spec.classes, 8, spec.input_dtype)
+    cg = costed(g, board, prof, estimate=True)
+    deadline, full = 3 * cg.one_pass_s, keep_all(cg).peak_bytes
+    smallest = min_arena_budget(cg, deadline)
+    assert smallest is not None and prof.get("casts")
+    return model, g, prof, (smallest + full) // 2, full, deadline
+
+
+def test_auto_runs_layers_in_int8_where_it_pays() -> None:
+    """On the M0 the int8 layers (quantising input and weight every step) are far cheaper than soft-float
+    fp32: auto runs them in int8. On the M4F they cost more than fp32's FPU: auto keeps fp32, and greedy,
+    which quantises anyway, is worse than fp32."""
+    _, g, prof, tight, roomy, deadline = _m0_graph()
+    m0 = load_board("mkr1000")
+    for arena in (tight, roomy):
+        sel = {mode: select(mode, g, m0, prof, arena, deadline, time_limit_s=30) for mode in ("fp32", "greedy", "auto")}
+        e = {mode: (s.plan or plan_with("poet", s.cg, arena, deadline)).energy_j for mode, s in sel.items()}
+        assert sorted(sel["auto"].int8) == int8_allowed(g, load_rules()) and len(sel["auto"].int8) == 4
+        assert e["auto"] <= e["greedy"] * (1 + 1e-9) and e["auto"] < 0.8 * e["fp32"], e
+        assert any(name in line for line in sel["auto"].lines() for name in sel["auto"].int8.values())
+        assert sel["auto"].to_json()["int8"]
+    _, g4 = _graph("cnn-digits", 16)
+    tight4, roomy4, deadline4 = _budgets(g4, _profile())
+    auto = select("auto", g4, BOARD, _profile(), roomy4, deadline4, time_limit_s=30)
+    greedy = select("greedy", g4, BOARD, _profile(), roomy4, deadline4)
+    fp32 = plan_with("poet", costed_storage(g4, BOARD, _profile()), roomy4, deadline4)
+    assert not auto.int8 and greedy.int8 and auto.plan is not None
+    assert plan_with("poet", greedy.cg, roomy4, deadline4).energy_j > fp32.energy_j == pytest.approx(auto.plan.energy_j)
+
+
+def test_auto_with_int8_layers_is_the_best_of_every_choice() -> None:
+    """Storage and compute switches in one MILP: the least energy over all 2^4 choices of two saved
+    tensors and two layers (each planned on its own), on the M0 at two budgets."""
+    _, g, prof, tight, roomy, deadline = _m0_graph()
+    m0 = load_board("mkr1000")
+    rules = Rules(allow=("input", "relu1/forward", "fc2/forward", "fc3/forward"))
+    stores, layers = allowed(g, rules), int8_allowed(g, rules)
+    assert len(stores) == 2 and len(layers) == 2
+    for arena in (tight, roomy):
+        sel = select("auto", g, m0, prof, arena, deadline, rules, time_limit_s=30)
+        assert sel.plan is not None and sel.plan.status == "optimal" and sel.tried == 1
+        simulate(sel.cg, sel.plan, arena, deadline)
+        best = math.inf
+        for bits in itertools.product((False, True), repeat=4):
+            g2 = apply_storage(g, {i: "bf16" for i, b in zip(stores, bits[:2], strict=True) if b},
+                               {k for k, b in zip(layers, bits[2:], strict=True) if b})
+            p = plan_with("poet", costed_storage(g2, m0, prof), arena, deadline, time_limit_s=30)
+            if found(p):
+                best = min(best, p.energy_j)
+        assert sel.plan.energy_j == pytest.approx(best, rel=1e-9)
+
+
 def _args(profile: Path, precision: str | None) -> argparse.Namespace:
     ns = argparse.Namespace(strategy="poet", solver="highs", time_limit=30.0, gap=0.0, profile=str(profile))
     if precision is not None:
@@ -236,12 +296,12 @@ def _digits(g: TrainingGraph, steps: int) -> list[tuple[np.ndarray, np.ndarray]]
     return [epoch[k % len(epoch)] for k in range(steps)]
 
 
-def _plans(g: TrainingGraph) -> dict[str, tuple[TrainingGraph, Plan, list[str]]]:
+def _plans(g: TrainingGraph, rules: Rules | None = None) -> dict[str, tuple[TrainingGraph, Plan, list[str]]]:
     prof = _profile()
     tight, _, deadline = _budgets(g, prof)
     out = {}
     for mode in ("fp32", "greedy", "auto"):
-        sel = select(mode, g, BOARD, prof, tight, deadline, time_limit_s=20)
+        sel = select(mode, g, BOARD, prof, tight, deadline, rules, time_limit_s=20)
         plan = sel.plan if mode == "auto" else plan_with("poet", sel.cg, tight, deadline, time_limit_s=20)
         assert plan is not None and found(plan)
         out[mode] = (sel.graph, plan, [c.name for c in sel.changes])
@@ -253,7 +313,7 @@ def test_greedy_and_auto_plans_run_and_stay_within_16_bit_rounding(tmp_path: Pat
     model, g = _graph("cnn-digits", 16)
     w0 = weights_of(model)
     data = _digits(g, 3)
-    plans = _plans(g)
+    plans = _plans(g, STORAGE_ONLY)
     ref_loss, ref_w = _run(tmp_path, g, plans["fp32"][1], w0, data, 0.1)
     # fp32 through the precision path is the graph and the schedule of before
     assert plans["fp32"][0] is g
@@ -267,6 +327,28 @@ def test_greedy_and_auto_plans_run_and_stay_within_16_bit_rounding(tmp_path: Pat
         for a, r in zip(w, ref_w, strict=True):
             assert np.linalg.norm(a - r) <= 8 * eps * max(float(np.linalg.norm(r)), 1e-6)
         assert all(math.isfinite(v) for v in losses)
+
+
+@needs_cc
+def test_int8_layers_run_on_the_runtime_and_train_within_a_point(tmp_path: Path) -> None:
+    """cnn-digits with every conv and linear forward in int8 (ops 49-52) on the native runtime: the plan's
+    peak holds, the losses move by quantisation only, two epochs end within a point of fp32's accuracy."""
+    model, g = _graph("cnn-digits", 16)
+    w0 = weights_of(model)
+    layers = int8_allowed(g, load_rules())
+    assert [g.nodes[k].name for k in layers] == ["conv1/forward", "fc1/forward", "fc2/forward"]
+    g8 = apply_storage(g, {}, set(layers))
+    assert [n.op for n in g8.nodes].count("linear_i8") == 2 and [n.op for n in g8.nodes].count("conv2d_i8") == 1
+    data = _digits(g, 2 * 89)
+    _, _, xte, yte = digits_split()
+    acc, first = {}, {}
+    for name, gg in (("fp32", g), ("int8", g8)):
+        losses, w = _run(tmp_path, gg, keep_all(costed_storage(gg, BOARD, _profile())), w0, data, 0.1)
+        load_weights(model, w)
+        model.eval()
+        acc[name], first[name] = accuracy(model, xte.reshape((-1, *g.input_shape)), yte), losses[0]
+    assert first["int8"] != first["fp32"] and first["int8"] == pytest.approx(first["fp32"], rel=1e-2)
+    assert acc["fp32"] > 0.8 and abs(acc["int8"] - acc["fp32"]) <= 0.01, acc
 
 
 @needs_cc

@@ -38,7 +38,7 @@ import yaml
 from poet.boards import Board
 from poet.costs import costed, op_key
 from poet.errors import PoetError, UsageError
-from poet.graph import GraphNode, TrainingGraph
+from poet.graph import GraphNode, TrainingGraph, numel
 from poet.pipeline import Planned
 from poet.plan import CostedGraph, Plan
 from poet.solve import Switch, solve_switched
@@ -60,6 +60,7 @@ class Rules:
     deny_consumers: frozenset[str] = frozenset()
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    int8: tuple[str, ...] = ("linear", "conv2d")
 
 
 def load_rules(path: str | Path | None = None) -> Rules:
@@ -72,15 +73,19 @@ def load_rules(path: str | Path | None = None) -> Rules:
         raise UsageError(f"--precision-rules {p}: not YAML ({exc})") from exc
     if not isinstance(raw, dict):
         raise UsageError(f"--precision-rules {p}: expected a mapping (see {DEFAULT_RULES})")
-    unknown = set(raw) - {"dtypes", "deny_producers", "deny_consumers", "allow", "deny"}
+    unknown = set(raw) - {"dtypes", "deny_producers", "deny_consumers", "allow", "deny", "int8"}
     if unknown:
         raise UsageError(f"--precision-rules {p}: unknown keys {', '.join(sorted(unknown))}")
     dtypes = tuple(raw.get("dtypes") or ("fp16", "bf16"))
     bad = [d for d in dtypes if d not in LOW_BYTES]
     if bad:
         raise UsageError(f"--precision-rules {p}: dtypes {bad}: storage may be {', '.join(LOW_BYTES)}")
+    int8 = tuple(raw.get("int8") or ()) if "int8" in raw else Rules.int8
+    bad = [op for op in int8 if op not in I8_OPS]
+    if bad:
+        raise UsageError(f"--precision-rules {p}: int8 {bad}: the int8 kernels are {', '.join(I8_OPS)}")
     return Rules(dtypes, frozenset(raw.get("deny_producers") or ()), frozenset(raw.get("deny_consumers") or ()),
-                 tuple(raw.get("allow") or ()), tuple(raw.get("deny") or ()))
+                 tuple(raw.get("allow") or ()), tuple(raw.get("deny") or ()), int8)
 
 
 def allowed(g: TrainingGraph, rules: Rules) -> list[int]:
@@ -104,24 +109,48 @@ def allowed(g: TrainingGraph, rules: Rules) -> list[int]:
     return out
 
 
-def apply_storage(g: TrainingGraph, choice: dict[int, str]) -> TrainingGraph:
+def int8_allowed(g: TrainingGraph, rules: Rules, stored: list[int] | None = None) -> list[int]:
+    """The forward layers the rules let run in int8 (ops in rules.int8 with a weight), ascending. A
+    layer whose output may be stored narrow is left out: the two choices would touch one tensor."""
+    skip = set(allowed(g, rules) if stored is None else stored)
+    out = []
+    for n in g.nodes:
+        if n.kind != "forward" or n.op not in rules.int8 or n.attrs.get("w", -1) < 0 or n.id in skip:
+            continue
+        if any(fnmatch.fnmatchcase(n.name, pat) for pat in rules.deny):
+            continue
+        if rules.allow and not any(fnmatch.fnmatchcase(n.name, pat) for pat in rules.allow):
+            continue
+        out.append(n.id)
+    return out
+
+
+def apply_storage(g: TrainingGraph, choice: dict[int, str], int8: set[int] | frozenset[int] = frozenset()
+                  ) -> TrainingGraph:
     """g with each chosen saved tensor (node id of g -> "fp16" | "bf16") stored narrow: a cast right
     after its producer, a cast back to fp32 right before its first backward reader, and every backward
-    reader reading the cast back. Forward readers still read the fp32 tensor. An empty choice is g."""
-    return _storage(g, choice).graph if choice else g
+    reader reading the cast back. Forward readers still read the fp32 tensor. Each layer in int8 (a
+    linear or conv2d forward of g) is replaced by its int8 form (_transform). Nothing chosen: g."""
+    return _transform(g, choice, set(int8)).graph if choice or int8 else g
 
 
 @dataclass
-class _Stored:
-    """apply_storage's graph and where each node of g and each cast went in it."""
+class _Made:
+    """_transform's graph and where each node of g and each cast went in it."""
 
     graph: TrainingGraph
-    new: dict[int, int]  # id in g -> id in graph
+    new: dict[int, int]  # id in g -> id in graph (an int8 layer: its int8 output, unless both)
     low: dict[int, int]  # chosen tensor -> its narrow copy
     back: dict[int, int]  # chosen tensor -> its cast back to fp32
+    i8: dict[int, tuple[int, ...]]  # int8 layer -> its nodes (x scale, x int8, w scale, w int8, the layer)
 
 
-def _storage(g: TrainingGraph, choice: dict[int, str]) -> _Stored:
+def _transform(g: TrainingGraph, choice: dict[int, str], int8: set[int], both: bool = False) -> _Made:
+    """The narrow storage of `choice` and the int8 layers of `int8`. An int8 layer quantises its input
+    (absmax scale, cast to int8) and its weight (the same, every step: the weight changes) and runs
+    the int8 kernel (int32 accumulate, fp32 out: op 51-52); its readers read that output; its backward
+    still reads the fp32 input and weight (so the gradient is the fp32 layer's at the int8 output).
+    both: keep each int8 layer's fp32 node too, before its int8 nodes (the MILP's switched graph)."""
     saved = g.saved_ids()
     first_reader: dict[int, int] = {}
     for i, dt in choice.items():
@@ -131,6 +160,10 @@ def _storage(g: TrainingGraph, choice: dict[int, str]) -> _Stored:
         if dt not in LOW_BYTES:
             raise PoetError(f"{src.name}: storage type {dt!r}; the planner stores {', '.join(LOW_BYTES)}")
         first_reader[i] = min(n.id for n in g.nodes if n.kind == "backward" and i in n.deps)
+    for k in int8:
+        if g.nodes[k].op not in I8_OPS or g.nodes[k].kind != "forward" or k in choice:
+            raise PoetError(f"{g.nodes[k].name}: only a linear or conv2d forward whose output is stored fp32 "
+                            f"runs in int8")
     before: dict[int, list[int]] = {}
     for i, r in first_reader.items():
         before.setdefault(r, []).append(i)
@@ -138,16 +171,31 @@ def _storage(g: TrainingGraph, choice: dict[int, str]) -> _Stored:
     new: dict[int, int] = {}  # id in g -> id in the new graph
     low: dict[int, int] = {}  # chosen tensor -> its narrow copy
     back: dict[int, int] = {}  # chosen tensor -> its cast back to fp32
+    i8: dict[int, tuple[int, ...]] = {}
+
+    def add(name: str, src: GraphNode, op: str, deps: list[int], nbytes: int, attrs: dict[str, Any],
+            flops: int) -> int:
+        shape = list(src.shape) if op not in ("absmax",) else [1]
+        nodes.append(GraphNode(len(nodes), name, src.module, "forward", op, deps, nbytes, shape, attrs, flops=flops))
+        return len(nodes) - 1
 
     def cast(src: GraphNode, dep: int, frm: str, to: str) -> int:
         elems = src.bytes // 4
         name = f"{src.name}/{to}"  # e.g. "conv1/forward/fp16", and "conv1/forward/fp16/fp32" for the way back
         if frm != "fp32":
             name = f"{nodes[dep].name}/fp32"
-        nodes.append(GraphNode(len(nodes), name, src.module, "forward", "cast", [dep],
-                               elems * (4 if to == "fp32" else LOW_BYTES[to]), list(src.shape),
-                               {"n": elems, "from": frm, "to": to, "w": -1}, flops=elems))
-        return len(nodes) - 1
+        return add(name, src, "cast", [dep], elems * (4 if to == "fp32" else LOW_BYTES[to]),
+                   {"n": elems, "from": frm, "to": to, "w": -1}, elems)
+
+    def int8_layer(n: GraphNode, x: int) -> tuple[int, ...]:
+        xe, we = nodes[x].bytes // 4, numel(g.params[n.attrs["w"]][1])
+        w = int(n.attrs["w"])
+        ax = add(f"{n.name}/int8/x_scale", n, "absmax", [x], 4, {"n": xe, "w": -1}, xe)
+        qx = add(f"{n.name}/int8/x", n, "cast", [x, ax], xe, {"n": xe, "from": "fp32", "to": "int8", "w": -1}, xe)
+        aw = add(f"{n.name}/int8/w_scale", n, "absmax", [], 4, {"n": we, "w": w}, we)
+        qw = add(f"{n.name}/int8/w", n, "cast", [aw], we, {"n": we, "from": "fp32", "to": "int8", "w": w}, we)
+        y = add(n.name, n, I8_OPS[n.op], [qx, ax, qw, aw], n.bytes, dict(n.attrs), n.flops)
+        return ax, qx, aw, qw, y
 
     for n in g.nodes:
         for i in sorted(before.get(n.id, ())):
@@ -155,11 +203,19 @@ def _storage(g: TrainingGraph, choice: dict[int, str]) -> _Stored:
         bwd = n.kind == "backward"
         deps = [back[d] if bwd and d in back else new[d] for d in n.deps]
         kept = [back[d] if d in back else new[d] for d in n.saved]
-        nodes.append(replace(n, id=len(nodes), deps=deps, saved=kept, attrs=dict(n.attrs), shape=list(n.shape)))
-        new[n.id] = len(nodes) - 1
+        if n.id not in int8 or both:
+            nodes.append(replace(n, id=len(nodes), deps=deps, saved=kept, attrs=dict(n.attrs), shape=list(n.shape)))
+            new[n.id] = len(nodes) - 1
+        if n.id in int8:
+            i8[n.id] = int8_layer(n, deps[0])
+            if not both:
+                new[n.id] = i8[n.id][-1]
         if n.id in choice:
             low[n.id] = cast(n, new[n.id], "fp32", choice[n.id])
-    return _Stored(replace(g, nodes=nodes), new, low, back)
+    return _Made(replace(g, nodes=nodes), new, low, back, i8)
+
+
+I8_OPS = {"linear": "linear_i8", "conv2d": "conv2d_i8"}  # the fp32 layers with an int8 kernel
 
 
 # ---------------------------------------------------------------- cast costs
@@ -234,7 +290,8 @@ class Change:
 
 @dataclass
 class Selection:
-    """What a precision mode chose: the storage per tensor, the graph that carries it, its costs."""
+    """What a precision mode chose: the storage per tensor, the int8 layers, the graph that carries
+    them, its costs."""
 
     mode: str
     choice: dict[int, str]
@@ -244,20 +301,23 @@ class Selection:
     plan: Plan | None = None  # the plan the choice was scored by (auto), if any
     tried: int = 0  # MILPs solved to choose (auto: 1, or 3 when the joint one stopped unproven)
     scores: dict[str, float] = field(default_factory=dict)  # energy of each plan solved (auto)
+    int8: dict[int, str] = field(default_factory=dict)  # layer (node id of the fp32 graph) -> its name
 
     def lines(self) -> list[str]:
-        if not self.changes:
-            return [f"precision {self.mode}: every saved tensor stays fp32"]
+        if not self.changes and not self.int8:
+            return [f"precision {self.mode}: every tensor stays fp32, every layer computes in fp32"]
         total = sum(c.bytes_saved for c in self.changes)
-        out = [f"precision {self.mode}: {len(self.changes)} saved tensors stored narrow, {total} B saved"
-               + (f" ({self.tried} MILP solves)" if self.tried else "")]
+        out = [f"precision {self.mode}: {len(self.changes)} saved tensors stored narrow ({total} B saved), "
+               f"{len(self.int8)} layers in int8" + (f" ({self.tried} MILP solves)" if self.tried else "")]
         out += [f"  {c.name:40s} {c.dtype}  {c.fp32_bytes} B -> {c.low_bytes} B (saves {c.bytes_saved} B)"
                 for c in self.changes]
+        out += [f"  {name:40s} int8 forward (int32 accumulate), fp32 backward" for name in self.int8.values()]
         return out
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "stored": [{"id": c.id, "name": c.name, "dtype": c.dtype,
-                                               "bytes_saved": c.bytes_saved} for c in self.changes]}
+                                               "bytes_saved": c.bytes_saved} for c in self.changes],
+                "int8": [{"id": i, "name": name} for i, name in sorted(self.int8.items())]}
 
 
 def changes_of(g: TrainingGraph, choice: dict[int, str]) -> list[Change]:
@@ -269,110 +329,132 @@ def graph_for(g: TrainingGraph, stored: dict[str, Any] | None) -> TrainingGraph:
     """The graph a plan was made for, from its precision record (Selection.to_json; None: fp32)."""
     if not stored:
         return g
-    return apply_storage(g, {int(s["id"]): str(s["dtype"]) for s in stored.get("stored", ())})
+    return apply_storage(g, {int(s["id"]): str(s["dtype"]) for s in stored.get("stored", ())},
+                         {int(s["id"]) for s in stored.get("int8", ())})
+
+
+Pick = tuple[dict[int, str], frozenset[int]]  # (storage type per saved tensor, layers in int8)
+Build = Callable[[Pick], tuple[TrainingGraph, CostedGraph]]
 
 
 def select(mode: str, g: TrainingGraph, board: Board, profile: dict[str, Any], arena_budget: int,
            deadline_s: float, rules: Rules | None = None, strategy: str = "poet", solver: str = "highs",
            time_limit_s: float = 60.0, gap: float = 0.0, progress: Progress | None = None,
            estimate: bool = True) -> Selection:
-    """The storage choice of `mode` for g at this arena budget and deadline (module docstring)."""
+    """The storage and compute precision of `mode` for g at this arena budget and deadline (module
+    docstring)."""
     if mode not in MODES:
         raise UsageError(f"--precision {mode}: give one of {', '.join(MODES)}")
     rules = rules or load_rules()
     say = progress or (lambda _m: None)
 
-    def build(choice: dict[int, str]) -> tuple[TrainingGraph, CostedGraph]:
-        g2 = apply_storage(g, choice)
-        return g2, costed_storage(g2, board, profile, estimate=estimate)
+    def cost(g2: TrainingGraph) -> CostedGraph:
+        return costed_storage(g2, board, profile, estimate=estimate)
+
+    def build(pick: Pick) -> tuple[TrainingGraph, CostedGraph]:
+        g2 = apply_storage(g, *pick)
+        return g2, cost(g2)
+
+    def selection(pick: Pick, plan: Plan | None = None, tried: int = 0,
+                  scores: dict[str, float] | None = None) -> Selection:
+        g2, cg2 = build(pick)
+        return Selection(mode, pick[0], g2, cg2, changes_of(g, pick[0]), plan, tried, scores or {},
+                         {k: g.nodes[k].name for k in sorted(pick[1])})
 
     if mode == "fp32":
-        g2, cg2 = build({})
-        return Selection(mode, {}, g2, cg2, [])
+        return selection(({}, frozenset()))
     cands = allowed(g, rules)
-    greedy = {i: cheaper_dtype(board, profile, g.nodes[i].bytes // 4, rules.dtypes) for i in cands}
+    greedy = ({i: cheaper_dtype(board, profile, g.nodes[i].bytes // 4, rules.dtypes) for i in cands},
+              frozenset(int8_allowed(g, rules, cands)))
     if mode == "greedy":
-        g2, cg2 = build(greedy)
-        return Selection(mode, greedy, g2, cg2, changes_of(g, greedy))
-
-    return _auto(g, board, profile, arena_budget, deadline_s, greedy, build, strategy, solver, time_limit_s, gap,
-                 say, estimate)
+        return selection(greedy)
+    return _auto(g, arena_budget, deadline_s, greedy, build, cost, selection, strategy, solver, time_limit_s, gap,
+                 say)
 
 
-def _auto(g: TrainingGraph, board: Board, profile: dict[str, Any], arena_budget: int, deadline_s: float,
-          greedy: dict[int, str], build: Callable[[dict[int, str]], tuple[TrainingGraph, CostedGraph]],
-          strategy: str, solver: str, time_limit_s: float, gap: float, say: Progress, estimate: bool) -> Selection:
-    """The least-energy storage choice: one MILP with a switch per tensor the rules allow (the planner's
-    own variables decide it), or for a heuristic strategy the better of fp32 and greedy."""
-    def scored(choice: dict[int, str]) -> tuple[float, Plan]:
-        _, cg2 = build(choice)
+def _auto(g: TrainingGraph, arena_budget: int, deadline_s: float, greedy: Pick, build: Build,
+          cost: Callable[[TrainingGraph], CostedGraph], selection: Callable[..., Selection], strategy: str,
+          solver: str, time_limit_s: float, gap: float, say: Progress) -> Selection:
+    """The least-energy choice: one MILP with a switch per tensor and per layer the rules allow (the
+    planner's own variables decide them), or for a heuristic strategy the better of fp32 and greedy."""
+    fp32: Pick = ({}, frozenset())
+
+    def scored(pick: Pick) -> tuple[float, Plan]:
+        _, cg2 = build(pick)
         plan = plan_with(strategy, cg2, arena_budget, deadline_s, solver=solver, time_limit_s=time_limit_s, gap=gap)
         return (plan.energy_j if found(plan) else math.inf), plan
 
-    if strategy not in JOINT or not greedy:
-        (e32, p32), (eg, pg) = scored({}), scored(greedy)
-        choice, plan = ({}, p32) if e32 <= eg else (greedy, pg)
-        say(f"precision auto ({strategy}): fp32 {_uj(e32)}, greedy {_uj(eg)}: "
-            f"{'fp32' if not choice else 'greedy'}")
-        g2, cg2 = build(choice)
-        return Selection("auto", choice, g2, cg2, changes_of(g, choice), plan if found(plan) else None, 2,
-                         {"fp32": e32, "greedy": eg})
-    cands = sorted(greedy)
-    sup = _storage(g, greedy)
-    _, sup_cg = build(greedy)
+    if strategy not in JOINT or not (greedy[0] or greedy[1]):
+        (e32, p32), (eg, pg) = scored(fp32), scored(greedy)
+        pick, plan = (fp32, p32) if e32 <= eg else (greedy, pg)
+        say(f"precision auto ({strategy}): fp32 {_uj(e32)}, greedy {_uj(eg)}: {'fp32' if e32 <= eg else 'greedy'}")
+        return selection(pick, plan if found(plan) else None, 2, {"fp32": e32, "greedy": eg})
+    stores, layers = sorted(greedy[0]), sorted(greedy[1])
+    sup = _transform(g, greedy[0], set(layers), both=True)
+    sup_cg = cost(sup.graph)  # costs by op and shape: each node costs what it does in the graph it ends up in
     nodes = list(sup_cg.nodes)
     switches = []
-    for i in cands:
+
+    def also_read(readers: list[int], dep: int) -> None:
+        for j in readers:
+            nodes[j] = replace(nodes[j], deps=(*nodes[j].deps, dep))
+
+    for i in stores:  # a backward reader reads the fp32 tensor or its cast back, as the switch says
         readers = [j.id for j in sup.graph.nodes if j.kind == "backward" and sup.back[i] in j.deps]
-        for j in readers:  # a backward reader reads the fp32 tensor or its cast back, as the switch says
-            nodes[j] = replace(nodes[j], deps=(*nodes[j].deps, sup.new[i]))
+        also_read(readers, sup.new[i])
         switches.append(Switch(g.nodes[i].name, (sup.low[i], sup.back[i]),
                                tuple((j, sup.new[i], sup.back[i]) for j in readers)))
+    for k in layers:  # every reader of the layer reads the fp32 output or the int8 layer's
+        fp, q = sup.new[k], sup.i8[k][-1]
+        readers = [j.id for j in sup.graph.nodes if fp in j.deps and j.id not in sup.i8[k]]
+        also_read(readers, q)
+        switches.append(Switch(g.nodes[k].name, sup.i8[k], tuple((j, fp, q) for j in readers), replaced=(fp,)))
     sup_cg = replace(sup_cg, nodes=tuple(nodes))
-    realised: dict[tuple[bool, ...], tuple[dict[int, str], TrainingGraph, CostedGraph, list[int | None]]] = {}
+    realised: dict[tuple[bool, ...], tuple[Pick, CostedGraph, list[int | None]]] = {}
 
     def realise(chosen: list[bool]) -> tuple[CostedGraph, list[int | None]]:
         key = tuple(chosen)
         if key not in realised:
-            choice = {i: greedy[i] for i, c in zip(cands, chosen, strict=True) if c}
-            g2, cg2 = build(choice)
-            gone = {t for i, c in zip(cands, chosen, strict=True) if not c for t in (sup.low[i], sup.back[i])}
-            kept = [t for t in range(len(sup_cg)) if t not in gone]
+            on_s, on_l = chosen[:len(stores)], chosen[len(stores):]
+            pick: Pick = ({i: greedy[0][i] for i, c in zip(stores, on_s, strict=True) if c},
+                          frozenset(k for k, c in zip(layers, on_l, strict=True) if c))
+            g2, cg2 = build(pick)
+            gone = {t for sw, c in zip(switches, chosen, strict=True) for t in (sw.replaced if c else sw.nodes)}
             where: list[int | None] = [None] * len(sup_cg)
-            for w, t in enumerate(kept):
+            for w, t in enumerate(t for t in range(len(sup_cg)) if t not in gone):
                 where[t] = w
-                if g2.nodes[w].name != sup.graph.nodes[t].name:
+                if g2.nodes[w].name != sup.graph.nodes[t].name or g2.nodes[w].op != sup.graph.nodes[t].op:
                     raise AssertionError(f"{g2.nodes[w].name} != {sup.graph.nodes[t].name}")
-            realised[key] = (choice, g2, cg2, where)
-        return realised[key][2], realised[key][3]
+            realised[key] = (pick, cg2, where)
+        return realised[key][1], realised[key][2]
 
-    # start from the best heuristic plan of fp32 or greedy storage (every heuristic plan is a plan here)
+    # start from the best heuristic plan of fp32 or greedy (every heuristic plan is a plan here)
     starts = []
-    for chosen in ([False] * len(cands), [True] * len(cands)):
+    for chosen in ([False] * len(switches), [True] * len(switches)):
         h = best_heuristic(realise(chosen)[0], arena_budget, deadline_s, recompute=strategy != "page-only",
                            paging=strategy != "remat-only")
         if h is not None:
             starts.append((h.energy_j, chosen, h))
     warm = min(starts, key=lambda x: x[0])[1:] if starts else None
-    say(f"precision auto: one MILP, {len(cands)} saved tensors may go low (a switch each, with the plan)")
+    say(f"precision auto: one MILP, {len(stores)} saved tensors may go 16-bit and {len(layers)} layers int8 "
+        f"(a switch each, decided with the plan)")
     plan, chosen, _ = solve_switched(sup_cg, tuple(switches), realise, arena_budget, deadline_s, solver=solver,
                                      time_limit_s=time_limit_s, gap=gap, progress=say,
                                      recompute=strategy != "page-only", paging=strategy != "remat-only",
                                      warm_start=warm, strategy=strategy)
-    scores: dict[str, float] = {"joint": plan.energy_j if found(plan) else math.inf}
-    choice = realised[tuple(chosen)][0] if found(plan) else {}
+    best_e = plan.energy_j if found(plan) else math.inf
+    scores: dict[str, float] = {"joint": best_e}
+    pick = realised[tuple(chosen)][0] if found(plan) else fp32
     if plan.status in ("feasible", "no-solution"):  # unproven: fp32 and greedy are planned too, the best wins
-        for name, c in (("fp32", {}), ("greedy", greedy)):
+        for name, c in (("fp32", fp32), ("greedy", greedy)):
             e, p = scored(c)
             scores[name] = e
-            if e < (plan.energy_j if found(plan) else math.inf):
-                choice, plan = c, p
-        say(f"precision auto: the MILP stopped unproven ({plan.status}); fp32 {_uj(scores['fp32'])}, greedy "
+            if e < best_e:
+                pick, plan, best_e = c, p, e
+        say(f"precision auto: the MILP stopped unproven; fp32 {_uj(scores['fp32'])}, greedy "
             f"{_uj(scores['greedy'])}, joint {_uj(scores['joint'])}")
-    g2, cg2 = build(choice)
-    say(f"precision auto: {len(choice)} stored narrow, {_uj(plan.energy_j if found(plan) else math.inf)}")
-    return Selection("auto", choice, g2, cg2, changes_of(g, choice), plan if found(plan) else None, len(scores),
-                     scores)
+    say(f"precision auto: {len(pick[0])} stored narrow, {len(pick[1])} layers int8, {_uj(best_e)}")
+    return selection(pick, plan if found(plan) else None, len(scores), scores)
 
 
 JOINT = ("poet", "remat-only", "page-only")  # the strategies whose MILP takes the switches

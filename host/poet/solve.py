@@ -43,10 +43,11 @@ no self-free term to get wrong; parameters, gradients and the staged
 batch are outside the arena: the caller passes arena_budget = RAM - fixed part.
 Every plan returned is replayed by simulate.py, an independent checker.
 
-Switches (solve_switched; poet.precision stores saved tensors narrow with them): a binary
-Z per switch chooses between two forms of the graph inside the same MILP. A switch's
-nodes run in their own stage only when Z = 1 (R[t,t] = Z instead of 1, their bytes and
-costs times Z) and are never present when Z = 0; a switched edge (j, d_off, d_on) makes
+Switches (solve_switched; poet.precision stores saved tensors narrow and runs layers in int8
+with them): a binary Z per switch chooses between two forms of the graph inside the same
+MILP. A switch's nodes run in their own stage only when Z = 1 (R[t,t] = Z instead of 1,
+their bytes and costs times Z) and are never present when Z = 0, the nodes it replaces
+likewise with 1 - Z; a switched edge (j, d_off, d_on) makes
 compute j read d_off when Z = 0 and d_on when Z = 1 (both are deps of j in the graph:
 R <= P[d_off] + Z and R <= P[d_on] + 1 - Z). Their stages run nothing else when Z = 0,
 so removing the unchosen nodes leaves a plan of the chosen graph with the same energy.
@@ -114,11 +115,18 @@ class _Milp:
     budget: pulp.LpVariable | None = None
     live: list[tuple[pulp.LpVariable, list[pulp.LpVariable]]] = field(default_factory=list)  # var >= each
     Z: list[pulp.LpVariable] = field(default_factory=list)  # one per switch
-    own: dict[int, pulp.LpVariable] = field(default_factory=dict)  # node of a switch -> its Z
+    own: dict[int, tuple[pulp.LpVariable, bool]] = field(default_factory=dict)  # switched node -> (Z, runs if Z=1)
+
+    def runs(self, t: int) -> pulp.LpAffineExpression | pulp.LpVariable | int:
+        """Whether node t exists: 1, or its switch's Z (1 - Z for a node the switch replaces)."""
+        if t not in self.own:
+            return 1
+        z, on = self.own[t]
+        return z if on else 1 - z
 
     def present(self, t: int, i: int) -> pulp.LpAffineExpression | pulp.LpVariable | int:
         if i == t:
-            return self.own.get(t, 1)
+            return self.runs(t)
         return pulp.lpSum(v[t, i] for v in (self.S, self.Min, self.R) if (t, i) in v)
 
     def energy_terms(self, graph: CostedGraph) -> list[tuple[pulp.LpVariable, float]]:
@@ -126,33 +134,38 @@ class _Milp:
         return ([(v, n[i].compute_j) for (_, i), v in self.R.items()]
                 + [(v, n[i].page_in_j) for (_, i), v in self.Min.items()]
                 + [(v, n[i].page_out_j) for (_, i), v in self.Mout.items()]
-                + [(z, n[t].compute_j) for t, z in self.own.items()])
+                + [(z, n[t].compute_j if on else -n[t].compute_j) for t, (z, on) in self.own.items()])
 
     def time_terms(self, graph: CostedGraph, paging: bool = True) -> list[tuple[pulp.LpVariable, float]]:
         n = graph.nodes
-        computes = [(v, n[i].compute_s) for (_, i), v in self.R.items()] + [(z, n[t].compute_s)
-                                                                            for t, z in self.own.items()]
+        computes = [(v, n[i].compute_s) for (_, i), v in self.R.items()] + [
+            (z, n[t].compute_s if on else -n[t].compute_s) for t, (z, on) in self.own.items()]
         if not paging:
             return computes
         return (computes + [(v, n[i].page_in_s) for (_, i), v in self.Min.items()]
                 + [(v, n[i].page_out_s) for (_, i), v in self.Mout.items()])
 
     def fixed_j(self, graph: CostedGraph) -> float:
-        """Energy every plan spends: each node not in a switch, computed once in its own stage."""
-        return sum(n.compute_j for n in graph.nodes if n.id not in self.own)
+        """The energy_terms' constant: each node computed once in its own stage, but a switch's."""
+        return sum(n.compute_j for n in graph.nodes if n.id not in self.own or not self.own[n.id][1])
+
+    def fixed_s(self, graph: CostedGraph) -> float:
+        return sum(n.compute_s for n in graph.nodes if n.id not in self.own or not self.own[n.id][1])
 
 
 @dataclass(frozen=True)
 class Switch:
     """A yes/no choice made in the MILP with the plan (module docstring, "Switches").
 
-    nodes: run (in their own stage) and exist only when chosen; edges: (reader j, d_off, d_on),
-    j reads d_off when not chosen and d_on when chosen, both listed in j's deps.
+    nodes: run (in their own stage) and exist only when chosen; replaced: only when not chosen;
+    edges: (reader j, d_off, d_on), j reads d_off when not chosen and d_on when chosen, both
+    listed in j's deps.
     """
 
     name: str
     nodes: tuple[int, ...]
     edges: tuple[tuple[int, int, int], ...] = ()
+    replaced: tuple[int, ...] = ()
 
 
 def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, recompute: bool = True,
@@ -190,20 +203,18 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
     for n_sw, sw in enumerate(switches):
         z = prob.add_variable(f"Z_{n_sw}", cat=pulp.LpBinary)
         m.Z.append(z)
-        for t in sw.nodes:
+        for t, on in [(t, True) for t in sw.nodes] + [(t, False) for t in sw.replaced]:
             if t in m.own or nodes[t].kind not in PURE_KINDS:
                 raise ValueError(f"switch {sw.name}: node {t} is in another switch or not a forward node")
-            m.own[t] = z
+            m.own[t] = (z, on)
         for j, off, on in sw.edges:
             if off not in nodes[j].deps or on not in nodes[j].deps:
                 raise ValueError(f"switch {sw.name}: {j} does not read both {off} and {on}")
             cond[j, off], cond[j, on] = (z, False), (z, True)
-    for t, z in m.own.items():  # an unchosen node's stage runs nothing, and its tensor never exists
+    for t in m.own:  # the stage of a node that does not run runs nothing, and its tensor never exists
         for v in (m.R, m.Min, m.Mout):
             for key in [k for k in v if k[0] == t]:
-                prob += v[key] <= z, f"idle_{v[key].name}"
-        if (t, t) in m.Mout:
-            prob += m.Mout[t, t] <= z, f"made_{t}"
+                prob += v[key] <= m.runs(t), f"idle_{v[key].name}"
     outs: dict[int, list[tuple[int, pulp.LpVariable]]] = {}
     for (t, i), v in sorted(m.Mout.items()):
         outs.setdefault(i, []).append((t, v))
@@ -213,13 +224,13 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
     for (t, i), v in m.Min.items():
         prob += v <= pulp.lpSum(o for s, o in outs.get(i, []) if s < t), f"pagein_{t}_{i}"
     for (t, i) in m.S:
-        prob += m.present(t, i) <= m.own.get(i, 1), f"one_{t}_{i}"
+        prob += m.present(t, i) <= m.runs(i), f"one_{t}_{i}"
         prob += m.S[t, i] <= m.present(t - 1, i), f"keep_{t}_{i}"
     for (t, i), v in m.Mout.items():
         if t > i:
             prob += v <= m.present(t, i), f"pageout_{t}_{i}"
     for t in range(n_nodes):
-        computed = [(t, m.own.get(t, 1))] + [(i, m.R[t, i]) for i in range(t) if (t, i) in m.R]
+        computed = [(t, m.runs(t))] + [(i, m.R[t, i]) for i in range(t) if (t, i) in m.R]
         for i, r in computed:
             for d in dict.fromkeys(nodes[i].deps):  # a hand-made graph may repeat an edge
                 if nodes[d].bytes > 0:
@@ -240,7 +251,7 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
         _memory_rows(m, graph, t, sorted(resident[t]), reads, limit)
 
     # the deadline row is scaled to 1 so solver tolerances are relative to the deadline
-    fixed_s = sum(n.compute_s for n in nodes if n.id not in m.own)
+    fixed_s = m.fixed_s(graph)
     if deadline_s <= 0:
         raise ValueError("deadline_s must be positive")
     prob += (pulp.lpSum(c / deadline_s * v for v, c in m.time_terms(graph, semantics.paging_in_deadline) if c)
@@ -271,7 +282,7 @@ def _memory_rows(m: _Milp, graph: CostedGraph, t: int, tensors: list[int], reads
     """
     nodes, prob = graph.nodes, m.prob
     cands = [k for k in range(t) if (t, k) in m.R] + [t]  # computes stage t may run
-    pieces: dict[int, list[tuple[int, Any]]] = {t: [(len(cands) - 1, nodes[t].bytes * m.own.get(t, 1))]}
+    pieces: dict[int, list[tuple[int, Any]]] = {t: [(len(cands) - 1, nodes[t].bytes * m.runs(t))]}
     for i in tensors:
         b = nodes[i].bytes
         early = m.S[t, i] + m.Min.get((t, i), 0)
@@ -647,7 +658,7 @@ def solve_switched(graph: CostedGraph, switches: tuple[Switch, ...], realise: Re
         return plan, [False] * len(switches), graph
     chosen = [round(z.varValue or 0.0) == 1 for z in m.Z]
     sub, where = realise(chosen)
-    dropped = {t for sw, c in zip(switches, chosen, strict=True) if not c for t in sw.nodes}
+    dropped = {t for sw, c in zip(switches, chosen, strict=True) for t in (sw.replaced if c else sw.nodes)}
     if {t for t, w in enumerate(where) if w is None} != dropped:
         raise AssertionError("realise() dropped other nodes than the unchosen switches'")
     plan.stages = _extract_switched(graph, m, sub, where)
