@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from conftest import REPO, needs_tools
 from fwhelpers import native_link
 from poet.boards import load_board
 from poet.costs import costed, load_profile
@@ -396,17 +397,42 @@ def test_poet_train_with_auto_runs_the_narrow_graph_and_records_it(tmp_path: Pat
     assert "precision auto:" in out
     # the run's energy report says which tensors changed precision and what their casts cost
     report = (run_dir / "report.txt").read_text()
-    assert f"precision: {len(stored)} tensor(s) stored narrow" in report, report
+    assert f"precision: {len(stored)} tensor(s) stored narrow, 0 layer(s) in int8" in report, report
     for s in stored:
         assert f"{s['name']}: fp32 -> {s['dtype']}" in report
+
+
+@needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
+def test_poet_train_on_the_m0_runs_int8_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`poet train --board mkr1000 --precision auto` on the emulated Cortex-M0: auto runs every layer in
+    int8 (soft-float fp32 costs four times as much), the board trains that graph, the report lists the
+    layers, and the accuracy stays within a point of the same run in fp32."""
+    from poet.cli import main
+
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mkr1000.yaml").write_bytes((REPO / "profiles" / "mkr1000.yaml").read_bytes())
+    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path))
+    acc = {}
+    for mode in ("fp32", "auto"):
+        run_dir = tmp_path / "runs" / mode
+        assert main(["train", "--board", "mkr1000", "--model", "mlp-tiny", "--batch", "8", "--ram", "32k",
+                     "--epochs", "2", "--data-limit", "64", "--lr", "0.1", "--precision", mode,
+                     "--run-dir", str(run_dir)]) == 0
+        acc[mode] = json.loads((run_dir / "state.json").read_text())["history"][-1]["accuracy"]
+    capsys.readouterr()
+    plan = json.loads((tmp_path / "runs" / "auto" / "plan.json").read_text())
+    layers = [x["name"] for x in plan["precision"]["int8"]]
+    assert layers == ["fc1/forward", "fc2/forward", "fc3/forward", "fc4/forward"], plan["precision"]
+    report = (tmp_path / "runs" / "auto" / "report.txt").read_text()
+    assert f"{len(layers)} layer(s) in int8" in report and all(f"{n}: int8 forward" in report for n in layers)
+    assert abs(acc["auto"] - acc["fp32"]) <= 0.01, acc
 
 
 def test_cli_precision_refusals_and_output(tmp_path: Path) -> None:
     import os
     import subprocess
     import sys
-
-    from conftest import REPO
 
     shutil.copytree(REPO / "profiles", tmp_path / "profiles")
     (tmp_path / "profiles" / "nrf52840.yaml").write_text(yaml.safe_dump(_profile()))

@@ -79,23 +79,26 @@ def header(acct: Account, trace: Trace, board: Board, measured: Measured | None 
     ]
 
 
-NARROW_BYTES = {"fp16": 2, "bf16": 2, "int8": 1}  # bytes an element of each type a cast makes
+NARROW_BYTES = {"fp16": 2, "bf16": 2}  # bytes an element of each storage type a cast makes
 
 
 def precision_lines(acct: Account, trace: Trace) -> list[str]:
     """Which tensors the plan stored narrow (poet.precision's cast nodes, named `<tensor>/<type>` and
-    `<tensor>/<type>/fp32` for the way back) and what their casts cost; nothing for an fp32 plan."""
-    casts = [n for n in trace.nodes if n.get("op") == "cast"]
-    narrow = [n for n in casts if n["name"].rsplit("/", 1)[-1] in NARROW_BYTES]
-    if not narrow:
+    `<tensor>/<type>/fp32` for the way back), which layers ran in int8, and what the casts and int8
+    scales cost; nothing for an fp32 plan."""
+    narrow = [n for n in trace.nodes if n.get("op") == "cast" and n["name"].rsplit("/", 1)[-1] in NARROW_BYTES]
+    layers = [n for n in trace.nodes if n.get("op") in ("linear_i8", "conv2d_i8")]
+    if not narrow and not layers:
         return []
-    cost = sum(acct.tensors[n["name"]].energy_j for n in casts if n["name"] in acct.tensors)
-    out = [f"  precision: {len(narrow)} tensor(s) stored narrow, their casts {fmt_j(cost).strip()} "
-           f"({pct(cost, acct.total_j).strip()} of the energy):"]
+    cost = sum(acct.tensors[n["name"]].energy_j for n in trace.nodes
+               if n.get("op") in ("cast", "absmax") and n["name"] in acct.tensors)
+    out = [f"  precision: {len(narrow)} tensor(s) stored narrow, {len(layers)} layer(s) in int8; casts and int8 "
+           f"scales {fmt_j(cost).strip()} ({pct(cost, acct.total_j).strip()} of the energy)"]
     for n in narrow:
         src, dt = n["name"].rsplit("/", 1)
         fp32 = n["bytes"] // NARROW_BYTES[dt] * 4
         out.append(f"    {src}: fp32 -> {dt}, {fp32} B -> {n['bytes']} B")
+    out += [f"    {n['name']}: int8 forward (int32 accumulate), fp32 backward" for n in layers]
     return out
 
 
