@@ -1,18 +1,21 @@
-"""Energy, time and peak RAM of fp32, greedy and auto storage precision per zoo model on the nRF52840.
+"""Energy, time and peak RAM of fp32, greedy and auto precision per zoo model on the nRF52840 (or --board).
 
-Usage: .venv/bin/python benchmarks/precision_zoo.py [--profile P] [--deadline 3] [--time-limit S] [--models a,b]
+Usage: .venv/bin/python benchmarks/precision_zoo.py [--board nrf52840] [--profile P] [--deadline 3]
+       [--time-limit S] [--models a:batch,b:batch]
 
-Each model is traced at its batch (below), costed for the nrf52840 and planned by the POET MILP at
+Each model is traced at its batch (below), costed for the board and planned by the POET MILP at up to
 three arena budgets: `tight`, halfway between the smallest arena an fp32 plan fits at the deadline and
 what keeping every fp32 activation needs (so paging and recomputation matter); `roomy`, the keep-all
 peak (nothing needs paging: the casts can only cost); `below fp32`, halfway between the smallest arena
 a greedy plan fits in and the smallest an fp32 plan fits in (no fp32 plan exists there). At each
 budget: fp32 (no casts), greedy (every saved tensor the rules allow stored in 16 bits, the cheaper cast
-type on this board, casts ignored when choosing but counted in the plan) and auto
-(poet.precision.select: the least-energy storage set found, fp32 and greedy among the candidates).
+type on this board, and every linear and conv2d forward in int8, casts ignored when choosing but
+counted in the plan) and auto (poet.precision.select: one MILP with a switch per tensor and per layer;
+`solved` 3 means it stopped unproven at the time limit and fp32 and greedy were planned too).
 RAM = the fixed part (parameters, gradients, optimizer state, staged batch, firmware static) + the
-plan's peak arena; above the board's 256 KiB it is the profile's cost model with more memory, not a
-plan the real board could hold.
+plan's peak arena; above the board's RAM it is the profile's cost model with more memory, not a plan
+the real board could hold. Layer shapes the profile lacks (every zoo model but the digits ones) are
+estimated from the nearest measured shape of the same op (poet.costs.estimate_op).
 
 Cast costs come from the profile's `casts:` section (`poet profile --casts`). When the profile has none,
 the nrf52840 fits of docs/benchmarks.md "Precision: cast and int8 kernel costs" (emulated, 2026-11-21)
@@ -45,35 +48,43 @@ NRF52840_CASTS: dict[str, Any] = {
     "fp32->bf16": {"cycles_per_elem": 11.0, "cycles_fixed": 204.0},
     "bf16->fp32": {"cycles_per_elem": 5.0, "cycles_fixed": 196.0},
 }
-# (model, batch): the zoo models small enough to plan in seconds; mobilenetv2, resnet18, vgg16 and
-# bert-base are left out (hundreds of nodes: one MILP takes minutes, auto solves dozens)
-MODELS = (("mlp-digits", 16), ("cnn-digits", 16), ("lenet", 4), ("transformer-block", 2), ("bert-tiny", 1))
-RUNTIME_STATIC = 28672  # the nrf52840 firmware's static RAM (profiles/nrf52840.yaml runtime_static_bytes)
+# (model, batch) per board: every zoo model on the nrf52840 (the large ones at batch 1: their MILPs
+# have hundreds of stages), the model small enough for the mkr1000's 32 KB there
+MODELS = {
+    "nrf52840": (("mlp-digits", 16), ("cnn-digits", 16), ("lenet", 4), ("transformer-block", 2), ("bert-tiny", 1),
+                 ("mobilenetv2-cifar-0.35", 1), ("mobilenetv2-cifar", 1), ("resnet18-cifar", 1),
+                 ("vgg16-cifar", 1), ("bert-base", 1)),
+    "mkr1000": (("mlp-tiny", 8),),
+}
 
 
-def with_casts(prof: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def with_casts(prof: dict[str, Any], board: str) -> tuple[dict[str, Any], str]:
     if prof.get("casts"):
         return prof, "the profile's casts fits"
+    if board != "nrf52840":
+        raise SystemExit(f"profiles/{board}.yaml has no casts section: run `poet profile --board {board} --casts`")
     return dict(prof, casts=NRF52840_CASTS), "docs/benchmarks.md's emulated nrf52840 fits (profile has none)"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", help="op-cost profile (default profiles/nrf52840.yaml)")
+    ap.add_argument("--board", default="nrf52840", help="nrf52840 (default) or mkr1000")
+    ap.add_argument("--profile", help="op-cost profile (default profiles/<board>.yaml)")
     ap.add_argument("--deadline", type=float, default=3.0, help="multiple of one plain fp32 pass (default 3)")
-    ap.add_argument("--time-limit", type=float, default=10.0, help="per MILP, seconds (default 10)")
-    ap.add_argument("--models", help="comma-separated model:batch (default: the five small zoo models)")
+    ap.add_argument("--time-limit", type=float, default=20.0, help="per MILP, seconds (default 20)")
+    ap.add_argument("--models", help="comma-separated model:batch (default: every zoo model for the nrf52840)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    board = load_board("nrf52840")
-    prof, source = with_casts(load_profile(board.name, Path(args.profile) if args.profile else None))
-    static = int(prof.get("runtime_static_bytes", RUNTIME_STATIC))
-    models = [(m.split(":")[0], int(m.split(":")[1])) for m in args.models.split(",")] if args.models else MODELS
-    print(f"cast costs: {source}; deadline {args.deadline:g}x one fp32 pass; POET MILP (highs, "
+    board = load_board(args.board)
+    prof, source = with_casts(load_profile(board.name, Path(args.profile) if args.profile else None), board.name)
+    static = int(prof["runtime_static_bytes"])
+    models = ([(m.split(":")[0], int(m.split(":")[1])) for m in args.models.split(",")] if args.models
+              else MODELS.get(board.name, ()))
+    print(f"{board.name}; cast costs: {source}; deadline {args.deadline:g}x one fp32 pass; POET MILP (highs, "
           f"{args.time_limit:g} s per solve)\n")
-    print("| model (batch) | budget | RAM | mode | stored low | energy uJ | time ms | peak RAM B | vs fp32 energy |"
-          " plans solved | wall s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model (batch) | budget | RAM | mode | stored 16-bit | int8 layers | energy uJ | time ms | peak RAM B |"
+          " vs fp32 energy | solved | wall s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, batch in models:
         model, spec = get_model(name)
         g = trace(model, name, spec.input_shape, spec.classes, batch, spec.input_dtype)
@@ -100,15 +111,14 @@ def main() -> None:
                 wall = time.perf_counter() - t0
                 stored = f"{len(sel.changes)} ({sum(c.bytes_saved for c in sel.changes):,} B)"
                 solved = sel.tried if mode == "auto" else 1
+                row = f"| {name} ({batch}) | {label} | {fixed + arena:,} | {mode} | {stored} | {len(sel.int8)} |"
                 if plan is None or not found(plan):
-                    print(f"| {name} ({batch}) | {label} | {fixed + arena:,} | {mode} | {stored} | infeasible | - | "
-                          f"- | - | {solved} | {wall:.1f} |", flush=True)
+                    print(f"{row} infeasible | - | - | - | {solved} | {wall:.1f} |", flush=True)
                     continue
                 if mode == "fp32":
                     base = plan.energy_j
                 vs = f"{plan.energy_j / base - 1:+.1%}" if math.isfinite(base) else "(no fp32 plan)"
-                print(f"| {name} ({batch}) | {label} | {fixed + arena:,} | {mode} | {stored} | "
-                      f"{plan.energy_j * 1e6:,.1f} | {plan.time_s * 1e3:,.2f} | {fixed + plan.peak_bytes:,} | "
+                print(f"{row} {plan.energy_j * 1e6:,.1f} | {plan.time_s * 1e3:,.2f} | {fixed + plan.peak_bytes:,} | "
                       f"{vs} | {solved} | {wall:.1f} |", flush=True)
 
 

@@ -641,6 +641,12 @@ def solve_switched(graph: CostedGraph, switches: tuple[Switch, ...], realise: Re
     and a plan of its realised graph for the solver to start from.
     """
     say = progress or (lambda _msg: None)
+    size = milp_size(graph)
+    if size > MAX_MILP_VARIABLES:
+        say(f"the switched MILP would have about {size:,} variables (> {MAX_MILP_VARIABLES:,}): not built")
+        return (Plan(strategy=strategy, stages=[], status="no-solution", arena_budget=arena_budget,
+                     deadline_s=deadline_s, solver="none", gap=math.inf, note="too large to build"),
+                [False] * len(switches), graph)
     m = _build(graph, arena_budget, deadline_s, recompute=recompute, paging=paging, switches=switches)
     warm = False
     if warm_start is not None:
