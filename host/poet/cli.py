@@ -352,12 +352,13 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                    help="stop the MILP once its plan is proven within this relative gap, e.g. 0.01 (default 0)")
     p.add_argument("--profile", help="op-cost profile (default profiles/<board>.yaml)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "greedy", "auto"],
-                   help="storage of saved activations: fp32 keeps every value (default); greedy stores every "
-                   "allowed one in 16 bits; auto picks, per tensor, what gives the least energy with the casts "
-                   "counted (greedy and auto change values by 16-bit rounding)")
+                   help="fp32 keeps every value (default); greedy stores every allowed saved activation in 16 "
+                   "bits and runs every linear and conv2d forward in int8; auto decides each tensor and layer "
+                   "inside the planner's MILP, casts counted, for the least energy (greedy and auto change "
+                   "values by 16-bit rounding and int8 quantisation)")
     p.add_argument("--precision-rules", metavar="FILE",
-                   help="which tensors may go low (default: poet's data/precision.yaml: softmax, loss and "
-                   "norm inputs stay fp32)")
+                   help="which tensors may go 16-bit and which layers int8 (default: poet's "
+                   "data/precision.yaml: softmax, loss and norm inputs stay fp32)")
 
 
 class _Parser(argparse.ArgumentParser):
