@@ -241,7 +241,10 @@ def with_cast_costs(g: TrainingGraph, board: Board, profile: dict[str, Any]) -> 
             continue
         c = cast_cost(board, profile, n.attrs["n"], n.attrs["from"], n.attrs["to"])
         if c is not None:
-            ops[op_key(n)] = {"time_s": c[0], "energy_j": c[1], "work": n.attrs["n"],
+            # no "work": an entry made for this graph's casts must not move the estimates of the ops the
+            # profile lacks (costs.estimate_op scales measured entries), or a node would cost differently
+            # in graphs with other casts, and the switched MILP's costs would not be the realised graph's
+            ops[op_key(n)] = {"time_s": c[0], "energy_j": c[1],
                               "provenance": "the profile's casts fit (cycles = r n + c)"}
     return dict(profile, ops=ops)
 
