@@ -459,8 +459,17 @@ def test_cli_precision_refusals_and_output(tmp_path: Path) -> None:
     r = poet("solve", "--model", "mlp-digits", "--ram", "80k", "--precision", "auto", "--precision-rules",
              str(tmp_path / "missing.yaml"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "missing.yaml" in r.stderr, r.stderr
+    (tmp_path / "bad.yaml").write_text("int8: [matmul]\n")
+    r = poet("solve", "--model", "mlp-digits", "--ram", "80k", "--precision", "auto", "--precision-rules",
+             str(tmp_path / "bad.yaml"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "int8 kernels are linear, conv2d" in r.stderr, r.stderr
     r = poet("solve", "--model", "mlp-digits", "--ram", "80k", "--precision", "greedy")
     assert r.returncode == 0, r.stderr
     assert "precision greedy: 4 saved tensors stored narrow" in r.stdout and "bf16" in r.stdout
+    assert "4 layers in int8" in r.stdout and "fc1/forward" in r.stdout and "int8 forward" in r.stdout
+    # on the M0, auto runs mlp-tiny's layers in int8 and the schedule lowers
+    r = poet("solve", "--board", "mkr1000", "--model", "mlp-tiny", "--batch", "8", "--ram", "32k", "--precision",
+             "auto", "-o", str(tmp_path / "m0.poet"))
+    assert r.returncode == 0 and "4 layers in int8" in r.stdout, r.stdout + r.stderr
     r = poet("solve", "--model", "mlp-digits", "--ram", "80k", "--precision", "greedy", "-o", str(tmp_path / "g.poet"))
     assert r.returncode == 0 and (tmp_path / "g.poet").stat().st_size > 0, r.stderr
