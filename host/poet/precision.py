@@ -1,27 +1,28 @@
-"""Storage precision of saved activations: which ones the training step keeps at half size.
+"""Precision: which saved activations the training step keeps at half size, which layers run in int8.
 
 A saved activation (a forward tensor some backward node reads, `TrainingGraph.saved_ids`) may
 be stored in fp16 or bf16 instead of fp32. Stored low, it is made in fp32 as before, cast to the
 narrow type right after (a cast node: the fp32 tensor and its narrow copy are in RAM at once),
 the narrow copy is what the plan keeps or pages between the forward and the backward pass (half
 the bytes), and right before its first backward reader a cast back to fp32 makes the tensor the
-backward kernels read (again both copies at once). `apply_storage` writes exactly that into the
-training graph, so the planner, the simulator, the lowering and the runtime need nothing new:
-they plan, replay, lower and run the cast nodes like any other forward op.
+backward kernels read (again both copies at once). A linear or conv2d forward may run in int8:
+its input and weight are quantised (absmax scale, cast) and the int8 kernel writes the fp32
+output; the backward pass reads the fp32 input and weight as before. `apply_storage` writes
+exactly that into the training graph, so the planner, the simulator, the lowering and the
+runtime need nothing new: they plan, replay, lower and run these nodes like any other forward op.
 
 Three modes (docs/planner.md "Precision"):
 
 - `fp32`: no transform; the plan is the one poet made before precision existed, bit for bit.
-- `greedy`: every saved tensor the rules allow goes low, whatever the casts cost (the baseline).
+- `greedy`: every saved tensor and layer the rules allow goes low, whatever the casts cost (the
+  baseline).
 - `auto`: the choice that gives the least-energy plan at the same RAM budget and deadline, made
-  inside the POET MILP: the graph with every allowed tensor's casts is planned with one switch
-  per tensor (poet.solve.Switch: the casts run only when it is on, and the backward readers read
-  the fp32 tensor or its cast back as it says), so the storage and the plan are one optimum.
-  fp32 and greedy are points of that MILP, so a proven auto plan is never worse than either; a
-  MILP stopped by its time limit is compared with both and the best of the three is taken.
-
-Only storage changes precision here: every op still computes in fp32 (int8 compute, ops 51-52,
-is a later step).
+  inside the POET MILP: the graph with every allowed tensor's casts and every allowed layer's
+  int8 form beside its fp32 one is planned with one switch each (poet.solve.Switch: the switch's
+  nodes run only when it is on, the nodes it replaces only when off, and readers read whichever
+  runs), so the precision and the plan are one optimum. fp32 and greedy are points of that MILP,
+  so a proven auto plan is never worse than either; a MILP stopped by its time limit is compared
+  with both and the best of the three is taken.
 """
 
 from __future__ import annotations
