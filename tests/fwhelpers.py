@@ -8,6 +8,7 @@ formats, not at the tracer.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -259,10 +260,13 @@ def make_batches(net: Net, n: int, seed: int) -> list[tuple[np.ndarray, np.ndarr
 
 
 @contextlib.contextmanager
-def native_link(workdir: Path, target: str = "linux", timeout_s: float = 10.0) -> Iterator[Link]:
-    """The native runtime as a child process speaking the protocol on stdin/stdout."""
+def native_link(workdir: Path, target: str = "linux", timeout_s: float = 10.0,
+                env: dict[str, str] | None = None) -> Iterator[Link]:
+    """The native runtime as a child process speaking the protocol on stdin/stdout; `env` adds to
+    the inherited environment (e.g. POET_MARK_LOG)."""
     cmd = firmware.command(target)
-    proc = subprocess.Popen(cmd, cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=None if env is None else {**os.environ, **env})
     link = Link(ProcessPort(proc), timeout_s=timeout_s)
     try:
         yield link

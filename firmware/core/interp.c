@@ -351,6 +351,8 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
         int err = 0;
 
 #if POET_TRACE
+        /* high from just before t0 to just after the record's end, so each pulse spans its ticks */
+        port_mark(1);
         t0 = port_ticks();
 #endif
         if ((op == POET_I_COMPUTE || op == POET_I_RECOMPUTE || op == POET_I_PAGE_IN) && bytes) {
@@ -391,6 +393,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
         {
             poet_trace_t *r = &trace[i];
             r->ticks = port_ticks() - t0;
+            port_mark(0); /* before the error check below, so a failed step leaves the pin low too */
             r->instr = i;
             r->node = node;
             r->kind = trace_kind(poet_node_kind(m, node), op);

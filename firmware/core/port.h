@@ -32,4 +32,10 @@ uint32_t port_pool_bytes(void);
 /* Wait for something to happen (an interrupt) without burning the CPU. */
 void port_idle(void);
 
+/* The op marker: drive a pin high (running = 1) while one schedule instruction runs, low
+ * otherwise. A power meter's logic input (PPK2 D0) or a logic analyser then sees each op as a
+ * pulse on its own clock, which is how its samples are lined up with the trace's records
+ * (host: meters/align.events_from_markers). A port without such a pin does nothing. */
+void port_mark(int running);
+
 #endif

@@ -17,6 +17,7 @@ static uint32_t swap_len;
 static uint32_t ticks;
 static uint8_t out_frame[2u * POET_PACKET_MAX]; /* the reply frame being written, COBS-encoded */
 static size_t out_len;
+static int marked; /* the op marker's level (port_mark) */
 
 static union {
     double align;
@@ -82,6 +83,12 @@ static void check_reply(void)
 void port_write(const uint8_t *p, size_t n)
 {
     size_t k;
+    /* Replies go out between steps: a marker still high here is a pulse no op ends, which would
+     * shift every later op's energy onto the wrong record. */
+    if (marked) {
+        fprintf(stderr, "fuzz_port: op marker still high while replying\n");
+        abort();
+    }
     for (k = 0; k < n; k++) {
         if (p[k] == 0) {
             check_reply();
@@ -97,6 +104,16 @@ void port_write(const uint8_t *p, size_t n)
 
 uint32_t port_ticks(void) { return ticks++; }
 uint32_t port_tick_hz(void) { return 1000000u; }
+
+/* Strictly alternating, as a meter counting pulses per record needs. */
+void port_mark(int running)
+{
+    if ((running != 0) == marked) {
+        fprintf(stderr, "fuzz_port: op marker driven %s twice in a row\n", running ? "high" : "low");
+        abort();
+    }
+    marked = running != 0;
+}
 
 /* The validated model bounds every pager access to the swap area Σ bytes; no harness-side
  * clipping, so an access outside it is reported, not hidden. */

@@ -1,6 +1,7 @@
 /* The ESP32-C3 itself, bare metal (no ESP-IDF): the serial link on the chip's USB-Serial/JTAG
  * controller (the port a DevKit enumerates as 303a:1001), SYSTIMER unit 0 as the 16 MHz tick
- * counter, and an SD card in SPI mode as the pager (drivers/sd_spi.c) on bit-banged GPIOs.
+ * counter, an SD card in SPI mode as the pager (drivers/sd_spi.c) on bit-banged GPIOs, and the
+ * op marker (port_mark) on GPIO4.
  *
  * Sources for every address and bit below: ESP32-C3 Technical Reference Manual (TRM), cited by
  * chapter name, cross-checked against ESP-IDF's register headers for the chip
@@ -140,6 +141,15 @@
 #endif
 #ifndef SD_CS_PIN
 #define SD_CS_PIN 10u
+#endif
+/* The op marker (port_mark): GPIO4 by default, a DevKitM-1 header pin clear of the duties above
+ * and of the SD pins, for a PPK2 logic input. Override with -DPOET_MARK_PIN=... */
+#ifndef POET_MARK_PIN
+#define POET_MARK_PIN 4u
+#endif
+#if POET_MARK_PIN == SD_SCK_PIN || POET_MARK_PIN == SD_MOSI_PIN || POET_MARK_PIN == SD_MISO_PIN || \
+    POET_MARK_PIN == SD_CS_PIN || (POET_MARK_PIN >= 12u && POET_MARK_PIN <= 19u) || POET_MARK_PIN > 21u
+#error "POET_MARK_PIN: an SD, flash or USB pin, or not a GPIO (0-21)"
 #endif
 /* The swap area: raw sectors from the 1 MiB mark (where partitioning tools put the first
  * partition, so the card's partition table survives, its file system does not). 32 MiB. */
@@ -371,6 +381,15 @@ static void gpio_output(uint32_t pin, int level)
     GPIO_ENABLE_W1TS = 1u << pin;
 }
 
+/* W1TS/W1TC: one store each way, so the pulse outlasts the record's ticks by a few cycles. */
+void port_mark(int running)
+{
+    if (running)
+        GPIO_OUT_W1TS = 1u << POET_MARK_PIN;
+    else
+        GPIO_OUT_W1TC = 1u << POET_MARK_PIN;
+}
+
 static void pager_hw_init(void)
 {
     gpio_output(SD_CS_PIN, 1);   /* deselected */
@@ -442,6 +461,7 @@ int main(void)
     USJ_INT_CLR = USJ_INT_SERIAL_OUT_RECV_PKT;
     USJ_INT_ENA = USJ_INT_SERIAL_OUT_RECV_PKT;
     interrupts_init();
+    gpio_output(POET_MARK_PIN, 0);
     pager_hw_init();
     __asm__ volatile("csrs mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
 

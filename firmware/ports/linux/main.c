@@ -1,10 +1,13 @@
 /* Native Linux port: the protocol on stdin/stdout (binary), or on a pseudo-terminal the host opens
  * like any serial port (--pty); the pager in ./poet-swap.bin. Used on the RPi 4 and Jetson, for fast
- * differential tests against the Python reference, and under sanitizers. */
+ * differential tests against the Python reference, and under sanitizers. The op marker has no pin
+ * here: with POET_MARK_LOG=<file> its edges are appended to that file instead, one "<level> <ticks>"
+ * line each, which is how tests watch it. */
 #define _XOPEN_SOURCE 600
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,10 @@ static uint8_t inbuf[4096];
 static size_t in_len, in_pos;
 static FILE *swap;
 static int in_fd = 0, out_fd = 1, on_pty;
+static FILE *mark_log;         /* POET_MARK_LOG, or none */
+static char mark_buf[1 << 16]; /* its stdio buffer: static, so an edge never allocates */
+static uint32_t mark_rise;     /* a rising edge's ticks, written out with its fall (port_mark) */
+static int mark_pending;
 
 int port_getc(void)
 {
@@ -53,8 +60,11 @@ int port_getc(void)
     return inbuf[in_pos++];
 }
 
+static void mark_flush(void);
+
 void port_write(const uint8_t *p, size_t n)
 {
+    mark_flush(); /* a host holding a step's DONE finds all of that step's edges in the file */
     while (n > 0) {
         ssize_t w = write(out_fd, p, n);
         if (w <= 0)
@@ -85,6 +95,46 @@ uint32_t port_ticks(void)
 }
 
 uint32_t port_tick_hz(void) { return 1000000000u; }
+
+/* Every edge becomes one line, in call order; only a rise's write waits (until the next edge or
+ * flush), so the formatting lands between ops rather than between the rise and the op's first tick,
+ * and the logged pulse spans its record's ticks within a couple of clock reads. */
+void port_mark(int running)
+{
+    uint32_t t;
+    if (!mark_log)
+        return;
+    t = port_ticks();
+    if (mark_pending)
+        fprintf(mark_log, "1 %" PRIu32 "\n", mark_rise);
+    mark_pending = running != 0;
+    if (running)
+        mark_rise = t;
+    else
+        fprintf(mark_log, "0 %" PRIu32 "\n", t);
+}
+
+static void mark_flush(void)
+{
+    if (!mark_log)
+        return;
+    if (mark_pending)
+        fprintf(mark_log, "1 %" PRIu32 "\n", mark_rise);
+    mark_pending = 0;
+    fflush(mark_log);
+}
+
+static void mark_open(void)
+{
+    const char *path = getenv("POET_MARK_LOG");
+    if (!path || !*path)
+        return;
+    mark_log = fopen(path, "a");
+    if (!mark_log || setvbuf(mark_log, mark_buf, _IOFBF, sizeof mark_buf)) {
+        fprintf(stderr, "poet: cannot write the op marker log POET_MARK_LOG=%s: %s\n", path, strerror(errno));
+        exit(1);
+    }
+}
 
 int port_pager_open(void)
 {
@@ -127,10 +177,15 @@ int main(int argc, char **argv)
         else
             board = argv[i];
     }
+    mark_open();
     if (on_pty)
         in_fd = out_fd = open_pty();
     poet_run();
     if (swap)
         fclose(swap);
+    if (mark_log) {
+        mark_flush();
+        fclose(mark_log);
+    }
     return 0;
 }

@@ -8,6 +8,7 @@
  *   ticks   TC4+TC5 as one 32-bit counter on GCLK0 (no prescaler);
  *   pager   SD card in SPI mode on SERCOM1 (the MKR header's MOSI/SCK/MISO) with chip select on D4,
  *           as on the MKR SD Proto Shield, through drivers/sd_spi.c.
+ *   marker  the op marker (port_mark) on D0 = PA22.
  *
  * Citations "DS x" are sections of the SAM D21/DA1 Family Data Sheet, DS40001882 revision D
  * (Microchip, 2018). Chapters: 9 Product Mapping (base addresses), 10.3.2 NVM Software Calibration
@@ -242,6 +243,21 @@
 #ifndef SD_CS_PIN
 #define SD_CS_PIN 10u
 #endif
+/* The op marker (port_mark): D0 = PA22 by default (variant.cpp row 00), a header pin neither the
+ * UART (PB22/PB23) nor the SD card (PA16/PA17/PA19, CS) uses, for a PPK2 logic input.
+ * -DPOET_MARK_GROUP=... -DPOET_MARK_PIN=... for another. */
+#ifndef POET_MARK_GROUP
+#define POET_MARK_GROUP PA
+#endif
+#ifndef POET_MARK_PIN
+#define POET_MARK_PIN 22u
+#endif
+#if (POET_MARK_GROUP == PB && (POET_MARK_PIN == UART_TX_PIN || POET_MARK_PIN == UART_RX_PIN)) || \
+    (POET_MARK_GROUP == PA && (POET_MARK_PIN == SPI_MOSI_PIN || POET_MARK_PIN == SPI_SCK_PIN || \
+                               POET_MARK_PIN == SPI_MISO_PIN)) || \
+    (POET_MARK_GROUP == SD_CS_GROUP && POET_MARK_PIN == SD_CS_PIN)
+#error "POET_MARK_PIN is a UART or SD card pin"
+#endif
 /* The swap area: raw sectors from the 1 MiB mark, where partitioning tools put the first
  * partition, so the card's partition table survives (its file system does not). 32 MiB, as on the
  * nrf52840. */
@@ -410,6 +426,23 @@ uint32_t port_ticks(void)
 
 uint32_t port_tick_hz(void) { return TICK_HZ; }
 
+/* OUTSET/OUTCLR: one store each way, so the pulse outlasts the record's ticks by a few cycles. */
+void port_mark(int running)
+{
+    if (running)
+        PORT_OUTSET(POET_MARK_GROUP) = 1u << POET_MARK_PIN;
+    else
+        PORT_OUTCLR(POET_MARK_GROUP) = 1u << POET_MARK_PIN;
+}
+
+/* PINCFG cleared (PMUXEN off) in case whatever started us routed the pin to a peripheral: then
+ * OUT drives it. */
+static void mark_init(void)
+{
+    PORT_OUTCLR(POET_MARK_GROUP) = 1u << POET_MARK_PIN; /* low before it drives: no stray pulse */
+    PORT_PINCFG(POET_MARK_GROUP, POET_MARK_PIN) = 0;
+    PORT_DIRSET(POET_MARK_GROUP) = 1u << POET_MARK_PIN;
+}
 
 /* ---- Serial: SERCOM5 USART ------------------------------------------------------------------ */
 
@@ -630,6 +663,7 @@ int main(void)
 
     clock_closed_loop = clock_init();
     tick_init();
+    mark_init();
     uart_init();
     spi_init();
     __asm__ volatile("cpsie i" ::: "memory");

@@ -1,5 +1,5 @@
 /* The nRF52840 itself (nRF52840 DK / Dongle): UARTE0 with EasyDMA for the serial link, TIMER1
- * as the 16 MHz tick counter, and aux storage chosen at build time:
+ * as the 16 MHz tick counter, the op marker on P1.08, and aux storage chosen at build time:
  *   -DPOET_PAGER_SD    SD card in SPI mode on SPIM2 (drivers/sd_spi.c), Arduino header pins;
  *   -DPOET_PAGER_QSPI  the DK's MX25R6435F 8 MB QSPI flash (drivers/nor_pager.c).
  * Register addresses and offsets: nRF52840 Product Specification v1.7 (PS below), cited by
@@ -44,6 +44,14 @@
 #endif
 #ifndef UART_BAUD
 #define UART_BAUD 115200u
+#endif
+/* The op marker (port_mark): P1.08 by default, Arduino header D7 on the DK and used by nothing on
+ * the board, so a PPK2 logic input (D0) can be wired straight to it. */
+#ifndef POET_MARK_PIN
+#define POET_MARK_PIN PIN(1u, 8u)
+#endif
+#if POET_MARK_PIN == UART_TX_PIN || POET_MARK_PIN == UART_RX_PIN
+#error "POET_MARK_PIN is a UART pin"
 #endif
 
 #define REG(a) (*(volatile uint32_t *)(a))
@@ -239,6 +247,20 @@ uint32_t port_ticks(void)
 
 uint32_t port_tick_hz(void) { return TICK_HZ; }
 
+/* One store each way: the pulse outlasts the record's ticks by a few cycles, under one tick. */
+void port_mark(int running)
+{
+    if (running)
+        GPIO_OUTSET(POET_MARK_PIN) = 1u << (POET_MARK_PIN & 31u);
+    else
+        GPIO_OUTCLR(POET_MARK_PIN) = 1u << (POET_MARK_PIN & 31u);
+}
+
+static void mark_init(void)
+{
+    GPIO_OUTCLR(POET_MARK_PIN) = 1u << (POET_MARK_PIN & 31u); /* low before it drives: no stray pulse */
+    GPIO_DIRSET(POET_MARK_PIN) = 1u << (POET_MARK_PIN & 31u);
+}
 
 #ifdef POET_PAGER_SD
 /* SPIM2, ID 35 (PS, "SPIM - Serial peripheral interface master with EasyDMA"): up to 8 Mbps.
@@ -275,6 +297,10 @@ uint32_t port_tick_hz(void) { return TICK_HZ; }
 #endif
 #ifndef SD_CS_PIN
 #define SD_CS_PIN PIN(1u, 12u)
+#endif
+#if POET_MARK_PIN == SD_SCK_PIN || POET_MARK_PIN == SD_MISO_PIN || POET_MARK_PIN == SD_MOSI_PIN || \
+    POET_MARK_PIN == SD_CS_PIN
+#error "POET_MARK_PIN is an SD card pin"
 #endif
 /* The swap area: raw sectors from the 1 MiB mark, where partitioning tools put the first
  * partition, so the card's partition table survives (its file system does not). 32 MiB. */
@@ -439,6 +465,10 @@ int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return sd_pager_re
 #define QSPI_IO1_PIN PIN(0u, 21u)
 #define QSPI_IO2_PIN PIN(0u, 22u)
 #define QSPI_IO3_PIN PIN(0u, 23u)
+#if POET_MARK_PIN == QSPI_SCK_PIN || POET_MARK_PIN == QSPI_CSN_PIN || \
+    (POET_MARK_PIN >= QSPI_IO0_PIN && POET_MARK_PIN <= QSPI_IO3_PIN)
+#error "POET_MARK_PIN is a QSPI flash pin"
+#endif
 
 /* MX25R6435F (Macronix datasheet): JEDEC ID C2 28 17, 8 MB, status register bit 0 WIP, bit 6
  * QE (quad enable, needed for READ4IO/PP4IO), RDSR 0x05, WRSR 0x01, RDID 0x9F. Sector erase
@@ -633,6 +663,7 @@ int main(void)
     TIMER_TASKS_CLEAR = 1;
     TIMER_TASKS_START = 1;
 
+    mark_init();
     uart_init();
     pager_hw_init();
     __asm__ volatile("cpsie i" ::: "memory");

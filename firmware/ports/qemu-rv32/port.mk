@@ -12,7 +12,7 @@ RV32_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errn
                $(RV32_ARCH) --specs=picolibc.specs
 RV32_LDFLAGS := $(RV32_LINK_ARCH) --specs=picolibc.specs -nostartfiles -T ports/qemu-rv32/linker.ld \
                 -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-rv32/poet.map
-RV32_SRC := $(CORE_SRC) ports/qemu-rv32/port.c ports/shared/semihost_pager.c
+RV32_SRC := $(CORE_SRC) ports/qemu-rv32/port.c ports/shared/semihost_pager.c ports/shared/no_marker.c
 RV32_OBJ := $(patsubst %.c,$(BUILD)/qemu-rv32/%.o,$(RV32_SRC)) $(BUILD)/qemu-rv32/ports/qemu-rv32/startup.o
 
 PORTS += qemu-rv32
