@@ -113,6 +113,24 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     assert back.max_energy_range_uj == 99 and back.energy_j()[-1] == pytest.approx((10 + 85) * 1e-6)
 
 
+def test_logic_column_is_optional_and_must_be_input_bits(tmp_path: Path) -> None:
+    """A recording written before the logic column (t_s,power_w) still loads, with no logic; a logic
+    value that is not the bits of D0-D7 is refused in one line naming the sample."""
+    old = tmp_path / "old.csv"
+    old.write_text("# poet-meter/1 meter=ina219 period_s=0.001\nt_s,power_w\n0.0,0.01\n0.001,0.02\n0.002,0.015\n")
+    rec = base.load(old)
+    assert rec.logic is None and rec.power_w is not None and rec.power_w.tolist() == [0.01, 0.02, 0.015]
+    head = "# poet-meter/1 meter=ppk2 period_s=1e-05\nt_s,power_w,logic\n"
+    ok = tmp_path / "ok.csv"
+    ok.write_text(head + "0.0,0.01,0\n1e-05,0.02,255\n2e-05,0.015,129\n")
+    assert base.load(ok).logic.tolist() == [0, 255, 129]  # type: ignore[union-attr]
+    for i, bad in enumerate(["256", "1.5", "-1", "nan"]):
+        f = tmp_path / f"bad{i}.csv"
+        f.write_text(head + f"0.0,0.01,0\n1e-05,0.02,{bad}\n2e-05,0.015,1\n")
+        with pytest.raises(base.RecordingError, match=r"sample 1: logic .* is not the bits of inputs D0-D7"):
+            base.load(f)
+
+
 def write(path: Path, header: str, rows: list[str]) -> Path:
     path.write_text("\n".join([header, *rows]) + "\n")
     return path

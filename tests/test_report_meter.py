@@ -8,12 +8,18 @@ an integrating meter slower than the shortest ops. The measured account must the
 modelled one: the total within 2%, every op spanning >= 10 samples within 2%, the shorter ones
 flagged. Then the refusals: a gap, a recording that stops early, a trace without host times; and a
 RAPL-style counter that wraps.
+
+`--markers`: a PPK2-like recording on its own clock made from the same trace, the op marker on a logic
+input high exactly over each record and a known power per kind: aligned by the pulses, every kind
+comes out within 0.1% of the truth; a recording without a logic column, and pulses that are not one
+per record (too few, too many, none, on another input), are refused in one line with status 2.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -243,3 +249,157 @@ def test_a_resumed_run_appends_to_its_recording(tmp_path: Path) -> None:
     rec = base.load(path, allow_gaps=True)
     assert len(said) == 2 and "meter.csv" in said[-1] and rec.meter == "replay:supply"
     assert np.all(np.diff(rec.t_s) > 0)  # one forward-running clock across both sessions
+
+
+# --- --markers: aligned by the op marker's pulses on a logic input (a PPK2's D0) ---------------------
+
+MARK_PERIOD_S = 1e-5  # a PPK2: 100 kHz
+MARK_IDLE_W = 2e-3  # the interpreter between records, and the board between steps
+# a known power per record kind (a free too: its pulse is an op like any other to the meter)
+LEVEL_W = {"forward": 10e-3, "backward": 20e-3, "recompute": 25e-3, "page_in": 30e-3, "page_out": 40e-3,
+           "optimizer": 15e-3, "free": 5e-3}
+MIN_SAMPLES, GAP_SAMPLES, STEP_GAP_SAMPLES = 3, 2, 50
+
+
+def marked(tr: Trace, *, channel: int = 0, seed: int = 0) -> tuple[base.Recording, dict[str, float]]:
+    """A PPK2-like recording on its own clock (from t=0) of the trace's records laid end to end (each its
+    modelled board time, at least 3 samples, 2 samples of idle between records, 50 between steps), each
+    drawing its kind's LEVEL_W, the marker on logic input `channel` high exactly over each record; and the
+    true joules by accounting kind (a free's and the idle between a step's records are `overhead`)."""
+    modelled = account(tr, load_board(tr.board))
+    p = MARK_PERIOD_S
+    t = 20.5 * p  # every edge half a sample off the grid: midway between the samples either side of it
+    events, power = [], []
+    truth = {k: 0.0 for k in LEVEL_W if k != "free"} | {"overhead": 0.0}
+    for c in modelled.charges:
+        if c.record == OVERHEAD_RECORD:
+            n = len(tr.steps[c.step]["records"])
+            truth["overhead"] += MARK_IDLE_W * (n - 1) * GAP_SAMPLES * p  # inside the step: its remainder
+            t += (STEP_GAP_SAMPLES - GAP_SAMPLES) * p
+            continue
+        kind = tr.steps[c.step]["records"][c.record][2]
+        d = max(round(c.time_s / p), MIN_SAMPLES) * p
+        events.append(al.Event(t, t + d, (c.step, c.record)))
+        power.append(LEVEL_W[kind])
+        truth["overhead" if kind == "free" else kind] += LEVEL_W[kind] * d
+        t += d + GAP_SAMPLES * p
+    rec = synthetic.render(synthetic.Timeline(events, np.array(power), MARK_IDLE_W), p, noise=0.02, seed=seed,
+                           margin_s=1e-3)
+    starts, ends = np.array([e.start_s for e in events]), np.array([e.end_s for e in events])
+    high = np.searchsorted(starts, rec.t_s, side="right") - np.searchsorted(ends, rec.t_s, side="right") > 0
+    logic = high.astype(np.uint8) << channel
+    return base.Recording.of_power("ppk2", p, rec.t_s, rec.power_w, logic), truth
+
+
+@pytest.fixture(scope="module")
+def marked_recording(run: Path, trace: Trace) -> tuple[Path, dict[str, float]]:
+    rec, truth = marked(trace)
+    p = run / "ppk2.csv"
+    base.save(rec, p)
+    return p, truth
+
+
+def test_markers_recover_energy_per_kind(trace: Trace, run: Path, marked_recording: tuple[Path, dict[str, float]],
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    p, truth = marked_recording
+    back = base.load(p)  # the logic column survives the file
+    assert back.logic is not None and p.read_text().splitlines()[1] == "t_s,power_w,logic"
+    assert np.array_equal(back.logic, marked(trace)[0].logic)
+    records = len(al.record_keys(trace))
+    assert len(al.marker_pulses(back, 0)) == records
+    # the recording is on the meter's own clock (from 0): host windows cannot place it, markers can
+    rc, out, err = report(capsys, run / "trace.json", "--meter", p)
+    assert rc == 2 and "ends before the last step" in err and "--markers D0" in err, err
+    csv_path = run / "marked.energy.csv"
+    rc, out, err = report(capsys, run / "trace.json", "--meter", p, "--markers", "0", "--csv", csv_path)
+    assert rc == 0, err
+    assert f"aligned by {records} marker pulses on D0" in out and "host times" not in out, out
+    assert "the meter saw" in out and "from the first pulse to the last" in out
+    got = dict.fromkeys(truth, 0.0)
+    for row in csv_path.read_text().splitlines()[1:]:
+        _step, _module, _tensor, kind, energy_j, _time_s, source = row.split(",")
+        assert source == "measured"
+        got[kind] += float(energy_j)
+    assert truth["page_in"] > 0 and truth["page_out"] > 0 and truth["overhead"] > 0
+    # edges exact to the sample: every op kind within 0.1% (2% noise averages out; a marker read one sample
+    # late is off by 0.06-1.1% per kind, 55% on overhead), the overhead (2-sample stretches) within 1%
+    for kind, j in truth.items():
+        assert got[kind] == pytest.approx(j, rel=0.01 if kind == "overhead" else 1e-3, abs=1e-12), (kind, got[kind], j)
+    assert sum(got.values()) == pytest.approx(sum(truth.values()), rel=1e-3)
+    # D0 spelled as the PPK2 labels it; the same account
+    rc, out2, err = report(capsys, run / "trace.json", "--meter", p, "--markers", "D0")
+    assert rc == 0 and out2 == out.replace(f"wrote {csv_path}\n", ""), err
+
+
+def test_markers_need_no_host_times(run: Path, marked_recording: tuple[Path, dict[str, float]], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads((run / "trace.json").read_text())
+    for st in data["steps"]:
+        del st["host_t0"], st["host_t1"]
+    old = tmp_path / "trace.json"
+    old.write_text(json.dumps(data))
+    (tmp_path / "schedule.poet").write_bytes((run / "schedule.poet").read_bytes())
+    rc, out, err = report(capsys, old, "--meter", marked_recording[0], "--markers", "0", "--by", "kind")
+    assert rc == 0 and "marker pulses on D0" in out, err
+
+
+def one_line_refusal(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> str:
+    rc, out, err = report(capsys, *argv)
+    assert rc == 2 and out == "", (rc, out, err)
+    assert len(err.strip().splitlines()) == 1 and err.startswith("poet: "), err
+    return err
+
+
+def test_markers_refused_without_a_logic_column(trace: Trace, run: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    rec, _ = marked(trace)
+    p = run / "no-logic.csv"
+    base.save(base.Recording.of_power("ppk2", rec.period_s, rec.t_s, rec.power_w), p)  # type: ignore[arg-type]
+    assert p.read_text().splitlines()[1] == "t_s,power_w"
+    err = one_line_refusal(capsys, run / "trace.json", "--meter", p, "--markers", "0")
+    assert "no logic column" in err and "D0" in err and str(p) in err, err
+
+
+@pytest.mark.parametrize("case", ["last step missing", "another run", "not wired", "other input"])
+def test_markers_refused_when_pulses_are_not_one_per_record(trace: Trace, run: Path, case: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    rec, _ = marked(trace, channel=3 if case == "other input" else 0)
+    assert rec.logic is not None
+    records = len(al.record_keys(trace))
+    logic = rec.logic.copy()
+    last = len(trace.steps[-1]["records"])
+    want = {"last step missing": records - last, "another run": records + last, "not wired": 0,
+            "other input": 0}[case]
+    if case == "last step missing":  # the recording stopped before the last step
+        first_of_last = al.marker_pulses(rec, 0)[records - last][0]
+        logic[rec.t_s > first_of_last] = 0
+    elif case == "another run":  # a longer run: extra pulses after this one's
+        tail = rec.t_s[-1] + rec.period_s * (1 + np.arange(10 * last))
+        rec = base.Recording.of_power("ppk2", rec.period_s, np.concatenate([rec.t_s, tail]),
+                                      np.concatenate([rec.power_w, np.full(tail.size, MARK_IDLE_W)]),  # type: ignore[list-item]
+                                      np.concatenate([logic, np.tile([0, 0, 1, 1, 1, 0, 0, 0, 0, 0], last)]))
+        logic = rec.logic  # type: ignore[assignment]
+    elif case == "not wired":
+        logic[:] = 0
+    p = run / f"pulses-{case.replace(' ', '-')}.csv"
+    base.save(replace(rec, logic=logic), p)
+    assert len(al.marker_pulses(base.load(p), 0)) == want
+    err = one_line_refusal(capsys, run / "trace.json", "--meter", p, "--markers", "0")
+    assert f"marker D0 shows {want} pulses but the trace has {records} records" in err, err
+    cause = {"last step missing": "another run's recording", "another run": "another run's recording",
+             "not wired": "not wired", "other input": "--markers 3"}[case]
+    assert cause in err, err
+    if case == "not wired":
+        assert "notrace" in err
+
+
+def test_markers_usage(run: Path, marked_recording: tuple[Path, dict[str, float]],
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    err = one_line_refusal(capsys, run / "trace.json", "--markers", "0")
+    assert "--meter" in err
+    err = one_line_refusal(capsys, run / "trace.json", "--meter", marked_recording[0], "--markers", "0",
+                           "--meter-offset", "1")
+    assert "--meter-offset" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(run / "trace.json"), "--meter", str(marked_recording[0]), "--markers", "D8"])
+    assert exc.value.code == 2 and "0-7 or D0-D7" in capsys.readouterr().err

@@ -271,6 +271,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def logic_input(text: str) -> int:
+    """A meter's logic input for --markers: 0-7, or D0-D7 as the PPK2 labels them."""
+    t = text.strip()
+    n = t[1:] if t[:1] in ("D", "d") else t
+    if not (n.isdigit() and 0 <= int(n) <= 7):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a logic input: give 0-7 or D0-D7")
+    return int(n)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from poet.report import run
 
@@ -508,14 +517,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare with another trace of the same graph: joules per step by kind and tensor")
     p.add_argument("--meter", metavar="RECORDING.csv",
                    help="measured energy: a power meter's recording (poet-meter/1 CSV, e.g. runs/<id>/meter.csv "
-                   "from `poet train --meter`) aligned with the trace by its steps' host times; shown beside "
-                   "the modelled account")
+                   "from `poet train --meter`) aligned with the trace by its steps' host times (or, with "
+                   "--markers, by the op marker's pulses); shown beside the modelled account")
     p.add_argument("--allow-gaps", action="store_true",
                    help="with --meter: interpolate over gaps in the recording (the ops over them are flagged) "
                    "instead of refusing it")
     p.add_argument("--meter-offset", type=float, metavar="S",
                    help="with --meter: the meter's clock minus the host's time.time(), in seconds (default 0: "
                    "host-side meters stamp time.time())")
+    p.add_argument("--markers", type=logic_input, metavar="CH",
+                   help="with --meter: align by the op marker instead of host times: the recording's logic input "
+                   "CH (0-7 or D0-D7; the PPK2's D0 in docs/energy.md) must carry one pulse per trace record, "
+                   "in order (refused otherwise)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("demo", help="the whole loop on the default (emulated) board")

@@ -3,7 +3,8 @@ trace and PNG plots (matplotlib, Agg, imported only when --plot asks).
 
 Every report says its source in the header: modelled (trace ticks x the board's datasheet
 power, paging bytes x its storage model) or measured (a meter's joules per record: `--meter`,
-a recording aligned with the trace by the host times of its steps; see `measure`).
+a recording aligned with the trace by the host times of its steps or, with `--markers CH`, by the op
+marker's pulses on a logic input of the meter; see `measure`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import csv
 import json
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from poet.accounting import KINDS, PAGING, Account, Box, DiffRow, Entry, account, edd, fold, walk
 from poet.boards import Board
@@ -184,11 +187,13 @@ class Measured:
 
     energy_of: al.MeasuredEnergy
     recording: meter_base.Recording
-    placed: al.HostSteps
+    placed: al.HostSteps | None  # the host-window placement; None when aligned by marker pulses
     modelled: Account  # the same trace's modelled account, shown beside the measured one
     unresolvable: list[tuple[int, int]]  # (step, record) spanning fewer than min_samples meter periods
     over_gaps: list[tuple[int, int]]  # (step, record) lying partly over a gap (interpolated)
     lines: list[str]  # the header's source lines
+    steps: list[tuple[float, float]] = field(default_factory=list)  # each step's extent on the meter clock
+    markers: int | None = None  # the logic input (Dn) the records were aligned by, or None: host windows
 
 
 def _period(s: float) -> str:
@@ -219,25 +224,59 @@ def _placement(trace: Trace, board: Board, modelled: Account) -> tuple[list[list
 
 
 def measure(trace: Trace, board: Board, recording: Path, *, allow_gaps: bool = False, offset_s: float = 0.0,
-            min_samples: int = al.DEFAULT_MIN_SAMPLES, where: str = "trace") -> Measured:
+            min_samples: int = al.DEFAULT_MIN_SAMPLES, where: str = "trace", markers: int | None = None) -> Measured:
     """Align a meter's recording (meters/base.py's CSV) with the trace's steps; every refusal one line.
 
-    Sync: each step's host window, [host_t0, host_t1] = STEP sent .. DONE arrived in time.time()
-    seconds (device.TimedStep), moved to the meter's clock by `offset_s` (meter minus host; 0 for
-    the polling meters, which stamp time.time() too). Inside a step the records sit at their board
-    times (`_placement`). The account then charges each record the meter's joules over its span
-    (align.py: recency hold, overlap split, equal share), each step's remainder what no record
-    covers inside the step.
+    Sync, without `markers`: each step's host window, [host_t0, host_t1] = STEP sent .. DONE arrived in
+    time.time() seconds (device.TimedStep), moved to the meter's clock by `offset_s` (meter minus host;
+    0 for the polling meters, which stamp time.time() too). Inside a step the records sit at their board
+    times (`_placement`).
+
+    Sync with `markers` = n: the op marker's pulses on the recording's logic input Dn (the firmware holds
+    the pin high while each schedule instruction runs), one per trace record, in order
+    (align.events_from_markers), all on the meter's own clock; each step spans its first pulse's rise to
+    its last pulse's fall (the loop the firmware's step_ticks counts). Refused when the recording has no
+    logic column or the pulses are not one per record (`marker_events`).
+
+    The account then charges each record the meter's joules over its span (align.py: recency hold,
+    overlap split, equal share), each step's remainder what no record covers inside the step.
     """
-    if trace.host_times() is None:
+    if markers is None and trace.host_times() is None:
         raise PoetError(f"{where}: this trace predates host timestamps (its steps have no host_t0/host_t1, "
-                        f"so nothing ties it to a meter's clock): rerun it with this poet", status=2)
+                        f"so nothing ties it to a meter's clock): rerun it with this poet, or align by the op "
+                        f"marker (--markers D0)", status=2)
     # Gaps are judged over the steps only (below): one between two sessions of a resumed run is harmless.
     rec = meter_base.load(recording, allow_gaps=True)
     modelled = account(trace, board)
-    durs, rest, stretch = _placement(trace, board, modelled)
-    placed = al.events_from_host_windows(trace, durs, rest, offset_s=offset_s, stretch=stretch)
-    lo, hi = placed.steps[0][0], placed.steps[-1][1]
+    placed: al.HostSteps | None = None
+    if markers is None:
+        durs, rest, stretch = _placement(trace, board, modelled)
+        placed = al.events_from_host_windows(trace, durs, rest, offset_s=offset_s, stretch=stretch)
+        events, steps = placed.events, placed.steps
+        _covers(rec, steps, offset_s)
+    else:
+        events, steps = marker_events(trace, rec, markers)
+    gaps = meter_base.only_gaps_over(rec, steps).gaps
+    if gaps and not allow_gaps:
+        raise meter_base.gap_error(rec, gaps)
+    # every gap stays interpolated (segments); only those over a step are the account's business
+    rec = replace(rec, notes=meter_base.only_gaps_over(rec, steps).notes)
+    me = al.measured_energy(trace, rec, events, windows=steps, min_samples=min_samples)
+    # A free is bookkeeping of a few ticks, never resolvable and never worth a flag: ops only.
+    keys = [(k, i) for k, i in al.record_keys(trace) if trace.steps[k]["records"][i][2] != "free"]
+    unres = [k for k in keys if not me.by_record[k].resolvable]
+    gapped = [k for k in keys if me.by_record[k].interpolated]
+    if placed is not None:
+        lines = _measured_lines(trace, rec, recording, placed, me, unres, gapped, offset_s, min_samples)
+    else:
+        assert markers is not None
+        lines = _marker_lines(trace, rec, recording, markers, events, steps, me, unres, gapped, min_samples)
+    return Measured(me, rec, placed, modelled, unres, gapped, lines, steps, markers)
+
+
+def _covers(rec: meter_base.Recording, steps: list[tuple[float, float]], offset_s: float) -> None:
+    """Refuse a recording that does not cover the host-placed steps (a meter on another clock, or stopped early)."""
+    lo, hi = steps[0][0], steps[-1][1]
     seg = rec.segments()
     a, b = float(seg.start_s[0]), float(seg.end_s[-1])
     if a > lo or b < hi:
@@ -246,19 +285,58 @@ def measure(trace: Trace, board: Board, recording: Path, *, allow_gaps: bool = F
         raise meter_base.RecordingError(
             f"{rec.where} covers t={a:.3f}..{b:.3f} s but the trace's steps ran t={lo:.3f}..{hi:.3f} s "
             f"({clock}): it {what}; record over the whole run, or give --meter-offset S (the meter's clock "
-            "minus the host's) for a meter with a clock of its own")
-    gaps = meter_base.only_gaps_over(rec, placed.steps).gaps
-    if gaps and not allow_gaps:
-        raise meter_base.gap_error(rec, gaps)
-    # every gap stays interpolated (segments); only those over a step are the account's business
-    rec = replace(rec, notes=meter_base.only_gaps_over(rec, placed.steps).notes)
-    me = al.measured_energy(trace, rec, placed.events, windows=placed.steps, min_samples=min_samples)
-    # A free is bookkeeping of a few ticks, never resolvable and never worth a flag: ops only.
-    keys = [(k, i) for k, i in al.record_keys(trace) if trace.steps[k]["records"][i][2] != "free"]
-    unres = [k for k in keys if not me.by_record[k].resolvable]
-    gapped = [k for k in keys if me.by_record[k].interpolated]
-    lines = _measured_lines(trace, rec, recording, placed, me, unres, gapped, offset_s, min_samples)
-    return Measured(me, rec, placed, modelled, unres, gapped, lines)
+            "minus the host's) for a meter with a clock of its own, or align by the op marker (--markers D0)")
+
+
+def marker_events(trace: Trace, rec: meter_base.Recording,
+                  channel: int) -> tuple[list[al.Event], list[tuple[float, float]]]:
+    """The trace's records from the op marker's pulses on logic input D`channel`, and each step's extent
+    (its first pulse's rise to its last pulse's fall); refused in one line (status 2) when the recording
+    has no logic column or its pulses are not one per record."""
+    if rec.logic is None:
+        cols = "t_s,energy_uj" if rec.kind == "energy" else "t_s,power_w"
+        raise meter_base.RecordingError(
+            f"{rec.where} has no logic column (its columns are {cols}, not t_s,power_w,logic), so no marker "
+            f"pulses to align by: record with the board's marker pin wired to the PPK2's logic input D{channel} "
+            "(docs/energy.md, Op marker), or drop --markers to align by the steps' host times")
+    keys = al.record_keys(trace)
+    if not keys:
+        raise PoetError("the trace has no records, so no marker pulses to match: nothing to measure", status=2)
+    pulses = al.marker_pulses(rec, channel)
+    if len(pulses) != len(keys):
+        raise meter_base.RecordingError(
+            f"{rec.where}: marker D{channel} shows {len(pulses)} pulses but the trace has {len(keys)} records "
+            f"(one pulse per record expected): {_pulse_cause(trace, rec, channel, len(pulses), len(keys))}")
+    events = al.events_from_markers(trace, rec, channel)
+    steps: list[tuple[float, float]] = []
+    at = 0
+    for st in trace.steps:
+        n = len(st["records"])
+        if n:
+            steps.append((events[at].start_s, events[at + n - 1].end_s))
+        else:  # a step with no records (none in a real trace): an empty window where the last one ended
+            t = steps[-1][1] if steps else events[0].start_s if events else 0.0
+            steps.append((t, t))
+        at += n
+    return events, steps
+
+
+def _pulse_cause(trace: Trace, rec: meter_base.Recording, channel: int, got: int, want: int) -> str:
+    """The likely reason the pulses on D`channel` are not one per record, for the refusal."""
+    assert rec.logic is not None
+    other = [c for c in range(8) if c != channel and np.any((rec.logic >> c) & 1)
+             and len(al.marker_pulses(rec, c)) == want]
+    if other:
+        return f"D{other[0]} shows {want} pulses, one per record: the marker is wired there, give --markers {other[0]}"
+    if got == 0:
+        return (f"no pulse at all: the marker pin is not wired to D{channel} (docs/energy.md, Op marker), or the "
+                "board runs a notrace firmware image, which does not drive the marker")
+    if got > want:
+        return ("more pulses than records: the recording spans more than this run's steps (another run's "
+                "recording, or a resumed run's), or the marker is shared with something else")
+    return ("fewer pulses than records: another run's recording, a recording that starts after the first step "
+            "or stops before the last, or ops closer together than one "
+            f"meter sample ({_period(rec.period_s)}) merging their pulses")
 
 
 def _names(trace: Trace, keys: list[tuple[int, int]], most: int = 4) -> str:
@@ -302,6 +380,44 @@ def _measured_lines(trace: Trace, rec: meter_base.Recording, path: Path, placed:
     out += [f"  note: {x}" for x in rec.notes]
     gapped_note = " (leaving out gaps)" if rec.gaps else ""
     out.append(f"  the meter saw {fmt_j(span).strip()} from the first STEP to the last DONE{gapped_note}: "
+               f"{fmt_j(in_steps).strip()} inside the steps (the account), {fmt_j(span - in_steps).strip()} "
+               f"between them (link transfers, batch uploads, host)")
+    return out
+
+
+def _marker_lines(trace: Trace, rec: meter_base.Recording, path: Path, channel: int, events: list[al.Event],
+                  steps: list[tuple[float, float]], me: al.MeasuredEnergy, unres: list[tuple[int, int]],
+                  gapped: list[tuple[int, int]], min_samples: int) -> list[str]:
+    n = sum(1 for k, i in me.by_record if trace.steps[k]["records"][i][2] != "free")  # type: ignore[misc]
+    seg = rec.segments()
+    in_steps = sum(seg.energy_between(s0, s1, measured_only=True) for s0, s1 in steps)
+    first, last = events[0].start_s, events[-1].end_s
+    span = seg.energy_between(first, last, measured_only=True)
+    pulse_s = sum(e.end_s - e.start_s for e in events)
+    ticks_s = sum(r[4] for st in trace.steps for r in st["records"]) / trace.tick_hz
+    if trace.provenance == "emulated":
+        clocks = (f"the pulses last {fmt_s(pulse_s).strip()} in all; the trace's ticks are virtual time, not "
+                  "comparable")
+    else:
+        ratio = f" (x{pulse_s / ticks_s:.4f})" if ticks_s > 0 else ""
+        clocks = (f"the pulses last {fmt_s(pulse_s).strip()} in all for {fmt_s(ticks_s).strip()} of record ticks"
+                  f"{ratio}")
+    out = [f"  source: measured by {rec.meter} at {_period(rec.period_s)} ({shown(path)}), aligned by "
+           f"{len(events)} marker pulses on D{channel}",
+           f"  sync: the op marker (high while each record runs) on logic input D{channel}, one pulse per trace "
+           f"record in order, on the meter's own clock; each edge to half a sample ({_period(rec.period_s / 2)}); "
+           f"a step spans its first pulse's rise to its last pulse's fall, its overhead the time between its "
+           f"pulses; {clocks}",
+           f"  resolution: {len(unres)} of {n} ops (records other than frees) span fewer than {min_samples} "
+           f"meter samples "
+           f"({min_samples * rec.period_s * 1e3:g} ms): their energy is their share of the samples around them, "
+           f"flagged" + (f" ({_names(trace, unres)})" if unres else "")]
+    if gapped:
+        out.append(f"  gaps: {len(gapped)} records lie over a gap in the recording (--allow-gaps: their energy is "
+                   f"interpolated, flagged: {_names(trace, gapped)})")
+    out += [f"  note: {x}" for x in rec.notes]
+    gapped_note = " (leaving out gaps)" if rec.gaps else ""
+    out.append(f"  the meter saw {fmt_j(span).strip()} from the first pulse to the last{gapped_note}: "
                f"{fmt_j(in_steps).strip()} inside the steps (the account), {fmt_j(span - in_steps).strip()} "
                f"between them (link transfers, batch uploads, host)")
     return out
@@ -511,8 +627,8 @@ def _save(fig: Any, path: Path) -> Path:
 
 def run(args: Any, say: Say) -> int:
     """`poet report TRACE [--by ...] [--depth N] [--top N] [--fold] [--csv [F]] [--chrome [F]] [--plot]
-    [--out DIR] [--diff B] [--meter REC [--allow-gaps] [--meter-offset S]]`; every refusal is a PoetError
-    (one line)."""
+    [--out DIR] [--diff B] [--meter REC [--allow-gaps] [--meter-offset S | --markers CH]]`; every refusal is a
+    PoetError (one line)."""
     from poet.accounting import diff
     from poet.boards import load_board
     from poet.errors import UsageError
@@ -522,8 +638,13 @@ def run(args: Any, say: Say) -> int:
     if args.top is not None and args.top < 1:
         raise UsageError(f"--top {args.top}: give 1 or more")
     meter = getattr(args, "meter", None)
-    if meter is None and (getattr(args, "allow_gaps", False) or getattr(args, "meter_offset", None) is not None):
-        raise UsageError("--allow-gaps and --meter-offset apply to a recording: add --meter RECORDING.csv")
+    markers = getattr(args, "markers", None)
+    if meter is None and (getattr(args, "allow_gaps", False) or getattr(args, "meter_offset", None) is not None
+                          or markers is not None):
+        raise UsageError("--allow-gaps, --meter-offset and --markers apply to a recording: add --meter RECORDING.csv")
+    if markers is not None and args.meter_offset is not None:
+        raise UsageError("--markers aligns on the meter's own clock (its marker pulses), so --meter-offset has "
+                         "nothing to move: give one of them")
     if meter is not None and args.diff:
         raise UsageError("--meter measures one trace; drop --diff (or report each trace on its own)")
     path = Path(args.trace)
@@ -532,7 +653,7 @@ def run(args: Any, say: Say) -> int:
     measured = None
     if meter is not None:
         measured = measure(tr, board, Path(meter), allow_gaps=args.allow_gaps, offset_s=args.meter_offset or 0.0,
-                           where=str(path))
+                           where=str(path), markers=markers)
         acct = account(tr, board, measured.energy_of)
     else:
         acct = account(tr, board)

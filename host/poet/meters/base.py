@@ -330,8 +330,15 @@ def load(path: str | Path, *, allow_gaps: bool = False,
         rec = Recording.of_counter(meter, period, a[:, 0], a[:, 1].astype(np.int64),
                                    None if rng is None else int(rng), source=str(p))
     else:
-        rec = Recording.of_power(meter, period, a[:, 0], a[:, 1], a[:, 2] if len(cols) == 3 else None,
-                                 source=str(p))
+        logic = None
+        if len(cols) == 3:
+            bad = np.flatnonzero((a[:, 2] != np.round(a[:, 2])) | (a[:, 2] < 0) | (a[:, 2] > 255))
+            if bad.size:
+                i = int(bad[0])
+                raise RecordingError(f"{p} sample {i}: logic {a[i, 2]!r} is not the bits of inputs D0-D7 "
+                                     "(an integer 0-255, bit n = input Dn)")
+            logic = a[:, 2]
+        rec = Recording.of_power(meter, period, a[:, 0], a[:, 1], logic, source=str(p))
     return check(rec, allow_gaps=allow_gaps, max_gap_periods=max_gap_periods)
 
 
