@@ -331,6 +331,43 @@ def test_markers_recover_energy_per_kind(trace: Trace, run: Path, marked_recordi
     assert rc == 0 and out2 == out.replace(f"wrote {csv_path}\n", ""), err
 
 
+def test_merged_pulses_align_by_step_bursts(trace: Trace, run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real board's ops sit microseconds apart: at a PPK2's 10 us their pulses merge (and a free can fall
+    between two samples). With one burst per step the report places each step by its burst and its records
+    by their ticks inside it; a burst that cannot be told from the gaps inside a step is still refused."""
+    rec, truth = marked(trace)
+    assert rec.logic is not None
+    pulses = al.marker_pulses(rec, 0)
+    logic = np.zeros_like(rec.logic)
+    at = 0
+    for st in trace.steps:  # every step's pulses merged into one, rise to fall
+        a, b = pulses[at][0], pulses[at + len(st["records"]) - 1][1]
+        logic[(rec.t_s > a) & (rec.t_s < b)] = 1
+        at += len(st["records"])
+    p = run / "merged.csv"
+    base.save(replace(rec, logic=logic), p)
+    assert len(al.marker_pulses(base.load(p), 0)) == len(trace.steps)
+    csv_path = run / "merged.energy.csv"
+    rc, out, err = report(capsys, run / "trace.json", "--meter", p, "--markers", "0", "--csv", csv_path)
+    assert rc == 0, err
+    assert f"aligned by the marker's {len(trace.steps)} step bursts on D0" in out, out
+    total = sum(float(row.split(",")[4]) for row in csv_path.read_text().splitlines()[1:])
+    assert total == pytest.approx(sum(truth.values()), rel=0.01)  # every joule inside the steps, none outside
+    got = dict.fromkeys(truth, 0.0)
+    for row in csv_path.read_text().splitlines()[1:]:
+        got[row.split(",")[3]] += float(row.split(",")[4])
+    for kind in ("forward", "backward"):  # placed by ticks: the big kinds land where they ran
+        assert got[kind] == pytest.approx(truth[kind], rel=0.05), (kind, got, truth)
+    # one step's burst split in two by a gap as long as those between steps: not one burst per step
+    mid = 0.5 * (pulses[0][0] + pulses[len(trace.steps[0]["records"]) - 1][1])  # the middle of the first step
+    cut = logic.copy()
+    cut[(rec.t_s > mid) & (rec.t_s < mid + 60 * rec.period_s)] = 0
+    p2 = run / "merged-split.csv"
+    base.save(replace(rec, logic=cut), p2)
+    err = one_line_refusal(capsys, run / "trace.json", "--meter", p2, "--markers", "0")
+    assert "pulses but the trace has" in err, err
+
+
 def test_markers_need_no_host_times(run: Path, marked_recording: tuple[Path, dict[str, float]], tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     data = json.loads((run / "trace.json").read_text())
@@ -403,3 +440,4 @@ def test_markers_usage(run: Path, marked_recording: tuple[Path, dict[str, float]
     with pytest.raises(SystemExit) as exc:
         main(["report", str(run / "trace.json"), "--meter", str(marked_recording[0]), "--markers", "D8"])
     assert exc.value.code == 2 and "0-7 or D0-D7" in capsys.readouterr().err
+

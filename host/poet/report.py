@@ -255,7 +255,7 @@ def measure(trace: Trace, board: Board, recording: Path, *, allow_gaps: bool = F
         events, steps = placed.events, placed.steps
         _covers(rec, steps, offset_s)
     else:
-        events, steps = marker_events(trace, rec, markers)
+        events, steps = marker_events(trace, rec, markers, _placement(trace, board, modelled)[0])
     gaps = meter_base.only_gaps_over(rec, steps).gaps
     if gaps and not allow_gaps:
         raise meter_base.gap_error(rec, gaps)
@@ -288,8 +288,8 @@ def _covers(rec: meter_base.Recording, steps: list[tuple[float, float]], offset_
             "minus the host's) for a meter with a clock of its own, or align by the op marker (--markers D0)")
 
 
-def marker_events(trace: Trace, rec: meter_base.Recording,
-                  channel: int) -> tuple[list[al.Event], list[tuple[float, float]]]:
+def marker_events(trace: Trace, rec: meter_base.Recording, channel: int,
+                  durs: list[list[float]] | None = None) -> tuple[list[al.Event], list[tuple[float, float]]]:
     """The trace's records from the op marker's pulses on logic input D`channel`, and each step's extent
     (its first pulse's rise to its last pulse's fall); refused in one line (status 2) when the recording
     has no logic column or its pulses are not one per record."""
@@ -304,9 +304,12 @@ def marker_events(trace: Trace, rec: meter_base.Recording,
         raise PoetError("the trace has no records, so no marker pulses to match: nothing to measure", status=2)
     pulses = al.marker_pulses(rec, channel)
     if len(pulses) != len(keys):
-        raise meter_base.RecordingError(
-            f"{rec.where}: marker D{channel} shows {len(pulses)} pulses but the trace has {len(keys)} records "
-            f"(one pulse per record expected): {_pulse_cause(trace, rec, channel, len(pulses), len(keys))}")
+        bursts = _step_bursts(trace, pulses)
+        if bursts is None:
+            raise meter_base.RecordingError(
+                f"{rec.where}: marker D{channel} shows {len(pulses)} pulses but the trace has {len(keys)} records "
+                f"(one pulse per record expected): {_pulse_cause(trace, rec, channel, len(pulses), len(keys))}")
+        return _events_in_bursts(trace, bursts, durs), bursts
     events = al.events_from_markers(trace, rec, channel)
     steps: list[tuple[float, float]] = []
     at = 0
@@ -319,6 +322,47 @@ def marker_events(trace: Trace, rec: meter_base.Recording,
             steps.append((t, t))
         at += n
     return events, steps
+
+
+BURST_SEPARATION = 10.0  # a gap between steps is this many times longer than any gap inside one
+
+
+def _step_bursts(trace: Trace, pulses: list[tuple[float, float]]) -> list[tuple[float, float]] | None:
+    """Each step's [first rise, last fall] when the pulses are fewer than the records but fall in one
+    burst per step: on a real board ops a few microseconds apart merge at the meter's sample period
+    (10 us on a PPK2), and a short op (a free) can fall between two samples, but the link's round trip
+    between steps leaves a gap far longer than any inside a step. None when they do not split so."""
+    counts = [len(st["records"]) for st in trace.steps]
+    k = len(counts)
+    if not pulses or len(pulses) > sum(counts) or len(pulses) < k or 0 in counts:
+        return None
+    gaps = np.array([pulses[j + 1][0] - pulses[j][1] for j in range(len(pulses) - 1)])
+    cut = np.sort(np.argsort(gaps)[::-1][:k - 1]) if k > 1 else np.array([], dtype=int)
+    inside = np.delete(gaps, cut)
+    if k > 1 and inside.size and gaps[cut].min() < BURST_SEPARATION * inside.max():
+        return None
+    starts = [0, *(int(c) + 1 for c in cut)]
+    ends = [*(int(c) for c in cut), len(pulses) - 1]
+    if any(e - a + 1 > n for a, e, n in zip(starts, ends, counts, strict=True)):
+        return None  # more pulses in a step than it has records: not this trace's run
+    return [(pulses[a][0], pulses[e][1]) for a, e in zip(starts, ends, strict=True)]
+
+
+def _events_in_bursts(trace: Trace, bursts: list[tuple[float, float]],
+                      durs: list[list[float]] | None = None) -> list[al.Event]:
+    """The records of each step laid end to end over its burst in proportion to their board time (`durs`,
+    _placement's: a real board's ticks, an emulated board's modelled time; default the ticks), what the
+    step's interpreter adds spread over them."""
+    out = []
+    for n, (st, (a, b)) in enumerate(zip(trace.steps, bursts, strict=True)):
+        w = list(durs[n]) if durs is not None else [max(float(r[4]), 0.0) for r in st["records"]]
+        w = w if sum(w) > 0 else [1.0] * len(w)
+        t = a
+        for i, d in enumerate(w):
+            span = (b - a) * d / sum(w)
+            out.append(al.Event(t, t + span, (n, i)))
+            t += span
+    return out
 
 
 def _pulse_cause(trace: Trace, rec: meter_base.Recording, channel: int, got: int, want: int) -> str:
@@ -402,12 +446,21 @@ def _marker_lines(trace: Trace, rec: meter_base.Recording, path: Path, channel: 
         ratio = f" (x{pulse_s / ticks_s:.4f})" if ticks_s > 0 else ""
         clocks = (f"the pulses last {fmt_s(pulse_s).strip()} in all for {fmt_s(ticks_s).strip()} of record ticks"
                   f"{ratio}")
-    out = [f"  source: measured by {rec.meter} at {_period(rec.period_s)} ({shown(path)}), aligned by "
-           f"{len(events)} marker pulses on D{channel}",
-           f"  sync: the op marker (high while each record runs) on logic input D{channel}, one pulse per trace "
-           f"record in order, on the meter's own clock; each edge to half a sample ({_period(rec.period_s / 2)}); "
-           f"a step spans its first pulse's rise to its last pulse's fall, its overhead the time between its "
-           f"pulses; {clocks}",
+    pulses = len(al.marker_pulses(rec, channel))
+    if pulses == len(events):
+        head = [f"  source: measured by {rec.meter} at {_period(rec.period_s)} ({shown(path)}), aligned by "
+                f"{len(events)} marker pulses on D{channel}",
+                f"  sync: the op marker (high while each record runs) on logic input D{channel}, one pulse per "
+                f"trace record in order, on the meter's own clock; each edge to half a sample "
+                f"({_period(rec.period_s / 2)}); a step spans its first pulse's rise to its last pulse's fall, its "
+                f"overhead the time between its pulses; {clocks}"]
+    else:
+        head = [f"  source: measured by {rec.meter} at {_period(rec.period_s)} ({shown(path)}), aligned by the "
+                f"marker's {len(steps)} step bursts on D{channel}",
+                f"  sync: {pulses} marker pulses for {len(events)} records (ops closer than a sample merge, a "
+                f"short one can fall between two): each step's burst, its first rise to its last fall, on the "
+                f"meter's own clock, its records laid over it in proportion to their ticks"]
+    out = [*head,
            f"  resolution: {len(unres)} of {n} ops (records other than frees) span fewer than {min_samples} "
            f"meter samples "
            f"({min_samples * rec.period_s * 1e3:g} ms): their energy is their share of the samples around them, "
