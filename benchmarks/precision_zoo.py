@@ -106,8 +106,7 @@ def main() -> None:
             for mode in ("fp32", "greedy", "auto"):
                 t0 = time.perf_counter()
                 sel = select(mode, g, board, prof, arena, deadline, time_limit_s=args.time_limit)
-                plan = sel.plan if mode == "auto" else plan_with("poet", sel.cg, arena, deadline,
-                                                                 time_limit_s=args.time_limit)
+                plan = sel.plan or plan_with("poet", sel.cg, arena, deadline, time_limit_s=args.time_limit)
                 wall = time.perf_counter() - t0
                 stored = f"{len(sel.changes)} ({sum(c.bytes_saved for c in sel.changes):,} B)"
                 solved = sel.tried if mode == "auto" else 1

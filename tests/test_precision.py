@@ -157,6 +157,13 @@ def test_a_node_costs_the_same_whatever_casts_the_graph_holds() -> None:
             assert (n.compute_s, n.compute_j) == base[n.name], n.name
 
 
+def test_auto_with_nothing_allowed_is_fp32() -> None:
+    _, g = _graph("mlp-digits", 16)
+    sel = select("auto", g, BOARD, _profile(), 1 << 20, 1.0, Rules(deny=("*",)))
+    assert sel.graph is g and not sel.changes and not sel.int8 and sel.tried == 0
+    assert sel.lines() == ["precision auto: every tensor stays fp32, every layer computes in fp32"]
+
+
 def test_auto_is_the_best_storage_set_by_exhaustive_search() -> None:
     """auto decides storage inside one MILP (a switch per tensor): its energy is the least of the POET
     optima of every one of the 2^m storage sets, at budgets where the answer is neither fp32 nor greedy."""

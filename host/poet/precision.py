@@ -370,7 +370,7 @@ def select(mode: str, g: TrainingGraph, board: Board, profile: dict[str, Any], a
     cands = allowed(g, rules)
     greedy = ({i: cheaper_dtype(board, profile, g.nodes[i].bytes // 4, rules.dtypes) for i in cands},
               frozenset(int8_allowed(g, rules, cands)))
-    if mode == "greedy":
+    if mode == "greedy" or not (greedy[0] or greedy[1]):  # nothing allowed: auto is fp32, planned by the caller
         return selection(greedy)
     return _auto(g, arena_budget, deadline_s, greedy, build, cost, selection, strategy, solver, time_limit_s, gap,
                  say)
@@ -388,7 +388,7 @@ def _auto(g: TrainingGraph, arena_budget: int, deadline_s: float, greedy: Pick, 
         plan = plan_with(strategy, cg2, arena_budget, deadline_s, solver=solver, time_limit_s=time_limit_s, gap=gap)
         return (plan.energy_j if found(plan) else math.inf), plan
 
-    if strategy not in JOINT or not (greedy[0] or greedy[1]):
+    if strategy not in JOINT:
         (e32, p32), (eg, pg) = scored(fp32), scored(greedy)
         pick, plan = (fp32, p32) if e32 <= eg else (greedy, pg)
         say(f"precision auto ({strategy}): fp32 {_uj(e32)}, greedy {_uj(eg)}: {'fp32' if e32 <= eg else 'greedy'}")
