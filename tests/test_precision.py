@@ -164,29 +164,51 @@ def test_auto_with_nothing_allowed_is_fp32() -> None:
     assert sel.lines() == ["precision auto: every tensor stays fp32, every layer computes in fp32"]
 
 
+def _exhaustive(g: TrainingGraph, board: Any, prof: dict[str, Any], rules: Rules, arena: int, deadline: float
+                ) -> tuple[Any, float]:
+    """auto's selection and the least energy of the POET optima of every choice the rules allow (each
+    saved tensor bf16 or not, each layer int8 or not), planned one by one."""
+    stores, layers = allowed(g, rules), int8_allowed(g, rules)
+    sel = select("auto", g, board, prof, arena, deadline, rules, time_limit_s=30)
+    assert sel.plan is not None and sel.tried == 3  # fp32's and greedy's plans, then the joint MILP
+    simulate(sel.cg, sel.plan, arena, deadline)
+    best = math.inf
+    for bits in itertools.product((False, True), repeat=len(stores) + len(layers)):
+        g2 = apply_storage(g, {i: "bf16" for i, b in zip(stores, bits[:len(stores)], strict=True) if b},
+                           {k for k, b in zip(layers, bits[len(stores):], strict=True) if b})
+        p = plan_with("poet", costed_storage(g2, board, prof), arena, deadline, time_limit_s=30)
+        if found(p):
+            best = min(best, p.energy_j)
+    # the joint MILP itself reaches the best choice (not only the fallback to fp32's or greedy's plan)
+    assert sel.scores["joint"] == pytest.approx(best, rel=1e-9) == sel.plan.energy_j
+    return sel, best
+
+
 def test_auto_is_the_best_storage_set_by_exhaustive_search() -> None:
     """auto decides storage inside one MILP (a switch per tensor): its energy is the least of the POET
     optima of every one of the 2^m storage sets, at budgets where the answer is neither fp32 nor greedy."""
     prof = _profile()
     _, g = _graph("mlp-digits", 16)
     tight, roomy, deadline = _budgets(g, prof)
-    cands = allowed(g, load_rules())
-    assert len(cands) == 4
+    assert len(allowed(g, STORAGE_ONLY)) == 4
     picked = set()
     for arena in (tight, (3 * tight) // 4, roomy):
-        sel = select("auto", g, BOARD, prof, arena, deadline, time_limit_s=30)
-        assert sel.plan is not None and sel.plan.status == "optimal" and sel.tried == 1  # one MILP, proven
-        simulate(sel.cg, sel.plan, arena, deadline)
-        best = math.inf
-        for bits in itertools.product((False, True), repeat=len(cands)):
-            choice = {i: "bf16" for i, b in zip(cands, bits, strict=True) if b}
-            cg = costed_storage(apply_storage(g, choice), BOARD, prof)
-            p = plan_with("poet", cg, arena, deadline, time_limit_s=30)
-            if found(p):
-                best = min(best, p.energy_j)
-        assert sel.plan.energy_j == pytest.approx(best, rel=1e-9)
+        sel, _ = _exhaustive(g, BOARD, prof, STORAGE_ONLY, arena, deadline)
         picked.add(len(sel.choice))
-    assert 0 < min(picked - {0}) < len(cands) and 0 in picked  # partial sets were the optimum somewhere
+    assert 0 < min(picked - {0}) < 4 and 0 in picked  # partial sets were the optimum somewhere
+
+
+def test_auto_with_int8_layers_is_the_best_of_every_choice_on_the_m4() -> None:
+    """Storage and int8 switches together where plans recompute and page (mlp-digits at 3/4 of its tight
+    arena): an int8 layer's readers are forward ops the plan may recompute, so the residency they imply
+    must follow the switch (a bug once made the fp32 choice infeasible there)."""
+    prof = _profile()
+    _, g = _graph("mlp-digits", 16)
+    tight, roomy, deadline = _budgets(g, prof)
+    rules = Rules(**{**vars(load_rules()), "allow": ("relu1/forward", "relu2/forward", "fc1/forward", "fc3/forward")})
+    assert len(allowed(g, rules)) == 2 and len(int8_allowed(g, rules)) == 2
+    for arena in (tight, (3 * tight) // 4, roomy):
+        _exhaustive(g, BOARD, prof, rules, arena, deadline)
 
 
 def _m0_graph() -> tuple[Any, TrainingGraph, dict[str, Any], int, int, float]:
@@ -228,22 +250,10 @@ def test_auto_with_int8_layers_is_the_best_of_every_choice() -> None:
     """Storage and compute switches in one MILP: the least energy over all 2^4 choices of two saved
     tensors and two layers (each planned on its own), on the M0 at two budgets."""
     _, g, prof, tight, roomy, deadline = _m0_graph()
-    m0 = load_board("mkr1000")
     rules = Rules(allow=("input", "relu1/forward", "fc2/forward", "fc3/forward"))
-    stores, layers = allowed(g, rules), int8_allowed(g, rules)
-    assert len(stores) == 2 and len(layers) == 2
+    assert len(allowed(g, rules)) == 2 and len(int8_allowed(g, rules)) == 2
     for arena in (tight, roomy):
-        sel = select("auto", g, m0, prof, arena, deadline, rules, time_limit_s=30)
-        assert sel.plan is not None and sel.plan.status == "optimal" and sel.tried == 1
-        simulate(sel.cg, sel.plan, arena, deadline)
-        best = math.inf
-        for bits in itertools.product((False, True), repeat=4):
-            g2 = apply_storage(g, {i: "bf16" for i, b in zip(stores, bits[:2], strict=True) if b},
-                               {k for k, b in zip(layers, bits[2:], strict=True) if b})
-            p = plan_with("poet", costed_storage(g2, m0, prof), arena, deadline, time_limit_s=30)
-            if found(p):
-                best = min(best, p.energy_j)
-        assert sel.plan.energy_j == pytest.approx(best, rel=1e-9)
+        _exhaustive(g, load_board("mkr1000"), prof, rules, arena, deadline)
 
 
 def _args(profile: Path, precision: str | None) -> argparse.Namespace:

@@ -21,8 +21,8 @@ Three modes (docs/planner.md "Precision"):
   int8 form beside its fp32 one is planned with one switch each (poet.solve.Switch: the switch's
   nodes run only when it is on, the nodes it replaces only when off, and readers read whichever
   runs), so the precision and the plan are one optimum. fp32 and greedy are points of that MILP,
-  so a proven auto plan is never worse than either; a MILP stopped by its time limit is compared
-  with both and the best of the three is taken.
+  and their own plans (planned first) start it, so auto is never worse than either, however the
+  MILP's time limit ends.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from poet.graph import GraphNode, TrainingGraph, numel
 from poet.pipeline import Planned
 from poet.plan import CostedGraph, Plan
 from poet.solve import Switch, solve_switched
-from poet.strategies import best_heuristic, found, plan_with
+from poet.strategies import found, plan_with
 
 MODES = ("fp32", "greedy", "auto")
 LOW_BYTES = {"fp16": 2, "bf16": 2}  # bytes per element of each storage type the planner may pick
@@ -303,7 +303,7 @@ class Selection:
     cg: CostedGraph
     changes: list[Change]
     plan: Plan | None = None  # the plan the choice was scored by (auto), if any
-    tried: int = 0  # MILPs solved to choose (auto: 1, or 3 when the joint one stopped unproven)
+    tried: int = 0  # MILPs solved to choose (auto: fp32's, greedy's and the joint one)
     scores: dict[str, float] = field(default_factory=dict)  # energy of each plan solved (auto)
     int8: dict[int, str] = field(default_factory=dict)  # layer (node id of the fp32 graph) -> its name
 
@@ -432,32 +432,30 @@ def _auto(g: TrainingGraph, arena_budget: int, deadline_s: float, greedy: Pick, 
             realised[key] = (pick, cg2, where)
         return realised[key][1], realised[key][2]
 
-    # start from the best heuristic plan of fp32 or greedy (every heuristic plan is a plan here)
-    starts = []
-    for chosen in ([False] * len(switches), [True] * len(switches)):
-        h = best_heuristic(realise(chosen)[0], arena_budget, deadline_s, recompute=strategy != "page-only",
-                           paging=strategy != "remat-only")
-        if h is not None:
-            starts.append((h.energy_j, chosen, h))
-    warm = min(starts, key=lambda x: x[0])[1:] if starts else None
-    say(f"precision auto: one MILP, {len(stores)} saved tensors may go 16-bit and {len(layers)} layers int8 "
-        f"(a switch each, decided with the plan)")
+    # fp32's and greedy's own POET plans first (each MILP is small and usually proven in seconds): the
+    # better one starts the joint MILP, which then returns nothing worse, however its time limit ends
+    scores: dict[str, float] = {}
+    starts: list[tuple[float, str, list[bool], Pick, Plan]] = []
+    for name, chosen in (("fp32", [False] * len(switches)), ("greedy", [True] * len(switches))):
+        realise(chosen)
+        e, p = scored(realised[tuple(chosen)][0])
+        scores[name] = e
+        if found(p):
+            starts.append((e, name, chosen, realised[tuple(chosen)][0], p))
+    say(f"precision auto: fp32 {_uj(scores['fp32'])}, greedy {_uj(scores['greedy'])}; one MILP decides "
+        f"{len(stores)} saved tensors (16-bit or not) and {len(layers)} layers (int8 or not) with the plan")
+    best = min(starts, key=lambda x: x[0]) if starts else None
     plan, chosen, _ = solve_switched(sup_cg, tuple(switches), realise, arena_budget, deadline_s, solver=solver,
                                      time_limit_s=time_limit_s, gap=gap, progress=say,
                                      recompute=strategy != "page-only", paging=strategy != "remat-only",
-                                     warm_start=warm, strategy=strategy)
-    best_e = plan.energy_j if found(plan) else math.inf
-    scores: dict[str, float] = {"joint": best_e}
+                                     warm_start=(best[2], best[4]) if best else None, strategy=strategy)
+    scores["joint"] = plan.energy_j if found(plan) else math.inf
     pick = realised[tuple(chosen)][0] if found(plan) else fp32
-    if plan.status in ("feasible", "no-solution"):  # unproven: fp32 and greedy are planned too, the best wins
-        for name, c in (("fp32", fp32), ("greedy", greedy)):
-            e, p = scored(c)
-            scores[name] = e
-            if e < best_e:
-                pick, plan, best_e = c, p, e
-        say(f"precision auto: the MILP stopped unproven; fp32 {_uj(scores['fp32'])}, greedy "
-            f"{_uj(scores['greedy'])}, joint {_uj(scores['joint'])}")
-    say(f"precision auto: {len(pick[0])} stored narrow, {len(pick[1])} layers int8, {_uj(best_e)}")
+    if best is not None and best[0] < scores["joint"]:  # the solver could not use the start, or found nothing
+        say(f"precision auto: the MILP ended {plan.status} at {_uj(scores['joint'])}: {best[1]}'s plan is better")
+        pick, plan = best[3], best[4]
+    energy = plan.energy_j if found(plan) else math.inf
+    say(f"precision auto: {len(pick[0])} stored narrow, {len(pick[1])} layers int8, {_uj(energy)}")
     return selection(pick, plan if found(plan) else None, len(scores), scores)
 
 

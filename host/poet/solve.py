@@ -113,8 +113,9 @@ class _Milp:
     Min: dict[Key, pulp.LpVariable] = field(default_factory=dict)
     Mout: dict[Key, pulp.LpVariable] = field(default_factory=dict)
     budget: pulp.LpVariable | None = None
-    live: list[tuple[pulp.LpVariable, list[pulp.LpVariable]]] = field(default_factory=list)  # var >= each
+    live: list[tuple[pulp.LpVariable, list[Any]]] = field(default_factory=list)  # var >= each bound
     Z: list[pulp.LpVariable] = field(default_factory=list)  # one per switch
+    cond: dict[tuple[int, int], tuple[pulp.LpVariable, bool]] = field(default_factory=dict)  # switched edges
     own: dict[int, tuple[pulp.LpVariable, bool]] = field(default_factory=dict)  # switched node -> (Z, runs if Z=1)
 
     def runs(self, t: int) -> pulp.LpAffineExpression | pulp.LpVariable | int:
@@ -199,7 +200,7 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
                 m.Mout[t, i] = binary("Mout", t, i)
 
     prob = m.prob
-    cond: dict[tuple[int, int], tuple[pulp.LpVariable, bool]] = {}  # (reader, dep) -> (Z, read when Z = 1)
+    cond = m.cond  # (reader, dep) -> (Z, read when Z = 1)
     for n_sw, sw in enumerate(switches):
         z = prob.add_variable(f"Z_{n_sw}", cat=pulp.LpBinary)
         m.Z.append(z)
@@ -295,12 +296,12 @@ def _memory_rows(m: _Milp, graph: CostedGraph, t: int, tensors: list[int], reads
         readers = [j for j in cands[:-1] if i in reads[j]]  # all > i
         # live[g]: resident at a compute k with exactly readers[g:] left to run (k <= readers[g])
         # (None: 0, nothing can keep i resident there)
-        live: list[pulp.LpVariable | None] = [None] * (len(readers) + 1)
-        bounds = [v[key] for v, key in ((m.S, (t + 1, i)), (m.Mout, (t, i))) if key in v]
+        live: list[Any] = [None] * (len(readers) + 1)
+        bounds: list[Any] = [v[key] for v, key in ((m.S, (t + 1, i)), (m.Mout, (t, i))) if key in v]
         for g in reversed(range(len(readers) + 1)):
             if g < len(readers):
-                bounds = [x for x in (live[g + 1], m.R[t, readers[g]]) if x is not None]
-            if len(bounds) == 1:
+                bounds = [x for x in (live[g + 1], _read(m, t, readers[g], i)) if x is not None]
+            if len(bounds) == 1 and isinstance(bounds[0], pulp.LpVariable):
                 live[g] = bounds[0]
             elif bounds:
                 live[g] = prob.add_variable(f"live_{t}_{i}_{g}", cat=pulp.LpBinary)
@@ -315,6 +316,15 @@ def _memory_rows(m: _Milp, graph: CostedGraph, t: int, tensors: list[int], reads
     if any((t, i) in m.Min for i in tensors):  # after the page-ins, before anything is freed
         prob += (pulp.lpSum(nodes[i].bytes * (m.S[t, i] + m.Min.get((t, i), 0)) for i in tensors)
                  <= limit), f"mem_{t}_pagein"
+
+
+def _read(m: _Milp, t: int, j: int, i: int) -> Any:
+    """R[t,j] as a bound on tensor i's residency: a recompute of j holds i only if j reads i, which on
+    a switched edge depends on the switch (R - Z, or R - (1 - Z): at most 0 when j reads the other)."""
+    if (j, i) not in m.cond:
+        return m.R[t, j]
+    z, when = m.cond[j, i]
+    return m.R[t, j] - (1 - z) if when else m.R[t, j] - z
 
 
 def _pieces(cands: list[int], i: int, b: int, early: Any, present: Any, readers: list[int],
@@ -556,7 +566,7 @@ def _set_start(graph: CostedGraph, m: _Milp, plan: Plan) -> bool:
         for (t, i), var in v.items():
             var.setInitialValue(1.0 if (k, t, i) in ones else 0.0)
     for var, bounds in m.live:
-        var.setInitialValue(max(float(b.varValue or 0.0) for b in bounds))
+        var.setInitialValue(max(0.0, *(float(pulp.value(b) or 0.0) for b in bounds)))
     return True
 
 
