@@ -49,7 +49,8 @@ MILP. A switch's nodes run in their own stage only when Z = 1 (R[t,t] = Z instea
 their bytes and costs times Z) and are never present when Z = 0, the nodes it replaces
 likewise with 1 - Z; a switched edge (j, d_off, d_on) makes
 compute j read d_off when Z = 0 and d_on when Z = 1 (both are deps of j in the graph:
-R <= P[d_off] + Z and R <= P[d_on] + 1 - Z). Their stages run nothing else when Z = 0,
+R <= P[d_off] + Z and R <= P[d_on] + 1 - Z; in the RAM rows a recompute of j keeps only
+the one it reads resident: L >= R - Z for d_off, L >= R - (1 - Z) for d_on). Their stages run nothing else when Z = 0,
 so removing the unchosen nodes leaves a plan of the chosen graph with the same energy.
 """
 
