@@ -10,8 +10,8 @@ peak (nothing needs paging: the casts can only cost); `below fp32`, halfway betw
 a greedy plan fits in and the smallest an fp32 plan fits in (no fp32 plan exists there). At each
 budget: fp32 (no casts), greedy (every saved tensor the rules allow stored in 16 bits, the cheaper cast
 type on this board, and every linear and conv2d forward in int8, casts ignored when choosing but
-counted in the plan) and auto (poet.precision.select: one MILP with a switch per tensor and per layer;
-`solved` 3 means it stopped unproven at the time limit and fp32 and greedy were planned too).
+counted in the plan) and auto (poet.precision.select: fp32's and greedy's MILPs, then one MILP with a
+switch per tensor and per layer warm-started from the better: `solved` 3).
 RAM = the fixed part (parameters, gradients, optimizer state, staged batch, firmware static) + the
 plan's peak arena; above the board's RAM it is the profile's cost model with more memory, not a plan
 the real board could hold. Layer shapes the profile lacks (every zoo model but the digits ones) are
