@@ -397,7 +397,6 @@ def _names(trace: Trace, keys: list[tuple[int, int]], most: int = 4) -> str:
 def _measured_lines(trace: Trace, rec: meter_base.Recording, path: Path, placed: al.HostSteps,
                     me: al.MeasuredEnergy, unres: list[tuple[int, int]], gapped: list[tuple[int, int]],
                     offset_s: float, min_samples: int) -> list[str]:
-    n = sum(1 for k, i in me.by_record if trace.steps[k]["records"][i][2] != "free")  # type: ignore[misc]
     seg = rec.segments()
     in_steps = sum(seg.energy_between(s0, s1, measured_only=True) for s0, s1 in placed.steps)
     span = seg.energy_between(placed.windows[0][0], placed.windows[-1][1], measured_only=True)
@@ -411,9 +410,21 @@ def _measured_lines(trace: Trace, rec: meter_base.Recording, path: Path, placed:
         slack = statistics.median(placed.slack_s)
         how = (f"each step starts at its STEP, records at their ticks; the windows exceed the steps by "
                f"{slack * 1e3:.3f} ms (median; link transfers), the bound on the sync error")
-    out = [f"  source: measured by {rec.meter} at {_period(rec.period_s)} ({shown(path)}), aligned with the "
-           f"trace by its steps' host times",
-           f"  sync: host window per step = STEP sent .. DONE arrived ({clock}); {how}",
+    head = [f"  source: measured by {rec.meter} at {_period(rec.period_s)} ({shown(path)}), aligned with the "
+            f"trace by its steps' host times",
+            f"  sync: host window per step = STEP sent .. DONE arrived ({clock}); {how}"]
+    return _sync_lines(trace, rec, me, head, unres, gapped, min_samples, span, in_steps,
+                       "from the first STEP to the last DONE")
+
+
+def _sync_lines(trace: Trace, rec: meter_base.Recording, me: al.MeasuredEnergy, head: list[str],
+                unres: list[tuple[int, int]], gapped: list[tuple[int, int]], min_samples: int, span: float,
+                in_steps: float, over: str) -> list[str]:
+    """The measured header after its source and sync lines (`head`), whatever aligned the recording:
+    the unresolvable ops, the gaps, the recording's notes, and the energy inside and between the steps."""
+    n = sum(1 for k, i in me.by_record if trace.steps[k]["records"][i][2] != "free")  # type: ignore[misc]
+    n = sum(1 for k, i in me.by_record if trace.steps[k]["records"][i][2] != "free")  # type: ignore[misc]
+    out = [*head,
            f"  resolution: {len(unres)} of {n} ops (records other than frees) span fewer than {min_samples} "
            f"meter samples "
            f"({min_samples * rec.period_s * 1e3:g} ms): their energy is their share of the samples around them, "
@@ -423,7 +434,7 @@ def _measured_lines(trace: Trace, rec: meter_base.Recording, path: Path, placed:
                    f"interpolated, flagged: {_names(trace, gapped)})")
     out += [f"  note: {x}" for x in rec.notes]
     gapped_note = " (leaving out gaps)" if rec.gaps else ""
-    out.append(f"  the meter saw {fmt_j(span).strip()} from the first STEP to the last DONE{gapped_note}: "
+    out.append(f"  the meter saw {fmt_j(span).strip()} {over}{gapped_note}: "
                f"{fmt_j(in_steps).strip()} inside the steps (the account), {fmt_j(span - in_steps).strip()} "
                f"between them (link transfers, batch uploads, host)")
     return out
@@ -432,7 +443,6 @@ def _measured_lines(trace: Trace, rec: meter_base.Recording, path: Path, placed:
 def _marker_lines(trace: Trace, rec: meter_base.Recording, path: Path, channel: int, events: list[al.Event],
                   steps: list[tuple[float, float]], me: al.MeasuredEnergy, unres: list[tuple[int, int]],
                   gapped: list[tuple[int, int]], min_samples: int) -> list[str]:
-    n = sum(1 for k, i in me.by_record if trace.steps[k]["records"][i][2] != "free")  # type: ignore[misc]
     seg = rec.segments()
     in_steps = sum(seg.energy_between(s0, s1, measured_only=True) for s0, s1 in steps)
     first, last = events[0].start_s, events[-1].end_s
@@ -459,21 +469,9 @@ def _marker_lines(trace: Trace, rec: meter_base.Recording, path: Path, channel: 
                 f"marker's {len(steps)} step bursts on D{channel}",
                 f"  sync: {pulses} marker pulses for {len(events)} records (ops closer than a sample merge, a "
                 f"short one can fall between two): each step's burst, its first rise to its last fall, on the "
-                f"meter's own clock, its records laid over it in proportion to their ticks"]
-    out = [*head,
-           f"  resolution: {len(unres)} of {n} ops (records other than frees) span fewer than {min_samples} "
-           f"meter samples "
-           f"({min_samples * rec.period_s * 1e3:g} ms): their energy is their share of the samples around them, "
-           f"flagged" + (f" ({_names(trace, unres)})" if unres else "")]
-    if gapped:
-        out.append(f"  gaps: {len(gapped)} records lie over a gap in the recording (--allow-gaps: their energy is "
-                   f"interpolated, flagged: {_names(trace, gapped)})")
-    out += [f"  note: {x}" for x in rec.notes]
-    gapped_note = " (leaving out gaps)" if rec.gaps else ""
-    out.append(f"  the meter saw {fmt_j(span).strip()} from the first pulse to the last{gapped_note}: "
-               f"{fmt_j(in_steps).strip()} inside the steps (the account), {fmt_j(span - in_steps).strip()} "
-               f"between them (link transfers, batch uploads, host)")
-    return out
+                f"meter's own clock, its records laid over it in proportion to their board time"]
+    return _sync_lines(trace, rec, me, head, unres, gapped, min_samples, span, in_steps,
+                       "from the first pulse to the last")
 
 
 def versus_table(acct: Account, modelled: Account) -> list[str]:
