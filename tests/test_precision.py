@@ -36,22 +36,14 @@ from poet.solve import keep_all, min_arena_budget
 from poet.strategies import found, plan_with
 from poet.tracer import trace
 
-# the emulated nrf52840's cast fits (docs/benchmarks.md "Precision: cast and int8 kernel costs"), for a
-# profile that has no `casts:` section yet
-CASTS: dict[str, Any] = {
-    "clock_hz": 64e6,
-    "fp32->fp16": {"cycles_per_elem": 24.0, "cycles_fixed": 206.0},
-    "fp16->fp32": {"cycles_per_elem": 17.0, "cycles_fixed": 200.0},
-    "fp32->bf16": {"cycles_per_elem": 11.0, "cycles_fixed": 204.0},
-    "bf16->fp32": {"cycles_per_elem": 5.0, "cycles_fixed": 196.0},
-}
 BOARD = load_board("nrf52840")
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None, reason="cc / make missing")
 
 
 def _profile() -> dict[str, Any]:
     prof = load_profile(BOARD.name)
-    return prof if prof.get("casts") else dict(prof, casts=CASTS)
+    assert prof.get("casts"), "profiles/nrf52840.yaml lost its casts section (poet profile --casts)"
+    return prof
 
 
 def _graph(name: str, batch: int) -> tuple[Any, TrainingGraph]:
@@ -263,15 +255,20 @@ def _args(profile: Path, precision: str | None) -> argparse.Namespace:
     return ns
 
 
-def test_fp32_is_the_plan_of_before_bit_for_bit(tmp_path: Path) -> None:
-    """--precision fp32 goes through the same code as a solve without the flag: same plan, same bytes."""
+def _cnn_solve_setup(tmp_path: Path) -> tuple[Path, TrainingGraph, Any, int, int, float]:
+    """cnn-digits for solve_and_lower: the profile written out, the graph, its costs, the fixed RAM, the
+    tight arena and the deadline."""
     prof_path = tmp_path / "nrf52840.yaml"
     prof_path.write_text(yaml.safe_dump(_profile()))
     _, g = _graph("cnn-digits", 16)
-    prof = _profile()
-    cg = costed(g, BOARD, prof, estimate=True)
-    fixed = budget_for(g, 1 << 30, 28672).fixed
-    tight, _, deadline = _budgets(g, prof)
+    cg = costed(g, BOARD, _profile(), estimate=True)
+    tight, _, deadline = _budgets(g, _profile())
+    return prof_path, g, cg, budget_for(g, 1 << 30, 28672).fixed, tight, deadline
+
+
+def test_fp32_is_the_plan_of_before_bit_for_bit(tmp_path: Path) -> None:
+    """--precision fp32 goes through the same code as a solve without the flag: same plan, same bytes."""
+    prof_path, g, cg, fixed, tight, deadline = _cnn_solve_setup(tmp_path)
     said: list[str] = []
     before = solve_and_lower(_args(prof_path, None), g, cg, BOARD, fixed + tight, 28672, deadline, said.append,
                              out=tmp_path / "a.poet")
@@ -283,13 +280,7 @@ def test_fp32_is_the_plan_of_before_bit_for_bit(tmp_path: Path) -> None:
 
 
 def test_solve_says_which_tensors_changed(tmp_path: Path) -> None:
-    prof_path = tmp_path / "nrf52840.yaml"
-    prof_path.write_text(yaml.safe_dump(_profile()))
-    _, g = _graph("cnn-digits", 16)
-    prof = _profile()
-    cg = costed(g, BOARD, prof, estimate=True)
-    fixed = budget_for(g, 1 << 30, 28672).fixed
-    tight, _, deadline = _budgets(g, prof)
+    prof_path, g, cg, fixed, tight, deadline = _cnn_solve_setup(tmp_path)
     said: list[str] = []
     p = solve_and_lower(_args(prof_path, "greedy"), g, cg, BOARD, fixed + tight, 28672, deadline, said.append,
                         out=tmp_path / "g.poet")

@@ -187,14 +187,20 @@ def test_recording_that_stops_early_is_refused(trace: Trace, recording: Path, ru
     assert rc == 2 and "does not cover" not in err and "starts after the first step" in err, err
 
 
-def test_trace_without_host_times(run: Path, recording: Path, tmp_path: Path,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def without_host_times(run: Path, where: Path) -> Path:
+    """The run's trace as an older poet wrote it (no host_t0/host_t1), beside its schedule, in `where`."""
     data = json.loads((run / "trace.json").read_text())
     for st in data["steps"]:
         del st["host_t0"], st["host_t1"]
-    old = tmp_path / "trace.json"
+    old = where / "trace.json"
     old.write_text(json.dumps(data))
-    (tmp_path / "schedule.poet").write_bytes((run / "schedule.poet").read_bytes())
+    (where / "schedule.poet").write_bytes((run / "schedule.poet").read_bytes())
+    return old
+
+
+def test_trace_without_host_times(run: Path, recording: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    old = without_host_times(run, tmp_path)
     rc, out, err = report(capsys, old)  # an older trace still loads and reports, modelled
     assert rc == 0 and "(modelled)" in out, err
     rc, out, err = report(capsys, old, "--meter", recording)
@@ -370,12 +376,7 @@ def test_merged_pulses_align_by_step_bursts(trace: Trace, run: Path, capsys: pyt
 
 def test_markers_need_no_host_times(run: Path, marked_recording: tuple[Path, dict[str, float]], tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
-    data = json.loads((run / "trace.json").read_text())
-    for st in data["steps"]:
-        del st["host_t0"], st["host_t1"]
-    old = tmp_path / "trace.json"
-    old.write_text(json.dumps(data))
-    (tmp_path / "schedule.poet").write_bytes((run / "schedule.poet").read_bytes())
+    old = without_host_times(run, tmp_path)
     rc, out, err = report(capsys, old, "--meter", marked_recording[0], "--markers", "0", "--by", "kind")
     assert rc == 0 and "marker pulses on D0" in out, err
 
