@@ -59,16 +59,13 @@ from __future__ import annotations
 import bisect
 import math
 import re
-import tempfile
-import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pulp
 
+from poet import milp
 from poet.plan import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Semantics, Stage, rule_stage
 from poet.simulate import simulate
 
@@ -118,6 +115,7 @@ class _Milp:
     Z: list[pulp.LpVariable] = field(default_factory=list)  # one per switch
     cond: dict[tuple[int, int], tuple[pulp.LpVariable, bool]] = field(default_factory=dict)  # switched edges
     own: dict[int, tuple[pulp.LpVariable, bool]] = field(default_factory=dict)  # switched node -> (Z, runs if Z=1)
+    scale: float = 1.0  # joules per unit of the energy objective (one plain pass)
 
     def runs(self, t: int) -> pulp.LpAffineExpression | pulp.LpVariable | int:
         """Whether node t exists: 1, or its switch's Z (1 - Z for a node the switch replaces)."""
@@ -261,8 +259,8 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
     if m.budget is not None:
         prob += m.budget
     else:  # energy scaled by one plain pass so the objective is O(1)
-        scale = sum(n.compute_j for n in nodes) or 1.0
-        prob += pulp.lpSum(c / scale * v for v, c in m.energy_terms(graph) if c)
+        m.scale = sum(n.compute_j for n in nodes) or 1.0
+        prob += pulp.lpSum(c / m.scale * v for v, c in m.energy_terms(graph) if c)
     return m
 
 
@@ -406,91 +404,6 @@ def _chained_rows(m: _Milp, t: int, cands: list[int], pieces: dict[int, list[tup
             prob += expr <= limit, f"mem_{t}_{k}"
 
 
-@dataclass
-class _Outcome:
-    status: str  # optimal | feasible | infeasible | no-solution
-    gap: float
-    solve_time_s: float
-    solver: str
-
-
-def _run(m: _Milp, solver: str, time_limit_s: float, gap: float, warm: bool = False) -> _Outcome:
-    t0 = time.perf_counter()
-    if solver == "highs":
-        return _run_highs(m, time_limit_s, gap, t0, warm)
-    if solver == "cbc":
-        return _run_cbc(m, time_limit_s, gap, t0, warm)
-    raise ValueError(f"unknown solver {solver!r} (highs or cbc)")
-
-
-class _WarmHighs(pulp.HiGHS):  # type: ignore[misc,valid-type]
-    """PuLP's HiGHS API with the variables' initial values handed to HiGHS as a start."""
-
-    def callSolver(self, lp: pulp.LpProblem) -> None:
-        import highspy
-
-        sol = highspy.HighsSolution()
-        sol.col_value = [float(v.varValue or 0.0) for v in lp.variables()]
-        sol.value_valid = True
-        lp.solverModel.setSolution(sol)
-        lp.solverModel.run()
-
-
-def _run_highs(m: _Milp, time_limit_s: float, gap: float, t0: float, warm: bool = False) -> _Outcome:
-    opts = {"mip_abs_gap": 0.0, "primal_feasibility_tolerance": 1e-9,
-            "mip_feasibility_tolerance": 1e-9}
-    api = (_WarmHighs if warm else pulp.HiGHS)(msg=False, timeLimit=time_limit_s, gapRel=gap, **opts)
-    if not api.available():  # fallback: the highs executable through PuLP
-        cmd = pulp.HiGHS_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap)
-        m.prob.solve(cmd)
-        return _from_pulp(m, time.perf_counter() - t0, "highs-cmd")
-    import highspy
-
-    m.prob.solve(api)
-    dt = time.perf_counter() - t0
-    h = m.prob.solverModel
-    status, info = h.getModelStatus(), h.getInfo()
-    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
-    ms = highspy.HighsModelStatus
-    if status == ms.kOptimal:
-        return _Outcome("optimal", max(0.0, info.mip_gap), dt, "highs")
-    if status in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
-        return _Outcome("infeasible", 0.0, dt, "highs")
-    if has_solution:
-        return _Outcome("feasible", info.mip_gap, dt, "highs")
-    return _Outcome("no-solution", math.inf, dt, "highs")
-
-
-def _run_cbc(m: _Milp, time_limit_s: float, gap: float, t0: float, warm: bool = False) -> _Outcome:
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "cbc.log"
-        with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC, still the one we have
-            warnings.simplefilter("ignore", DeprecationWarning)
-            cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap, logPath=str(log), warmStart=warm,
-                                    options=["primalTolerance 1e-9", "integerTolerance 1e-9"])
-        m.prob.solve(cmd)
-        text = log.read_text() if log.exists() else ""
-    out = _from_pulp(m, time.perf_counter() - t0, "cbc")
-    # when it stops early CBC prints the incumbent and the bound; its own "Gap:" is relative
-    # to the bound, HiGHS's (and ours) to the incumbent
-    obj = re.search(r"^Objective value:\s+(\S+)", text, re.M)
-    bound = re.search(r"^Lower bound:\s+(\S+)", text, re.M)
-    if obj and bound and out.status in ("optimal", "feasible") and float(obj.group(1)) > 0:
-        out.gap = max(0.0, 1.0 - float(bound.group(1)) / float(obj.group(1)))
-    return out
-
-
-def _from_pulp(m: _Milp, dt: float, name: str) -> _Outcome:
-    sol = m.prob.sol_status
-    if sol == pulp.LpSolutionOptimal:
-        return _Outcome("optimal", 0.0, dt, name)
-    if sol == pulp.LpSolutionIntegerFeasible:
-        return _Outcome("feasible", math.inf, dt, name)  # the gap is unknown
-    if sol == pulp.LpSolutionInfeasible or m.prob.status == pulp.LpStatusInfeasible:
-        return _Outcome("infeasible", 0.0, dt, name)
-    return _Outcome("no-solution", math.inf, dt, name)
-
-
 def _extract(graph: CostedGraph, m: _Milp) -> list[Stage]:
     n_nodes = len(graph)
 
@@ -619,21 +532,39 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
             + ("" if warm else ": its decisions are outside this MILP's variables, not used"))
     say(f"{solver}: solving {graph.name} (T={len(graph)}, {len(m.prob.variables())} variables, "
         f"{m.prob.numConstraints()} constraints), budget {arena_budget} B, deadline {deadline_s:.6g} s")
-    out = _run(m, solver, time_limit_s, gap, warm)
-    plan = Plan(strategy=strategy, stages=[], status=out.status, arena_budget=arena_budget,
-                deadline_s=deadline_s, solve_time_s=out.solve_time_s, gap=out.gap,
-                solver=out.solver)
+    out = milp.solve(m.prob, solver, time_limit_s, gap, warm, say)
+    plan = _outcome_plan(out, strategy, arena_budget, deadline_s)
     if out.status in ("optimal", "feasible"):
         plan.stages = _extract(graph, m)
-        sim = simulate(graph, plan, arena_budget, deadline_s, semantics)
-        objective = m.fixed_j(graph) + _value(m.energy_terms(graph))
-        if not math.isclose(sim.energy_j, objective, rel_tol=1e-9, abs_tol=1e-15):
-            raise AssertionError(f"simulated energy {sim.energy_j!r} J != MILP objective {objective!r} J")
-        plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
-    say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s"
-        + (f", {plan.energy_j:.6g} J, {plan.time_s:.6g} s, peak {plan.peak_bytes} B, "
-           f"{plan.recomputes} recomputes, {plan.page_ins} page-ins" if plan.stages else ""))
+        _account(plan, m, graph, graph, out, semantics)
+    say(_solved_line(out, plan))
     return plan
+
+
+def _outcome_plan(out: milp.Outcome, strategy: str, arena_budget: int, deadline_s: float) -> Plan:
+    return Plan(strategy=strategy, stages=[], status=out.status, arena_budget=arena_budget, deadline_s=deadline_s,
+                solve_time_s=out.solve_time_s, gap=out.gap, solver=out.solver, note=out.note)
+
+
+def _account(plan: Plan, m: _Milp, graph: CostedGraph, realised: CostedGraph, out: milp.Outcome,
+             semantics: Semantics = POET) -> None:
+    """Replay the plan, check its energy is the MILP objective, and state its gap in joules:
+    1 - (the least energy the solver's bound allows) / (the plan's energy)."""
+    sim = simulate(realised, plan, plan.arena_budget, plan.deadline_s, semantics)
+    objective = m.fixed_j(graph) + _value(m.energy_terms(graph))
+    if not math.isclose(sim.energy_j, objective, rel_tol=1e-9, abs_tol=1e-15):
+        raise AssertionError(f"simulated energy {sim.energy_j!r} J != MILP objective {objective!r} J")
+    plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
+    bound_j = None if out.bound is None else m.fixed_j(graph) + out.bound * m.scale
+    plan.gap = 0.0 if out.status == "optimal" else milp.relative_gap(plan.energy_j, bound_j)
+
+
+def _solved_line(out: milp.Outcome, plan: Plan) -> str:
+    return (f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s"
+            + (f", gap {plan.gap:.2%}" if out.status == "feasible" else "")
+            + (f" ({out.note})" if out.note else "")
+            + (f", {plan.energy_j:.6g} J, {plan.time_s:.6g} s, peak {plan.peak_bytes} B, "
+               f"{plan.recomputes} recomputes, {plan.page_ins} page-ins" if plan.stages else ""))
 
 
 Realise = Callable[[list[bool]], tuple[CostedGraph, list[int | None]]]
@@ -667,11 +598,10 @@ def solve_switched(graph: CostedGraph, switches: tuple[Switch, ...], realise: Re
     say(f"{solver}: solving {graph.name} with {len(switches)} switches (T={len(graph)}, "
         f"{len(m.prob.variables())} variables, {m.prob.numConstraints()} constraints), budget {arena_budget} B, "
         f"deadline {deadline_s:.6g} s")
-    out = _run(m, solver, time_limit_s, gap, warm)
-    plan = Plan(strategy=strategy, stages=[], status=out.status, arena_budget=arena_budget, deadline_s=deadline_s,
-                solve_time_s=out.solve_time_s, gap=out.gap, solver=out.solver)
+    out = milp.solve(m.prob, solver, time_limit_s, gap, warm, say)
+    plan = _outcome_plan(out, strategy, arena_budget, deadline_s)
     if out.status not in ("optimal", "feasible"):
-        say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s")
+        say(_solved_line(out, plan))
         return plan, [False] * len(switches), graph
     chosen = [round(z.varValue or 0.0) == 1 for z in m.Z]
     sub, where = realise(chosen)
@@ -679,14 +609,8 @@ def solve_switched(graph: CostedGraph, switches: tuple[Switch, ...], realise: Re
     if {t for t, w in enumerate(where) if w is None} != dropped:
         raise AssertionError("realise() dropped other nodes than the unchosen switches'")
     plan.stages = _extract_switched(graph, m, sub, where)
-    sim = simulate(sub, plan, arena_budget, deadline_s)
-    objective = m.fixed_j(graph) + _value(m.energy_terms(graph))
-    if not math.isclose(sim.energy_j, objective, rel_tol=1e-9, abs_tol=1e-15):
-        raise AssertionError(f"simulated energy {sim.energy_j!r} J != MILP objective {objective!r} J")
-    plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
-    say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s, {sum(chosen)} of {len(chosen)} switches on, "
-        f"{plan.energy_j:.6g} J, {plan.time_s:.6g} s, peak {plan.peak_bytes} B, {plan.recomputes} recomputes, "
-        f"{plan.page_ins} page-ins")
+    _account(plan, m, graph, sub, out)
+    say(f"{sum(chosen)} of {len(chosen)} switches on; " + _solved_line(out, plan))
     return plan, chosen, sub
 
 
@@ -774,8 +698,10 @@ def min_arena_budget(graph: CostedGraph, deadline_s: float, solver: str = "highs
         return None
     m = _build(graph, None, deadline_s, semantics=semantics)
     say(f"{solver}: minimising the arena budget of {graph.name}, deadline {deadline_s:.6g} s")
-    out = _run(m, solver, time_limit_s, 0.0)
-    say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s")
+    out = milp.solve(m.prob, solver, time_limit_s, 0.0, say=say)
+    say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s"
+        + (f", {out.objective:.0f} B, no budget below {math.ceil(out.bound or 0)} B proven"
+           if out.status == "feasible" and out.objective is not None else ""))
     if out.status not in ("optimal", "feasible") or m.budget is None:
         return None
     return int(round(m.budget.varValue or 0.0))

@@ -1,0 +1,232 @@
+"""Run one of the planner's MILPs with HiGHS or CBC, and repeat only what the solver proved.
+
+A solver's "optimal" is a claim about two numbers: the objective of the solution it returns
+and a lower bound on every solution's objective. poet checks both before it says "optimal":
+the objective is recomputed here from the returned (rounded) values, and the status is
+`optimal` only when that objective is within a hair of the bound the solver reports; else
+`feasible`, with the gap. Where the solver's own account of its solution disagrees with the
+solution (its objective is not the solution's), its bound is not trusted either.
+
+HiGHS 1.16.0 gives such an account when it is handed a start (`setSolution`) and its presolve
+moves part of the objective into a constant: it evaluates the start in the reduced problem
+without that constant ("MIP start solution is feasible in the reduced space: objective value
+is ..."), takes it for better than anything the search can find, and returns the start as
+optimal, gap 0 (the POET reference's linear.m0 at 3300 B, 1x: the start is capuchin's plan at
+0.105627 J, the optimum 0.105044 J). HiGHS 1.15.1 handles the same start correctly. When a
+warm solve's account is inconsistent, poet solves again without the start, and keeps the start
+if that solve, stopped by its time limit, finds nothing better. constraints.txt pins 1.15.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pulp
+
+Say = Callable[[str], None]
+
+# The solution's objective may exceed the bound by this much (relative) and still be optimal:
+# the solvers work to 1e-9 feasibility, and the bound is an LP value.
+PROVEN_REL_TOL = 1e-7
+
+
+@dataclass
+class Outcome:
+    """What a solve established, in the MILP's own objective units."""
+
+    status: str  # optimal (proven) | feasible | infeasible | no-solution
+    solve_time_s: float
+    solver: str
+    objective: float | None = None  # of the solution the variables now hold, recomputed here
+    bound: float | None = None  # no solution's objective is below this (None: the solver gave none)
+    note: str = ""  # why the status is weaker than the solver said, if it is
+
+    @property
+    def gap(self) -> float:
+        """1 - bound / objective (0 when proven, inf when nothing bounds it)."""
+        return relative_gap(self.objective, self.bound)
+
+
+def relative_gap(objective: float | None, bound: float | None) -> float:
+    if objective is None or bound is None:
+        return math.inf
+    if objective <= 0 or bound >= objective:
+        return 0.0
+    return 1.0 - max(bound, 0.0) / objective
+
+
+def proven(objective: float, bound: float | None) -> bool:
+    return bound is not None and objective - bound <= PROVEN_REL_TOL * max(abs(objective), 1e-12)
+
+
+def objective_value(prob: pulp.LpProblem) -> float:
+    """The objective of the values the variables hold, integers rounded as the plan reads them."""
+    total = prob.objective.constant
+    for v, c in prob.objective.items():
+        x = v.varValue or 0.0
+        total += c * (round(x) if v.cat == pulp.LpInteger else x)
+    return float(total)
+
+
+def solve(prob: pulp.LpProblem, solver: str, time_limit_s: float, gap: float = 0.0, warm: bool = False,
+          say: Say | None = None) -> Outcome:
+    """Solve `prob` (minimising); warm: start from the values the variables hold (setInitialValue)."""
+    say = say or (lambda _msg: None)
+    if solver not in ("highs", "cbc"):
+        raise ValueError(f"unknown solver {solver!r} (highs or cbc)")
+    start = {v.name: v.varValue for v in prob.variables()} if warm else {}
+    start_obj = objective_value(prob) if warm else math.inf
+    t0 = time.perf_counter()
+    out = _highs(prob, time_limit_s, gap, warm) if solver == "highs" else _cbc(prob, time_limit_s, gap, warm)
+    if warm and out.note.startswith("inconsistent"):
+        say(f"{out.solver}: {out.note}; solving again without the start")
+        out = _highs(prob, time_limit_s, gap, False)
+        out.note = f"highspy {_version('highspy')} mis-read the start (poet/milp.py); solved again without it"
+    if warm and (out.objective is None or out.objective > start_obj):
+        # a cold solve stopped by its time limit: the start is still the best plan known
+        for v in prob.variables():
+            v.varValue = start.get(v.name)
+        out.objective = start_obj
+        out.status = "optimal" if proven(start_obj, out.bound) else "feasible"
+    out.solve_time_s = time.perf_counter() - t0
+    return out
+
+
+def _finish(out: Outcome, gap: float) -> Outcome:
+    """Call the solution optimal only if its objective meets the bound."""
+    if out.status == "optimal" and (out.objective is None or not proven(out.objective, out.bound)):
+        out.status = "feasible"
+        if not out.note:
+            out.note = ("stopped within the requested gap" if gap > 0 else
+                        f"the solver said optimal, but its bound {out.bound!r} is below the plan's {out.objective!r}")
+    return out
+
+
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """HiGHS 1.16 prints its banner on creation, before output_flag can be set."""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stdout (a captured one): nothing to silence
+        yield
+        return
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), fd)
+            yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
+class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
+    """PuLP's HiGHS API, quiet, with the variables' values handed to HiGHS as a start if warm."""
+
+    def __init__(self, warm: bool, **kw: object) -> None:
+        super().__init__(**kw)
+        self.warm = warm
+
+    def createAndConfigureSolver(self, lp: pulp.LpProblem) -> None:
+        with _quiet_stdout():
+            super().createAndConfigureSolver(lp)
+
+    def callSolver(self, lp: pulp.LpProblem) -> None:
+        if self.warm:
+            import highspy
+
+            sol = highspy.HighsSolution()
+            sol.col_value = [float(v.varValue or 0.0) for v in lp.variables()]
+            sol.value_valid = True
+            lp.solverModel.setSolution(sol)
+        lp.solverModel.run()
+
+
+def _highs(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool) -> Outcome:
+    opts = {"mip_abs_gap": 0.0, "primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9}
+    api = _Highs(warm, msg=False, timeLimit=time_limit_s, gapRel=gap, **opts)
+    if not api.available():  # fallback: the highs executable through PuLP, no start, no bound
+        prob.solve(pulp.HiGHS_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap))
+        return _finish(_from_pulp(prob, "highs-cmd"), gap)
+    import highspy
+
+    prob.solve(api)
+    h = prob.solverModel
+    status, info = h.getModelStatus(), h.getInfo()
+    ms = highspy.HighsModelStatus
+    if status in (ms.kInfeasible, ms.kUnboundedOrInfeasible):
+        return Outcome("infeasible", 0.0, "highs")
+    if info.primal_solution_status != 2:  # kSolutionStatusFeasible
+        return Outcome("no-solution", 0.0, "highs", bound=_finite(info.mip_dual_bound))
+    out = Outcome("optimal" if status == ms.kOptimal else "feasible", 0.0, "highs",
+                  objective=objective_value(prob), bound=_finite(info.mip_dual_bound))
+    claimed = info.objective_function_value
+    assert out.objective is not None
+    if not math.isclose(claimed, out.objective, rel_tol=1e-6, abs_tol=1e-12):
+        out.status, out.bound = "feasible", None
+        out.note = (f"inconsistent: highspy {_version('highspy')} reported objective {claimed!r} for a solution "
+                    f"whose objective is {out.objective!r}")
+    return _finish(out, gap)
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _cbc(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool) -> Outcome:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "cbc.log"
+        with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC, still the one we have
+            warnings.simplefilter("ignore", DeprecationWarning)
+            cmd = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap, logPath=str(log), warmStart=warm,
+                                    options=["primalTolerance 1e-9", "integerTolerance 1e-9"])
+        prob.solve(cmd)
+        text = log.read_text() if log.exists() else ""
+    out = _from_pulp(prob, "cbc")
+    if out.status not in ("optimal", "feasible"):
+        return out
+    # CBC's log: "Search completed - best objective X" when it proved X optimal (to its gap),
+    # "Lower bound: B" when it stopped early; "Objective value:" is its incumbent
+    claimed = re.search(r"^Objective value:\s+(\S+)", text, re.M)
+    if claimed and out.objective is not None and not math.isclose(float(claimed.group(1)), out.objective,
+                                                                   rel_tol=1e-5, abs_tol=1e-12):
+        out.status, out.note = "feasible", (f"inconsistent: CBC reported objective {claimed.group(1)} for a "
+                                            f"solution whose objective is {out.objective!r}")
+        return out
+    bound = re.search(r"^Lower bound:\s+(\S+)", text, re.M)
+    if out.status == "optimal" and gap == 0:
+        out.bound = out.objective  # CBC proved it; its log prints the bound only when it stops early
+    elif bound:
+        out.bound = float(bound.group(1))
+    elif out.objective is not None and gap > 0:
+        out.bound = out.objective * (1 - gap)  # stopped within the requested gap: a bound at least that good
+    return _finish(out, gap)
+
+
+def _from_pulp(prob: pulp.LpProblem, name: str) -> Outcome:
+    sol = prob.sol_status
+    if sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return Outcome("optimal" if sol == pulp.LpSolutionOptimal else "feasible", 0.0, name,
+                       objective=objective_value(prob))
+    if sol == pulp.LpSolutionInfeasible or prob.status == pulp.LpStatusInfeasible:
+        return Outcome("infeasible", 0.0, name)
+    return Outcome("no-solution", 0.0, name)
