@@ -179,3 +179,46 @@ def test_chrome_trace_events():
     assert [e["cat"] for e in xs][:3] == ["forward", "page_out", "overhead"]
     assert sum(e["dur"] for e in xs) == pytest.approx(a.total_s * 1e6)
     assert doc["otherData"]["board"] == "nrf52840"
+
+
+def test_chrome_trace_times_count_every_tick_of_every_step():
+    """Each record starts where the one before it ended, each step's runtime overhead (its ticks
+    outside the records) comes at its end, and the next step starts after it: the event times are
+    the board time of everything before them, which monotonic times alone do not show."""
+    board = load_board("nrf52840")
+    tr = _trace()
+    second = json.loads(json.dumps(tr.steps[0]))
+    second.update(step=1, step_ticks=4600 + 100)  # 144 ticks of overhead here, 44 in step 0
+    tr.steps.append(second)
+    tick_s = board.compute_time_s(1, tr.tick_hz)
+
+    def record_s(kind: str, ticks: int, nbytes: int) -> float:
+        if kind in ("page_in", "page_out"):  # emulated paging: the storage model's time
+            return board.page_cost(nbytes, "in" if kind == "page_in" else "out")[0]
+        return ticks * tick_s
+
+    want: list[tuple[str, float, float]] = []  # (category, start µs, duration µs)
+    clock = 0.0
+    for st in tr.steps:
+        for _i, _node, kind, _op, ticks, nbytes in st["records"]:
+            dur = record_s(kind, ticks, nbytes)
+            want.append(("overhead" if kind == "free" else kind, clock * 1e6, dur * 1e6))
+            clock += dur
+        rest = (st["step_ticks"] - sum(r[4] for r in st["records"])) * tick_s
+        want.append(("overhead", clock * 1e6, rest * 1e6))
+        clock += rest
+    assert want[len(want) // 2 - 1][2] == pytest.approx(44 * tick_s * 1e6)
+    assert want[-1][2] == pytest.approx(144 * tick_s * 1e6)
+
+    doc = chrome_trace(account(tr, board), tr, board)
+    ops = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["tid"] == 1]
+    assert [e["cat"] for e in ops] == [c for c, _, _ in want]
+    for e, (_, ts, dur) in zip(ops, want, strict=True):
+        assert e["ts"] == pytest.approx(ts, rel=1e-12, abs=1e-9), e
+        assert e["dur"] == pytest.approx(dur, rel=1e-12, abs=1e-9), e
+    steps = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X" and e["tid"] == 2}
+    half = len(want) // 2
+    assert steps["step 0"]["ts"] == 0.0
+    assert steps["step 0"]["dur"] == pytest.approx(want[half][1], rel=1e-12)
+    assert steps["step 1"]["ts"] == pytest.approx(want[half][1], rel=1e-12)
+    assert steps["step 1"]["ts"] + steps["step 1"]["dur"] == pytest.approx(clock * 1e6, rel=1e-12)

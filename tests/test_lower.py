@@ -6,8 +6,8 @@ from poet.errors import UsageError
 from poet.lower import instructions, lower, model_blob, place
 from poet.memory import budget_for
 from poet.models import get_model
-from poet.plan import CostedGraph, CostedNode, Plan, Stage
-from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Schedule, validate
+from poet.plan import CostedGraph, CostedNode, Plan, Stage, rule_stage
+from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule, validate
 from poet.simulate import simulate
 from poet.solve import keep_all, min_arena_budget, solve_poet
 from poet.tracer import trace
@@ -107,6 +107,35 @@ def test_frees_are_lowered_where_the_stage_puts_them():
     assert sim.memory_trace == [4, 12, 12, 8, 16, 8, 12, 4, 12, 8, 10, 2, 0, 0]
     _, extent, peak = place(ops, sizes)
     assert peak == sim.peak_bytes == 16 and extent >= peak
+
+
+def test_offsets_are_4_aligned_for_sizes_not_multiples_of_4():
+    """The kernels read fp32 words at arena offsets, so every tensor starts 4-aligned even when
+    the sizes before it (fp16 and int8 tensors: 1, 3, 5, 6, 7 B) would leave it unaligned, on a
+    plan that pages (x out when made, in twice) and recomputes (layer 1 for its backward)."""
+    kinds = [("input", ()), ("forward", (0,)), ("forward", (1,)), ("loss", (2,)), ("backward", (2,)),
+             ("backward", (4, 1)), ("backward", (5, 0)), ("optimizer", ())]
+    sizes = [3, 7, 5, 1, 6, 3, 0, 0]
+    g = CostedGraph(tuple(CostedNode(i, f"n{i}", k, d, sizes[i], 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3,
+                                     k in ("forward", "loss")) for i, (k, d) in enumerate(kinds)))
+    # (computes, kept or paged in, paged in, paged out, kept for the next stage)
+    decisions = [([0], set(), set(), {0}, set()), ([1], {0}, {0}, set(), {1}), ([2], {1}, set(), set(), {2}),
+                 ([3], {2}, set(), set(), {2}), ([4], {2}, set(), set(), {4}),
+                 ([1, 5], {0, 4}, {0}, set(), {0, 5}), ([6], {0, 5}, set(), set(), set()),
+                 ([7], set(), set(), set(), set())]
+    plan = Plan("hand", [rule_stage(g, t, *d) for t, d in enumerate(decisions)], status="feasible")
+    sim = simulate(g, plan)
+    assert (sim.page_outs, sim.page_ins, sim.recomputes) == (1, 2, 1)
+    ops = instructions(plan, sizes)
+    offsets, extent, peak = place(ops, sizes)
+    made = [(node, offsets[k]) for k, (op, node) in enumerate(ops) if op in (COMPUTE, RECOMPUTE, PAGE_IN)
+            and sizes[node]]
+    assert len(made) == 9
+    assert [(n, off) for n, off in made if off % 4] == [], "tensors at offsets that are not 4-aligned"
+    sched = Schedule(n_nodes=len(sizes), model_hash=0, arena_bytes=extent,
+                     instrs=[Instr(op, node, offsets[k]) for k, (op, node) in enumerate(ops)])
+    assert _replay(sched, sizes) == (peak, extent)
+    assert peak == sim.peak_bytes
 
 
 def test_schedule_is_small_and_bound_to_its_model():

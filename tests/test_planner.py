@@ -9,10 +9,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pulp
 import pytest
-from poet.plan import CostedGraph, CostedNode, Plan
+from poet.plan import CostedGraph, CostedNode, Plan, Stage, rule_stage
 from poet.simulate import simulate
-from poet.solve import keep_all, lower_bound_bytes, min_arena_budget, solve_poet
+from poet.solve import _build, _extract, _set_start, keep_all, lower_bound_bytes, min_arena_budget, solve_poet
 
 LINEAR_M0 = Path(__file__).resolve().parents[1] / "../shared/benchmarks/poet-reference/linear.m0.json"
 
@@ -306,6 +307,63 @@ def test_brute_force_agrees(g: CostedGraph) -> None:
             else:
                 assert plan.status == "optimal", (budget, factor)
                 assert math.isclose(plan.energy_j, brute, rel_tol=1e-9), (budget, factor)
+
+
+def _plan_of(g: CostedGraph, decisions: dict[int, tuple[set[int], set[int], set[int]]]) -> Plan:
+    """A plan computing each node once in its own stage; decisions[t] = (paged in, paged out, kept
+    for t+1), every free where the spec's rule puts it."""
+    stages: list[Stage] = []
+    kept: set[int] = set()
+    for t in range(len(g)):
+        pin, pout, keep = decisions.get(t, (set(), set(), set()))
+        stages.append(rule_stage(g, t, [t], kept | pin, pin, pout, keep))
+        kept = keep
+    return Plan("hand", stages, status="feasible")
+
+
+def _milp_admits(g: CostedGraph, plan: Plan, budget: int, deadline_s: float) -> tuple[str, list[Stage], float]:
+    """Solve the MILP with every decision variable fixed to `plan`'s: (status, plan read back,
+    energy of the solution)."""
+    m = _build(g, budget, deadline_s)
+    assert _set_start(g, m, plan), "the plan has decisions the MILP has no variable for"
+    for var in (*m.S.values(), *m.Min.values(), *m.Mout.values(), *m.R.values()):
+        var.fixValue()
+    m.prob.solve(pulp.HiGHS(msg=False))
+    status = pulp.LpStatus[m.prob.status]
+    if status != "Optimal":
+        return status, [], math.nan
+    energy = m.fixed_j(g) + sum(c * round(v.varValue or 0.0) for v, c in m.energy_terms(g))
+    return status, _extract(g, m), energy
+
+
+# tiny(): 0 x (1 B), 1..3 forward, 4 loss, 5..8 backward (8 reads x, 7 reads 1), 9 optimizer
+PAGE_IN_NEXT_STAGE = {
+    # x paged out in the stage that makes it, back in at once for layer 1, and again for stage 8
+    "out when made": {0: (set(), {0}, set()), 1: ({0}, set(), {1}), 2: (set(), set(), {1, 2}),
+                      3: (set(), set(), {1, 2, 3}), 4: (set(), set(), {1, 2, 3}), 5: (set(), set(), {1, 2, 5}),
+                      6: (set(), set(), {1, 6}), 7: (set(), set(), {7}), 8: ({0}, set(), set())},
+    # layer 1's output, kept into stage 2, paged out there and back in at stage 3 for layer 7
+    "out when kept": {0: (set(), set(), {0}), 1: (set(), set(), {0, 1}), 2: (set(), {1}, {0, 2}),
+                      3: ({1}, set(), {0, 1, 2, 3}), 4: (set(), set(), {0, 1, 2, 3}),
+                      5: (set(), set(), {0, 1, 2, 5}), 6: (set(), set(), {0, 1, 6}), 7: (set(), set(), {0, 7})},
+}
+
+
+@pytest.mark.parametrize("case", sorted(PAGE_IN_NEXT_STAGE))
+def test_milp_admits_a_page_in_right_after_its_page_out(case: str) -> None:
+    """A tensor paged out in stage t may come back in stage t+1 (row pagein_{t+1}_i: a page-out
+    at any s < t+1). No optimum needs that (keeping it costs nothing and holds the same bytes),
+    so solving and brute force cannot tell a MILP that forbids it; fixing every decision to
+    such a plan can: the MILP must accept it at the simulator's energy."""
+    g = tiny(10.0)
+    plan = _plan_of(g, PAGE_IN_NEXT_STAGE[case])
+    budget, deadline = keep_all(g).peak_bytes, 2 * g.one_pass_s
+    sim = simulate(g, plan, budget, deadline)
+    assert sim.page_ins >= 1 and sim.page_outs == 1
+    status, stages, energy = _milp_admits(g, plan, budget, deadline)
+    assert status == "Optimal", f"the MILP refuses a plan the simulator accepts ({status})"
+    assert stages == plan.stages
+    assert math.isclose(energy, sim.energy_j, rel_tol=1e-12)
 
 
 def test_brute_force_frees_inside_stages() -> None:

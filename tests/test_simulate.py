@@ -146,6 +146,31 @@ def test_memory_budget_checked_at_every_event() -> None:
         simulate(g, paged_plan(), arena_budget=11)
 
 
+def test_memory_budget_checked_right_after_the_page_ins() -> None:
+    """Stage 3 pages x back in while it still holds h, which it frees before its computes: the
+    peak is that moment alone, every compute and page-out needs at most 12 B, so only a check
+    right after the page-ins sees a budget of 13 B broken."""
+    g = CostedGraph(tuple(
+        CostedNode(id=i, name=f"n{i}", kind=k, deps=d, bytes=b, compute_s=1e-3, compute_j=1e-3,
+                   page_in_s=1e-3, page_in_j=1e-3, page_out_s=1e-3, page_out_j=1e-3,
+                   recomputable=k == "forward")
+        for i, k, d, b in [(0, "input", (), 4), (1, "forward", (0,), 8), (2, "loss", (1,), 2),
+                           (3, "backward", (2, 0), 2), (4, "optimizer", (), 0)]))
+    plan = Plan("hand", [
+        Stage(compute=[0]),
+        Stage(compute=[1], page_out=[0], free=[0]),
+        Stage(compute=[2]),  # keeps h (1) for stage 3, which does not read it
+        Stage(page_in=[0], free_before=[1], compute=[3], free_after={3: [0, 2, 3]}),
+        Stage(compute=[4]),
+    ], status="feasible")
+    sim = simulate(g, plan, arena_budget=14)
+    # 0 | +1, page-out 0, free 0 | +2 | page-in 0: 14, free 1, +3, free 0 2 3 | 4 (0 B)
+    assert sim.memory_trace == [4, 12, 12, 8, 10, 14, 6, 8, 4, 2, 0, 0]
+    assert sim.peak_bytes == 14
+    with pytest.raises(PlanError, match=r"stage 3, node 0 .*memory 14 B above the arena budget 13 B"):
+        simulate(g, plan, arena_budget=13)
+
+
 def test_deadline_checked() -> None:
     g = tiny()
     simulate(g, keep_all(g), deadline_s=g.one_pass_s)

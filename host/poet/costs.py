@@ -22,7 +22,7 @@ import yaml
 from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph import GraphNode, TrainingGraph
-from poet.paths import profile_file
+from poet.paths import profile_to_read
 from poet.plan import CostedGraph, CostedNode
 
 
@@ -35,7 +35,7 @@ def op_key(n: GraphNode) -> str:
 
 
 def profile_path(board: str) -> Path:
-    return profile_file(board)
+    return profile_to_read(board)
 
 
 def load_profile(board: str, path: Path | None = None) -> dict[str, Any]:

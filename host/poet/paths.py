@@ -1,7 +1,10 @@
-"""Where poet writes: profiles/, schedules/ and runs/ under the workspace (the repository by default).
+"""Where poet reads and writes.
 
-POET_WORKSPACE points them elsewhere, e.g. a temporary directory in tests, so a
-run never touches the checked-in profiles and schedules unless asked to.
+The repository's profiles/ and schedules/ are shipped inputs: poet reads them and never writes
+them. What a run makes (profiles it measures, schedules, runs/) goes to the workspace:
+$POET_WORKSPACE if set, else workspace/ in the repository (ignored by git). A profile is read
+from the workspace when poet measured one there, else from the shipped ones. Refreshing the
+shipped files is asking for it: POET_WORKSPACE=. in the repository.
 """
 
 from __future__ import annotations
@@ -10,14 +13,23 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_PROFILES = REPO_ROOT / "profiles"
 
 
 def workspace() -> Path:
-    return Path(os.environ.get("POET_WORKSPACE", REPO_ROOT))
+    given = os.environ.get("POET_WORKSPACE")
+    return Path(given) if given else REPO_ROOT / "workspace"
 
 
 def profile_file(board: str) -> Path:
+    """Where `poet profile` writes the board's profile."""
     return workspace() / "profiles" / f"{board}.yaml"
+
+
+def profile_to_read(board: str) -> Path:
+    """The profile the planner uses: the one measured into the workspace, else the shipped one."""
+    measured = profile_file(board)
+    return measured if measured.exists() else SHIPPED_PROFILES / f"{board}.yaml"
 
 
 def schedule_file(model: str, board: str) -> Path:

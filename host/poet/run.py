@@ -19,7 +19,7 @@ from poet.errors import PoetError
 from poet.graph import TrainingGraph, summary
 from poet.link import DeviceError
 from poet.memory import check_ram
-from poet.paths import profile_file, runs_dir, schedule_file, shown
+from poet.paths import profile_file, profile_to_read, runs_dir, schedule_file, shown
 from poet.pipeline import Planned, plan_step
 from poet.plan import Plan
 from poet.reference import accuracy, load_weights, train_steps, weights_of
@@ -133,7 +133,7 @@ def _read_schedule(path: Path) -> bytes:
 
 def solve_and_lower(args: argparse.Namespace, g: TrainingGraph, cg, board: Board, ram: int, runtime_static: int,
                     deadline_s: float, say: Say, out: Path | None = None, need_schedule: bool = True) -> Planned:
-    """Plan, print the plan, write the schedule (default schedules/<model>.<board>.poet).
+    """Plan, print the plan, write the schedule (default workspace/schedules/<model>.<board>.poet).
 
     need_schedule=False (plain `poet solve`): a graph the C runtime cannot run yet is
     planned and printed, and the reason no schedule is written is said.
@@ -264,8 +264,8 @@ def demo(args: argparse.Namespace, say: Say) -> None:
         # the profile there (if this firmware made it) is resumed, so its paging fit and cast costs stay
         from poet.costs import load_profile
 
-        path = profile_file(board.name)
-        existing = load_profile(board.name, path) if path.exists() else None
+        path, start = profile_file(board.name), profile_to_read(board.name)
+        existing = load_profile(board.name, start) if start.exists() else None
         prof = profile_graphs(dev, graphs, repeats=args.repeats, progress=lambda m: say(f"  {m}"), existing=existing)
         write_profile(prof, path)
         say(f"  wrote {shown(profile_file(board.name))}: {len(prof['ops'])} op shapes "

@@ -162,10 +162,10 @@ def _plan(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device,
     if args.schedule:
         return _given_schedule(Path(args.schedule), run, say)
     from poet.costs import costed, load_profile
-    from poet.paths import profile_file
+    from poet.paths import profile_to_read
     from poet.run import solve_and_lower
 
-    prof_path = Path(args.profile) if args.profile else profile_file(board.name)
+    prof_path = Path(args.profile) if args.profile else profile_to_read(board.name)
     prof = load_profile(board.name, prof_path if args.profile else None)
     key = _plan_key(g, board, prof_path.read_bytes() if prof_path.exists() else b"", args)
     cache = runs_dir() / "plans" / key
