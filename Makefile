@@ -53,10 +53,10 @@ demo: setup
 	$(VENV)/bin/poet demo
 
 test: setup
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n auto
 
 test-all: setup
-	$(VENV)/bin/pytest -q -m 'not hw'
+	$(VENV)/bin/pytest -q -n auto -m "not hw"
 
 lint: setup
 	$(VENV)/bin/ruff check host tests benchmarks

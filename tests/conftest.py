@@ -22,3 +22,24 @@ def needs_tools(*tools: str) -> pytest.MarkDecorator:
     if missing and os.environ.get("CI"):
         raise RuntimeError(f"CI is missing {', '.join(missing)}: `make setup` should have installed it")
     return pytest.mark.skipif(bool(missing), reason=f"{', '.join(missing)} not installed (run `make setup`)")
+
+
+# A solve's result decides many verdicts (optimal, an exact energy, what auto picks); under a time
+# limit such a verdict would depend on how fast the machine is. So in tests every solve runs to
+# its proof (the instances take well under a second to a few seconds), but in tests marked
+# `time_limited`, which exercise the limit itself or need only some plan of a large model.
+NO_LIMIT = 3600.0
+
+
+@pytest.fixture(autouse=True)
+def _solves_run_to_their_proof(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("time_limited"):
+        return
+    from poet import milp
+
+    real = milp.solve
+
+    def unlimited(prob: object, solver: str, time_limit_s: float, *args: object, **kw: object) -> milp.Outcome:
+        return real(prob, solver, NO_LIMIT, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(milp, "solve", unlimited)

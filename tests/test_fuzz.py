@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
+from poet import firmware
 from poet.link import MODEL, DeviceError
 from poet.modelblob import KIND_INPUT, KIND_OPTIMIZER, OP_INPUT, OP_SGD, BlobNode, ModelBlob, f32_bits
 
@@ -29,7 +30,7 @@ pytestmark = needs_tools("clang", "make")
 
 
 def build(name: str) -> Path:
-    proc = subprocess.run(["make", "-C", str(FIRMWARE), f"fuzz-{name}"], capture_output=True, text=True)
+    proc = firmware.run_make(f"fuzz-{name}")
     assert proc.returncode == 0, f"make fuzz-{name} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     return FIRMWARE / "build" / "fuzz" / f"fuzz-{name}"
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fwhelpers import keep_all, native_link
+from poet import firmware
 from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError
 from poet.modelblob import (
     DT_BF16,
@@ -87,7 +88,7 @@ def _load(path: Path) -> ctypes.CDLL:
 
 @pytest.fixture(scope="module")
 def lib() -> ctypes.CDLL:
-    proc = subprocess.run(["make", "-C", str(FIRMWARE), "kernels-so"], capture_output=True, text=True)
+    proc = firmware.run_make("kernels-so")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return _load(LIB)
 

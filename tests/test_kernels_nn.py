@@ -19,7 +19,6 @@ import ctypes
 import itertools
 import math
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from poet import firmware
 
 FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
 LIB = FIRMWARE / "build" / "libpoetkernels.so"
@@ -107,7 +107,7 @@ def lib() -> ctypes.CDLL:
     cc = native_cc()
     if cc is None:
         pytest.skip("no native C compiler (cc or gcc): cannot build firmware/build/libpoetkernels.so")
-    proc = subprocess.run(["make", "-C", str(FIRMWARE), f"CC={cc}", "kernels-so"], capture_output=True, text=True)
+    proc = firmware.run_make(f"CC={cc}", "kernels-so")
     assert proc.returncode == 0, f"make kernels-so failed:\n{proc.stdout}\n{proc.stderr}"
     dll = ctypes.CDLL(str(LIB))
     for name, args in SIGNATURES.items():

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import highspy
 import pytest
-from conftest import REFERENCE
+from conftest import NO_LIMIT, REFERENCE
 from poet import milp
 from poet.plan import REFERENCE as REFERENCE_RULES
 from poet.plan import CostedGraph
 from poet.solve import solve_poet
 from poet.strategies import best_heuristic
-
-NO_LIMIT = 3600.0  # proofs here take well under a second; a limit never decides a verdict
 
 
 @pytest.fixture(scope="module")

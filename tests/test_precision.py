@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, needs_tools
+from conftest import NO_LIMIT, REPO, needs_tools
 from fwhelpers import native_link
 from poet.boards import load_board
 from poet.costs import costed, load_profile
@@ -59,7 +59,7 @@ def _budgets(g: TrainingGraph, prof: dict[str, Any]) -> tuple[int, int, float]:
     cg = costed(g, BOARD, prof, estimate=True)
     deadline = 3 * cg.one_pass_s
     full = keep_all(cg).peak_bytes
-    smallest = min_arena_budget(cg, deadline)
+    smallest = min_arena_budget(cg, deadline, time_limit_s=NO_LIMIT)
     assert smallest is not None
     return (smallest + full) // 2, full, deadline
 
@@ -119,8 +119,9 @@ def test_modes_at_a_tight_and_a_roomy_budget() -> None:
         for arena in (tight, roomy):
             energy = {}
             for mode in ("fp32", "greedy", "auto"):
-                sel = select(mode, g, BOARD, prof, arena, deadline, time_limit_s=20)
-                plan = sel.plan if mode == "auto" else plan_with("poet", sel.cg, arena, deadline, time_limit_s=20)
+                sel = select(mode, g, BOARD, prof, arena, deadline, time_limit_s=NO_LIMIT)
+                plan = (sel.plan if mode == "auto" else
+                        plan_with("poet", sel.cg, arena, deadline, time_limit_s=NO_LIMIT))
                 assert plan is not None and found(plan)
                 simulate(sel.cg, plan, arena, deadline)
                 energy[mode] = plan.energy_j
@@ -161,14 +162,14 @@ def _exhaustive(g: TrainingGraph, board: Any, prof: dict[str, Any], rules: Rules
     """auto's selection and the least energy of the POET optima of every choice the rules allow (each
     saved tensor bf16 or not, each layer int8 or not), planned one by one."""
     stores, layers = allowed(g, rules), int8_allowed(g, rules)
-    sel = select("auto", g, board, prof, arena, deadline, rules, time_limit_s=30)
+    sel = select("auto", g, board, prof, arena, deadline, rules, time_limit_s=NO_LIMIT)
     assert sel.plan is not None and sel.tried == 3  # fp32's and greedy's plans, then the joint MILP
     simulate(sel.cg, sel.plan, arena, deadline)
     best = math.inf
     for bits in itertools.product((False, True), repeat=len(stores) + len(layers)):
         g2 = apply_storage(g, {i: "bf16" for i, b in zip(stores, bits[:len(stores)], strict=True) if b},
                            {k for k, b in zip(layers, bits[len(stores):], strict=True) if b})
-        p = plan_with("poet", costed_storage(g2, board, prof), arena, deadline, time_limit_s=30)
+        p = plan_with("poet", costed_storage(g2, board, prof), arena, deadline, time_limit_s=NO_LIMIT)
         if found(p):
             best = min(best, p.energy_j)
     # the joint MILP itself reaches the best choice (not only the fallback to fp32's or greedy's plan)
@@ -211,7 +212,7 @@ def _m0_graph() -> tuple[Any, TrainingGraph, dict[str, Any], int, int, float]:
     g = trace(model, "mlp-tiny", spec.input_shape, spec.classes, 8, spec.input_dtype)
     cg = costed(g, board, prof, estimate=True)
     deadline, full = 3 * cg.one_pass_s, keep_all(cg).peak_bytes
-    smallest = min_arena_budget(cg, deadline)
+    smallest = min_arena_budget(cg, deadline, time_limit_s=NO_LIMIT)
     assert smallest is not None and prof.get("casts")
     return model, g, prof, (smallest + full) // 2, full, deadline
 
@@ -223,19 +224,22 @@ def test_auto_runs_layers_in_int8_where_it_pays() -> None:
     _, g, prof, tight, roomy, deadline = _m0_graph()
     m0 = load_board("mkr1000")
     for arena in (tight, roomy):
-        sel = {mode: select(mode, g, m0, prof, arena, deadline, time_limit_s=30) for mode in ("fp32", "greedy", "auto")}
-        e = {mode: (s.plan or plan_with("poet", s.cg, arena, deadline)).energy_j for mode, s in sel.items()}
+        sel = {mode: select(mode, g, m0, prof, arena, deadline, time_limit_s=NO_LIMIT)
+               for mode in ("fp32", "greedy", "auto")}
+        e = {mode: (s.plan or plan_with("poet", s.cg, arena, deadline, time_limit_s=NO_LIMIT)).energy_j
+             for mode, s in sel.items()}
         assert sorted(sel["auto"].int8) == int8_allowed(g, load_rules()) and len(sel["auto"].int8) == 4
         assert e["auto"] <= e["greedy"] * (1 + 1e-9) and e["auto"] < 0.8 * e["fp32"], e
         assert any(name in line for line in sel["auto"].lines() for name in sel["auto"].int8.values())
         assert sel["auto"].to_json()["int8"]
     _, g4 = _graph("cnn-digits", 16)
     tight4, roomy4, deadline4 = _budgets(g4, _profile())
-    auto = select("auto", g4, BOARD, _profile(), roomy4, deadline4, time_limit_s=30)
+    auto = select("auto", g4, BOARD, _profile(), roomy4, deadline4, time_limit_s=NO_LIMIT)
     greedy = select("greedy", g4, BOARD, _profile(), roomy4, deadline4)
-    fp32 = plan_with("poet", costed_storage(g4, BOARD, _profile()), roomy4, deadline4)
+    fp32 = plan_with("poet", costed_storage(g4, BOARD, _profile()), roomy4, deadline4, time_limit_s=NO_LIMIT)
     assert not auto.int8 and greedy.int8 and auto.plan is not None
-    assert plan_with("poet", greedy.cg, roomy4, deadline4).energy_j > fp32.energy_j == pytest.approx(auto.plan.energy_j)
+    greedy_j = plan_with("poet", greedy.cg, roomy4, deadline4, time_limit_s=NO_LIMIT).energy_j
+    assert greedy_j > fp32.energy_j == pytest.approx(auto.plan.energy_j)
 
 
 def test_auto_with_int8_layers_is_the_best_of_every_choice() -> None:
@@ -249,7 +253,7 @@ def test_auto_with_int8_layers_is_the_best_of_every_choice() -> None:
 
 
 def _args(profile: Path, precision: str | None) -> argparse.Namespace:
-    ns = argparse.Namespace(strategy="poet", solver="highs", time_limit=30.0, gap=0.0, profile=str(profile))
+    ns = argparse.Namespace(strategy="poet", solver="highs", time_limit=NO_LIMIT, gap=0.0, profile=str(profile))
     if precision is not None:
         ns.precision = precision
     return ns
@@ -324,8 +328,8 @@ def _plans(g: TrainingGraph, rules: Rules | None = None) -> dict[str, tuple[Trai
     tight, _, deadline = _budgets(g, prof)
     out = {}
     for mode in ("fp32", "greedy", "auto"):
-        sel = select(mode, g, BOARD, prof, tight, deadline, rules, time_limit_s=20)
-        plan = sel.plan if mode == "auto" else plan_with("poet", sel.cg, tight, deadline, time_limit_s=20)
+        sel = select(mode, g, BOARD, prof, tight, deadline, rules, time_limit_s=NO_LIMIT)
+        plan = sel.plan if mode == "auto" else plan_with("poet", sel.cg, tight, deadline, time_limit_s=NO_LIMIT)
         assert plan is not None and found(plan)
         out[mode] = (sel.graph, plan, [c.name for c in sel.changes])
     return out
@@ -477,7 +481,7 @@ def test_cli_precision_refusals_and_output(tmp_path: Path) -> None:
     assert "4 layers in int8" in r.stdout and "fc1/forward" in r.stdout and "int8 forward" in r.stdout
     # on the M0, auto runs mlp-tiny's layers in int8 and the schedule lowers
     r = poet("solve", "--board", "mkr1000", "--model", "mlp-tiny", "--batch", "8", "--ram", "32k", "--precision",
-             "auto", "-o", str(tmp_path / "m0.poet"))
+             "auto", "--time-limit", str(NO_LIMIT), "-o", str(tmp_path / "m0.poet"))
     assert r.returncode == 0 and "4 layers in int8" in r.stdout, r.stdout + r.stderr
     r = poet("solve", "--model", "mlp-digits", "--ram", "80k", "--precision", "greedy", "-o", str(tmp_path / "g.poet"))
     assert r.returncode == 0 and (tmp_path / "g.poet").stat().st_size > 0, r.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -113,8 +114,9 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from poet.costs import load_profile, profile_path
+    from poet.costs import load_profile
     from poet.device import open_device
+    from poet.paths import profile_file
     from poet.profile import profile_casts, profile_graphs, profile_paging, resumable, write_profile
 
     board = load_board(args.board)
@@ -126,7 +128,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         args.model = m
         g, _, w = _graph(args)
         graphs.append((g, w))
-    path = Path(args.output) if args.output else profile_path(board.name)
+    path = Path(args.output) if args.output else profile_file(board.name)
     existing = load_profile(board.name, path) if path.exists() else None
     with tempfile.TemporaryDirectory() as work, open_device(board, args.port, workdir=Path(work)) as dev:
         prev = resumable(existing, dev)
@@ -295,19 +297,46 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- parser
 
+# Upper limits of the whole-number options: far beyond any real use, low enough that nothing
+# downstream overflows (islice, float energy totals, struct fields) or runs for ever.
+MAX_STEPS = 100_000
+MAX_BATCH = 65535  # the model blob's batch field is u16 (docs/spec.md section 2)
+
+
+def _whole(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from lo to hi, else one line saying so (exit 2).
+
+    Checked while parsing, so a bad count is refused before anything is traced, solved or
+    booted (`poet demo` starts QEMU long before it uses --steps)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text.strip())
+        except ValueError:  # not a number, or more digits than int() takes
+            v = lo - 1
+        if not lo <= v <= hi:
+            shown_text = text if len(text) <= 30 else text[:27] + "..."
+            raise argparse.ArgumentTypeError(f"{shown_text!r} is not a whole number from {lo} to {hi}")
+        return v
+    return parse
+
+
 def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") -> None:
     p.add_argument("--model", default=default,
                    help=f"zoo model ({', '.join([*ZOO, *SMALL])}), bert (sized by --layers, --hidden) or "
                    "package.module:factory"
                    + (f"; default {default}" if default else ""))
-    p.add_argument("--batch", type=int, default=16, help="samples per training step (default 16)")
+    p.add_argument("--batch", type=_whole(1, MAX_BATCH), default=16,
+                   help=f"samples per training step, 1 to {MAX_BATCH} (default 16)")
     p.add_argument("--input-shape", type=_shape, help="shape of one sample for a module:factory model, e.g. 1,8,8")
-    p.add_argument("--classes", type=int, help="classes of a module:factory model (default 10)")
-    p.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    p.add_argument("--classes", type=_whole(1, 1_000_000), help="classes of a module:factory model (default 10)")
+    # numpy's generators (the data order) take no negative seed, torch's none above 2**64 - 1
+    p.add_argument("--seed", type=_whole(0, 2**32 - 1), default=0,
+                   help="weight initialisation and data order seed, 0 to 4294967295 (default 0)")
     p.add_argument("--train", default="all", metavar="MODE",
                    help="what to fine-tune: all, last:N (the last N layers with parameters) or bias (default all)")
-    p.add_argument("--layers", type=int, help="encoder layers L of the bert model (default 12)")
-    p.add_argument("--hidden", type=int, help="hidden size H of the bert model, a multiple of 64 (default 768)")
+    p.add_argument("--layers", type=_whole(1, 256), help="encoder layers L of the bert model, 1 to 256 (default 12)")
+    p.add_argument("--hidden", type=_whole(64, 8192),
+                   help="hidden size H of the bert model, a multiple of 64 up to 8192 (default 768)")
 
 
 def _positive(text: str) -> float:
@@ -359,7 +388,7 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--time-limit", type=_positive, default=60.0, help="solver time limit in seconds (default 60)")
     p.add_argument("--gap", type=_fraction, default=0.0,
                    help="stop the MILP once its plan is proven within this relative gap, e.g. 0.01 (default 0)")
-    p.add_argument("--profile", help="op-cost profile (default profiles/<board>.yaml)")
+    p.add_argument("--profile", help=PROFILE_HELP)
     p.add_argument("--precision", default="fp32", choices=["fp32", "greedy", "auto"],
                    help="fp32 keeps every value (default); greedy stores every allowed saved activation in 16 "
                    "bits and runs every linear and conv2d forward in int8; auto decides each tensor and layer "
@@ -375,6 +404,10 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"poet: {message} (see `{self.prog} --help`)\n")
+
+
+PROFILE_HELP = ("op-cost profile (default: the one `poet profile` measured into workspace/profiles/<board>.yaml, "
+                "else the shipped profiles/<board>.yaml)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -407,7 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run a real PyTorch step and compare saved tensors and ops with the graph")
     p.set_defaults(func=cmd_graph)
 
-    p = sub.add_parser("profile", help="measure op costs and paging on the board, write profiles/<board>.yaml")
+    p = sub.add_parser("profile", help="measure op costs and paging on the board, write "
+                       "workspace/profiles/<board>.yaml")
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--port", help="serial port of a real board (or ssh://user@host for rpi4 and jetson)")
@@ -415,8 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="profile the emulated stand-in (the default without --port); numbers are 'emulated'")
     _model_args(p, default=None)
     p.add_argument("--models", nargs="+", help="models to profile (default: mlp-digits cnn-digits)")
-    p.add_argument("--repeats", type=int, default=3, help="least runs per graph (default 3)")
-    p.add_argument("--max-repeats", type=int, default=10,
+    p.add_argument("--repeats", type=_whole(1, 1000), default=3, help="least runs per graph (default 3)")
+    p.add_argument("--max-repeats", type=_whole(1, 1000), default=10,
                    help="most runs per graph while an op's spread is above --spread (default 10)")
     p.add_argument("--spread", type=_fraction, default=0.02,
                    help="stop repeating once every op's (max - min) / median ticks is below this (default 0.02)")
@@ -424,7 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--casts", action="store_true",
                    help="also measure the casts (fp32 <-> fp16, bf16, int8) over sizes, fitting cycles = r n + c, "
                         "and the int8 linear/conv forward against fp32 at the models' layer shapes")
-    p.add_argument("-o", "--output", help="profile path (default profiles/<board>.yaml)")
+    p.add_argument("-o", "--output",
+                   help="profile path (default workspace/profiles/<board>.yaml; $POET_WORKSPACE moves workspace/)")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("solve", help="plan a training step for a RAM budget and deadline")
@@ -432,11 +467,12 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(p)
     _solve_args(p)
     p.add_argument("--graph", help="plan this graph file instead of tracing --model: a training graph from "
-                   "`poet graph -o`, or a costed graph (the POET reference's schema)")
+                   "`poet graph -o`, or a costed graph (the POET reference's schema); every number in it is "
+                   "checked on load (sizes whole and below 2**48, costs 0 to 1e9 s or J, deps earlier nodes)")
     p.add_argument("--semantics", choices=["poet", "reference"], default="poet",
                    help="for costed graph files: reference = the POET reference's rules (paging time outside "
                    "the deadline, no page-out in the producing stage, inputs recomputable, budget = activations)")
-    p.add_argument("-o", "--output", help="schedule file (default schedules/<model>.<board>.poet)")
+    p.add_argument("-o", "--output", help="schedule file (default workspace/schedules/<model>.<board>.poet)")
     p.set_defaults(func=cmd_solve)
 
     p = sub.add_parser("sweep", help="every strategy over RAM budgets and deadlines: a CSV and the POET paper's plots")
@@ -448,8 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategies", help=f"comma-separated subset of {','.join(STRATEGIES)} (default all)")
     p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
     p.add_argument("--time-limit", type=_positive, default=60.0, help="per-plan solver time limit in s (default 60)")
-    p.add_argument("--jobs", type=int, help="parallel processes (default: one per core)")
-    p.add_argument("--profile", help="op-cost profile (default profiles/<board>.yaml)")
+    # Python forks every worker up front: a huge --jobs would fork that many
+    p.add_argument("--jobs", type=_whole(1, 256), help="parallel processes, 1 to 256 (default: one per core)")
+    p.add_argument("--profile", help=PROFILE_HELP)
     p.add_argument("--semantics", choices=["poet", "reference"], default="poet",
                    help="for costed graph files: the POET reference's rules (see `poet solve --help`)")
     p.add_argument("-o", "--output", help="output folder (default sweeps/<model>)")
@@ -457,8 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="fine-tune a model on the board: plan, flash, upload, train epochs, read back",
                        description="Fine-tune a model on the board within --ram and --deadline. The run lives in "
-                       "runs/<id>/ (config, plan, schedule, trace, checkpoint after every step, report, weights.pt); "
-                       "one stopped by a reset, a lost cable or Ctrl-C continues with --resume runs/<id>.")
+                       "workspace/runs/<id>/ (config, plan, schedule, trace, checkpoint after every step, report, "
+                       "weights.pt); "
+                       "one stopped by a reset, a lost cable or Ctrl-C continues with --resume workspace/runs/<id>.")
     _board_args(p)
     p.add_argument("--emulate", action="store_true", help="use the board's emulated stand-in (the default without "
                    "--port)")
@@ -467,8 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default="digits", help="digits (scikit-learn's, bundled), a folder with train_x.npy "
                    "and train_y.npy (test_x.npy/test_y.npy optional), or module:factory returning a torch Dataset "
                    "(or a (train, test) pair); default digits")
-    p.add_argument("--data-limit", type=int, help="use only the first N training samples")
-    p.add_argument("--epochs", type=int, default=3, help="epochs (default 3)")
+    p.add_argument("--data-limit", type=_whole(1, 10**9), help="use only the first N training samples")
+    p.add_argument("--epochs", type=_whole(1, MAX_STEPS), default=3, help=f"epochs, 1 to {MAX_STEPS} (default 3)")
     p.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
     p.add_argument("--optimizer", default="sgd", help="sgd, momentum[:M] or adam[:BETA1,BETA2,EPS] (default sgd)")
     p.add_argument("--budget-j", type=_positive, help="refuse a run predicted to need more joules than this")
@@ -479,16 +517,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "the world average)")
     p.add_argument("--carbon-intensity", type=float, metavar="G_PER_KWH", help="grid carbon intensity to use "
                    "instead of the bundled table")
-    p.add_argument("--checkpoint-every", type=int, default=1, metavar="N",
+    p.add_argument("--checkpoint-every", type=_whole(1, MAX_STEPS), default=1, metavar="N",
                    help="read weights and optimizer state back every N steps (default 1: a resumed run loses "
                    "nothing; on a slow serial line a larger N saves link time, and --resume re-runs up to N-1 "
                    "steps, with the same result)")
-    p.add_argument("--run-dir", help="the run's folder (default runs/<time>-<model>)")
+    p.add_argument("--run-dir", help="the run's folder (default workspace/runs/<time>-<model>)")
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last finished step")
     p.add_argument("--schedule", help="run this schedule file (from `poet solve`) instead of planning; the board "
                    "validates it")
     p.add_argument("--meter", metavar="BACKEND[:ARG]",
-                   help="record a power meter over the steps into runs/<id>/meter.csv (for `poet report "
+                   help="record a power meter over the steps into workspace/runs/<id>/meter.csv (for `poet report "
                    "TRACE --meter`): rapl[:ZONE], ina219[:INDEX], ina3221[:RAIL+RAIL] or file:RECORDING.csv "
                    "(replays a recording from the run's start)")
     p.set_defaults(func=cmd_train)
@@ -516,8 +554,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--diff", metavar="TRACE_B",
                    help="compare with another trace of the same graph: joules per step by kind and tensor")
     p.add_argument("--meter", metavar="RECORDING.csv",
-                   help="measured energy: a power meter's recording (poet-meter/1 CSV, e.g. runs/<id>/meter.csv "
-                   "from `poet train --meter`) aligned with the trace by its steps' host times (or, with "
+                   help="measured energy: a power meter's recording (poet-meter/1 CSV, e.g. "
+                   "workspace/runs/<id>/meter.csv from `poet train --meter`) aligned with the trace by its steps' "
+                   "host times (or, with "
                    "--markers, by the op marker's pulses); shown beside the modelled account")
     p.add_argument("--allow-gaps", action="store_true",
                    help="with --meter: interpolate over gaps in the recording (the ops over them are flagged) "
@@ -535,9 +574,10 @@ def build_parser() -> argparse.ArgumentParser:
     _board_args(p)
     _model_args(p)
     _solve_args(p, required=False)
-    p.add_argument("--steps", type=int, default=89, help="training steps (default 89: one epoch of digits)")
+    p.add_argument("--steps", type=_whole(1, MAX_STEPS), default=89,
+                   help=f"training steps, 1 to {MAX_STEPS} (default 89: one epoch of digits)")
     p.add_argument("--lr", type=float, default=0.3, help="SGD learning rate (default 0.3)")
-    p.add_argument("--run-dir", help="where the run's files go (default runs/demo)")
+    p.add_argument("--run-dir", help="where the run's files go (default workspace/runs/demo)")
     p.set_defaults(func=cmd_demo, models=None, repeats=3, max_repeats=10, spread=0.02, output=None)
     return ap
 

@@ -6,6 +6,7 @@ compiler it needs, and for hosted cross builds the command that runs the image h
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shutil
 import subprocess
@@ -65,6 +66,16 @@ def source_version() -> str:
     return f"{found['MAJOR']}.{found['MINOR']}"
 
 
+def run_make(*args: str) -> subprocess.CompletedProcess[str]:
+    """`make -C firmware ARGS`, one at a time: parallel test workers and concurrent poet commands
+    share firmware/build, and two makes writing one object corrupt it."""
+    lock_path = FIRMWARE_DIR / "build" / ".lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return subprocess.run(["make", "-C", str(FIRMWARE_DIR), *args], capture_output=True, text=True)
+
+
 def build(target: str, quiet: bool = True) -> Path:
     """Run `make -C firmware <target>` and return the image path."""
     if target not in TARGETS:
@@ -73,7 +84,7 @@ def build(target: str, quiet: bool = True) -> Path:
     for tool in ("make", t.compiler):
         if shutil.which(tool) is None:
             raise BuildError(f"{tool} not found: run `make setup` to install the firmware toolchains")
-    proc = subprocess.run(["make", "-C", str(FIRMWARE_DIR), target], capture_output=True, text=True)
+    proc = run_make(target)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
         raise BuildError(f"firmware build for {target} failed:\n" + "\n".join(tail))
