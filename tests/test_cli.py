@@ -73,9 +73,10 @@ def test_budget_below_smallest_feasible_names_the_smallest():
     cg = costed(g, board, prof)
     fixed = budget_for(g, board.ram_bytes, int(prof["runtime_static_bytes"])).fixed
     smallest = fixed + min_arena_budget(cg, 2 * cg.one_pass_s)
-    r = poet("solve", "--model", "cnn-digits", "--ram", str(smallest - 64), "--deadline", "2x")
+    r = poet("solve", "--model", "cnn-digits", "--ram", str(smallest - 64), "--deadline", "2x", "--time-limit", "3600")
     one_line_error(r, 1, "below the smallest feasible budget", f"({smallest} B")
-    ok = poet("solve", "--model", "cnn-digits", "--ram", str(smallest), "--deadline", "2x", "-o", "/dev/null")
+    ok = poet("solve", "--model", "cnn-digits", "--ram", str(smallest), "--deadline", "2x", "--time-limit", "3600",
+              "-o", "/dev/null")
     assert ok.returncode == 0, ok.stderr
 
 
@@ -288,6 +289,7 @@ def test_sweep_writes_csv_and_figures(tmp_path):
     import csv
     r = poet("sweep", "--model", "mlp-digits", "--ram", "60k:100k:3", "--deadline", "1.2x,3x",
              "--strategies", "poet,remat-only,page-only,capuchin,dtr,checkpoint-all", "--jobs", "2",
+             "--time-limit", "3600",
              "-o", str(tmp_path))
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))

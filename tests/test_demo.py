@@ -11,8 +11,8 @@ from conftest import needs_qemu
 @needs_qemu
 def test_demo_runs_the_whole_loop_and_report_repeats_it(tmp_path):
     env = dict(os.environ, POET_WORKSPACE=str(tmp_path))
-    r = subprocess.run([sys.executable, "-m", "poet", "demo", "--steps", "3"], capture_output=True, text=True,
-                       env=env, timeout=600, cwd=tmp_path)
+    r = subprocess.run([sys.executable, "-m", "poet", "demo", "--steps", "3", "--time-limit", "3600"],
+                       capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     for section in ("[trace]", "[profile]", "[budget]", "[solve]", "[lower]", "[train]", "[account]", "[check]"):
