@@ -3,9 +3,14 @@ come back as a state_dict with the accuracy the run reported, and bad requests s
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -153,6 +158,7 @@ def test_data_that_does_not_fit_the_model(workspace: Path, capsys: pytest.Captur
 
 def test_battery_refusal_can_be_forced(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = [*BASE, "--epochs", "1", "--data-limit", "16", "--battery-mah", "0.00001", "--volts", "3.7", "--force"]
+    (workspace / "runs" / "f").mkdir(parents=True)  # an empty folder is a --run-dir like any other
     assert main([*args, "--run-dir", str(workspace / "runs" / "f")]) == 0
     assert "--force given" in capsys.readouterr().out
 
@@ -221,3 +227,147 @@ def test_the_same_run_on_the_m0_and_linux_stand_ins(workspace: Path, board: str,
     for a, b in zip(_final_weights(run_dir), weights_of(ref), strict=True):
         assert np.linalg.norm(a - b) <= 1e-5 * max(np.linalg.norm(b), 1e-12)
     assert json.loads((run_dir / "state.json").read_text())["history"][-1]["accuracy"] == host_acc
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(workspace, finished, stopped): two runs of BASE started in the same second (the clock is frozen), with
+    no --run-dir; the second stopped by Ctrl-C after 2 of its 8 steps. Tests change copies of them only."""
+    import poet.cli as cli
+    import poet.train
+
+    ws = tmp_path_factory.mktemp("workspace")
+    (ws / "profiles").mkdir()
+    (ws / "profiles" / "nrf52840.yaml").write_bytes((REPO / "profiles" / "nrf52840.yaml").read_bytes())
+    frozen = types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda: datetime.datetime(2026, 11, 21, 10, 15)))
+    real_say = cli.say
+
+    def say_and_stop(msg: str) -> None:
+        real_say(msg)
+        if "epoch 1/2 step   2/4" in msg:
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("POET_WORKSPACE", str(ws))
+        mp.setattr(poet.train, "datetime", frozen)
+        assert main(BASE) == 0
+        mp.setattr(cli, "say", say_and_stop)
+        assert main(BASE) == 1
+    finished, stopped = ws / "runs" / "20261121-101500-cnn-digits", ws / "runs" / "20261121-101500-cnn-digits-2"
+    return ws, finished, stopped
+
+
+def _copy(run_dir: Path, name: str) -> Path:
+    return Path(shutil.copytree(run_dir, run_dir.parent / name))
+
+
+def _files(run_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in run_dir.iterdir()}
+
+
+def test_runs_started_in_the_same_second_get_folders_of_their_own(two_runs: tuple[Path, Path, Path]) -> None:
+    ws, finished, stopped = two_runs
+    assert sorted(p.name for p in (ws / "runs").iterdir() if p.name != "plans") == [finished.name, stopped.name]
+    assert json.loads((finished / "state.json").read_text())["global_step"] == 8
+    assert json.loads((stopped / "state.json").read_text())["global_step"] == 2
+
+
+def test_a_run_folder_in_use_is_refused(two_runs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    ws, _, stopped = two_runs
+    monkeypatch.setenv("POET_WORKSPACE", str(ws))
+    run_dir, empty = _copy(stopped, "in-use"), ws / "runs" / "empty-in-use"
+    empty.mkdir()
+    holders = []
+    try:
+        for folder in (run_dir, empty):  # another poet holds each: a process of its own, as it would be
+            holder = subprocess.Popen(
+                [sys.executable, "-c", "import fcntl, os, sys, time\n"
+                 "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+                 "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+                 "os.write(fd, str(os.getpid()).encode())\n"
+                 "print('held', flush=True)\n"
+                 "time.sleep(120)\n", str(folder / "run.lock")], stdout=subprocess.PIPE, text=True)
+            holders.append(holder)
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        before = _files(run_dir)
+        assert main(["train", "--resume", str(run_dir)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"poet: run {run_dir} is in use by another poet (pid {holders[0].pid})"], err
+        assert _files(run_dir) == before
+        assert main([*BASE, "--run-dir", str(empty)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"poet: run {empty} is in use by another poet (pid {holders[1].pid})"], err
+        assert sorted(p.name for p in empty.iterdir()) == ["run.lock"]
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+
+
+def test_a_run_dir_that_holds_a_run_is_refused(two_runs: tuple[Path, Path, Path],
+                                               capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    ws, finished, stopped = two_runs
+    monkeypatch.setenv("POET_WORKSPACE", str(ws))
+    for run_dir in (finished, stopped):
+        before = _files(run_dir)
+        assert main([*BASE, "--run-dir", str(run_dir)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"poet train --resume {run_dir}" in err[0], err
+        assert _files(run_dir) == before  # nothing overwritten, nothing added
+
+
+def test_resume_without_its_checkpoint_is_refused(two_runs: tuple[Path, Path, Path],
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    ws, _, stopped = two_runs
+    monkeypatch.setenv("POET_WORKSPACE", str(ws))
+    run_dir = _copy(stopped, "no-checkpoint")
+    (run_dir / "checkpoint.npz").unlink()
+    state = (run_dir / "state.json").read_bytes()
+    assert main(["train", "--resume", str(run_dir)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoint.npz is missing" in err[0], err
+    (run_dir / "checkpoint.npz").write_bytes(b"PK\x03\x04 not a zip")
+    assert main(["train", "--resume", str(run_dir)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoint.npz is unreadable" in err[0], err
+    assert (run_dir / "state.json").read_bytes() == state and not (run_dir / "trace.json.tmp").exists()
+
+
+def test_resume_completes_a_run_stopped_before_its_files(two_runs: tuple[Path, Path, Path],
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    ws, finished, _ = two_runs
+    monkeypatch.setenv("POET_WORKSPACE", str(ws))
+    run_dir = _copy(finished, "files-lost")
+    files = ["emissions.csv", "report.txt", "weights.pt", *(p.name for p in finished.glob("*.png"))]
+    assert len(files) > 3  # the plots
+    for name in files:
+        (run_dir / name).unlink()
+    state = json.loads((run_dir / "state.json").read_text())
+    state.pop("complete", None)  # as it is when the run is killed right after `finished` is saved
+    (run_dir / "state.json").write_text(json.dumps(state))
+    assert main(["train", "--resume", str(run_dir)]) == 0
+    assert "is complete" in capsys.readouterr().out
+    for name in files:
+        assert (run_dir / name).is_file(), name
+    assert (run_dir / "report.txt").read_text() == (finished / "report.txt").read_text()
+    got, want = torch.load(run_dir / "weights.pt"), torch.load(finished / "weights.pt")
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert len((run_dir / "emissions.csv").read_text().splitlines()) == 2
+    assert main(["train", "--resume", str(run_dir)]) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert len((run_dir / "emissions.csv").read_text().splitlines()) == 2  # the run's row once
+
+
+def test_a_resumed_epoch_s_loss_covers_all_its_steps(two_runs: tuple[Path, Path, Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    ws, finished, stopped = two_runs
+    monkeypatch.setenv("POET_WORKSPACE", str(ws))
+    run_dir = _copy(stopped, "resumed")
+    assert main(["train", "--resume", str(run_dir)]) == 0
+    got = json.loads((run_dir / "state.json").read_text())["history"]
+    want = json.loads((finished / "state.json").read_text())["history"]
+    assert [h["loss"] for h in got] == pytest.approx([h["loss"] for h in want], rel=1e-9)

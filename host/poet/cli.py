@@ -521,8 +521,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read weights and optimizer state back every N steps (default 1: a resumed run loses "
                    "nothing; on a slow serial line a larger N saves link time, and --resume re-runs up to N-1 "
                    "steps, with the same result)")
-    p.add_argument("--run-dir", help="the run's folder (default workspace/runs/<time>-<model>)")
-    p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last finished step")
+    p.add_argument("--run-dir", help="the run's folder, new or empty (default workspace/runs/<time>-<model>, with "
+                   "-2, -3... when taken); one that holds a run is refused: continue that with --resume")
+    p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last finished step "
+                   "(or write the files a run stopped after its last step lacks)")
     p.add_argument("--schedule", help="run this schedule file (from `poet solve`) instead of planning; the board "
                    "validates it")
     p.add_argument("--meter", metavar="BACKEND[:ARG]",

@@ -7,6 +7,12 @@ weights.pt (a state_dict) at the end. Everything is written after every step, at
 stopped by a reset, a pulled cable or Ctrl-C resumes with `--resume runs/<id>` from its last
 finished step, with the same data order: the final weights are those of an uninterrupted run.
 
+No run is lost to another: a new run gets a folder of its own (made with os.mkdir, `-2`, `-3`...
+when two start in the same second), a --run-dir that holds a run is refused (resume it instead),
+and whoever writes a run's folder, a run or a resume, holds run.lock in it (flock) until it ends.
+A run stopped after its last step but before its files (report, weights, plots, emissions) were
+all written gets them on --resume.
+
 Plans are cached (runs/plans/<key>/) by graph, board, profile, budget, deadline and strategy: a
 second run of the same configuration skips the solver. Test accuracy is measured after every
 epoch on the host, with the weights read back from the board.
@@ -16,11 +22,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import datetime
+import fcntl
 import hashlib
+import itertools
 import json
 import os
 import shutil
+import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -63,8 +73,15 @@ class RunState:
     epoch: int = 0  # the epoch in progress
     step: int = 0  # the next step within it
     global_step: int = 0
-    finished: bool = False
+    finished: bool = False  # every step done
+    complete: bool = False  # and every file a finished run has written (report, weights, plots, emissions)
     history: list[dict[str, float]] = field(default_factory=list)  # per finished epoch
+    losses: list[float] = field(default_factory=list)  # the steps of the epoch in progress: its mean survives a resume
+
+
+# a folder with one of these holds a run: a new run there would overwrite it
+RUN_FILES = ("config.json", "state.json", "checkpoint.npz", "trace.json")
+LOCK_FILE = "run.lock"
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -88,7 +105,12 @@ class Run:
 
     def load_state(self) -> RunState:
         p = self.dir / "state.json"
-        return RunState(**json.loads(p.read_text())) if p.exists() else RunState()
+        if not p.exists():
+            return RunState()
+        try:
+            return RunState(**json.loads(p.read_text()))
+        except (OSError, ValueError, TypeError) as exc:
+            raise PoetError(f"{shown(p)} is unreadable ({exc}): the run cannot be resumed") from None
 
     def save_checkpoint(self, weights: list[np.ndarray], opt_state: bytes, state: RunState) -> None:
         arrays = {f"w{i}": w for i, w in enumerate(weights)}
@@ -103,6 +125,83 @@ class Run:
         with np.load(p) as z:
             n = sum(1 for k in z.files if k.startswith("w"))
             return [z[f"w{i}"] for i in range(n)], z["opt_state"].tobytes(), int(z["global_step"])
+
+
+def _holds_run(folder: Path) -> bool:
+    return any((folder / name).exists() for name in RUN_FILES)
+
+
+def _refuse_if_run(folder: Path) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--run-dir {folder}: not a folder")
+    if folder.is_dir() and _holds_run(folder):
+        raise UsageError(f"--run-dir {folder} already holds a run: continue it with `poet train --resume {folder}`, "
+                         "or give another --run-dir")
+
+
+def _lock(folder: Path) -> int:
+    """Hold the run's folder for this process (until the returned descriptor is closed, or the process ends).
+
+    flock, not a pid file: a lock held by a process that was killed goes with it, so a reset or kill -9
+    never leaves a run that cannot be resumed."""
+    path = folder / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise PoetError(f"cannot write in the run {shown(folder)}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            pid = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        finally:
+            os.close(fd)
+        raise PoetError(f"run {shown(folder)} is in use by another poet (pid {pid})") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _new_folder(args: argparse.Namespace) -> Path:
+    """The new run's folder: --run-dir (made if missing), else runs/<date>-<time>-<model>[-N], one of its own."""
+    if getattr(args, "run_dir", None):
+        folder = Path(args.run_dir)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--run-dir {folder}: cannot make the folder: {exc.strerror or exc}") from None
+        return folder
+    base = runs_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    stem = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{args.model}"
+    for n in itertools.count(1):
+        folder = base / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            os.mkdir(folder)  # atomic: of two runs started in the same second, one gets -2
+        except FileExistsError:
+            continue
+        return folder
+    raise AssertionError("unreachable")
+
+
+def _resume_checkpoint(run: Run, state: RunState) -> tuple[list[np.ndarray], bytes, int] | None:
+    """The checkpoint of the steps the state says are done; refused when it is missing or unreadable,
+    as training on from the initial weights would silently lose those steps."""
+    if not state.global_step:
+        return None
+    p = run.dir / "checkpoint.npz"
+    if not p.exists():
+        raise PoetError(f"{shown(run.dir)}: state.json says {state.global_step} steps are done but checkpoint.npz "
+                        "is missing, so their weights are lost: start a new run")
+    try:
+        ckpt = run.load_checkpoint()
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise PoetError(f"{shown(run.dir)}: checkpoint.npz is unreadable ({exc}), so the weights of its "
+                        f"{state.global_step} steps are lost: start a new run") from None
+    assert ckpt is not None
+    if ckpt[2] != state.global_step:
+        raise PoetError(f"{shown(run.dir)}: checkpoint after step {ckpt[2]}, state says {state.global_step}")
+    return ckpt
 
 
 def _config_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -266,20 +365,37 @@ def _evaluate(model: torch.nn.Module, weights: list[np.ndarray], data: Dataset) 
 
 def train(args: argparse.Namespace, say: Say) -> Path:
     """Run (or resume) a fine-tuning run; returns its folder."""
+    with contextlib.ExitStack() as held:  # the run's lock, released however the run ends
+        return _train(args, say, held)
+
+
+def _train(args: argparse.Namespace, say: Say, held: contextlib.ExitStack) -> Path:
+    ckpt = None
     if args.resume:
         run = Run(Path(args.resume))
         if not run.config_path.exists():
             raise UsageError(f"--resume {args.resume}: not a run folder (no config.json)")
-        cfg = json.loads(run.config_path.read_text())
+        held.callback(os.close, _lock(run.dir))
+        try:
+            cfg = json.loads(run.config_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise PoetError(f"{shown(run.config_path)} is unreadable ({exc}): the run cannot be resumed") from None
         args = _namespace(cfg, args)
         state = run.load_state()
         if state.finished:
-            say(f"run {shown(run.dir)} already finished: nothing to resume")
+            if state.complete:
+                say(f"run {shown(run.dir)} already finished: nothing to resume")
+            else:
+                _complete_finished(args, run, state, say)
             return run.dir
+        ckpt = _resume_checkpoint(run, state)
         say(f"resuming {shown(run.dir)} at epoch {state.epoch + 1}, step {state.step + 1} "
             f"({state.global_step} steps done)")
-    elif args.epochs < 1:
-        raise UsageError(f"--epochs {args.epochs}: must be at least 1")
+    else:
+        if args.epochs < 1:
+            raise UsageError(f"--epochs {args.epochs}: must be at least 1")
+        if getattr(args, "run_dir", None):
+            _refuse_if_run(Path(args.run_dir))
     # everything a new run could be refused for is checked before its folder exists
     board = load_board(args.board)
     check_ram(parse_size(args.ram), board.ram_bytes, board.name)
@@ -290,11 +406,10 @@ def train(args: argparse.Namespace, say: Say) -> Path:
         raise UsageError(f"--data {args.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
     meter = open_meter(args.meter) if getattr(args, "meter", None) else None  # a missing sensor: refused here
     if not args.resume:
-        folder = Path(args.run_dir) if getattr(args, "run_dir", None) else \
-            runs_dir() / f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{args.model}"
-        folder.mkdir(parents=True, exist_ok=True)
-        run = Run(folder)
-        _write_atomic(run.config_path, json.dumps(_config_from(args), indent=1, default=str).encode())
+        run = Run(_new_folder(args))
+        held.callback(os.close, _lock(run.dir))
+        if getattr(args, "run_dir", None):
+            _refuse_if_run(run.dir)  # again, under the lock: another poet may have run there since the check above
         state = RunState()
     total_steps = per_epoch * args.epochs
     w0 = weights_of(model)
@@ -304,17 +419,17 @@ def train(args: argparse.Namespace, say: Say) -> Path:
         plan = _plan(args, g, board, dev, run, say)
         g = _graph_for(g, plan)
         pred = _check_energy(args, plan, total_steps, args.epochs, say)
+        if not args.resume:
+            # only now: a run refused for its energy or schedule leaves no config, so no run to be refused for
+            _write_atomic(run.config_path, json.dumps(_config_from(args), indent=1, default=str).encode())
         trace_path = run.dir / "trace.json"
         tr = Trace.load(trace_path) if state.global_step and trace_path.exists() else \
             Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
         tr.plan = plan
         tr.steps = tr.steps[:state.global_step]  # a step traced but not checkpointed runs again
         dev.load_model(g, w0)
-        ckpt = run.load_checkpoint() if state.global_step else None
         if ckpt is not None:
-            weights, opt_state, done = ckpt
-            if done != state.global_step:
-                raise PoetError(f"{shown(run.dir)}: checkpoint after step {done}, state says {state.global_step}")
+            weights, opt_state, _ = ckpt
             dev.load_model(g, weights)
             dev.link.upload(OPT_STATE, opt_state)
         dev.load_schedule((run.dir / "schedule.poet").read_bytes())
@@ -344,12 +459,12 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
     while state.epoch < args.epochs:
         batches = data.epoch_batches(g.batch, state.epoch, args.seed)
         epoch_start = state.global_step - state.step
-        losses = []
+        del state.losses[state.step:]  # the saved state has exactly the steps its checkpoint has
         while state.step < per_epoch:
             x, y = batches[state.step]
             res = dev.step(x, y, args.lr)
             tr.add_step(res, args.lr)
-            losses.append(res.loss)
+            state.losses.append(float(res.loss))
             state.step += 1
             state.global_step += 1
             if state.global_step % every == 0 or state.step == per_epoch:
@@ -364,10 +479,12 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
                 f"{step_j * 1e3:.3f} mJ  {step_s * 1e3:.2f} ms (modelled)")
         e_j, t_s = _epoch_energy(tr, board, epoch_start)
         acc = _evaluate(model, weights, data)
+        losses = state.losses
         state.history.append({"epoch": state.epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan"),
                               "accuracy": acc, "energy_j": e_j, "time_s": t_s})
         state.epoch += 1
         state.step = 0
+        state.losses = []
         run.save_state(state)
         say(f"epoch {state.epoch}/{args.epochs}: mean loss {state.history[-1]['loss']:.4f}, test accuracy "
             f"{acc:.1%}, {e_j * 1e3:.3f} mJ, {t_s:.3f} s of board time (modelled)")
@@ -376,26 +493,80 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
             say(f"  {made.line()}")
     state.finished = True
     run.save_state(state)
+    _complete(args, g, board, run, state, tr, model, weights, predictor, plan_pred, say)
+
+
+def _complete(args: argparse.Namespace, g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace,
+              model: torch.nn.Module, weights: list[np.ndarray], predictor: RunPredictor, plan_pred: Prediction,
+              say: Say) -> None:
+    """A finished run's files, then `complete` in its state. Each file is written whole or not at all, and
+    emissions.csv gets the run's row once, so a run stopped in here is completed by --resume."""
     _finish(g, board, run, state, tr, model, weights, say)
     actual = predictor.actual()
     for line in Comparison(predictor.prediction or plan_pred, actual).lines():
         say(f"  {line}")
     if plan_pred.energy_j > 0:  # a given schedule has no plan to compare with
         say(f"  {Comparison(plan_pred, actual).lines()[1].replace('prediction error', 'plan prediction error')}")
-    csv = append(run.dir / "emissions.csv", RunRecord(actual.energy_j, actual.time_s, actual.co2_g, actual.grid,
-                                                      board.name, dev.provenance, parse_size(args.ram),
-                                                      experiment=f"{g.model} on {board.name}",
-                                                      run_id=run.dir.name))
-    say(f"  emissions: {shown(run.dir / 'emissions.csv')} (codecarbon's columns)"
-        + (f"; an older file with other columns was kept as {shown(csv)}" if csv else ""))
+    emissions = run.dir / "emissions.csv"
+    if not _has_row(emissions, run.dir.name):
+        kept = append(emissions, RunRecord(actual.energy_j, actual.time_s, actual.co2_g, actual.grid, board.name,
+                                           tr.provenance, parse_size(args.ram),
+                                           experiment=f"{g.model} on {board.name}", run_id=run.dir.name))
+        say(f"  emissions: {shown(emissions)} (codecarbon's columns)"
+            + (f"; an older file with other columns was kept as {shown(kept)}" if kept else ""))
+    state.complete = True
+    run.save_state(state)
+
+
+def _has_row(emissions: Path, run_id: str) -> bool:
+    """Whether emissions.csv already has this run's row (written before the run was stopped)."""
+    if not emissions.is_file():
+        return False
+    try:
+        with emissions.open(newline="") as f:
+            return any(row.get("run_id") == run_id for row in csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False  # append() keeps an unreadable file aside and starts a new one
+
+
+def _complete_finished(args: argparse.Namespace, run: Run, state: RunState, say: Say) -> None:
+    """--resume of a run stopped after its last step, before its files: write them from the run's folder
+    (checkpoint, trace, state, plan); no board is needed."""
+    say(f"run {shown(run.dir)} finished its {state.global_step} steps but not its files: writing them")
+    if len(state.history) != args.epochs:
+        raise PoetError(f"{shown(run.dir)}: state.json says the run finished but has {len(state.history)} of its "
+                        f"{args.epochs} epochs: it cannot be completed")
+    ckpt = _resume_checkpoint(run, state)
+    assert ckpt is not None
+    trace_path = run.dir / "trace.json"
+    if not trace_path.exists():
+        raise PoetError(f"{shown(run.dir)}: trace.json is missing: the run's report cannot be written")
+    board = load_board(args.board)
+    model, g = _graph(args)
+    tr = Trace.load(trace_path)
+    try:
+        plan = json.loads((run.dir / "plan.json").read_text())
+    except (OSError, ValueError):
+        plan = {}
+    tr.plan = plan
+    grid = intensity(args.country, args.carbon_intensity)
+    total = state.global_step
+    plan_pred = plan_prediction(plan.get("energy_j", 0.0), plan.get("time_s", 0.0), total, args.epochs, grid)
+    predictor = RunPredictor(args.epochs, total, grid)
+    for h in state.history:
+        predictor.add(Epoch(total // args.epochs, h["energy_j"], h["time_s"]))
+    _complete(args, _graph_for(g, plan), board, run, state, tr, model, ckpt[0], predictor, plan_pred, say)
+    say(f"run {shown(run.dir)} is complete")
 
 
 def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace, model: torch.nn.Module,
             weights: list[np.ndarray], say: Say) -> None:
     load_weights(model, weights)
-    torch.save({k: v.clone() for k, v in model.state_dict().items()}, run.dir / "weights.pt")
+    tmp = run.dir / "weights.pt.tmp"
+    torch.save({k: v.clone() for k, v in model.state_dict().items()}, tmp)
+    os.replace(tmp, run.dir / "weights.pt")  # a run stopped mid-write keeps no half file that looks whole
     report = render(tr, board)
-    (run.dir / "report.txt").write_text(report + "\n")
+    _write_atomic(run.dir / "report.txt", (report + "\n").encode())
     from poet.accounting import account
     from poet.report import plot
 
