@@ -88,11 +88,12 @@ def solve(prob: pulp.LpProblem, solver: str, time_limit_s: float, gap: float = 0
     start = {v.name: v.varValue for v in prob.variables()} if warm else {}
     start_obj = objective_value(prob) if warm else math.inf
     t0 = time.perf_counter()
-    out = _highs(prob, time_limit_s, gap, warm) if solver == "highs" else _cbc(prob, time_limit_s, gap, warm)
+    run = _highs if solver == "highs" else _cbc
+    out = run(prob, time_limit_s, gap, warm)
     if warm and out.note.startswith("inconsistent"):
         say(f"{out.solver}: {out.note}; solving again without the start")
-        out = _highs(prob, time_limit_s, gap, False)
-        out.note = f"highspy {_version('highspy')} mis-read the start (poet/milp.py); solved again without it"
+        out = run(prob, time_limit_s, gap, False)
+        out.note = f"{solver} mis-read the start (poet/milp.py: highspy 1.16.0 does); solved again without it"
     if warm and (out.objective is None or out.objective > start_obj):
         # a cold solve stopped by its time limit: the start is still the best plan known
         for v in prob.variables():
