@@ -35,6 +35,7 @@ BASE = ["train", "--model", "cnn-digits", "--ram", "200k", "--epochs", "2", "--d
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Runs, plans and profiles under tmp_path; the shipped profile is the planner's input."""
     (tmp_path / "profiles").mkdir()
+    (tmp_path / "runs").mkdir()  # --run-dir makes the run's folder, not the folders above it
     (tmp_path / "profiles" / "nrf52840.yaml").write_bytes((REPO / "profiles" / "nrf52840.yaml").read_bytes())
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path))
     return tmp_path
@@ -252,7 +253,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path
         mp.setattr(poet.train, "datetime", frozen)
         assert main(BASE) == 0
         mp.setattr(cli, "say", say_and_stop)
-        assert main(BASE) == 1
+        assert main(BASE) == 130  # Ctrl-C
     finished, stopped = ws / "runs" / "20261121-101500-cnn-digits", ws / "runs" / "20261121-101500-cnn-digits-2"
     return ws, finished, stopped
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 from collections.abc import Callable
@@ -262,12 +263,51 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+# what --resume takes from the command line; everything else comes from the run's config.json
+RESUME_OPTIONS = {"resume", "port", "emulate", "model", "data"}
+
+
+def _resumed(args: argparse.Namespace) -> argparse.Namespace:
+    """The options of the run --resume continues: its config.json, checked as a command line is.
+
+    Nothing in a run folder makes poet import code: a run of a model or data factory resumes only
+    when the command line names the same factory (a folder from someone else may name any module)."""
+    from poet.train import config_argv, run_config
+
+    run = Path(args.resume)
+    cfg = run_config(run)
+    changed = sorted(args.given - RESUME_OPTIONS)
+    if changed:
+        opt = "--" + changed[0].replace("_", "-")
+        was = cfg.get(changed[0])
+        raise UsageError(f"{opt}: a resumed run keeps the settings it started with"
+                         + (f" ({opt} {was} in {run / 'config.json'})" if was is not None else "")
+                         + "; start a new run to change them")
+    for key in ("model", "data"):
+        v, opt = cfg[key], f"--{key}"
+        factory = isinstance(v, str) and ":" in v and not (key == "data" and Path(v).exists())
+        if key in args.given and getattr(args, key) != v:
+            raise UsageError(f"{opt} {getattr(args, key)}: the run in {run} trains on {opt} {v}")
+        if factory and key not in args.given:
+            raise UsageError(f"the run in {run} uses {opt} {v}, code of your own: poet imports only code the command "
+                             f"line names; if you trust it, resume with `poet train --resume {run} {opt} {v}`")
+    try:
+        ns = build_parser(_RaisingParser).parse_args(["train", *config_argv(cfg, run / "config.json")])
+    except argparse.ArgumentError as exc:
+        raise UsageError(f"{run / 'config.json'}: {exc}: the file was changed or damaged, so the run cannot be "
+                        "resumed") from None
+    ns.resume, ns.port, ns.emulate, ns.given = args.resume, args.port, args.emulate, args.given
+    return ns
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from poet.train import train
 
     if args.port and args.emulate:
         raise UsageError("--port and --emulate: give one (a real board's port, or the emulated stand-in)")
-    if not args.resume and args.ram is None:
+    if args.resume:
+        args = _resumed(args)
+    elif args.ram is None:
         raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
     train(args, say)
     return 0
@@ -332,21 +372,86 @@ def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") 
     # numpy's generators (the data order) take no negative seed, torch's none above 2**64 - 1
     p.add_argument("--seed", type=_whole(0, 2**32 - 1), default=0,
                    help="weight initialisation and data order seed, 0 to 4294967295 (default 0)")
-    p.add_argument("--train", default="all", metavar="MODE",
+    p.add_argument("--train", type=_train_mode, default="all", metavar="MODE",
                    help="what to fine-tune: all, last:N (the last N layers with parameters) or bias (default all)")
     p.add_argument("--layers", type=_whole(1, 256), help="encoder layers L of the bert model, 1 to 256 (default 12)")
     p.add_argument("--hidden", type=_whole(64, 8192),
                    help="hidden size H of the bert model, a multiple of 64 up to 8192 (default 768)")
 
 
-def _positive(text: str) -> float:
+def _number(text: str) -> float:
+    """A finite float: `nan` and `inf` parse as floats but are no setting's value."""
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return v
+
+
+def _positive(text: str) -> float:
+    v = _number(text)
     if not v > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
     return v
+
+
+def _non_negative(text: str) -> float:
+    v = _number(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return v
+
+
+def _port(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty port: give the board's serial port, e.g. /dev/ttyACM0")
+    return text
+
+
+def _train_mode(text: str) -> str:
+    """--train: all, bias or last:N; how many layers the model has is checked when it is traced."""
+    n = text[5:] if text.startswith("last:") else ""
+    if text in ("all", "bias") or (n.isdigit() and 1 <= int(n) <= 100_000):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: give all, bias, or last:N (N >= 1)")
+
+
+def _output_file(text: str) -> str:
+    """-o FILE: refused before any work when it cannot be a file poet writes (a folder, a device, a
+    folder that does not exist: poet makes no folder trees the user did not ask for)."""
+    p = Path(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file name in it")
+    if p.exists() and not p.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a device or a pipe): give a file")
+    if not p.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder {p.parent} does not exist: make it first, or write elsewhere")
+    return text
+
+
+def _output_folder(text: str) -> str:
+    """A folder poet writes into: made if missing, but only inside one that exists."""
+    p = Path(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
+    if not p.exists() and not p.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder {p.parent} does not exist: make it first, or write elsewhere")
+    return text
+
+
+def _input_file(text: str) -> str:
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    if not p.exists():
+        raise argparse.ArgumentTypeError(f"{text} does not exist")
+    return text
 
 
 def _fraction(text: str) -> float:
@@ -371,7 +476,7 @@ def _shape(text: str) -> tuple[int, ...]:
 
 def _board_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
-    p.add_argument("--port", help="serial port of a real board; without it the emulated stand-in runs")
+    p.add_argument("--port", type=_port, help="serial port of a real board; without it the emulated stand-in runs")
 
 
 def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -388,13 +493,13 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--time-limit", type=_positive, default=60.0, help="solver time limit in seconds (default 60)")
     p.add_argument("--gap", type=_fraction, default=0.0,
                    help="stop the MILP once its plan is proven within this relative gap, e.g. 0.01 (default 0)")
-    p.add_argument("--profile", help=PROFILE_HELP)
+    p.add_argument("--profile", type=_input_file, help=PROFILE_HELP)
     p.add_argument("--precision", default="fp32", choices=["fp32", "greedy", "auto"],
                    help="fp32 keeps every value (default); greedy stores every allowed saved activation in 16 "
                    "bits and runs every linear and conv2d forward in int8; auto decides each tensor and layer "
                    "inside the planner's MILP, casts counted, for the least energy (greedy and auto change "
                    "values by 16-bit rounding and int8 quantisation)")
-    p.add_argument("--precision-rules", metavar="FILE",
+    p.add_argument("--precision-rules", type=_input_file, metavar="FILE",
                    help="which tensors may go 16-bit and which layers int8 (default: poet's "
                    "data/precision.yaml: softmax, loss and norm inputs stay fp32)")
 
@@ -406,16 +511,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"poet: {message} (see `{self.prog} --help`)\n")
 
 
+class _RaisingParser(_Parser):
+    """For options read from a file (a run's config.json): the mistake is the file's, said by the caller."""
+
+    def error(self, message: str) -> NoReturn:
+        raise argparse.ArgumentError(None, message)
+
+
 PROFILE_HELP = ("op-cost profile (default: the one `poet profile` measured into workspace/profiles/<board>.yaml, "
                 "else the shipped profiles/<board>.yaml)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="poet", description=__doc__.splitlines()[0].strip("`") + " "
+def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentParser:
+    ap = parser_class(prog="poet", description=__doc__.splitlines()[0].strip("`") + " "
                                  "Train neural networks on boards too small to train them.")
     ap.add_argument("--version", action="version", version=f"poet {__version__}")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=parser_class)
 
     p = sub.add_parser("boards", help="list the boards poet knows and the serial ports attached now")
     p.set_defaults(func=cmd_boards)
@@ -423,7 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("flash", help="build the firmware and put it on the board (or boot its emulated stand-in)")
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--port", help="the board's serial port (/dev/ttyACM0), or ssh://user@host[:port] for "
+    where.add_argument("--port", type=_port,
+                       help="the board's serial port (/dev/ttyACM0), or ssh://user@host[:port] for "
                        "rpi4 and jetson")
     where.add_argument("--emulate", action="store_true",
                        help="build the emulated stand-in's image and boot it (the default without --port)")
@@ -435,7 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("graph", help="trace a model's training step into a graph")
     _model_args(p)
-    p.add_argument("-o", "--output", help="write the graph JSON here")
+    p.add_argument("-o", "--output", type=_output_file, help="write the graph JSON here")
     p.add_argument("--check", action="store_true",
                    help="also run a real PyTorch step and compare saved tensors and ops with the graph")
     p.set_defaults(func=cmd_graph)
@@ -444,7 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "workspace/profiles/<board>.yaml")
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--port", help="serial port of a real board (or ssh://user@host for rpi4 and jetson)")
+    where.add_argument("--port", type=_port,
+                       help="serial port of a real board (or ssh://user@host for rpi4 and jetson)")
     where.add_argument("--emulate", action="store_true",
                        help="profile the emulated stand-in (the default without --port); numbers are 'emulated'")
     _model_args(p, default=None)
@@ -458,7 +572,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--casts", action="store_true",
                    help="also measure the casts (fp32 <-> fp16, bf16, int8) over sizes, fitting cycles = r n + c, "
                         "and the int8 linear/conv forward against fp32 at the models' layer shapes")
-    p.add_argument("-o", "--output",
+    p.add_argument("-o", "--output", type=_output_file,
                    help="profile path (default workspace/profiles/<board>.yaml; $POET_WORKSPACE moves workspace/)")
     p.set_defaults(func=cmd_profile)
 
@@ -466,19 +580,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD})")
     _model_args(p)
     _solve_args(p)
-    p.add_argument("--graph", help="plan this graph file instead of tracing --model: a training graph from "
+    p.add_argument("--graph", type=_input_file,
+                   help="plan this graph file instead of tracing --model: a training graph from "
                    "`poet graph -o`, or a costed graph (the POET reference's schema); every number in it is "
                    "checked on load (sizes whole and below 2**48, costs 0 to 1e9 s or J, deps earlier nodes)")
     p.add_argument("--semantics", choices=["poet", "reference"], default="poet",
                    help="for costed graph files: reference = the POET reference's rules (paging time outside "
                    "the deadline, no page-out in the producing stage, inputs recomputable, budget = activations)")
-    p.add_argument("-o", "--output", help="schedule file (default workspace/schedules/<model>.<board>.poet)")
+    p.add_argument("-o", "--output", type=_output_file,
+                   help="schedule file (default workspace/schedules/<model>.<board>.poet)")
     p.set_defaults(func=cmd_solve)
 
     p = sub.add_parser("sweep", help="every strategy over RAM budgets and deadlines: a CSV and the POET paper's plots")
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD})")
     _model_args(p)
-    p.add_argument("--graph", help="sweep this graph file (training graph or costed graph) instead of --model")
+    p.add_argument("--graph", type=_input_file,
+                   help="sweep this graph file (training graph or costed graph) instead of --model")
     p.add_argument("--ram", required=True, help="budgets: LOW:HIGH:COUNT (e.g. 32k:512k:16) or a list 64k,96k")
     p.add_argument("--deadline", default="1.5x", help="deadlines, comma-separated: 1.2x,1.5x,2x or 45ms (default 1.5x)")
     p.add_argument("--strategies", help=f"comma-separated subset of {','.join(STRATEGIES)} (default all)")
@@ -486,10 +603,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=_positive, default=60.0, help="per-plan solver time limit in s (default 60)")
     # Python forks every worker up front: a huge --jobs would fork that many
     p.add_argument("--jobs", type=_whole(1, 256), help="parallel processes, 1 to 256 (default: one per core)")
-    p.add_argument("--profile", help=PROFILE_HELP)
+    p.add_argument("--profile", type=_input_file, help=PROFILE_HELP)
     p.add_argument("--semantics", choices=["poet", "reference"], default="poet",
                    help="for costed graph files: the POET reference's rules (see `poet solve --help`)")
-    p.add_argument("-o", "--output", help="output folder (default sweeps/<model>)")
+    p.add_argument("-o", "--output", type=_output_folder, help="output folder (default sweeps/<model>)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("train", help="fine-tune a model on the board: plan, flash, upload, train epochs, read back",
@@ -507,7 +624,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(or a (train, test) pair); default digits")
     p.add_argument("--data-limit", type=_whole(1, 10**9), help="use only the first N training samples")
     p.add_argument("--epochs", type=_whole(1, MAX_STEPS), default=3, help=f"epochs, 1 to {MAX_STEPS} (default 3)")
-    p.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    p.add_argument("--lr", type=_positive, default=0.1, help="learning rate (default 0.1)")
     p.add_argument("--optimizer", default="sgd", help="sgd, momentum[:M] or adam[:BETA1,BETA2,EPS] (default sgd)")
     p.add_argument("--budget-j", type=_positive, help="refuse a run predicted to need more joules than this")
     p.add_argument("--battery-mah", type=_positive, help="refuse a run the battery cannot carry (with --volts)")
@@ -515,17 +632,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="run even if over --budget-j or the battery")
     p.add_argument("--country", help="ISO 3166 code of the grid the board draws from (carbon intensity; default "
                    "the world average)")
-    p.add_argument("--carbon-intensity", type=float, metavar="G_PER_KWH", help="grid carbon intensity to use "
+    p.add_argument("--carbon-intensity", type=_non_negative, metavar="G_PER_KWH", help="grid carbon intensity to use "
                    "instead of the bundled table")
     p.add_argument("--checkpoint-every", type=_whole(1, MAX_STEPS), default=1, metavar="N",
                    help="read weights and optimizer state back every N steps (default 1: a resumed run loses "
                    "nothing; on a slow serial line a larger N saves link time, and --resume re-runs up to N-1 "
                    "steps, with the same result)")
-    p.add_argument("--run-dir", help="the run's folder, new or empty (default workspace/runs/<time>-<model>, with "
+    p.add_argument("--run-dir", type=_output_folder,
+                   help="the run's folder, new or empty (default workspace/runs/<time>-<model>, with "
                    "-2, -3... when taken); one that holds a run is refused: continue that with --resume")
     p.add_argument("--resume", metavar="RUN", help="continue the run in this folder from its last finished step "
                    "(or write the files a run stopped after its last step lacks)")
-    p.add_argument("--schedule", help="run this schedule file (from `poet solve`) instead of planning; the board "
+    p.add_argument("--schedule", type=_input_file,
+                   help="run this schedule file (from `poet solve`) instead of planning; the board "
                    "validates it")
     p.add_argument("--meter", metavar="BACKEND[:ARG]",
                    help="record a power meter over the steps into workspace/runs/<id>/meter.csv (for `poet report "
@@ -535,13 +654,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="energy report of a saved trace: by module, layer, tensor, kind; CSV, "
                        "Chrome trace, plots; a diff of two schedules")
-    p.add_argument("trace", help="trace JSON written by `poet train` or `poet demo` (checked against the "
+    p.add_argument("trace", type=_input_file,
+                   help="trace JSON written by `poet train` or `poet demo` (checked against the "
                    "schedule.poet beside it, when there is one)")
     p.add_argument("--by", choices=["module", "layer", "tensor", "kind"],
                    help="one view: the module tree (EDD), layers (graph modules), tensors or kinds "
                    "(default: kinds, module tree and top tensors)")
-    p.add_argument("--depth", type=int, help="module tree levels below the model (default 2; plots: all)")
-    p.add_argument("--top", type=int, help="tensors (and with --by layer, layers) to list (default 5; plots 10)")
+    p.add_argument("--depth", type=_whole(0, 1000), help="module tree levels below the model (default 2; plots: all)")
+    p.add_argument("--top", type=_whole(1,
+                   100_000), help="tensors (and with --by layer, layers) to list (default 5; plots 10)")
     p.add_argument("--fold", action="store_true",
                    help="summarized footprint: fold numbered self-similar siblings (layer_3 -> layer_*)")
     p.add_argument("--csv", nargs="?", const="", metavar="FILE",
@@ -552,10 +673,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "default TRACE-stem.chrome.json")
     p.add_argument("--plot", action="store_true",
                    help="write PNGs: the EDD as an icicle chart, top tensors (energy, power), power timeline")
-    p.add_argument("--out", metavar="DIR", help="where --csv/--chrome/--plot files go (default: the trace's folder)")
-    p.add_argument("--diff", metavar="TRACE_B",
+    p.add_argument("--out", type=_output_folder,
+                   metavar="DIR", help="where --csv/--chrome/--plot files go (default: the trace's folder)")
+    p.add_argument("--diff", type=_input_file, metavar="TRACE_B",
                    help="compare with another trace of the same graph: joules per step by kind and tensor")
-    p.add_argument("--meter", metavar="RECORDING.csv",
+    p.add_argument("--meter", type=_input_file, metavar="RECORDING.csv",
                    help="measured energy: a power meter's recording (poet-meter/1 CSV, e.g. "
                    "workspace/runs/<id>/meter.csv from `poet train --meter`) aligned with the trace by its steps' "
                    "host times (or, with "
@@ -563,7 +685,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-gaps", action="store_true",
                    help="with --meter: interpolate over gaps in the recording (the ops over them are flagged) "
                    "instead of refusing it")
-    p.add_argument("--meter-offset", type=float, metavar="S",
+    p.add_argument("--meter-offset", type=_number, metavar="S",
                    help="with --meter: the meter's clock minus the host's time.time(), in seconds (default 0: "
                    "host-side meters stamp time.time())")
     p.add_argument("--markers", type=logic_input, metavar="CH",
@@ -578,15 +700,54 @@ def build_parser() -> argparse.ArgumentParser:
     _solve_args(p, required=False)
     p.add_argument("--steps", type=_whole(1, MAX_STEPS), default=89,
                    help=f"training steps, 1 to {MAX_STEPS} (default 89: one epoch of digits)")
-    p.add_argument("--lr", type=float, default=0.3, help="SGD learning rate (default 0.3)")
+    p.add_argument("--lr", type=_positive, default=0.3, help="SGD learning rate (default 0.3)")
     p.add_argument("--run-dir", help="where the run's files go (default workspace/runs/demo)")
     p.set_defaults(func=cmd_demo, models=None, repeats=3, max_repeats=10, spread=0.02, output=None)
     return ap
 
 
+def _value_options(ap: argparse.ArgumentParser) -> set[str]:
+    """Every option string, of the parser and its subcommands, that takes a value."""
+    found: set[str] = set()
+    for action in ap._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _value_options(sub)
+        elif action.option_strings and action.nargs != 0:
+            found.update(action.option_strings)
+    return found
+
+
+def _joined_negatives(ap: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`--deadline -1x` as `--deadline=-1x`: argparse takes a value that starts with '-' and is not a
+    plain number for an option and says "expected one argument"; joined, the option's own check says
+    what is wrong with the value."""
+    takes = _value_options(ap)
+    out: list[str] = []
+    for tok in argv:
+        if out and out[-1] in takes and len(tok) > 1 and tok[0] == "-" and (tok[1].isdigit() or tok[1] == "."):
+            out[-1] = f"{out[-1]}={tok}"
+        else:
+            out.append(tok)
+    return out
+
+
+def given_options(ap: argparse.ArgumentParser, argv: list[str], command: str) -> set[str]:
+    """The dests of the options the command line gave `command` (not left at their defaults)."""
+    sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    rest = argv[argv.index(command) + 1:]
+    unset = object()
+    dests = {a.dest for a in sub._actions if a.dest != "help"}
+    ns = argparse.Namespace(**dict.fromkeys(dests, unset))
+    sub.parse_known_args(rest, namespace=ns)  # defaults fill only what the namespace lacks
+    return {k for k in dests if getattr(ns, k) is not unset}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
+    argv = _joined_negatives(ap, list(sys.argv[1:] if argv is None else argv))
     args = ap.parse_args(argv)
+    args.given = given_options(ap, argv, args.command)
     try:
         return args.func(args)
     except PoetError as exc:
@@ -597,6 +758,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("poet: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        if args.debug:
+            raise
+        print("poet: out of memory: this machine cannot hold the model or graph asked for; try a smaller one",
+              file=sys.stderr)
+        return 1
+    except OSError as exc:  # a file poet reads or writes: which, and the system's reason
+        if args.debug:
+            raise
+        if exc.filename:
+            print(f"poet: cannot read or write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        else:  # a serial port, a socket: the exception says which
+            print(f"poet: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a bug in poet: one line unless --debug
         if args.debug:
             raise

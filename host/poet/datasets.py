@@ -24,6 +24,8 @@ class Dataset:
 
     def fitted(self, input_shape: tuple[int, ...], classes: int, model: str) -> Dataset:
         """The data reshaped to the model's sample shape; refuse data the model cannot take."""
+        for split, x, y in (("training", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
+            _check_values(self.name, split, x, y)
         want = int(np.prod(input_shape))
         got = int(np.prod(self.x_train.shape[1:]))
         if got != want:
@@ -43,6 +45,36 @@ class Dataset:
         order = np.random.default_rng([seed, epoch]).permutation(len(self.x_train))
         return [(self.x_train[order[i:i + batch]], self.y_train[order[i:i + batch]])
                 for i in range(0, len(order) - batch + 1, batch)]
+
+
+# The board trains in fp32: inputs far from the usual -1..1 overflow activations or gradients and the
+# weights turn to NaN without any error. Raw 16-bit sensor counts (65535) still pass.
+MAX_ABS_INPUT = 1e6
+
+
+def _check_values(name: str, split: str, x: np.ndarray, y: np.ndarray) -> None:
+    """Refuse data that would train to NaN or on values other than those given (complex, fractional labels)."""
+    if not len(y):
+        return
+    for what, a in (("samples", x), ("labels", y)):
+        if np.iscomplexobj(a):
+            raise UsageError(f"--data {name}: the {split} {what} are complex ({a.dtype}); poet trains on real numbers")
+        if a.dtype.kind not in "biuf":
+            raise UsageError(f"--data {name}: the {split} {what} are {a.dtype}, not numbers")
+    xf = np.asarray(x, dtype=np.float64)
+    bad = ~np.isfinite(xf)
+    if bad.any():
+        at = int(np.argwhere(bad)[0][0])
+        raise UsageError(f"--data {name}: {split} sample {at} has NaN or infinite values; remove or fix them")
+    big = float(np.abs(xf).max()) if xf.size else 0.0
+    if big > MAX_ABS_INPUT:
+        raise UsageError(f"--data {name}: {split} samples reach {big:.3g}; the board trains in fp32 and values "
+                         f"beyond {MAX_ABS_INPUT:g} turn its weights to NaN: scale the data (to about -1..1)")
+    if y.dtype.kind == "f":
+        frac = ~np.isfinite(y) | (y != np.round(y))
+        if frac.any():
+            at = int(np.argwhere(frac)[0][0])
+            raise UsageError(f"--data {name}: {split} label {at} is {y[at]!r}, not a whole class number")
 
 
 def load_dataset(spec: str, limit: int | None = None) -> Dataset:
@@ -88,6 +120,12 @@ def _from_folder(folder: Path) -> Dataset:
     return _split(str(folder), x, y)
 
 
+def _array(v: object) -> np.ndarray:
+    """A sample or label of a torch Dataset as a numpy array (tensors, numbers, lists)."""
+    detach = getattr(v, "detach", None)
+    return np.asarray(detach().cpu().numpy() if callable(detach) else v)
+
+
 def _from_factory(spec: str) -> Dataset:
     """`module:factory` returning a torch Dataset, or a (train, test) pair of them."""
     mod_name, _, fn_name = spec.partition(":")
@@ -95,16 +133,23 @@ def _from_factory(spec: str) -> Dataset:
         factory = getattr(importlib.import_module(mod_name), fn_name)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"--data {spec}: cannot import {fn_name} from {mod_name} ({exc})") from exc
-    made = factory()
-    parts = made if isinstance(made, tuple) and len(made) == 2 else (made,)
-    arrays = []
-    for ds in parts:
-        xs, ys = [], []
-        for i in range(len(ds)):
-            x, y = ds[i]
-            xs.append(np.asarray(x, dtype=np.float32))
-            ys.append(int(y))
-        arrays.append((np.stack(xs), np.asarray(ys, dtype=np.int64)))
+    try:
+        made = factory()
+        parts = made if isinstance(made, tuple) and len(made) == 2 else (made,)
+        arrays = []
+        for ds in parts:
+            xs, ys = [], []
+            for i in range(len(ds)):
+                x, y = ds[i]
+                xs.append(_array(x))
+                ys.append(_array(y))
+            # the values as given (no cast yet): fitted() refuses complex data and fractional labels
+            arrays.append((np.stack(xs), np.stack(ys).reshape(len(ys))))
+    except UsageError:
+        raise
+    except Exception as exc:  # a user's factory or Dataset can raise anything: one line, where and what
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        raise UsageError(f"--data {spec}: reading the dataset failed: {type(exc).__name__}: {msg}") from exc
     if len(arrays) == 2:
         return Dataset(spec, arrays[0][0], arrays[0][1], arrays[1][0], arrays[1][1])
     return _split(spec, *arrays[0])

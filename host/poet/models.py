@@ -114,6 +114,9 @@ def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = No
                          f"or package.module:factory")
     if (layers is not None or hidden is not None) and name != "bert":
         raise UsageError(f"--layers and --hidden size the bert model, not {name}")
+    if (input_shape is not None or classes is not None) and ":" not in name:
+        raise UsageError(f"--input-shape and --classes describe a model of your own (module:factory); {name} takes "
+                         f"{'x'.join(map(str, spec.input_shape))} samples and {spec.classes} classes")
     torch.manual_seed(seed)
     try:
         model = spec.build()

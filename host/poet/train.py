@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import itertools
 import json
+import math
 import os
 import shutil
 import zipfile
@@ -79,6 +80,24 @@ class RunState:
     losses: list[float] = field(default_factory=list)  # the steps of the epoch in progress: its mean survives a resume
 
 
+def _is_count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_real(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _well_typed(s: RunState) -> bool:
+    """What json.loads gave fits RunState's fields (a hand-edited state.json may hold anything)."""
+    return (all(_is_count(v) for v in (s.epoch, s.step, s.global_step))
+            and isinstance(s.finished, bool) and isinstance(s.complete, bool)
+            and isinstance(s.losses, list) and all(_is_real(v) for v in s.losses)
+            and isinstance(s.history, list)
+            and all(isinstance(h, dict) and all(_is_real(h.get(k)) for k in ("loss", "accuracy", "energy_j", "time_s"))
+                    for h in s.history))
+
+
 # a folder with one of these holds a run: a new run there would overwrite it
 RUN_FILES = ("config.json", "state.json", "checkpoint.npz", "trace.json")
 LOCK_FILE = "run.lock"
@@ -108,9 +127,13 @@ class Run:
         if not p.exists():
             return RunState()
         try:
-            return RunState(**json.loads(p.read_text()))
+            state = RunState(**json.loads(p.read_text()))
         except (OSError, ValueError, TypeError) as exc:
-            raise PoetError(f"{shown(p)} is unreadable ({exc}): the run cannot be resumed") from None
+            raise UsageError(f"{shown(p)} is unreadable ({exc}): the run cannot be resumed") from None
+        if not _well_typed(state):
+            raise UsageError(f"{shown(p)} holds values of the wrong kind (changed or damaged): the run cannot be "
+                             "resumed")
+        return state
 
     def save_checkpoint(self, weights: list[np.ndarray], opt_state: bytes, state: RunState) -> None:
         arrays = {f"w{i}": w for i, w in enumerate(weights)}
@@ -162,25 +185,35 @@ def _lock(folder: Path) -> int:
     return fd
 
 
-def _new_folder(args: argparse.Namespace) -> Path:
-    """The new run's folder: --run-dir (made if missing), else runs/<date>-<time>-<model>[-N], one of its own."""
+def _new_folder(args: argparse.Namespace) -> tuple[Path, bool]:
+    """The new run's folder and whether this call made it: --run-dir (made if missing, inside a folder
+    that exists), else runs/<date>-<time>-<model>[-N], one of its own."""
     if getattr(args, "run_dir", None):
         folder = Path(args.run_dir)
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir()
+        except FileExistsError:
+            return folder, False
         except OSError as exc:
             raise UsageError(f"--run-dir {folder}: cannot make the folder: {exc.strerror or exc}") from None
-        return folder
+        return folder, True
     base = runs_dir()
-    base.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{args.model}"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PoetError(f"cannot make the runs folder {shown(base)}: {exc.strerror or exc} (set $POET_WORKSPACE "
+                        "to a folder you can write)") from None
+    stem = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{args.model.replace('/', '_').replace(':', '_')}"
     for n in itertools.count(1):
         folder = base / (stem if n == 1 else f"{stem}-{n}")
         try:
             os.mkdir(folder)  # atomic: of two runs started in the same second, one gets -2
         except FileExistsError:
             continue
-        return folder
+        except OSError as exc:
+            raise PoetError(f"cannot make a run folder in {shown(base)}: {exc.strerror or exc} (set "
+                            "$POET_WORKSPACE to a folder you can write)") from None
+        return folder, True
     raise AssertionError("unreachable")
 
 
@@ -191,16 +224,16 @@ def _resume_checkpoint(run: Run, state: RunState) -> tuple[list[np.ndarray], byt
         return None
     p = run.dir / "checkpoint.npz"
     if not p.exists():
-        raise PoetError(f"{shown(run.dir)}: state.json says {state.global_step} steps are done but checkpoint.npz "
+        raise UsageError(f"{shown(run.dir)}: state.json says {state.global_step} steps are done but checkpoint.npz "
                         "is missing, so their weights are lost: start a new run")
     try:
         ckpt = run.load_checkpoint()
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise PoetError(f"{shown(run.dir)}: checkpoint.npz is unreadable ({exc}), so the weights of its "
+        raise UsageError(f"{shown(run.dir)}: checkpoint.npz is unreadable ({exc}), so the weights of its "
                         f"{state.global_step} steps are lost: start a new run") from None
     assert ckpt is not None
     if ckpt[2] != state.global_step:
-        raise PoetError(f"{shown(run.dir)}: checkpoint after step {ckpt[2]}, state says {state.global_step}")
+        raise UsageError(f"{shown(run.dir)}: checkpoint after step {ckpt[2]}, state says {state.global_step}")
     return ckpt
 
 
@@ -208,10 +241,42 @@ def _config_from(args: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(args, k, None) for k in CONFIG_KEYS}
 
 
-def _namespace(cfg: dict[str, Any], args: argparse.Namespace) -> argparse.Namespace:
-    ns = argparse.Namespace(**cfg)
-    ns.port, ns.resume = getattr(args, "port", None), getattr(args, "resume", None)
-    return ns
+def run_config(folder: Path) -> dict[str, Any]:
+    """A run's config.json, refused in one line when the folder is no run or the file is damaged."""
+    path = Run(folder).config_path
+    if not folder.is_dir():
+        raise UsageError(f"--resume {folder}: no such run folder")
+    if not path.exists():
+        raise UsageError(f"--resume {folder}: not a run folder (no config.json)")
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{shown(path)} is unreadable ({exc}): the run cannot be resumed") from None
+    missing = [k for k in CONFIG_KEYS if not isinstance(cfg, dict) or k not in cfg]
+    if missing:
+        raise UsageError(f"{shown(path)} lacks {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''}: it was "
+                        "changed or damaged, so the run cannot be resumed")
+    return cfg
+
+
+def config_argv(cfg: dict[str, Any], path: Path) -> list[str]:
+    """A run's config as the `poet train` options that ask for it: parsed again on --resume, a config
+    is checked exactly as the command line was (a NaN or negative --lr in it is refused the same way)."""
+    argv = []
+    for key in CONFIG_KEYS:
+        v, opt = cfg[key], "--" + key.replace("_", "-")
+        if v is None or v is False:
+            continue
+        if v is True and key == "force":
+            argv.append(opt)
+        elif key == "input_shape" and isinstance(v, list) and all(isinstance(d, int) for d in v):
+            argv.append(f"{opt}={','.join(str(d) for d in v)}")
+        elif isinstance(v, (str, int, float)) and not isinstance(v, bool):
+            argv.append(f"{opt}={v}")
+        else:
+            raise UsageError(f"{shown(path)}: {key} is {json.dumps(v)[:40]}, which is no value of {opt}: the file was "
+                            "changed or damaged, so the run cannot be resumed")
+    return argv
 
 
 def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, args: argparse.Namespace) -> str:
@@ -311,8 +376,6 @@ def _check_energy(args: argparse.Namespace, plan: dict, steps: int, epochs: int,
     battery cannot carry (unless --force)."""
     grid = intensity(args.country, args.carbon_intensity)
     if "energy_j" not in plan:  # a given schedule: nothing predicts it before it runs
-        if args.budget_j is not None or args.battery_mah is not None:
-            raise UsageError("--budget-j and --battery-mah need a plan to predict the run from; drop --schedule")
         return plan_prediction(0.0, 0.0, steps, epochs, grid)
     pred = plan_prediction(plan["energy_j"], plan["time_s"], steps, epochs, grid)
     say(f"\n[energy] {pred.line('the plan predicts')}")
@@ -321,8 +384,6 @@ def _check_energy(args: argparse.Namespace, plan: dict, steps: int, epochs: int,
         msg = (f"the run needs {pred.energy_j:.4g} J (predicted from the plan), more than --budget-j "
                f"{args.budget_j:g} J: train fewer epochs, or pass --force to run anyway")
     elif args.battery_mah is not None:
-        if not args.volts:
-            raise UsageError("--battery-mah needs --volts (the battery's nominal voltage)")
         check = check_battery(pred.energy_j, args.battery_mah, args.volts)
         say(f"  {check.line()}")
         msg = refusal(check)
@@ -369,18 +430,27 @@ def train(args: argparse.Namespace, say: Say) -> Path:
         return _train(args, say, held)
 
 
+def _check_request(args: argparse.Namespace) -> None:
+    """What a run can be refused for without a board: checked before one is touched or the workspace
+    written, so a refusal leaves nothing behind (no emulator booted, no run folder)."""
+    if (args.battery_mah is None) != (args.volts is None):
+        raise UsageError("--battery-mah and --volts go together (the battery's capacity and its nominal voltage)")
+    if args.schedule and (args.budget_j is not None or args.battery_mah is not None):
+        raise UsageError("--budget-j and --battery-mah need a plan to predict the run from; drop --schedule")
+    intensity(args.country, args.carbon_intensity)  # an unknown --country
+    parse_deadline(args.deadline, 1.0)  # its form; against the model's pass once the plan is costed
+    parse_size(args.ram)
+    if not args.schedule:
+        from poet.costs import load_profile
+        load_profile(args.board, Path(args.profile) if args.profile else None)
+
+
 def _train(args: argparse.Namespace, say: Say, held: contextlib.ExitStack) -> Path:
+    _check_request(args)
     ckpt = None
     if args.resume:
         run = Run(Path(args.resume))
-        if not run.config_path.exists():
-            raise UsageError(f"--resume {args.resume}: not a run folder (no config.json)")
         held.callback(os.close, _lock(run.dir))
-        try:
-            cfg = json.loads(run.config_path.read_text())
-        except (OSError, ValueError) as exc:
-            raise PoetError(f"{shown(run.config_path)} is unreadable ({exc}): the run cannot be resumed") from None
-        args = _namespace(cfg, args)
         state = run.load_state()
         if state.finished:
             if state.complete:
@@ -389,13 +459,8 @@ def _train(args: argparse.Namespace, say: Say, held: contextlib.ExitStack) -> Pa
                 _complete_finished(args, run, state, say)
             return run.dir
         ckpt = _resume_checkpoint(run, state)
-        say(f"resuming {shown(run.dir)} at epoch {state.epoch + 1}, step {state.step + 1} "
-            f"({state.global_step} steps done)")
-    else:
-        if args.epochs < 1:
-            raise UsageError(f"--epochs {args.epochs}: must be at least 1")
-        if getattr(args, "run_dir", None):
-            _refuse_if_run(Path(args.run_dir))
+    elif getattr(args, "run_dir", None):
+        _refuse_if_run(Path(args.run_dir))
     # everything a new run could be refused for is checked before its folder exists
     board = load_board(args.board)
     check_ram(parse_size(args.ram), board.ram_bytes, board.name)
@@ -404,47 +469,106 @@ def _train(args: argparse.Namespace, say: Say, held: contextlib.ExitStack) -> Pa
     per_epoch = len(data.epoch_batches(g.batch, 0, args.seed))
     if per_epoch == 0:
         raise UsageError(f"--data {args.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
+    if args.resume:
+        _check_resumable(run, state, g, ckpt, per_epoch, args.epochs)
+        say(f"resuming {shown(run.dir)} at epoch {state.epoch + 1}, step {state.step + 1} "
+            f"({state.global_step} steps done)")
     meter = open_meter(args.meter) if getattr(args, "meter", None) else None  # a missing sensor: refused here
     if not args.resume:
-        run = Run(_new_folder(args))
+        folder, made = _new_folder(args)
+        run = Run(folder)
+        left = set(os.listdir(run.dir))  # what was there (an empty --run-dir may hold the user's other files)
         held.callback(os.close, _lock(run.dir))
         if getattr(args, "run_dir", None):
             _refuse_if_run(run.dir)  # again, under the lock: another poet may have run there since the check above
         state = RunState()
     total_steps = per_epoch * args.epochs
     w0 = weights_of(model)
-    if args.port:
-        _ensure_firmware(board, args.port, run.dir, say)
-    with open_device(board, args.port, workdir=run.dir) as dev:
-        plan = _plan(args, g, board, dev, run, say)
-        g = _graph_for(g, plan)
-        pred = _check_energy(args, plan, total_steps, args.epochs, say)
-        if not args.resume:
-            # only now: a run refused for its energy or schedule leaves no config, so no run to be refused for
-            _write_atomic(run.config_path, json.dumps(_config_from(args), indent=1, default=str).encode())
-        trace_path = run.dir / "trace.json"
-        tr = Trace.load(trace_path) if state.global_step and trace_path.exists() else \
-            Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
-        tr.plan = plan
-        tr.steps = tr.steps[:state.global_step]  # a step traced but not checkpointed runs again
-        dev.load_model(g, w0)
-        if ckpt is not None:
-            weights, opt_state, _ = ckpt
-            dev.load_model(g, weights)
-            dev.link.upload(OPT_STATE, opt_state)
-        dev.load_schedule((run.dir / "schedule.poet").read_bytes())
-        say(f"\n[train] {g.model} ({g.train}) on the {dev.provenance} {board.name}: {args.epochs} epochs x "
-            f"{per_epoch} steps of {g.batch}, {g.optimizer['name']} lr {args.lr}, data {data.name} "
-            f"({len(data.y_train)} train / {len(data.y_test)} test)")
-        try:
-            # the meter records the steps on the host clock; `poet report trace.json --meter meter.csv` aligns them
-            with recorded(meter, run.dir / "meter.csv", say) if meter else contextlib.nullcontext():
-                _epochs(args, g, board, dev, run, state, tr, data, model, per_epoch, pred, say)
-        except (LinkError, KeyboardInterrupt) as exc:
-            why = "stopped by Ctrl-C" if isinstance(exc, KeyboardInterrupt) else f"lost the board: {exc}"
-            raise PoetError(f"{why}; {state.global_step} of {total_steps} steps are done and saved in "
-                            f"{shown(run.dir)}: resume with `poet train --resume {shown(run.dir)}`") from None
+    try:
+        if args.port:
+            _ensure_firmware(board, args.port, run.dir, say)
+        with open_device(board, args.port, workdir=run.dir) as dev:
+            plan = _plan(args, g, board, dev, run, say)
+            g = _graph_for(g, plan)
+            pred = _check_energy(args, plan, total_steps, args.epochs, say)
+            if not args.resume:
+                # only now: a run refused for its energy or schedule leaves no config, so no run to be refused for
+                _write_atomic(run.config_path, json.dumps(_config_from(args), indent=1, default=str).encode())
+            trace_path = run.dir / "trace.json"
+            tr = Trace.load(trace_path) if state.global_step else \
+                Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
+            tr.plan = plan
+            tr.steps = tr.steps[:state.global_step]  # a step traced but not checkpointed runs again
+            dev.load_model(g, w0)
+            if ckpt is not None:
+                weights, opt_state, _ = ckpt
+                dev.load_model(g, weights)
+                dev.link.upload(OPT_STATE, opt_state)
+            dev.load_schedule((run.dir / "schedule.poet").read_bytes())
+            say(f"\n[train] {g.model} ({g.train}) on the {dev.provenance} {board.name}: {args.epochs} epochs x "
+                f"{per_epoch} steps of {g.batch}, {g.optimizer['name']} lr {args.lr}, data {data.name} "
+                f"({len(data.y_train)} train / {len(data.y_test)} test)")
+            try:
+                # the meter records the steps on the host clock; `poet report trace.json --meter meter.csv` aligns
+                with recorded(meter, run.dir / "meter.csv", say) if meter else contextlib.nullcontext():
+                    _epochs(args, g, board, dev, run, state, tr, data, model, per_epoch, pred, say)
+            except (LinkError, KeyboardInterrupt) as exc:
+                ctrl_c = isinstance(exc, KeyboardInterrupt)
+                why = "stopped by Ctrl-C" if ctrl_c else f"lost the board: {exc}"
+                raise PoetError(f"{why}; {state.global_step} of {total_steps} steps are done and saved in "
+                                f"{shown(run.dir)}: resume with `poet train --resume {shown(run.dir)}`",
+                                status=130 if ctrl_c else 1) from None
+    except BaseException:
+        if not args.resume and not run.config_path.exists():
+            _unmake(run.dir, made, left)  # refused before it began (energy, schedule, flashing): no run to leave
+        raise
     return run.dir
+
+
+def _unmake(folder: Path, made: bool, left: set[str]) -> None:
+    """Remove a new run's folder, or from a --run-dir that was there what this run put in it."""
+    for entry in folder.iterdir():
+        if entry.name not in left:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+    if made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _check_resumable(run: Run, state: RunState, g: TrainingGraph, ckpt: tuple[list[np.ndarray], bytes, int] | None,
+                     per_epoch: int, epochs: int) -> None:
+    """A resumed run's files agree with each other and with its model: else refused, naming the file,
+    rather than trained on from the wrong place or with weights the board would reject."""
+    where = shown(run.dir)
+    if not (0 <= state.epoch < epochs and 0 <= state.step < per_epoch and len(state.history) == state.epoch
+            and state.global_step == state.epoch * per_epoch + state.step):
+        raise UsageError(f"{where}: state.json (epoch {state.epoch}, step {state.step}, {state.global_step} steps "
+                         f"done) does not fit the run's {epochs} epochs of {per_epoch} steps: it was changed or "
+                         "damaged, so the run cannot be resumed")
+    if ckpt is not None:
+        weights, opt_state, _ = ckpt
+        want = [tuple(shape) for _, shape in g.params]
+        got = [tuple(w.shape) for w in weights]
+        if got != want:
+            raise UsageError(f"{where}: checkpoint.npz holds weights of shapes {got[:4]}{'...' if len(got) > 4 else ''}"
+                            f", the model {g.model} has {want[:4]}{'...' if len(want) > 4 else ''}: it is not this "
+                            "run's checkpoint")
+        if any(w.dtype.kind != "f" or not np.isfinite(w).all() for w in weights):
+            raise UsageError(f"{where}: checkpoint.npz has weights that are NaN, infinite or not floats: it cannot be "
+                            "resumed from")
+        if len(opt_state) != g.optimizer_state_bytes:
+            raise UsageError(f"{where}: checkpoint.npz holds {len(opt_state)} bytes of optimizer state, "
+                            f"{g.optimizer['name']} on this model keeps {g.optimizer_state_bytes}: it is not this "
+                            "run's checkpoint")
+    if state.global_step:
+        p = run.dir / "trace.json"
+        steps = len(Trace.load(p).steps) if p.exists() else 0
+        if steps < state.global_step:
+            raise UsageError(f"{where}: trace.json has {steps} of the {state.global_step} steps done, so the run's "
+                            "energy account would be wrong: it cannot be resumed")
 
 
 def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device, run: Run, state: RunState,
@@ -463,6 +587,8 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
         while state.step < per_epoch:
             x, y = batches[state.step]
             res = dev.step(x, y, args.lr)
+            if not math.isfinite(res.loss):
+                _diverged(run, state, f"the loss is {res.loss}", args.lr)
             tr.add_step(res, args.lr)
             state.losses.append(float(res.loss))
             state.step += 1
@@ -470,6 +596,10 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
             if state.global_step % every == 0 or state.step == per_epoch:
                 # checkpoint, trace, then state: a crash between them leaves state behind, never ahead
                 weights = dev.read_weights(g)
+                if not all(np.isfinite(w).all() for w in weights):
+                    state.global_step -= 1  # the step that broke them, for the message
+                    state.step -= 1
+                    _diverged(run, state, "the weights are NaN or infinite", args.lr)
                 opt_state = dev.link.read_blob(OPT_STATE, opt_bytes) if opt_bytes else b""
                 run.save_checkpoint(weights, opt_state, state)
                 tr.save(run.dir / "trace.json")
@@ -494,6 +624,15 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
     state.finished = True
     run.save_state(state)
     _complete(args, g, board, run, state, tr, model, weights, predictor, plan_pred, say)
+
+
+def _diverged(run: Run, state: RunState, what: str, lr: float) -> None:
+    """Stop a run whose training diverged; its last checkpoint (before the step) stays as it was."""
+    ckpt = Run(run.dir).load_checkpoint()
+    kept = f"the checkpoint after step {ckpt[2]} is kept" if ckpt else "no step before it was checkpointed"
+    raise PoetError(f"training diverged: after epoch {state.epoch + 1} step {state.step + 1} (step "
+                    f"{state.global_step + 1} of the run) {what}; the run is stopped and {kept} in {shown(run.dir)}: "
+                    f"start a new run with a lower --lr than {lr:g}, or check the data")
 
 
 def _complete(args: argparse.Namespace, g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace,
@@ -534,13 +673,13 @@ def _complete_finished(args: argparse.Namespace, run: Run, state: RunState, say:
     (checkpoint, trace, state, plan); no board is needed."""
     say(f"run {shown(run.dir)} finished its {state.global_step} steps but not its files: writing them")
     if len(state.history) != args.epochs:
-        raise PoetError(f"{shown(run.dir)}: state.json says the run finished but has {len(state.history)} of its "
+        raise UsageError(f"{shown(run.dir)}: state.json says the run finished but has {len(state.history)} of its "
                         f"{args.epochs} epochs: it cannot be completed")
     ckpt = _resume_checkpoint(run, state)
     assert ckpt is not None
     trace_path = run.dir / "trace.json"
     if not trace_path.exists():
-        raise PoetError(f"{shown(run.dir)}: trace.json is missing: the run's report cannot be written")
+        raise UsageError(f"{shown(run.dir)}: trace.json is missing: the run's report cannot be written")
     board = load_board(args.board)
     model, g = _graph(args)
     tr = Trace.load(trace_path)

@@ -8,6 +8,8 @@ from poet.errors import UsageError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?)(i?b)?\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+# far above any board (and any host poet plans for), low enough that sizes stay exact in a float64
+MAX_SIZE = 2**48
 
 
 def parse_size(text: str) -> int:
@@ -15,7 +17,11 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(str(text))
     if not m:
         raise UsageError(f"cannot read size {text!r}: use bytes or a k/m/g suffix, e.g. 96k or 1m")
-    return int(float(m.group(1)) * _SCALE[m.group(2).lower()])
+    n = float(m.group(1)) * _SCALE[m.group(2).lower()]
+    if n >= MAX_SIZE:
+        shown = text if len(str(text)) <= 30 else str(text)[:27] + "..."
+        raise UsageError(f"size {shown!r} is 256 TiB or more: no board has that much; give bytes or k/m/g, e.g. 256k")
+    return int(n)
 
 
 def format_size(n: int) -> str:
