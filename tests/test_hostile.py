@@ -94,6 +94,11 @@ def _ckpt(shapes: list[tuple[int, ...]], fill: float = 0.0, step: int = 2) -> Ca
     return make
 
 
+def _file(tmp: Path, name: str, text: str) -> str:
+    (tmp / name).write_text(text)
+    return str(tmp / name)
+
+
 def _evil(tmp: Path) -> None:
     (tmp / "evilpkg.py").write_text("from pathlib import Path\nPath('PWNED').write_text('ran')\n"
                                     "def f():\n    raise SystemExit('imported')\n")
@@ -124,20 +129,35 @@ CASES: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
     ("train-mode", lambda t: [*TRAIN, "--train", "some"], ("--train",)),
     ("empty-port", lambda t: [*TRAIN, "--port", ""], ("--port", "empty port")),
     ("profile-empty-port", lambda t: ["profile", "--port", " "], ("--port",)),
+    ("adam-eps-inf", lambda t: [*TRAIN, "--optimizer", "adam:0.9,0.999,inf"], ("eps",)),
+    ("momentum-nan", lambda t: [*TRAIN, "--optimizer", "momentum:nan"], ("momentum",)),
+    ("precision-rules-not-lists", lambda t: [*TRAIN, "--precision", "greedy", "--precision-rules",
+                                             _file(t, "rules.yaml", "dtypes: 5\n")], ("dtypes must be a list",)),
+    ("precision-rules-python", lambda t: [*TRAIN, "--precision", "greedy", "--precision-rules",
+                                          _file(t, "rules.yaml", "!!python/object/apply:os.abort []\n")],
+     ("not plain YAML",)),
+    ("model-colon", lambda t: ["graph", "--model", ":"], ("package.module:factory",)),
+    ("sweep-budgets", lambda t: ["sweep", "--ram", "64k:128k:100000000"], ("100000000 budgets",)),
+    ("sweep-no-strategy", lambda t: ["sweep", "--ram", "64k", "--strategies", ""], ("--strategies",)),
+    ("profile-of-another-board", lambda t: ["solve", "--board", "mkr1000", "--ram", "30k", "--profile",
+                                            str(SHIPPED_PROFILE)], ("measured on the nrf52840, not the mkr1000",)),
+    ("emulated-profile-over-measured", lambda t: ["profile", "-o", _file(
+        t, "measured.yaml", SHIPPED_PROFILE.read_text().replace("source: emulated", "source: measured"))],
+     ("measured on a real nrf52840",)),
     # options a model does not take
     ("zoo-input-shape", lambda t: ["graph", "--model", "cnn-digits", "--input-shape", "1,8,8"], ("--input-shape",)),
     ("zoo-classes", lambda t: [*TRAIN, "--classes", "5"], ("--classes", "mlp-digits")),
     # files and folders
     ("solve-o-missing-folder", lambda t: ["solve", "--ram", "200k", "-o", str(t / "no" / "dir" / "x.poet")],
      ("does not exist",)),
-    ("solve-o-device", lambda t: ["solve", "--ram", "200k", "-o", "/dev/full"], ("not a regular file",)),
+    ("profile-o-device", lambda t: ["profile", "-o", "/dev/null"], ("not a regular file",)),
     ("graph-o-folder", lambda t: ["graph", "-o", str(t)], ("is a folder",)),
     ("schedule-folder", lambda t: [*TRAIN, "--schedule", str(t)], ("--schedule", "is a folder")),
     ("schedule-missing", lambda t: [*TRAIN, "--schedule", str(t / "none.poet")], ("--schedule", "does not exist")),
     ("report-folder", lambda t: ["report", str(t)], ("is a folder",)),
     ("graph-file-folder", lambda t: ["solve", "--ram", "200k", "--graph", str(t)], ("--graph", "is a folder")),
     ("profile-folder", lambda t: ["solve", "--ram", "200k", "--profile", str(t)], ("--profile", "is a folder")),
-    ("run-dir-missing-parent", lambda t: [*TRAIN, "--run-dir", str(t / "a" / "b")], ("--run-dir", "does not exist")),
+    ("run-dir-a-file", lambda t: [*TRAIN, "--run-dir", str(SHIPPED_PROFILE)], ("--run-dir", "not a folder")),
     # refusals that once came after QEMU booted and a run folder was made
     ("battery-without-volts", lambda t: [*TRAIN, "--battery-mah", "100"], ("--battery-mah and --volts",)),
     ("volts-without-battery", lambda t: [*TRAIN, "--volts", "3.7"], ("--battery-mah and --volts",)),
@@ -233,3 +253,16 @@ def test_given_options_tell_a_default_from_a_value_typed_equal_to_it() -> None:
     assert "lr" in cli.given_options(ap, ["train", "--lr", "0.1"], "train")  # 0.1 is the default
     assert "lr" not in cli.given_options(ap, ["train", "--ram", "1k"], "train")
     assert cli._joined_negatives(ap, ["solve", "--deadline", "-1x", "--ram", "1k"])[1] == "--deadline=-1x"
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["graph", "-o", "/dev/full"], ("cannot write /dev/full", "No space left")),
+    (["solve", "--ram", "200k", "-o", "/dev/full"], ("cannot write /dev/full",)),
+], ids=["graph-to-dev-full", "schedule-to-dev-full"])
+def test_a_write_that_fails_is_one_line_naming_the_file(ws: Path, capsys: pytest.CaptureFixture[str],
+                                                        argv: list[str], words: tuple[str, ...]) -> None:
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "internal error" not in err[0], err
+    for w in words:
+        assert w in err[0], err[0]

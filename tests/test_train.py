@@ -327,11 +327,11 @@ def test_resume_without_its_checkpoint_is_refused(two_runs: tuple[Path, Path, Pa
     run_dir = _copy(stopped, "no-checkpoint")
     (run_dir / "checkpoint.npz").unlink()
     state = (run_dir / "state.json").read_bytes()
-    assert main(["train", "--resume", str(run_dir)]) == 1
+    assert main(["train", "--resume", str(run_dir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkpoint.npz is missing" in err[0], err
     (run_dir / "checkpoint.npz").write_bytes(b"PK\x03\x04 not a zip")
-    assert main(["train", "--resume", str(run_dir)]) == 1
+    assert main(["train", "--resume", str(run_dir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkpoint.npz is unreadable" in err[0], err
     assert (run_dir / "state.json").read_bytes() == state and not (run_dir / "trace.json.tmp").exists()
@@ -372,3 +372,31 @@ def test_a_resumed_epoch_s_loss_covers_all_its_steps(two_runs: tuple[Path, Path,
     got = json.loads((run_dir / "state.json").read_text())["history"]
     want = json.loads((finished / "state.json").read_text())["history"]
     assert [h["loss"] for h in got] == pytest.approx([h["loss"] for h in want], rel=1e-9)
+
+
+def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(workspace: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = workspace / "runs" / "nan"
+    assert main(["train", "--model", "mlp-digits", "--ram", "200k", "--epochs", "1", "--data-limit", "64",
+                 "--lr", "1e30", "--run-dir", str(run_dir)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "training diverged" in err[0] and "lower --lr" in err[0], err
+    state = json.loads((run_dir / "state.json").read_text())
+    assert not state["finished"] and state["global_step"] < 4
+    ckpt = Run(run_dir).load_checkpoint()
+    assert ckpt is not None and ckpt[2] == state["global_step"]  # the checkpoint the state points to
+    assert f"the checkpoint after step {ckpt[2]} is kept" in err[0]
+    assert all(np.isfinite(w).all() for w in ckpt[0])
+    assert not (run_dir / "weights.pt").exists()
+
+
+def test_a_run_refused_for_its_energy_leaves_no_folder(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The budget check needs the plan, so it comes after the board is up: the folder made for the run goes."""
+    assert main([*BASE, "--budget-j", "1e-6", "--run-dir", str(workspace / "runs" / "refused")]) == 2
+    assert "--budget-j" in capsys.readouterr().err
+    assert not (workspace / "runs" / "refused").exists()
+    empty = workspace / "runs" / "mine"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("the user's")
+    assert main([*BASE, "--budget-j", "1e-6", "--run-dir", str(empty)]) == 2
+    assert sorted(p.name for p in empty.iterdir()) == ["notes.txt"]  # what was there stays, nothing else

@@ -15,7 +15,7 @@ from poet.boards import board_names, load_board
 from poet.errors import PoetError, UsageError
 from poet.memory import check_ram
 from poet.models import SMALL, ZOO
-from poet.paths import shown
+from poet.paths import shown, write_output
 from poet.plan import STRATEGIES
 from poet.units import format_size, parse_deadline, parse_size
 
@@ -95,7 +95,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     g, model, _ = _graph(args)
     say(summary(g))
     if args.output:
-        g.to_json(args.output)
+        write_output(Path(args.output), g.to_json_text().encode())
         say(f"wrote {args.output}")
     if args.check:
         from poet.graphcheck import op_check, real_step, saved_check
@@ -115,10 +115,9 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from poet.costs import load_profile
     from poet.device import open_device
     from poet.paths import profile_file
-    from poet.profile import profile_casts, profile_graphs, profile_paging, resumable, write_profile
+    from poet.profile import existing_profile, profile_casts, profile_graphs, profile_paging, resumable, write_profile
 
     board = load_board(args.board)
     if args.repeats < 1 or args.max_repeats < args.repeats:
@@ -130,7 +129,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
         g, _, w = _graph(args)
         graphs.append((g, w))
     path = Path(args.output) if args.output else profile_file(board.name)
-    existing = load_profile(board.name, path) if path.exists() else None
+    existing = existing_profile(path)  # refuses a file there that is no profile, and a place it cannot write
+    if existing and existing.get("source") == "measured" and not args.port:
+        raise UsageError(f"{shown(path)} holds costs measured on a real {board.name}; profiling the emulated "
+                         f"stand-in would replace them: pass -o another file (or --port the board)")
     with tempfile.TemporaryDirectory() as work, open_device(board, args.port, workdir=Path(work)) as dev:
         prev = resumable(existing, dev)
         if existing and prev is None:
@@ -181,7 +183,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.semantics != "poet":
         raise UsageError("--semantics reference applies to costed graph files (the POET reference's instances)")
     check_ram(ram, board.ram_bytes, board.name)
-    prof = load_profile(board.name, Path(args.profile) if args.profile else None)
+    prof = load_profile(board.name, Path(args.profile) if args.profile else None,
+                            note=lambda m: say(f"note: {m}"))
     cg = costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}"))
     solve_and_lower(args, g, cg, board, ram, int(prof["runtime_static_bytes"]), _deadline(args.deadline, cg), say,
                     out=Path(args.output) if args.output else None, need_schedule=bool(args.output))
@@ -234,23 +237,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from poet.graph import TrainingGraph
     from poet.graphfile import read_graph
     from poet.memory import budget_for
+    from poet.paths import sweep_dir
     from poet.sweep import parse_ram_range, plot, run_sweep, semantics_named, write_csv
 
     rams = parse_ram_range(args.ram)
-    strategies = args.strategies.split(",") if args.strategies else list(STRATEGIES)
+    strategies = args.strategies.split(",") if args.strategies is not None else list(STRATEGIES)
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise UsageError(f"--strategies: unknown {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
     g = read_graph(args.graph, reference=args.semantics == "reference") if args.graph else _graph(args)[0]
     if isinstance(g, TrainingGraph):
         board = load_board(args.board)
-        prof = load_profile(board.name, Path(args.profile) if args.profile else None)
+        prof = load_profile(board.name, Path(args.profile) if args.profile else None,
+                            note=lambda m: say(f"note: {m}"))
         cg = costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}"))
         fixed = budget_for(g, max(rams[-1], board.ram_bytes) * 4, int(prof["runtime_static_bytes"])).fixed
     else:
         cg, fixed = g, (0 if args.semantics == "reference" else 2 * g.param_bytes)
     deadlines = [_deadline(d, cg) / cg.one_pass_s for d in args.deadline.split(",")]
-    out = Path(args.output or f"sweeps/{cg.name}")
+    out = Path(args.output) if args.output else sweep_dir(cg.name)
     n = len(rams) * len(deadlines) * len(strategies)
     say(f"[sweep] {cg.name}: {len(strategies)} strategies x {len(rams)} budgets x {len(deadlines)} deadlines = {n} "
         f"plans, {args.jobs or 'all'} processes; fixed part of --ram {fixed} B")
@@ -419,29 +424,36 @@ def _train_mode(text: str) -> str:
 
 
 def _output_file(text: str) -> str:
-    """-o FILE: refused before any work when it cannot be a file poet writes (a folder, a device, a
-    folder that does not exist: poet makes no folder trees the user did not ask for)."""
+    """-o FILE: refused before any work when it cannot be a file poet writes (a folder, or in a folder
+    that does not exist: poet makes no folder trees the user did not ask for). A device is written
+    in place (/dev/null, /dev/stdout); one that refuses (/dev/full) is one line when written."""
     p = Path(text)
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path")
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder: give a file name in it")
-    if p.exists() and not p.is_file():
-        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a device or a pipe): give a file")
     if not p.parent.is_dir():
         raise argparse.ArgumentTypeError(f"the folder {p.parent} does not exist: make it first, or write elsewhere")
     return text
 
 
+def _output_regular_file(text: str) -> str:
+    """-o FILE that poet rewrites atomically (a new file renamed over it), and reads back to resume:
+    it must be a regular file, or renaming would replace a device node."""
+    _output_file(text)
+    p = Path(text)
+    if p.exists() and not p.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a device or a pipe): give a file")
+    return text
+
+
 def _output_folder(text: str) -> str:
-    """A folder poet writes into: made if missing, but only inside one that exists."""
+    """A folder poet writes into, made (with the folders above it, as asked) if missing."""
     p = Path(text)
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path")
     if p.exists() and not p.is_dir():
         raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
-    if not p.exists() and not p.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"the folder {p.parent} does not exist: make it first, or write elsewhere")
     return text
 
 
@@ -572,7 +584,7 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
     p.add_argument("--casts", action="store_true",
                    help="also measure the casts (fp32 <-> fp16, bf16, int8) over sizes, fitting cycles = r n + c, "
                         "and the int8 linear/conv forward against fp32 at the models' layer shapes")
-    p.add_argument("-o", "--output", type=_output_file,
+    p.add_argument("-o", "--output", type=_output_regular_file,
                    help="profile path (default workspace/profiles/<board>.yaml; $POET_WORKSPACE moves workspace/)")
     p.set_defaults(func=cmd_profile)
 
@@ -606,7 +618,7 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
     p.add_argument("--profile", type=_input_file, help=PROFILE_HELP)
     p.add_argument("--semantics", choices=["poet", "reference"], default="poet",
                    help="for costed graph files: the POET reference's rules (see `poet solve --help`)")
-    p.add_argument("-o", "--output", type=_output_folder, help="output folder (default sweeps/<model>)")
+    p.add_argument("-o", "--output", type=_output_folder, help="output folder (default workspace/sweeps/<model>)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("train", help="fine-tune a model on the board: plan, flash, upload, train epochs, read back",

@@ -107,7 +107,10 @@ class TrainingGraph:
         return sum(self.nodes[i].bytes for i in self.saved_ids())
 
     def to_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=1))
+        Path(path).write_text(self.to_json_text())
+
+    def to_json_text(self) -> str:
+        return json.dumps(asdict(self), indent=1)
 
     @classmethod
     def from_json(cls, path: str | Path) -> TrainingGraph:
@@ -145,8 +148,8 @@ def parse_optimizer(text: str) -> dict[str, Any]:
     for k in ("momentum", "beta1", "beta2"):
         if k in out and not 0.0 <= out[k] < 1.0:
             raise UsageError(f"--optimizer {text!r}: {k} must be in [0, 1)")
-    if "eps" in out and not out["eps"] > 0.0:
-        raise UsageError(f"--optimizer {text!r}: eps must be > 0")
+    if "eps" in out and not 0.0 < out["eps"] < 1.0:  # an infinite eps would make every step a no-op
+        raise UsageError(f"--optimizer {text!r}: eps must be in (0, 1)")
     return out
 
 

@@ -138,6 +138,8 @@ def _bert(layers: int, hidden: int) -> ZooModel:
 
 def _user_model(name: str, input_shape: tuple[int, ...] | None, classes: int | None) -> ZooModel:
     module, _, attr = name.partition(":")
+    if not module or not attr:
+        raise UsageError(f"--model {name!r}: give package.module:factory, e.g. mynet:build")
     if os.getcwd() not in sys.path:  # the user's own modules, as `python -m` would find them
         sys.path.insert(0, os.getcwd())
     try:

@@ -71,12 +71,15 @@ def load_rules(path: str | Path | None = None) -> Rules:
     try:
         raw = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise UsageError(f"--precision-rules {p}: not YAML ({exc})") from exc
+        raise UsageError(f"--precision-rules {p}: not plain YAML ({' '.join(str(exc).split())})") from exc
     if not isinstance(raw, dict):
         raise UsageError(f"--precision-rules {p}: expected a mapping (see {DEFAULT_RULES})")
     unknown = set(raw) - {"dtypes", "deny_producers", "deny_consumers", "allow", "deny", "int8"}
     if unknown:
         raise UsageError(f"--precision-rules {p}: unknown keys {', '.join(sorted(unknown))}")
+    for key, v in raw.items():  # every field is a list of names (precision.yaml); anything else is a typo
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise UsageError(f"--precision-rules {p}: {key} must be a list of names, not {str(v)[:40]!r}")
     dtypes = tuple(raw.get("dtypes") or ("fp16", "bf16"))
     bad = [d for d in dtypes if d not in LOW_BYTES]
     if bad:

@@ -7,14 +7,17 @@ work is paging one tensor out and back in is run at sizes from 256 B up, and
 
 The file is rewritten after every finished graph and after the paging sweep, with what is
 done marked, so an interrupted profile (Ctrl-C, a pulled cable, a stopped emulator) keeps
-its finished part and the same command resumes it. What the planner reads from the file
-(costs.costed) is `time_s` / `energy_j` per op and the `paging` section; every number
-says where it comes from.
+its finished part and the same command resumes it. Every write merges with the file on disk
+under a lock (write_profile), so two `poet profile` runs into one file both keep their ops.
+What the planner reads from the file (costs.costed) is `time_s` / `energy_j` per op and the
+`paging` section; every number says where it comes from.
 """
 
 from __future__ import annotations
 
 import datetime
+import fcntl
+import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,8 +28,8 @@ import numpy as np
 import yaml
 
 from poet.boards import Board
-from poet.costs import op_key, uncosted, work
-from poet.errors import PoetError
+from poet.costs import op_key, read_profile, uncosted, work
+from poet.errors import PoetError, UsageError
 from poet.graph import TrainingGraph
 from poet.link import MODEL, SCHEDULE, WEIGHTS, LinkClosed, LinkTimeout
 from poet.modelblob import (
@@ -105,13 +108,127 @@ class Settings:
 
 # ---------------------------------------------------------------- the file
 
-def write_profile(profile: dict[str, Any], path: Path) -> None:
-    """Atomically: a crash mid-write leaves the previous file, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("# poet op-cost profile; every number carries its provenance\n"
-                   + yaml.safe_dump(profile, sort_keys=False))
-    tmp.replace(path)
+def lock_path(path: Path) -> Path:
+    """The lock every writer of `path` holds while it reads, merges and replaces it: a sibling, as
+    the profile itself is replaced (a lock on the replaced file would guard the old inode)."""
+    return path.with_name(path.name + ".lock")
+
+
+def write_profile(profile: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Merge `profile` with the file at `path` and write the result there; `profile` becomes it.
+
+    Under an exclusive lock (lock_path) the file on disk is read again, so what another
+    `poet profile` into the same file wrote since is kept (merge_profiles), and `profile` is
+    updated in place to what was written: what the caller then reports is what is on disk. The
+    write is atomic (a temporary file, fsync, rename): a crash leaves the previous file, never
+    half of one. The lock is held only for this, so concurrent profiles measure in parallel.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path(path), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or by the kernel if we die
+            merged = merge_profiles(profile, _on_disk(path))
+            # one temporary name is enough: only the lock holder writes it, and one a killed writer
+            # left behind is simply overwritten
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "w") as f:
+                f.write("# poet op-cost profile; every number carries its provenance\n"
+                        + yaml.safe_dump(merged, sort_keys=False))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+    except OSError as exc:
+        raise PoetError(f"cannot write the profile {shown(path)} ({exc.strerror or exc}): make its folder "
+                        f"writable, or pass another -o") from exc
+    profile.clear()
+    profile.update(merged)
+    return profile
+
+
+def _on_disk(path: Path) -> dict[str, Any] | None:
+    """The profile at `path` now, or None when there is none or it is not one we could merge with
+    (then ours replaces it: `poet profile` refused such a file when it started, so it appeared
+    while we measured and holds nothing of ours)."""
+    if not path.exists():
+        return None
+    try:
+        return read_profile(path, "", need_ops=False)
+    except UsageError:
+        return None
+
+
+def _same_making(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Made by the same board, firmware and way (measured / emulated): the test resumable() uses."""
+    return (a.get("board") == b.get("board") and str(a.get("firmware")) == str(b.get("firmware"))
+            and a.get("source") == b.get("source"))
+
+
+def _complete(p: dict[str, Any]) -> bool:
+    """Has every section new_profile writes: one an older poet wrote is not resumed or merged."""
+    return all(k in p for k in PROFILE_KEYS)
+
+
+def _better_op(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    # Both are measurements of one kernel at one shape by the same firmware the same way, so neither
+    # is wrong; the one with more samples has the better-settled median. Deciding by evidence, not
+    # by who took the lock last, also makes two racing writers agree on the file whatever their
+    # order. A tie keeps ours, the later measurement.
+    return theirs if _samples(theirs) > _samples(ours) else ours
+
+
+def _samples(op: dict[str, Any]) -> int:
+    n = op.get("samples")
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) else 0  # none recorded: the least evidence
+
+
+def _section_done(name: str, section: Any) -> bool:
+    if not isinstance(section, dict):
+        return False
+    return bool(section.get("fit", {}).get("done") if name == "paging" else section.get("done"))
+
+
+def merge_profiles(ours: dict[str, Any], disk: dict[str, Any] | None) -> dict[str, Any]:
+    """What to write when `ours` is saved over `disk` (the file as it is now), ops sorted.
+
+    A file made another way (another board, firmware or source, or by an older poet) is replaced,
+    as `poet profile` does when it starts afresh: its costs are not this firmware's, and mixing
+    them would make one profile of two firmwares. A file made the same way keeps everything ours
+    lacks: its ops and finished models, and its paging or casts section when ours has not measured
+    them. Where both have an op, _better_op decides; a finished paging or casts section beats an
+    unfinished one; for every other key, ours (this run's settings and date).
+    """
+    mine = ours.get("ops") or {}
+    if disk is None or not _complete(disk) or not _same_making(ours, disk):
+        return {**ours, "ops": dict(sorted(mine.items()))}
+    merged = {**ours, **{k: v for k, v in disk.items() if k not in ours}}
+    merged["models"] = {**disk["models"], **(ours.get("models") or {})}
+    ops = dict(disk["ops"])
+    for key, op in mine.items():
+        ops[key] = _better_op(op, ops[key]) if key in ops else op
+    merged["ops"] = dict(sorted(ops.items()))
+    for name in ("paging", "casts"):
+        if name in disk and not _section_done(name, ours.get(name)) and _section_done(name, disk[name]):
+            merged[name] = disk[name]
+    return merged
+
+
+def existing_profile(path: Path) -> dict[str, Any] | None:
+    """The profile `poet profile -o path` will resume or replace; None when there is none yet.
+
+    Refused in one line (UsageError): a file there that is not a profile, as -o may be a typo for
+    someone's file that must not be overwritten; and a place the profile cannot be written, found
+    now rather than after the measuring. Another firmware's profile is returned (the caller says
+    it profiles afresh and the first write replaces it).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path(path), "a"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write the profile {shown(path)} ({exc.strerror or exc}): pass another -o") from exc
+    if not path.exists():
+        return None
+    return read_profile(path, "pass another -o, or delete it to profile afresh", need_ops=False)
 
 
 def _is_linux(board: Board) -> bool:
@@ -130,6 +247,11 @@ def _compute_section(board: Board, emulated: bool) -> dict[str, Any]:
     return {"used": "emulated",
             "why": f"ticks -> instructions (-icount shift=0: 1 per virtual ns) x CPI {board.cpi} / "
                    f"{board.clock_hz / 1e6:g} MHz (emulated); energy = time x {board.cpu_active_w} W (datasheet)"}
+
+
+# every section a profile has, in the order the file shows them (new_profile)
+PROFILE_KEYS = ("board", "firmware", "date", "source", "tick_hz", "runtime_static_bytes", "compute", "settings",
+                "models", "paging", "ops")
 
 
 def new_profile(device: Any) -> dict[str, Any]:
@@ -158,11 +280,10 @@ def _datasheet_paging(board: Board, reason: str) -> dict[str, Any]:
 
 def resumable(existing: dict[str, Any] | None, device: Any) -> dict[str, Any] | None:
     """The existing profile if it was made by this board's current firmware the same way, else None."""
-    if not existing or "models" not in existing:
+    if not existing or not _complete(existing):
         return None
-    same = (existing.get("board") == device.board.name and str(existing.get("firmware")) == device.hello.fw_version
-            and existing.get("source") == device.provenance)
-    return existing if same else None
+    this = {"board": device.board.name, "firmware": device.hello.fw_version, "source": device.provenance}
+    return existing if _same_making(existing, this) else None
 
 
 # ---------------------------------------------------------------- compute
@@ -213,16 +334,20 @@ def profile_graphs(device: Any, graphs: list[tuple[TrainingGraph, list[np.ndarra
         try:
             summary = _profile_graph(device, g, weights, settings, prof, progress)
         except (LinkClosed, LinkTimeout, KeyboardInterrupt) as exc:
-            if save is not None:
-                write_profile(_sorted(prof), save)
+            saved = False
+            # with no op measured yet, writing would only replace another firmware's profile with an empty one
+            if save is not None and prof["ops"]:
+                write_profile(prof, save)
+                saved = True
             done = sum(1 for k in every if k in prof["ops"])
-            where = f"saved to {shown(save)}" if save is not None else "not saved"
+            where = f"saved to {shown(save)}" if saved else "nothing saved"
             raise ProfileInterrupted(f"{_went(exc)} while profiling {g.model} ({done} of {len(every)} ops done, "
                                      f"{where}); run the same command again to resume", _status(exc)) from exc
         if save is not None:
-            write_profile(_sorted(prof), save)
+            write_profile(prof, save)  # also takes in what another profile into the same file finished
         progress(summary)  # only once saved: what it says is done is on disk
-    return _sorted(prof)
+    prof["ops"] = dict(sorted(prof["ops"].items()))
+    return prof
 
 
 def _went(exc: BaseException) -> str:
@@ -231,10 +356,6 @@ def _went(exc: BaseException) -> str:
 
 def _status(exc: BaseException) -> int:
     return 130 if isinstance(exc, KeyboardInterrupt) else 1  # 130: the shell's code for Ctrl-C
-
-
-def _sorted(prof: dict[str, Any]) -> dict[str, Any]:
-    return {**prof, "ops": dict(sorted(prof["ops"].items()))}
 
 
 def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: Settings, prof: dict[str, Any],
@@ -358,7 +479,7 @@ def profile_paging(device: Any, prof: dict[str, Any], progress: Say = print, sav
     fit = {d: {**fit_line(*seen[d]), "sizes": sizes} for d in ("out", "in")}
     prof["paging"] = _paging_section(board, device, fit)
     if save is not None:
-        write_profile(_sorted(prof), save)
+        write_profile(prof, save)
     for d in ("out", "in"):
         f = fit[d]
         rate = f"{f['bytes_per_s'] / 1e6:.3g} MB/s" if f["bytes_per_s"] else "no growth with size"
@@ -539,7 +660,7 @@ def profile_casts(device: Any, prof: dict[str, Any], graphs: list[tuple[Training
     prof["casts"] = section
     prof["ops"].update(ops)
     if save is not None:
-        write_profile(_sorted(prof), save)
+        write_profile(prof, save)
     progress("  direction      cycles/elem   fixed cycles   R²")
     for d in cast_directions():
         f = section[d]

@@ -19,7 +19,7 @@ from poet.errors import PoetError
 from poet.graph import TrainingGraph, summary
 from poet.link import DeviceError
 from poet.memory import check_ram
-from poet.paths import profile_file, profile_to_read, runs_dir, schedule_file, shown
+from poet.paths import profile_file, profile_to_read, runs_dir, schedule_file, shown, write_output
 from poet.pipeline import Planned, plan_step
 from poet.plan import Plan
 from poet.reference import accuracy, load_weights, train_steps, weights_of
@@ -173,7 +173,7 @@ def solve_and_lower(args: argparse.Namespace, g: TrainingGraph, cg, board: Board
     sched = p.lowered.schedule.encode()
     out = out or schedule_file(g.model, board.name)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(sched)
+    write_output(out, sched)
     say(f"\n[lower] schedule: {len(sched)} bytes ({len(p.lowered.schedule.instrs)} instructions, "
         f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {shown(out)}")
     return p

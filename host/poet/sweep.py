@@ -38,6 +38,9 @@ class Row:
     note: str
 
 
+MAX_BUDGETS = 1000  # a figure's worth many times over; 1e8 would run (and hold its rows) for days
+
+
 def parse_ram_range(text: str) -> list[int]:
     """`32k:512k:16` = 16 budgets evenly from 32 KiB to 512 KiB; `64k,96k,128k` = those."""
     if ":" in text:
@@ -51,10 +54,15 @@ def parse_ram_range(text: str) -> list[int]:
             raise UsageError(f"--ram {text!r}: COUNT {parts[2]!r} is not a whole number") from None
         if count < 1 or lo <= 0 or hi < lo:
             raise UsageError(f"--ram {text!r}: need 0 < LOW <= HIGH and COUNT >= 1")
+        if count > MAX_BUDGETS:
+            raise UsageError(f"--ram {text!r}: {count} budgets; a sweep takes up to {MAX_BUDGETS} (each one is "
+                             "a plan per strategy and deadline)")
         if count == 1:
             return [lo]
         return sorted({round(lo + (hi - lo) * k / (count - 1)) for k in range(count)})
     sizes = [parse_size(p) for p in text.split(",") if p.strip()]
+    if len(sizes) > MAX_BUDGETS:
+        raise UsageError(f"--ram: {len(sizes)} budgets; a sweep takes up to {MAX_BUDGETS}")
     if not sizes or min(sizes) <= 0:
         raise UsageError(f"--ram {text!r}: every budget must be more than 0 bytes")
     return sorted(set(sizes))

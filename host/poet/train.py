@@ -186,12 +186,12 @@ def _lock(folder: Path) -> int:
 
 
 def _new_folder(args: argparse.Namespace) -> tuple[Path, bool]:
-    """The new run's folder and whether this call made it: --run-dir (made if missing, inside a folder
-    that exists), else runs/<date>-<time>-<model>[-N], one of its own."""
+    """The new run's folder and whether this call made it: --run-dir (made if missing), else
+    runs/<date>-<time>-<model>[-N], one of its own."""
     if getattr(args, "run_dir", None):
         folder = Path(args.run_dir)
         try:
-            folder.mkdir()
+            folder.mkdir(parents=True)
         except FileExistsError:
             return folder, False
         except OSError as exc:
@@ -443,6 +443,9 @@ def _check_request(args: argparse.Namespace) -> None:
     if not args.schedule:
         from poet.costs import load_profile
         load_profile(args.board, Path(args.profile) if args.profile else None)
+        if (args.precision or "fp32") != "fp32":
+            from poet.precision import load_rules
+            load_rules(args.precision_rules)
 
 
 def _train(args: argparse.Namespace, say: Say, held: contextlib.ExitStack) -> Path:
