@@ -73,7 +73,8 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
     from poet.costs import costed, load_profile
 
     board = dev.board
-    prof = load_profile(board.name, Path(args.profile) if getattr(args, "profile", None) else None)
+    prof = load_profile(board.name, Path(args.profile) if getattr(args, "profile", None) else None,
+                        note=lambda m: say(f"note: {m}"))
     cg = costed(g, board, prof)
     deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
     ram = parse_size(args.ram)

@@ -32,7 +32,7 @@ import math
 import os
 import shutil
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -333,28 +333,61 @@ def _plan(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device,
     prof = load_profile(board.name, prof_path if args.profile else None)
     key = _plan_key(g, board, prof_path.read_bytes() if prof_path.exists() else b"", args)
     cache = runs_dir() / "plans" / key
-    if (cache / "plan.json").exists() and (cache / "schedule.poet").exists():
-        info = json.loads((cache / "plan.json").read_text())
-        say(f"\n[plan] reusing the plan solved for the same graph, board, profile and budget ({shown(cache)}): "
-            f"{info['recomputes']} recomputes, {info['page_ins']} page-ins, peak arena {info['peak_bytes']} B")
-    else:
-        cg = costed(g, board, prof, estimate=True)
-        deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
-        p = solve_and_lower(args, g, cg, board, parse_size(args.ram), dev.runtime_static, deadline_s, say,
-                            out=cache / "schedule.poet")
-        if p.lowered is None:
-            raise PoetError(f"model {g.model} cannot run on the board yet")
-        info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
-                "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
-                "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,
-                "page_outs": p.plan.page_outs, "ram_bytes": parse_size(args.ram), "key": key}
-        sel = getattr(p, "selection", None)
-        if sel is not None:  # --precision greedy|auto: the run's graph has the plan's casts
-            info["precision"] = sel.to_json()
-        _write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())
-    shutil.copy(cache / "plan.json", run.dir / "plan.json")
-    shutil.copy(cache / "schedule.poet", run.dir / "schedule.poet")
+    cache.mkdir(parents=True, exist_ok=True)
+    with _held(cache / LOCK_FILE, say, "another poet is solving the same plan: waiting for it to reuse its plan"):
+        info = _cached_plan(cache)
+        if info is not None:
+            say(f"\n[plan] reusing the plan solved for the same graph, board, profile and budget ({shown(cache)}): "
+                f"{info['recomputes']} recomputes, {info['page_ins']} page-ins, peak arena {info['peak_bytes']} B")
+        else:
+            cg = costed(g, board, prof, estimate=True)
+            deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
+            p = solve_and_lower(args, g, cg, board, parse_size(args.ram), dev.runtime_static, deadline_s, say,
+                                out=cache / "schedule.poet.tmp")
+            if p.lowered is None:
+                raise PoetError(f"model {g.model} cannot run on the board yet")
+            info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
+                    "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
+                    "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,
+                    "page_outs": p.plan.page_outs, "ram_bytes": parse_size(args.ram), "key": key}
+            sel = getattr(p, "selection", None)
+            if sel is not None:  # --precision greedy|auto: the run's graph has the plan's casts
+                info["precision"] = sel.to_json()
+            os.replace(cache / "schedule.poet.tmp", cache / "schedule.poet")
+            _write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())  # last: it marks the entry whole
+        shutil.copy(cache / "plan.json", run.dir / "plan.json")
+        shutil.copy(cache / "schedule.poet", run.dir / "schedule.poet")
     return info
+
+
+PLAN_FIELDS = ("recomputes", "page_ins", "peak_bytes")
+
+
+def _cached_plan(cache: Path) -> dict | None:
+    """A cache entry's plan.json, or None when it is missing or damaged (then the plan is solved again)."""
+    try:
+        info = json.loads((cache / "plan.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not all(isinstance(info.get(k), int) for k in PLAN_FIELDS) \
+            or not (cache / "schedule.poet").is_file():
+        return None
+    return info
+
+
+@contextlib.contextmanager
+def _held(path: Path, say: Say, waiting: str) -> Iterator[None]:
+    """An exclusive flock on `path` for the block; says so once if another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(waiting)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _ensure_firmware(board: Board, port: str, run_dir: Path, say: Say) -> None:
@@ -430,7 +463,7 @@ def train(args: argparse.Namespace, say: Say) -> Path:
         return _train(args, say, held)
 
 
-def _check_request(args: argparse.Namespace) -> None:
+def _check_request(args: argparse.Namespace, say: Say) -> None:
     """What a run can be refused for without a board: checked before one is touched or the workspace
     written, so a refusal leaves nothing behind (no emulator booted, no run folder)."""
     if (args.battery_mah is None) != (args.volts is None):
@@ -442,14 +475,14 @@ def _check_request(args: argparse.Namespace) -> None:
     parse_size(args.ram)
     if not args.schedule:
         from poet.costs import load_profile
-        load_profile(args.board, Path(args.profile) if args.profile else None)
+        load_profile(args.board, Path(args.profile) if args.profile else None, note=lambda m: say(f"note: {m}"))
         if (args.precision or "fp32") != "fp32":
             from poet.precision import load_rules
             load_rules(args.precision_rules)
 
 
 def _train(args: argparse.Namespace, say: Say, held: contextlib.ExitStack) -> Path:
-    _check_request(args)
+    _check_request(args, say)
     ckpt = None
     if args.resume:
         run = Run(Path(args.resume))
