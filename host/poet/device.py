@@ -20,9 +20,22 @@ import serial
 
 from poet import emulator, firmware
 from poet.boards import Board
+from poet.children import die_with_poet
 from poet.errors import PoetError
 from poet.graph import TrainingGraph
-from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Hello, Link, ProcessPort, ProtocolMismatch, StepResult
+from poet.link import (
+    BATCH,
+    MODEL,
+    SCHEDULE,
+    WEIGHTS,
+    Hello,
+    Link,
+    LinkError,
+    NotPoet,
+    ProcessPort,
+    ProtocolMismatch,
+    StepResult,
+)
 from poet.lower import model_blob
 from poet.modelblob import decode_weights, encode_batch, encode_weights
 from poet.serialports import open_serial
@@ -98,8 +111,9 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             # a Linux board over ssh: the runtime `poet flash` installed there, on ssh's stdin/stdout
             from poet.flash import runtime_over_ssh
 
+            # ssh dies with poet too: its remote runtime then sees the link close, as on a pulled cable
             proc = subprocess.Popen(runtime_over_ssh(port, board.name), stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE)
+                                    stdout=subprocess.PIPE, preexec_fn=die_with_poet())
             stack.callback(_reap, proc)
             ser = ProcessPort(proc)
             emulated = False
@@ -111,7 +125,8 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             cmd = [*firmware.command(board.emulator_target), board.name]
             say(f"no --port given: using the emulated {board.name} ({' '.join(cmd)}, numbers are 'emulated')")
             wd = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="poet-run-")))
-            proc = subprocess.Popen(cmd, cwd=wd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            proc = subprocess.Popen(cmd, cwd=wd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    preexec_fn=die_with_poet())  # a killed poet's runtime may be mid-step
             stack.callback(_reap, proc)
             ser = ProcessPort(proc)
             emulated = True
@@ -130,7 +145,13 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
         except ProtocolMismatch as exc:  # the link's words, with the board and port filled in
             where = f" on {port}" if port else ""
             raise ProtocolMismatch(str(exc).replace("the board", f"the {board.name}{where}", 1)
-                                   .replace("--board BOARD", f"--board {board.name}")) from None
+                                   .replace("--board BOARD", f"--board {board.name}"), exc.proto) from None
+        except NotPoet as exc:
+            if emulated:  # poet's own firmware on poet's own stand-in: a broken build, not a wrong port
+                raise LinkError(f"the emulated {board.name} gave no valid HELLO reply in {exc.waited_s:.0f} s: poet's "
+                                f"firmware ({board.emulator_target}) did not come up on it: a bug in poet, "
+                                "not in anything you gave it") from None
+            raise NotPoet(exc.waited_s, exc.got_bytes, port, board.name) from None
         if hello.board != board.name and not (emulated and hello.board == board.name):
             raise PoetError(f"the board on {port or 'the emulator'} says it is {hello.board!r}, "
                             f"not {board.name!r}; pass the right --board")

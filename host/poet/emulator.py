@@ -1,8 +1,9 @@
 """Run the firmware image on QEMU, reachable as a pyserial `socket://` URL.
 
 QEMU is a child we must never leak: it is stopped on every exit path, Ctrl-C
-included, and the serial port is a TCP server so the host connects only once
-QEMU is ready (wait=on holds the guest until then).
+included, and dies with poet when poet itself is killed (poet.children). The
+serial port is a TCP server so the host connects only once QEMU is ready
+(wait=on holds the guest until then).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from poet.children import die_with_poet
 from poet.errors import PoetError
 
 
@@ -103,7 +105,7 @@ def start_qemu(elf_path: Path | str, workdir: Path | str | None = None,
         port = _free_port()
         log = stack.enter_context(open(wd / "qemu.log", "w+b"))
         proc = subprocess.Popen(qemu_command(elf, port, spec), cwd=wd, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT)
+                                stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_poet())
         try:
             _wait_listening(proc, port, startup_timeout_s, log, binary)
             yield Emulator(f"socket://127.0.0.1:{port}", wd, port, proc)

@@ -72,7 +72,28 @@ class LinkClosed(LinkError):
 
 
 class ProtocolMismatch(LinkError):
-    """The board speaks another protocol version."""
+    """The board runs poet's firmware of another protocol version, `proto`: older than PROTO, flashing
+    this poet's firmware is the cure; newer, updating poet is (flashing would downgrade the board)."""
+
+    def __init__(self, message: str, proto: int) -> None:
+        super().__init__(message)
+        self.proto = proto
+
+
+class NotPoet(LinkTimeout):
+    """No valid HELLO reply, in this protocol or protocol 1: whatever is on the port (another board,
+    a modem, poet's board in its bootloader or running other firmware) is not known to be poet's,
+    so nothing may be flashed onto it unasked. A LinkTimeout too: that is how the silence shows."""
+
+    def __init__(self, waited_s: float, got_bytes: int, port: str | None = None, board: str | None = None) -> None:
+        self.waited_s, self.got_bytes = waited_s, got_bytes
+        on = f" on {port}" if port else ""
+        heard = f"it sent {got_bytes} bytes, no poet frame among them" if got_bytes else "it sent nothing"
+        which = f"the {board}" if board else "the board"
+        flash = f"poet flash --board {board or 'BOARD'}" + (f" --port {port}" if port else "")
+        super().__init__(f"the device{on} does not speak poet's protocol (no valid HELLO reply in {waited_s:.0f} s; "
+                         f"{heard}): is it {which}, and does it run poet's firmware? If it is {which}, "
+                         f"`{flash}` puts poet's firmware on it, replacing what it runs now")
 
 
 class DeviceError(PoetError):
@@ -141,6 +162,27 @@ LINK_MEANINGS: dict[int, str] = {
 }
 
 
+P1_SYNC = 0xA5  # protocol 1's frame: 0xA5, u8 type, u16 length, payload, u32 crc32 of type, length, payload
+P1_HELLO_REPLY_BYTES = 36  # u16 proto, u8 major, u8 minor, 4 x u32 (tick_hz, ram, pool, flash), char[16] board
+P1_HELLO_FRAME_BYTES = 4 + P1_HELLO_REPLY_BYTES + 4
+
+
+def protocol_1_hello_reply(data: bytes) -> bool:
+    """Whether `data` holds a whole protocol-1 HELLO reply frame, anywhere in it, whose CRC is right
+    and whose payload is that of a protocol-1 board (protocol field 1, the reply's size)."""
+    i = data.find(bytes([P1_SYNC, HELLO_REPLY]))
+    while i >= 0:
+        end = i + P1_HELLO_FRAME_BYTES
+        if end <= len(data):
+            (length,) = struct.unpack_from("<H", data, i + 2)
+            body = data[i + 1:i + 4 + P1_HELLO_REPLY_BYTES]
+            if length == P1_HELLO_REPLY_BYTES and struct.unpack_from("<H", data, i + 4)[0] == 1 \
+                    and zlib.crc32(body) == struct.unpack_from("<I", data, end - 4)[0]:
+                return True
+        i = data.find(bytes([P1_SYNC, HELLO_REPLY]), i + 1)
+    return False
+
+
 def status_name(status: int) -> str:
     return STATUS_NAMES.get(status, f"status {status}")
 
@@ -192,6 +234,7 @@ class LinkStats:
     retransmissions: int = 0
     bad_frames: int = 0
     stale_frames: int = 0  # replies to an earlier request (its retransmission was answered twice)
+    bytes_in: int = 0  # everything read, frames or not (what a device that is not poet's sent)
 
 
 class Link:
@@ -218,8 +261,11 @@ class Link:
         waiting = getattr(self.port, "in_waiting", None)
         try:
             if isinstance(waiting, int) and waiting > 0:
-                return self.port.read(waiting) or b""
-            return self.port.read(1 if waiting is not None else 4096) or b""
+                data = self.port.read(waiting) or b""
+            else:
+                data = self.port.read(1 if waiting is not None else 4096) or b""
+            self.stats.bytes_in += len(data)
+            return data
         except LinkError:
             raise
         except (OSError, serial.SerialException) as exc:
@@ -381,18 +427,21 @@ class Link:
 
     # ---- requests --------------------------------------------------------------------
     def hello(self) -> Hello:
+        """The board's HELLO reply. Raises ProtocolMismatch for poet's firmware of another protocol
+        version and NotPoet for a device that gives no valid reply in either."""
+        start = time.monotonic()
         try:
             p = self._request(HELLO, b"", HELLO_REPLY, "the HELLO reply")
         except LinkTimeout:
             if self._answers_protocol_1():
                 raise ProtocolMismatch(f"the firmware on the board speaks protocol 1, this poet speaks {PROTO}: "
-                                       "update the firmware with `poet flash --board BOARD`") from None
-            raise
+                                       "update the firmware with `poet flash --board BOARD`", 1) from None
+            raise NotPoet(time.monotonic() - start, self.stats.bytes_in) from None
         (proto,) = struct.unpack_from("<H", p)
         if proto != PROTO:
             side = "the firmware with `poet flash --board BOARD`" if proto < PROTO else "poet on this computer"
             raise ProtocolMismatch(f"the firmware on the board speaks protocol {proto}, this poet speaks {PROTO}: "
-                                   f"update {side}")
+                                   f"update {side}", proto)
         if len(p) < 41:
             raise LinkError(f"the HELLO reply is {len(p)} bytes, protocol {PROTO} sends 41")
         _, major, minor, tick_hz, ram, pool, flash = struct.unpack_from("<HBBIIII", p)
@@ -402,15 +451,21 @@ class Link:
         return Hello(proto, f"{major}.{minor}", tick_hz, ram, pool, flash, board, loaded, steps)
 
     def _answers_protocol_1(self) -> bool:
-        """Does the board answer a protocol-1 HELLO (0xA5-framed)? Then its firmware is older than us."""
-        head = bytes([0x01, 0, 0])
-        self._write(bytes([0xA5]) + head + struct.pack("<I", zlib.crc32(head)))
+        """Does the board answer a protocol-1 HELLO? Then its firmware is poet's, older than us.
+
+        Only a whole, CRC-checked protocol-1 HELLO reply counts: noise from a device that is not
+        poet's holds 0xA5 0x81 often enough (once in 64 KiB of random bytes), and taking it for a
+        board would have poet flash someone else's device."""
+        head = bytes([HELLO, 0, 0])
+        self._write(bytes([P1_SYNC]) + head + struct.pack("<I", zlib.crc32(head)))
         deadline = time.monotonic() + 1.0
         seen = bytearray()
         while time.monotonic() < deadline:
             seen += self._read_some()
-            if bytes([0xA5, 0x81]) in seen:
+            if protocol_1_hello_reply(bytes(seen)):
                 return True
+            # a frame starting further back would be whole and was looked at: a chatty device costs no memory
+            del seen[:max(0, len(seen) - (P1_HELLO_FRAME_BYTES - 1))]
         return False
 
     def upload(self, blob_id: int, data: bytes, progress: Callable[[int, int], None] | None = None) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 from poet.plan import POET, PURE_KINDS, CostedGraph, Plan, Semantics
@@ -24,20 +23,30 @@ def chain_order(graph: CostedGraph) -> list[int] | None:
     return fwd
 
 
-@functools.cache
+def _beta(s: int, r: int) -> int:
+    """Griewank's beta(s, r) = C(s + r, s): the longest chain s snapshots reverse with r repetitions."""
+    return math.comb(s + r, s) if r >= 0 else 0
+
+
 def _revolve_cost(length: int, slots: int) -> tuple[int, int]:
     """(steps, first split) to reverse a chain of `length` steps from a snapshot at its start
-    with `slots` free snapshots, by Griewank's recurrence (uniform step cost)."""
+    with `slots` free snapshots, uniform step cost.
+
+    The recurrence cost(l, s) = min over m of m + cost(l - m, s - 1) + cost(m, s) (first minimal
+    m) in closed form (Griewank 1992; Griewank and Walther 2000, Prop. 1): with S = slots + 1
+    snapshots counting the start and r the least with beta(S, r) >= length, cost = r * length -
+    beta(S + 1, r - 1) and the least optimal split is max(beta(S, r - 2), length - beta(S - 1, r)).
+    tests/test_sizes.py checks it against the recurrence, which memoised cost O(length^3) and
+    took minutes on a chain of 500 tensors.
+    """
     if length <= 1:
         return 0, 0
     if slots == 0:
         return length * (length - 1) // 2, 0
-    best = (math.inf, 1)
-    for m in range(1, length):
-        cost = m + _revolve_cost(length - m, slots - 1)[0] + _revolve_cost(m, slots)[0]
-        if cost < best[0]:
-            best = (cost, m)
-    return int(best[0]), best[1]
+    big_s, r = slots + 1, 1
+    while _beta(big_s, r) < length:
+        r += 1
+    return r * length - _beta(big_s + 1, r - 1), max(1, _beta(big_s, r - 2), length - _beta(big_s - 1, r))
 
 
 class Revolve(Policy):
@@ -51,6 +60,7 @@ class Revolve(Policy):
         self.chain, self.slots = chain, slots
         self.pos = {i: k for k, i in enumerate(chain)}
         self.snap: set[int] = set()
+        self._pruned = -1  # the stage snap was last pruned for (-1: not since it last grew)
         self._splits(-1, len(chain) - 1)
 
     def _splits(self, c: int, j: int) -> None:
@@ -59,12 +69,15 @@ class Revolve(Policy):
         while j - c > 1 and free > 0:
             c += _revolve_cost(j - c, free)[1]
             self.snap.add(self.chain[c])
+            self._pruned = -1
             free -= 1
 
     def retain(self, b: Builder, i: int, t: int) -> bool:
         if i not in self.pos:
             return True
-        self.snap = {s for s in self.snap if b.next_read(s, t) is not None}
+        if self._pruned != t:  # once per stage, not per tensor: the same set each time (O(n) saved)
+            self.snap = {s for s in self.snap if b.next_read(s, t) is not None}
+            self._pruned = t
         if i in self.snap:
             return True
         nxt = b.next_read(i, t)
@@ -89,25 +102,56 @@ class _RevolveBuilder(Builder):
         return super()._demand(t, resident)
 
 
+# Chains up to this many forward tensors try every snapshot count (each a whole builder run, so
+# n runs of O(n) stages); longer ones bisect for the most snapshots that fit, O(log n) runs. Every
+# chain in the zoo and the POET reference has at most 40; a 499-tensor chain took 75 s exhaustively.
+EVERY_COUNT_UP_TO = 128
+
+
 def revolve(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET) -> Plan:
-    """Griewank's revolve for chains, with the fewest snapshots whose plan fits the budget."""
+    """Griewank's revolve for chains: the least-energy plan over the snapshot counts tried.
+
+    More snapshots mean fewer recomputes (less energy, less time) and more RAM, so on a long
+    chain the count is bisected: the largest count whose plan fits the budget.
+    """
     chain = chain_order(graph)
     if chain is None:
         return Plan(strategy="revolve", stages=[], status="not-applicable", arena_budget=budget,
                     deadline_s=deadline_s, solver="heuristic",
                     note="revolve needs a chain; this graph's forward pass branches")
-    best: Plan | None = None
-    for slots in range(len(chain) + 1):
-        policy = Revolve(chain, slots)
+    tried: dict[int, Plan] = {}
+
+    def attempt(slots: int) -> Plan:
         plan = Plan(strategy="revolve", stages=[], status="infeasible", arena_budget=budget,
                     deadline_s=deadline_s, solver="heuristic", note=f"{slots} snapshots")
         try:
-            plan.stages = _RevolveBuilder(graph, budget, policy).run()
+            plan.stages = _RevolveBuilder(graph, budget, Revolve(chain, slots)).run()
         except Stuck as exc:
             plan.note += f"; {exc}"
         else:
             plan = checked(graph, plan, budget, deadline_s, semantics)
-        if best is None or better(plan, best):
-            best = plan
+        tried[slots] = plan
+        return plan
+
+    def fits(plan: Plan) -> bool:  # in RAM; a deadline it misses, more snapshots may meet
+        return bool(plan.stages) and plan.peak_bytes <= budget
+
+    if len(chain) <= EVERY_COUNT_UP_TO:
+        for slots in range(len(chain) + 1):
+            attempt(slots)
+    elif fits(attempt(0)) and not fits(attempt(len(chain))):
+        lo, hi = 0, len(chain)  # fits(lo), not fits(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(attempt(mid)):
+                lo = mid
+            else:
+                hi = mid
+    best: Plan | None = None
+    for slots in sorted(tried):  # ascending, as the exhaustive search compares them
+        if best is None or better(tried[slots], best):
+            best = tried[slots]
     assert best is not None
+    if len(chain) > EVERY_COUNT_UP_TO:
+        best.note += f" (bisected over 0-{len(chain)} for a chain of {len(chain)}: {len(tried)} tried)"
     return best
