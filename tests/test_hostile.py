@@ -144,6 +144,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
     ("emulated-profile-over-measured", lambda t: ["profile", "-o", _file(
         t, "measured.yaml", SHIPPED_PROFILE.read_text().replace("source: emulated", "source: measured"))],
      ("measured on a real nrf52840",)),
+    ("demo-over-a-train-run", lambda t: ["demo", "--run-dir", _run(t)], ("holds a `poet train` run",)),
     # options a model does not take
     ("zoo-input-shape", lambda t: ["graph", "--model", "cnn-digits", "--input-shape", "1,8,8"], ("--input-shape",)),
     ("zoo-classes", lambda t: [*TRAIN, "--classes", "5"], ("--classes", "mlp-digits")),

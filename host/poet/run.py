@@ -199,8 +199,16 @@ def print_plan(p: Planned, say: Say) -> None:
     say(f"    decisions   {plan.recomputes} recomputes, {plan.page_ins} page-ins, {plan.page_outs} page-outs")
 
 
+# what only `poet train` writes: a folder with one of these holds a run the demo would spoil
+TRAIN_ONLY_FILES = ("config.json", "state.json", "checkpoint.npz")
+
+
 def new_run_dir(given: str | None, default: str) -> Path:
+    """The demo's folder: rewritten on every demo, so never one that holds a `poet train` run."""
     d = Path(given) if given else runs_dir() / default
+    if any((d / f).exists() for f in TRAIN_ONLY_FILES):
+        raise PoetError(f"--run-dir {d} holds a `poet train` run, which the demo would overwrite: give another "
+                        "folder", status=2)
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -268,9 +276,12 @@ def demo(args: argparse.Namespace, say: Say) -> None:
         path, start = profile_file(board.name), profile_to_read(board.name)
         existing = load_profile(board.name, start) if start.exists() else None
         prof = profile_graphs(dev, graphs, repeats=args.repeats, progress=lambda m: say(f"  {m}"), existing=existing)
-        write_profile(prof, path)
-        say(f"  wrote {shown(profile_file(board.name))}: {len(prof['ops'])} op shapes "
-            f"({dev.provenance} ticks; time and energy from the board model)")
+        if dev.emulated and path.exists() and (existing or {}).get("source") == "measured":
+            say(f"  kept {shown(path)} (measured on a real {board.name}): the demo's emulated costs are not saved")
+        else:
+            write_profile(prof, path)
+            say(f"  wrote {shown(profile_file(board.name))}: {len(prof['ops'])} op shapes "
+                f"({dev.provenance} ticks; time and energy from the board model)")
         if args.ram is None:
             args.ram = str(auto_budget(g, board, prof, dev.runtime_static, args.deadline, say))
         out = train_session(dev, args, g, model, say, run_dir)
