@@ -50,7 +50,7 @@ from poet.emissions import RunRecord, append
 from poet.energy import charges, render
 from poet.errors import PoetError, UsageError
 from poet.graph import TrainingGraph, parse_optimizer, with_optimizer
-from poet.link import OPT_STATE, LinkError, ProtocolMismatch
+from poet.link import OPT_STATE, PROTO, LinkError, ProtocolMismatch
 from poet.memory import check_ram
 from poet.meters.replay import open_meter
 from poet.meters.window import recorded
@@ -391,12 +391,17 @@ def _held(path: Path, say: Say, waiting: str) -> Iterator[None]:
 
 
 def _ensure_firmware(board: Board, port: str, run_dir: Path, say: Say) -> None:
-    """Flash the board when it runs another firmware than this poet builds (or speaks another protocol)."""
+    """Flash the board when it runs poet's firmware of another version than this poet builds, or of an
+    older protocol. A device with no valid HELLO reply in any protocol (NotPoet) is not known to be
+    poet's board and is never flashed unasked: its one line says how to flash it on purpose. A board
+    of a newer protocol is not downgraded: its ProtocolMismatch says to update poet."""
     want = firmware.source_version()
     try:
         with open_device(board, port, workdir=run_dir, quiet=True) as dev:
             have = dev.hello.fw_version
     except ProtocolMismatch as exc:
+        if exc.proto > PROTO:
+            raise
         have = f"another protocol ({exc})"
     if have == want:
         return
@@ -507,8 +512,9 @@ def _train(args: argparse.Namespace, say: Say, held: contextlib.ExitStack) -> Pa
         raise UsageError(f"--data {args.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
     if args.resume:
         _check_resumable(run, state, g, ckpt, per_epoch, args.epochs)
-        say(f"resuming {shown(run.dir)} at epoch {state.epoch + 1}, step {state.step + 1} "
-            f"({state.global_step} steps done)")
+        at = "after its last step" if state.global_step == per_epoch * args.epochs else \
+            f"at epoch {state.epoch + 1}, step {state.step + 1}"
+        say(f"resuming {shown(run.dir)} {at} ({state.global_step} steps done)")
     meter = open_meter(args.meter) if getattr(args, "meter", None) else None  # a missing sensor: refused here
     if not args.resume:
         folder, made = _new_folder(args)
@@ -579,7 +585,10 @@ def _check_resumable(run: Run, state: RunState, g: TrainingGraph, ckpt: tuple[li
     """A resumed run's files agree with each other and with its model: else refused, naming the file,
     rather than trained on from the wrong place or with weights the board would reject."""
     where = shown(run.dir)
-    if not (0 <= state.epoch < epochs and 0 <= state.step < per_epoch and len(state.history) == state.epoch
+    # step == per_epoch: killed after an epoch's last checkpoint, before its summary; epoch == epochs:
+    # after the last summary, before `finished` was saved. Both are states a run writes, so both resume.
+    in_epoch = 0 <= state.step <= per_epoch if state.epoch < epochs else state.step == 0
+    if not (0 <= state.epoch <= epochs and in_epoch and len(state.history) == state.epoch
             and state.global_step == state.epoch * per_epoch + state.step):
         raise UsageError(f"{where}: state.json (epoch {state.epoch}, step {state.step}, {state.global_step} steps "
                          f"done) does not fit the run's {epochs} epochs of {per_epoch} steps: it was changed or "
