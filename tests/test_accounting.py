@@ -85,7 +85,10 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def report(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(["report", *map(str, argv)])
+    try:
+        rc = main(["report", *map(str, argv)])
+    except SystemExit as exc:  # refused while parsing (a missing file)
+        rc = int(exc.code or 0)
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
 
@@ -235,6 +238,6 @@ def test_truncated_and_foreign_traces_are_refused(runs, capsys, tmp_path):
     _one_line(*report(capsys, runs["poet"], "--diff", tmp_path / "mlp" / "trace.json")[::2],
               "cannot diff", "different models")
 
-    _one_line(*report(capsys, tmp_path / "nope.json")[::2], "does not exist", status=1)
+    _one_line(*report(capsys, tmp_path / "nope.json")[::2], "does not exist", status=2)
     _one_line(*report(capsys, saved("text", "hello"))[::2], "not a poet trace")
     _one_line(*report(capsys, saved("other", {"format": "chrome"}))[::2], "not a poet trace")

@@ -291,7 +291,8 @@ def _resumed(args: argparse.Namespace) -> argparse.Namespace:
     for key in ("model", "data"):
         v, opt = cfg[key], f"--{key}"
         factory = isinstance(v, str) and ":" in v and not (key == "data" and Path(v).exists())
-        if key in args.given and getattr(args, key) != v:
+        asked = getattr(args, key)
+        if key in args.given and asked != v and not (Path(asked).exists() and Path(asked).resolve() == Path(v)):
             raise UsageError(f"{opt} {getattr(args, key)}: the run in {run} trains on {opt} {v}")
         if factory and key not in args.given:
             raise UsageError(f"the run in {run} uses {opt} {v}, code of your own: poet imports only code the command "

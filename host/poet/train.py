@@ -238,7 +238,18 @@ def _resume_checkpoint(run: Run, state: RunState) -> tuple[list[np.ndarray], byt
 
 
 def _config_from(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: getattr(args, k, None) for k in CONFIG_KEYS}
+    """What the run was asked, with the files it names made absolute: a resume from another folder
+    reads the same files (or is refused for a missing one), never others of the same name."""
+    cfg = {k: getattr(args, k, None) for k in CONFIG_KEYS}
+    for key in ("profile", "schedule", "precision_rules"):
+        if cfg[key]:
+            cfg[key] = str(Path(cfg[key]).resolve())
+    if cfg["data"] and cfg["data"] != "digits" and Path(cfg["data"]).exists():
+        cfg["data"] = str(Path(cfg["data"]).resolve())
+    meter = cfg["meter"]
+    if isinstance(meter, str) and meter.startswith("file:"):
+        cfg["meter"] = "file:" + str(Path(meter[5:]).resolve())
+    return cfg
 
 
 def run_config(folder: Path) -> dict[str, Any]:
