@@ -259,7 +259,8 @@ def test_given_options_tell_a_default_from_a_value_typed_equal_to_it() -> None:
 @pytest.mark.parametrize("argv,words", [
     (["graph", "-o", "/dev/full"], ("cannot write /dev/full", "No space left")),
     (["solve", "--ram", "200k", "-o", "/dev/full"], ("cannot write /dev/full",)),
-], ids=["graph-to-dev-full", "schedule-to-dev-full"])
+    (["graph", "-o", "/proc/version"], ("cannot write /proc/version",)),
+], ids=["graph-to-dev-full", "schedule-to-dev-full", "graph-to-proc"])
 def test_a_write_that_fails_is_one_line_naming_the_file(ws: Path, capsys: pytest.CaptureFixture[str],
                                                         argv: list[str], words: tuple[str, ...]) -> None:
     assert main(argv) == 1
