@@ -145,6 +145,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
         t, "measured.yaml", SHIPPED_PROFILE.read_text().replace("source: emulated", "source: measured"))],
      ("measured on a real nrf52840",)),
     ("demo-over-a-train-run", lambda t: ["demo", "--run-dir", _run(t)], ("holds a `poet train` run",)),
+    ("bert-huge", lambda t: ["graph", "--model", "bert", "--layers", "256", "--hidden", "8192"],
+     ("GiB in fp32", "fewer --layers")),
     # options a model does not take
     ("zoo-input-shape", lambda t: ["graph", "--model", "cnn-digits", "--input-shape", "1,8,8"], ("--input-shape",)),
     ("zoo-classes", lambda t: [*TRAIN, "--classes", "5"], ("--classes", "mlp-digits")),

@@ -224,7 +224,9 @@ def _solve_costed(args: argparse.Namespace, cg, ram: int) -> int:
                 raise PoetError("no plan meets this deadline even with unlimited RAM; relax --deadline")
             raise PoetError(f"arena {arena} B is below the smallest feasible for this deadline, {smallest} B "
                             f"(--ram {fixed + smallest}); raise --ram or relax --deadline")
-        raise PoetError(f"{args.strategy} found no plan ({plan.status}); try --strategy poet or more --ram")
+        hint = "raise --ram or relax --deadline" if args.strategy in MILP else "try --strategy poet or more --ram"
+        raise PoetError(f"{args.strategy} found no plan ({plan.status}{': ' + plan.note if plan.note else ''}); "
+                        f"{hint}")
     say(f"    energy      {plan.energy_j:.6g} J per step")
     say(f"    peak arena  {plan.peak_bytes} B of {arena} B (keep-everything needs {ka} B)")
     say(f"    time        {plan.time_s:.6g} s of {deadline_s:.6g} s deadline")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from poet import modelblob as mb
 from poet.errors import PoetError
 from poet.graph import OPTIMIZER_DEFAULTS, TrainingGraph
 from poet.plan import CostedGraph
+from poet.units import format_size
 
 KINDS = ("input", "forward", "loss", "backward", "optimizer")
 # Limits, each far above any real model and low enough that the arithmetic downstream stays exact:
@@ -26,6 +29,29 @@ COST_MAX = 1e9  # seconds or joules of one node; the MILP cannot weigh 1e30 agai
 I32 = 2**31  # shapes and attributes travel to the board as i32 (docs/spec.md section 2)
 F32_MAX = 3.4028234663852886e38  # float attributes travel as binary32
 COSTS = ("compute_s", "compute_j", "page_in_s", "page_in_j", "page_out_s", "page_out_j")
+
+# The most nodes poet plans, from a graph file or a traced model. Planning is not linear in the
+# size: the heuristics the MILP starts from (and that stand in for it once it is too big to
+# build, solve.MAX_MILP_VARIABLES) replay every stage against every tensor alive in it,
+# O(n x live), and there are six of them. benchmarks/graph_sizes.py, training-shaped graphs,
+# budget half the keep-all peak: at 10^4 nodes `poet solve --graph` took 78 s on a chain
+# (revolve 46 s, chen-greedy 14 s, dtr 9 s) and 25 s on a DAG, under 300 MB; at 10^5
+# checkpoint-all alone took 44 s to give up a quarter of the way in and dtr over 5 minutes
+# (about n^2: ten times the nodes, a hundred times the time). Every zoo model has under 700
+# nodes (bert-base: 648); bert --layers 150 --hidden 64 has 7,824 and plans in 14 s.
+MAX_NODES = 10_000
+# A graph file is refused above this many bytes, before it is read: reading and checking one
+# takes about ten times its size in memory (a 217 MB file of 10^6 nodes: 1.2 GB and 9 s in
+# json.loads, 2.4 GB and 50 s to check and convert). `poet graph -o` writes about 450 B a node
+# (bert-base: 385, mobilenetv2-cifar: 466), the POET reference's costed graphs about 210;
+# about 2 KiB a node at MAX_NODES leaves room for long names and hand-written whitespace.
+MAX_FILE_BYTES = 20 * 2**20
+
+
+def too_many_nodes(what: str, n: int, hint: str) -> str:
+    """The one line for a graph above MAX_NODES: `what` has n nodes, what poet plans, what to do."""
+    return (f"{what} has {n:,} nodes; poet plans up to {MAX_NODES:,} (its heuristics take O(n x live tensors) "
+            f"time, minutes at {MAX_NODES:,}): {hint}")
 
 
 def _bad(path: str | Path, why: str) -> PoetError:
@@ -138,6 +164,9 @@ def _check_structure(path: str | Path, raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, dict) or not isinstance(raw.get("nodes"), list) or not raw["nodes"]:
         raise _bad(path, "no \"nodes\" list; write one with `poet graph -o FILE`")
     nodes = raw["nodes"]
+    if len(nodes) > MAX_NODES:  # before anything walks them
+        raise PoetError(too_many_nodes(f"graph file {path}", len(nodes), "coarsen the graph (fuse ops into "
+                                       "fewer, larger nodes) or plan it in parts"), status=2)
     for k, n in enumerate(nodes):
         at = _node_place(path, k, n)
         if not isinstance(n, dict):
@@ -257,7 +286,21 @@ def _check_attrs(at: _Place, n: dict[str, Any]) -> None:
 def read_graph(path: str | Path, reference: bool = False) -> TrainingGraph | CostedGraph:
     """A TrainingGraph, or a CostedGraph if the nodes carry costs (compute_s)."""
     try:
-        text = Path(path).read_bytes().decode()
+        with open(path, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            regular = stat.S_ISREG(info.st_mode)
+            if regular:  # by its size, before reading a byte of it
+                size = info.st_size
+                data = fh.read() if size <= MAX_FILE_BYTES else b""
+            else:  # a pipe or a device: reading one byte past the limit says it is over
+                data = fh.read(MAX_FILE_BYTES + 1)
+                size = len(data)
+        if size > MAX_FILE_BYTES:
+            raise _bad(path, f"{format_size(size) if regular else 'over ' + format_size(MAX_FILE_BYTES)}; poet "
+                             f"reads graph files up to {format_size(MAX_FILE_BYTES)} ({MAX_NODES:,} nodes at about "
+                             f"2 KiB each; `poet graph -o` writes about 450 B a node): coarsen the graph (fuse ops "
+                             f"into fewer, larger nodes) or plan it in parts")
+        text = data.decode()
     except OSError as exc:
         raise _bad(path, f"cannot read it ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:

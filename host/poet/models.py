@@ -117,6 +117,7 @@ def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = No
     if (input_shape is not None or classes is not None) and ":" not in name:
         raise UsageError(f"--input-shape and --classes describe a model of your own (module:factory); {name} takes "
                          f"{'x'.join(map(str, spec.input_shape))} samples and {spec.classes} classes")
+    _check_size(name, spec)
     torch.manual_seed(seed)
     try:
         model = spec.build()
@@ -126,6 +127,23 @@ def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = No
     if not isinstance(model, nn.Module):
         raise UsageError(f"{name} returned {type(model).__name__}, not a torch.nn.Module")
     return model, spec
+
+
+# Far above anything a board fine-tunes; a model past it would first fill the host's memory with
+# its fp32 weights (bert --layers 256 --hidden 8192 is 769 GiB) before anything could refuse it.
+MAX_MODEL_BYTES = 2**32
+
+
+def _check_size(name: str, spec: ZooModel) -> None:
+    """Count the parameters on the meta device (no memory) before the real build allocates them.
+    A user's factory is not built twice: its constructor may have side effects or be slow."""
+    if ":" in name:
+        return
+    with torch.device("meta"):
+        n = sum(p.numel() for p in spec.build().parameters())
+    if 4 * n > MAX_MODEL_BYTES:
+        raise UsageError(f"model {name!r} has {n:,} parameters ({4 * n / 2**30:.1f} GiB in fp32); poet builds models "
+                         f"up to {MAX_MODEL_BYTES / 2**30:.0f} GiB: use fewer --layers or a smaller --hidden")
 
 
 def _bert(layers: int, hidden: int) -> ZooModel:

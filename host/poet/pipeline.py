@@ -48,6 +48,9 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
         if plan.status not in ("optimal", "feasible") and strategy not in MILP:
             raise PoetError(f"{strategy} finds no plan for --ram {format_size(ram_bytes)} (arena {arena} B) "
                             f"within the deadline: {plan.note or plan.status}; try --strategy poet", status=1)
+        if plan.status == "no-solution" and plan.solver == "none":  # the MILP was too big to build
+            raise PoetError(f"no plan: {plan.note}, and no heuristic's plan fits --ram {format_size(ram_bytes)} "
+                            "within the deadline; raise --ram or relax --deadline", status=1)
         if plan.status == "no-solution":
             raise PoetError(f"the solver found no plan in {time_limit_s:g} s (not proven infeasible); "
                             f"raise --time-limit or --ram", status=1)

@@ -115,7 +115,7 @@ def simulate(graph: CostedGraph, plan: Plan, arena_budget: int | None = None,
         check_id(t, i)
         if i not in resident:
             fail(t, i, f"free of a tensor not resident ({_where(stage, at)})")
-        rule = due[i]
+        rule = due.get(i, -1)  # a resident tensor the stage neither uses nor pages out: before the computes
         if at < rule:
             why = ("it is paged out at the end of the stage" if rule == len(stage.compute)
                    else f"compute {stage.compute[rule]} uses it later in the stage")
@@ -139,8 +139,9 @@ def simulate(graph: CostedGraph, plan: Plan, arena_budget: int | None = None,
                 raise PlanError(f"stage {t}: free_after names node {j}, which is not a compute of the stage")
         # where the rule frees each tensor of the stage (if the stage frees it at all): at the
         # end if paged out here, else right after its last use (the last compute reading or
-        # making it), else before the computes
-        due: dict[int, int] = {i: -1 for i in (*resident, *stage.page_in)}
+        # making it), else before the computes (not stored: an entry per resident tensor per
+        # stage made the replay O(stages x resident), seconds for a 10,000-node chain)
+        due: dict[int, int] = {}
         for k, c in enumerate(stage.compute):
             check_id(t, c)
             for i in (c, *nodes[c].deps):

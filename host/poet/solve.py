@@ -66,6 +66,7 @@ from typing import Any
 import pulp
 
 from poet import milp
+from poet.errors import PoetError
 from poet.plan import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Semantics, Stage, rule_stage
 from poet.simulate import simulate
 
@@ -92,6 +93,10 @@ def _last_need(graph: CostedGraph) -> list[int]:
 MAX_MILP_VARIABLES = 150_000  # in milp_size() units: mobilenetv2 ~86k builds in 30 s
 
 
+# Above this many (milp_size) the build takes seconds and is announced before it starts.
+SAY_BUILD_ABOVE = 20_000
+
+
 def milp_size(graph: CostedGraph) -> int:
     """About how many variables the MILP would have (S, Min, R per stage a tensor may be needed in)."""
     last = _last_need(graph)
@@ -116,6 +121,9 @@ class _Milp:
     cond: dict[tuple[int, int], tuple[pulp.LpVariable, bool]] = field(default_factory=dict)  # switched edges
     own: dict[int, tuple[pulp.LpVariable, bool]] = field(default_factory=dict)  # switched node -> (Z, runs if Z=1)
     scale: float = 1.0  # joules per unit of the energy objective (one plain pass)
+    # per stage t, ascending, the tensors i < t it may recompute (the keys (t, i) of R): scanning
+    # range(t) for them in every stage was O(T^2), minutes for a long graph with short-lived tensors
+    rec_at: list[list[int]] = field(default_factory=list)
 
     def runs(self, t: int) -> pulp.LpAffineExpression | pulp.LpVariable | int:
         """Whether node t exists: 1, or its switch's Z (1 - Z for a node the switch replaces)."""
@@ -198,6 +206,9 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
             for t in range(i if semantics.page_out_when_made else i + 1, last[i]):
                 m.Mout[t, i] = binary("Mout", t, i)
 
+    m.rec_at = [[] for _ in range(n_nodes)]
+    for t, i in m.R:  # inserted by ascending i, so each list is ascending
+        m.rec_at[t].append(i)
     prob = m.prob
     cond = m.cond  # (reader, dep) -> (Z, read when Z = 1)
     for n_sw, sw in enumerate(switches):
@@ -230,7 +241,7 @@ def _build(graph: CostedGraph, arena_budget: int | None, deadline_s: float, reco
         if t > i:
             prob += v <= m.present(t, i), f"pageout_{t}_{i}"
     for t in range(n_nodes):
-        computed = [(t, m.runs(t))] + [(i, m.R[t, i]) for i in range(t) if (t, i) in m.R]
+        computed = [(t, m.runs(t))] + [(i, m.R[t, i]) for i in m.rec_at[t]]
         for i, r in computed:
             for d in dict.fromkeys(nodes[i].deps):  # a hand-made graph may repeat an edge
                 if nodes[d].bytes > 0:
@@ -281,7 +292,7 @@ def _memory_rows(m: _Milp, graph: CostedGraph, t: int, tensors: list[int], reads
     its keep-all peak, 2x: proven optimal in 142 s, continuous: 37% gap after 300 s).
     """
     nodes, prob = graph.nodes, m.prob
-    cands = [k for k in range(t) if (t, k) in m.R] + [t]  # computes stage t may run
+    cands = [*m.rec_at[t], t]  # computes stage t may run
     pieces: dict[int, list[tuple[int, Any]]] = {t: [(len(cands) - 1, nodes[t].bytes * m.runs(t))]}
     for i in tensors:
         b = nodes[i].bytes
@@ -432,9 +443,18 @@ def _drop_pointless(graph: CostedGraph, rec: list[set[int]], kept: list[set[int]
     changed = True
     while changed:
         changed = False
+        # the stages paging each tensor out and in, gathered once per pass (a scan of every stage
+        # per tensor was O(T^2)); the loop below only drops tensor i's own entries while at i
+        outs_of: dict[int, list[int]] = {}
+        ins_of: dict[int, list[int]] = {}
+        for t in range(n_nodes):
+            for i in pout[t]:
+                outs_of.setdefault(i, []).append(t)
+            for i in pin[t]:
+                ins_of.setdefault(i, []).append(t)
         for i, node in enumerate(nodes):  # one page-out serves every later page-in
-            outs = sorted(t for t in range(n_nodes) if i in pout[t])
-            ins = [t for t in range(n_nodes) if i in pin[t]]
+            outs = outs_of.get(i, [])
+            ins = ins_of.get(i, [])
             for k, t in enumerate(outs):
                 useful = k == 0 and any(s > t for s in ins)
                 if not useful and node.page_out_j == 0:
@@ -525,6 +545,8 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
                         deadline_s=deadline_s, solver="none", gap=math.inf, note=note)
         say(plan.note)
         return plan
+    if size > SAY_BUILD_ABOVE:
+        say(f"building the MILP: about {size:,} variables (up to a minute at {MAX_MILP_VARIABLES:,})")
     m = _build(graph, arena_budget, deadline_s, recompute=recompute, paging=paging, semantics=semantics)
     warm = warm_start is not None and _set_start(graph, m, warm_start)
     if warm_start is not None:
@@ -687,7 +709,8 @@ def keep_all(graph: CostedGraph) -> Plan:
 def min_arena_budget(graph: CostedGraph, deadline_s: float, solver: str = "highs",
                      time_limit_s: float = 60.0, progress: Progress = None,
                      semantics: Semantics = POET) -> int | None:
-    """The smallest arena budget of any plan meeting `deadline_s` (None: no plan meets it).
+    """The smallest arena budget of any plan meeting `deadline_s` (None: no plan meets it;
+    PoetError: the graph is too large for the MILP that finds it).
 
     If the solver stops on its time limit the best budget found so far is returned
     (an upper bound of the minimum) and progress() says so.
@@ -696,6 +719,11 @@ def min_arena_budget(graph: CostedGraph, deadline_s: float, solver: str = "highs
     if deadline_s < graph.one_pass_s * (1 - 1e-12):
         say(f"deadline {deadline_s:.6g} s is below one plain pass ({graph.one_pass_s:.6g} s)")
         return None
+    size = milp_size(graph)
+    if size > MAX_MILP_VARIABLES:  # the same MILP with the budget a variable: as large, as hopeless
+        raise PoetError(f"the smallest feasible budget of {graph.name} is not known: the MILP that finds it would "
+                        f"have about {size:,} variables (> {MAX_MILP_VARIABLES:,}), too many to build; try a larger "
+                        f"--ram or a looser --deadline")
     m = _build(graph, None, deadline_s, semantics=semantics)
     say(f"{solver}: minimising the arena budget of {graph.name}, deadline {deadline_s:.6g} s")
     out = milp.solve(m.prob, solver, time_limit_s, 0.0, say=say)

@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from poet.errors import PoetError
+from poet import graphfile
+from poet.errors import PoetError, UsageError
 from poet.graph import F32, GraphNode, TrainingGraph, numel
 from poet.instrument import CallEvent, Instrumented
 from poet.reference import state_tensors
@@ -392,12 +393,36 @@ class _Tracer:
             self.poison[id(t)] = err
 
 
-def _example_batch(batch: int, input_shape: tuple[int, ...], input_dtype: str) -> torch.Tensor:
+# The most elements one tensor may have: the board counts them in i32 (docs/spec.md section 2,
+# graphfile.I32), so a bigger one cannot be described to it, let alone trained there.
+MAX_ELEMENTS = 2**31 - 1
+# A model whose code needs values (it fails on meta tensors) is traced on a real batch, allocated
+# here, every activation kept alive by the recorded calls: its batch may take at most this much.
+REAL_BATCH_BYTES = 2**30
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+def _example_batch(batch: int, input_shape: tuple[int, ...], input_dtype: str, device: str = "cpu") -> torch.Tensor:
     shape = (batch, *input_shape)
     if input_dtype == "int64":
-        return torch.zeros(shape, dtype=torch.long)  # token 0 exists in every vocabulary
+        return torch.zeros(shape, dtype=torch.long, device=device)  # token 0 exists in every vocabulary
+    if device == "meta":
+        return torch.empty(shape, device="meta")
     g = torch.Generator().manual_seed(0)
     return torch.randn(shape, generator=g)
+
+
+def _check_batch(name: str, shape: tuple[int, ...], input_dtype: str) -> None:
+    """Refuse an example batch beyond MAX_ELEMENTS before anything is allocated for it."""
+    n = numel(list(shape))
+    if n > MAX_ELEMENTS:
+        size = _gib(n * (8 if input_dtype == "int64" else 4))
+        raise UsageError(f"model {name!r}: an input batch of shape {list(shape)} has {n:,} elements ({size} as "
+                         f"{input_dtype}); poet's tensors hold at most 2**31 - 1 elements (the board counts them in "
+                         f"i32): use a smaller --input-shape or --batch")
 
 
 def trace(model: nn.Module, name: str, input_shape: tuple[int, ...] | list[int], classes: int, batch: int,
@@ -406,9 +431,26 @@ def trace(model: nn.Module, name: str, input_shape: tuple[int, ...] | list[int],
 
     `train`: "all" (every parameter that requires grad), "last:N" (the last N layers with
     parameters, in the order the forward pass uses them) or "bias" (only parameters named bias).
+    The pass runs on meta tensors (shapes only, nothing allocated); a model whose code needs
+    values gets a real batch of at most REAL_BATCH_BYTES.
     """
-    x = _example_batch(batch, tuple(input_shape), input_dtype)
-    return trace_step(model, name, x, torch.zeros(batch, dtype=torch.long), classes, input_dtype, train).graph
+    shape = (batch, *input_shape)
+    _check_batch(name, shape, input_dtype)
+    labels = torch.zeros(batch, dtype=torch.long)
+    x = _example_batch(batch, tuple(input_shape), input_dtype, device="meta")
+    try:
+        return _trace_step(model, name, x, labels.to("meta"), classes, input_dtype, train, False, set(),
+                           meta=True).graph
+    except _NeedsValues as exc:
+        need = numel(list(shape)) * x.element_size()
+        if need > REAL_BATCH_BYTES:
+            why = exc.__cause__
+            msg = f" ({type(why).__name__}: {str(why).splitlines()[0][:80]})" if why and str(why) else ""
+            raise UsageError(f"model {name!r} needs values to trace, not only shapes{msg}, and a real batch of "
+                             f"shape {list(shape)} takes {_gib(need)}; poet traces on real batches up to "
+                             f"{_gib(REAL_BATCH_BYTES)}: use a smaller --input-shape or --batch") from exc
+    return _trace_step(model, name, _example_batch(batch, tuple(input_shape), input_dtype), labels, classes,
+                       input_dtype, train, False, set(), meta=False).graph
 
 
 @dataclass
@@ -452,7 +494,9 @@ def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
     batch = x.shape[0]
     params = list(model.named_parameters())
     before = [(p.requires_grad, p.grad) for _, p in params]
-    state = {k: v.clone() for k, v in model.state_dict().items()}  # BN running stats: trace leaves no mark
+    # BN running stats: the trace leaves no mark. A meta pass reads and moves only meta stand-ins
+    # (subst below), so it needs no copy, which for a large model is as big as the model.
+    state = {} if meta else {k: v.clone() for k, v in model.state_dict().items()}
     modes = {m: m.training for m in model.modules()}
     if not model.training:  # a model handed over in eval mode trains as a whole; one in train mode
         model.train()       # keeps the modes its user set (a batch norm in eval(): frozen statistics)
@@ -488,7 +532,8 @@ def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
         for call in ins.calls[:n_model_calls]:
             tr.add_call(call)
     finally:
-        model.load_state_dict(state)
+        if state:
+            model.load_state_dict(state)
         for m, mode in modes.items():
             m.training = mode
         for (_, p), (req, grad) in zip(params, before):
@@ -556,6 +601,10 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
         pidx = {role: tr.pindex[id(p)] for role, p in f.params.items()}
         attrs = dict(f.attrs) | pidx
         shape = list(f.out.shape)
+        if numel(shape) > MAX_ELEMENTS:  # in a meta pass, before any real tensor of that size exists
+            raise UsageError(f"model {name!r}: {path} makes a tensor of shape {shape}, {numel(shape):,} elements "
+                             f"({_gib(F32 * numel(shape))}); poet's tensors hold at most 2**31 - 1 elements (the "
+                             f"board counts them in i32): use a smaller --input-shape or --batch")
         nid = len(nodes)
         nodes.append(GraphNode(nid, f"{path}/forward", path, "forward", f.op, deps, F32 * numel(shape), shape,
                                attrs, f.flops))
@@ -577,6 +626,9 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
                            2 * n_train))
     params = [(n, list(p.shape)) for n, p in tr.params]
     frozen = [n for i, (n, _) in enumerate(tr.params) if i not in trainable]
+    if len(nodes) > graphfile.MAX_NODES:  # first known here: refused before any planner spends minutes on it
+        raise UsageError(graphfile.too_many_nodes(f"model {name!r}", len(nodes),
+                                                  "trace fewer layers (bert: --layers) or a smaller model"))
     return TrainingGraph(name, batch, list(input_shape), classes, params, nodes, frozen=frozen, train=tr.train,
                          input_dtype=input_dtype)
 

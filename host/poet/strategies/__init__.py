@@ -42,13 +42,35 @@ def found(plan: Plan) -> bool:
     return plan.status in ("optimal", "feasible")
 
 
+# Above this many nodes the heuristics take seconds to minutes each (benchmarks/graph_sizes.py):
+# each says what it found and how long it took, so a long solve is not a silent one.
+PROGRESS_NODES = 1000
+
+
+def _timed(name: str, graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics,
+           say: Callable[[str], None]) -> Plan:
+    """One heuristic's plan, its solve time set, and a line about it on a large graph."""
+    t0 = time.perf_counter()
+    plan = _HEURISTICS[name](graph, arena_budget, deadline_s, semantics)
+    plan.solve_time_s = time.perf_counter() - t0
+    if len(graph) > PROGRESS_NODES:
+        say(f"{name}: {plan.status}" + (f", {plan.energy_j:.6g} J" if found(plan) else "")
+            + f" in {plan.solve_time_s:.1f} s")
+    return plan
+
+
 def best_heuristic(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool = True,
-                   paging: bool = True, semantics: Semantics = POET) -> Plan | None:
-    """The least-energy plan of the heuristics (milliseconds each) that fits and meets the deadline,
-    using only the allowed decisions; the MILPs start from it."""
+                   paging: bool = True, semantics: Semantics = POET, progress: Progress = None) -> Plan | None:
+    """The least-energy plan of the heuristics that fits and meets the deadline, using only the
+    allowed decisions; the MILPs start from it. Milliseconds each on the zoo's graphs, minutes
+    on one of graphfile.MAX_NODES nodes: on a graph that large each reports as it ends."""
+    say = progress or (lambda _msg: None)
+    if len(graph) > PROGRESS_NODES:
+        say(f"{len(graph):,} nodes: running the {len(_HEURISTICS)} heuristics for a starting plan "
+            f"(seconds to minutes each at this size)")
     best = None
-    for fn in _HEURISTICS.values():
-        p = fn(graph, arena_budget, deadline_s, semantics)
+    for name in _HEURISTICS:
+        p = _timed(name, graph, arena_budget, deadline_s, semantics, say)
         if not found(p) or (not recompute and p.recomputes) or (not paging and (p.page_ins or p.page_outs)):
             continue
         if best is None or p.energy_j < best.energy_j:
@@ -63,15 +85,12 @@ def plan_with(name: str, graph: CostedGraph, arena_budget: int, deadline_s: floa
     from a better plan among `starts` (other strategies' plans for the same budget and deadline
     that fit and meet it: a plan of any strategy is a POET plan too)."""
     if name in _HEURISTICS:
-        t0 = time.perf_counter()
-        plan = _HEURISTICS[name](graph, arena_budget, deadline_s, semantics)
-        plan.solve_time_s = time.perf_counter() - t0
-        return plan
+        return _timed(name, graph, arena_budget, deadline_s, semantics, progress or (lambda _msg: None))
     kw = dict(solver=solver, time_limit_s=time_limit_s, gap=gap, progress=progress, strategy=name,
               semantics=semantics)
     if warm and name != "checkmate":
         best = best_heuristic(graph, arena_budget, deadline_s, recompute=name != "page-only",
-                              paging=name != "remat-only", semantics=semantics)
+                              paging=name != "remat-only", semantics=semantics, progress=progress)
         for p in starts or []:
             if name == "poet" and p.stages and (best is None or p.energy_j < best.energy_j):
                 try:

@@ -76,13 +76,22 @@ class Revolve(Policy):
         if i not in self.pos:
             return True
         if self._pruned != t:  # once per stage, not per tensor: the same set each time (O(n) saved)
-            self.snap = {s for s in self.snap if b.next_read(s, t) is not None}
+            self.snap = {s for s in self.snap if b.last_read[s] > t}
             self._pruned = t
         if i in self.snap:
             return True
         nxt = b.next_read(i, t)
         forward = b.nodes[t].kind in PURE_KINDS
         return nxt == t + 1 or (forward and nxt is not None and b.nodes[nxt].kind in PURE_KINDS)
+
+    def retain_all(self, b: Builder, read_later: set[int], t: int) -> set[int]:
+        """retain() of each, with the snapshots and the tensors off the chain taken as sets."""
+        on_chain = read_later & self.pos.keys()
+        if not on_chain:  # retain() would not have pruned the snapshots either
+            return read_later
+        self.retain(b, next(iter(on_chain)), t)  # prunes the snapshots for stage t
+        rest = on_chain - self.snap
+        return (read_later - rest) | {i for i in rest if self.retain(b, i, t)}
 
     def on_backward_demand(self, b: Builder, t: int, resident: set[int]) -> None:
         """Before stage t recomputes: plan the snapshots for the chain segment it will redo."""
@@ -112,16 +121,20 @@ def revolve(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     """Griewank's revolve for chains: the least-energy plan over the snapshot counts tried.
 
     More snapshots mean fewer recomputes (less energy, less time) and more RAM, so on a long
-    chain the count is bisected: the largest count whose plan fits the budget.
+    chain the count is bisected: the largest count whose plan fits the budget. Where it meets
+    the deadline it is the plan trying every count finds (tests/test_sizes.py); where no count
+    does, the plan returned is that one, the closest to the deadline, not the smallest peak.
     """
     chain = chain_order(graph)
     if chain is None:
         return Plan(strategy="revolve", stages=[], status="not-applicable", arena_budget=budget,
                     deadline_s=deadline_s, solver="heuristic",
                     note="revolve needs a chain; this graph's forward pass branches")
-    tried: dict[int, Plan] = {}
+    best: tuple[int, Plan] | None = None  # (snapshots, plan); the other plans are dropped, not kept
+    tried = 0
 
     def attempt(slots: int) -> Plan:
+        nonlocal best, tried
         plan = Plan(strategy="revolve", stages=[], status="infeasible", arena_budget=budget,
                     deadline_s=deadline_s, solver="heuristic", note=f"{slots} snapshots")
         try:
@@ -130,7 +143,10 @@ def revolve(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
             plan.note += f"; {exc}"
         else:
             plan = checked(graph, plan, budget, deadline_s, semantics)
-        tried[slots] = plan
+        tried += 1
+        # the best as if every count were tried in ascending order: of equals, the fewest snapshots
+        if best is None or better(plan, best[1]) or (not better(best[1], plan) and slots < best[0]):
+            best = (slots, plan)
         return plan
 
     def fits(plan: Plan) -> bool:  # in RAM; a deadline it misses, more snapshots may meet
@@ -139,19 +155,20 @@ def revolve(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     if len(chain) <= EVERY_COUNT_UP_TO:
         for slots in range(len(chain) + 1):
             attempt(slots)
-    elif fits(attempt(0)) and not fits(attempt(len(chain))):
-        lo, hi = 0, len(chain)  # fits(lo), not fits(hi)
+    elif not fits(attempt(len(chain))):
+        # fits(lo) (taken for 0, the fewest snapshots and least RAM, until tried), not fits(hi); 0 is
+        # tried last, if at all: its plan recomputes O(n^2) tensors
+        lo, hi = 0, len(chain)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if fits(attempt(mid)):
                 lo = mid
             else:
                 hi = mid
-    best: Plan | None = None
-    for slots in sorted(tried):  # ascending, as the exhaustive search compares them
-        if best is None or better(tried[slots], best):
-            best = tried[slots]
+        if lo == 0:
+            attempt(0)
     assert best is not None
+    plan = best[1]
     if len(chain) > EVERY_COUNT_UP_TO:
-        best.note += f" (bisected over 0-{len(chain)} for a chain of {len(chain)}: {len(tried)} tried)"
-    return best
+        plan.note += f" (bisected over 0-{len(chain)} for a chain of {len(chain)}: {tried} tried)"
+    return plan
