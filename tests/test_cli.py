@@ -5,9 +5,10 @@ import sys
 
 import pytest
 from poet.boards import load_board
-from poet.costs import costed, load_profile, profile_path
+from poet.costs import costed, load_profile
 from poet.memory import budget_for
 from poet.models import get_model
+from poet.paths import profile_to_read
 from poet.solve import min_arena_budget
 from poet.tracer import trace
 
@@ -120,7 +121,7 @@ def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
     env = dict(os.environ, POET_WORKSPACE=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-m", "poet", "train", "--model", "mlp-digits", "--ram", "200k",
                              "--epochs", "1000", "--run-dir", str(run), "--profile",
-                             str(profile_path("nrf52840"))],
+                             str(profile_to_read("nrf52840"))],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         for line in proc.stdout:

@@ -6,12 +6,16 @@ Pure Python on hand-made traces; tests/test_accounting.py does the same on real 
 import json
 
 import pytest
-from poet.accounting import OVERHEAD_RECORD, RUNTIME, Box, diff, edd, energy_from_lists, fold, walk
+from poet.accounting import OVERHEAD_RECORD, RUNTIME, Box, account, diff, edd, energy_from_lists, fold, walk
 from poet.boards import load_board
-from poet.energy import account, render
 from poet.errors import PoetError
 from poet.report import chrome_trace
+from poet.report import render as render_account
 from poet.tracefile import Trace
+
+
+def render(tr, board):
+    return render_account(account(tr, board), tr, board, top=5)
 
 NODES = [
     {"name": "input", "module": "input", "kind": "input", "op": "input", "bytes": 4096},

@@ -15,11 +15,12 @@ from conftest import needs_tools
 from lossyproxy import LossyProxy
 from poet import emulator, firmware
 from poet.boards import load_board
-from poet.costs import profile_graphs, uncosted
+from poet.costs import uncosted
 from poet.device import Device
 from poet.link import Link
 from poet.lower import lower
 from poet.models import get_model
+from poet.profile import profile_graphs
 from poet.reference import weights_of
 from poet.run import data_batches
 from poet.solve import keep_all

@@ -18,12 +18,13 @@ import torch
 from conftest import needs_tools
 from poet import firmware
 from poet.boards import load_board
-from poet.costs import costed, profile_graphs, uncosted
+from poet.costs import costed, uncosted
 from poet.device import Device, open_device
 from poet.graph import TrainingGraph
 from poet.lower import lower
 from poet.memory import budget_for
 from poet.pipeline import plan_step
+from poet.profile import profile_graphs
 from poet.reference import train_steps, weights_of
 from poet.run import data_batches, run_steps
 from poet.solve import keep_all, min_arena_budget

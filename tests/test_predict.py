@@ -216,11 +216,11 @@ LR = 0.1
 
 @needs_qemu
 def test_prediction_after_one_epoch_within_5_percent(tmp_path):
+    from poet.accounting import charges
     from poet.boards import load_board
     from poet.costs import costed, load_profile
     from poet.data import batches, digits_split
     from poet.device import open_device
-    from poet.energy import charges
     from poet.memory import budget_for
     from poet.models import get_model
     from poet.pipeline import plan_step

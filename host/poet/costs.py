@@ -37,12 +37,8 @@ def op_key(n: GraphNode) -> str:
     return f"{n.op}(" + ",".join(f"{k}={v}" for k, v in sorted(attrs.items())) + ")"
 
 
-def profile_path(board: str) -> Path:
-    return profile_to_read(board)
-
-
 def load_profile(board: str, path: Path | None = None, note: Note | None = None) -> dict[str, Any]:
-    """The profile the planner costs with: `path`, else the board's (profile_path), checked.
+    """The profile the planner costs with: `path`, else the board's (paths.profile_to_read), checked.
 
     A file that is not a profile the planner can trust is refused in one line (UsageError, see
     read_profile). One measured on another firmware than this poet builds is used, and note() is
@@ -50,7 +46,7 @@ def load_profile(board: str, path: Path | None = None, note: Note | None = None)
     touching the old kernels), so refusing them would stop every command on those boards.
     """
     given = path is not None
-    path = path or profile_path(board)
+    path = path or profile_to_read(board)
     if not path.exists():
         if given:  # the user named it: a mistake on the command line, not a missing measurement
             raise UsageError(f"profile {shown(path)} does not exist: pass an existing --profile, or run "
@@ -313,12 +309,3 @@ def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bo
         for key, (est, name) in guessed.items():
             note(f"  {key} ({name}): {est.provenance}")
     return CostedGraph(tuple(nodes), name=g.model, param_bytes=g.param_bytes)
-
-
-def __getattr__(name: str) -> Any:
-    """Profiling moved to poet.profile; these names stay importable from here."""
-    if name in ("profile_graphs", "write_profile"):
-        from poet import profile
-
-        return getattr(profile, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

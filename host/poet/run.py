@@ -14,7 +14,6 @@ import torch
 from poet.boards import Board, load_board
 from poet.data import batches, digits_split
 from poet.device import Device, open_device
-from poet.energy import render
 from poet.errors import PoetError
 from poet.graph import TrainingGraph, summary
 from poet.link import DeviceError
@@ -120,7 +119,10 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
     torch.save(_state_dict(model, final), run_dir / "weights.pt")
     say(f"\n[account] trace of {len(tr.steps)} steps saved to {shown(trace_path)} "
         f"(`poet report {shown(trace_path)}` prints this again)")
-    report = render(tr, board)
+    from poet.accounting import account
+    from poet.report import render
+
+    report = render(account(tr, board), tr, board, top=5)
     (run_dir / "report.txt").write_text(report + "\n")
     say(report)
     return {"planned": p, "losses": losses, "weights0": weights0, "final": final, "data": data, "trace": tr}
@@ -252,8 +254,8 @@ def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int,
 
 def demo(args: argparse.Namespace, say: Say) -> None:
     """The whole loop of DESIGN.md on the default board: trace, profile, solve, lower, train, account."""
-    from poet.costs import profile_graphs, write_profile
     from poet.models import get_model
+    from poet.profile import profile_graphs, write_profile
     from poet.tracer import trace
 
     board: Board = load_board(args.board)

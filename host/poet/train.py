@@ -41,13 +41,13 @@ import numpy as np
 import torch
 
 from poet import firmware, flash
+from poet.accounting import account, charges
 from poet.battery import check_battery, refusal
 from poet.boards import Board, load_board
 from poet.carbon import intensity
 from poet.datasets import Dataset, load_dataset
 from poet.device import Device, open_device
 from poet.emissions import RunRecord, append
-from poet.energy import charges, render
 from poet.errors import PoetError, UsageError
 from poet.graph import TrainingGraph, parse_optimizer, with_optimizer
 from poet.link import OPT_STATE, PROTO, LinkError, ProtocolMismatch
@@ -760,9 +760,10 @@ def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace
     tmp = run.dir / "weights.pt.tmp"
     torch.save({k: v.clone() for k, v in model.state_dict().items()}, tmp)
     os.replace(tmp, run.dir / "weights.pt")  # a run stopped mid-write keeps no half file that looks whole
-    report = render(tr, board)
+    from poet.report import render
+
+    report = render(account(tr, board), tr, board, top=5)
     _write_atomic(run.dir / "report.txt", (report + "\n").encode())
-    from poet.accounting import account
     from poet.report import plot
 
     pngs = plot(account(tr, board), tr, board, run.dir, "energy")
