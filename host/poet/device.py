@@ -109,7 +109,7 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
     with contextlib.ExitStack() as stack:
         if port and port.startswith("ssh://"):
             # a Linux board over ssh: the runtime `poet flash` installed there, on ssh's stdin/stdout
-            from poet.flash import runtime_over_ssh
+            from poet.ssh import runtime_over_ssh
 
             # ssh dies with poet too: its remote runtime then sees the link close, as on a pulled cable
             proc = subprocess.Popen(runtime_over_ssh(port, board.name), stdin=subprocess.PIPE,

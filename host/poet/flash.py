@@ -18,13 +18,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from poet import firmware, serialports
 from poet.boards import Board
 from poet.errors import PoetError, UsageError
+from poet.ssh import REMOTE_DIR, SshTarget, parse_ssh, runtime_over_ssh
 
 Say = Callable[[str], None]
 
@@ -135,37 +134,8 @@ def esptool_commands(elf: Path, port: str, major: int, python: str = sys.executa
             [*esptool, "-p", port, "-b", ESPTOOL_BAUD, write, "0x0", str(image)]]
 
 
-# ---------------------------------------------------------------- rpi4 / jetson: ssh
+# ---------------------------------------------------------------- rpi4 / jetson: ssh (poet.ssh)
 
-@dataclass(frozen=True)
-class SshTarget:
-    host: str
-    user: str | None = None
-    port: int | None = None
-
-    @property
-    def dest(self) -> str:
-        return f"{self.user}@{self.host}" if self.user else self.host
-
-    def ssh(self, *cmd: str) -> list[str]:
-        return ["ssh", *(["-p", str(self.port)] if self.port else []), self.dest, *cmd]
-
-    def scp(self, sources: list[str], remote: str) -> list[str]:
-        return ["scp", *(["-P", str(self.port)] if self.port else []), *sources, f"{self.dest}:{remote}"]
-
-
-def parse_ssh(url: str) -> SshTarget:
-    try:
-        u = urlsplit(url)
-        port = u.port
-    except ValueError:
-        u, port = None, None
-    if u is None or u.scheme != "ssh" or not u.hostname or u.path not in ("", "/"):
-        raise UsageError(f"--port {url}: a Linux board is reached as ssh://user@host[:port]")
-    return SshTarget(u.hostname, u.username, port)
-
-
-REMOTE_DIR = ".poet"   # in the login's home directory
 
 
 def linux_commands(target: SshTarget, image: Path | None, build_on_target: bool = False,
@@ -180,14 +150,6 @@ def linux_commands(target: SshTarget, image: Path | None, build_on_target: bool 
             target.scp(["-r", *sources], f"{src}/"),
             target.ssh("make", "-C", src, "linux"),
             target.ssh("cp", f"{src}/build/linux/poet", f"{REMOTE_DIR}/poet")]
-
-
-def runtime_over_ssh(url: str, board: str) -> list[str]:
-    """The link to a Linux board: the installed runtime speaking on ssh's stdin/stdout. BatchMode
-    because stdin carries the protocol: a password prompt could never be answered."""
-    t = parse_ssh(url)
-    return ["ssh", "-T", "-o", "BatchMode=yes", *(["-p", str(t.port)] if t.port else []), t.dest,
-            f"{REMOTE_DIR}/poet", board]
 
 
 # ---------------------------------------------------------------- running

@@ -1,0 +1,113 @@
+"""No import cycle among poet's modules, counting the imports inside functions too (a lazy import
+hides a cycle from Python, not from a reader), but not those under `if TYPE_CHECKING:`.
+
+Run alone: `.venv/bin/python -m pytest tests/test_imports.py`; a failure lists each cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from poet.paths import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "host" / "poet"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in PACKAGE.rglob("*.py"):
+        name = ".".join(f.relative_to(PACKAGE.parent).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = f
+    return out
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
+        (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST, mods: dict[str, Path]) -> set[str]:
+    """The poet modules a module imports, anywhere in it but TYPE_CHECKING blocks."""
+    found: set[str] = set()
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("poet"):
+            for alias in node.names:  # `from poet import flash` imports the module poet.flash
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in mods else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("poet"))
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = _modules()
+    graph = {}
+    for name, f in mods.items():
+        deps = _imports(ast.parse(f.read_text()), mods)
+        # a package's own __init__ is imported with each submodule: not an edge of the flow
+        graph[name] = {d for d in deps if d in mods and d != name and not name.startswith(d + ".")}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_checker_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from poet.graph import X\n"
+                     "def f():\n    from poet.memory import y\n")
+    assert _imports(tree, {"poet.graph": PACKAGE, "poet.memory": PACKAGE}) == {"poet.memory"}
+
+
+def test_no_import_cycle_in_poet() -> None:
+    graph = import_graph()
+    assert len(graph) > 40  # the package was found
+    found = cycles(graph)
+    assert not found, "import cycles (break each by moving what both need into a module of its own): " + \
+        "; ".join(" <-> ".join(c) for c in found)
