@@ -43,3 +43,26 @@ def _solves_run_to_their_proof(request: pytest.FixtureRequest, monkeypatch: pyte
         return real(prob, solver, NO_LIMIT, *args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(milp, "solve", unlimited)
+
+
+def run(argv: list[str]) -> int:
+    """poet's CLI in-process: its exit status, argparse's refusals (SystemExit) included."""
+    from poet.cli import main
+
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's refusals exit from inside parse_args
+        return int(exc.code or 0)
+
+
+def refused(capsys: pytest.CaptureFixture[str], argv: list[str], status: int, *words: str) -> str:
+    """Run the CLI and check it ended in one line `poet: ...` holding `words`, with `status`."""
+    code = run(argv)
+    err = capsys.readouterr().err
+    assert "internal error" not in err, err
+    assert code == status, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("poet: "), err
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]

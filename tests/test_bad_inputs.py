@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import refused, run
 from poet import cli
 from poet.cli import main
 from poet.graphfile import read_graph
@@ -26,25 +27,6 @@ HUGE = "99999999999999999999999"
 @pytest.fixture(autouse=True)
 def _workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "workspace"))
-
-
-def run(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:  # argparse's refusals exit from inside parse_args
-        return int(exc.code or 0)
-
-
-def refused(capsys: pytest.CaptureFixture[str], argv: list[str], status: int, *words: str) -> str:
-    code = run(argv)
-    err = capsys.readouterr().err
-    assert "internal error" not in err, err
-    assert code == status, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("poet: "), err
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 # ---------------------------------------------------------------- counts on the command line

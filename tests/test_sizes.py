@@ -16,6 +16,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from conftest import refused
 from poet import graphfile
 from poet.cli import main
 from poet.graphfile import MAX_FILE_BYTES, MAX_NODES, read_graph
@@ -31,16 +32,6 @@ def _workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "workspace"))
 
 
-def refused(capsys: pytest.CaptureFixture[str], argv: list[str], status: int, *words: str) -> str:
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert "internal error" not in err, err
-    assert code == status, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("poet: "), err
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 def write_chain(path: Path, forward: int, compact: bool = False) -> int:
