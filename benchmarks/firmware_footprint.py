@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "firmware" / "build" / "qemu-m4"
 sys.path.insert(0, str(ROOT / "host"))
 
-from poet.firmware import TARGETS  # noqa: E402
+from poet.device.firmware import TARGETS  # noqa: E402
 
 
 def run(*cmd: str) -> str:

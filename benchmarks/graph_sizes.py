@@ -53,11 +53,11 @@ def write_graph(path: Path, n: int, shape: str) -> int:
 
 def run_phase(path: str, phase: str) -> dict[str, float | str]:
     """One phase in this process: its seconds, the process's peak RSS and what it found."""
-    from poet import graphfile
-    from poet.graphfile import read_graph
-    from poet.plan import CostedGraph
-    from poet.solve import keep_all
-    from poet.strategies import _HEURISTICS
+    from poet.graph import file as graphfile
+    from poet.graph.file import read_graph
+    from poet.plan.solve import keep_all
+    from poet.plan.strategies import _HEURISTICS
+    from poet.plan.types import CostedGraph
 
     if phase == "solve":  # the whole command as a user runs it, limits and all (cli imports torch: +200 MB)
         from poet import cli
@@ -84,8 +84,8 @@ def run_phase(path: str, phase: str) -> dict[str, float | str]:
 
 
 def _half_peak(path: str) -> int:
-    from poet.plan import CostedGraph
-    from poet.solve import keep_all
+    from poet.plan.solve import keep_all
+    from poet.plan.types import CostedGraph
 
     return keep_all(CostedGraph.from_json(path)).peak_bytes // 2
 

@@ -12,8 +12,8 @@ import subprocess
 import sys
 import time
 
-from poet.models import ZOO, get_model
-from poet.tracer import trace
+from poet.graph.tracer import trace
+from poet.models.zoo import ZOO, get_model
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ import warnings
 
 import torch
 import torch.nn.functional as F
-from poet.instrument import Instrumented, OpTimer
-from poet.models import get_model
+from poet.graph.instrument import Instrumented, OpTimer
+from poet.models.zoo import get_model
 
 MODELS = ["mlp-digits", "cnn-digits", "lenet", "resnet18-cifar"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from poet.meters import align as al
-from poet.meters import base, synthetic
+from poet.energy.meters import align as al
+from poet.energy.meters import base, synthetic
 
 PERIOD_S = 100e-6
 

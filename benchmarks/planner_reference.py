@@ -17,9 +17,9 @@ import time
 import warnings
 from pathlib import Path
 
-from poet.plan import POET, REFERENCE, CostedGraph
-from poet.solve import keep_all
-from poet.strategies import plan_with
+from poet.plan.solve import keep_all
+from poet.plan.strategies import plan_with
+from poet.plan.types import POET, REFERENCE, CostedGraph
 
 REF = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "poet-reference"
 # (instance, activation budget in bytes, deadline as a multiple of one plain pass, the reference's result)

@@ -18,11 +18,11 @@ import time
 import warnings
 
 from poet.boards import load_board
-from poet.costs import costed, load_profile
-from poet.models import ZOO, get_model
-from poet.solve import keep_all, lower_bound_bytes
-from poet.strategies import BASELINES, found, plan_with
-from poet.tracer import trace
+from poet.graph.tracer import trace
+from poet.models.zoo import ZOO, get_model
+from poet.plan.costs import costed, load_profile
+from poet.plan.solve import keep_all, lower_bound_bytes
+from poet.plan.strategies import BASELINES, found, plan_with
 
 
 def main() -> None:

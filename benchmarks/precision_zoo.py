@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from poet.boards import load_board
-from poet.costs import costed, load_profile
-from poet.memory import budget_for
-from poet.models import get_model
-from poet.precision import select
-from poet.solve import keep_all, min_arena_budget
-from poet.strategies import found, plan_with
-from poet.tracer import trace
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
+from poet.plan.costs import costed, load_profile
+from poet.plan.memory import budget_for
+from poet.plan.precision import select
+from poet.plan.solve import keep_all, min_arena_budget
+from poet.plan.strategies import found, plan_with
 
 # the emulated nrf52840's cast fits (cycles = r n + c), docs/benchmarks.md, for profiles without `casts:`
 NRF52840_CASTS: dict[str, Any] = {

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 from poet.boards import load_board
-from poet.costs import uncosted
-from poet.device import open_device
-from poet.lower import lower
-from poet.models import get_model
-from poet.reference import weights_of
+from poet.device.connect import open_device
+from poet.graph.reference import weights_of
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
+from poet.plan.costs import uncosted
+from poet.plan.lower import lower
+from poet.plan.solve import keep_all
 from poet.run import data_batches
-from poet.solve import keep_all
-from poet.tracer import trace
 
 INSTR_PER_TICK = 40  # 1 GHz virtual instruction clock (-icount shift=0) / 25 MHz timer
 

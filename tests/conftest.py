@@ -35,7 +35,7 @@ NO_LIMIT = 3600.0
 def _solves_run_to_their_proof(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("time_limited"):
         return
-    from poet import milp
+    from poet.plan import milp
 
     real = milp.solve
 

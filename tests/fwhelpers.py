@@ -19,9 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "host"))
 
-from poet import firmware  # noqa: E402
-from poet.link import Link, ProcessPort  # noqa: E402
-from poet.modelblob import (  # noqa: E402
+from poet.device import firmware  # noqa: E402
+from poet.device.link import Link, ProcessPort  # noqa: E402
+from poet.plan.modelblob import (  # noqa: E402
     KIND_BACKWARD,
     KIND_FORWARD,
     KIND_INPUT,
@@ -44,7 +44,7 @@ from poet.modelblob import (  # noqa: E402
     BlobNode,
     ModelBlob,
 )
-from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule  # noqa: E402
+from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule  # noqa: E402
 
 
 @dataclass

@@ -22,21 +22,21 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_qemu
-from poet.accounting import OVERHEAD_RECORD, account
 from poet.boards import Board, load_board
 from poet.cli import main
-from poet.costs import work
-from poet.device import open_device
-from poet.graph import TrainingGraph
-from poet.memory import budget_for
-from poet.models import get_model
-from poet.pipeline import plan_step
-from poet.plan import CostedGraph, CostedNode
-from poet.reference import weights_of
+from poet.device.connect import open_device
+from poet.energy.accounting import OVERHEAD_RECORD, account
+from poet.energy.tracefile import SCHEDULE_BESIDE, Trace
+from poet.graph.reference import weights_of
+from poet.graph.tracer import trace
+from poet.graph.training_graph import TrainingGraph
+from poet.models.zoo import get_model
+from poet.plan.costs import work
+from poet.plan.memory import budget_for
+from poet.plan.pipeline import plan_step
+from poet.plan.solve import keep_all, min_arena_budget
+from poet.plan.types import CostedGraph, CostedNode
 from poet.run import data_batches, run_steps
-from poet.solve import keep_all, min_arena_budget
-from poet.tracefile import SCHEDULE_BESIDE, Trace
-from poet.tracer import trace
 
 pytestmark = needs_qemu
 STEPS = 3

@@ -16,7 +16,7 @@ import pytest
 from conftest import refused, run
 from poet import cli
 from poet.cli import main
-from poet.graphfile import read_graph
+from poet.graph.file import read_graph
 from poet.paths import REPO_ROOT
 
 REF_DIR = REPO_ROOT.parent / "shared" / "benchmarks" / "poet-reference"

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 from conftest import needs_qemu
 from poet.boards import load_board
-from poet.costs import costed, load_profile, uncosted
-from poet.device import open_device
-from poet.link import DeviceError
-from poet.lower import lower
-from poet.models import get_model
-from poet.pipeline import plan_step
-from poet.reference import train_steps, weights_of
+from poet.device.connect import open_device
+from poet.device.link import DeviceError
+from poet.graph.reference import train_steps, weights_of
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
+from poet.plan.costs import costed, load_profile, uncosted
+from poet.plan.lower import lower
+from poet.plan.pipeline import plan_step
+from poet.plan.solve import keep_all, min_arena_budget
 from poet.run import data_batches, run_steps
-from poet.solve import keep_all, min_arena_budget
-from poet.tracer import trace
 
 pytestmark = needs_qemu
 STEPS = 3
@@ -46,7 +46,7 @@ def _tight_plan(dev, g):
     full = keep_all(cg).peak_bytes
     smallest = min_arena_budget(cg, deadline)
     arena = smallest + (full - smallest) // 4
-    from poet.memory import budget_for
+    from poet.plan.memory import budget_for
 
     fixed = budget_for(g, board.ram_bytes, dev.runtime_static).fixed
     return plan_step(g, cg, board, fixed + arena, dev.runtime_static, deadline, progress=lambda _m: None)

@@ -3,9 +3,9 @@
 Ports are pyserial's own ListPortInfo records, filled as comports() fills them on Linux."""
 
 import pytest
-from poet import serialports
 from poet.boards import board_names, load_board
 from poet.cli import main
+from poet.device import serialports
 from serial.tools.list_ports_common import ListPortInfo
 
 BOARDS = [load_board(n) for n in board_names()]

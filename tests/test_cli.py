@@ -5,12 +5,12 @@ import sys
 
 import pytest
 from poet.boards import load_board
-from poet.costs import costed, load_profile
-from poet.memory import budget_for
-from poet.models import get_model
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
 from poet.paths import profile_to_read
-from poet.solve import min_arena_budget
-from poet.tracer import trace
+from poet.plan.costs import costed, load_profile
+from poet.plan.memory import budget_for
+from poet.plan.solve import min_arena_budget
 
 
 @pytest.fixture(autouse=True)
@@ -138,7 +138,7 @@ def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
     assert "Traceback" not in err
     time.sleep(0.2)
     assert not _qemu_pids_in(run)
-    from poet.tracefile import Trace
+    from poet.energy.tracefile import Trace
 
     assert len(Trace.load(run / "trace.json").steps) >= 3
 
@@ -160,7 +160,7 @@ def test_user_model_from_module_factory(tmp_path):
                        cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "mynet:build: batch 4, " in r.stdout
-    from poet.graph import TrainingGraph
+    from poet.graph.training_graph import TrainingGraph
 
     g = TrainingGraph.from_json(out)
     assert [n.op for n in g.nodes if n.kind == "forward"] == ["linear", "relu", "linear"]
@@ -217,7 +217,7 @@ def test_graph_check_and_train_modes(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "bert: batch 2, " in r.stdout and "B frozen" in r.stdout
     assert "the graph matches PyTorch's step" in r.stdout
-    from poet.graph import TrainingGraph
+    from poet.graph.training_graph import TrainingGraph
 
     g = TrainingGraph.from_json(out)
     assert g.train == "last:2" and [n for n, _ in g.params if n not in g.frozen] == [
@@ -325,8 +325,8 @@ def pty_board():
     import struct
     import threading
 
-    from poet.framing import FrameReader, encode_frame
-    from poet.link import HELLO, HELLO_REPLY
+    from poet.device.framing import FrameReader, encode_frame
+    from poet.device.link import HELLO, HELLO_REPLY
 
     master, slave = os.openpty()
     stop = threading.Event()

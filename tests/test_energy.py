@@ -6,12 +6,12 @@ Pure Python on hand-made traces; tests/test_accounting.py does the same on real 
 import json
 
 import pytest
-from poet.accounting import OVERHEAD_RECORD, RUNTIME, Box, account, diff, edd, energy_from_lists, fold, walk
 from poet.boards import load_board
+from poet.energy.accounting import OVERHEAD_RECORD, RUNTIME, Box, account, diff, edd, energy_from_lists, fold, walk
+from poet.energy.report import chrome_trace
+from poet.energy.report import render as render_account
+from poet.energy.tracefile import Trace
 from poet.errors import PoetError
-from poet.report import chrome_trace
-from poet.report import render as render_account
-from poet.tracefile import Trace
 
 
 def render(tr, board):

@@ -130,7 +130,7 @@ def _global_step(line: str) -> int | None:
 def test_a_child_dies_with_the_poet_that_started_it(tmp_path: Path) -> None:
     """The shared mechanism, on a child anyone can run: poet's process SIGKILLed, its child goes too."""
     code = ("import subprocess, sys\n"
-            "from poet.children import die_with_poet\n"
+            "from poet.device.children import die_with_poet\n"
             "child = subprocess.Popen(['sleep', '1000'], cwd=sys.argv[1], preexec_fn=die_with_poet())\n"
             "print(child.pid, flush=True)\n"
             "sys.stdin.read()\n")
@@ -148,7 +148,7 @@ def test_a_child_dies_with_the_poet_that_started_it(tmp_path: Path) -> None:
 def test_a_child_whose_poet_is_already_gone_does_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """poet dying between fork and the child's prctl: no signal would ever come, so the child must not
     exec at all. Seen from the child, a poet that died is a parent pid that is not poet's."""
-    from poet.children import die_with_poet
+    from poet.device.children import die_with_poet
 
     with monkeypatch.context() as m:
         m.setattr(os, "getpid", lambda: -1)  # the pid poet had: not the child's parent now

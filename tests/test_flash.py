@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import serial
 from conftest import needs_tools
-from poet import flash, serialports
 from poet.boards import load_board
+from poet.device import flash, serialports
 from poet.errors import PoetError
 from serial.tools.list_ports_common import ListPortInfo
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
-from poet import firmware
-from poet.link import MODEL, DeviceError
-from poet.modelblob import KIND_INPUT, KIND_OPTIMIZER, OP_INPUT, OP_SGD, BlobNode, ModelBlob, f32_bits
+from poet.device import firmware
+from poet.device.link import MODEL, DeviceError
+from poet.plan.modelblob import KIND_INPUT, KIND_OPTIMIZER, OP_INPUT, OP_SGD, BlobNode, ModelBlob, f32_bits
 
 FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
 FUZZ = FIRMWARE / "fuzz"

@@ -3,10 +3,10 @@
 import pytest
 import torch
 from poet.errors import PoetError
-from poet.graph import TrainingGraph
-from poet.graphcheck import op_check, real_step, saved_check
-from poet.models import ZOO, get_model
-from poet.tracer import trace
+from poet.graph.check import op_check, real_step, saved_check
+from poet.graph.tracer import trace
+from poet.graph.training_graph import TrainingGraph
+from poet.models.zoo import ZOO, get_model
 from torch import nn
 
 # bert-base's real step holds 110M parameters and their gradients: in the slow run only

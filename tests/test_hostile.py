@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from poet import cli
 from poet.cli import build_parser, main
-from poet.models import get_model
+from poet.models.zoo import get_model
 from poet.paths import REPO_ROOT
 from poet.train import CONFIG_KEYS
 

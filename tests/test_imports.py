@@ -100,9 +100,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_checker_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from poet.graph import X\n"
-                     "def f():\n    from poet.memory import y\n")
-    assert _imports(tree, {"poet.graph": PACKAGE, "poet.memory": PACKAGE}) == {"poet.memory"}
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                     "    from poet.graph.training_graph import X\n"
+                     "def f():\n    from poet.plan.memory import y\n")
+    assert _imports(tree, {"poet.graph.training_graph": PACKAGE, "poet.plan.memory": PACKAGE}) == {"poet.plan.memory"}
 
 
 def test_no_import_cycle_in_poet() -> None:

@@ -2,9 +2,9 @@
 
 import torch
 import torch.nn.functional as F
-from poet.instrument import Instrumented, OpTimer, saved_activation_bytes
-from poet.models import get_model
-from poet.tracer import trace
+from poet.graph.instrument import Instrumented, OpTimer, saved_activation_bytes
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
 from torch import nn
 
 

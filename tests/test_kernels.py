@@ -21,10 +21,10 @@ from fwhelpers import (
     native_link,
     predicted_peaks,
 )
-from poet import emulator, firmware
-from poet.link import BATCH, MODEL, PROTO, SCHEDULE, WEIGHTS, Link, StepResult
-from poet.modelblob import decode_weights, encode_batch, encode_weights
-from poet.schedule import Schedule
+from poet.device import emulator, firmware
+from poet.device.link import BATCH, MODEL, PROTO, SCHEDULE, WEIGHTS, Link, StepResult
+from poet.plan.modelblob import decode_weights, encode_batch, encode_weights
+from poet.plan.schedule import Schedule
 
 LR = 0.1
 STEPS = 3

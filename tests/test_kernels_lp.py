@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pytest
 from fwhelpers import keep_all, native_link
-from poet import firmware
-from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError
-from poet.modelblob import (
+from poet.device import firmware
+from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError
+from poet.plan.modelblob import (
     DT_BF16,
     DT_F16,
     DT_F32,
@@ -512,7 +512,7 @@ def _renumber(nodes: list[BlobNode], inserted: int) -> list[BlobNode]:
 def test_cast_sweep_model_runs(tmp_path: Path) -> None:
     """`poet profile --casts`'s per-size graph and schedule are valid and run every direction
     CAST_ROUNDS times; a line fits exactly."""
-    from poet.profile import CAST_ROUNDS, cast_directions, cast_model, cast_schedule, fit_cycles
+    from poet.device.profile import CAST_ROUNDS, cast_directions, cast_model, cast_schedule, fit_cycles
 
     blob, where = cast_model(256)
     assert sorted(where) == sorted(cast_directions())

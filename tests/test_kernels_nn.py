@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from poet import firmware
+from poet.device import firmware
 
 FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
 LIB = FIRMWARE / "build" / "libpoetkernels.so"

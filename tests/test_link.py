@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fwhelpers import init_params, keep_all, make_batches, mlp, native_link
-from poet import emulator
-from poet.framing import encode_frame
-from poet.link import BATCH, MODEL, NAK, PROTO, SCHEDULE, WEIGHTS, DeviceError, Link, LinkTimeout
-from poet.modelblob import encode_batch, encode_weights
+from poet.device import emulator
+from poet.device.framing import encode_frame
+from poet.device.link import BATCH, MODEL, NAK, PROTO, SCHEDULE, WEIGHTS, DeviceError, Link, LinkTimeout
+from poet.plan.modelblob import encode_batch, encode_weights
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
@@ -25,7 +25,7 @@ def code_of(exc: pytest.ExceptionInfo[DeviceError]) -> str:
 def test_hello_native(tmp_path: Path) -> None:
     with native_link(tmp_path) as link:
         h = link.hello()
-    from poet.firmware import source_version
+    from poet.device.firmware import source_version
 
     assert (h.proto, h.fw_version, h.board, h.tick_hz) == (PROTO, source_version(), "linux", 1_000_000_000)
     assert source_version() == "1.2"  # 1.2: the low-precision ops (49-52); protocol 2
@@ -118,7 +118,7 @@ def test_emulator_reports_missing_qemu(monkeypatch: pytest.MonkeyPatch, tmp_path
 @pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
                     reason="needs qemu-system-arm and arm-none-eabi-gcc")
 def test_emulator_always_stops_qemu(tmp_path: Path) -> None:
-    from poet import firmware
+    from poet.device import firmware
 
     elf = firmware.build("qemu-m4")
     with pytest.raises(KeyboardInterrupt):
@@ -139,14 +139,14 @@ def test_qemu_uart_survives_a_full_receive_ring(tmp_path: Path) -> None:
     hangs for good. HELLOs pipelined behind a STEP arrive while the board trains.
     """
     import serial
-    from poet import firmware
-    from poet.costs import uncosted
-    from poet.link import HELLO, HELLO_REPLY, STEP, TRACE
-    from poet.lower import lower, model_blob
-    from poet.models import get_model
-    from poet.reference import weights_of
-    from poet.solve import keep_all as keep_all_plan
-    from poet.tracer import trace
+    from poet.device import firmware
+    from poet.device.link import HELLO, HELLO_REPLY, STEP, TRACE
+    from poet.graph.reference import weights_of
+    from poet.graph.tracer import trace
+    from poet.models.zoo import get_model
+    from poet.plan.costs import uncosted
+    from poet.plan.lower import lower, model_blob
+    from poet.plan.solve import keep_all as keep_all_plan
 
     model, spec = get_model("cnn-digits")
     g = trace(model, "cnn-digits", spec.input_shape, spec.classes, 16)

@@ -13,18 +13,18 @@ import pytest
 import serial
 from conftest import needs_tools
 from lossyproxy import LossyProxy
-from poet import emulator, firmware
 from poet.boards import load_board
-from poet.costs import uncosted
-from poet.device import Device
-from poet.link import Link
-from poet.lower import lower
-from poet.models import get_model
-from poet.profile import profile_graphs
-from poet.reference import weights_of
+from poet.device import emulator, firmware
+from poet.device.connect import Device
+from poet.device.link import Link
+from poet.device.profile import profile_graphs
+from poet.graph.reference import weights_of
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
+from poet.plan.costs import uncosted
+from poet.plan.lower import lower
+from poet.plan.solve import keep_all
 from poet.run import data_batches
-from poet.solve import keep_all
-from poet.tracer import trace
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
 STEPS = 20

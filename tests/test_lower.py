@@ -1,16 +1,16 @@
 """Lowering: the byte schedule does what the plan says, at offsets where no two live tensors overlap."""
 
 import pytest
-from poet.costs import uncosted
 from poet.errors import UsageError
-from poet.lower import instructions, lower, model_blob, place
-from poet.memory import budget_for
-from poet.models import get_model
-from poet.plan import CostedGraph, CostedNode, Plan, Stage, rule_stage
-from poet.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule, validate
-from poet.simulate import simulate
-from poet.solve import keep_all, min_arena_budget, solve_poet
-from poet.tracer import trace
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
+from poet.plan.costs import uncosted
+from poet.plan.lower import instructions, lower, model_blob, place
+from poet.plan.memory import budget_for
+from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule, validate
+from poet.plan.simulate import simulate
+from poet.plan.solve import keep_all, min_arena_budget, solve_poet
+from poet.plan.types import CostedGraph, CostedNode, Plan, Stage, rule_stage
 
 
 def _graph(name="cnn-digits", batch=4):

@@ -14,21 +14,21 @@ import numpy as np
 import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
-from poet.costs import uncosted
-from poet.graph import TrainingGraph
-from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, StepResult
-from poet.lower import lower, model_blob
-from poet.meters import align as al
-from poet.meters import ppk2
-from poet.meters.base import MeterError
-from poet.modelblob import encode_batch, encode_weights
-from poet.models import get_model
-from poet.plan import Plan
-from poet.reference import weights_of
-from poet.schedule import PAGE_IN, PAGE_OUT, RECOMPUTE
-from poet.solve import keep_all
-from poet.tracefile import Trace
-from poet.tracer import trace
+from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS, StepResult
+from poet.energy.meters import align as al
+from poet.energy.meters import ppk2
+from poet.energy.meters.base import MeterError
+from poet.energy.tracefile import Trace
+from poet.graph.reference import weights_of
+from poet.graph.tracer import trace
+from poet.graph.training_graph import TrainingGraph
+from poet.models.zoo import get_model
+from poet.plan.costs import uncosted
+from poet.plan.lower import lower, model_blob
+from poet.plan.modelblob import encode_batch, encode_weights
+from poet.plan.schedule import PAGE_IN, PAGE_OUT, RECOMPUTE
+from poet.plan.solve import keep_all
+from poet.plan.types import Plan
 from test_runtime_ops import _poet_plans
 
 pytestmark = needs_tools("cc", "make")

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from poet.energy.meters import align as al
+from poet.energy.meters import base, ina219, ina3221, joulescope, ppk2, rapl, synthetic
+from poet.energy.meters.sampler import PollingMeter
+from poet.energy.meters.window import Windows
+from poet.energy.tracefile import Trace
 from poet.errors import PoetError
-from poet.meters import align as al
-from poet.meters import base, ina219, ina3221, joulescope, ppk2, rapl, synthetic
-from poet.meters.sampler import PollingMeter
-from poet.meters.window import Windows
-from poet.tracefile import Trace
 
 
 class FakeClock:

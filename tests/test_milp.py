@@ -11,11 +11,11 @@ from __future__ import annotations
 import highspy
 import pytest
 from conftest import NO_LIMIT, REFERENCE
-from poet import milp
-from poet.plan import REFERENCE as REFERENCE_RULES
-from poet.plan import CostedGraph
-from poet.solve import solve_poet
-from poet.strategies import best_heuristic
+from poet.plan import milp
+from poet.plan.solve import solve_poet
+from poet.plan.strategies import best_heuristic
+from poet.plan.types import REFERENCE as REFERENCE_RULES
+from poet.plan.types import CostedGraph
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pulp
 import pytest
-from poet.plan import CostedGraph, CostedNode, Plan, Stage, rule_stage
-from poet.simulate import simulate
-from poet.solve import _build, _extract, _set_start, keep_all, lower_bound_bytes, min_arena_budget, solve_poet
+from poet.plan.simulate import simulate
+from poet.plan.solve import _build, _extract, _set_start, keep_all, lower_bound_bytes, min_arena_budget, solve_poet
+from poet.plan.types import CostedGraph, CostedNode, Plan, Stage, rule_stage
 
 LINEAR_M0 = Path(__file__).resolve().parents[1] / "../shared/benchmarks/poet-reference/linear.m0.json"
 
@@ -399,9 +399,9 @@ def test_real_model_recomputes_and_pages() -> None:
     optimal plans both recompute and page (v1's never did); one such plan needs more than its
     budget without them."""
     from poet.boards import load_board
-    from poet.costs import costed, load_profile
-    from poet.models import get_model
-    from poet.tracer import trace
+    from poet.graph.tracer import trace
+    from poet.models.zoo import get_model
+    from poet.plan.costs import costed, load_profile
 
     model, spec = get_model("mlp-digits")
     g = costed(trace(model, "mlp-digits", spec.input_shape, spec.classes, 16), load_board("nrf52840"),
@@ -474,7 +474,7 @@ def test_time_limit_reports_feasible_with_gap(solver: str) -> None:
 def test_chained_memory_rows_give_the_same_optima(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Big stages write their RAM rows as a running sum (solve._chained_rows); it must be the same
     constraint as the dense rows: same optimum at every budget."""
-    import poet.solve as solve_mod
+    import poet.plan.solve as solve_mod
 
     g = GRAPHS[name]()
     peak = keep_all(g).peak_bytes

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_tools
-from poet import firmware
+from poet.device import firmware
 from test_runtime_ops import _check
 
 pytestmark = needs_tools("make", "aarch64-linux-gnu-gcc", "qemu-aarch64")

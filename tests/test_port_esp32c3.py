@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import needs_tools
 from elfinfo import symbols, tool
-from poet import firmware
+from poet.device import firmware
 
 pytestmark = needs_tools("make", "riscv64-unknown-elf-gcc")
 

@@ -16,19 +16,19 @@ import numpy as np
 import pytest
 import torch
 from conftest import needs_tools
-from poet import firmware
 from poet.boards import load_board
-from poet.costs import costed, uncosted
-from poet.device import Device, open_device
-from poet.graph import TrainingGraph
-from poet.lower import lower
-from poet.memory import budget_for
-from poet.pipeline import plan_step
-from poet.profile import profile_graphs
-from poet.reference import train_steps, weights_of
+from poet.device import firmware
+from poet.device.connect import Device, open_device
+from poet.device.profile import profile_graphs
+from poet.graph.reference import train_steps, weights_of
+from poet.graph.tracer import trace
+from poet.graph.training_graph import TrainingGraph
+from poet.plan.costs import costed, uncosted
+from poet.plan.lower import lower
+from poet.plan.memory import budget_for
+from poet.plan.pipeline import plan_step
+from poet.plan.solve import keep_all, min_arena_budget
 from poet.run import data_batches, run_steps
-from poet.solve import keep_all, min_arena_budget
-from poet.tracer import trace
 from torch import nn
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")

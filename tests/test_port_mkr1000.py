@@ -18,7 +18,7 @@ import pytest
 import test_port_m0
 from conftest import needs_tools
 from elfinfo import symbols, tool
-from poet import firmware
+from poet.device import firmware
 
 pytestmark = needs_tools("make", "arm-none-eabi-gcc")
 APP_START = 0x2000           # after Arduino's 8 KB SAM-BA bootloader (linker.ld)

@@ -19,9 +19,18 @@ from pathlib import Path
 import pytest
 from poet.boards import load_board
 from poet.cli import main
-from poet.device import open_device
-from poet.framing import FrameReader, encode_frame
-from poet.link import HELLO, HELLO_REPLY, PROTO, Link, LinkError, NotPoet, ProtocolMismatch, protocol_1_hello_reply
+from poet.device.connect import open_device
+from poet.device.framing import FrameReader, encode_frame
+from poet.device.link import (
+    HELLO,
+    HELLO_REPLY,
+    PROTO,
+    Link,
+    LinkError,
+    NotPoet,
+    ProtocolMismatch,
+    protocol_1_hello_reply,
+)
 
 P1_HELLO = bytes([0xA5, 0x01, 0, 0]) + struct.pack("<I", zlib.crc32(bytes([0x01, 0, 0])))
 
@@ -114,7 +123,7 @@ def newer_board(heard: bytearray) -> bytes:
 @pytest.fixture
 def quick_link(monkeypatch: pytest.MonkeyPatch) -> None:
     """HELLO gives up after 1 s instead of 10: what is tested is what it says, not how long it waits."""
-    import poet.device
+    import poet.device.connect
 
     monkeypatch.setattr(poet.device, "Link", functools.partial(Link, timeout_s=1.0))
 
@@ -155,7 +164,7 @@ def test_noise_is_not_a_board_and_is_not_flashed(tmp_path: Path, monkeypatch: py
     """The whole path at its real timeout: `poet train --port` on a device that sends random bytes, with
     protocol-1 look-alikes among them, refuses in one line, exit 1, and flashes nothing."""
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path))
-    import poet.flash
+    import poet.device.flash
 
     flashed: list[str] = []
     monkeypatch.setattr(poet.flash, "flash", lambda b, port, say, **_kw: flashed.append(port))
@@ -206,7 +215,7 @@ def test_a_board_of_a_newer_protocol_is_not_downgraded(tmp_path: Path, monkeypat
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """Its firmware is newer than this poet's: `poet train` says to update poet, and flashes nothing."""
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path))
-    import poet.flash
+    import poet.device.flash
 
     flashed: list[str] = []
     monkeypatch.setattr(poet.flash, "flash", lambda b, port, say, **_kw: flashed.append(port))
@@ -221,7 +230,7 @@ def test_a_board_of_a_newer_protocol_is_not_downgraded(tmp_path: Path, monkeypat
 
 def test_the_emulated_board_not_answering_is_poet_s_bug(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not "is it the board?": the stand-in is poet's own, so a silent one is poet's fault."""
-    import poet.device
+    import poet.device.connect
 
     def silent(*_a: object, **_kw: object) -> Link:
         raise NotPoet(10.2, 0)
@@ -233,7 +242,7 @@ def test_the_emulated_board_not_answering_is_poet_s_bug(monkeypatch: pytest.Monk
         hello = silent
 
     monkeypatch.setattr(poet.device, "Link", Quiet)
-    monkeypatch.setattr(poet.device.firmware, "command", lambda _target: ["cat"])
+    monkeypatch.setattr(poet.device.connect.firmware, "command", lambda _target: ["cat"])
     with pytest.raises(LinkError) as caught, open_device(load_board("rpi4"), None, quiet=True):
         pass
     assert not isinstance(caught.value, NotPoet) and "a bug in poet" in str(caught.value)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import needs_tools
 from elfinfo import symbols, tool
-from poet import firmware
+from poet.device import firmware
 
 pytestmark = needs_tools("make", "arm-none-eabi-gcc")
 APP_START = 0x1000          # linker.ld: after the MBR page (nRF5 SDK pca10059 mbr layout)

@@ -16,18 +16,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import needs_tools
-from poet import firmware
 from poet.boards import load_board
-from poet.costs import costed, load_profile, uncosted
-from poet.device import Device, open_device
-from poet.lower import lower
-from poet.models import get_model
-from poet.plan import Plan
-from poet.reference import train_steps, weights_of
+from poet.device import firmware
+from poet.device.connect import Device, open_device
+from poet.graph.reference import train_steps, weights_of
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
+from poet.plan.costs import costed, load_profile, uncosted
+from poet.plan.lower import lower
+from poet.plan.solve import keep_all, min_arena_budget
+from poet.plan.strategies import plan_with
+from poet.plan.types import Plan
 from poet.run import data_batches, run_steps
-from poet.solve import keep_all, min_arena_budget
-from poet.strategies import plan_with
-from poet.tracer import trace
 
 pytestmark = needs_tools("make", "riscv64-unknown-elf-gcc", "qemu-system-riscv32")
 STEPS = 3

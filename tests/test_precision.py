@@ -19,22 +19,31 @@ import yaml
 from conftest import NO_LIMIT, REPO, needs_tools
 from fwhelpers import native_link
 from poet.boards import load_board
-from poet.costs import costed, load_profile
-from poet.data import batches, digits_split
-from poet.graph import TrainingGraph
-from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS
-from poet.lower import lower, model_blob
-from poet.memory import budget_for
-from poet.modelblob import decode_weights, encode_batch, encode_weights
-from poet.models import get_model
-from poet.plan import Plan
-from poet.precision import Rules, allowed, apply_storage, costed_storage, graph_for, int8_allowed, load_rules, select
-from poet.reference import accuracy, load_weights, weights_of
+from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS
+from poet.graph.reference import accuracy, load_weights, weights_of
+from poet.graph.tracer import trace
+from poet.graph.training_graph import TrainingGraph
+from poet.models.datasets import batches, digits_split
+from poet.models.zoo import get_model
+from poet.plan.costs import costed, load_profile
+from poet.plan.lower import lower, model_blob
+from poet.plan.memory import budget_for
+from poet.plan.modelblob import decode_weights, encode_batch, encode_weights
+from poet.plan.precision import (
+    Rules,
+    allowed,
+    apply_storage,
+    costed_storage,
+    graph_for,
+    int8_allowed,
+    load_rules,
+    select,
+)
+from poet.plan.simulate import simulate
+from poet.plan.solve import keep_all, min_arena_budget
+from poet.plan.strategies import found, plan_with
+from poet.plan.types import Plan
 from poet.run import solve_and_lower
-from poet.simulate import simulate
-from poet.solve import keep_all, min_arena_budget
-from poet.strategies import found, plan_with
-from poet.tracer import trace
 
 BOARD = load_board("nrf52840")
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None, reason="cc / make missing")

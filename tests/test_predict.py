@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 from conftest import needs_qemu
-from poet.battery import USABLE_FRACTION, battery_energy_j, check_battery, refusal
-from poet.carbon import COUNTRY_FLAG, OVERRIDE_FLAG, countries, grams_co2, intensity, lookup
-from poet.emissions import COLUMNS, RunRecord, append
+from poet.energy.battery import USABLE_FRACTION, battery_energy_j, check_battery, refusal
+from poet.energy.carbon import COUNTRY_FLAG, OVERRIDE_FLAG, countries, grams_co2, intensity, lookup
+from poet.energy.emissions import COLUMNS, RunRecord, append
+from poet.energy.predict import Epoch, RunPredictor, compare, per_epoch_extrapolation, plan_prediction
 from poet.errors import UsageError
-from poet.predict import Epoch, RunPredictor, compare, per_epoch_extrapolation, plan_prediction
 
 # codecarbon 3.3.2's EmissionsData fields, in order, as read from the wheel's
 # codecarbon/output_methods/emissions_data.py: the header its FileOutput writes.
@@ -216,18 +216,18 @@ LR = 0.1
 
 @needs_qemu
 def test_prediction_after_one_epoch_within_5_percent(tmp_path):
-    from poet.accounting import charges
     from poet.boards import load_board
-    from poet.costs import costed, load_profile
-    from poet.data import batches, digits_split
-    from poet.device import open_device
-    from poet.memory import budget_for
-    from poet.models import get_model
-    from poet.pipeline import plan_step
-    from poet.reference import weights_of
-    from poet.solve import keep_all, min_arena_budget
-    from poet.tracefile import Trace
-    from poet.tracer import trace
+    from poet.device.connect import open_device
+    from poet.energy.accounting import charges
+    from poet.energy.tracefile import Trace
+    from poet.graph.reference import weights_of
+    from poet.graph.tracer import trace
+    from poet.models.datasets import batches, digits_split
+    from poet.models.zoo import get_model
+    from poet.plan.costs import costed, load_profile
+    from poet.plan.memory import budget_for
+    from poet.plan.pipeline import plan_step
+    from poet.plan.solve import keep_all, min_arena_budget
 
     board = load_board("nrf52840")
     model, spec = get_model("cnn-digits")

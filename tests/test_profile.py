@@ -12,15 +12,16 @@ import numpy as np
 import pytest
 import yaml
 from conftest import needs_tools
-from poet import cli, emulator
+from poet import cli
 from poet.boards import load_board
-from poet.costs import costed, estimate_op, load_profile, op_key, page_cost, work
-from poet.graph import GraphNode
-from poet.memory import budget_for
-from poet.models import get_model
-from poet.profile import fit_line, page_sizes, paging_model, paging_schedule
-from poet.solve import keep_all, min_arena_budget
-from poet.tracer import trace
+from poet.device import emulator
+from poet.device.profile import fit_line, page_sizes, paging_model, paging_schedule
+from poet.graph.tracer import trace
+from poet.graph.training_graph import GraphNode
+from poet.models.zoo import get_model
+from poet.plan.costs import costed, estimate_op, load_profile, op_key, page_cost, work
+from poet.plan.memory import budget_for
+from poet.plan.solve import keep_all, min_arena_budget
 
 needs_m4 = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
 COMPUTE = ("forward", "backward", "recompute", "optimizer")

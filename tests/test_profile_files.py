@@ -22,12 +22,9 @@ import yaml
 from conftest import needs_tools
 from poet.boards import load_board
 from poet.cli import main
-from poet.costs import load_profile, op_key
-from poet.errors import UsageError
-from poet.firmware import source_version
-from poet.link import LinkClosed
-from poet.models import get_model
-from poet.profile import (
+from poet.device.firmware import source_version
+from poet.device.link import LinkClosed
+from poet.device.profile import (
     ProfileInterrupted,
     existing_profile,
     lock_path,
@@ -35,8 +32,11 @@ from poet.profile import (
     profile_graphs,
     write_profile,
 )
-from poet.reference import weights_of
-from poet.tracer import trace
+from poet.errors import UsageError
+from poet.graph.reference import weights_of
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
+from poet.plan.costs import load_profile, op_key
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "profiles" / "nrf52840.yaml"
@@ -265,7 +265,7 @@ def test_a_file_that_is_no_profile_appearing_mid_run_is_replaced(tmp_path: Path)
 WRITER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from poet.profile import write_profile
+    from poet.device.profile import write_profile
     path, me, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     prof = {"board": "nrf52840", "firmware": "1.2", "date": "d", "source": "emulated", "tick_hz": 1,
             "runtime_static_bytes": 0, "compute": {}, "settings": {}, "models": {}, "paging": {}, "ops": {}}

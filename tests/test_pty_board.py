@@ -12,17 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO, needs_tools
-from poet import firmware
 from poet.boards import load_board
 from poet.cli import main
-from poet.costs import uncosted
-from poet.device import open_device
-from poet.lower import lower
-from poet.models import get_model
-from poet.reference import weights_of
+from poet.device import firmware
+from poet.device.connect import open_device
+from poet.graph.reference import weights_of
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
+from poet.plan.costs import uncosted
+from poet.plan.lower import lower
+from poet.plan.solve import keep_all
 from poet.run import data_batches
-from poet.solve import keep_all
-from poet.tracer import trace
 
 pytestmark = needs_tools("cc", "make")
 
@@ -73,7 +73,7 @@ def test_train_on_a_port_and_flash_on_a_version_mismatch(tmp_path: Path, monkeyp
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "rpi4.yaml").write_bytes((REPO / "profiles" / "rpi4.yaml").read_bytes())
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path))
-    import poet.flash
+    import poet.device.flash
 
     flashed: list[tuple[str, str]] = []
     monkeypatch.setattr(poet.flash, "flash", lambda b, port, say, **_kw: flashed.append((b.name, port)))

@@ -10,10 +10,10 @@ import json
 import math
 
 import pytest
-from poet.plan import REFERENCE, CostedGraph
-from poet.simulate import PlanError, simulate
-from poet.solve import lower_bound_bytes, solve_poet
-from poet.strategies import found
+from poet.plan.simulate import PlanError, simulate
+from poet.plan.solve import lower_bound_bytes, solve_poet
+from poet.plan.strategies import found
+from poet.plan.types import REFERENCE, CostedGraph
 from test_planner import LINEAR_M0, chain, linear_m0, node
 
 

@@ -25,14 +25,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO, needs_tools
-from poet.accounting import OVERHEAD_RECORD, account
 from poet.boards import load_board
 from poet.cli import main
+from poet.energy.accounting import OVERHEAD_RECORD, account
+from poet.energy.meters import align as al
+from poet.energy.meters import base, synthetic
+from poet.energy.report import _placement, measure
+from poet.energy.tracefile import Trace
 from poet.errors import PoetError
-from poet.meters import align as al
-from poet.meters import base, synthetic
-from poet.report import _placement, measure
-from poet.tracefile import Trace
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
 
@@ -244,8 +244,8 @@ def test_a_real_board_step_starts_at_its_step_and_must_fit_its_window() -> None:
 
 def test_a_resumed_run_appends_to_its_recording(tmp_path: Path) -> None:
     """`recorded` keeps an earlier session's samples; the hole between sessions is outside every step."""
-    from poet.meters.replay import ReplayMeter
-    from poet.meters.window import recorded
+    from poet.energy.meters.replay import ReplayMeter
+    from poet.energy.meters.window import recorded
 
     flat = base.check(base.Recording.of_power("supply", 0.01, np.arange(0.0, 60.0, 0.01), np.full(6000, 0.02)))
     path, said = tmp_path / "meter.csv", []

@@ -19,18 +19,18 @@ import pytest
 import torch
 from fwhelpers import native_link
 from poet.boards import load_board
-from poet.costs import costed, load_profile, uncosted
-from poet.graph import TrainingGraph
-from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Link
-from poet.lower import lower, model_blob
-from poet.modelblob import MODEL_BLOB_MAX, decode_weights, encode_batch, encode_weights
-from poet.models import get_model
-from poet.plan import Plan
-from poet.reference import train_steps, weights_of
-from poet.schedule import SCHEDULE_BLOB_MAX
-from poet.solve import keep_all, min_arena_budget
-from poet.strategies import plan_with
-from poet.tracer import trace
+from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Link
+from poet.graph.reference import train_steps, weights_of
+from poet.graph.tracer import trace
+from poet.graph.training_graph import TrainingGraph
+from poet.models.zoo import get_model
+from poet.plan.costs import costed, load_profile, uncosted
+from poet.plan.lower import lower, model_blob
+from poet.plan.modelblob import MODEL_BLOB_MAX, decode_weights, encode_batch, encode_weights
+from poet.plan.schedule import SCHEDULE_BLOB_MAX
+from poet.plan.solve import keep_all, min_arena_budget
+from poet.plan.strategies import plan_with
+from poet.plan.types import Plan
 
 pytestmark = [pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
                                  reason="cc / make missing"),

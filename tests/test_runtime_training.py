@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
-from poet.costs import uncosted
-from poet.graph import TrainingGraph, parse_optimizer, with_optimizer
-from poet.link import BATCH, MODEL, OPT_STATE, SCHEDULE, WEIGHTS, DeviceError, Link
-from poet.lower import lower, model_blob
-from poet.modelblob import decode_weights, encode_batch, encode_weights
-from poet.models import get_model
-from poet.plan import Plan
-from poet.reference import train_steps, weights_of
-from poet.schedule import Schedule
-from poet.solve import keep_all
-from poet.tracer import trace
+from poet.device.link import BATCH, MODEL, OPT_STATE, SCHEDULE, WEIGHTS, DeviceError, Link
+from poet.graph.reference import train_steps, weights_of
+from poet.graph.tracer import trace
+from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
+from poet.models.zoo import get_model
+from poet.plan.costs import uncosted
+from poet.plan.lower import lower, model_blob
+from poet.plan.modelblob import decode_weights, encode_batch, encode_weights
+from poet.plan.schedule import Schedule
+from poet.plan.solve import keep_all
+from poet.plan.types import Plan
 from test_runtime_ops import _poet_plans
 
 pytestmark = needs_tools("cc", "make")

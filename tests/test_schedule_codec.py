@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from fwhelpers import cnn, frugal, keep_all, mlp, native_link
-from poet import firmware
-from poet.link import MODEL, SCHEDULE, DeviceError
-from poet.modelblob import ModelBlob
-from poet.schedule import (
+from poet.device import firmware
+from poet.device.link import MODEL, SCHEDULE, DeviceError
+from poet.plan.modelblob import ModelBlob
+from poet.plan.schedule import (
     COMPUTE,
     ERRORS,
     FREE,

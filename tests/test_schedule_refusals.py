@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
-from poet.costs import uncosted
-from poet.link import MODEL, SCHEDULE, DeviceError
-from poet.lower import lower, model_blob
-from poet.models import get_model
-from poet.schedule import COMPUTE, Instr
-from poet.solve import keep_all
-from poet.tracer import trace
+from poet.device.link import MODEL, SCHEDULE, DeviceError
+from poet.graph.tracer import trace
+from poet.models.zoo import get_model
+from poet.plan.costs import uncosted
+from poet.plan.lower import lower, model_blob
+from poet.plan.schedule import COMPUTE, Instr
+from poet.plan.solve import keep_all
 
 pytestmark = needs_tools("cc", "make")
 

@@ -7,9 +7,9 @@ import math
 from collections.abc import Callable
 
 import pytest
-from poet.plan import CostedGraph, CostedNode, Plan, Stage
-from poet.simulate import PlanError, simulate
-from poet.solve import keep_all
+from poet.plan.simulate import PlanError, simulate
+from poet.plan.solve import keep_all
+from poet.plan.types import CostedGraph, CostedNode, Plan, Stage
 
 # id, kind, deps, bytes
 SPEC = [

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 from conftest import refused
-from poet import graphfile
 from poet.cli import main
-from poet.graphfile import MAX_FILE_BYTES, MAX_NODES, read_graph
-from poet.plan import CostedGraph, CostedNode
-from poet.solve import MAX_MILP_VARIABLES, keep_all, milp_size
+from poet.graph import file as graphfile
+from poet.graph.file import MAX_FILE_BYTES, MAX_NODES, read_graph
+from poet.plan.solve import MAX_MILP_VARIABLES, keep_all, milp_size
+from poet.plan.types import CostedGraph, CostedNode
 from poet.units import format_size
 
-revolve_module = importlib.import_module("poet.strategies.revolve")  # poet.strategies.revolve is the function
+revolve_module = importlib.import_module("poet.plan.strategies.revolve")  # poet.strategies.revolve is the function
 
 
 @pytest.fixture(autouse=True)
@@ -168,7 +168,7 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_an_input_beyond_the_tensor_limit_is_refused_before_it_is_allocated(
         user_module, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """--input-shape 100000,1000,1000 at batch 16 is 1.6e12 elements: torch tried to allocate 6 TB."""
-    from poet import tracer
+    from poet.graph import tracer
 
     name = user_module("def factory():\n    return nn.Sequential(nn.Flatten(), nn.Linear(1000, 10))\n")
 
@@ -204,7 +204,7 @@ def test_a_model_that_needs_values_gets_no_real_batch_beyond_the_limit(
         user_module, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A branch on a value fails on meta tensors; the real pass it falls back to would allocate
     16 x 20,000,000 floats (1.2 GiB) for the batch and keep every activation alive."""
-    from poet import tracer
+    from poet.graph import tracer
 
     real = tracer._example_batch
 
@@ -294,8 +294,8 @@ def test_revolve_bisection_finds_what_trying_every_count_finds(frac: float, monk
 
 def test_recomputing_a_chain_longer_than_the_recursion_limit() -> None:
     """Each backward stage recomputes the forward chain from the input: 1,500 deep (Python stops at 1,000)."""
-    from poet.strategies.builder import build
-    from poet.strategies.chen import Checkpoints
+    from poet.plan.strategies.builder import build
+    from poet.plan.strategies.chen import Checkpoints
 
     g = _chain(1500)
     plan = build(g, 10**9, 10**9, Checkpoints("none kept", set()))

@@ -5,19 +5,19 @@ from __future__ import annotations
 import math
 
 import pytest
-from poet.plan import STRATEGIES, CostedGraph, Plan
-from poet.simulate import simulate
-from poet.solve import keep_all, solve_poet
-from poet.strategies import BASELINES, best_heuristic, found, plan_with
-from poet.strategies.revolve import chain_order
+from poet.plan.simulate import simulate
+from poet.plan.solve import keep_all, solve_poet
+from poet.plan.strategies import BASELINES, best_heuristic, found, plan_with
+from poet.plan.strategies.revolve import chain_order
+from poet.plan.types import STRATEGIES, CostedGraph, Plan
 from test_planner import LINEAR_M0, chain, deep, linear_m0, tiny
 
 
 def _costed_zoo(name: str) -> CostedGraph:
     from poet.boards import load_board
-    from poet.costs import costed, load_profile
-    from poet.models import get_model
-    from poet.tracer import trace
+    from poet.graph.tracer import trace
+    from poet.models.zoo import get_model
+    from poet.plan.costs import costed, load_profile
 
     model, spec = get_model(name)
     g = trace(model, name, spec.input_shape, spec.classes, 16)  # the batch the shipped profile measured
@@ -129,7 +129,7 @@ def test_every_strategy_has_a_plan_maker() -> None:
 def test_every_reference_instance_gets_a_plan_the_simulator_accepts(model: str, platform: str) -> None:
     """At 60% of the keep-all peak (or the smallest feasible arena) and 2x: a plan, replayed clean,
     no worse than any heuristic's (the MILP starts from the best of them)."""
-    from poet.solve import lower_bound_bytes
+    from poet.plan.solve import lower_bound_bytes
     path = LINEAR_M0.with_name(f"{model}.{platform}.json")
     if not path.exists():
         pytest.skip(f"{path} absent")
@@ -148,7 +148,7 @@ def test_every_reference_instance_gets_a_plan_the_simulator_accepts(model: str, 
 
 
 def test_a_milp_too_big_to_build_returns_the_best_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
-    import poet.solve as solve_mod
+    import poet.plan.solve as solve_mod
 
     g = deep((4, 4, 4, 4, 4))
     budget, deadline = int(keep_all(g).peak_bytes * 0.75), 3 * g.one_pass_s

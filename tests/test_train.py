@@ -18,10 +18,10 @@ import pytest
 import torch
 from conftest import REPO, needs_tools
 from poet.cli import main
-from poet.datasets import load_dataset
-from poet.models import get_model
-from poet.reference import accuracy, load_weights, torch_optimizer, weights_of
-from poet.tracer import trace
+from poet.graph.reference import accuracy, load_weights, torch_optimizer, weights_of
+from poet.graph.tracer import trace
+from poet.models.datasets import load_dataset
+from poet.models.zoo import get_model
 from poet.train import Run
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
@@ -191,9 +191,9 @@ def test_fine_tuning_the_last_layers_below_the_keep_all_budget(workspace: Path) 
     memory fine-tuning the last layers saves); below-keep-all plans of the same model are in
     test_killed_run... (--train all pages the input)."""
     from poet.boards import load_board
-    from poet.costs import costed, load_profile
-    from poet.memory import budget_for
-    from poet.solve import keep_all, min_arena_budget
+    from poet.plan.costs import costed, load_profile
+    from poet.plan.memory import budget_for
+    from poet.plan.solve import keep_all, min_arena_budget
 
     model, spec = get_model("cnn-digits", seed=0)
     board, prof = load_board("nrf52840"), load_profile("nrf52840")

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from poet.models import ZOO, ZooModel, get_model
-from poet.zoo.bert import bert
-from poet.zoo.mobilenetv2 import mobilenetv2_cifar
-from poet.zoo.resnet import BasicBlock, resnet18_cifar
+from poet.models.zoo import ZOO, ZooModel, get_model
+from poet.models.zoo.bert import bert
+from poet.models.zoo.mobilenetv2 import mobilenetv2_cifar
+from poet.models.zoo.resnet import BasicBlock, resnet18_cifar
 from torch import nn
 
 # A training step on 110M parameters takes over a second on CPU: forward pass only (0.2 s).

@@ -13,10 +13,10 @@ from typing import NoReturn
 from poet import __version__
 from poet.boards import board_names, load_board
 from poet.errors import PoetError, UsageError
-from poet.memory import check_ram
-from poet.models import SMALL, ZOO
+from poet.models.zoo import SMALL, ZOO
 from poet.paths import shown, write_output
-from poet.plan import STRATEGIES
+from poet.plan.memory import check_ram
+from poet.plan.types import STRATEGIES
 from poet.units import format_size, parse_deadline, parse_size
 
 DEFAULT_BOARD = "nrf52840"
@@ -42,8 +42,8 @@ def _size(n: int) -> str:
 
 
 def cmd_boards(args: argparse.Namespace) -> int:
-    from poet.flash import stand_in
-    from poet.serialports import attached, match_ports
+    from poet.device.flash import stand_in
+    from poet.device.serialports import attached, match_ports
 
     boards = [load_board(n) for n in board_names()]
     say("boards poet knows (boards/*.yaml):")
@@ -74,7 +74,7 @@ def cmd_boards(args: argparse.Namespace) -> int:
 
 
 def cmd_flash(args: argparse.Namespace) -> int:
-    from poet.flash import flash
+    from poet.device.flash import flash
 
     flash(load_board(args.board), None if args.emulate else args.port, say, dry_run=args.dry_run,
           build_on_target=args.build_on_target)
@@ -82,7 +82,7 @@ def cmd_flash(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace):
-    from poet.reference import weights_of
+    from poet.graph.reference import weights_of
     from poet.run import model_and_graph
 
     model, g = model_and_graph(args)
@@ -90,7 +90,7 @@ def _graph(args: argparse.Namespace):
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from poet.graph import summary
+    from poet.graph.training_graph import summary
 
     g, model, _ = _graph(args)
     say(summary(g))
@@ -98,7 +98,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
         write_output(Path(args.output), g.to_json_text().encode())
         say(f"wrote {args.output}")
     if args.check:
-        from poet.graphcheck import op_check, real_step, saved_check
+        from poet.graph.check import op_check, real_step, saved_check
         say("checking against a real PyTorch step ...")
         t = real_step(model, g.model, tuple(g.input_shape), g.classes, g.batch, g.input_dtype, g.train)
         saved = saved_check(model, t)
@@ -115,9 +115,16 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from poet.device import open_device
+    from poet.device.connect import open_device
+    from poet.device.profile import (
+        existing_profile,
+        profile_casts,
+        profile_graphs,
+        profile_paging,
+        resumable,
+        write_profile,
+    )
     from poet.paths import profile_file
-    from poet.profile import existing_profile, profile_casts, profile_graphs, profile_paging, resumable, write_profile
 
     board = load_board(args.board)
     if args.repeats < 1 or args.max_repeats < args.repeats:
@@ -162,9 +169,9 @@ def _deadline(text: str, cg) -> float:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    from poet.costs import costed, load_profile
-    from poet.graph import TrainingGraph
-    from poet.graphfile import read_graph
+    from poet.graph.file import read_graph
+    from poet.graph.training_graph import TrainingGraph
+    from poet.plan.costs import costed, load_profile
     from poet.run import solve_and_lower
 
     board = load_board(args.board)
@@ -193,10 +200,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 def _solve_costed(args: argparse.Namespace, cg, ram: int) -> int:
     """Plan a costed graph file: no board, no lowering (the file has no ops to run)."""
-    from poet.plan import POET, REFERENCE
+    from poet.plan.solve import keep_all, min_arena_budget
+    from poet.plan.strategies import MILP, found, plan_with
+    from poet.plan.types import POET, REFERENCE
     from poet.run import plan_line
-    from poet.solve import keep_all, min_arena_budget
-    from poet.strategies import MILP, found, plan_with
 
     if args.output:
         raise UsageError(f"{args.graph} is a costed graph (no ops to run): it can be planned, not lowered to a "
@@ -235,12 +242,12 @@ def _solve_costed(args: argparse.Namespace, cg, ram: int) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from poet.costs import costed, load_profile
-    from poet.graph import TrainingGraph
-    from poet.graphfile import read_graph
-    from poet.memory import budget_for
+    from poet.graph.file import read_graph
+    from poet.graph.training_graph import TrainingGraph
     from poet.paths import sweep_dir
-    from poet.sweep import parse_ram_range, plot, run_sweep, semantics_named, write_csv
+    from poet.plan.costs import costed, load_profile
+    from poet.plan.memory import budget_for
+    from poet.plan.sweep import parse_ram_range, plot, run_sweep, semantics_named, write_csv
 
     rams = parse_ram_range(args.ram)
     strategies = args.strategies.split(",") if args.strategies is not None else list(STRATEGIES)
@@ -331,7 +338,7 @@ def logic_input(text: str) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from poet.report import run
+    from poet.energy.report import run
 
     return run(args, say)
 

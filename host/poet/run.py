@@ -12,17 +12,17 @@ import numpy as np
 import torch
 
 from poet.boards import Board, load_board
-from poet.data import batches, digits_split
-from poet.device import Device, open_device
+from poet.device.connect import Device, open_device
+from poet.device.link import DeviceError
+from poet.energy.tracefile import Trace
 from poet.errors import PoetError
-from poet.graph import TrainingGraph, summary
-from poet.link import DeviceError
-from poet.memory import check_ram
+from poet.graph.reference import accuracy, load_weights, train_steps, weights_of
+from poet.graph.training_graph import TrainingGraph, summary
+from poet.models.datasets import batches, digits_split
 from poet.paths import profile_file, profile_to_read, runs_dir, schedule_file, shown, write_output
-from poet.pipeline import Planned, plan_step
-from poet.plan import Plan
-from poet.reference import accuracy, load_weights, train_steps, weights_of
-from poet.tracefile import Trace
+from poet.plan.memory import check_ram
+from poet.plan.pipeline import Planned, plan_step
+from poet.plan.types import Plan
 from poet.units import format_size, parse_deadline, parse_size
 
 Say = Callable[[str], None]
@@ -69,7 +69,7 @@ def _state_dict(model: torch.nn.Module, weights: list[np.ndarray]) -> dict[str, 
 
 def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model: torch.nn.Module,
                   say: Say, run_dir: Path) -> dict:
-    from poet.costs import costed, load_profile
+    from poet.plan.costs import costed, load_profile
 
     board = dev.board
     prof = load_profile(board.name, Path(args.profile) if getattr(args, "profile", None) else None,
@@ -85,7 +85,7 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
     else:
         p = solve_and_lower(args, g, cg, board, ram, dev.runtime_static, deadline_s, say)
         sched = p.lowered.schedule.encode()
-        from poet.precision import training_graph
+        from poet.plan.precision import training_graph
         g = training_graph(p, g)  # --precision: the model blob with the plan's casts
     (run_dir / "schedule.poet").write_bytes(sched)
 
@@ -119,8 +119,8 @@ def train_session(dev: Device, args: argparse.Namespace, g: TrainingGraph, model
     torch.save(_state_dict(model, final), run_dir / "weights.pt")
     say(f"\n[account] trace of {len(tr.steps)} steps saved to {shown(trace_path)} "
         f"(`poet report {shown(trace_path)}` prints this again)")
-    from poet.accounting import account
-    from poet.report import render
+    from poet.energy.accounting import account
+    from poet.energy.report import render
 
     report = render(account(tr, board), tr, board, top=5)
     (run_dir / "report.txt").write_text(report + "\n")
@@ -141,7 +141,7 @@ def solve_and_lower(args: argparse.Namespace, g: TrainingGraph, cg, board: Board
     need_schedule=False (plain `poet solve`): a graph the C runtime cannot run yet is
     planned and printed, and the reason no schedule is written is said.
     """
-    from poet.lower import check_runtime
+    from poet.plan.lower import check_runtime
 
     strategy = getattr(args, "strategy", "poet")
     say(f"\n[solve] {strategy} for {g.model} on {board.name}: --ram {format_size(ram)}, deadline "
@@ -155,14 +155,14 @@ def solve_and_lower(args: argparse.Namespace, g: TrainingGraph, cg, board: Board
             why = str(exc)
     sel = None
     if getattr(args, "precision", "fp32") not in (None, "fp32"):  # fp32: not even imported, the plan as before
-        from poet.precision import select_for
+        from poet.plan.precision import select_for
         sel = select_for(args, g, board, ram, runtime_static, deadline_s, say)
         g, cg = sel.graph, sel.cg
     p = plan_step(g, cg, board, ram, runtime_static, deadline_s, solver=args.solver,
                   time_limit_s=args.time_limit, progress=lambda m: say(f"  {m}"), strategy=strategy,
                   gap=getattr(args, "gap", 0.0), lower_plan=runnable)
     if sel is not None:
-        from poet.precision import with_selection
+        from poet.plan.precision import with_selection
         p = with_selection(p, sel)
     print_plan(p, say)
     if sel is not None:
@@ -217,8 +217,8 @@ def new_run_dir(given: str | None, default: str) -> Path:
 
 def model_and_graph(args: argparse.Namespace) -> tuple[torch.nn.Module, TrainingGraph]:
     """The model the command line names, freshly initialised, and its traced training graph."""
-    from poet.models import get_model
-    from poet.tracer import trace
+    from poet.graph.tracer import trace
+    from poet.models.zoo import get_model
 
     if args.batch < 1:
         raise PoetError(f"--batch {args.batch}: must be at least 1", status=2)
@@ -235,9 +235,9 @@ def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int,
     Tight enough that the plan must both recompute and page on the zoo's MLP, with room
     to spare for the solver.
     """
-    from poet.costs import costed
-    from poet.memory import budget_for
-    from poet.solve import keep_all, min_arena_budget
+    from poet.plan.costs import costed
+    from poet.plan.memory import budget_for
+    from poet.plan.solve import keep_all, min_arena_budget
 
     cg = costed(g, board, prof)
     fixed = budget_for(g, board.ram_bytes, runtime_static).fixed
@@ -254,9 +254,9 @@ def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int,
 
 def demo(args: argparse.Namespace, say: Say) -> None:
     """The whole loop of DESIGN.md on the default board: trace, profile, solve, lower, train, account."""
-    from poet.models import get_model
-    from poet.profile import profile_graphs, write_profile
-    from poet.tracer import trace
+    from poet.device.profile import profile_graphs, write_profile
+    from poet.graph.tracer import trace
+    from poet.models.zoo import get_model
 
     board: Board = load_board(args.board)
     if args.ram is not None:
@@ -273,7 +273,7 @@ def demo(args: argparse.Namespace, say: Say) -> None:
     with open_device(board, args.port, workdir=run_dir) as dev:
         say(f"\n[profile] every op of both models on the {dev.provenance} {board.name}")
         # the profile there (if this firmware made it) is resumed, so its paging fit and cast costs stay
-        from poet.costs import load_profile
+        from poet.plan.costs import load_profile
 
         path, start = profile_file(board.name), profile_to_read(board.name)
         existing = load_profile(board.name, start) if start.exists() else None

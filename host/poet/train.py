@@ -40,24 +40,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from poet import firmware, flash
-from poet.accounting import account, charges
-from poet.battery import check_battery, refusal
 from poet.boards import Board, load_board
-from poet.carbon import intensity
-from poet.datasets import Dataset, load_dataset
-from poet.device import Device, open_device
-from poet.emissions import RunRecord, append
+from poet.device import firmware, flash
+from poet.device.connect import Device, open_device
+from poet.device.link import OPT_STATE, PROTO, LinkError, ProtocolMismatch
+from poet.energy.accounting import account, charges
+from poet.energy.battery import check_battery, refusal
+from poet.energy.carbon import intensity
+from poet.energy.emissions import RunRecord, append
+from poet.energy.meters.replay import open_meter
+from poet.energy.meters.window import recorded
+from poet.energy.predict import Comparison, Epoch, Prediction, RunPredictor, plan_prediction
+from poet.energy.tracefile import Trace
 from poet.errors import PoetError, UsageError
-from poet.graph import TrainingGraph, parse_optimizer, with_optimizer
-from poet.link import OPT_STATE, PROTO, LinkError, ProtocolMismatch
-from poet.memory import check_ram
-from poet.meters.replay import open_meter
-from poet.meters.window import recorded
+from poet.graph.reference import accuracy, load_weights, weights_of
+from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
+from poet.models.datasets import Dataset, load_dataset
 from poet.paths import runs_dir, shown
-from poet.predict import Comparison, Epoch, Prediction, RunPredictor, plan_prediction
-from poet.reference import accuracy, load_weights, weights_of
-from poet.tracefile import Trace
+from poet.plan.memory import check_ram
 from poet.units import parse_deadline, parse_size
 
 Say = Callable[[str], None]
@@ -315,7 +315,7 @@ def _graph_for(g: TrainingGraph, plan: dict) -> TrainingGraph:
     """The graph the plan's schedule runs on: g, or with --precision greedy|auto its narrow-stored form."""
     if not plan.get("precision"):
         return g
-    from poet.precision import graph_for
+    from poet.plan.precision import graph_for
 
     return graph_for(g, plan["precision"])
 
@@ -336,8 +336,8 @@ def _plan(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device,
     """The plan and schedule for this run: from the cache when the same configuration was solved before."""
     if args.schedule:
         return _given_schedule(Path(args.schedule), run, say)
-    from poet.costs import costed, load_profile
     from poet.paths import profile_to_read
+    from poet.plan.costs import costed, load_profile
     from poet.run import solve_and_lower
 
     prof_path = Path(args.profile) if args.profile else profile_to_read(board.name)
@@ -490,10 +490,10 @@ def _check_request(args: argparse.Namespace, say: Say) -> None:
     parse_deadline(args.deadline, 1.0)  # its form; against the model's pass once the plan is costed
     parse_size(args.ram)
     if not args.schedule:
-        from poet.costs import load_profile
+        from poet.plan.costs import load_profile
         load_profile(args.board, Path(args.profile) if args.profile else None, note=lambda m: say(f"note: {m}"))
         if (args.precision or "fp32") != "fp32":
-            from poet.precision import load_rules
+            from poet.plan.precision import load_rules
             load_rules(args.precision_rules)
 
 
@@ -760,11 +760,11 @@ def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace
     tmp = run.dir / "weights.pt.tmp"
     torch.save({k: v.clone() for k, v in model.state_dict().items()}, tmp)
     os.replace(tmp, run.dir / "weights.pt")  # a run stopped mid-write keeps no half file that looks whole
-    from poet.report import render
+    from poet.energy.report import render
 
     report = render(account(tr, board), tr, board, top=5)
     _write_atomic(run.dir / "report.txt", (report + "\n").encode())
-    from poet.report import plot
+    from poet.energy.report import plot
 
     pngs = plot(account(tr, board), tr, board, run.dir, "energy")
     h = state.history

@@ -1,0 +1,1 @@
+"""The board: serial link and framing, ports, the emulator, firmware, flashing, profiling."""

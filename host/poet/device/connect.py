@@ -1,0 +1,160 @@
+"""A connected board running the poet runtime: open it (emulated or real), load a model, train steps.
+
+With no `--port`, the emulated stand-in from the board's YAML is used (QEMU with the
+real firmware image) and every number it yields is labelled `emulated`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import serial
+
+from poet.boards import Board
+from poet.device import emulator, firmware
+from poet.device.children import die_with_poet
+from poet.device.link import (
+    BATCH,
+    MODEL,
+    SCHEDULE,
+    WEIGHTS,
+    Hello,
+    Link,
+    LinkError,
+    NotPoet,
+    ProcessPort,
+    ProtocolMismatch,
+    StepResult,
+)
+from poet.device.serialports import open_serial
+from poet.errors import PoetError
+from poet.graph.training_graph import TrainingGraph
+from poet.plan.lower import model_blob
+from poet.plan.modelblob import decode_weights, encode_batch, encode_weights
+
+
+@dataclass
+class TimedStep(StepResult):
+    """A step's result with when it ran on the host clock: `host_t0` just before STEP was sent,
+    `host_t1` just after DONE arrived (time.time(), Unix seconds: the clock the host-side meters
+    stamp their samples with, poet.meters.sampler). The board's step lies inside [host_t0, host_t1];
+    that window is how a meter's recording is put next to the trace (docs/energy.md)."""
+
+    host_t0: float = math.nan
+    host_t1: float = math.nan
+
+
+@dataclass
+class Device:
+    link: Link
+    hello: Hello
+    board: Board
+    emulated: bool
+
+    @property
+    def provenance(self) -> str:
+        return "emulated" if self.emulated else "measured"
+
+    @property
+    def runtime_static(self) -> int:
+        return self.hello.static_bytes
+
+    def load_model(self, g: TrainingGraph, weights: list[np.ndarray]) -> None:
+        self.link.upload(MODEL, model_blob(g).encode())
+        self.link.upload(WEIGHTS, encode_weights(weights))
+
+    def load_schedule(self, data: bytes) -> None:
+        self.link.upload(SCHEDULE, data)
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> TimedStep:
+        self.link.upload(BATCH, encode_batch(x, y))
+        # The batch upload stays outside the window: the window should hold the step and as little
+        # link time as the protocol allows (STEP, its ACK, the trace frames and DONE).
+        t0 = time.time()
+        res = self.link.step(lr)
+        t1 = time.time()
+        return TimedStep(**{f.name: getattr(res, f.name) for f in fields(StepResult)}, host_t0=t0, host_t1=t1)
+
+    def read_weights(self, g: TrainingGraph) -> list[np.ndarray]:
+        flat = decode_weights(self.link.read_weights(g.resident_param_bytes), g.param_elems)
+        return [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a process stand-in: closing its stdin ends it; kill it if it does not go."""
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+@contextlib.contextmanager
+def open_device(board: Board, port: str | None = None, workdir: Path | None = None,
+                quiet: bool = False) -> Iterator[Device]:
+    """Yield a Device; an emulator started here is stopped on every exit path, Ctrl-C included."""
+    say = (lambda _m: None) if quiet else log
+    with contextlib.ExitStack() as stack:
+        if port and port.startswith("ssh://"):
+            # a Linux board over ssh: the runtime `poet flash` installed there, on ssh's stdin/stdout
+            from poet.device.ssh import runtime_over_ssh
+
+            # ssh dies with poet too: its remote runtime then sees the link close, as on a pulled cable
+            proc = subprocess.Popen(runtime_over_ssh(port, board.name), stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, preexec_fn=die_with_poet())
+            stack.callback(_reap, proc)
+            ser = ProcessPort(proc)
+            emulated = False
+        elif port:
+            ser = open_serial(port)  # one line for a missing, busy or refused port
+            emulated = False
+        elif board.emulator.get("kind") == "process":
+            # a Linux board's stand-in: the runtime as a child process (a cross build under qemu-user)
+            cmd = [*firmware.command(board.emulator_target), board.name]
+            say(f"no --port given: using the emulated {board.name} ({' '.join(cmd)}, numbers are 'emulated')")
+            wd = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="poet-run-")))
+            proc = subprocess.Popen(cmd, cwd=wd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    preexec_fn=die_with_poet())  # a killed poet's runtime may be mid-step
+            stack.callback(_reap, proc)
+            ser = ProcessPort(proc)
+            emulated = True
+        else:
+            say(f"no --port given: using the emulated {board.name} "
+                f"(QEMU {board.emulator.get('machine')}, numbers are 'emulated')")
+            elf = firmware.build(board.emulator_target, quiet=quiet)
+            qemu = stack.enter_context(emulator.start_qemu(
+                elf, workdir, spec=emulator.QemuSpec.from_board(board.emulator)))
+            ser = serial.serial_for_url(qemu.url, timeout=1.0)
+            emulated = True
+        stack.callback(ser.close)
+        link = Link(ser)
+        try:
+            hello = link.hello()
+        except ProtocolMismatch as exc:  # the link's words, with the board and port filled in
+            where = f" on {port}" if port else ""
+            raise ProtocolMismatch(str(exc).replace("the board", f"the {board.name}{where}", 1)
+                                   .replace("--board BOARD", f"--board {board.name}"), exc.proto) from None
+        except NotPoet as exc:
+            if emulated:  # poet's own firmware on poet's own stand-in: a broken build, not a wrong port
+                raise LinkError(f"the emulated {board.name} gave no valid HELLO reply in {exc.waited_s:.0f} s: poet's "
+                                f"firmware ({board.emulator_target}) did not come up on it: a bug in poet, "
+                                "not in anything you gave it") from None
+            raise NotPoet(exc.waited_s, exc.got_bytes, port, board.name) from None
+        if hello.board != board.name and not (emulated and hello.board == board.name):
+            raise PoetError(f"the board on {port or 'the emulator'} says it is {hello.board!r}, "
+                            f"not {board.name!r}; pass the right --board")
+        say(f"connected: {hello.board} firmware {hello.fw_version}, RAM {hello.ram_bytes} B "
+            f"(pool {hello.pool_bytes} B), timer {hello.tick_hz / 1e6:g} MHz")
+        yield Device(link, hello, board, emulated)

@@ -1,0 +1,1 @@
+"""Energy: the board's trace, accounting, reports, meters, prediction, carbon."""

@@ -1,0 +1,327 @@
+"""Read a graph file a user hands to `poet solve --graph` or `poet sweep --graph`: either a
+training graph (`poet graph -o`) or a costed graph (the POET reference's schema), with one
+clear line for every way the file can be wrong.
+
+Every number is checked here, before the planner sees it: a NaN, a negative size or a string
+where a count belongs would otherwise surface deep in the MILP or the blob encoder as a bug.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from poet.errors import PoetError
+from poet.graph.training_graph import OPTIMIZER_DEFAULTS, TrainingGraph
+from poet.plan import modelblob as mb
+from poet.plan.types import CostedGraph
+from poet.units import format_size
+
+KINDS = ("input", "forward", "loss", "backward", "optimizer")
+# Limits, each far above any real model and low enough that the arithmetic downstream stays exact:
+BYTES_BELOW = 2**48  # a tensor or parameter set of 256 TiB and more is a typo, not a model
+FLOPS_BELOW = 2**63
+COST_MAX = 1e9  # seconds or joules of one node; the MILP cannot weigh 1e30 against 1e-6
+I32 = 2**31  # shapes and attributes travel to the board as i32 (docs/spec.md section 2)
+F32_MAX = 3.4028234663852886e38  # float attributes travel as binary32
+COSTS = ("compute_s", "compute_j", "page_in_s", "page_in_j", "page_out_s", "page_out_j")
+
+# The most nodes poet plans, from a graph file or a traced model. Planning is not linear in the
+# size: the heuristics the MILP starts from (and that stand in for it once it is too big to
+# build, solve.MAX_MILP_VARIABLES) replay every stage against every tensor alive in it,
+# O(n x live), and there are six of them. benchmarks/graph_sizes.py, training-shaped graphs,
+# budget half the keep-all peak: at 10^4 nodes `poet solve --graph` took 78 s on a chain
+# (revolve 46 s, chen-greedy 14 s, dtr 9 s) and 25 s on a DAG, under 300 MB; at 10^5
+# checkpoint-all alone took 44 s to give up a quarter of the way in and dtr over 5 minutes
+# (about n^2: ten times the nodes, a hundred times the time). Every zoo model has under 700
+# nodes (bert-base: 648); bert --layers 150 --hidden 64 has 7,824 and plans in 14 s.
+MAX_NODES = 10_000
+# A graph file is refused above this many bytes, before it is read: reading and checking one
+# takes about ten times its size in memory (a 217 MB file of 10^6 nodes: 1.2 GB and 9 s in
+# json.loads, 2.4 GB and 50 s to check and convert). `poet graph -o` writes about 450 B a node
+# (bert-base: 385, mobilenetv2-cifar: 466), the POET reference's costed graphs about 210;
+# about 2 KiB a node at MAX_NODES leaves room for long names and hand-written whitespace.
+MAX_FILE_BYTES = 20 * 2**20
+
+
+def too_many_nodes(what: str, n: int, hint: str) -> str:
+    """The one line for a graph above MAX_NODES: `what` has n nodes, what poet plans, what to do."""
+    return (f"{what} has {n:,} nodes; poet plans up to {MAX_NODES:,} (its heuristics take O(n x live tensors) "
+            f"time, minutes at {MAX_NODES:,}): {hint}")
+
+
+def _bad(path: str | Path, why: str) -> PoetError:
+    return PoetError(f"graph file {path}: {why}", status=2)
+
+
+def _show(v: Any) -> str:
+    """A value as the file spells it (NaN, "12", true), cut short."""
+    text = json.dumps(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)  # JSON true is no count
+
+
+def _is_number(v: Any) -> bool:
+    return _is_int(v) or (isinstance(v, float) and math.isfinite(v))
+
+
+def _range_text(lo: int, hi: int) -> str:
+    """'from 1 to 65535', or '>= 0 and below 2**48' where hi + 1 is a large power of two."""
+    if lo < 0 and (-lo) & (-lo - 1) == 0 and (hi + 1) & hi == 0:
+        return f"from -2**{(-lo).bit_length() - 1} to 2**{hi.bit_length()} - 1"
+    if hi + 1 >= 2**20 and (hi + 1) & hi == 0:
+        return f">= {lo} and below 2**{hi.bit_length()}"
+    return f"from {lo} to {hi}"
+
+
+class _Place:
+    """One place in the file (the top level or a node) that names itself in every complaint."""
+
+    def __init__(self, path: str | Path, where: str, obj: dict[str, Any]) -> None:
+        self.path, self.where, self.obj = path, where, obj
+
+    def bad(self, why: str) -> PoetError:
+        return _bad(self.path, f"{self.where}{why}")
+
+    def has(self, key: str, required: bool) -> bool:
+        if key in self.obj:
+            return True
+        if required:
+            raise self.bad(f"no \"{key}\"; see docs/graph.md for the fields")
+        return False
+
+    def whole(self, key: str, lo: int, hi: int, required: bool = True, why: str = "") -> None:
+        if self.has(key, required):
+            self.whole_value(key, self.obj[key], lo, hi, why)
+
+    def whole_value(self, key: str, v: Any, lo: int, hi: int, why: str = "") -> None:
+        if not (_is_int(v) and lo <= v <= hi):
+            raise self.bad(f"{key} is {_show(v)}; must be a whole number {_range_text(lo, hi)}{why}")
+
+    def f32_value(self, key: str, v: Any) -> None:
+        if not (_is_number(v) and abs(v) <= F32_MAX):
+            raise self.bad(f"{key} is {_show(v)}; must be a finite number (the board takes binary32)")
+
+    def real(self, key: str, hi: float, unit: str, required: bool = True) -> None:
+        if not self.has(key, required):
+            return
+        v = self.obj[key]
+        if not (_is_number(v) and 0 <= v <= hi):
+            hi_text = f"{hi:.0e}".replace("e+0", "e")  # 1e9, as one would write it
+            raise self.bad(f"{key} is {_show(v)}; must be a number from 0 to {hi_text} ({unit})")
+
+    def wholes(self, key: str, lo: int, hi: int, required: bool = True) -> list[int]:
+        """A list of whole numbers, e.g. a shape."""
+        if not self.has(key, required):
+            return []
+        v = self.obj[key]
+        if not isinstance(v, list) or not all(_is_int(d) and lo <= d <= hi for d in v):
+            raise self.bad(f"{key} is {_show(v)}; must be a list of whole numbers {_range_text(lo, hi)}")
+        return v
+
+
+def _node_place(path: str | Path, k: int, n: Any) -> _Place:
+    name = n.get("name") if isinstance(n, dict) else None
+    label = f" ({str(name)[:40]})" if name is not None else ""
+    return _Place(path, f"node {k}{label}: ", n if isinstance(n, dict) else {})
+
+
+def find_cycle(deps: list[list[int]]) -> list[int] | None:
+    """A dependency cycle as a list of node ids (first == last), or None."""
+    state = [0] * len(deps)  # 0 new, 1 on the stack, 2 done
+    for root in range(len(deps)):
+        if state[root]:
+            continue
+        stack: list[tuple[int, int]] = [(root, 0)]
+        path = [root]
+        state[root] = 1
+        while stack:
+            v, k = stack[-1]
+            if k < len(deps[v]):
+                stack[-1] = (v, k + 1)
+                w = deps[v][k]
+                if state[w] == 1:
+                    return path[path.index(w):] + [w]
+                if state[w] == 0:
+                    state[w] = 1
+                    stack.append((w, 0))
+                    path.append(w)
+            else:
+                state[v] = 2
+                stack.pop()
+                path.pop()
+    return None
+
+
+def _check_structure(path: str | Path, raw: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("nodes"), list) or not raw["nodes"]:
+        raise _bad(path, "no \"nodes\" list; write one with `poet graph -o FILE`")
+    nodes = raw["nodes"]
+    if len(nodes) > MAX_NODES:  # before anything walks them
+        raise PoetError(too_many_nodes(f"graph file {path}", len(nodes), "coarsen the graph (fuse ops into "
+                                       "fewer, larger nodes) or plan it in parts"), status=2)
+    for k, n in enumerate(nodes):
+        at = _node_place(path, k, n)
+        if not isinstance(n, dict):
+            raise at.bad(f"is {_show(n)}, not an object with \"id\", \"bytes\", ...")
+        at.has("id", True)
+        at.has("bytes", True)
+        if n["id"] != k or not _is_int(n["id"]):
+            raise at.bad(f"id is {_show(n['id'])}; ids must be 0, 1, 2, ... in file order")
+        deps = n.get("deps", [])
+        if not isinstance(deps, list):
+            raise at.bad(f"deps is {_show(deps)}; must be a list of node ids")
+        for d in deps:
+            if not (_is_int(d) and 0 <= d < len(nodes)):
+                raise at.bad(f"deps has {_show(d)}; each must be a node id 0..{len(nodes) - 1}")
+    cycle = find_cycle([list(n.get("deps", [])) for n in nodes])
+    if cycle:
+        names = [str(nodes[i].get("name", i)) for i in cycle]
+        raise _bad(path, f"the graph has a cycle: {' -> '.join(names)} (each node must only read earlier ones)")
+    for k, n in enumerate(nodes):
+        late = [d for d in n.get("deps", []) if d >= k]
+        if late:
+            raise _node_place(path, k, n).bad(f"reads node {late[0]}, which comes later; nodes must be in "
+                                              f"topological order")
+    return nodes
+
+
+def _check_costed(path: str | Path, raw: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
+    """The numbers of a costed graph (the POET reference's schema)."""
+    _Place(path, "", raw).whole("param_bytes", 0, BYTES_BELOW - 1, required=False)
+    for k, n in enumerate(nodes):
+        at = _node_place(path, k, n)
+        at.whole("bytes", 0, BYTES_BELOW - 1)
+        for key in COSTS:
+            at.real(key, COST_MAX, "seconds" if key.endswith("_s") else "joules", required=key.startswith("compute"))
+        if "kind" in n and n["kind"] not in KINDS:
+            raise at.bad(f"kind is {_show(n['kind'])}; must be one of {', '.join(KINDS)}")
+        if "recomputable" in n and not isinstance(n["recomputable"], bool):
+            raise at.bad(f"recomputable is {_show(n['recomputable'])}; must be true or false")
+
+
+def _check_training(path: str | Path, raw: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
+    """The numbers of a training graph (docs/graph.md): what the planner and the model blob read."""
+    top = _Place(path, "", raw)
+    # the model blob numbers nodes in u16 with 0xFFFF for "no dep"
+    if len(nodes) >= mb.NO_DEP:
+        raise _bad(path, f"{len(nodes)} nodes; a training graph holds at most {mb.NO_DEP - 1}")
+    top.whole("batch", 1, 2**16 - 1, why=" (the model blob's batch field is u16)")
+    top.wholes("input_shape", 1, I32 - 1)
+    top.whole("classes", 1, I32 - 1)
+    params = raw.get("params", [])
+    if not isinstance(params, list):
+        raise top.bad(f"params is {_show(params)}; must be a list of [name, shape]")
+    for p in params:
+        if not (isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], list)
+                and all(_is_int(d) and 0 <= d < I32 for d in p[1])):
+            raise top.bad(f"params has {_show(p)}; each must be [name, shape] with whole dimensions "
+                          f"{_range_text(0, I32 - 1)}")
+    frozen = raw.get("frozen", [])
+    if not isinstance(frozen, list) or not all(isinstance(f, str) for f in frozen):
+        raise top.bad(f"frozen is {_show(frozen)}; must be a list of parameter names")
+    opt = raw.get("optimizer", {"name": "sgd"})
+    name = opt.get("name") if isinstance(opt, dict) else None
+    if not (isinstance(name, str) and name in OPTIMIZER_DEFAULTS):
+        raise top.bad(f"optimizer is {_show(opt)}; its name must be one of {', '.join(OPTIMIZER_DEFAULTS)}")
+    settings = _Place(path, "optimizer: ", opt)
+    for key in OPTIMIZER_DEFAULTS[name]:  # the ranges `--optimizer` allows (graph.parse_optimizer)
+        settings.has(key, True)
+        settings.f32_value(key, opt[key])
+        if not (0 <= opt[key] < 1 if key != "eps" else opt[key] > 0):
+            raise settings.bad(f"{key} is {_show(opt[key])}; must be " + ("> 0" if key == "eps" else "in [0, 1)"))
+    for k, n in enumerate(nodes):
+        at = _node_place(path, k, n)
+        at.whole("bytes", 0, BYTES_BELOW - 1)
+        at.whole("flops", 0, FLOPS_BELOW - 1, required=False)
+        at.wholes("shape", 0, I32 - 1, required=False)
+        if "kind" in n and n["kind"] not in KINDS:
+            raise at.bad(f"kind is {_show(n['kind'])}; must be one of {', '.join(KINDS)}")
+        deps = n.get("deps", [])
+        if len(deps) > mb.MAX_DEPS:
+            raise at.bad(f"deps has {len(deps)} entries; a node of a training graph reads at most {mb.MAX_DEPS} "
+                         f"(docs/spec.md section 2)")
+        saved = at.wholes("saved", 0, len(nodes) - 1, required=False)
+        if any(d not in deps for d in saved):
+            raise at.bad(f"saved is {_show(saved)}; must list only ids among its deps {_show(deps)}")
+        _check_attrs(at, n)
+
+
+def _check_attrs(at: _Place, n: dict[str, Any]) -> None:
+    """A node's attributes as lowering packs them into the blob's i32 slots (poet.lower.OPS)."""
+    from poet.plan.lower import OPS
+
+    attrs = n.get("attrs", {})
+    if not isinstance(attrs, dict):
+        raise at.bad(f"attrs is {_show(attrs)}; must be an object of numbers")
+    op = n.get("op")
+    # the optimizer node's slots come from the graph's optimizer settings, not its attrs
+    slots = OPS[op][1] if isinstance(op, str) and op in OPS and n.get("kind") != "optimizer" else ()
+    floats = [a[2:] for a in slots if a.startswith("f:")]
+    params = ("w", "b", "rm", "rv")  # parameter indices; absent means -1, no such parameter
+    needed = [a[2:] if a.startswith("f:") else "pad" if a == "geom" else a for a in slots if a not in params]
+    missing = [a for a in needed if a not in attrs]
+    if missing:
+        raise at.bad(f"attrs has no \"{missing[0]}\"; op {op} needs {', '.join(needed)} (docs/graph.md, the op set)")
+    geom = {"pad": (0, 255), "stride": (1, 256), "groups": (1, 2**15)} if "geom" in slots else {}
+    for key, v in attrs.items():
+        if key in geom:  # packed into one i32 slot, 8 + 8 + 15 bits (modelblob.conv_geometry)
+            at.whole_value(f"attrs.{key}", v, *geom[key])
+        elif key in ("from", "to") and key in slots:
+            if not (isinstance(v, str) and v in mb.DTYPES):
+                raise at.bad(f"attrs.{key} is {_show(v)}; must be one of {', '.join(mb.DTYPES)}")
+        elif key in floats or (key not in slots and isinstance(v, float)):
+            at.f32_value(f"attrs.{key}", v)
+        elif key in slots or not isinstance(v, str):  # a name in an attribute lowering skips is harmless
+            at.whole_value(f"attrs.{key}", v, -I32, I32 - 1, " (the board's attributes are i32)")
+
+
+def read_graph(path: str | Path, reference: bool = False) -> TrainingGraph | CostedGraph:
+    """A TrainingGraph, or a CostedGraph if the nodes carry costs (compute_s)."""
+    try:
+        with open(path, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            regular = stat.S_ISREG(info.st_mode)
+            if regular:  # by its size, before reading a byte of it
+                size = info.st_size
+                data = fh.read() if size <= MAX_FILE_BYTES else b""
+            else:  # a pipe or a device: reading one byte past the limit says it is over
+                data = fh.read(MAX_FILE_BYTES + 1)
+                size = len(data)
+        if size > MAX_FILE_BYTES:
+            raise _bad(path, f"{format_size(size) if regular else 'over ' + format_size(MAX_FILE_BYTES)}; poet "
+                             f"reads graph files up to {format_size(MAX_FILE_BYTES)} ({MAX_NODES:,} nodes at about "
+                             f"2 KiB each; `poet graph -o` writes about 450 B a node): coarsen the graph (fuse ops "
+                             f"into fewer, larger nodes) or plan it in parts")
+        text = data.decode()
+    except OSError as exc:
+        raise _bad(path, f"cannot read it ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise _bad(path, f"not JSON: byte {exc.start} is not UTF-8 text") from exc
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(path, f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    except ValueError as exc:  # Python reads no integer of over 4300 digits
+        raise _bad(path, "a number in it has thousands of digits; no field takes one that large") from exc
+    except RecursionError as exc:
+        raise _bad(path, "nested too deeply to be a graph") from exc
+    nodes = _check_structure(path, raw)
+    costed = "compute_s" in nodes[0]
+    if costed:
+        _check_costed(path, raw, nodes)
+    else:
+        _check_training(path, raw, nodes)
+    try:
+        if costed:
+            return CostedGraph.from_json(path, reference=reference)
+        return TrainingGraph.from_json(path)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _bad(path, f"does not fit the schema (docs/graph.md): {type(exc).__name__}: {exc}") from exc

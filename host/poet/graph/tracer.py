@@ -1,0 +1,723 @@
+"""Trace a PyTorch model's training step into poet's TrainingGraph, through the instrumentation layer.
+
+The model runs once on an example batch under `poet.instrument.Instrumented`;
+every call its code makes into the torch API (`F.linear`, `x + y`,
+`torch.matmul`, `x.view(...)`) becomes at most one forward node, one kernel of
+the runtime's op set (the `FORWARD` table below; docs/graph.md lists it with what
+each backward reads). Calls that only make constants (`torch.arange`) or read
+metadata (`x.shape`) make no node; views that the runtime needs no kernel for
+(`contiguous`, `dropout(p=0)`) alias their input. Any other call is an error
+naming the call, its module path and the supported set: nothing is dropped.
+
+The backward pass is then built from the forward nodes, not traced: one backward
+node per forward node that a trainable parameter needs a gradient through
+(docs/graph.md, "Backward"), gradient sums where a tensor feeds two ops (ResNet
+shortcuts, attention's q/k/v), the loss gradient, and SGD over the trainable
+parameters. `poet.graphcheck` proves it against what PyTorch really does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from poet.errors import PoetError, UsageError
+from poet.graph import file as graphfile
+from poet.graph.instrument import CallEvent, Instrumented
+from poet.graph.reference import state_tensors
+from poet.graph.training_graph import F32, GraphNode, TrainingGraph, numel
+
+IGNORED = {"dim", "size", "__get__", "numel", "backward", "__len__", "__format__", "__bool__", "item"}
+ALIAS = {"contiguous", "clone", "detach"}  # runtime tensors are always contiguous, private copies
+
+
+@dataclass
+class Fwd:
+    """A forward node as a handler describes it, before it gets an id and a name."""
+
+    op: str
+    inputs: list[torch.Tensor]  # activation tensors read, in the op's argument order
+    attrs: dict[str, Any]
+    out: torch.Tensor
+    flops: int
+    params: dict[str, torch.Tensor] = field(default_factory=dict)  # role ("w", "b") -> parameter
+
+
+class _Ctx:
+    """What a handler may ask about the tensors it is given."""
+
+    def __init__(self, tracer: _Tracer, call: CallEvent) -> None:
+        self.tracer = tracer
+        self.call = call
+
+    def fail(self, why: str) -> PoetError:
+        return PoetError(f"{self.call.module or 'model'}: {self.call.name}: {why}")
+
+    def live(self, t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and id(t) in self.tracer.node_of
+
+    def param(self, t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and id(t) in self.tracer.pindex
+
+
+def _arg(call: CallEvent, i: int, name: str, default: Any = None) -> Any:
+    if len(call.args) > i:
+        return call.args[i]
+    return call.kwargs.get(name, default)
+
+
+def _self_and_dims(call: CallEvent) -> tuple[torch.Tensor, list[int]]:
+    x = call.args[0]
+    dims = call.args[1:]
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list, torch.Size)):
+        dims = tuple(dims[0])
+    return x, [int(d) for d in dims]
+
+
+# ---------------------------------------------------------------- forward handlers, one per runtime op
+
+def _linear(c: _Ctx) -> Fwd:
+    x, w, b = c.call.args[0], c.call.args[1], _arg(c.call, 2, "bias")
+    if not c.param(w):
+        raise c.fail("the weight must be a parameter (a matmul of two activations is torch.matmul)")
+    rows = x.numel() // x.shape[-1]
+    attrs = {"B": rows, "in": w.shape[1], "out": w.shape[0]}
+    params = {"w": w} | ({"b": b} if b is not None else {})
+    return Fwd("linear", [x], attrs, c.call.result, 2 * rows * w.shape[0] * w.shape[1], params)
+
+
+def _conv2d(c: _Ctx) -> Fwd:
+    x, w, b = c.call.args[0], c.call.args[1], _arg(c.call, 2, "bias")
+    stride, pad, dil, groups = (_arg(c.call, i, n, d) for i, n, d in
+                                ((3, "stride", 1), (4, "padding", 0), (5, "dilation", 1), (6, "groups", 1)))
+    pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)  # noqa: E731
+    stride, pad, dil = pair(stride), pair(pad), pair(dil)
+    k = tuple(w.shape[2:])
+    if x.dim() != 4 or k[0] != k[1] or stride[0] != stride[1] or pad[0] != pad[1] or dil != (1, 1) \
+            or isinstance(pad[0], str):
+        raise c.fail(f"kernel {k} stride {stride} padding {pad} dilation {dil}: the runtime supports "
+                     f"square kernels, equal strides, symmetric zero padding, no dilation")
+    y = c.call.result
+    attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "O": w.shape[0], "k": k[0],
+             "pad": int(pad[0]), "stride": int(stride[0]), "groups": int(groups)}
+    params = {"w": w} | ({"b": b} if b is not None else {})
+    return Fwd("conv2d", [x], attrs, y, 2 * y.numel() * (x.shape[1] // groups) * k[0] * k[0], params)
+
+
+def _batch_norm(c: _Ctx) -> Fwd:
+    """Training mode (batch statistics; the running ones, when tracked, move once per step) or, for
+    a module the user put in eval() mode, frozen statistics: an affine map with the running ones."""
+    x = c.call.args[0]
+    mean, var = _arg(c.call, 1, "running_mean"), _arg(c.call, 2, "running_var")
+    w, b = _arg(c.call, 3, "weight"), _arg(c.call, 4, "bias")
+    training = bool(_arg(c.call, 5, "training", False))
+    momentum = _arg(c.call, 6, "momentum", 0.1)
+    if x.dim() < 2:
+        raise c.fail(f"batch norm on a {x.dim()}-d input")
+    tracked = mean is not None and var is not None and c.param(mean) and c.param(var)
+    if not training and not tracked:
+        raise c.fail("batch norm in eval mode without running statistics the runtime can read")
+    if training and tracked and momentum is None:
+        raise c.fail("batch norm with momentum=None (a cumulative average); give a number")
+    attrs = {"B": x.shape[0], "C": x.shape[1], "HW": x.numel() // (x.shape[0] * x.shape[1]),
+             "eps": float(_arg(c.call, 7, "eps", 1e-5)), "momentum": float(momentum or 0.0)}
+    roles = (("w", w), ("b", b)) + ((("rm", mean), ("rv", var)) if tracked else ())
+    params = {k: v for k, v in roles if v is not None}
+    return Fwd("batchnorm" if training else "batchnorm_eval", [x], attrs, c.call.result,
+               (8 if training else 2) * x.numel(), params)
+
+
+def _layer_norm(c: _Ctx) -> Fwd:
+    x, shape = c.call.args[0], tuple(c.call.args[1])
+    w, b = _arg(c.call, 2, "weight"), _arg(c.call, 3, "bias")
+    d = numel(list(shape))
+    attrs = {"rows": x.numel() // d, "D": d, "eps": float(_arg(c.call, 4, "eps", 1e-5))}
+    params = {k: v for k, v in (("w", w), ("b", b)) if v is not None}
+    return Fwd("layernorm", [x], attrs, c.call.result, 8 * x.numel(), params)
+
+
+def _pointwise(op: str, flops_per: int = 1) -> Callable[[_Ctx], Fwd]:
+    def handler(c: _Ctx) -> Fwd:
+        x = c.call.args[0]
+        attrs: dict[str, Any] = {"n": x.numel()}
+        if op == "gelu":
+            attrs["tanh"] = int(_arg(c.call, 1, "approximate", "none") == "tanh")
+        return Fwd(op, [x], attrs, c.call.result, flops_per * x.numel())
+    return handler
+
+
+def _hardtanh(c: _Ctx) -> Fwd:
+    x = c.call.args[0]
+    lo, hi = float(_arg(c.call, 1, "min_val", -1.0)), float(_arg(c.call, 2, "max_val", 1.0))
+    return Fwd("hardtanh", [x], {"n": x.numel(), "lo": lo, "hi": hi}, c.call.result, x.numel())
+
+
+def _max_pool2d(c: _Ctx) -> Fwd:
+    x = c.call.args[0]
+    k = _arg(c.call, 1, "kernel_size")
+    s = _arg(c.call, 2, "stride") or k
+    p, d = _arg(c.call, 3, "padding", 0), _arg(c.call, 4, "dilation", 1)
+    one = lambda v: v if isinstance(v, int) else (v[0] if len(set(v)) == 1 else None)  # noqa: E731
+    k, s, p, d = one(k), one(s), one(p), one(d)
+    if k is None or k != s or p != 0 or d != 1 or _arg(c.call, 5, "ceil_mode", False) or x.dim() != 4:
+        raise c.fail("the runtime pools square windows with stride equal to the window, no padding")
+    attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "k": k}
+    return Fwd("maxpool2d", [x], attrs, c.call.result, c.call.result.numel() * k * k)
+
+
+def _adaptive_avg_pool2d(c: _Ctx) -> Fwd:
+    x, size = c.call.args[0], _arg(c.call, 1, "output_size")
+    if size not in (1, (1, 1), [1, 1]) or x.dim() != 4:
+        raise c.fail(f"output size {size}: the runtime averages the whole map (output size 1)")
+    attrs = {"outer": x.shape[0] * x.shape[1], "r": x.shape[2] * x.shape[3], "inner": 1}
+    return Fwd("mean", [x], attrs, c.call.result, x.numel())
+
+
+def _mean(c: _Ctx) -> Fwd:
+    x = c.call.args[0]
+    dims = _arg(c.call, 1, "dim")
+    dims = [dims] if isinstance(dims, int) else list(dims or range(x.dim()))
+    dims = sorted(d % x.dim() for d in dims)
+    if dims != list(range(dims[0], dims[-1] + 1)) or _arg(c.call, 2, "keepdim", False):
+        raise c.fail(f"mean over dims {dims}: the runtime reduces adjacent dims, keepdim False")
+    shape = list(x.shape)
+    attrs = {"outer": numel(shape[:dims[0]]), "r": numel(shape[dims[0]:dims[-1] + 1]),
+             "inner": numel(shape[dims[-1] + 1:])}
+    return Fwd("mean", [x], attrs, c.call.result, x.numel())
+
+
+def _reshape(op: str) -> Callable[[_Ctx], Fwd]:
+    def handler(c: _Ctx) -> Fwd:
+        x = c.call.args[0]
+        if op == "flatten" and x.dim() > 1 and c.call.result.shape[0] != x.shape[0]:
+            raise c.fail("flatten must keep the batch dimension (start_dim=1)")
+        return Fwd(op, [x], {"n": x.numel()}, c.call.result, 0)
+    return handler
+
+
+def _permute(c: _Ctx) -> Fwd:
+    x = c.call.args[0]
+    nd = x.dim()
+    if c.call.name == "permute":
+        perm = [d % nd for d in _self_and_dims(c.call)[1]]
+    else:
+        perm = list(range(nd))
+        if c.call.name == "transpose":
+            a, b = (int(d) % nd for d in c.call.args[1:3])
+        else:  # t()
+            a, b = 0, 1
+        perm[a], perm[b] = perm[b], perm[a]
+    if nd > 4:
+        raise c.fail(f"a {nd}-d permute; the runtime permutes up to 4 dims")
+    pad = 4 - nd  # leading unit dims, so every permute is a 4-d one
+    dims = [1] * pad + list(x.shape)
+    perm = list(range(pad)) + [p + pad for p in perm]
+    attrs = {f"d{i}": dims[i] for i in range(4)} | {f"p{i}": perm[i] for i in range(4)}
+    return Fwd("permute", [x], attrs, c.call.result, 0)
+
+
+def _binary(c: _Ctx) -> Fwd:
+    """x + y, x - y, x * y, x / y: elementwise on two activations, or an affine map by a scalar."""
+    name = BINARY[c.call.name]
+    a, b = c.call.args[0], c.call.args[1]
+    alpha = c.call.kwargs.get("alpha", 1)
+    reflected = c.call.name.startswith("__r")
+    if isinstance(b, (int, float)) or (isinstance(b, torch.Tensor) and b.dim() == 0 and not c.live(b)):
+        s = float(b)
+        mul, add = {"add": (1.0, s * alpha), "sub": (-1.0, s) if reflected else (1.0, -s * alpha),
+                    "mul": (s, 0.0), "div": (1.0 / s, 0.0)}.get(name, (None, None))
+        if mul is None or (name == "div" and reflected):
+            raise c.fail("this scalar form is not in the runtime's op set")
+        return Fwd("scale", [a], {"n": a.numel(), "mul": mul, "add": add}, c.call.result, a.numel())
+    if reflected:
+        a, b = b, a
+    if not (c.live(a) and c.live(b)):
+        raise c.fail("an elementwise op between an activation and a parameter or constant tensor; "
+                     "the runtime's elementwise ops take two activations (use a module such as nn.Linear)")
+    if name not in ("add", "sub", "mul") or alpha != 1 or (name == "mul" and a.shape != b.shape):
+        raise c.fail(f"elementwise {name} of tensors {list(a.shape)} and {list(b.shape)} (alpha {alpha}); "
+                     f"the runtime has add, sub and same-shape mul")
+    if a.numel() < b.numel():
+        a, b = b, a  # commutative (sub is not, but sub's broadcast operand is always b)
+        if name == "sub":
+            raise c.fail("x - y where y is the larger (broadcast) operand")
+    if list(torch.broadcast_shapes(a.shape, b.shape)) != list(a.shape) or \
+            (b.numel() != a.numel() and list(a.shape[a.dim() - b.dim():]) != list(b.shape)):
+        raise c.fail(f"shapes {list(a.shape)} and {list(b.shape)}: the runtime broadcasts only a trailing-shape "
+                     f"operand over leading dimensions")
+    op = {"add": "add", "sub": "sub", "mul": "mul"}[name]
+    return Fwd(op, [a, b], {"n": a.numel(), "m": b.numel()}, c.call.result, a.numel())
+
+
+BINARY = {"add": "add", "__add__": "add", "__radd__": "add", "__iadd__": "add", "add_": "add",
+          "sub": "sub", "__sub__": "sub", "__rsub__": "sub", "mul": "mul", "__mul__": "mul", "__rmul__": "mul",
+          "div": "div", "__truediv__": "div"}
+
+
+def _matmul(c: _Ctx) -> Fwd:
+    a, b = c.call.args[0], c.call.args[1]
+    if not (c.live(a) and c.live(b)) or a.dim() < 2 or b.dim() < 2 or a.shape[:-2] != b.shape[:-2]:
+        raise c.fail(f"matmul of {list(a.shape)} and {list(b.shape)}: the runtime multiplies two activations "
+                     f"with equal batch dims (for x @ W use nn.Linear)")
+    batch = numel(list(a.shape[:-2]))
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    return Fwd("matmul", [a, b], {"batch": batch, "M": m, "K": k, "N": n}, c.call.result, 2 * batch * m * k * n)
+
+
+def _softmax(c: _Ctx) -> Fwd:
+    x, dim = c.call.args[0], _arg(c.call, 1, "dim")
+    if dim is None or dim % x.dim() != x.dim() - 1:
+        raise c.fail(f"softmax over dim {dim}; the runtime normalises the last dim")
+    d = x.shape[-1]
+    return Fwd("softmax", [x], {"rows": x.numel() // d, "D": d}, c.call.result, 5 * x.numel())
+
+
+def _embedding(c: _Ctx) -> Fwd:
+    ids, w = c.call.args[0], c.call.args[1]
+    if not c.param(w):
+        raise c.fail("the embedding table must be a parameter")
+    src = c.tracer.const_index(ids) if not c.live(ids) else 0
+    if src is None:
+        raise c.fail("indices must be the model's input or torch.arange / torch.zeros")
+    attrs = {"n": ids.numel(), "V": w.shape[0], "D": w.shape[1], "ids": src}
+    return Fwd("embedding", [ids] if c.live(ids) else [], attrs, c.call.result, 0, {"w": w})
+
+
+def _getitem(c: _Ctx) -> Fwd:
+    x, idx = c.call.args[0], c.call.args[1]
+    if not (isinstance(idx, tuple) and len(idx) == 2 and idx[0] == slice(None) and isinstance(idx[1], int)
+            and x.dim() == 3):
+        raise c.fail(f"indexing {idx!r}: the runtime selects one position of a [B, S, D] tensor, x[:, i]")
+    attrs = {"B": x.shape[0], "S": x.shape[1], "D": x.shape[2], "index": idx[1] % x.shape[1]}
+    return Fwd("select", [x], attrs, c.call.result, 0)
+
+
+FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
+    "linear": _linear, "conv2d": _conv2d, "batch_norm": _batch_norm, "layer_norm": _layer_norm,
+    "relu": _pointwise("relu"), "relu_": _pointwise("relu"), "gelu": _pointwise("gelu", 8),
+    "tanh": _pointwise("tanh", 6), "sigmoid": _pointwise("sigmoid", 4), "hardtanh": _hardtanh,
+    "max_pool2d": _max_pool2d, "_max_pool2d": _max_pool2d, "adaptive_avg_pool2d": _adaptive_avg_pool2d,
+    "mean": _mean, "flatten": _reshape("flatten"), "view": _reshape("reshape"), "reshape": _reshape("reshape"),
+    "transpose": _permute, "permute": _permute, "t": _permute,
+    **{n: _binary for n in BINARY},
+    "matmul": _matmul, "__matmul__": _matmul, "bmm": _matmul, "softmax": _softmax, "embedding": _embedding,
+    "__getitem__": _getitem,
+}
+SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid, hardtanh (ReLU6), max_pool2d, "
+             "adaptive_avg_pool2d(1), mean, flatten, view/reshape, transpose/permute, + - * / (two activations "
+             "or a scalar), matmul, softmax, embedding, x[:, i], contiguous, dropout(p=0), cross_entropy loss")
+
+
+# ---------------------------------------------------------------- the tracer
+
+class _Tracer:
+    def __init__(self, model: nn.Module, train: str, subst: dict[str, torch.Tensor] | None = None) -> None:
+        self.model = model
+        # parameters, then the running statistics the runtime keeps (frozen: moved by the forward only)
+        self.params = state_tensors(model)
+        # the tensors the forward pass will really see: the parameters, or their meta stand-ins
+        seen = [subst[n] if subst else p for n, p in self.params]
+        self.pindex = {id(p): i for i, p in enumerate(seen)}
+        self.buffers = {id(subst[n] if subst else b) for n, b in model.named_buffers()}
+        self.node_of: dict[int, int] = {}  # id(tensor) -> node id (tensors are kept alive by the calls)
+        self.node_of_call: dict[int, int] = {}  # CallEvent id -> the node it made (or aliased)
+        self.const_calls: set[int] = set()  # calls that make constants or only read metadata
+        self.poison: dict[int, PoetError] = {}  # id(tensor) -> why no runtime op can make it
+        self.consts: dict[int, tuple[str, CallEvent]] = {}
+        self.fwd: list[tuple[Fwd, CallEvent]] = []
+        self.train = train
+
+    def const_index(self, t: torch.Tensor) -> int | None:
+        """Index tensors the model makes itself: 1 = arange(n), 2 = zeros(n); None = anything else."""
+        made = self.consts.get(id(t))
+        if made is None:
+            return None
+        name, call = made
+        if name == "arange" and len(call.args) == 1:
+            return 1
+        if name == "zeros":
+            return 2
+        return None
+
+    def add_call(self, call: CallEvent) -> None:
+        outs = call.outputs
+        if call.name in IGNORED or not outs:
+            self.const_calls.add(call.id)
+            return
+        ins = call.inputs
+        # An op outside the op set is an error only if the loss depends on it: its outputs carry the
+        # error, and the first supported op that reads one (or the logits) raises it. So values read
+        # only for control flow (`if x.sum() > 0`) or logging do not stop a trace.
+        inherited = next((self.poison[id(t)] for t in ins if id(t) in self.poison), None)
+        live = [t for t in ins if id(t) in self.node_of]
+        if inherited is None and not live and not any(id(t) in self.pindex for t in ins):
+            for t in outs:  # made from constants only: arange, zeros, running-statistics updates
+                self.consts[id(t)] = (call.name, call)
+            self.const_calls.add(call.id)
+            return
+        ctx = _Ctx(self, call)
+        alias = call.name in ALIAS or (call.name == "dropout" and (not _arg(call, 2, "training", True)
+                                                                  or _arg(call, 1, "p", 0.5) == 0))
+        handler = FORWARD.get(call.name)
+        if inherited is not None:
+            if handler is None or alias:
+                self._poison(outs, inherited)
+                return
+            raise inherited
+        if alias:
+            self.node_of[id(call.result)] = self.node_of_call[call.id] = self.node_of[id(call.args[0])]
+            return
+        if handler is None:
+            self._poison(outs, PoetError(f"{call.module or 'model'}: {call.name} is not in the runtime's op set; "
+                                         f"supported: {SUPPORTED}"))
+            return
+        try:
+            f = handler(ctx)
+        except PoetError as exc:  # a supported op in a form the runtime lacks: same rule
+            self._poison(outs, exc)
+            return
+        for t in f.inputs:
+            if id(t) not in self.node_of:
+                raise ctx.fail("reads a tensor that is neither an activation nor a parameter "
+                               "(register constant tensors as buffers, or compute them from the input)")
+        self.node_of[id(f.out)] = self.node_of_call[call.id] = len(self.fwd) + 1  # node 0 is the input
+        self.fwd.append((f, call))
+
+    def _poison(self, outs: list[torch.Tensor], err: PoetError) -> None:
+        for t in outs:
+            self.poison[id(t)] = err
+
+
+# The most elements one tensor may have: the board counts them in i32 (docs/spec.md section 2,
+# graphfile.I32), so a bigger one cannot be described to it, let alone trained there.
+MAX_ELEMENTS = 2**31 - 1
+# A model whose code needs values (it fails on meta tensors) is traced on a real batch, allocated
+# here, every activation kept alive by the recorded calls: its batch may take at most this much.
+REAL_BATCH_BYTES = 2**30
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+def _example_batch(batch: int, input_shape: tuple[int, ...], input_dtype: str, device: str = "cpu") -> torch.Tensor:
+    shape = (batch, *input_shape)
+    if input_dtype == "int64":
+        return torch.zeros(shape, dtype=torch.long, device=device)  # token 0 exists in every vocabulary
+    if device == "meta":
+        return torch.empty(shape, device="meta")
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(shape, generator=g)
+
+
+def _check_batch(name: str, shape: tuple[int, ...], input_dtype: str) -> None:
+    """Refuse an example batch beyond MAX_ELEMENTS before anything is allocated for it."""
+    n = numel(list(shape))
+    if n > MAX_ELEMENTS:
+        size = _gib(n * (8 if input_dtype == "int64" else 4))
+        raise UsageError(f"model {name!r}: an input batch of shape {list(shape)} has {n:,} elements ({size} as "
+                         f"{input_dtype}); poet's tensors hold at most 2**31 - 1 elements (the board counts them in "
+                         f"i32): use a smaller --input-shape or --batch")
+
+
+def trace(model: nn.Module, name: str, input_shape: tuple[int, ...] | list[int], classes: int, batch: int,
+          input_dtype: str = "float32", train: str = "all") -> TrainingGraph:
+    """The training step of `model` (mean cross-entropy, SGD) as a TrainingGraph.
+
+    `train`: "all" (every parameter that requires grad), "last:N" (the last N layers with
+    parameters, in the order the forward pass uses them) or "bias" (only parameters named bias).
+    The pass runs on meta tensors (shapes only, nothing allocated); a model whose code needs
+    values gets a real batch of at most REAL_BATCH_BYTES.
+    """
+    shape = (batch, *input_shape)
+    _check_batch(name, shape, input_dtype)
+    labels = torch.zeros(batch, dtype=torch.long)
+    x = _example_batch(batch, tuple(input_shape), input_dtype, device="meta")
+    try:
+        return _trace_step(model, name, x, labels.to("meta"), classes, input_dtype, train, False, set(),
+                           meta=True).graph
+    except _NeedsValues as exc:
+        need = numel(list(shape)) * x.element_size()
+        if need > REAL_BATCH_BYTES:
+            why = exc.__cause__
+            msg = f" ({type(why).__name__}: {str(why).splitlines()[0][:80]})" if why and str(why) else ""
+            raise UsageError(f"model {name!r} needs values to trace, not only shapes{msg}, and a real batch of "
+                             f"shape {list(shape)} takes {_gib(need)}; poet traces on real batches up to "
+                             f"{_gib(REAL_BATCH_BYTES)}: use a smaller --input-shape or --batch") from exc
+    return _trace_step(model, name, _example_batch(batch, tuple(input_shape), input_dtype), labels, classes,
+                       input_dtype, train, False, set(), meta=False).graph
+
+
+@dataclass
+class Traced:
+    """A traced step and what it was traced from, for tools that compare the graph with PyTorch."""
+
+    graph: TrainingGraph
+    ins: Instrumented
+    node_of_call: dict[int, int]  # CallEvent id -> graph node (the loss call -> the loss node)
+    const_calls: set[int]  # CallEvent ids that made constants (arange, buffer updates) or read metadata
+    x: torch.Tensor
+    labels: torch.Tensor
+
+
+def trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tensor, classes: int,
+               input_dtype: str = "float32", train: str = "all", real_step: bool = False) -> Traced:
+    """Trace one step on batch `x`. With `real_step`, run it as PyTorch trains it (autograd on, only
+    the mode's parameters requiring grad, backward run) and record its ATen ops and saved tensors
+    too. Either way the model's parameters, gradients, buffers and flags are left as they were."""
+    frozen: set[str] = set()
+    if real_step:  # the frozen set depends on the forward order, known from a first, plain trace
+        frozen = set(trace_step(model, name, x, labels, classes, input_dtype, train).graph.frozen)
+    else:
+        # Shapes are all a graph needs: a pass on meta tensors costs no arithmetic (BERT-base in
+        # well under a second). Models whose code needs values (data-dependent control flow) fall
+        # back to a real pass.
+        try:
+            return _trace_step(model, name, x.to("meta"), labels.to("meta"), classes, input_dtype, train,
+                               False, frozen, meta=True)
+        except _NeedsValues:
+            pass
+    return _trace_step(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta=False)
+
+
+class _NeedsValues(Exception):
+    """The model failed on meta tensors: trace it on real ones."""
+
+
+def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tensor, classes: int,
+                input_dtype: str, train: str, real_step: bool, frozen: set[str], meta: bool) -> Traced:
+    batch = x.shape[0]
+    params = list(model.named_parameters())
+    before = [(p.requires_grad, p.grad) for _, p in params]
+    # BN running stats: the trace leaves no mark. A meta pass reads and moves only meta stand-ins
+    # (subst below), so it needs no copy, which for a large model is as big as the model.
+    state = {} if meta else {k: v.clone() for k, v in model.state_dict().items()}
+    modes = {m: m.training for m in model.modules()}
+    if not model.training:  # a model handed over in eval mode trains as a whole; one in train mode
+        model.train()       # keeps the modes its user set (a batch norm in eval(): frozen statistics)
+    subst = None
+    if meta:
+        subst = {n: torch.empty_like(t, device="meta").requires_grad_(t.requires_grad)
+                 for n, t in [*model.named_parameters(), *model.named_buffers()]}
+    tr = _Tracer(model, train, subst)
+    tr.node_of[id(x)] = 0
+    try:
+        if real_step:
+            for n, p in params:
+                p.requires_grad_(n not in frozen)
+                p.grad = None
+        with torch.set_grad_enabled(real_step), Instrumented(model, aten=real_step, saved=real_step) as ins:
+            try:
+                logits = model(x) if subst is None else torch.func.functional_call(model, subst, (x,))
+            except PoetError:
+                raise
+            except Exception as exc:  # the user's code can raise anything; say where and why in one line
+                if meta:
+                    raise _NeedsValues() from exc
+                msg = str(exc).splitlines()[0] if str(exc) else ""
+                raise PoetError(f"model {name!r} fails on a batch of shape {list(x.shape)} ({input_dtype}): "
+                                f"{type(exc).__name__}: {msg}") from exc
+            if not isinstance(logits, torch.Tensor) or list(logits.shape) != [batch, classes]:
+                got = list(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+                raise PoetError(f"model {name!r} returns {got}, expected logits [{batch}, {classes}]")
+            n_model_calls = len(ins.calls)
+            loss = F.cross_entropy(logits, labels)
+            if real_step:
+                loss.backward()
+        for call in ins.calls[:n_model_calls]:
+            tr.add_call(call)
+    finally:
+        if state:
+            model.load_state_dict(state)
+        for m, mode in modes.items():
+            m.training = mode
+        for (_, p), (req, grad) in zip(params, before):
+            p.requires_grad_(req)
+            p.grad = grad
+    if id(logits) in tr.poison:
+        raise tr.poison[id(logits)]
+    if id(logits) not in tr.node_of:
+        raise PoetError(f"model {name!r}: its output is not computed from its input by traced ops")
+    g = _build(tr, name, batch, tuple(x.shape[1:]), classes, input_dtype, tr.node_of[id(logits)])
+    loss_call = ins.calls[n_model_calls].id
+    return Traced(g, ins, tr.node_of_call | {loss_call: len(tr.fwd) + 1}, tr.const_calls, x, labels)
+
+
+def _trainable(tr: _Tracer, train: str) -> set[int]:
+    """Indices of the parameters the mode trains."""
+    wanted = {i for i, (_, p) in enumerate(tr.params) if p.requires_grad}
+    if train == "all":
+        return wanted
+    if train == "bias":
+        return {i for i in wanted if tr.params[i][0].rsplit(".", 1)[-1] == "bias"}
+    if train.startswith("last:") and train[5:].isdigit() and int(train[5:]) > 0:
+        layers: list[list[int]] = []  # parameter sets of the layers, in forward order
+        for f, _ in tr.fwd:
+            ps = [tr.pindex[id(p)] for p in f.params.values()]
+            if ps and (not layers or layers[-1] != ps):
+                layers.append(ps)
+        n = int(train[5:])
+        if n > len(layers):
+            raise PoetError(f"--train {train}: the model has only {len(layers)} layers with parameters")
+        return {i for ps in layers[-n:] for i in ps} & wanted
+    raise PoetError(f"--train {train!r}: give all, bias, or last:N (N >= 1)")
+
+
+def _names(tr: _Tracer) -> list[str]:
+    """Qualified names: a leaf module's path for its one op, else module/op with _1, _2 for repeats."""
+    leaves = {n.replace(".", "/") for n, m in tr.model.named_modules() if not any(m.children())}
+    per_module: dict[str, int] = {}
+    for _, call in tr.fwd:
+        per_module[call.module] = per_module.get(call.module, 0) + 1
+    seen: dict[str, int] = {}
+    out = []
+    for f, call in tr.fwd:
+        mod = call.module
+        if mod in leaves and per_module[mod] == 1:
+            out.append(mod)
+            continue
+        base = f"{mod}/{f.op}" if mod else f.op
+        k = seen.get(base, 0)
+        seen[base] = k + 1
+        out.append(base if k == 0 else f"{base}_{k}")
+    return out
+
+
+def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], classes: int, input_dtype: str,
+           logits_id: int) -> TrainingGraph:
+    trainable = _trainable(tr, tr.train)
+    nodes: list[GraphNode] = []
+    shape0 = [batch, *input_shape]
+    nodes.append(GraphNode(0, "input", "input", "input", "input", [], F32 * numel(shape0), shape0,
+                           {"n": numel(shape0)}))
+    rg = [False]  # does the node's output need a gradient?
+    for (f, _call), path in zip(tr.fwd, _names(tr)):
+        deps = [tr.node_of[id(t)] for t in f.inputs]
+        pidx = {role: tr.pindex[id(p)] for role, p in f.params.items()}
+        attrs = dict(f.attrs) | pidx
+        shape = list(f.out.shape)
+        if numel(shape) > MAX_ELEMENTS:  # in a meta pass, before any real tensor of that size exists
+            raise UsageError(f"model {name!r}: {path} makes a tensor of shape {shape}, {numel(shape):,} elements "
+                             f"({_gib(F32 * numel(shape))}); poet's tensors hold at most 2**31 - 1 elements (the "
+                             f"board counts them in i32): use a smaller --input-shape or --batch")
+        nid = len(nodes)
+        nodes.append(GraphNode(nid, f"{path}/forward", path, "forward", f.op, deps, F32 * numel(shape), shape,
+                               attrs, f.flops))
+        rg.append(any(rg[d] for d in deps) or any(i in trainable for i in pidx.values()))
+    if not any(rg):
+        raise PoetError(f"--train {tr.train}: no parameter of model {name!r} would be trained")
+
+    ce = {"B": batch, "classes": classes}
+    lshape = nodes[logits_id].shape
+    nodes.append(GraphNode(len(nodes), "loss/forward", "loss", "loss", "cross_entropy", [logits_id], 4, [1], ce,
+                           5 * batch * classes))
+    b = _Backward(nodes, rg, trainable)
+    b.grads[logits_id] = [b.add("loss/backward", "loss", "cross_entropy_bwd", [], [logits_id], lshape, ce,
+                                4 * batch * classes)]
+    for nid in range(len(nodes) - 2, 0, -1):
+        b.differentiate(nid)
+    n_train = sum(numel(list(tr.params[i][1].shape)) for i in trainable)
+    nodes.append(GraphNode(len(nodes), "optimizer/sgd", "optimizer", "optimizer", "sgd", [], 0, [0], {},
+                           2 * n_train))
+    params = [(n, list(p.shape)) for n, p in tr.params]
+    frozen = [n for i, (n, _) in enumerate(tr.params) if i not in trainable]
+    if len(nodes) > graphfile.MAX_NODES:  # first known here: refused before any planner spends minutes on it
+        raise UsageError(graphfile.too_many_nodes(f"model {name!r}", len(nodes),
+                                                  "trace fewer layers (bert: --layers) or a smaller model"))
+    return TrainingGraph(name, batch, list(input_shape), classes, params, nodes, frozen=frozen, train=tr.train,
+                         input_dtype=input_dtype)
+
+
+# What each op's backward reads, by what it needs: "x" its input(s), "y" its output.
+# A parameterised op reads its input for the weight gradient; see docs/graph.md, "Backward".
+SAVES_OUTPUT = {"relu", "tanh", "sigmoid", "softmax"}
+SAVES_INPUT = {"gelu", "hardtanh", "maxpool2d"}
+NO_SAVES = {"mean", "flatten", "reshape", "permute", "select", "scale", "add", "sub"}
+
+
+class _Backward:
+    def __init__(self, nodes: list[GraphNode], rg: list[bool], trainable: set[int]) -> None:
+        self.nodes = nodes
+        self.rg = rg
+        self.trainable = trainable
+        self.grads: dict[int, list[int]] = {}  # node -> backward nodes holding parts of its gradient
+
+    def add(self, name: str, module: str, op: str, grad: list[int], saved: list[int], shape: list[int],
+            attrs: dict[str, Any], flops: int, nbytes: int | None = None) -> int:
+        nid = len(self.nodes)
+        self.nodes.append(GraphNode(nid, name, module, "backward", op, grad + saved,
+                                    F32 * numel(shape) if nbytes is None else nbytes, shape, attrs, flops,
+                                    saved=saved))
+        return nid
+
+    def _grad_of(self, nid: int) -> int | None:
+        """The one node holding the whole gradient of `nid`'s output, summing parts if needed."""
+        parts = self.grads.get(nid)
+        if not parts:
+            return None
+        node = self.nodes[nid]
+        g = parts[0]
+        for k, p in enumerate(parts[1:]):
+            suffix = "" if k == 0 else f"_{k}"
+            g = self.add(f"{node.module}/grad_sum{suffix}", node.module, "add", [g, p], [], node.shape,
+                         {"n": numel(node.shape), "m": numel(node.shape)}, numel(node.shape))
+        return g
+
+    def _give(self, target: int, g: int) -> None:
+        if self.rg[target]:
+            self.grads.setdefault(target, []).append(g)
+
+    def differentiate(self, nid: int) -> None:
+        node = self.nodes[nid]
+        g = self._grad_of(nid)
+        if g is None:
+            return
+        op, x = node.op, node.deps
+        trains = {r for r in ("w", "b") if node.attrs.get(r, -1) in self.trainable and r in node.attrs}
+        need = [self.rg[d] for d in x]
+        if not any(need) and not trains:
+            return
+        name, mod, attrs = f"{node.module}/backward", node.module, dict(node.attrs)
+        if op in ("add", "sub"):
+            self._give(x[0], g)
+            if need[1] and attrs["m"] == attrs["n"] and op == "add":
+                self._give(x[1], g)
+            elif need[1]:  # negate and/or sum the gradient over the broadcast dimensions
+                s = self.add(name, mod, f"{op}_bwd", [g], [], self.nodes[x[1]].shape, attrs, attrs["n"])
+                self._give(x[1], s)
+            return
+        if op in ("mul", "matmul"):
+            for i in (0, 1):
+                if need[i]:
+                    other = x[1 - i]
+                    s = self.add(f"{name}_{'ab'[i]}", mod, f"{op}_bwd_{'ab'[i]}", [g], [other],
+                                 self.nodes[x[i]].shape, attrs, node.flops)
+                    self._give(x[i], s)
+            return
+        if op in ("linear", "conv2d", "embedding", "batchnorm", "batchnorm_eval", "layernorm"):
+            gx = bool(need and need[0]) and op != "embedding"
+            if op in ("linear", "conv2d", "batchnorm_eval"):  # x only for the weight gradient
+                saved = [x[0]] if "w" in trains else []
+            elif op == "embedding":
+                saved = list(x)  # the token ids, when they come from the input
+            else:  # normalisation: the input gives back the statistics and x-hat
+                saved = [x[0]] if gx or "w" in trains else []
+            attrs["need_grad_input"] = int(gx)
+            work = (int(gx) + int("w" in trains)) * node.flops if op in ("linear", "conv2d") else node.flops
+            shape = self.nodes[x[0]].shape if x else [0]
+            s = self.add(name, mod, f"{op}_bwd", [g], saved, shape, attrs, work, nbytes=None if gx else 0)
+            if gx:
+                self._give(x[0], s)
+            return
+        if op == "scale" or op in SAVES_OUTPUT or op in SAVES_INPUT or op in NO_SAVES:
+            saved = [nid] if op in SAVES_OUTPUT else [x[0]] if op in SAVES_INPUT else []
+            flops = 0 if op in ("flatten", "reshape", "permute", "select") else node.flops
+            s = self.add(name, mod, f"{op}_bwd", [g], saved, self.nodes[x[0]].shape, attrs, flops)
+            self._give(x[0], s)
+            return
+        raise PoetError(f"{node.module}: no backward for runtime op {op}")  # a new FORWARD entry without one

@@ -1,0 +1,181 @@
+"""poet's training graph: one training step of a model as plain data (docs/graph.md).
+
+Nodes in topological order, one per kernel the C runtime runs: the input, the
+forward pass, the loss, the backward pass and the optimizer. `poet.tracer` makes
+it from a PyTorch model; `poet graph -o` writes it as JSON and anything that
+writes the same JSON can feed the planner.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from poet.errors import UsageError
+from poet.plan.memory import OPTIMIZER_WORDS, optimizer_state_bytes, pool_fixed_bytes
+
+F32 = 4
+
+
+@dataclass
+class GraphNode:
+    id: int
+    name: str  # qualified tensor name, e.g. "fc1/forward"
+    module: str  # module path, e.g. "fc1"
+    kind: str  # input | forward | loss | backward | optimizer
+    op: str
+    deps: list[int]
+    bytes: int
+    shape: list[int]
+    attrs: dict[str, Any] = field(default_factory=dict)  # ints, and floats for eps, scale factors
+    flops: int = 0
+    saved: list[int] = field(default_factory=list)  # backward nodes: the forward tensors among deps
+
+    @property
+    def recomputable(self) -> bool:
+        return self.kind in ("forward", "loss")
+
+
+@dataclass
+class TrainingGraph:
+    model: str
+    batch: int
+    input_shape: list[int]  # one sample
+    classes: int
+    params: list[tuple[str, list[int]]]  # every parameter, in upload order; attrs "w"/"b" index it
+    nodes: list[GraphNode]
+    frozen: list[str] = field(default_factory=list)  # not trained: no gradient, no optimizer state
+    train: str = "all"  # the fine-tuning mode the graph was traced for
+    input_dtype: str = "float32"
+    # the optimizer node's settings: {"name": "sgd"}, {"name": "momentum", "momentum": m} or
+    # {"name": "adam", "beta1": b1, "beta2": b2, "eps": e}; the learning rate comes with each step
+    optimizer: dict[str, Any] = field(default_factory=lambda: {"name": "sgd"})
+
+    @property
+    def param_elems(self) -> list[int]:
+        return [numel(shape) for _, shape in self.params]
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes of the trainable parameters: these, their gradients and optimizer state live in RAM."""
+        frozen = set(self.frozen)
+        return F32 * sum(numel(s) for n, s in self.params if n not in frozen)
+
+    @property
+    def resident_param_bytes(self) -> int:
+        """Every parameter and statistic the board holds in RAM, trained or not (docs/spec.md 6)."""
+        return F32 * sum(numel(s) for _, s in self.params)
+
+    @property
+    def optimizer_state_bytes(self) -> int:
+        return optimizer_state_bytes(OPTIMIZER_WORDS[self.optimizer["name"]], self.param_bytes)
+
+    @property
+    def fixed_bytes(self) -> int:
+        """The board's pool before the activation arena: parameters, gradients, optimizer state, batch."""
+        return pool_fixed_bytes(self.resident_param_bytes, self.param_bytes, self.optimizer_state_bytes,
+                                self.staging_bytes)
+
+    @property
+    def frozen_bytes(self) -> int:
+        frozen = set(self.frozen)
+        return F32 * sum(numel(s) for n, s in self.params if n in frozen)
+
+    @property
+    def x_elems(self) -> int:
+        n = self.batch
+        for d in self.input_shape:
+            n *= d
+        return n
+
+    @property
+    def staging_bytes(self) -> int:
+        """The batch the host uploads before each step: inputs (fp32) and labels (i32)."""
+        return F32 * self.x_elems + 4 * self.batch
+
+    def activation_bytes(self) -> int:
+        return sum(n.bytes for n in self.nodes if n.kind in ("input", "forward", "loss"))
+
+    def saved_ids(self) -> set[int]:
+        """The forward tensors (and input) some backward node reads."""
+        return {d for n in self.nodes if n.kind == "backward" for d in n.saved}
+
+    def saved_bytes(self) -> int:
+        """Activation bytes the backward pass keeps: what PyTorch's saved tensors hold (graphcheck)."""
+        return sum(self.nodes[i].bytes for i in self.saved_ids())
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json_text())
+
+    def to_json_text(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> TrainingGraph:
+        raw = json.loads(Path(path).read_text())
+        raw["nodes"] = [GraphNode(**n) for n in raw["nodes"]]
+        raw["params"] = [(p[0], list(p[1])) for p in raw["params"]]
+        for n in raw["nodes"]:
+            if n.kind == "backward" and not n.saved:  # files from before "saved" was written
+                n.saved = [d for d in n.deps if raw["nodes"][d].kind in ("input", "forward", "loss")]
+        return cls(**raw)
+
+
+# torch.optim's defaults for what the runtime implements (SGD without weight decay or dampening)
+OPTIMIZER_DEFAULTS: dict[str, dict[str, float]] = {
+    "sgd": {}, "momentum": {"momentum": 0.9}, "adam": {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8}}
+# arithmetic per trained element per step, for the optimizer node's cost estimate
+OPTIMIZER_FLOPS = {"sgd": 2, "momentum": 4, "adam": 12}
+
+
+def parse_optimizer(text: str) -> dict[str, Any]:
+    """`sgd`, `momentum[:M]`, `adam[:B1,B2,EPS]` -> the settings TrainingGraph.optimizer holds."""
+    name, _, args = text.partition(":")
+    if name not in OPTIMIZER_DEFAULTS:
+        raise UsageError(f"--optimizer {text!r}: give sgd, momentum[:M] or adam[:BETA1,BETA2,EPS]")
+    keys = list(OPTIMIZER_DEFAULTS[name])
+    out: dict[str, Any] = {"name": name, **OPTIMIZER_DEFAULTS[name]}
+    if args:
+        try:
+            values = [float(v) for v in args.split(",")]
+        except ValueError:
+            values = []
+        if not values or len(values) > len(keys):
+            raise UsageError(f"--optimizer {text!r}: {name} takes {', '.join(keys) or 'no settings'}")
+        out.update(zip(keys, values, strict=False))
+    for k in ("momentum", "beta1", "beta2"):
+        if k in out and not 0.0 <= out[k] < 1.0:
+            raise UsageError(f"--optimizer {text!r}: {k} must be in [0, 1)")
+    if "eps" in out and not 0.0 < out["eps"] < 1.0:  # an infinite eps would make every step a no-op
+        raise UsageError(f"--optimizer {text!r}: eps must be in (0, 1)")
+    return out
+
+
+def with_optimizer(g: TrainingGraph, optimizer: dict[str, Any] | str) -> TrainingGraph:
+    """The same graph stepping with another optimizer (its state changes the fixed RAM, not the arena)."""
+    opt = parse_optimizer(optimizer) if isinstance(optimizer, str) else dict(optimizer)
+    nodes = list(g.nodes)
+    last = nodes[-1]
+    nodes[-1] = replace(last, flops=OPTIMIZER_FLOPS[opt["name"]] * (g.param_bytes // F32))
+    return replace(g, nodes=nodes, optimizer=opt)
+
+
+def numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def summary(g: TrainingGraph) -> str:
+    counts: dict[str, int] = {}
+    for n in g.nodes:
+        counts[n.kind] = counts.get(n.kind, 0) + 1
+    flops = sum(n.flops for n in g.nodes)
+    return (f"{g.model}: batch {g.batch}, {len(g.nodes)} nodes "
+            f"({', '.join(f'{v} {k}' for k, v in counts.items())}), "
+            f"activations {g.activation_bytes()} B (backward keeps {g.saved_bytes()} B), "
+            f"parameters {g.param_bytes} B trained" + (f" + {g.frozen_bytes} B frozen" if g.frozen else "")
+            + f", {flops / 1e6:.2f} MFLOP/step")

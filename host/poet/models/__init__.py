@@ -1,0 +1,1 @@
+"""Models and their training data: the zoo and the datasets."""

@@ -1,0 +1,185 @@
+"""Training data for `poet train --data`: scikit-learn's digits, a folder of .npy arrays, or any
+torch Dataset made by `module:factory`. Each becomes fixed train/test arrays the host batches and
+streams to the board one batch per step; the board never holds more than the staged batch.
+
+The digits are scikit-learn's bundled 8x8 digits (1,797 images, 10 classes), shipped inside poet:
+no download. data/digits.csv.gz is copied unchanged from scikit-learn 1.9.1 (BSD-3-Clause, see
+data/COPYING.scikit-learn; the images are the UCI optical recognition of handwritten digits set).
+Each row: 64 pixel values 0..16, then the label.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from poet.errors import UsageError
+
+
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """All images as float32 in [0, 1], shape [1797, 64], and int64 labels."""
+    with resources.files("poet").joinpath("data/digits.csv.gz").open("rb") as raw, gzip.open(raw) as f:
+        table = np.loadtxt(f, delimiter=",", dtype=np.float32)
+    return table[:, :-1] / 16.0, table[:, -1].astype(np.int64)
+
+
+def digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A fixed shuffled train/test split, the same on every machine."""
+    x, y = load_digits()
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_test = int(len(x) * test_fraction)
+    test, train = order[:n_test], order[n_test:]
+    return x[train], y[train], x[test], y[test]
+
+
+def batches(x: np.ndarray, y: np.ndarray, batch: int, input_shape: tuple[int, ...]):
+    """Consecutive full batches in the given order, inputs reshaped to the model's input shape."""
+    for start in range(0, len(x) - batch + 1, batch):
+        xb = x[start : start + batch].reshape((batch, *input_shape)).astype(np.float32)
+        yield xb, y[start : start + batch]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    x_train: np.ndarray  # float32 [N, *sample shape]
+    y_train: np.ndarray  # int64 [N]
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+    def fitted(self, input_shape: tuple[int, ...], classes: int, model: str) -> Dataset:
+        """The data reshaped to the model's sample shape; refuse data the model cannot take."""
+        for split, x, y in (("training", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
+            _check_values(self.name, split, x, y)
+        want = int(np.prod(input_shape))
+        got = int(np.prod(self.x_train.shape[1:]))
+        if got != want:
+            raise UsageError(f"--data {self.name}: samples of shape {tuple(self.x_train.shape[1:])} ({got} values) "
+                             f"do not fit model {model}, which takes {tuple(input_shape)} ({want} values)")
+        for split, y in (("training", self.y_train), ("test", self.y_test)):
+            if len(y) and (y.min() < 0 or y.max() >= classes):
+                raise UsageError(f"--data {self.name}: {split} labels span {int(y.min())}..{int(y.max())}, "
+                                 f"model {model} has {classes} classes (0..{classes - 1})")
+        return Dataset(self.name, *(a.reshape((len(a), *input_shape)).astype(np.float32) if i % 2 == 0
+                                    else a.astype(np.int64)
+                                    for i, a in enumerate((self.x_train, self.y_train, self.x_test, self.y_test))))
+
+    def epoch_batches(self, batch: int, epoch: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Full batches of one epoch in a shuffled order fixed by (seed, epoch): a resumed run and the
+        PyTorch reference see exactly the same batches."""
+        order = np.random.default_rng([seed, epoch]).permutation(len(self.x_train))
+        return [(self.x_train[order[i:i + batch]], self.y_train[order[i:i + batch]])
+                for i in range(0, len(order) - batch + 1, batch)]
+
+
+# The board trains in fp32: inputs far from the usual -1..1 overflow activations or gradients and the
+# weights turn to NaN without any error. Raw 16-bit sensor counts (65535) still pass.
+MAX_ABS_INPUT = 1e6
+
+
+def _check_values(name: str, split: str, x: np.ndarray, y: np.ndarray) -> None:
+    """Refuse data that would train to NaN or on values other than those given (complex, fractional labels)."""
+    if not len(y):
+        return
+    for what, a in (("samples", x), ("labels", y)):
+        if np.iscomplexobj(a):
+            raise UsageError(f"--data {name}: the {split} {what} are complex ({a.dtype}); poet trains on real numbers")
+        if a.dtype.kind not in "biuf":
+            raise UsageError(f"--data {name}: the {split} {what} are {a.dtype}, not numbers")
+    xf = np.asarray(x, dtype=np.float64)
+    bad = ~np.isfinite(xf)
+    if bad.any():
+        at = int(np.argwhere(bad)[0][0])
+        raise UsageError(f"--data {name}: {split} sample {at} has NaN or infinite values; remove or fix them")
+    big = float(np.abs(xf).max()) if xf.size else 0.0
+    if big > MAX_ABS_INPUT:
+        raise UsageError(f"--data {name}: {split} samples reach {big:.3g}; the board trains in fp32 and values "
+                         f"beyond {MAX_ABS_INPUT:g} turn its weights to NaN: scale the data (to about -1..1)")
+    if y.dtype.kind == "f":
+        frac = ~np.isfinite(y) | (y != np.round(y))
+        if frac.any():
+            at = int(np.argwhere(frac)[0][0])
+            raise UsageError(f"--data {name}: {split} label {at} is {y[at]!r}, not a whole class number")
+
+
+def load_dataset(spec: str, limit: int | None = None) -> Dataset:
+    """`digits`, a folder with train_x.npy/train_y.npy (test_x.npy/test_y.npy optional), or `module:factory`."""
+    if spec == "digits":
+        ds = Dataset("digits", *digits_split())
+    elif ":" in spec and not Path(spec).exists():
+        ds = _from_factory(spec)
+    else:
+        ds = _from_folder(Path(spec))
+    if limit is not None:
+        ds = Dataset(ds.name, ds.x_train[:limit], ds.y_train[:limit], ds.x_test, ds.y_test)
+    if len(ds.x_train) == 0:
+        raise UsageError(f"--data {spec}: no training samples")
+    return ds
+
+
+def _split(name: str, x: np.ndarray, y: np.ndarray) -> Dataset:
+    """A fixed 80/20 split when the data has no test part of its own."""
+    order = np.random.default_rng(0).permutation(len(x))
+    n_test = len(x) // 5
+    return Dataset(name, x[order[n_test:]], y[order[n_test:]], x[order[:n_test]], y[order[:n_test]])
+
+
+def _from_folder(folder: Path) -> Dataset:
+    if not folder.is_dir():
+        raise UsageError(f"--data {folder}: not `digits`, a folder of .npy arrays, or module:factory")
+    arrays = {}
+    for part in ("train_x", "train_y", "test_x", "test_y"):
+        f = folder / f"{part}.npy"
+        if f.exists():
+            try:
+                arrays[part] = np.load(f, allow_pickle=False)
+            except ValueError as exc:
+                raise UsageError(f"--data {folder}: {f.name} is not a plain .npy array ({exc})") from exc
+    if "train_x" not in arrays or "train_y" not in arrays:
+        raise UsageError(f"--data {folder}: needs train_x.npy and train_y.npy (test_x.npy/test_y.npy optional)")
+    x, y = arrays["train_x"], arrays["train_y"]
+    if len(x) != len(y):
+        raise UsageError(f"--data {folder}: train_x has {len(x)} samples, train_y {len(y)}")
+    if "test_x" in arrays and "test_y" in arrays:
+        return Dataset(str(folder), x, y, arrays["test_x"], arrays["test_y"])
+    return _split(str(folder), x, y)
+
+
+def _array(v: object) -> np.ndarray:
+    """A sample or label of a torch Dataset as a numpy array (tensors, numbers, lists)."""
+    detach = getattr(v, "detach", None)
+    return np.asarray(detach().cpu().numpy() if callable(detach) else v)
+
+
+def _from_factory(spec: str) -> Dataset:
+    """`module:factory` returning a torch Dataset, or a (train, test) pair of them."""
+    mod_name, _, fn_name = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(mod_name), fn_name)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--data {spec}: cannot import {fn_name} from {mod_name} ({exc})") from exc
+    try:
+        made = factory()
+        parts = made if isinstance(made, tuple) and len(made) == 2 else (made,)
+        arrays = []
+        for ds in parts:
+            xs, ys = [], []
+            for i in range(len(ds)):
+                x, y = ds[i]
+                xs.append(_array(x))
+                ys.append(_array(y))
+            # the values as given (no cast yet): fitted() refuses complex data and fractional labels
+            arrays.append((np.stack(xs), np.stack(ys).reshape(len(ys))))
+    except UsageError:
+        raise
+    except Exception as exc:  # a user's factory or Dataset can raise anything: one line, where and what
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        raise UsageError(f"--data {spec}: reading the dataset failed: {type(exc).__name__}: {msg}") from exc
+    if len(arrays) == 2:
+        return Dataset(spec, arrays[0][0], arrays[0][1], arrays[1][0], arrays[1][1])
+    return _split(spec, *arrays[0])

@@ -1,0 +1,172 @@
+"""The model zoo: the digits models the runtime trains today, and larger ones (one module each beside
+this one), each in plain torch.nn (no torchvision: poet must not depend on it)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from poet.errors import UsageError
+from poet.models.zoo.bert import bert
+from poet.models.zoo.lenet import lenet5
+from poet.models.zoo.mobilenetv2 import mobilenetv2_cifar
+from poet.models.zoo.resnet import resnet18_cifar
+from poet.models.zoo.transformer import transformer_block
+from poet.models.zoo.vgg import vgg16_cifar
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    build: Callable[[], nn.Module]
+    input_shape: tuple[int, ...]  # one sample, without the batch dimension
+    classes: int
+    about: str
+    # dtype of the input tensor: "float32" for images and features, "int64" for token ids
+    # (then input_shape is (S,)). Last and defaulted so positional ZooModel(...) calls keep working.
+    input_dtype: str = "float32"
+
+
+def _mlp() -> nn.Module:
+    # Three hidden layers, so activations held across the forward pass (not just the
+    # backward working set) set the keep-everything peak: the case recompute helps.
+    return nn.Sequential(OrderedDict(
+        fc1=nn.Linear(64, 32), relu1=nn.ReLU(), fc2=nn.Linear(32, 32), relu2=nn.ReLU(),
+        fc3=nn.Linear(32, 32), relu3=nn.ReLU(), fc4=nn.Linear(32, 10)))
+
+
+def _mlp_tiny() -> nn.Module:
+    # mlp-digits at 16 wide: 1754 parameters (7 KB, as much again for gradients), so a batch of 8
+    # trains in the MKR1000's 32 KB (tests/test_port_m0.py) with room left to plan.
+    return nn.Sequential(OrderedDict(
+        fc1=nn.Linear(64, 16), relu1=nn.ReLU(), fc2=nn.Linear(16, 16), relu2=nn.ReLU(),
+        fc3=nn.Linear(16, 16), relu3=nn.ReLU(), fc4=nn.Linear(16, 10)))
+
+
+class CnnDigits(nn.Module):
+    """conv3x3(8) - relu - maxpool2 - flatten - fc(32) - relu - fc(10) on 1x8x8 digits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.pool = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(8 * 4 * 4, 32)
+        self.fc2 = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = torch.flatten(x, 1)
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+ZOO: dict[str, ZooModel] = {
+    m.name: m
+    for m in (
+        ZooModel("mlp-digits", _mlp, (64,), 10, "MLP 64-32-32-32-10 on flattened 8x8 digits"),
+        ZooModel("cnn-digits", CnnDigits, (1, 8, 8), 10, "conv3x3x8-pool-fc32-fc10 on 8x8 digits"),
+        ZooModel("lenet", lenet5, (1, 32, 32), 10, "LeNet-5 conv5-pool-conv5-pool-fc120-fc84-fc10 on 32x32"),
+        ZooModel("resnet18-cifar", resnet18_cifar, (3, 32, 32), 10, "ResNet-18, CIFAR stem, 11.2M parameters"),
+        ZooModel("vgg16-cifar", vgg16_cifar, (3, 32, 32), 10, "VGG-16 (D) with BatchNorm, fc 512-10, 14.7M"),
+        ZooModel("mobilenetv2-cifar", mobilenetv2_cifar, (3, 32, 32), 10, "MobileNetV2 width 1.0, CIFAR strides"),
+        ZooModel("mobilenetv2-cifar-0.35", lambda: mobilenetv2_cifar(0.35), (3, 32, 32), 10,
+                 "MobileNetV2 width 0.35, CIFAR strides"),
+        ZooModel("transformer-block", transformer_block, (32,), 10,
+                 "one pre-LN encoder block d128 h4 ffn512 on 32 tokens of 1000, mean pool", input_dtype="int64"),
+        ZooModel("bert-tiny", lambda: bert(2, 128, 2, 64, 1000, 10), (64,), 10,
+                 "BERT L2 H128 A2, 64 tokens of 1000", input_dtype="int64"),
+        ZooModel("bert-base", lambda: bert(12, 768, 12, 128, 30522, 10), (128,), 10,
+                 "BERT-base L12 H768 A12, 128 tokens of 30522 (110M parameters)", input_dtype="int64"),
+    )
+}
+
+
+# Models for the smallest boards, kept apart from ZOO (whose every entry has a published size checked
+# in tests/test_zoo.py); get_model and the CLI take them like zoo names.
+SMALL: dict[str, ZooModel] = {
+    "mlp-tiny": ZooModel("mlp-tiny", _mlp_tiny, (64,), 10,
+                         "MLP 64-16-16-16-10 on 8x8 digits (1754 parameters): fits the MKR1000's 32 KB"),
+}
+
+
+def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = None,
+              classes: int | None = None, layers: int | None = None,
+              hidden: int | None = None) -> tuple[nn.Module, ZooModel]:
+    """A freshly initialised model: a zoo name, or `package.module:factory` for the user's own.
+
+    The same seed gives the same weights on every machine. A user's factory is called
+    without arguments and must return an nn.Module; its input shape (one sample) must
+    be given, since nothing in a module says what it expects.
+    """
+    if ":" in name:
+        spec = _user_model(name, input_shape, classes)
+    elif name in ZOO or name in SMALL:
+        spec = ZOO.get(name) or SMALL[name]
+    elif name == "bert":  # the BERT family, sized on the command line
+        spec = _bert(layers or 12, hidden or 768)
+    else:
+        raise UsageError(f"unknown model {name!r}; known: {', '.join([*ZOO, *SMALL])}, bert (with --layers, --hidden), "
+                         f"or package.module:factory")
+    if (layers is not None or hidden is not None) and name != "bert":
+        raise UsageError(f"--layers and --hidden size the bert model, not {name}")
+    if (input_shape is not None or classes is not None) and ":" not in name:
+        raise UsageError(f"--input-shape and --classes describe a model of your own (module:factory); {name} takes "
+                         f"{'x'.join(map(str, spec.input_shape))} samples and {spec.classes} classes")
+    _check_size(name, spec)
+    torch.manual_seed(seed)
+    try:
+        model = spec.build()
+    except Exception as exc:  # a user's factory can raise anything: one line, where and what
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        raise UsageError(f"building model {name!r} failed: {type(exc).__name__}: {msg}") from exc
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"{name} returned {type(model).__name__}, not a torch.nn.Module")
+    return model, spec
+
+
+# Far above anything a board fine-tunes; a model past it would first fill the host's memory with
+# its fp32 weights (bert --layers 256 --hidden 8192 is 769 GiB) before anything could refuse it.
+MAX_MODEL_BYTES = 2**32
+
+
+def _check_size(name: str, spec: ZooModel) -> None:
+    """Count the parameters on the meta device (no memory) before the real build allocates them.
+    A user's factory is not built twice: its constructor may have side effects or be slow."""
+    if ":" in name:
+        return
+    with torch.device("meta"):
+        n = sum(p.numel() for p in spec.build().parameters())
+    if 4 * n > MAX_MODEL_BYTES:
+        raise UsageError(f"model {name!r} has {n:,} parameters ({4 * n / 2**30:.1f} GiB in fp32); poet builds models "
+                         f"up to {MAX_MODEL_BYTES / 2**30:.0f} GiB: use fewer --layers or a smaller --hidden")
+
+
+def _bert(layers: int, hidden: int) -> ZooModel:
+    if layers < 1 or hidden < 64 or hidden % 64:
+        raise UsageError(f"bert --layers {layers} --hidden {hidden}: need L >= 1 and H a multiple of 64 "
+                         f"(BERT's heads are 64 wide)")
+    return ZooModel("bert", lambda: bert(layers, hidden, hidden // 64, 128, 30522, 10), (128,), 10,
+                    f"BERT L{layers} H{hidden} A{hidden // 64}", input_dtype="int64")
+
+
+def _user_model(name: str, input_shape: tuple[int, ...] | None, classes: int | None) -> ZooModel:
+    module, _, attr = name.partition(":")
+    if not module or not attr:
+        raise UsageError(f"--model {name!r}: give package.module:factory, e.g. mynet:build")
+    if os.getcwd() not in sys.path:  # the user's own modules, as `python -m` would find them
+        sys.path.insert(0, os.getcwd())
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot load model {name!r}: {exc}") from exc
+    if not callable(factory):
+        raise UsageError(f"{name} is not callable; give a function or class that builds the model")
+    if not input_shape:
+        raise UsageError(f"--input-shape is needed for {name}: the shape of one sample, e.g. --input-shape 1,8,8")
+    return ZooModel(name, factory, tuple(input_shape), classes or 10, f"user model {name}")

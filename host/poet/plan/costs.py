@@ -1,0 +1,311 @@
+"""Op costs: the cost model the planner reads, from a profile (profiles/<board>.yaml).
+
+A profile (written by `poet profile`, poet.profile) maps each distinct (op, shape) to
+its time and energy on the board and where each number comes from. An op the profile
+lacks can be estimated from the nearest measured shape of the same op. Paging costs
+come from the profile's `paging` section: the measured fit on a real board, the board
+file's storage model on an emulated one (semihosting I/O takes no virtual time in QEMU,
+so an emulated page-out says nothing about an SD card).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from poet.boards import Board
+from poet.errors import PoetError, UsageError
+from poet.graph.training_graph import GraphNode, TrainingGraph
+from poet.paths import profile_to_read, shown
+from poet.plan.types import CostedGraph, CostedNode
+
+Note = Callable[[str], None]
+
+
+def op_key(n: GraphNode) -> str:
+    """The identity of a kernel invocation for costing: op and shapes, not which parameter it uses."""
+    attrs = {k: v for k, v in n.attrs.items() if k != "w"}
+    if "b" in attrs:
+        attrs["bias"] = int(attrs.pop("b") >= 0)
+    return f"{n.op}(" + ",".join(f"{k}={v}" for k, v in sorted(attrs.items())) + ")"
+
+
+def load_profile(board: str, path: Path | None = None, note: Note | None = None) -> dict[str, Any]:
+    """The profile the planner costs with: `path`, else the board's (paths.profile_to_read), checked.
+
+    A file that is not a profile the planner can trust is refused in one line (UsageError, see
+    read_profile). One measured on another firmware than this poet builds is used, and note() is
+    told so: the shipped profiles/ lag firmware changes (a new op bumps the version without
+    touching the old kernels), so refusing them would stop every command on those boards.
+    """
+    given = path is not None
+    path = path or profile_to_read(board)
+    if not path.exists():
+        if given:  # the user named it: a mistake on the command line, not a missing measurement
+            raise UsageError(f"profile {shown(path)} does not exist: pass an existing --profile, or run "
+                             f"`poet profile --board {board} -o {shown(path)}` to measure one there")
+        raise PoetError(f"no profile for board {board!r} at {path}: run `poet profile --board {board}` first")
+    prof = read_profile(path, f"run `poet profile --board {board}` to measure it again, or pass another --profile")
+    if "board" in prof and str(prof["board"]) != board:  # another core's cycles, another clock: every cost wrong
+        raise UsageError(f"profile {shown(path)} was measured on the {prof['board']}, not the {board}: pass the "
+                         f"{board}'s profile, or run `poet profile --board {board}`")
+    if note is not None:
+        older = firmware_note(prof, path)
+        if older:
+            note(older)
+    return prof
+
+
+def firmware_note(prof: dict[str, Any], path: Path) -> str | None:
+    """One line when the profile was measured on another firmware version than this poet builds."""
+    from poet.device.firmware import source_version
+
+    if "firmware" not in prof:
+        return None  # made by hand or by a poet that did not record it: nothing to compare
+    try:
+        builds = source_version()
+    except (OSError, KeyError):  # an installed poet without firmware/ sources builds nothing
+        return None
+    if str(prof["firmware"]) == builds:
+        return None
+    board = prof.get("board", "<board>")
+    return (f"the costs in {shown(path)} were measured on firmware {prof['firmware']} and are used as they are, but "
+            f"this poet builds firmware {builds}: run `poet profile --board {board}` to measure {builds}'s")
+
+
+def read_profile(path: Path, fix: str, need_ops: bool = True) -> dict[str, Any]:
+    """The profile in `path`, or UsageError `profile <path> <what is wrong>: <fix>` in one line.
+
+    Only plain YAML is read (safe_load: a `!!python/...` tag is refused, never run), and every
+    number the planner or `poet profile` reads is checked here, so a bad file is named where it is
+    read instead of surfacing later as a negative deadline or an internal error. `need_ops`: a
+    profile with no ops is refused (every op would be estimated from nothing); `poet profile`
+    reads its own file with False, as an interrupted first graph may leave none.
+    """
+    try:
+        raw = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        why = profile_problem(raw, need_ops)
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror or exc})"
+    except UnicodeDecodeError:
+        why = "is not a text file"
+    except yaml.constructor.ConstructorError as exc:
+        tag = re.search(r"tag '([^']*)'", exc.problem or "")
+        why = (f"uses the YAML tag {tag[1].replace('tag:yaml.org,2002:', '!!')}, which poet does not load (a "
+               f"profile is plain data)" if tag else f"is not YAML ({_one_line(exc)})")
+    except (yaml.YAMLError, ValueError, ArithmeticError, RecursionError) as exc:
+        # ValueError / ArithmeticError: a scalar with an explicit tag that does not parse (!!int abc)
+        why = f"is not YAML ({_one_line(exc)})"
+    if why:
+        raise UsageError(f"profile {shown(path)} {why}: {fix}")
+    return raw  # type: ignore[no-any-return]  # profile_problem checked it is a mapping
+
+
+def _one_line(exc: BaseException) -> str:
+    """A YAML error as one short line: its problem and where."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        return f"{exc.problem}" + (f" at line {mark.line + 1}" if mark is not None else "")
+    text = " ".join(str(exc).split())
+    return text[:200] or type(exc).__name__
+
+
+def _kind(v: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "empty"}.get(
+        type(v), f"the number {_short(v)}" if isinstance(v, int | float) else type(v).__name__)
+
+
+def _short(v: Any) -> str:
+    """A value as a message shows it: a 400-digit number must not make the line a screen long."""
+    text = str(v)
+    return text if len(text) <= 24 else text[:20] + "..."
+
+
+def _number(v: Any, least: float, above: bool = False) -> str | None:
+    """Why v is not a usable number (finite, >= least, or > least when `above`); None when it is."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return f"is {_kind(v)}, not a number"
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond any float
+        return f"is {_short(v)}, too large for a number"
+    if not math.isfinite(f):
+        return f"is {v}, not a finite number"
+    if f < least or (above and f == least):
+        return f"is {_short(v)}: it must be {'more than' if above else 'at least'} {least:g}"
+    return None
+
+
+def _fields(where: str, section: dict[str, Any], least: float, names: tuple[str, ...], above: bool = False,
+            required: bool = True) -> str | None:
+    """Why one of section's `names` is not a number >= least (> least when `above`); `where` names the
+    section in the message ("" for the top level)."""
+    for name in names:
+        if name not in section:
+            if required:
+                return f"has no {name}" + (f" in {where}" if where else "")
+            continue
+        bad = _number(section[name], least, above)
+        if bad:
+            return f"has {where + ' ' if where else ''}{name} that {bad}"
+    return None
+
+
+def profile_problem(raw: Any, need_ops: bool = True) -> str | None:
+    """What makes `raw` (a parsed YAML document) unusable as a profile, as the rest of a sentence
+    starting `profile <path>`; None when it is usable. Checks what a reader relies on: the types of
+    the sections, every op's time_s / energy_j (finite, >= 0) and work (> 0: estimates divide by
+    it), runtime_static_bytes, the measured paging fit the planner uses, the casts fits."""
+    if raw is None:
+        return "is empty"
+    if not isinstance(raw, dict):
+        return f"is {_kind(raw)}, not a profile (a mapping with board, ops, paging, ...)"
+    for name in ("models", "paging", "casts", "compute", "settings"):
+        if name in raw and not isinstance(raw[name], dict):
+            return f"has a {name} section that is {_kind(raw[name])}, not a mapping"
+    ops = raw.get("ops")
+    if ops is None and not need_ops:
+        ops = {}
+    if not isinstance(ops, dict):
+        return "has no ops section" if ops is None else f"has ops that are {_kind(ops)}, not a mapping"
+    if not ops and need_ops:
+        return "has no ops (an empty or truncated profile: every op would be estimated from nothing)"
+    for key, op in ops.items():
+        if not isinstance(key, str):
+            return f"has an op key {key!r} that is not text"
+        if not isinstance(op, dict):
+            return f"has op {key} that is {_kind(op)}, not a mapping"
+        bad = (_fields(f"op {key}", op, 0.0, ("time_s", "energy_j"))
+               or _fields(f"op {key}", op, 0.0, ("work",), above=True, required=False))
+        if bad:
+            return bad
+    if "runtime_static_bytes" in raw or need_ops:
+        bad = _fields("", raw, 0.0, ("runtime_static_bytes",))
+        if bad:
+            return bad
+        if not isinstance(raw["runtime_static_bytes"], int):
+            return f"has runtime_static_bytes {raw['runtime_static_bytes']}, not a whole number of bytes"
+    for name, models in (raw.get("models") or {}).items():
+        if not isinstance(models, dict):
+            return f"has models entry {name!r} that is {_kind(models)}, not a mapping"
+    paging = raw.get("paging") or {}
+    if "fit" in paging and not isinstance(paging["fit"], dict):
+        return f"has a paging fit that is {_kind(paging['fit'])}, not a mapping"
+    if paging.get("used") == "measured":  # what page_cost reads
+        bad = (_fields("paging", paging, 0.0, ("read_bytes_per_s", "write_bytes_per_s"), above=True)
+               or _fields("paging", paging, 0.0, ("read_latency_s", "write_latency_s", "read_w", "write_w")))
+        if bad:
+            return bad
+    casts = raw.get("casts") or {}
+    bad = _fields("casts", casts, 0.0, ("clock_hz",), above=True, required=False)
+    if bad:
+        return bad
+    for name, fit in casts.items():
+        if isinstance(fit, dict) and ("cycles_per_elem" in fit or "cycles_fixed" in fit):
+            # cycles_fixed is a fitted intercept: any finite value, though a slope below 0 is no cast
+            bad = (_fields(f"casts {name}", fit, 0.0, ("cycles_per_elem",))
+                   or _fields(f"casts {name}", fit, -math.inf, ("cycles_fixed",)))
+            if bad:
+                return bad
+    return None
+
+
+def uncosted(g: TrainingGraph) -> CostedGraph:
+    """The graph with unit compute costs: enough for plans that do not optimise (keep-all, profiling)."""
+    return CostedGraph(tuple(CostedNode(n.id, n.name, n.kind, tuple(n.deps), n.bytes, 1.0, 1.0,
+                                        recomputable=n.recomputable) for n in g.nodes), name=g.model,
+                       param_bytes=g.param_bytes)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """How the cost of an op the profile lacks was made."""
+    key: str
+    source: str        # the measured op key it was scaled from, or "" for the profile's FLOP rate
+    ratio: float       # this op's work / the source's
+    time_s: float
+    energy_j: float
+
+    @property
+    def provenance(self) -> str:
+        if self.source:
+            return f"estimated from {self.source} (x{self.ratio:.3g} FLOPs)"
+        return "estimated from FLOPs at the profile's median rate (no shape of this op was measured)"
+
+
+def work(n: GraphNode) -> int:
+    """An op's work for scaling costs: its FLOPs, at least one per output element."""
+    return max(n.flops, n.bytes // 4, 1)
+
+
+def op_name(key: str) -> str:
+    return key.split("(", 1)[0]
+
+
+def estimate_op(n: GraphNode, ops: dict[str, Any]) -> Estimate | None:
+    """The cost of an unprofiled op: the measured shape of the same op with the closest work,
+    scaled by the work ratio; else the median seconds (and joules) per unit of work of every
+    measured op. None when the profile has no op with its work recorded."""
+    key, w = op_key(n), work(n)
+    known = {k: v for k, v in ops.items() if v.get("work")}
+    same = [k for k in known if op_name(k) == n.op]
+    if same:
+        src = min(same, key=lambda k: (abs(math.log(w / float(known[k]["work"]))), k))
+        r = w / float(known[src]["work"])
+        return Estimate(key, src, r, float(known[src]["time_s"]) * r, float(known[src]["energy_j"]) * r)
+    if not known:
+        return None
+    rate_s = statistics.median(float(v["time_s"]) / float(v["work"]) for v in known.values())
+    rate_j = statistics.median(float(v["energy_j"]) / float(v["work"]) for v in known.values())
+    return Estimate(key, "", 1.0, w * rate_s, w * rate_j)
+
+
+def page_cost(board: Board, profile: dict[str, Any], nbytes: int, direction: str) -> tuple[float, float]:
+    """(seconds, joules) to page nbytes out or in: the profile's measured fit when it says the planner
+    uses it (a real board), else the board file's storage model."""
+    p = profile.get("paging") or {}
+    if p.get("used") != "measured":
+        return board.page_cost(nbytes, direction)
+    rate, lat, power = ((p["write_bytes_per_s"], p["write_latency_s"], p["write_w"]) if direction == "out"
+                        else (p["read_bytes_per_s"], p["read_latency_s"], p["read_w"]))
+    t = float(lat) + nbytes / float(rate)
+    return t, t * (float(power) + board.cpu_active_w)
+
+
+def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bool = False,
+           note: Callable[[str], None] | None = None) -> CostedGraph:
+    """Attach the profile's compute costs and paging model to every node.
+
+    An op the profile lacks is an error, unless `estimate`: then it is estimated (see
+    `estimate_op`) and note() gets one line per estimated op shape, saying from what.
+    """
+    ops = profile.get("ops", {})
+    nodes, guessed = [], {}
+    for n in g.nodes:
+        key = op_key(n)
+        if key in ops:
+            time_s, energy_j = float(ops[key]["time_s"]), float(ops[key]["energy_j"])
+        else:
+            est = estimate_op(n, ops) if estimate else None
+            if est is None:
+                raise PoetError(f"profile for {board.name} has no cost for {key} ({n.name}): "
+                                f"run `poet profile --board {board.name} --model {g.model}`")
+            time_s, energy_j = est.time_s, est.energy_j
+            guessed.setdefault(key, (est, n.name))
+        in_s, in_j = page_cost(board, profile, n.bytes, "in")
+        out_s, out_j = page_cost(board, profile, n.bytes, "out")
+        nodes.append(CostedNode(n.id, n.name, n.kind, tuple(n.deps), n.bytes, time_s, energy_j,
+                                in_s, in_j, out_s, out_j, n.recomputable))
+    if guessed and note:
+        note(f"{len(guessed)} op shapes of {g.model} are not in the {board.name} profile; their costs are estimated, "
+             f"not measured:")
+        for key, (est, name) in guessed.items():
+            note(f"  {key} ({name}): {est.provenance}")
+    return CostedGraph(tuple(nodes), name=g.model, param_bytes=g.param_bytes)

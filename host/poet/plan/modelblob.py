@@ -1,0 +1,245 @@
+"""The model, weights and batch blobs the firmware loads (docs/spec.md sections 2-4).
+
+Byte-exact encoders live here, apart from graph tracing, so the format has one
+Python implementation that tests can compare against the C parser.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from poet.plan.memory import optimizer_state_bytes, pool_fixed_bytes
+
+MAGIC = b"PMDL"
+VERSION = 1
+HEADER_BYTES = 16
+NODE_BYTES = 56
+MAX_DEPS = 4
+N_ATTRS = 10
+NO_DEP = 0xFFFF
+PARAM_FROZEN = 0x80000000  # param table word: not trained (no gradient, no optimizer state)
+PARAM_ELEMS_MASK = 0x0FFFFFFF
+OPT_WORDS = {0: 0, 1: 1, 2: 2}  # optimizer node a0 (sgd, momentum, adam) -> state floats per trained element
+MODEL_BLOB_MAX = 4096  # the firmware's static model buffer
+
+# ops (docs/spec.md section 2)
+OP_INPUT = 0
+OP_LINEAR = 1
+OP_CONV2D = 2
+OP_RELU = 3
+OP_MAXPOOL2D = 4
+OP_FLATTEN = 5
+OP_CROSS_ENTROPY = 6
+OP_LINEAR_BWD = 16
+OP_CONV2D_BWD = 17
+OP_RELU_BWD = 18
+OP_MAXPOOL2D_BWD = 19
+OP_FLATTEN_BWD = 20
+OP_CROSS_ENTROPY_BWD = 21
+OP_RESHAPE = 7
+OP_BATCHNORM = 8
+OP_LAYERNORM = 9
+OP_TANH = 10
+OP_SIGMOID = 11
+OP_GELU = 12
+OP_HARDTANH = 13
+OP_MEAN = 14
+OP_PERMUTE = 15
+OP_RESHAPE_BWD = 22
+OP_BATCHNORM_BWD = 23
+OP_LAYERNORM_BWD = 24
+OP_TANH_BWD = 25
+OP_SIGMOID_BWD = 26
+OP_GELU_BWD = 27
+OP_HARDTANH_BWD = 28
+OP_MEAN_BWD = 29
+OP_PERMUTE_BWD = 30
+OP_SGD = 32
+OP_ADD = 40  # also the backward pass's gradient sums (kind backward)
+OP_SUB = 41
+OP_MUL = 42
+OP_SCALE = 43
+OP_MATMUL = 44
+OP_SOFTMAX = 45
+OP_EMBEDDING = 46
+OP_SELECT = 47
+OP_BATCHNORM_EVAL = 48  # batch norm with frozen (running) statistics
+OP_CAST = 49  # a storage type conversion: a1 from, a2 to (DT_*), a3 a param source or -1
+OP_ABSMAX = 50  # an int8 scale, max |x| / 127 (4 bytes)
+OP_LINEAR_I8 = 51  # int8 x int8 -> int32 -> fp32, deps (x_q, x_scale, w_q, w_scale)
+OP_CONV2D_I8 = 52
+OP_ADD_BWD = 56
+OP_SUB_BWD = 57
+OP_MUL_BWD_A = 58
+OP_MUL_BWD_B = 59
+OP_SCALE_BWD = 60
+OP_MATMUL_BWD_A = 61
+OP_MATMUL_BWD_B = 62
+OP_SOFTMAX_BWD = 63
+OP_EMBEDDING_BWD = 64
+OP_SELECT_BWD = 65
+OP_BATCHNORM_EVAL_BWD = 66
+
+# element types of a cast (docs/spec.md section 2); every other op's tensors are fp32
+DT_F32 = 0
+DT_F16 = 1
+DT_BF16 = 2
+DT_I8 = 3
+DTYPES = {"fp32": DT_F32, "fp16": DT_F16, "bf16": DT_BF16, "int8": DT_I8}
+DTYPE_BYTES = {DT_F32: 4, DT_F16: 2, DT_BF16: 2, DT_I8: 1}
+
+
+def dtype_code(t: int | str) -> int:
+    """A cast's type attribute as the blob stores it, from its name (fp32, fp16, bf16, int8) or code."""
+    code = DTYPES.get(t) if isinstance(t, str) else int(t)
+    if code not in DTYPE_BYTES:
+        raise ValueError(f"element type {t!r}: the runtime has {', '.join(DTYPES)}")
+    return code
+
+
+# node kinds
+KIND_INPUT = 0
+KIND_FORWARD = 1
+KIND_LOSS = 2
+KIND_BACKWARD = 3
+KIND_OPTIMIZER = 4
+
+_HEADER = struct.Struct("<4sBBHHHI")
+_NODE = struct.Struct("<BBBx4HI10i")
+
+
+def f32_bits(v: float) -> int:
+    """A float attribute as the blob stores it: its IEEE binary32 bit pattern read as an i32."""
+    return int(struct.unpack("<i", struct.pack("<f", v))[0])
+
+
+def conv_geometry(pad: int, stride: int, groups: int) -> int:
+    """conv2d's a6: pad, stride and groups in one attribute (zero-based, so a dense stride-1 conv's
+    a6 is its padding, as before stride and groups were supported)."""
+    return pad | (stride - 1) << 8 | (groups - 1) << 16
+
+
+def fnv1a64(data: bytes) -> int:
+    """FNV-1a 64: cheap on a microcontroller, and enough to bind a schedule to its model."""
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+@dataclass(frozen=True)
+class BlobNode:
+    """One node of the training graph as the firmware sees it: an op with integer attributes."""
+
+    op: int
+    kind: int
+    deps: tuple[int, ...]
+    bytes: int
+    attrs: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.deps) > MAX_DEPS:
+            raise ValueError(f"node has {len(self.deps)} deps, the blob holds at most {MAX_DEPS}")
+        if len(self.attrs) > N_ATTRS:
+            raise ValueError(f"node has {len(self.attrs)} attributes, the blob holds at most {N_ATTRS}")
+
+
+@dataclass
+class ModelBlob:
+    """Header, parameter table and node table of a PMDL blob."""
+
+    batch: int
+    x_elems: int
+    param_elems: list[int]
+    nodes: list[BlobNode] = field(default_factory=list)
+    param_frozen: list[bool] = field(default_factory=list)  # per parameter; missing entries: trained
+
+    def frozen(self, p: int) -> bool:
+        return p < len(self.param_frozen) and self.param_frozen[p]
+
+    def encode(self) -> bytes:
+        out = bytearray(_HEADER.pack(MAGIC, VERSION, 0, len(self.nodes), len(self.param_elems),
+                                     self.batch, self.x_elems))
+        for p, n in enumerate(self.param_elems):
+            out += struct.pack("<I", n | (PARAM_FROZEN if self.frozen(p) else 0))
+        for node in self.nodes:
+            deps = list(node.deps) + [NO_DEP] * (MAX_DEPS - len(node.deps))
+            attrs = list(node.attrs) + [0] * (N_ATTRS - len(node.attrs))
+            out += _NODE.pack(node.op, node.kind, len(node.deps), *deps, node.bytes, *attrs)
+        return bytes(out)
+
+    @classmethod
+    def decode(cls, data: bytes) -> ModelBlob:
+        if len(data) < HEADER_BYTES:
+            raise ValueError(f"model blob is {len(data)} bytes, shorter than its {HEADER_BYTES}-byte header")
+        magic, version, _, n_nodes, n_params, batch, x_elems = _HEADER.unpack_from(data)
+        if magic != MAGIC or version != VERSION:
+            raise ValueError(f"not a version-{VERSION} PMDL model blob (magic {magic!r}, version {version})")
+        want = HEADER_BYTES + 4 * n_params + NODE_BYTES * n_nodes
+        if len(data) != want:
+            raise ValueError(f"model blob is {len(data)} bytes, its header says {want}")
+        words = list(struct.unpack_from(f"<{n_params}I", data, HEADER_BYTES))
+        params = [w & PARAM_ELEMS_MASK for w in words]
+        frozen = [bool(w & PARAM_FROZEN) for w in words]
+        nodes = []
+        off = HEADER_BYTES + 4 * n_params
+        for _ in range(n_nodes):
+            op, kind, n_deps, *rest = _NODE.unpack_from(data, off)
+            deps, nbytes, attrs = rest[:4], rest[4], rest[5:]
+            last = max((i + 1 for i, a in enumerate(attrs) if a != 0), default=0)
+            nodes.append(BlobNode(op, kind, tuple(deps[:n_deps]), nbytes, tuple(attrs[:last])))
+            off += NODE_BYTES
+        return cls(batch, x_elems, params, nodes, frozen)
+
+    def hash(self) -> int:
+        return fnv1a64(self.encode())
+
+    @property
+    def param_bytes(self) -> int:
+        """Every parameter and statistic: the weights blob."""
+        return 4 * sum(self.param_elems)
+
+    @property
+    def grad_bytes(self) -> int:
+        return 4 * sum(n for p, n in enumerate(self.param_elems) if not self.frozen(p))
+
+    @property
+    def opt_state_bytes(self) -> int:
+        """The optimizer state blob: the optimizer node (last) names the optimizer in a0."""
+        kind = self.nodes[-1].attrs[0] if self.nodes and self.nodes[-1].op == OP_SGD and self.nodes[-1].attrs else 0
+        return optimizer_state_bytes(OPT_WORDS.get(kind, 0), self.grad_bytes)
+
+    @property
+    def batch_bytes(self) -> int:
+        return 4 * self.x_elems + 4 * self.batch
+
+    def pool_free(self, pool_bytes: int) -> int:
+        """Arena bytes left in the board's pool after params, grads, optimizer state and the batch."""
+        return pool_bytes - pool_fixed_bytes(self.param_bytes, self.grad_bytes, self.opt_state_bytes,
+                                             self.batch_bytes)
+
+
+def encode_weights(params: list[np.ndarray]) -> bytes:
+    """Parameters in PyTorch layout, concatenated in param-table order as little-endian fp32."""
+    return b"".join(np.ascontiguousarray(p, dtype="<f4").tobytes() for p in params)
+
+
+def decode_weights(data: bytes, param_elems: list[int]) -> list[np.ndarray]:
+    """Flat fp32 arrays, one per parameter; the caller reshapes (the blob carries no shapes)."""
+    if len(data) != 4 * sum(param_elems):
+        raise ValueError(f"weights are {len(data)} bytes, the parameter table needs {4 * sum(param_elems)}")
+    flat = np.frombuffer(data, dtype="<f4").astype(np.float32)
+    out, off = [], 0
+    for n in param_elems:
+        out.append(flat[off:off + n].copy())
+        off += n
+    return out
+
+
+def encode_batch(x: np.ndarray, labels: np.ndarray) -> bytes:
+    """The staged batch: every input as fp32, then one i32 class label per sample."""
+    return (np.ascontiguousarray(x, dtype="<f4").tobytes()
+            + np.ascontiguousarray(labels, dtype="<i4").tobytes())

@@ -1,0 +1,75 @@
+"""The main job, one function per arrow of DESIGN.md's data flow, shared by the CLI commands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from poet.boards import Board
+from poet.errors import PoetError
+from poet.graph.training_graph import TrainingGraph
+from poet.plan.lower import Lowered, lower
+from poet.plan.memory import MemoryBudget, budget_for, check_ram
+from poet.plan.solve import keep_all, min_arena_budget
+from poet.plan.strategies import MILP, plan_with
+from poet.plan.types import CostedGraph, Plan
+from poet.units import format_size
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Planned:
+    budget: MemoryBudget
+    graph: CostedGraph
+    plan: Plan
+    lowered: Lowered | None  # None: planned only (the runtime cannot run this graph yet)
+    keep_all_peak: int
+    deadline_s: float
+
+
+def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, runtime_static: int,
+              deadline_s: float, solver: str = "highs", time_limit_s: float = 60.0,
+              progress: Progress = print, strategy: str = "poet", gap: float = 0.0,
+              lower_plan: bool = True) -> Planned:
+    """Plan with `strategy` for the arena left by --ram, lower it, and make sure the placed arena fits.
+
+    A plan bounds the bytes resident at once; placing tensors at offsets can need a
+    little more (fragmentation). If it does, the plan is made again with the arena
+    budget lowered by the overshoot, until the placed arena fits.
+    """
+    check_ram(ram_bytes, board.ram_bytes, board.name)
+    budget = budget_for(g, ram_bytes, runtime_static)
+    ka = keep_all(cg)
+    arena = budget.arena
+    for _attempt in range(8):
+        plan = plan_with(strategy, cg, arena, deadline_s, solver=solver, time_limit_s=time_limit_s, gap=gap,
+                         progress=progress)
+        if plan.status not in ("optimal", "feasible") and strategy not in MILP:
+            raise PoetError(f"{strategy} finds no plan for --ram {format_size(ram_bytes)} (arena {arena} B) "
+                            f"within the deadline: {plan.note or plan.status}; try --strategy poet", status=1)
+        if plan.status == "no-solution" and plan.solver == "none":  # the MILP was too big to build
+            raise PoetError(f"no plan: {plan.note}, and no heuristic's plan fits --ram {format_size(ram_bytes)} "
+                            "within the deadline; raise --ram or relax --deadline", status=1)
+        if plan.status == "no-solution":
+            raise PoetError(f"the solver found no plan in {time_limit_s:g} s (not proven infeasible); "
+                            f"raise --time-limit or --ram", status=1)
+        if plan.status == "infeasible":
+            smallest = min_arena_budget(cg, deadline_s, solver=solver, time_limit_s=time_limit_s)
+            if smallest is None:
+                raise PoetError(f"no plan meets the deadline {deadline_s * 1e3:.3f} ms even with unlimited RAM; "
+                                f"relax --deadline", status=1)
+            raise PoetError(f"--ram {format_size(ram_bytes)} is below the smallest feasible budget for this "
+                            f"deadline: {format_size(budget.fixed + smallest)} ({budget.fixed + smallest} B = "
+                            f"fixed {budget.fixed} B + arena {smallest} B); raise --ram or relax --deadline",
+                            status=1)
+        if not lower_plan:
+            return Planned(budget, cg, plan, None, ka.peak_bytes, deadline_s)
+        lowered = lower(plan, g)
+        if lowered.extent_bytes <= budget.arena:
+            return Planned(budget, cg, plan, lowered, ka.peak_bytes, deadline_s)
+        over = lowered.extent_bytes - budget.arena
+        progress(f"placed arena {lowered.extent_bytes} B overshoots {budget.arena} B by {over} B "
+                 f"(fragmentation); re-solving with a tighter live-bytes bound")
+        arena -= over
+    raise PoetError("could not place the plan's tensors within the arena after 8 attempts; raise --ram")

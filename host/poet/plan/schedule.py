@@ -1,0 +1,185 @@
+"""The schedule blob (PSCH, docs/spec.md section 5) and its validator.
+
+`validate` is the Python twin of firmware/core/schedule.c: same checks, same
+order, same (status, detail). The host runs it before uploading, so a bad plan is
+reported with the instruction at fault instead of a bare error code from the
+board, and the differential tests hold the two implementations to each other.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from poet.plan.modelblob import KIND_FORWARD, KIND_LOSS, ModelBlob
+
+MAGIC = b"PSCH"
+VERSION = 1
+HEADER_BYTES = 24
+INSTR_BYTES = 8
+CRC_BYTES = 4
+SCHEDULE_BLOB_MAX = 2048  # the firmware's static schedule buffer
+NO_DETAIL = 0xFFFFFFFF
+
+COMPUTE = 1
+RECOMPUTE = 2
+PAGE_OUT = 3
+PAGE_IN = 4
+FREE = 5
+OP_NAMES = {COMPUTE: "COMPUTE", RECOMPUTE: "RECOMPUTE", PAGE_OUT: "PAGE_OUT", PAGE_IN: "PAGE_IN", FREE: "FREE"}
+
+OK = 0
+SHORT, MAGIC_ERR, VERSION_ERR, CRC, LENGTH, HASH, NODES, ARENA = 1, 2, 3, 4, 5, 6, 7, 8
+OPCODE, NODE_RANGE, BOUNDS, OVERLAP, NOT_RESIDENT, NOT_PAGED = 9, 10, 11, 12, 13, 14
+DOUBLE_ALLOC, NOT_LIVE, RECOMPUTE_ERR, ORDER, LEAK = 15, 16, 17, 18, 19
+
+ERRORS: dict[int, str] = {
+    1: "SHORT", 2: "MAGIC", 3: "VERSION", 4: "CRC", 5: "LENGTH", 6: "HASH", 7: "NODES",
+    8: "ARENA", 9: "OPCODE", 10: "NODE_RANGE", 11: "BOUNDS", 12: "OVERLAP",
+    13: "NOT_RESIDENT", 14: "NOT_PAGED", 15: "DOUBLE_ALLOC", 16: "NOT_LIVE",
+    17: "RECOMPUTE", 18: "ORDER", 19: "LEAK",
+}
+
+# What each refusal means for the user, and what to do (the host prints it with the code).
+MEANINGS: dict[int, str] = {
+    1: "the schedule is shorter than its header: the upload was cut short",
+    2: "not a poet schedule (bad magic)",
+    3: "a schedule format this firmware does not speak: rebuild the schedule or update the firmware",
+    4: "the schedule's CRC-32 does not match its bytes: it was damaged on disk or on the way",
+    5: "the schedule's length does not match its instruction count",
+    6: "the schedule was made for another model (graph hash differs): plan again for this model",
+    7: "the schedule has a different node count than the loaded model",
+    8: "the schedule's arena is larger than the board's pool has left after parameters, gradients, "
+       "optimizer state and batch: plan with a smaller --ram",
+    9: "an instruction has an unknown opcode",
+    10: "an instruction names a node the model does not have",
+    11: "an instruction places a tensor outside the arena (or misaligned)",
+    12: "an instruction places a tensor over one that is still live",
+    13: "a compute reads a tensor that is not resident",
+    14: "a page-in of a tensor that was never paged out",
+    15: "a tensor is allocated twice",
+    16: "a page-out or free of a tensor that is not resident",
+    17: "a recompute of a node that cannot be recomputed (backward, input, or not yet computed)",
+    18: "the nodes are not computed in order, or not all of them",
+    19: "a tensor is still resident at the end of the step",
+}
+
+_HEADER = struct.Struct("<4sBBHQIHH")
+_INSTR = struct.Struct("<BBHI")
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction: what happens to which node's tensor, at which arena offset."""
+
+    op: int
+    node: int
+    offset: int = 0
+
+
+@dataclass
+class Schedule:
+    """A plan lowered to instructions, bound to one model by its hash."""
+
+    n_nodes: int
+    model_hash: int
+    arena_bytes: int
+    instrs: list[Instr] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        body = bytearray(_HEADER.pack(MAGIC, VERSION, 0, self.n_nodes, self.model_hash,
+                                      self.arena_bytes, len(self.instrs), 0))
+        for ins in self.instrs:
+            body += _INSTR.pack(ins.op, 0, ins.node, ins.offset)
+        return bytes(body) + struct.pack("<I", zlib.crc32(body))
+
+    @classmethod
+    def decode(cls, data: bytes) -> Schedule:
+        """Parse without judging the plan; use `validate` for that."""
+        if len(data) < HEADER_BYTES + CRC_BYTES:
+            raise ValueError(f"schedule is {len(data)} bytes, shorter than header and CRC")
+        magic, version, _, n_nodes, model_hash, arena, n_instr, _ = _HEADER.unpack_from(data)
+        if magic != MAGIC or version != VERSION:
+            raise ValueError(f"not a version-{VERSION} PSCH schedule (magic {magic!r}, version {version})")
+        if len(data) != HEADER_BYTES + INSTR_BYTES * n_instr + CRC_BYTES:
+            raise ValueError(f"schedule is {len(data)} bytes, its header says {n_instr} instructions")
+        if zlib.crc32(data[:-CRC_BYTES]) != struct.unpack_from("<I", data, len(data) - CRC_BYTES)[0]:
+            raise ValueError("schedule CRC-32 mismatch: the file is damaged")
+        instrs = []
+        for k in range(n_instr):
+            op, _, node, offset = _INSTR.unpack_from(data, HEADER_BYTES + INSTR_BYTES * k)
+            instrs.append(Instr(op, node, offset))
+        return cls(n_nodes, model_hash, arena, instrs)
+
+
+def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int, int]:
+    """(status, detail) exactly as the firmware answers END_BLOB for this schedule.
+
+    detail is the failing instruction's index, or 0xFFFFFFFF for header and end checks.
+    """
+    if len(data) < HEADER_BYTES + CRC_BYTES:
+        return SHORT, NO_DETAIL
+    if data[:4] != MAGIC:
+        return MAGIC_ERR, NO_DETAIL
+    if data[4] != VERSION:
+        return VERSION_ERR, NO_DETAIL
+    _, _, _, n_nodes, model_hash, arena, n_instr, _ = _HEADER.unpack_from(data)
+    if len(data) != HEADER_BYTES + INSTR_BYTES * n_instr + CRC_BYTES:
+        return LENGTH, NO_DETAIL
+    if zlib.crc32(data[:-CRC_BYTES]) != struct.unpack_from("<I", data, len(data) - CRC_BYTES)[0]:
+        return CRC, NO_DETAIL
+    if model is None or model_hash != model.hash():
+        return HASH, NO_DETAIL
+    if n_nodes != len(model.nodes):
+        return NODES, NO_DETAIL
+    if arena > pool_free:
+        return ARENA, NO_DETAIL
+
+    nodes = model.nodes
+    resident: dict[int, int] = {}  # node -> offset
+    computed: set[int] = set()
+    paged: set[int] = set()
+    n_computes = 0
+    for k in range(n_instr):
+        op, reserved, node, off = _INSTR.unpack_from(data, HEADER_BYTES + INSTR_BYTES * k)
+        if not COMPUTE <= op <= FREE or reserved != 0:
+            return OPCODE, k
+        if node >= n_nodes:
+            return NODE_RANGE, k
+        n = nodes[node]
+        if op == COMPUTE and node != n_computes:
+            return ORDER, k
+        if op == RECOMPUTE and (n.kind not in (KIND_FORWARD, KIND_LOSS) or node not in computed):
+            return RECOMPUTE_ERR, k
+        if op == PAGE_IN and node not in paged:
+            return NOT_PAGED, k
+        allocates = op in (COMPUTE, RECOMPUTE, PAGE_IN) and n.bytes > 0
+        if allocates:
+            if node in resident:
+                return DOUBLE_ALLOC, k
+            # 4-aligned: the firmware's kernels read fp32 straight out of the arena
+            if off % 4 or off + n.bytes > arena:
+                return BOUNDS, k
+            for j, o in resident.items():
+                if off < o + nodes[j].bytes and o < off + n.bytes:
+                    return OVERLAP, k
+        if op in (COMPUTE, RECOMPUTE):
+            if any(nodes[d].bytes > 0 and d not in resident for d in n.deps):
+                return NOT_RESIDENT, k
+        if op in (PAGE_OUT, FREE) and (node not in resident or n.bytes == 0):
+            return NOT_LIVE, k
+        if op == COMPUTE:
+            computed.add(node)
+            n_computes += 1
+        elif op == PAGE_OUT:
+            paged.add(node)
+        elif op == FREE:
+            del resident[node]
+        if allocates:
+            resident[node] = off
+    if n_computes != n_nodes:
+        return ORDER, NO_DETAIL
+    if resident:
+        return LEAK, NO_DETAIL
+    return OK, NO_DETAIL
