@@ -30,17 +30,17 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import fwhelpers  # noqa: E402
 from poet.boards import load_board  # noqa: E402
-from poet.costs import costed, load_profile, uncosted  # noqa: E402
-from poet.graph import TrainingGraph, with_optimizer  # noqa: E402
-from poet.link import BATCH, MODEL, SCHEDULE, WEIGHTS  # noqa: E402
-from poet.lower import lower, model_blob  # noqa: E402
-from poet.modelblob import ModelBlob, encode_batch, encode_weights, f32_bits  # noqa: E402
-from poet.models import get_model  # noqa: E402
-from poet.schedule import Schedule  # noqa: E402
-from poet.solve import keep_all  # noqa: E402
-from poet.strategies import plan_with  # noqa: E402
-from poet.tracer import trace  # noqa: E402
-from poet.zoo.transformer import TransformerClassifier  # noqa: E402
+from poet.plan.costs import costed, load_profile, uncosted  # noqa: E402
+from poet.graph.training_graph import TrainingGraph, with_optimizer  # noqa: E402
+from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS  # noqa: E402
+from poet.plan.lower import lower, model_blob  # noqa: E402
+from poet.plan.modelblob import ModelBlob, encode_batch, encode_weights, f32_bits  # noqa: E402
+from poet.models.zoo import get_model  # noqa: E402
+from poet.plan.schedule import Schedule  # noqa: E402
+from poet.plan.solve import keep_all  # noqa: E402
+from poet.plan.strategies import plan_with  # noqa: E402
+from poet.graph.tracer import trace  # noqa: E402
+from poet.models.zoo.transformer import TransformerClassifier  # noqa: E402
 
 HELLO, BEGIN, CHUNK, END, STEP, READ = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
 CHUNK_BYTES = 1000
@@ -118,7 +118,7 @@ def frame_records(requests: list[tuple[int, bytes]]) -> bytes:
 
 
 def raw_frames(requests: list[tuple[int, bytes]]) -> bytes:
-    from poet.framing import encode_frame
+    from poet.device.framing import encode_frame
 
     return b"".join(encode_frame(t, 1 + i % 255, p) for i, (t, p) in enumerate(requests))
 
