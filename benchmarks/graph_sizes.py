@@ -55,9 +55,10 @@ def run_phase(path: str, phase: str) -> dict[str, float | str]:
     """One phase in this process: its seconds, the process's peak RSS and what it found."""
     from poet.graph import file as graphfile
     from poet.graph.file import read_graph
-    from poet.plan.solve import keep_all
-    from poet.plan.strategies import _HEURISTICS
-    from poet.plan.types import CostedGraph
+    from poet.plan.strategies import named
+    from poet.plan.strategies.base import Options
+    from poet.plan.strategies.checkpoint_all import keep_all
+    from poet.plan.types import POET, CostedGraph
 
     if phase == "solve":  # the whole command as a user runs it, limits and all (cli imports torch: +200 MB)
         from poet import cli
@@ -77,14 +78,14 @@ def run_phase(path: str, phase: str) -> dict[str, float | str]:
         elif phase != "read":
             peak = keep_all(cg).peak_bytes
             t0 = time.perf_counter()
-            p = _HEURISTICS[phase](cg, peak // 2, 2 * cg.one_pass_s)
+            p = named(phase).plan(cg, peak // 2, 2 * cg.one_pass_s, POET, Options())
             out = f"{p.status} {p.note[:50]}"
     return {"s": time.perf_counter() - t0, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "out": out}
 
 
 def _half_peak(path: str) -> int:
-    from poet.plan.solve import keep_all
+    from poet.plan.strategies.checkpoint_all import keep_all
     from poet.plan.types import CostedGraph
 
     return keep_all(CostedGraph.from_json(path)).peak_bytes // 2

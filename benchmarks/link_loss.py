@@ -20,9 +20,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from lossyproxy import LossyProxy  # noqa: E402
-from poet.device import firmware  # noqa: E402
 from poet.boards import load_board  # noqa: E402
-from poet.device import emulator
+from poet.device import (
+    emulator,
+    firmware,  # noqa: E402
+)
 from poet.device.connect import Device  # noqa: E402
 from poet.device.link import Link  # noqa: E402
 from test_lossy_link import _session  # noqa: E402

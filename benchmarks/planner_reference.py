@@ -17,8 +17,8 @@ import time
 import warnings
 from pathlib import Path
 
-from poet.plan.solve import keep_all
 from poet.plan.strategies import plan_with
+from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.types import POET, REFERENCE, CostedGraph
 
 REF = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "poet-reference"

@@ -21,8 +21,9 @@ from poet.boards import load_board
 from poet.graph.tracer import trace
 from poet.models.zoo import ZOO, get_model
 from poet.plan.costs import costed, load_profile
-from poet.plan.solve import keep_all, lower_bound_bytes
 from poet.plan.strategies import BASELINES, found, plan_with
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import lower_bound_bytes
 
 
 def main() -> None:

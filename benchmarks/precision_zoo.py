@@ -37,8 +37,9 @@ from poet.models.zoo import get_model
 from poet.plan.costs import costed, load_profile
 from poet.plan.memory import budget_for
 from poet.plan.precision import select
-from poet.plan.solve import keep_all, min_arena_budget
 from poet.plan.strategies import found, plan_with
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget
 
 # the emulated nrf52840's cast fits (cycles = r n + c), docs/benchmarks.md, for profiles without `casts:`
 NRF52840_CASTS: dict[str, Any] = {

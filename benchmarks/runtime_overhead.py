@@ -25,11 +25,11 @@ from poet.boards import load_board
 from poet.device.connect import open_device
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
+from poet.models.datasets import load_dataset
 from poet.models.zoo import get_model
 from poet.plan.costs import uncosted
 from poet.plan.lower import lower
-from poet.plan.solve import keep_all
-from poet.run import data_batches
+from poet.plan.strategies.checkpoint_all import keep_all
 
 INSTR_PER_TICK = 40  # 1 GHz virtual instruction clock (-icount shift=0) / 25 MHz timer
 
@@ -43,13 +43,14 @@ def main() -> None:
     g = trace(model, args.model, spec.input_shape, spec.classes, 16)
     sched = lower(keep_all(uncosted(g)), g).schedule.encode()
     board = load_board("nrf52840")
+    data = load_dataset("digits").fitted(tuple(g.input_shape), g.classes, g.model).epoch_batches(16, 0, 0)
     runs = {}
     for target in ("qemu-m4", "qemu-m4-notrace"):
         stand_in = replace(board, emulator={**board.emulator, "target": target})
         with tempfile.TemporaryDirectory() as work, open_device(stand_in, None, workdir=Path(work), quiet=True) as dev:
             dev.load_model(g, weights_of(model))
             dev.load_schedule(sched)
-            runs[target] = [dev.step(x, y, 0.01) for x, y in data_batches(g, args.steps)]
+            runs[target] = [dev.step(x, y, 0.01) for x, y in data[:args.steps]]
     results = runs["qemu-m4"]
     bare = np.median([r.step_ticks for r in runs["qemu-m4-notrace"]])
     assert not runs["qemu-m4-notrace"][0].records, "the notrace image sent trace records"

@@ -66,3 +66,40 @@ def refused(capsys: pytest.CaptureFixture[str], argv: list[str], status: int, *w
     for w in words:
         assert w in lines[0], lines[0]
     return lines[0]
+
+
+# ---------------------------------------------------------------- steps on a board, for the device tests
+
+def digits_batches(x, y, batch: int, input_shape: tuple[int, ...]):
+    """Consecutive full batches in the given order, inputs reshaped to the model's input shape."""
+    import numpy as np
+
+    for start in range(0, len(x) - batch + 1, batch):
+        xb = x[start : start + batch].reshape((batch, *input_shape)).astype(np.float32)
+        yield xb, y[start : start + batch]
+
+
+def data_batches(g, steps: int):
+    """The first `steps` batches of the fixed digits training split, in order, cycling over epochs."""
+    import itertools
+
+    from poet.models.datasets import digits_split
+
+    xtr, ytr, _, _ = digits_split()
+    epoch = list(digits_batches(xtr, ytr, g.batch, tuple(g.input_shape)))
+    return list(itertools.islice(itertools.cycle(epoch), steps))
+
+
+def run_steps(dev, g, weights, schedule: bytes, data, lr: float, trace=None, say=None,
+              expect_peak: int | None = None) -> list[float]:
+    """Load model, weights and schedule (with the plan's peak, checked every step), one step per batch;
+    returns the losses."""
+    dev.load_model(g, weights)
+    dev.load_schedule(schedule, planned_peak=expect_peak)
+    losses = []
+    for x, y in data:
+        res = dev.step(x, y, lr)
+        losses.append(res.loss)
+        if trace is not None:
+            trace.add_step(res, lr)
+    return losses

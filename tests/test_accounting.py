@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import needs_qemu
+from conftest import data_batches, needs_qemu, run_steps
 from poet.boards import Board, load_board
 from poet.cli import main
 from poet.device.connect import open_device
@@ -34,9 +34,9 @@ from poet.models.zoo import get_model
 from poet.plan.costs import work
 from poet.plan.memory import budget_for
 from poet.plan.pipeline import plan_step
-from poet.plan.solve import keep_all, min_arena_budget
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.plan.types import CostedGraph, CostedNode
-from poet.run import data_batches, run_steps
 
 pytestmark = needs_qemu
 STEPS = 3
@@ -75,7 +75,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         for name, p in plans.items():
             run_dir = tmp_path_factory.mktemp(name)
             sched = p.lowered.schedule.encode()
-            (run_dir / SCHEDULE_BESIDE).write_bytes(sched)  # as poet.run.train_session leaves a run
+            (run_dir / SCHEDULE_BESIDE).write_bytes(sched)  # as a `poet train` run leaves it
             tr = Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
             run_steps(dev, g, weights_of(model), sched, data, 0.1, tr, lambda _m: None,
                       expect_peak=p.plan.peak_bytes)

@@ -7,7 +7,7 @@ give bit-identical weights; the board's peak arena use equals the planner's.
 
 import numpy as np
 import pytest
-from conftest import needs_qemu
+from conftest import data_batches, needs_qemu, run_steps
 from poet.boards import load_board
 from poet.device.connect import open_device
 from poet.device.link import DeviceError
@@ -17,8 +17,8 @@ from poet.models.zoo import get_model
 from poet.plan.costs import costed, load_profile, uncosted
 from poet.plan.lower import lower
 from poet.plan.pipeline import plan_step
-from poet.plan.solve import keep_all, min_arena_budget
-from poet.run import data_batches, run_steps
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget
 
 pytestmark = needs_qemu
 STEPS = 3

@@ -10,7 +10,7 @@ from poet.models.zoo import get_model
 from poet.paths import profile_to_read
 from poet.plan.costs import costed, load_profile
 from poet.plan.memory import budget_for
-from poet.plan.solve import min_arena_budget
+from poet.plan.strategies.poet_milp import min_arena_budget
 
 
 @pytest.fixture(autouse=True)

@@ -60,10 +60,11 @@ def _digits_like(tmp: Path, change: Callable[[np.ndarray, np.ndarray], tuple[np.
 
 def _config(**changes: Any) -> dict[str, Any]:
     """A run's config.json as `poet train TRAIN` writes it, with changes."""
+    from poet.cli import _run_config
     from poet.train import _config_from
 
     ns = build_parser().parse_args(TRAIN)
-    cfg = json.loads(json.dumps(_config_from(ns), default=str))
+    cfg = json.loads(json.dumps(_config_from(_run_config(ns)), default=str))
     cfg.update(changes)
     return cfg
 

@@ -112,3 +112,48 @@ def test_no_import_cycle_in_poet() -> None:
     found = cycles(graph)
     assert not found, "import cycles (break each by moving what both need into a module of its own): " + \
         "; ".join(" <-> ".join(c) for c in found)
+
+
+def _argparse_users(mods: dict[str, Path]) -> list[str]:
+    """Modules that import argparse: the command line's parser belongs to cli alone."""
+    out = []
+    for name, f in mods.items():
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "argparse" or n.startswith("argparse.") for n in names):
+                out.append(name)
+                break
+    return sorted(out)
+
+
+def _namespace_takers(mods: dict[str, Path]) -> list[str]:
+    """Library functions with a parameter annotated as a Namespace, or `args: Any` (how the library
+    took the CLI's Namespace). PyTorch's own protocol hands untyped `args` tuples to instrument."""
+    out = []
+    for name, f in mods.items():
+        if name == "poet.cli":
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+                note = ast.unparse(a.annotation) if a.annotation else ""
+                if "Namespace" in note or (a.arg == "args" and note == "Any"):
+                    out.append(f"{name}.{node.name}({a.arg}: {note})")
+    return out
+
+
+def test_only_the_cli_parses_the_command_line() -> None:
+    mods = _modules()
+    assert _argparse_users(mods) == ["poet.cli"]
+    assert not _namespace_takers(mods), "the library takes typed values: " + ", ".join(_namespace_takers(mods))
+
+
+def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def f():\n    import argparse\n")
+    b.write_text("from typing import Any\ndef run(args: Any, say): ...\ndef g(ns: 'argparse.Namespace'): ...\n")
+    mods = {"a": a, "b": b}
+    assert _argparse_users(mods) == ["a"]
+    assert _namespace_takers(mods) == ["b.run(args: Any)", "b.g(ns: 'argparse.Namespace')"]

@@ -21,11 +21,8 @@ import pytest
 from fwhelpers import keep_all, native_link
 from poet.device import firmware
 from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError
+from poet.graph.dtypes import DT_BF16, DT_F16, DT_F32, DT_I8
 from poet.plan.modelblob import (
-    DT_BF16,
-    DT_F16,
-    DT_F32,
-    DT_I8,
     KIND_BACKWARD,
     KIND_FORWARD,
     KIND_INPUT,
@@ -99,7 +96,8 @@ def soft_lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     out = tmp_path_factory.mktemp("soft") / "libpoetkernels_soft.so"
     core = FIRMWARE / "core"
     proc = subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-fPIC", "-shared",
-                           "-DPOET_SOFT_FLOAT=1", "-o", str(out), str(core / "kernels_lp.c"), str(core / "kernels.c"),
+                           "-DPOET_SOFT_FLOAT=1", "-o", str(out), str(core / "kernels" / "lowp.c"),
+                           str(core / "kernels" / "linear.c"), str(core / "kernels" / "conv.c"),
                            "-lm"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return _load(out)

@@ -146,7 +146,7 @@ def test_qemu_uart_survives_a_full_receive_ring(tmp_path: Path) -> None:
     from poet.models.zoo import get_model
     from poet.plan.costs import uncosted
     from poet.plan.lower import lower, model_blob
-    from poet.plan.solve import keep_all as keep_all_plan
+    from poet.plan.strategies.checkpoint_all import keep_all as keep_all_plan
 
     model, spec = get_model("cnn-digits")
     g = trace(model, "cnn-digits", spec.input_shape, spec.classes, 16)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import serial
-from conftest import needs_tools
+from conftest import data_batches, needs_tools
 from lossyproxy import LossyProxy
 from poet.boards import load_board
 from poet.device import emulator, firmware
@@ -23,8 +23,7 @@ from poet.graph.tracer import trace
 from poet.models.zoo import get_model
 from poet.plan.costs import uncosted
 from poet.plan.lower import lower
-from poet.plan.solve import keep_all
-from poet.run import data_batches
+from poet.plan.strategies.checkpoint_all import keep_all
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
 STEPS = 20

@@ -9,7 +9,8 @@ from poet.plan.lower import instructions, lower, model_blob, place
 from poet.plan.memory import budget_for
 from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule, validate
 from poet.plan.simulate import simulate
-from poet.plan.solve import keep_all, min_arena_budget, solve_poet
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget, solve_poet
 from poet.plan.types import CostedGraph, CostedNode, Plan, Stage, rule_stage
 
 
@@ -150,8 +151,8 @@ def test_schedule_is_small_and_bound_to_its_model():
 def test_memory_budget_counts_everything():
     g = _graph()
     b = budget_for(g, 128 * 1024, runtime_static=20000)
-    assert b.params == b.grads == g.param_bytes
-    assert b.staging == 4 * g.x_elems + 4 * g.batch
+    assert b.pool.params == b.pool.grads == g.param_bytes
+    assert b.pool.staging == 4 * g.x_elems + 4 * g.batch
     assert b.arena == 128 * 1024 - b.fixed
     assert sum(n for _, n in b.lines()) <= 128 * 1024
     with pytest.raises(UsageError, match="below the fixed part"):

@@ -27,7 +27,7 @@ from poet.plan.costs import uncosted
 from poet.plan.lower import lower, model_blob
 from poet.plan.modelblob import encode_batch, encode_weights
 from poet.plan.schedule import PAGE_IN, PAGE_OUT, RECOMPUTE
-from poet.plan.solve import keep_all
+from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.types import Plan
 from test_runtime_ops import _poet_plans
 

@@ -12,8 +12,8 @@ import highspy
 import pytest
 from conftest import NO_LIMIT, REFERENCE
 from poet.plan import milp
-from poet.plan.solve import solve_poet
 from poet.plan.strategies import best_heuristic
+from poet.plan.strategies.poet_milp import solve_poet
 from poet.plan.types import REFERENCE as REFERENCE_RULES
 from poet.plan.types import CostedGraph
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pulp
 import pytest
 from poet.plan.simulate import simulate
-from poet.plan.solve import _build, _extract, _set_start, keep_all, lower_bound_bytes, min_arena_budget, solve_poet
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import _build, _extract, _set_start, lower_bound_bytes, min_arena_budget, solve_poet
 from poet.plan.types import CostedGraph, CostedNode, Plan, Stage, rule_stage
 
 LINEAR_M0 = Path(__file__).resolve().parents[1] / "../shared/benchmarks/poet-reference/linear.m0.json"
@@ -474,13 +475,13 @@ def test_time_limit_reports_feasible_with_gap(solver: str) -> None:
 def test_chained_memory_rows_give_the_same_optima(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Big stages write their RAM rows as a running sum (solve._chained_rows); it must be the same
     constraint as the dense rows: same optimum at every budget."""
-    import poet.plan.solve as solve_mod
+    import poet.plan.strategies.poet_milp as poet_milp
 
     g = GRAPHS[name]()
     peak = keep_all(g).peak_bytes
     cases = [(int(peak * f), d * g.one_pass_s) for f in (0.9, 0.7, 0.5) for d in (1.2, 3.0)]
     dense = [solve_poet(g, b, d) for b, d in cases]
-    monkeypatch.setattr(solve_mod, "CHAIN_ABOVE", 0)
+    monkeypatch.setattr(poet_milp, "CHAIN_ABOVE", 0)
     chained = [solve_poet(g, b, d) for b, d in cases]
     assert [p.status for p in dense] == [p.status for p in chained]
     assert any(p.status == "optimal" and p.recomputes + p.page_ins for p in dense), "nothing to compare"

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import needs_tools
+from conftest import data_batches, needs_tools, run_steps
 from poet.boards import load_board
 from poet.device import firmware
 from poet.device.connect import Device, open_device
@@ -27,8 +27,8 @@ from poet.plan.costs import costed, uncosted
 from poet.plan.lower import lower
 from poet.plan.memory import budget_for
 from poet.plan.pipeline import plan_step
-from poet.plan.solve import keep_all, min_arena_budget
-from poet.run import data_batches, run_steps
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget
 from torch import nn
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")

@@ -125,7 +125,7 @@ def quick_link(monkeypatch: pytest.MonkeyPatch) -> None:
     """HELLO gives up after 1 s instead of 10: what is tested is what it says, not how long it waits."""
     import poet.device.connect
 
-    monkeypatch.setattr(poet.device, "Link", functools.partial(Link, timeout_s=1.0))
+    monkeypatch.setattr(poet.device.connect, "Link", functools.partial(Link, timeout_s=1.0))
 
 
 def test_a_protocol_1_hello_reply_is_a_whole_checked_frame() -> None:
@@ -167,7 +167,7 @@ def test_noise_is_not_a_board_and_is_not_flashed(tmp_path: Path, monkeypatch: py
     import poet.device.flash
 
     flashed: list[str] = []
-    monkeypatch.setattr(poet.flash, "flash", lambda b, port, say, **_kw: flashed.append(port))
+    monkeypatch.setattr(poet.device.flash, "flash", lambda b, port, say, **_kw: flashed.append(port))
     fake = Fake(noise, seed=1)
     with fake.serving() as port:
         code = main(["train", "--board", "rpi4", "--port", port, "--ram", "1m", "--epochs", "1",
@@ -218,7 +218,7 @@ def test_a_board_of_a_newer_protocol_is_not_downgraded(tmp_path: Path, monkeypat
     import poet.device.flash
 
     flashed: list[str] = []
-    monkeypatch.setattr(poet.flash, "flash", lambda b, port, say, **_kw: flashed.append(port))
+    monkeypatch.setattr(poet.device.flash, "flash", lambda b, port, say, **_kw: flashed.append(port))
     with Fake(None, newer_board).serving() as port:
         code = main(["train", "--board", "rpi4", "--port", port, "--ram", "1m", "--epochs", "1",
                      "--data-limit", "16", "--run-dir", str(tmp_path / "run")])
@@ -241,7 +241,7 @@ def test_the_emulated_board_not_answering_is_poet_s_bug(monkeypatch: pytest.Monk
 
         hello = silent
 
-    monkeypatch.setattr(poet.device, "Link", Quiet)
+    monkeypatch.setattr(poet.device.connect, "Link", Quiet)
     monkeypatch.setattr(poet.device.connect.firmware, "command", lambda _target: ["cat"])
     with pytest.raises(LinkError) as caught, open_device(load_board("rpi4"), None, quiet=True):
         pass

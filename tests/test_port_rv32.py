@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs_tools
+from conftest import data_batches, needs_tools, run_steps
 from poet.boards import load_board
 from poet.device import firmware
 from poet.device.connect import Device, open_device
@@ -24,10 +24,10 @@ from poet.graph.tracer import trace
 from poet.models.zoo import get_model
 from poet.plan.costs import costed, load_profile, uncosted
 from poet.plan.lower import lower
-from poet.plan.solve import keep_all, min_arena_budget
 from poet.plan.strategies import plan_with
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.plan.types import Plan
-from poet.run import data_batches, run_steps
 
 pytestmark = needs_tools("make", "riscv64-unknown-elf-gcc", "qemu-system-riscv32")
 STEPS = 3

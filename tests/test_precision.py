@@ -5,7 +5,6 @@ accuracy within a point of fp32's."""
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -17,13 +16,14 @@ import numpy as np
 import pytest
 import yaml
 from conftest import NO_LIMIT, REPO, needs_tools
+from conftest import digits_batches as batches
 from fwhelpers import native_link
 from poet.boards import load_board
 from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS
 from poet.graph.reference import accuracy, load_weights, weights_of
 from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph
-from poet.models.datasets import batches, digits_split
+from poet.models.datasets import digits_split
 from poet.models.zoo import get_model
 from poet.plan.costs import costed, load_profile
 from poet.plan.lower import lower, model_blob
@@ -39,11 +39,12 @@ from poet.plan.precision import (
     load_rules,
     select,
 )
+from poet.plan.request import PlanRequest, solve_request
 from poet.plan.simulate import simulate
-from poet.plan.solve import keep_all, min_arena_budget
 from poet.plan.strategies import found, plan_with
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.plan.types import Plan
-from poet.run import solve_and_lower
 
 BOARD = load_board("nrf52840")
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None, reason="cc / make missing")
@@ -261,15 +262,15 @@ def test_auto_with_int8_layers_is_the_best_of_every_choice() -> None:
         _exhaustive(g, load_board("mkr1000"), prof, rules, arena, deadline)
 
 
-def _args(profile: Path, precision: str | None) -> argparse.Namespace:
-    ns = argparse.Namespace(strategy="poet", solver="highs", time_limit=NO_LIMIT, gap=0.0, profile=str(profile))
-    if precision is not None:
-        ns.precision = precision
-    return ns
+def _request(profile: Path, precision: str | None, ram: int) -> PlanRequest:
+    """A solve's request; precision None: not given (the default)."""
+    if precision is None:
+        return PlanRequest(ram=ram, time_limit_s=NO_LIMIT, profile=profile)
+    return PlanRequest(ram=ram, time_limit_s=NO_LIMIT, profile=profile, precision=precision)
 
 
 def _cnn_solve_setup(tmp_path: Path) -> tuple[Path, TrainingGraph, Any, int, int, float]:
-    """cnn-digits for solve_and_lower: the profile written out, the graph, its costs, the fixed RAM, the
+    """cnn-digits for solve_request: the profile written out, the graph, its costs, the fixed RAM, the
     tight arena and the deadline."""
     prof_path = tmp_path / "nrf52840.yaml"
     prof_path.write_text(yaml.safe_dump(_profile()))
@@ -283,9 +284,9 @@ def test_fp32_is_the_plan_of_before_bit_for_bit(tmp_path: Path) -> None:
     """--precision fp32 goes through the same code as a solve without the flag: same plan, same bytes."""
     prof_path, g, cg, fixed, tight, deadline = _cnn_solve_setup(tmp_path)
     said: list[str] = []
-    before = solve_and_lower(_args(prof_path, None), g, cg, BOARD, fixed + tight, 28672, deadline, said.append,
+    before = solve_request(_request(prof_path, None, fixed + tight), g, cg, BOARD, 28672, deadline, said.append,
                              out=tmp_path / "a.poet")
-    now = solve_and_lower(_args(prof_path, "fp32"), g, cg, BOARD, fixed + tight, 28672, deadline, said.append,
+    now = solve_request(_request(prof_path, "fp32", fixed + tight), g, cg, BOARD, 28672, deadline, said.append,
                           out=tmp_path / "b.poet")
     assert (tmp_path / "a.poet").read_bytes() == (tmp_path / "b.poet").read_bytes()
     assert before.plan.stages == now.plan.stages and before.plan.energy_j == now.plan.energy_j
@@ -295,7 +296,7 @@ def test_fp32_is_the_plan_of_before_bit_for_bit(tmp_path: Path) -> None:
 def test_solve_says_which_tensors_changed(tmp_path: Path) -> None:
     prof_path, g, cg, fixed, tight, deadline = _cnn_solve_setup(tmp_path)
     said: list[str] = []
-    p = solve_and_lower(_args(prof_path, "greedy"), g, cg, BOARD, fixed + tight, 28672, deadline, said.append,
+    p = solve_request(_request(prof_path, "greedy", fixed + tight), g, cg, BOARD, 28672, deadline, said.append,
                         out=tmp_path / "g.poet")
     text = "\n".join(said)
     assert "precision greedy:" in text and "saved tensors stored narrow" in text

@@ -216,18 +216,20 @@ LR = 0.1
 
 @needs_qemu
 def test_prediction_after_one_epoch_within_5_percent(tmp_path):
+    from conftest import digits_batches as batches
     from poet.boards import load_board
     from poet.device.connect import open_device
     from poet.energy.accounting import charges
     from poet.energy.tracefile import Trace
     from poet.graph.reference import weights_of
     from poet.graph.tracer import trace
-    from poet.models.datasets import batches, digits_split
+    from poet.models.datasets import digits_split
     from poet.models.zoo import get_model
     from poet.plan.costs import costed, load_profile
     from poet.plan.memory import budget_for
     from poet.plan.pipeline import plan_step
-    from poet.plan.solve import keep_all, min_arena_budget
+    from poet.plan.strategies.checkpoint_all import keep_all
+    from poet.plan.strategies.poet_milp import min_arena_budget
 
     board = load_board("nrf52840")
     model, spec = get_model("cnn-digits")

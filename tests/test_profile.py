@@ -21,7 +21,8 @@ from poet.graph.training_graph import GraphNode
 from poet.models.zoo import get_model
 from poet.plan.costs import costed, estimate_op, load_profile, op_key, page_cost, work
 from poet.plan.memory import budget_for
-from poet.plan.solve import keep_all, min_arena_budget
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget
 
 needs_m4 = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
 COMPUTE = ("forward", "backward", "recompute", "optimizer")

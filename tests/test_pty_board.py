@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, needs_tools
+from conftest import REPO, data_batches, needs_tools
 from poet.boards import load_board
 from poet.cli import main
 from poet.device import firmware
@@ -21,8 +21,7 @@ from poet.graph.tracer import trace
 from poet.models.zoo import get_model
 from poet.plan.costs import uncosted
 from poet.plan.lower import lower
-from poet.plan.solve import keep_all
-from poet.run import data_batches
+from poet.plan.strategies.checkpoint_all import keep_all
 
 pytestmark = needs_tools("cc", "make")
 
@@ -76,7 +75,7 @@ def test_train_on_a_port_and_flash_on_a_version_mismatch(tmp_path: Path, monkeyp
     import poet.device.flash
 
     flashed: list[tuple[str, str]] = []
-    monkeypatch.setattr(poet.flash, "flash", lambda b, port, say, **_kw: flashed.append((b.name, port)))
+    monkeypatch.setattr(poet.device.flash, "flash", lambda b, port, say, **_kw: flashed.append((b.name, port)))
     args = ["train", "--board", "rpi4", "--ram", "1m", "--epochs", "1", "--data-limit", "32", "--lr", "0.1"]
     with pty_board(tmp_path) as path:
         assert main([*args, "--port", path, "--run-dir", str(tmp_path / "a")]) == 0

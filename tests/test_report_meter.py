@@ -30,7 +30,7 @@ from poet.cli import main
 from poet.energy.accounting import OVERHEAD_RECORD, account
 from poet.energy.meters import align as al
 from poet.energy.meters import base, synthetic
-from poet.energy.report import _placement, measure
+from poet.energy.meters.measure import _placement, measure
 from poet.energy.tracefile import Trace
 from poet.errors import PoetError
 

@@ -26,10 +26,12 @@ from poet.graph.training_graph import TrainingGraph
 from poet.models.zoo import get_model
 from poet.plan.costs import costed, load_profile, uncosted
 from poet.plan.lower import lower, model_blob
+from poet.plan.memory import pool_for
 from poet.plan.modelblob import MODEL_BLOB_MAX, decode_weights, encode_batch, encode_weights
 from poet.plan.schedule import SCHEDULE_BLOB_MAX
-from poet.plan.solve import keep_all, min_arena_budget
 from poet.plan.strategies import plan_with
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.plan.types import Plan
 
 pytestmark = [pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
@@ -62,7 +64,7 @@ def _setup(name: str, batch: int, input_shape: tuple[int, ...] | None = None, st
 
 def _target(g: TrainingGraph, sched_bytes: int) -> str:
     small = len(model_blob(g).encode()) <= MODEL_BLOB_MAX and sched_bytes <= SCHEDULE_BLOB_MAX
-    return "linux" if small and g.fixed_bytes < 3 << 20 else "linux-big"
+    return "linux" if small and pool_for(g).fixed < 3 << 20 else "linux-big"
 
 
 def _run(link: Link, g: TrainingGraph, w0: list[np.ndarray], plan: Plan, data: list[Batch]

@@ -19,9 +19,10 @@ from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optim
 from poet.models.zoo import get_model
 from poet.plan.costs import uncosted
 from poet.plan.lower import lower, model_blob
+from poet.plan.memory import pool_for
 from poet.plan.modelblob import decode_weights, encode_batch, encode_weights
 from poet.plan.schedule import Schedule
-from poet.plan.solve import keep_all
+from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.types import Plan
 from test_runtime_ops import _poet_plans
 
@@ -128,7 +129,7 @@ def test_resumed_run_continues_exactly(tmp_path: Path) -> None:
     data, w0 = _data(g, 4), weights_of(model)
     plan = keep_all(uncosted(g))
     state_bytes = model_blob(g).opt_state_bytes
-    assert state_bytes == g.optimizer_state_bytes == 4 + 2 * g.param_bytes
+    assert state_bytes == pool_for(g).optimizer_state == 4 + 2 * g.param_bytes
     with native_link(tmp_path) as link:
         _load(link, g, w0, plan)
         straight = _steps(link, g, data)
@@ -155,7 +156,7 @@ def test_pool_layout_is_one_model(tmp_path: Path) -> None:
     with native_link(tmp_path) as link:
         pool = link.hello().pool_bytes
         free = blob.pool_free(pool)
-        assert free == pool - g.fixed_bytes
+        assert free == pool - pool_for(g).fixed
         link.upload(MODEL, blob.encode())
         sched = lower(plan, g).schedule
         for arena, ok in ((free, True), (free + 8, False)):

@@ -16,7 +16,7 @@ from poet.models.zoo import get_model
 from poet.plan.costs import uncosted
 from poet.plan.lower import lower, model_blob
 from poet.plan.schedule import COMPUTE, Instr
-from poet.plan.solve import keep_all
+from poet.plan.strategies.checkpoint_all import keep_all
 
 pytestmark = needs_tools("cc", "make")
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 from poet.plan.simulate import PlanError, simulate
-from poet.plan.solve import keep_all
+from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.types import CostedGraph, CostedNode, Plan, Stage
 
 # id, kind, deps, bytes

@@ -8,7 +8,6 @@ benchmarks/graph_sizes.py; these tests check where and how the refusals happen, 
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import sys
 import threading
@@ -20,11 +19,11 @@ from conftest import refused
 from poet.cli import main
 from poet.graph import file as graphfile
 from poet.graph.file import MAX_FILE_BYTES, MAX_NODES, read_graph
-from poet.plan.solve import MAX_MILP_VARIABLES, keep_all, milp_size
+from poet.plan.strategies import revolve as revolve_module
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import MAX_MILP_VARIABLES, milp_size
 from poet.plan.types import CostedGraph, CostedNode
 from poet.units import format_size
-
-revolve_module = importlib.import_module("poet.plan.strategies.revolve")  # poet.strategies.revolve is the function
 
 
 @pytest.fixture(autouse=True)

@@ -6,10 +6,11 @@ import math
 
 import pytest
 from poet.plan.simulate import simulate
-from poet.plan.solve import keep_all, solve_poet
-from poet.plan.strategies import BASELINES, best_heuristic, found, plan_with
+from poet.plan.strategies import BASELINES, MILP, REGISTRY, STRATEGIES, best_heuristic, found, plan_with
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import solve_poet
 from poet.plan.strategies.revolve import chain_order
-from poet.plan.types import STRATEGIES, CostedGraph, Plan
+from poet.plan.types import CostedGraph, Plan
 from test_planner import LINEAR_M0, chain, deep, linear_m0, tiny
 
 
@@ -115,6 +116,16 @@ def test_warm_start_gives_a_plan_no_worse_than_the_start() -> None:
         assert found(p) and p.energy_j <= start.energy_j * (1 + 1e-9)
 
 
+def test_the_registry_is_the_one_list_of_strategies() -> None:
+    """--strategy's choices and help, the MILPs and the heuristics the MILPs start from all come from REGISTRY."""
+    names = [s.name for s in REGISTRY]
+    assert len(set(names)) == len(names) and list(STRATEGIES) == names
+    assert all(s.help and "\n" not in s.help and STRATEGIES[s.name] == s.help for s in REGISTRY)
+    assert MILP == ("poet", "remat-only", "page-only", "checkmate")
+    with pytest.raises(ValueError, match="unknown strategy 'nope'; one of poet, remat-only"):
+        plan_with("nope", chain(), 1000, 1.0)
+
+
 def test_every_strategy_has_a_plan_maker() -> None:
     g = chain()
     for s in STRATEGIES:
@@ -129,7 +140,7 @@ def test_every_strategy_has_a_plan_maker() -> None:
 def test_every_reference_instance_gets_a_plan_the_simulator_accepts(model: str, platform: str) -> None:
     """At 60% of the keep-all peak (or the smallest feasible arena) and 2x: a plan, replayed clean,
     no worse than any heuristic's (the MILP starts from the best of them)."""
-    from poet.plan.solve import lower_bound_bytes
+    from poet.plan.strategies.poet_milp import lower_bound_bytes
     path = LINEAR_M0.with_name(f"{model}.{platform}.json")
     if not path.exists():
         pytest.skip(f"{path} absent")
@@ -148,11 +159,11 @@ def test_every_reference_instance_gets_a_plan_the_simulator_accepts(model: str, 
 
 
 def test_a_milp_too_big_to_build_returns_the_best_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
-    import poet.plan.solve as solve_mod
+    import poet.plan.strategies.poet_milp as poet_milp
 
     g = deep((4, 4, 4, 4, 4))
     budget, deadline = int(keep_all(g).peak_bytes * 0.75), 3 * g.one_pass_s
-    monkeypatch.setattr(solve_mod, "MAX_MILP_VARIABLES", 10)
+    monkeypatch.setattr(poet_milp, "MAX_MILP_VARIABLES", 10)
     p = plan_with("poet", g, budget, deadline)
     best = best_heuristic(g, budget, deadline)
     assert best is not None and p.status == "feasible" and p.energy_j == best.energy_j

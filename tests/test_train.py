@@ -193,7 +193,8 @@ def test_fine_tuning_the_last_layers_below_the_keep_all_budget(workspace: Path) 
     from poet.boards import load_board
     from poet.plan.costs import costed, load_profile
     from poet.plan.memory import budget_for
-    from poet.plan.solve import keep_all, min_arena_budget
+    from poet.plan.strategies.checkpoint_all import keep_all
+    from poet.plan.strategies.poet_milp import min_arena_budget
 
     model, spec = get_model("cnn-digits", seed=0)
     board, prof = load_board("nrf52840"), load_profile("nrf52840")
@@ -286,6 +287,7 @@ def test_a_run_folder_in_use_is_refused(two_runs: tuple[Path, Path, Path], capsy
                 [sys.executable, "-c", "import fcntl, os, sys, time\n"
                  "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
                  "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+                 "os.ftruncate(fd, 0)\n"  # as poet does: a longer pid from an earlier holder must not show through
                  "os.write(fd, str(os.getpid()).encode())\n"
                  "print('held', flush=True)\n"
                  "time.sleep(120)\n", str(folder / "run.lock")], stdout=subprocess.PIPE, text=True)

@@ -8,16 +8,20 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from poet import __version__
 from poet.boards import board_names, load_board
 from poet.errors import PoetError, UsageError
-from poet.models.zoo import SMALL, ZOO
+from poet.models.zoo import SMALL, ZOO, ModelChoice
 from poet.paths import shown, write_output
-from poet.plan.memory import check_ram
-from poet.plan.types import STRATEGIES
+from poet.plan.memory import check_ram, costed_fixed_bytes
+from poet.plan.request import PlanRequest
+from poet.plan.strategies import STRATEGIES
 from poet.units import format_size, parse_deadline, parse_size
+
+if TYPE_CHECKING:
+    from poet.train import RunConfig
 
 DEFAULT_BOARD = "nrf52840"
 
@@ -81,11 +85,44 @@ def cmd_flash(args: argparse.Namespace) -> int:
     return 0
 
 
-def _graph(args: argparse.Namespace):
-    from poet.graph.reference import weights_of
-    from poet.run import model_and_graph
+# ---------------------------------------------------------------- typed values from the command line
 
-    model, g = model_and_graph(args)
+def _model_choice(args: argparse.Namespace, name: str | None = None) -> ModelChoice:
+    return ModelChoice(name or args.model, batch=args.batch, seed=args.seed, train=args.train,
+                       input_shape=args.input_shape, classes=args.classes, layers=args.layers, hidden=args.hidden)
+
+
+def _plan_request(args: argparse.Namespace) -> PlanRequest:
+    """--ram (parsed here, once), --deadline, --strategy... of solve, train and demo."""
+    return PlanRequest(ram=parse_size(args.ram) if args.ram is not None else None, deadline=args.deadline,
+                       strategy=args.strategy, solver=args.solver, time_limit_s=args.time_limit, gap=args.gap,
+                       profile=_path(args.profile), precision=args.precision,
+                       precision_rules=_path(args.precision_rules))
+
+
+def _path(text: str | None) -> Path | None:
+    return Path(text) if text else None
+
+
+def _run_config(args: argparse.Namespace, **fixed: Any) -> RunConfig:
+    """A train (or demo) command line as the run's config; `fixed` sets what the command fixes."""
+    from poet.train import RunConfig
+
+    given = dict(board=args.board, model=_model_choice(args), plan=_plan_request(args), lr=args.lr,
+                 run_dir=_path(args.run_dir))
+    if args.command == "train":
+        given.update(data=args.data, data_limit=args.data_limit, epochs=args.epochs, optimizer=args.optimizer,
+                     budget_j=args.budget_j, battery_mah=args.battery_mah, volts=args.volts, force=args.force,
+                     country=args.country, carbon_intensity=args.carbon_intensity,
+                     checkpoint_every=args.checkpoint_every, schedule=_path(args.schedule), meter=args.meter)
+    return RunConfig(**{**given, **fixed})
+
+
+def _graph(args: argparse.Namespace, name: str | None = None):
+    from poet.graph.reference import weights_of
+    from poet.graph.tracer import traced
+
+    model, g = traced(_model_choice(args, name))
     return g, model, weights_of(model)
 
 
@@ -132,8 +169,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     models = args.models or ([args.model] if args.model else ["mlp-digits", "cnn-digits"])
     graphs = []
     for m in models:
-        args.model = m
-        g, _, w = _graph(args)
+        g, _, w = _graph(args, m)
         graphs.append((g, w))
     path = Path(args.output) if args.output else profile_file(board.name)
     existing = existing_profile(path)  # refuses a file there that is no profile, and a place it cannot write
@@ -171,11 +207,12 @@ def _deadline(text: str, cg) -> float:
 def cmd_solve(args: argparse.Namespace) -> int:
     from poet.graph.file import read_graph
     from poet.graph.training_graph import TrainingGraph
-    from poet.plan.costs import costed, load_profile
-    from poet.run import solve_and_lower
+    from poet.plan.request import costed_for, solve_request
 
     board = load_board(args.board)
-    ram = parse_size(args.ram)
+    request = _plan_request(args)
+    ram = request.ram
+    assert ram is not None
     if ram <= 0:
         raise UsageError(f"--ram {args.ram}: must be more than 0 bytes, e.g. 256k")
     if args.graph:
@@ -190,26 +227,25 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.semantics != "poet":
         raise UsageError("--semantics reference applies to costed graph files (the POET reference's instances)")
     check_ram(ram, board.ram_bytes, board.name)
-    prof = load_profile(board.name, Path(args.profile) if args.profile else None,
-                            note=lambda m: say(f"note: {m}"))
-    cg = costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}"))
-    solve_and_lower(args, g, cg, board, ram, int(prof["runtime_static_bytes"]), _deadline(args.deadline, cg), say,
-                    out=Path(args.output) if args.output else None, need_schedule=bool(args.output))
+    cg, prof = costed_for(g, board, request, say)
+    solve_request(request, g, cg, board, int(prof["runtime_static_bytes"]), _deadline(args.deadline, cg), say,
+                  out=_path(args.output), need_schedule=bool(args.output))
     return 0
 
 
 def _solve_costed(args: argparse.Namespace, cg, ram: int) -> int:
     """Plan a costed graph file: no board, no lowering (the file has no ops to run)."""
-    from poet.plan.solve import keep_all, min_arena_budget
+    from poet.plan.request import plan_line
     from poet.plan.strategies import MILP, found, plan_with
+    from poet.plan.strategies.checkpoint_all import keep_all
+    from poet.plan.strategies.poet_milp import min_arena_budget
     from poet.plan.types import POET, REFERENCE
-    from poet.run import plan_line
 
     if args.output:
         raise UsageError(f"{args.graph} is a costed graph (no ops to run): it can be planned, not lowered to a "
                          f"schedule; drop -o")
     semantics = REFERENCE if args.semantics == "reference" else POET
-    fixed = 0 if args.semantics == "reference" else 2 * cg.param_bytes  # parameters and their gradients
+    fixed = 0 if args.semantics == "reference" else costed_fixed_bytes(cg.param_bytes)
     arena = ram - fixed
     if arena <= 0:
         raise UsageError(f"--ram {format_size(ram)} does not hold this graph's parameters and gradients "
@@ -262,7 +298,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         cg = costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}"))
         fixed = budget_for(g, max(rams[-1], board.ram_bytes) * 4, int(prof["runtime_static_bytes"])).fixed
     else:
-        cg, fixed = g, (0 if args.semantics == "reference" else 2 * g.param_bytes)
+        cg, fixed = g, (0 if args.semantics == "reference" else costed_fixed_bytes(g.param_bytes))
     deadlines = [_deadline(d, cg) / cg.one_pass_s for d in args.deadline.split(",")]
     out = Path(args.output) if args.output else sweep_dir(cg.name)
     n = len(rams) * len(deadlines) * len(strategies)
@@ -324,7 +360,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         args = _resumed(args)
     elif args.ram is None:
         raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
-    train(args, say)
+    train(_run_config(args), say, port=args.port, resume=_path(args.resume))
     return 0
 
 
@@ -338,15 +374,34 @@ def logic_input(text: str) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from poet.energy.report import run
+    from poet.energy.report import ReportOptions, report
 
-    return run(args, say)
+    if args.depth is not None and args.depth < 0:
+        raise UsageError(f"--depth {args.depth}: give 0 (the model only) or more")
+    if args.top is not None and args.top < 1:
+        raise UsageError(f"--top {args.top}: give 1 or more")
+    if args.meter is None and (args.allow_gaps or args.meter_offset is not None or args.markers is not None):
+        raise UsageError("--allow-gaps, --meter-offset and --markers apply to a recording: add --meter RECORDING.csv")
+    if args.markers is not None and args.meter_offset is not None:
+        raise UsageError("--markers aligns on the meter's own clock (its marker pulses), so --meter-offset has "
+                         "nothing to move: give one of them")
+    if args.meter is not None and args.diff:
+        raise UsageError("--meter measures one trace; drop --diff (or report each trace on its own)")
+
+    def file_asked(f: str | None) -> bool | Path:  # --csv, --chrome: absent, bare (the default file) or a file
+        return False if f is None else Path(f) if f else True
+
+    return report(ReportOptions(
+        trace=Path(args.trace), by=args.by, depth=args.depth, top=args.top, fold=args.fold, csv=file_asked(args.csv),
+        chrome=file_asked(args.chrome), plot=args.plot, out=Path(args.out) if args.out else None,
+        diff=Path(args.diff) if args.diff else None, meter=Path(args.meter) if args.meter is not None else None,
+        allow_gaps=args.allow_gaps, meter_offset_s=args.meter_offset or 0.0, markers=args.markers), say)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from poet.run import demo
+    from poet.demo import demo
 
-    demo(args, say)
+    demo(_run_config(args), args.steps, say, port=args.port)
     return 0
 
 
@@ -723,8 +778,9 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
     p.add_argument("--steps", type=_whole(1, MAX_STEPS), default=89,
                    help=f"training steps, 1 to {MAX_STEPS} (default 89: one epoch of digits)")
     p.add_argument("--lr", type=_positive, default=0.3, help="SGD learning rate (default 0.3)")
-    p.add_argument("--run-dir", help="where the run's files go (default workspace/runs/demo)")
-    p.set_defaults(func=cmd_demo, models=None, repeats=3, max_repeats=10, spread=0.02, output=None)
+    p.add_argument("--run-dir", type=_output_folder,
+                   help="where the run's files go (default workspace/runs/demo, rewritten by every demo)")
+    p.set_defaults(func=cmd_demo)
     return ap
 
 

@@ -20,7 +20,6 @@ epoch on the host, with the weights read back from the board.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import datetime
@@ -54,11 +53,14 @@ from poet.energy.predict import Comparison, Epoch, Prediction, RunPredictor, pla
 from poet.energy.tracefile import Trace
 from poet.errors import PoetError, UsageError
 from poet.graph.reference import accuracy, load_weights, weights_of
+from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
 from poet.models.datasets import Dataset, load_dataset
+from poet.models.zoo import ModelChoice
 from poet.paths import runs_dir, shown
-from poet.plan.memory import check_ram
-from poet.units import parse_deadline, parse_size
+from poet.plan.memory import check_ram, pool_for
+from poet.plan.request import PlanRequest
+from poet.units import parse_deadline
 
 Say = Callable[[str], None]
 
@@ -67,6 +69,32 @@ CONFIG_KEYS = ("board", "model", "batch", "seed", "train", "data", "data_limit",
                "lr", "optimizer", "strategy", "solver", "time_limit", "gap", "profile", "budget_j",
                "battery_mah", "volts", "force", "country", "carbon_intensity", "checkpoint_every", "schedule",
                "input_shape", "classes", "layers", "hidden", "meter", "precision", "precision_rules")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run is asked: the model, the plan, the data and the run's own settings. config.json
+    holds it flat, under CONFIG_KEYS (`poet train --resume` reads it back as a command line)."""
+
+    board: str = "nrf52840"
+    model: ModelChoice = ModelChoice()
+    plan: PlanRequest = PlanRequest()
+    data: str = "digits"  # digits, a folder of .npy arrays, or module:factory
+    data_limit: int | None = None  # the first N training samples
+    epochs: int = 3
+    lr: float = 0.1
+    optimizer: str = "sgd"  # sgd, momentum[:M] or adam[:BETA1,BETA2,EPS]
+    budget_j: float | None = None  # refuse a run predicted to need more
+    battery_mah: float | None = None  # with volts: refuse a run the battery cannot carry
+    volts: float | None = None
+    force: bool = False  # run even over budget_j or the battery
+    country: str | None = None  # the grid's carbon intensity
+    carbon_intensity: float | None = None  # gCO2eq/kWh instead of the country's
+    checkpoint_every: int = 1
+    schedule: Path | None = None  # run this schedule file instead of planning
+    meter: str | None = None  # BACKEND[:ARG] recorded over the steps
+    run_dir: Path | None = None  # default workspace/runs/<time>-<model>
+    made_by: str = "train"  # "demo": a folder `poet demo` may rewrite
 
 
 @dataclass
@@ -185,11 +213,11 @@ def _lock(folder: Path) -> int:
     return fd
 
 
-def _new_folder(args: argparse.Namespace) -> tuple[Path, bool]:
+def _new_folder(cfg: RunConfig) -> tuple[Path, bool]:
     """The new run's folder and whether this call made it: --run-dir (made if missing), else
     runs/<date>-<time>-<model>[-N], one of its own."""
-    if getattr(args, "run_dir", None):
-        folder = Path(args.run_dir)
+    if cfg.run_dir:
+        folder = cfg.run_dir
         try:
             folder.mkdir(parents=True)
         except FileExistsError:
@@ -203,7 +231,7 @@ def _new_folder(args: argparse.Namespace) -> tuple[Path, bool]:
     except OSError as exc:
         raise PoetError(f"cannot make the runs folder {shown(base)}: {exc.strerror or exc} (set $POET_WORKSPACE "
                         "to a folder you can write)") from None
-    stem = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{args.model.replace('/', '_').replace(':', '_')}"
+    stem = f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{cfg.model.name.replace('/', '_').replace(':', '_')}"
     for n in itertools.count(1):
         folder = base / (stem if n == 1 else f"{stem}-{n}")
         try:
@@ -237,19 +265,32 @@ def _resume_checkpoint(run: Run, state: RunState) -> tuple[list[np.ndarray], byt
     return ckpt
 
 
-def _config_from(args: argparse.Namespace) -> dict[str, Any]:
-    """What the run was asked, with the files it names made absolute: a resume from another folder
-    reads the same files (or is refused for a missing one), never others of the same name."""
-    cfg = {k: getattr(args, k, None) for k in CONFIG_KEYS}
+def _config_from(cfg: RunConfig) -> dict[str, Any]:
+    """What the run was asked, flat under CONFIG_KEYS, with the files it names made absolute: a resume
+    from another folder reads the same files (or is refused for a missing one), never others of the
+    same name."""
+    m, p = cfg.model, cfg.plan
+    flat: dict[str, Any] = {
+        "board": cfg.board, "model": m.name, "batch": m.batch, "seed": m.seed, "train": m.train, "data": cfg.data,
+        "data_limit": cfg.data_limit, "epochs": cfg.epochs, "ram": p.ram, "deadline": p.deadline, "lr": cfg.lr,
+        "optimizer": cfg.optimizer, "strategy": p.strategy, "solver": p.solver, "time_limit": p.time_limit_s,
+        "gap": p.gap, "profile": p.profile, "budget_j": cfg.budget_j, "battery_mah": cfg.battery_mah,
+        "volts": cfg.volts, "force": cfg.force, "country": cfg.country, "carbon_intensity": cfg.carbon_intensity,
+        "checkpoint_every": cfg.checkpoint_every, "schedule": cfg.schedule,
+        "input_shape": list(m.input_shape) if m.input_shape else None, "classes": m.classes, "layers": m.layers,
+        "hidden": m.hidden, "meter": cfg.meter, "precision": p.precision, "precision_rules": p.precision_rules}
+    assert tuple(flat) == CONFIG_KEYS
     for key in ("profile", "schedule", "precision_rules"):
-        if cfg[key]:
-            cfg[key] = str(Path(cfg[key]).resolve())
-    if cfg["data"] and cfg["data"] != "digits" and Path(cfg["data"]).exists():
-        cfg["data"] = str(Path(cfg["data"]).resolve())
-    meter = cfg["meter"]
+        if flat[key]:
+            flat[key] = str(Path(flat[key]).resolve())
+    if flat["data"] and flat["data"] != "digits" and Path(flat["data"]).exists():
+        flat["data"] = str(Path(flat["data"]).resolve())
+    meter = flat["meter"]
     if isinstance(meter, str) and meter.startswith("file:"):
-        cfg["meter"] = "file:" + str(Path(meter[5:]).resolve())
-    return cfg
+        flat["meter"] = "file:" + str(Path(meter[5:]).resolve())
+    if cfg.made_by != "train":
+        flat["made_by"] = cfg.made_by
+    return flat
 
 
 def run_config(folder: Path) -> dict[str, Any]:
@@ -290,25 +331,22 @@ def config_argv(cfg: dict[str, Any], path: Path) -> list[str]:
     return argv
 
 
-def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, args: argparse.Namespace) -> str:
+def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, request: PlanRequest) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(asdict(g), sort_keys=True).encode())
     h.update(profile_bytes)
-    h.update(json.dumps([board.name, parse_size(args.ram), args.deadline, args.strategy, args.solver,
-                         args.gap]).encode())
-    precision = getattr(args, "precision", None) or "fp32"
-    if precision != "fp32":  # fp32 runs keep the keys (and the cached plans) they had before --precision
-        rules = getattr(args, "precision_rules", None)
-        text = Path(rules).read_text() if rules and Path(rules).is_file() else ""  # a missing file: refused later
-        h.update(json.dumps([precision, rules or "", text]).encode())
+    h.update(json.dumps([board.name, request.ram, request.deadline, request.strategy, request.solver,
+                         request.gap]).encode())
+    if request.precision != "fp32":  # fp32 runs keep the keys (and the cached plans) they had before --precision
+        rules = request.precision_rules
+        text = rules.read_text() if rules and rules.is_file() else ""  # a missing file: refused later
+        h.update(json.dumps([request.precision, str(rules or ""), text]).encode())
     return h.hexdigest()[:16]
 
 
-def _graph(args: argparse.Namespace) -> tuple[torch.nn.Module, TrainingGraph]:
-    from poet.run import model_and_graph
-
-    model, g = model_and_graph(args)
-    return model, with_optimizer(g, parse_optimizer(args.optimizer))
+def _graph(cfg: RunConfig) -> tuple[torch.nn.Module, TrainingGraph]:
+    model, g = traced(cfg.model)
+    return model, with_optimizer(g, parse_optimizer(cfg.optimizer))
 
 
 def _graph_for(g: TrainingGraph, plan: dict) -> TrainingGraph:
@@ -332,17 +370,18 @@ def _given_schedule(path: Path, run: Run, say: Say) -> dict:
     return info
 
 
-def _plan(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device, run: Run, say: Say) -> dict:
+def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, say: Say) -> dict:
     """The plan and schedule for this run: from the cache when the same configuration was solved before."""
-    if args.schedule:
-        return _given_schedule(Path(args.schedule), run, say)
+    if cfg.schedule:
+        return _given_schedule(cfg.schedule, run, say)
     from poet.paths import profile_to_read
     from poet.plan.costs import costed, load_profile
-    from poet.run import solve_and_lower
+    from poet.plan.request import solve_request
 
-    prof_path = Path(args.profile) if args.profile else profile_to_read(board.name)
-    prof = load_profile(board.name, prof_path if args.profile else None)
-    key = _plan_key(g, board, prof_path.read_bytes() if prof_path.exists() else b"", args)
+    request = cfg.plan
+    prof_path = request.profile or profile_to_read(board.name)
+    prof = load_profile(board.name, request.profile)
+    key = _plan_key(g, board, prof_path.read_bytes() if prof_path.exists() else b"", request)
     cache = runs_dir() / "plans" / key
     cache.mkdir(parents=True, exist_ok=True)
     with _held(cache / LOCK_FILE, say, "another poet is solving the same plan: waiting for it to reuse its plan"):
@@ -352,19 +391,18 @@ def _plan(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device,
                 f"{info['recomputes']} recomputes, {info['page_ins']} page-ins, peak arena {info['peak_bytes']} B")
         else:
             cg = costed(g, board, prof, estimate=True)
-            deadline_s = parse_deadline(args.deadline, cg.one_pass_s)
-            p = solve_and_lower(args, g, cg, board, parse_size(args.ram), dev.runtime_static, deadline_s, say,
-                                out=cache / "schedule.poet.tmp")
+            deadline_s = parse_deadline(request.deadline, cg.one_pass_s)
+            # plan.json, written last, marks the entry whole: a schedule without it is solved again
+            p = solve_request(request, g, cg, board, dev.runtime_static, deadline_s, say, out=cache / "schedule.poet")
             if p.lowered is None:
                 raise PoetError(f"model {g.model} cannot run on the board yet")
             info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
                     "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
                     "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,
-                    "page_outs": p.plan.page_outs, "ram_bytes": parse_size(args.ram), "key": key}
+                    "page_outs": p.plan.page_outs, "ram_bytes": request.ram, "key": key}
             sel = getattr(p, "selection", None)
             if sel is not None:  # --precision greedy|auto: the run's graph has the plan's casts
                 info["precision"] = sel.to_json()
-            os.replace(cache / "schedule.poet.tmp", cache / "schedule.poet")
             _write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())  # last: it marks the entry whole
         shutil.copy(cache / "plan.json", run.dir / "plan.json")
         shutil.copy(cache / "schedule.poet", run.dir / "schedule.poet")
@@ -420,24 +458,24 @@ def _ensure_firmware(board: Board, port: str, run_dir: Path, say: Say) -> None:
     flash.flash(board, port, say)
 
 
-def _check_energy(args: argparse.Namespace, plan: dict, steps: int, epochs: int, say: Say) -> Prediction:
+def _check_energy(cfg: RunConfig, plan: dict, steps: int, epochs: int, say: Say) -> Prediction:
     """The plan's prediction of the run; refuse, before anything runs, a run the energy budget or the
     battery cannot carry (unless --force)."""
-    grid = intensity(args.country, args.carbon_intensity)
+    grid = intensity(cfg.country, cfg.carbon_intensity)
     if "energy_j" not in plan:  # a given schedule: nothing predicts it before it runs
         return plan_prediction(0.0, 0.0, steps, epochs, grid)
     pred = plan_prediction(plan["energy_j"], plan["time_s"], steps, epochs, grid)
     say(f"\n[energy] {pred.line('the plan predicts')}")
     msg = None
-    if args.budget_j is not None and pred.energy_j > args.budget_j:
+    if cfg.budget_j is not None and pred.energy_j > cfg.budget_j:
         msg = (f"the run needs {pred.energy_j:.4g} J (predicted from the plan), more than --budget-j "
-               f"{args.budget_j:g} J: train fewer epochs, or pass --force to run anyway")
-    elif args.battery_mah is not None:
-        check = check_battery(pred.energy_j, args.battery_mah, args.volts)
+               f"{cfg.budget_j:g} J: train fewer epochs, or pass --force to run anyway")
+    elif cfg.battery_mah is not None:
+        check = check_battery(pred.energy_j, cfg.battery_mah, cfg.volts)
         say(f"  {check.line()}")
         msg = refusal(check)
     if msg:
-        if not args.force:
+        if not cfg.force:
             raise UsageError(msg)
         say(f"  warning: {msg.split(':')[0]} (--force given: running anyway)")
     return pred
@@ -473,80 +511,83 @@ def _evaluate(model: torch.nn.Module, weights: list[np.ndarray], data: Dataset) 
         model.train(was)
 
 
-def train(args: argparse.Namespace, say: Say) -> Path:
-    """Run (or resume) a fine-tuning run; returns its folder."""
+def train(cfg: RunConfig, say: Say = print, port: str | None = None, resume: Path | None = None) -> Path:
+    """Run a fine-tuning run on the board at `port` (None: its emulated stand-in), or resume the one in
+    the folder `resume` (whose config cfg must be, as cli reads it); returns the run's folder."""
     with contextlib.ExitStack() as held:  # the run's lock, released however the run ends
-        return _train(args, say, held)
+        return _train(cfg, say, port, resume, held)
 
 
-def _check_request(args: argparse.Namespace, say: Say) -> None:
+def _check_request(cfg: RunConfig, say: Say) -> None:
     """What a run can be refused for without a board: checked before one is touched or the workspace
     written, so a refusal leaves nothing behind (no emulator booted, no run folder)."""
-    if (args.battery_mah is None) != (args.volts is None):
+    if (cfg.battery_mah is None) != (cfg.volts is None):
         raise UsageError("--battery-mah and --volts go together (the battery's capacity and its nominal voltage)")
-    if args.schedule and (args.budget_j is not None or args.battery_mah is not None):
+    if cfg.schedule and (cfg.budget_j is not None or cfg.battery_mah is not None):
         raise UsageError("--budget-j and --battery-mah need a plan to predict the run from; drop --schedule")
-    intensity(args.country, args.carbon_intensity)  # an unknown --country
-    parse_deadline(args.deadline, 1.0)  # its form; against the model's pass once the plan is costed
-    parse_size(args.ram)
-    if not args.schedule:
+    intensity(cfg.country, cfg.carbon_intensity)  # an unknown --country
+    parse_deadline(cfg.plan.deadline, 1.0)  # its form; against the model's pass once the plan is costed
+    if cfg.plan.ram is None:
+        raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
+    if not cfg.schedule:
         from poet.plan.costs import load_profile
-        load_profile(args.board, Path(args.profile) if args.profile else None, note=lambda m: say(f"note: {m}"))
-        if (args.precision or "fp32") != "fp32":
+        load_profile(cfg.board, cfg.plan.profile, note=lambda m: say(f"note: {m}"))
+        if cfg.plan.precision != "fp32":
             from poet.plan.precision import load_rules
-            load_rules(args.precision_rules)
+            load_rules(cfg.plan.precision_rules)
 
 
-def _train(args: argparse.Namespace, say: Say, held: contextlib.ExitStack) -> Path:
-    _check_request(args, say)
+def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held: contextlib.ExitStack) -> Path:
+    _check_request(cfg, say)
     ckpt = None
-    if args.resume:
-        run = Run(Path(args.resume))
+    if resume:
+        run = Run(resume)
         held.callback(os.close, _lock(run.dir))
         state = run.load_state()
         if state.finished:
             if state.complete:
                 say(f"run {shown(run.dir)} already finished: nothing to resume")
             else:
-                _complete_finished(args, run, state, say)
+                _complete_finished(cfg, run, state, say)
             return run.dir
         ckpt = _resume_checkpoint(run, state)
-    elif getattr(args, "run_dir", None):
-        _refuse_if_run(Path(args.run_dir))
+    elif cfg.run_dir:
+        _refuse_if_run(cfg.run_dir)
     # everything a new run could be refused for is checked before its folder exists
-    board = load_board(args.board)
-    check_ram(parse_size(args.ram), board.ram_bytes, board.name)
-    model, g = _graph(args)
-    data = load_dataset(args.data, args.data_limit).fitted(tuple(g.input_shape), g.classes, g.model)
-    per_epoch = len(data.epoch_batches(g.batch, 0, args.seed))
+    board = load_board(cfg.board)
+    assert cfg.plan.ram is not None
+    check_ram(cfg.plan.ram, board.ram_bytes, board.name)
+    model, g = _graph(cfg)
+    data = load_dataset(cfg.data, cfg.data_limit).fitted(tuple(g.input_shape), g.classes, g.model)
+    per_epoch = len(data.epoch_batches(g.batch, 0, cfg.model.seed))
     if per_epoch == 0:
-        raise UsageError(f"--data {args.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
-    if args.resume:
-        _check_resumable(run, state, g, ckpt, per_epoch, args.epochs)
-        at = "after its last step" if state.global_step == per_epoch * args.epochs else \
+        raise UsageError(f"--data {cfg.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
+    if resume:
+        _check_resumable(run, state, g, ckpt, per_epoch, cfg.epochs)
+        at = "after its last step" if state.global_step == per_epoch * cfg.epochs else \
             f"at epoch {state.epoch + 1}, step {state.step + 1}"
         say(f"resuming {shown(run.dir)} {at} ({state.global_step} steps done)")
-    meter = open_meter(args.meter) if getattr(args, "meter", None) else None  # a missing sensor: refused here
-    if not args.resume:
-        folder, made = _new_folder(args)
+    meter = open_meter(cfg.meter) if cfg.meter else None  # a missing sensor: refused here
+    if not resume:
+        folder, made = _new_folder(cfg)
         run = Run(folder)
         left = set(os.listdir(run.dir))  # what was there (an empty --run-dir may hold the user's other files)
         held.callback(os.close, _lock(run.dir))
-        if getattr(args, "run_dir", None):
+        if cfg.run_dir:
             _refuse_if_run(run.dir)  # again, under the lock: another poet may have run there since the check above
         state = RunState()
-    total_steps = per_epoch * args.epochs
+    total_steps = per_epoch * cfg.epochs
     w0 = weights_of(model)
     try:
-        if args.port:
-            _ensure_firmware(board, args.port, run.dir, say)
-        with open_device(board, args.port, workdir=run.dir) as dev:
-            plan = _plan(args, g, board, dev, run, say)
+        if port:
+            _ensure_firmware(board, port, run.dir, say)
+        with open_device(board, port, workdir=run.dir) as dev:
+            plan = _plan(cfg, g, board, dev, run, say)
             g = _graph_for(g, plan)
-            pred = _check_energy(args, plan, total_steps, args.epochs, say)
-            if not args.resume:
+            pred = _check_energy(cfg, plan, total_steps, cfg.epochs, say)
+            if not resume:
                 # only now: a run refused for its energy or schedule leaves no config, so no run to be refused for
-                _write_atomic(run.config_path, json.dumps(_config_from(args), indent=1, default=str).encode())
+                _write_atomic(run.config_path, json.dumps(_config_from(cfg), indent=1, default=str).encode())
             trace_path = run.dir / "trace.json"
             tr = Trace.load(trace_path) if state.global_step else \
                 Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
@@ -557,14 +598,14 @@ def _train(args: argparse.Namespace, say: Say, held: contextlib.ExitStack) -> Pa
                 weights, opt_state, _ = ckpt
                 dev.load_model(g, weights)
                 dev.link.upload(OPT_STATE, opt_state)
-            dev.load_schedule((run.dir / "schedule.poet").read_bytes())
-            say(f"\n[train] {g.model} ({g.train}) on the {dev.provenance} {board.name}: {args.epochs} epochs x "
-                f"{per_epoch} steps of {g.batch}, {g.optimizer['name']} lr {args.lr}, data {data.name} "
+            dev.load_schedule((run.dir / "schedule.poet").read_bytes(), planned_peak=plan.get("peak_bytes"))
+            say(f"\n[train] {g.model} ({g.train}) on the {dev.provenance} {board.name}: {cfg.epochs} epochs x "
+                f"{per_epoch} steps of {g.batch}, {g.optimizer['name']} lr {cfg.lr}, data {data.name} "
                 f"({len(data.y_train)} train / {len(data.y_test)} test)")
             try:
                 # the meter records the steps on the host clock; `poet report trace.json --meter meter.csv` aligns
                 with recorded(meter, run.dir / "meter.csv", say) if meter else contextlib.nullcontext():
-                    _epochs(args, g, board, dev, run, state, tr, data, model, per_epoch, pred, say)
+                    _epochs(cfg, g, board, dev, run, state, tr, data, model, per_epoch, pred, say)
             except (LinkError, KeyboardInterrupt) as exc:
                 ctrl_c = isinstance(exc, KeyboardInterrupt)
                 why = "stopped by Ctrl-C" if ctrl_c else f"lost the board: {exc}"
@@ -572,7 +613,7 @@ def _train(args: argparse.Namespace, say: Say, held: contextlib.ExitStack) -> Pa
                                 f"{shown(run.dir)}: resume with `poet train --resume {shown(run.dir)}`",
                                 status=130 if ctrl_c else 1) from None
     except BaseException:
-        if not args.resume and not run.config_path.exists():
+        if not resume and not run.config_path.exists():
             _unmake(run.dir, made, left)  # refused before it began (energy, schedule, flashing): no run to leave
         raise
     return run.dir
@@ -615,9 +656,9 @@ def _check_resumable(run: Run, state: RunState, g: TrainingGraph, ckpt: tuple[li
         if any(w.dtype.kind != "f" or not np.isfinite(w).all() for w in weights):
             raise UsageError(f"{where}: checkpoint.npz has weights that are NaN, infinite or not floats: it cannot be "
                             "resumed from")
-        if len(opt_state) != g.optimizer_state_bytes:
+        if len(opt_state) != pool_for(g).optimizer_state:
             raise UsageError(f"{where}: checkpoint.npz holds {len(opt_state)} bytes of optimizer state, "
-                            f"{g.optimizer['name']} on this model keeps {g.optimizer_state_bytes}: it is not this "
+                            f"{g.optimizer['name']} on this model keeps {pool_for(g).optimizer_state}: it is not this "
                             "run's checkpoint")
     if state.global_step:
         p = run.dir / "trace.json"
@@ -627,25 +668,25 @@ def _check_resumable(run: Run, state: RunState, g: TrainingGraph, ckpt: tuple[li
                             "energy account would be wrong: it cannot be resumed")
 
 
-def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Device, run: Run, state: RunState,
+def _epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, state: RunState,
             tr: Trace, data: Dataset, model: torch.nn.Module, per_epoch: int, plan_pred: Prediction,
             say: Say) -> None:
-    opt_bytes = g.optimizer_state_bytes
-    every = max(1, args.checkpoint_every or 1)
-    predictor = RunPredictor(args.epochs, per_epoch * args.epochs, plan_pred.grid)
+    opt_bytes = pool_for(g).optimizer_state
+    every = max(1, cfg.checkpoint_every or 1)
+    predictor = RunPredictor(cfg.epochs, per_epoch * cfg.epochs, plan_pred.grid)
     for h in state.history:  # a resumed run's finished epochs
         predictor.add(Epoch(per_epoch, h["energy_j"], h["time_s"]))
     weights = dev.read_weights(g)
-    while state.epoch < args.epochs:
-        batches = data.epoch_batches(g.batch, state.epoch, args.seed)
+    while state.epoch < cfg.epochs:
+        batches = data.epoch_batches(g.batch, state.epoch, cfg.model.seed)
         epoch_start = state.global_step - state.step
         del state.losses[state.step:]  # the saved state has exactly the steps its checkpoint has
         while state.step < per_epoch:
             x, y = batches[state.step]
-            res = dev.step(x, y, args.lr)
+            res = dev.step(x, y, cfg.lr)
             if not math.isfinite(res.loss):
-                _diverged(run, state, f"the loss is {res.loss}", args.lr)
-            tr.add_step(res, args.lr)
+                _diverged(run, state, f"the loss is {res.loss}", cfg.lr)
+            tr.add_step(res, cfg.lr)
             state.losses.append(float(res.loss))
             state.step += 1
             state.global_step += 1
@@ -655,13 +696,13 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
                 if not all(np.isfinite(w).all() for w in weights):
                     state.global_step -= 1  # the step that broke them, for the message
                     state.step -= 1
-                    _diverged(run, state, "the weights are NaN or infinite", args.lr)
+                    _diverged(run, state, "the weights are NaN or infinite", cfg.lr)
                 opt_state = dev.link.read_blob(OPT_STATE, opt_bytes) if opt_bytes else b""
                 run.save_checkpoint(weights, opt_state, state)
                 tr.save(run.dir / "trace.json")
                 run.save_state(state)
             step_j, step_s = _step_energy(tr, board)
-            say(f"  epoch {state.epoch + 1}/{args.epochs} step {state.step:3d}/{per_epoch}  loss {res.loss:.4f}  "
+            say(f"  epoch {state.epoch + 1}/{cfg.epochs} step {state.step:3d}/{per_epoch}  loss {res.loss:.4f}  "
                 f"{step_j * 1e3:.3f} mJ  {step_s * 1e3:.2f} ms (modelled)")
         e_j, t_s = _epoch_energy(tr, board, epoch_start)
         acc = _evaluate(model, weights, data)
@@ -672,14 +713,14 @@ def _epochs(args: argparse.Namespace, g: TrainingGraph, board: Board, dev: Devic
         state.step = 0
         state.losses = []
         run.save_state(state)
-        say(f"epoch {state.epoch}/{args.epochs}: mean loss {state.history[-1]['loss']:.4f}, test accuracy "
+        say(f"epoch {state.epoch}/{cfg.epochs}: mean loss {state.history[-1]['loss']:.4f}, test accuracy "
             f"{acc:.1%}, {e_j * 1e3:.3f} mJ, {t_s:.3f} s of board time (modelled)")
         made = predictor.add(Epoch(per_epoch, e_j, t_s))
-        if made is not None and args.epochs > 1:
+        if made is not None and cfg.epochs > 1:
             say(f"  {made.line()}")
     state.finished = True
     run.save_state(state)
-    _complete(args, g, board, run, state, tr, model, weights, predictor, plan_pred, say)
+    _complete(cfg, g, board, run, state, tr, model, weights, predictor, plan_pred, say)
 
 
 def _diverged(run: Run, state: RunState, what: str, lr: float) -> None:
@@ -691,7 +732,7 @@ def _diverged(run: Run, state: RunState, what: str, lr: float) -> None:
                     f"start a new run with a lower --lr than {lr:g}, or check the data")
 
 
-def _complete(args: argparse.Namespace, g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace,
+def _complete(cfg: RunConfig, g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace,
               model: torch.nn.Module, weights: list[np.ndarray], predictor: RunPredictor, plan_pred: Prediction,
               say: Say) -> None:
     """A finished run's files, then `complete` in its state. Each file is written whole or not at all, and
@@ -705,7 +746,7 @@ def _complete(args: argparse.Namespace, g: TrainingGraph, board: Board, run: Run
     emissions = run.dir / "emissions.csv"
     if not _has_row(emissions, run.dir.name):
         kept = append(emissions, RunRecord(actual.energy_j, actual.time_s, actual.co2_g, actual.grid, board.name,
-                                           tr.provenance, parse_size(args.ram),
+                                           tr.provenance, cfg.plan.ram,
                                            experiment=f"{g.model} on {board.name}", run_id=run.dir.name))
         say(f"  emissions: {shown(emissions)} (codecarbon's columns)"
             + (f"; an older file with other columns was kept as {shown(kept)}" if kept else ""))
@@ -724,33 +765,33 @@ def _has_row(emissions: Path, run_id: str) -> bool:
         return False  # append() keeps an unreadable file aside and starts a new one
 
 
-def _complete_finished(args: argparse.Namespace, run: Run, state: RunState, say: Say) -> None:
+def _complete_finished(cfg: RunConfig, run: Run, state: RunState, say: Say) -> None:
     """--resume of a run stopped after its last step, before its files: write them from the run's folder
     (checkpoint, trace, state, plan); no board is needed."""
     say(f"run {shown(run.dir)} finished its {state.global_step} steps but not its files: writing them")
-    if len(state.history) != args.epochs:
+    if len(state.history) != cfg.epochs:
         raise UsageError(f"{shown(run.dir)}: state.json says the run finished but has {len(state.history)} of its "
-                        f"{args.epochs} epochs: it cannot be completed")
+                        f"{cfg.epochs} epochs: it cannot be completed")
     ckpt = _resume_checkpoint(run, state)
     assert ckpt is not None
     trace_path = run.dir / "trace.json"
     if not trace_path.exists():
         raise UsageError(f"{shown(run.dir)}: trace.json is missing: the run's report cannot be written")
-    board = load_board(args.board)
-    model, g = _graph(args)
+    board = load_board(cfg.board)
+    model, g = _graph(cfg)
     tr = Trace.load(trace_path)
     try:
         plan = json.loads((run.dir / "plan.json").read_text())
     except (OSError, ValueError):
         plan = {}
     tr.plan = plan
-    grid = intensity(args.country, args.carbon_intensity)
+    grid = intensity(cfg.country, cfg.carbon_intensity)
     total = state.global_step
-    plan_pred = plan_prediction(plan.get("energy_j", 0.0), plan.get("time_s", 0.0), total, args.epochs, grid)
-    predictor = RunPredictor(args.epochs, total, grid)
+    plan_pred = plan_prediction(plan.get("energy_j", 0.0), plan.get("time_s", 0.0), total, cfg.epochs, grid)
+    predictor = RunPredictor(cfg.epochs, total, grid)
     for h in state.history:
-        predictor.add(Epoch(total // args.epochs, h["energy_j"], h["time_s"]))
-    _complete(args, _graph_for(g, plan), board, run, state, tr, model, ckpt[0], predictor, plan_pred, say)
+        predictor.add(Epoch(total // cfg.epochs, h["energy_j"], h["time_s"]))
+    _complete(cfg, _graph_for(g, plan), board, run, state, tr, model, ckpt[0], predictor, plan_pred, say)
     say(f"run {shown(run.dir)} is complete")
 
 
@@ -762,6 +803,13 @@ def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace
     os.replace(tmp, run.dir / "weights.pt")  # a run stopped mid-write keeps no half file that looks whole
     from poet.energy.report import render
 
+    plan = tr.plan or {}
+    if "peak_bytes" in plan and tr.steps:  # every step was checked against it (Device.step); said once here
+        say(f"  board peak arena {max(s['peak_live_bytes'] for s in tr.steps)} B = planner's {plan['peak_bytes']} B; "
+            f"extent {max(s['peak_extent_bytes'] for s in tr.steps)} B <= arena budget {plan['arena_budget']} B")
+    trace_path = run.dir / "trace.json"
+    say(f"\n[account] trace of {len(tr.steps)} steps saved to {shown(trace_path)} "
+        f"(`poet report {shown(trace_path)}` prints this again)")
     report = render(account(tr, board), tr, board, top=5)
     _write_atomic(run.dir / "report.txt", (report + "\n").encode())
     from poet.energy.report import plot

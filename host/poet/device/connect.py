@@ -58,6 +58,10 @@ class Device:
     hello: Hello
     board: Board
     emulated: bool
+    # the arena peak the plan of the loaded schedule predicts: every step's must equal it, byte for
+    # byte (DESIGN.md "Memory"); None for a schedule with no plan behind it (given as a file)
+    planned_peak: int | None = None
+    steps_done: int = 0
 
     @property
     def provenance(self) -> str:
@@ -71,8 +75,10 @@ class Device:
         self.link.upload(MODEL, model_blob(g).encode())
         self.link.upload(WEIGHTS, encode_weights(weights))
 
-    def load_schedule(self, data: bytes) -> None:
+    def load_schedule(self, data: bytes, planned_peak: int | None = None) -> None:
+        """Upload a schedule; with planned_peak, every step after is checked against the plan's peak."""
         self.link.upload(SCHEDULE, data)
+        self.planned_peak = planned_peak
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> TimedStep:
         self.link.upload(BATCH, encode_batch(x, y))
@@ -81,6 +87,10 @@ class Device:
         t0 = time.time()
         res = self.link.step(lr)
         t1 = time.time()
+        self.steps_done += 1
+        if self.planned_peak is not None and res.peak_live_bytes != self.planned_peak:
+            raise PoetError(f"step {self.steps_done}: the board's peak arena use {res.peak_live_bytes} B differs from "
+                            f"the planner's {self.planned_peak} B (memory model mismatch: please report)")
         return TimedStep(**{f.name: getattr(res, f.name) for f in fields(StepResult)}, host_t0=t0, host_t1=t1)
 
     def read_weights(self, g: TrainingGraph) -> list[np.ndarray]:

@@ -30,14 +30,11 @@ import yaml
 from poet.boards import Board
 from poet.device.link import MODEL, SCHEDULE, WEIGHTS, LinkClosed, LinkTimeout
 from poet.errors import PoetError, UsageError
+from poet.graph.dtypes import DT_F32, DT_I8, ELEMENT_TYPES
 from poet.graph.training_graph import TrainingGraph
 from poet.paths import shown
 from poet.plan.costs import op_key, read_profile, uncosted, work
 from poet.plan.modelblob import (
-    DT_F32,
-    DT_I8,
-    DTYPE_BYTES,
-    DTYPES,
     KIND_FORWARD,
     KIND_INPUT,
     KIND_OPTIMIZER,
@@ -362,7 +359,7 @@ def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: 
                    progress: Say) -> str:
     """Measure one graph into prof; returns the line that says it is done."""
     from poet.plan.lower import lower
-    from poet.plan.solve import keep_all
+    from poet.plan.strategies.checkpoint_all import keep_all
 
     board: Board = device.board
     progress(f"profile {g.model}: {len(g.nodes)} ops, {s.min_repeats}..{s.max_repeats} runs until every op's "
@@ -539,8 +536,8 @@ def cast_model(n: int) -> tuple[ModelBlob, dict[str, int]]:
     nodes = [BlobNode(OP_INPUT, KIND_INPUT, (), 4 * n, (n,)), BlobNode(OP_ABSMAX, KIND_FORWARD, (0,), 4, (n, -1))]
     where = {ABSMAX: 1}
     for t in NARROW:
-        code, q = DTYPES[t], t == "int8"
-        nodes.append(BlobNode(OP_CAST, KIND_FORWARD, (0, 1) if q else (0,), DTYPE_BYTES[code] * n,
+        code, q = ELEMENT_TYPES[t].code, t == "int8"
+        nodes.append(BlobNode(OP_CAST, KIND_FORWARD, (0, 1) if q else (0,), ELEMENT_TYPES[t].bytes * n,
                               (n, DT_F32, code, -1)))
         where[f"fp32->{t}"] = len(nodes) - 1
         nodes.append(BlobNode(OP_CAST, KIND_FORWARD, (len(nodes) - 1, 1) if q else (len(nodes) - 1,), 4 * n,

@@ -27,7 +27,7 @@ from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Sche
 
 FORMAT = "poet-trace/1"
 RECORD_FIELDS = ("instr", "node", "kind", "op", "ticks", "bytes")
-SCHEDULE_BESIDE = "schedule.poet"  # a run directory holds the schedule the trace ran (poet.run)
+SCHEDULE_BESIDE = "schedule.poet"  # a run directory holds the schedule the trace ran (poet.train)
 
 # which record kinds a node of each graph kind can produce (firmware/core/interp.c trace_kind)
 _COMPUTE_KIND = {"input": "forward", "forward": "forward", "loss": "forward", "backward": "backward",

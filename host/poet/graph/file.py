@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from poet.errors import PoetError
+from poet.graph.dtypes import ELEMENT_TYPES
 from poet.graph.training_graph import OPTIMIZER_DEFAULTS, TrainingGraph
 from poet.plan import modelblob as mb
 from poet.plan.types import CostedGraph
@@ -275,8 +276,8 @@ def _check_attrs(at: _Place, n: dict[str, Any]) -> None:
         if key in geom:  # packed into one i32 slot, 8 + 8 + 15 bits (modelblob.conv_geometry)
             at.whole_value(f"attrs.{key}", v, *geom[key])
         elif key in ("from", "to") and key in slots:
-            if not (isinstance(v, str) and v in mb.DTYPES):
-                raise at.bad(f"attrs.{key} is {_show(v)}; must be one of {', '.join(mb.DTYPES)}")
+            if not (isinstance(v, str) and v in ELEMENT_TYPES):
+                raise at.bad(f"attrs.{key} is {_show(v)}; must be one of {', '.join(ELEMENT_TYPES)}")
         elif key in floats or (key not in slots and isinstance(v, float)):
             at.f32_value(f"attrs.{key}", v)
         elif key in slots or not isinstance(v, str):  # a name in an attribute lowering skips is harmless

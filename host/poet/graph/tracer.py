@@ -28,9 +28,11 @@ from torch import nn
 
 from poet.errors import PoetError, UsageError
 from poet.graph import file as graphfile
+from poet.graph.dtypes import F32
 from poet.graph.instrument import CallEvent, Instrumented
 from poet.graph.reference import state_tensors
-from poet.graph.training_graph import F32, GraphNode, TrainingGraph, numel
+from poet.graph.training_graph import GraphNode, TrainingGraph, numel
+from poet.models.zoo import ModelChoice
 
 IGNORED = {"dim", "size", "__get__", "numel", "backward", "__len__", "__format__", "__bool__", "item"}
 ALIAS = {"contiguous", "clone", "detach"}  # runtime tensors are always contiguous, private copies
@@ -423,6 +425,15 @@ def _check_batch(name: str, shape: tuple[int, ...], input_dtype: str) -> None:
         raise UsageError(f"model {name!r}: an input batch of shape {list(shape)} has {n:,} elements ({size} as "
                          f"{input_dtype}); poet's tensors hold at most 2**31 - 1 elements (the board counts them in "
                          f"i32): use a smaller --input-shape or --batch")
+
+
+def traced(choice: ModelChoice) -> tuple[nn.Module, TrainingGraph]:
+    """The chosen model, freshly initialised, and its traced training step."""
+    if choice.batch < 1:
+        raise UsageError(f"--batch {choice.batch}: must be at least 1")
+    model, spec = choice.build()
+    return model, trace(model, spec.name, spec.input_shape, spec.classes, choice.batch, spec.input_dtype,
+                        choice.train)
 
 
 def trace(model: nn.Module, name: str, input_shape: tuple[int, ...] | list[int], classes: int, batch: int,

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from poet.errors import UsageError
-from poet.plan.memory import OPTIMIZER_WORDS, optimizer_state_bytes, pool_fixed_bytes
-
-F32 = 4
+from poet.graph.dtypes import F32
 
 
 @dataclass
@@ -69,16 +67,6 @@ class TrainingGraph:
         return F32 * sum(numel(s) for _, s in self.params)
 
     @property
-    def optimizer_state_bytes(self) -> int:
-        return optimizer_state_bytes(OPTIMIZER_WORDS[self.optimizer["name"]], self.param_bytes)
-
-    @property
-    def fixed_bytes(self) -> int:
-        """The board's pool before the activation arena: parameters, gradients, optimizer state, batch."""
-        return pool_fixed_bytes(self.resident_param_bytes, self.param_bytes, self.optimizer_state_bytes,
-                                self.staging_bytes)
-
-    @property
     def frozen_bytes(self) -> int:
         frozen = set(self.frozen)
         return F32 * sum(numel(s) for n, s in self.params if n in frozen)
@@ -89,11 +77,6 @@ class TrainingGraph:
         for d in self.input_shape:
             n *= d
         return n
-
-    @property
-    def staging_bytes(self) -> int:
-        """The batch the host uploads before each step: inputs (fp32) and labels (i32)."""
-        return F32 * self.x_elems + 4 * self.batch
 
     def activation_bytes(self) -> int:
         return sum(n.bytes for n in self.nodes if n.kind in ("input", "forward", "loss"))

@@ -37,13 +37,6 @@ def digits_split(test_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray,
     return x[train], y[train], x[test], y[test]
 
 
-def batches(x: np.ndarray, y: np.ndarray, batch: int, input_shape: tuple[int, ...]):
-    """Consecutive full batches in the given order, inputs reshaped to the model's input shape."""
-    for start in range(0, len(x) - batch + 1, batch):
-        xb = x[start : start + batch].reshape((batch, *input_shape)).astype(np.float32)
-        yield xb, y[start : start + batch]
-
-
 @dataclass(frozen=True)
 class Dataset:
     name: str

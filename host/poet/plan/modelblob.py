@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from poet.plan.memory import optimizer_state_bytes, pool_fixed_bytes
+from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
+from poet.plan.memory import Pool
 
 MAGIC = b"PMDL"
 VERSION = 1
@@ -22,7 +23,7 @@ N_ATTRS = 10
 NO_DEP = 0xFFFF
 PARAM_FROZEN = 0x80000000  # param table word: not trained (no gradient, no optimizer state)
 PARAM_ELEMS_MASK = 0x0FFFFFFF
-OPT_WORDS = {0: 0, 1: 1, 2: 2}  # optimizer node a0 (sgd, momentum, adam) -> state floats per trained element
+OPTIMIZERS = ("sgd", "momentum", "adam")  # by the optimizer node's a0 (docs/spec.md section 2)
 MODEL_BLOB_MAX = 4096  # the firmware's static model buffer
 
 # ops (docs/spec.md section 2)
@@ -83,21 +84,14 @@ OP_EMBEDDING_BWD = 64
 OP_SELECT_BWD = 65
 OP_BATCHNORM_EVAL_BWD = 66
 
-# element types of a cast (docs/spec.md section 2); every other op's tensors are fp32
-DT_F32 = 0
-DT_F16 = 1
-DT_BF16 = 2
-DT_I8 = 3
-DTYPES = {"fp32": DT_F32, "fp16": DT_F16, "bf16": DT_BF16, "int8": DT_I8}
-DTYPE_BYTES = {DT_F32: 4, DT_F16: 2, DT_BF16: 2, DT_I8: 1}
-
 
 def dtype_code(t: int | str) -> int:
-    """A cast's type attribute as the blob stores it, from its name (fp32, fp16, bf16, int8) or code."""
-    code = DTYPES.get(t) if isinstance(t, str) else int(t)
-    if code not in DTYPE_BYTES:
-        raise ValueError(f"element type {t!r}: the runtime has {', '.join(DTYPES)}")
-    return code
+    """A cast's type attribute as the blob stores it, from its name (fp32, fp16, bf16, int8) or code
+    (poet.graph.dtypes)."""
+    known = ELEMENT_TYPES.get(t) if isinstance(t, str) else BY_CODE.get(int(t))
+    if known is None:
+        raise ValueError(f"element type {t!r}: the runtime has {', '.join(ELEMENT_TYPES)}")
+    return known.code
 
 
 # node kinds
@@ -198,28 +192,38 @@ class ModelBlob:
         return fnv1a64(self.encode())
 
     @property
+    def optimizer(self) -> str:
+        """The optimizer node (last) names the optimizer in a0; a code the runtime lacks keeps no state, as SGD."""
+        code = self.nodes[-1].attrs[0] if self.nodes and self.nodes[-1].op == OP_SGD and self.nodes[-1].attrs else 0
+        return OPTIMIZERS[code] if 0 <= code < len(OPTIMIZERS) else "sgd"
+
+    @property
+    def pool(self) -> Pool:
+        """The board's pool for this model (poet.plan.memory): weights, gradients, optimizer state, batch."""
+        return Pool.of(self.param_elems, [not self.frozen(p) for p in range(len(self.param_elems))], self.optimizer,
+                       self.batch, self.x_elems)
+
+    @property
     def param_bytes(self) -> int:
         """Every parameter and statistic: the weights blob."""
-        return 4 * sum(self.param_elems)
+        return self.pool.params
 
     @property
     def grad_bytes(self) -> int:
-        return 4 * sum(n for p, n in enumerate(self.param_elems) if not self.frozen(p))
+        return self.pool.grads
 
     @property
     def opt_state_bytes(self) -> int:
-        """The optimizer state blob: the optimizer node (last) names the optimizer in a0."""
-        kind = self.nodes[-1].attrs[0] if self.nodes and self.nodes[-1].op == OP_SGD and self.nodes[-1].attrs else 0
-        return optimizer_state_bytes(OPT_WORDS.get(kind, 0), self.grad_bytes)
+        """The optimizer state blob."""
+        return self.pool.optimizer_state
 
     @property
     def batch_bytes(self) -> int:
-        return 4 * self.x_elems + 4 * self.batch
+        return self.pool.staging
 
     def pool_free(self, pool_bytes: int) -> int:
         """Arena bytes left in the board's pool after params, grads, optimizer state and the batch."""
-        return pool_bytes - pool_fixed_bytes(self.param_bytes, self.grad_bytes, self.opt_state_bytes,
-                                             self.batch_bytes)
+        return self.pool.arena(pool_bytes)
 
 
 def encode_weights(params: list[np.ndarray]) -> bytes:
@@ -229,8 +233,8 @@ def encode_weights(params: list[np.ndarray]) -> bytes:
 
 def decode_weights(data: bytes, param_elems: list[int]) -> list[np.ndarray]:
     """Flat fp32 arrays, one per parameter; the caller reshapes (the blob carries no shapes)."""
-    if len(data) != 4 * sum(param_elems):
-        raise ValueError(f"weights are {len(data)} bytes, the parameter table needs {4 * sum(param_elems)}")
+    if len(data) != F32 * sum(param_elems):
+        raise ValueError(f"weights are {len(data)} bytes, the parameter table needs {F32 * sum(param_elems)}")
     flat = np.frombuffer(data, dtype="<f4").astype(np.float32)
     out, off = [], 0
     for n in param_elems:

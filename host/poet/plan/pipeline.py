@@ -10,8 +10,9 @@ from poet.errors import PoetError
 from poet.graph.training_graph import TrainingGraph
 from poet.plan.lower import Lowered, lower
 from poet.plan.memory import MemoryBudget, budget_for, check_ram
-from poet.plan.solve import keep_all, min_arena_budget
 from poet.plan.strategies import MILP, plan_with
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.plan.types import CostedGraph, Plan
 from poet.units import format_size
 

@@ -32,21 +32,24 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from poet.boards import Board
 from poet.errors import PoetError, UsageError
+from poet.graph.dtypes import NARROW_STORAGE, converted_bytes
 from poet.graph.training_graph import GraphNode, TrainingGraph, numel
 from poet.plan.costs import costed, op_key
 from poet.plan.pipeline import Planned
-from poet.plan.solve import Switch, solve_switched
 from poet.plan.strategies import found, plan_with
+from poet.plan.strategies.poet_milp import Switch, solve_switched
 from poet.plan.types import CostedGraph, Plan
 
+if TYPE_CHECKING:  # the request's module plans through this one
+    from poet.plan.request import PlanRequest
+
 MODES = ("fp32", "greedy", "auto")
-LOW_BYTES = {"fp16": 2, "bf16": 2}  # bytes per element of each storage type the planner may pick
 DEFAULT_RULES = Path(__file__).parents[1] / "data" / "precision.yaml"
 
 Progress = Callable[[str], None]
@@ -56,7 +59,7 @@ Progress = Callable[[str], None]
 class Rules:
     """Which saved tensors may go low (host/poet/data/precision.yaml explains each field)."""
 
-    dtypes: tuple[str, ...] = ("fp16", "bf16")
+    dtypes: tuple[str, ...] = NARROW_STORAGE
     deny_producers: frozenset[str] = frozenset()
     deny_consumers: frozenset[str] = frozenset()
     allow: tuple[str, ...] = ()
@@ -80,10 +83,10 @@ def load_rules(path: str | Path | None = None) -> Rules:
     for key, v in raw.items():  # every field is a list of names (precision.yaml); anything else is a typo
         if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
             raise UsageError(f"--precision-rules {p}: {key} must be a list of names, not {str(v)[:40]!r}")
-    dtypes = tuple(raw.get("dtypes") or ("fp16", "bf16"))
-    bad = [d for d in dtypes if d not in LOW_BYTES]
+    dtypes = tuple(raw.get("dtypes") or NARROW_STORAGE)
+    bad = [d for d in dtypes if d not in NARROW_STORAGE]
     if bad:
-        raise UsageError(f"--precision-rules {p}: dtypes {bad}: storage may be {', '.join(LOW_BYTES)}")
+        raise UsageError(f"--precision-rules {p}: dtypes {bad}: storage may be {', '.join(NARROW_STORAGE)}")
     int8 = tuple(raw.get("int8") or ()) if "int8" in raw else Rules.int8
     bad = [op for op in int8 if op not in I8_OPS]
     if bad:
@@ -161,8 +164,8 @@ def _transform(g: TrainingGraph, choice: dict[int, str], int8: set[int], both: b
         src = g.nodes[i]
         if i not in saved or src.kind not in ("input", "forward") or src.bytes % 4 or src.op == "cast":
             raise PoetError(f"{src.name}: only an fp32 forward tensor the backward pass reads can be stored narrow")
-        if dt not in LOW_BYTES:
-            raise PoetError(f"{src.name}: storage type {dt!r}; the planner stores {', '.join(LOW_BYTES)}")
+        if dt not in NARROW_STORAGE:
+            raise PoetError(f"{src.name}: storage type {dt!r}; the planner stores {', '.join(NARROW_STORAGE)}")
         first_reader[i] = min(n.id for n in g.nodes if n.kind == "backward" and i in n.deps)
     for k in int8:
         if g.nodes[k].op not in I8_OPS or g.nodes[k].kind != "forward" or k in choice:
@@ -188,7 +191,7 @@ def _transform(g: TrainingGraph, choice: dict[int, str], int8: set[int], both: b
         name = f"{src.name}/{to}"  # e.g. "conv1/forward/fp16", and "conv1/forward/fp16/fp32" for the way back
         if frm != "fp32":
             name = f"{nodes[dep].name}/fp32"
-        return add(name, src, "cast", [dep], elems * (4 if to == "fp32" else LOW_BYTES[to]),
+        return add(name, src, "cast", [dep], converted_bytes(src.bytes, "fp32", to),
                    {"n": elems, "from": frm, "to": to, "w": -1}, elems)
 
     def int8_layer(n: GraphNode, x: int) -> tuple[int, ...]:
@@ -328,7 +331,7 @@ class Selection:
 
 
 def changes_of(g: TrainingGraph, choice: dict[int, str]) -> list[Change]:
-    return [Change(i, g.nodes[i].name, dt, g.nodes[i].bytes, g.nodes[i].bytes // 4 * LOW_BYTES[dt])
+    return [Change(i, g.nodes[i].name, dt, g.nodes[i].bytes, converted_bytes(g.nodes[i].bytes, "fp32", dt))
             for i, dt in sorted(choice.items())]
 
 
@@ -487,19 +490,20 @@ def with_selection(p: Planned, sel: Selection) -> PrecisionPlanned:
     return PrecisionPlanned(**vars(p), training=sel.graph, selection=sel)
 
 
-def select_for(args: Any, g: TrainingGraph, board: Board, ram: int, runtime_static: int, deadline_s: float,
+def select_for(request: PlanRequest, g: TrainingGraph, board: Board, runtime_static: int, deadline_s: float,
                say: Progress) -> Selection:
-    """`--precision` and `--precision-rules` of a solve or train command line, for solve_and_lower."""
+    """A plan request's `precision` and `precision_rules`, for solve_request."""
     from poet.plan.costs import load_profile
     from poet.plan.memory import budget_for
 
-    prof = load_profile(board.name, Path(args.profile) if getattr(args, "profile", None) else None)
-    arena = budget_for(g, ram, runtime_static).arena
-    say(f"\n[precision] {args.precision} for {g.model}: which saved activations to store in 16 bits")
+    assert request.ram is not None
+    prof = load_profile(board.name, request.profile)
+    arena = budget_for(g, request.ram, runtime_static).arena
+    say(f"\n[precision] {request.precision} for {g.model}: which saved activations to store in 16 bits")
     if not prof.get("casts"):
         say(f"  note: the {board.name} profile has no casts section: cast costs are estimated like any op it "
-            f"lacks (poet.costs.estimate_op), not measured; `poet profile --board {board.name} --casts` measures them")
-    return select(args.precision, g, board, prof, arena, deadline_s, load_rules(getattr(args, "precision_rules", None)),
-                  strategy=getattr(args, "strategy", "poet"), solver=args.solver, time_limit_s=args.time_limit,
-                  gap=getattr(args, "gap", 0.0), progress=lambda m: say(f"  {m}"),
-                  estimate=True)
+            f"lacks (poet.plan.costs.estimate_op), not measured; `poet profile --board {board.name} --casts` "
+            "measures them")
+    return select(request.precision, g, board, prof, arena, deadline_s, load_rules(request.precision_rules),
+                  strategy=request.strategy, solver=request.solver, time_limit_s=request.time_limit_s,
+                  gap=request.gap, progress=lambda m: say(f"  {m}"), estimate=True)

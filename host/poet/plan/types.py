@@ -1,8 +1,8 @@
 """The planner's plain data: a costed training graph in, a staged plan out.
 
 The semantics of a plan (what a stage does, in which order, how RAM is counted)
-are stated once, in docs/spec.md section 1; the MILP (solve.py), the simulator
-(simulate.py), the lowering (lower.py) and the firmware all follow it.
+are stated once, in docs/spec.md section 1; the MILP (strategies/poet_milp.py), the
+simulator (simulate.py), the lowering (lower.py) and the firmware all follow it.
 """
 
 from __future__ import annotations
@@ -12,20 +12,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 PURE_KINDS = ("forward", "loss")
-
-# every planning strategy (poet.strategies makes the plans): name -> one line for --help and the docs
-STRATEGIES: dict[str, str] = {
-    "poet": "the POET MILP: recompute and page, least energy within RAM and deadline",
-    "remat-only": "the POET MILP without paging",
-    "page-only": "the POET MILP without recomputation (the paging-only optimum)",
-    "checkpoint-all": "keep every activation until its last use (PyTorch's default)",
-    "sqrtn": "Chen et al.: a checkpoint every sqrt(n) activations, recompute the rest",
-    "chen-greedy": "Chen et al.'s greedy segments, the best segment size that fits",
-    "revolve": "Griewank's binomial checkpointing (chains only), the fewest snapshots that fit",
-    "checkmate": "Checkmate: the least-energy recompute-only plan, ignoring the deadline",
-    "dtr": "DTR: evict the tensor with the least cost / (bytes x staleness), recompute on demand",
-    "capuchin": "Capuchin: page out by memory saved per second while the deadline allows, then recompute",
-}
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 base        the sample stream (Recording), its checks and CSV file, the Meter protocol
 align       recording x op events -> joules per op (and per trace record, for accounting)
+measure     a recording against a saved trace (`poet report --meter`): placement, markers, gaps, header
 window      Zeus-style begin_window / end_window over any meter
 sampler     polling for the sysfs meters
 ppk2, joulescope, ina219, ina3221, rapl   one backend each

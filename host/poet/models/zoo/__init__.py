@@ -95,6 +95,25 @@ SMALL: dict[str, ZooModel] = {
 }
 
 
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which model to train and how: what `--model`, `--batch`, `--seed`, `--train` and the sizing
+    options of a command line say."""
+
+    name: str = "mlp-digits"
+    batch: int = 16  # samples per training step
+    seed: int = 0  # weight initialisation and data order
+    train: str = "all"  # all, bias or last:N
+    input_shape: tuple[int, ...] | None = None  # one sample, for a module:factory model
+    classes: int | None = None  # for a module:factory model
+    layers: int | None = None  # bert only
+    hidden: int | None = None  # bert only
+
+    def build(self) -> tuple[nn.Module, ZooModel]:
+        return get_model(self.name, seed=self.seed, input_shape=self.input_shape, classes=self.classes,
+                         layers=self.layers, hidden=self.hidden)
+
+
 def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = None,
               classes: int | None = None, layers: int | None = None,
               hidden: int | None = None) -> tuple[nn.Module, ZooModel]:

@@ -1,7 +1,10 @@
-"""Every planning strategy poet knows, under one cost model and one simulator.
+"""Every planning strategy poet knows, under one cost model and one simulator: the registry.
 
-One module per heuristic beside this one (builder, chen, revolve, dtr, capuchin); the MILP
-strategies are poet.solve with some variables left out.
+A strategy is a module beside this one that declares `NAME = Strategy(name, one line of help,
+plan)`, plan(graph, arena_budget, deadline_s, semantics, options) -> Plan (base.py); entering
+it in REGISTRY is all `--strategy`, `poet sweep` and the MILPs' warm start need. The heuristics
+run on builder.py; the MILP strategies (poet.py) are the POET MILP (poet_milp.py) with some
+decisions left out.
 
 `plan_with(name, ...)` returns a Plan whose status says what it is worth:
 optimal / feasible (a MILP proved it, or stopped with a gap), feasible (a heuristic's
@@ -16,30 +19,30 @@ import time
 from collections.abc import Callable
 
 from poet.plan.simulate import PlanError, simulate
-from poet.plan.solve import Progress, solve_poet
-from poet.plan.strategies.builder import checkpoint_all
-from poet.plan.strategies.capuchin import capuchin
-from poet.plan.strategies.chen import chen_greedy, sqrtn
-from poet.plan.strategies.dtr import dtr
-from poet.plan.strategies.revolve import revolve
-from poet.plan.types import POET, STRATEGIES, CostedGraph, Plan, Semantics
+from poet.plan.strategies import capuchin, checkpoint_all, chen, dtr, poet, revolve
+from poet.plan.strategies.base import Options, Progress, Strategy, found
+from poet.plan.types import POET, CostedGraph, Plan, Semantics
 
-MILP = ("poet", "remat-only", "page-only", "checkmate")
+# The order --help and `poet sweep` list them in, and the heuristics run in for a MILP's starting
+# plan (of equal plans the first is kept).
+REGISTRY: tuple[Strategy, ...] = (
+    poet.POET, poet.REMAT_ONLY, poet.PAGE_ONLY,
+    checkpoint_all.CHECKPOINT_ALL, chen.SQRTN, chen.CHEN_GREEDY, revolve.REVOLVE,
+    poet.CHECKMATE, dtr.DTR, capuchin.CAPUCHIN,
+)
+
+STRATEGIES: dict[str, str] = {s.name: s.help for s in REGISTRY}  # name -> its line of --help
+MILP = tuple(s.name for s in REGISTRY if s.milp)
 BASELINES = tuple(s for s in STRATEGIES if s != "poet")
-
-_HEURISTICS: dict[str, Callable[..., Plan]] = {
-    "checkpoint-all": checkpoint_all,
-    "sqrtn": sqrtn,
-    "chen-greedy": chen_greedy,
-    "revolve": revolve,
-    "dtr": dtr,
-    "capuchin": capuchin,
-}
+_HEURISTICS = tuple(s for s in REGISTRY if not s.milp)
 
 
-def found(plan: Plan) -> bool:
-    """The plan fits the budget and meets the deadline."""
-    return plan.status in ("optimal", "feasible")
+def named(name: str) -> Strategy:
+    """The registry's entry called `name`."""
+    for s in REGISTRY:
+        if s.name == name:
+            return s
+    raise ValueError(f"unknown strategy {name!r}; one of {', '.join(STRATEGIES)}")
 
 
 # Above this many nodes the heuristics take seconds to minutes each (benchmarks/graph_sizes.py):
@@ -47,16 +50,21 @@ def found(plan: Plan) -> bool:
 PROGRESS_NODES = 1000
 
 
-def _timed(name: str, graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics,
+def _timed(s: Strategy, graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics,
            say: Callable[[str], None]) -> Plan:
     """One heuristic's plan, its solve time set, and a line about it on a large graph."""
     t0 = time.perf_counter()
-    plan = _HEURISTICS[name](graph, arena_budget, deadline_s, semantics)
+    plan = s.plan(graph, arena_budget, deadline_s, semantics, Options())
     plan.solve_time_s = time.perf_counter() - t0
     if len(graph) > PROGRESS_NODES:
-        say(f"{name}: {plan.status}" + (f", {plan.energy_j:.6g} J" if found(plan) else "")
+        say(f"{s.name}: {plan.status}" + (f", {plan.energy_j:.6g} J" if found(plan) else "")
             + f" in {plan.solve_time_s:.1f} s")
     return plan
+
+
+def _makes_only(plan: Plan, recompute: bool, paging: bool) -> bool:
+    """The plan makes only the decisions allowed."""
+    return (recompute or not plan.recomputes) and (paging or not (plan.page_ins or plan.page_outs))
 
 
 def best_heuristic(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool = True,
@@ -69,9 +77,9 @@ def best_heuristic(graph: CostedGraph, arena_budget: int, deadline_s: float, rec
         say(f"{len(graph):,} nodes: running the {len(_HEURISTICS)} heuristics for a starting plan "
             f"(seconds to minutes each at this size)")
     best = None
-    for name in _HEURISTICS:
-        p = _timed(name, graph, arena_budget, deadline_s, semantics, say)
-        if not found(p) or (not recompute and p.recomputes) or (not paging and (p.page_ins or p.page_outs)):
+    for s in _HEURISTICS:
+        p = _timed(s, graph, arena_budget, deadline_s, semantics, say)
+        if not found(p) or not _makes_only(p, recompute, paging):
             continue
         if best is None or p.energy_j < best.energy_j:
             best = p
@@ -83,37 +91,23 @@ def plan_with(name: str, graph: CostedGraph, arena_budget: int, deadline_s: floa
               warm: bool = True, semantics: Semantics = POET, starts: list[Plan] | None = None) -> Plan:
     """Plan with strategy `name`; MILPs start from the best heuristic plan unless warm=False, or
     from a better plan among `starts` (other strategies' plans for the same budget and deadline
-    that fit and meet it: a plan of any strategy is a POET plan too)."""
-    if name in _HEURISTICS:
-        return _timed(name, graph, arena_budget, deadline_s, semantics, progress or (lambda _msg: None))
-    kw = dict(solver=solver, time_limit_s=time_limit_s, gap=gap, progress=progress, strategy=name,
-              semantics=semantics)
-    if warm and name != "checkmate":
-        best = best_heuristic(graph, arena_budget, deadline_s, recompute=name != "page-only",
-                              paging=name != "remat-only", semantics=semantics, progress=progress)
+    that fit and meet it: a plan of any strategy is a POET plan too, if it makes only the
+    decisions the MILP has)."""
+    strategy = named(name)
+    if not strategy.milp:
+        return _timed(strategy, graph, arena_budget, deadline_s, semantics, progress or (lambda _msg: None))
+
+    def start(recompute: bool, paging: bool) -> Plan | None:
+        best = best_heuristic(graph, arena_budget, deadline_s, recompute, paging, semantics, progress)
         for p in starts or []:
-            if name == "poet" and p.stages and (best is None or p.energy_j < best.energy_j):
+            if p.stages and _makes_only(p, recompute, paging) and (best is None or p.energy_j < best.energy_j):
                 try:
                     simulate(graph, p, arena_budget, deadline_s, semantics)
                 except PlanError:
                     continue
                 best = p
-        kw["warm_start"] = best
-    if name == "poet":
-        return solve_poet(graph, arena_budget, deadline_s, **kw)  # type: ignore[arg-type]
-    if name == "remat-only":
-        return solve_poet(graph, arena_budget, deadline_s, paging=False, **kw)  # type: ignore[arg-type]
-    if name == "page-only":
-        return solve_poet(graph, arena_budget, deadline_s, recompute=False, **kw)  # type: ignore[arg-type]
-    if name == "checkmate":
-        # no deadline: no remat plan recomputes more than every node in every stage
-        loose = graph.one_pass_s * (len(graph) + 1)
-        plan = solve_poet(graph, arena_budget, loose, paging=False, **kw)  # type: ignore[arg-type]
-        plan.deadline_s = deadline_s
-        if found(plan):
-            try:
-                simulate(graph, plan, arena_budget, deadline_s, semantics)
-            except PlanError as exc:
-                plan.status, plan.note = "infeasible", f"its least-energy plan misses the deadline: {exc}"
-        return plan
-    raise ValueError(f"unknown strategy {name!r}; one of {', '.join(STRATEGIES)}")
+        return best
+
+    options = Options(solver=solver, time_limit_s=time_limit_s, gap=gap, progress=progress,
+                      start=start if warm else None)
+    return strategy.plan(graph, arena_budget, deadline_s, semantics, options)

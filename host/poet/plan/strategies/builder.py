@@ -228,9 +228,3 @@ def checked(graph: CostedGraph, plan: Plan, budget: int, deadline_s: float, sema
     except PlanError as exc:
         plan.note = "; ".join(x for x in (plan.note, str(exc)) if x)
     return plan
-
-
-
-
-def checkpoint_all(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET) -> Plan:
-    return build(graph, budget, deadline_s, Policy(), semantics=semantics)

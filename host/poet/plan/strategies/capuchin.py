@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from poet.plan.strategies.base import Options, Strategy
 from poet.plan.strategies.builder import Builder, Policy, build, recomputable
 from poet.plan.types import POET, CostedGraph, Plan, Semantics
 
@@ -31,5 +32,10 @@ class Capuchin(Policy):
         return None
 
 
-def capuchin(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET) -> Plan:
+def capuchin(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET,
+             options: Options | None = None) -> Plan:
     return build(graph, budget, deadline_s, Capuchin(graph, deadline_s, semantics), semantics=semantics)
+
+
+CAPUCHIN = Strategy(
+    "capuchin", "Capuchin: page out by memory saved per second while the deadline allows, then recompute", capuchin)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from poet.plan.strategies.base import Options, Strategy
 from poet.plan.strategies.builder import Builder, Policy, better, build, forward_ids, recomputable
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, Plan, Semantics
 
@@ -24,7 +25,8 @@ class Checkpoints(Policy):
         return nxt is not None and b.nodes[nxt].kind in PURE_KINDS
 
 
-def sqrtn(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET) -> Plan:
+def sqrtn(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET,
+          options: Options | None = None) -> Plan:
     """Chen's sqrt(n): a checkpoint every ceil(sqrt(n)) forward tensors."""
     fwd = forward_ids(graph)
     k = max(1, math.ceil(math.sqrt(len(fwd))))
@@ -32,7 +34,8 @@ def sqrtn(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semanti
     return build(graph, budget, deadline_s, Checkpoints("sqrtn", chosen), f"{len(chosen)} checkpoints", semantics)
 
 
-def chen_greedy(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET) -> Plan:
+def chen_greedy(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET,
+                options: Options | None = None) -> Plan:
     """Chen's greedy: walk the forward tensors summing bytes, checkpoint where the sum passes a
     segment size b, restart; over a geometric range of b, the least-energy plan that fits."""
     fwd = forward_ids(graph)
@@ -59,3 +62,7 @@ def chen_greedy(graph: CostedGraph, budget: int, deadline_s: float, semantics: S
             best = plan
     assert best is not None
     return best
+
+
+SQRTN = Strategy("sqrtn", "Chen et al.: a checkpoint every sqrt(n) activations, recompute the rest", sqrtn)
+CHEN_GREEDY = Strategy("chen-greedy", "Chen et al.'s greedy segments, the best segment size that fits", chen_greedy)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from poet.plan.strategies.base import Options, Strategy
 from poet.plan.strategies.builder import Builder, Policy, build, recomputable
 from poet.plan.types import POET, CostedGraph, Plan, Semantics
 
@@ -32,5 +33,9 @@ class Dtr(Policy):
         return min(cands, key=h), False
 
 
-def dtr(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET) -> Plan:
+def dtr(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET,
+        options: Options | None = None) -> Plan:
     return build(graph, budget, deadline_s, Dtr(), semantics=semantics)
+
+
+DTR = Strategy("dtr", "DTR: evict the tensor with the least cost / (bytes x staleness), recompute on demand", dtr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from poet.plan.strategies.base import Options, Strategy
 from poet.plan.strategies.builder import Builder, Policy, Stuck, better, checked, forward_ids, recomputable
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, Plan, Semantics
 
@@ -117,7 +118,8 @@ class _RevolveBuilder(Builder):
 EVERY_COUNT_UP_TO = 128
 
 
-def revolve(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET) -> Plan:
+def revolve(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET,
+            options: Options | None = None) -> Plan:
     """Griewank's revolve for chains: the least-energy plan over the snapshot counts tried.
 
     More snapshots mean fewer recomputes (less energy, less time) and more RAM, so on a long
@@ -172,3 +174,6 @@ def revolve(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     if len(chain) > EVERY_COUNT_UP_TO:
         plan.note += f" (bisected over 0-{len(chain)} for a chain of {len(chain)}: {tried} tried)"
     return plan
+
+
+REVOLVE = Strategy("revolve", "Griewank's binomial checkpointing (chains only), the fewest snapshots that fit", revolve)

@@ -43,7 +43,7 @@ no self-free term to get wrong; parameters, gradients and the staged
 batch are outside the arena: the caller passes arena_budget = RAM - fixed part.
 Every plan returned is replayed by simulate.py, an independent checker.
 
-Switches (solve_switched; poet.precision stores saved tensors narrow and runs layers in int8
+Switches (solve_switched; poet.plan.precision stores saved tensors narrow and runs layers in int8
 with them): a binary Z per switch chooses between two forms of the graph inside the same
 MILP. A switch's nodes run in their own stage only when Z = 1 (R[t,t] = Z instead of 1,
 their bytes and costs times Z) and are never present when Z = 0, the nodes it replaces
@@ -68,9 +68,9 @@ import pulp
 from poet.errors import PoetError
 from poet.plan import milp
 from poet.plan.simulate import simulate
+from poet.plan.strategies.base import Progress
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Semantics, Stage, rule_stage
 
-Progress = Callable[[str], None] | None
 Key = tuple[int, int]  # (stage t, tensor i)
 
 
@@ -684,26 +684,6 @@ def _set_switched_start(graph: CostedGraph, m: _Milp, realise: Realise, chosen: 
     for z, c in zip(m.Z, chosen, strict=True):
         z.setInitialValue(1.0 if c else 0.0)
     return True
-
-
-def keep_all(graph: CostedGraph) -> Plan:
-    """Compute every node once and keep each tensor until its last use (PyTorch's default)."""
-    n_nodes, nodes = len(graph), graph.nodes
-    last_use = list(range(n_nodes))
-    for c in nodes:
-        for d in c.deps:
-            last_use[d] = max(last_use[d], c.id)
-    frees: list[list[int]] = [[] for _ in range(n_nodes)]
-    for i, node in enumerate(nodes):
-        if node.bytes > 0:
-            frees[last_use[i]].append(i)
-    plan = Plan(strategy="keep-all", status="feasible",
-                stages=[Stage(compute=[t], free_after={t: frees[t]} if frees[t] else {})
-                        for t in range(n_nodes)])
-    sim = simulate(graph, plan)
-    plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
-    plan.arena_budget, plan.deadline_s = sim.peak_bytes, sim.time_s
-    return plan
 
 
 def min_arena_budget(graph: CostedGraph, deadline_s: float, solver: str = "highs",
