@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 from conftest import needs_qemu
-
 from poet.paths import REPO_ROOT
 
 

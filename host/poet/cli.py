@@ -556,6 +556,14 @@ def _board_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=_port, help="serial port of a real board; without it the emulated stand-in runs")
 
 
+def _board_or_stand_in(p: argparse.ArgumentParser, port_help: str, emulate_help: str) -> None:
+    """--board, and --port or --emulate (not both): flash and profile."""
+    p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--port", type=_port, help=port_help)
+    where.add_argument("--emulate", action="store_true", help=emulate_help)
+
+
 def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--ram", required=required,
                    help="RAM the training step may use in all: 256k = 256 KiB, 1m, or bytes"
@@ -610,13 +618,8 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
     p.set_defaults(func=cmd_boards)
 
     p = sub.add_parser("flash", help="build the firmware and put it on the board (or boot its emulated stand-in)")
-    p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--port", type=_port,
-                       help="the board's serial port (/dev/ttyACM0), or ssh://user@host[:port] for "
-                       "rpi4 and jetson")
-    where.add_argument("--emulate", action="store_true",
-                       help="build the emulated stand-in's image and boot it (the default without --port)")
+    _board_or_stand_in(p, "the board's serial port (/dev/ttyACM0), or ssh://user@host[:port] for rpi4 and jetson",
+                       "build the emulated stand-in's image and boot it (the default without --port)")
     p.add_argument("--dry-run", action="store_true", help="print the exact commands, run nothing")
     p.add_argument("--build-on-target", action="store_true",
                    help="Linux boards: copy the firmware sources and build the runtime on the board "
@@ -632,12 +635,8 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
 
     p = sub.add_parser("profile", help="measure op costs and paging on the board, write "
                        "workspace/profiles/<board>.yaml")
-    p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--port", type=_port,
-                       help="serial port of a real board (or ssh://user@host for rpi4 and jetson)")
-    where.add_argument("--emulate", action="store_true",
-                       help="profile the emulated stand-in (the default without --port); numbers are 'emulated'")
+    _board_or_stand_in(p, "serial port of a real board (or ssh://user@host for rpi4 and jetson)",
+                       "profile the emulated stand-in (the default without --port); numbers are 'emulated'")
     _model_args(p, default=None)
     p.add_argument("--models", nargs="+", help="models to profile (default: mlp-digits cnn-digits)")
     p.add_argument("--repeats", type=_whole(1, 1000), default=3, help="least runs per graph (default 3)")
@@ -776,7 +775,8 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
     _model_args(p)
     _solve_args(p, required=False)
     p.add_argument("--steps", type=_whole(1, MAX_STEPS), default=89,
-                   help=f"training steps, 1 to {MAX_STEPS} (default 89: one epoch of digits)")
+                   help="training steps, taken from one epoch of digits (default 89, the whole epoch at batch 16; "
+                   "for more, `poet train --epochs`)")
     p.add_argument("--lr", type=_positive, default=0.3, help="SGD learning rate (default 0.3)")
     p.add_argument("--run-dir", type=_output_folder,
                    help="where the run's files go (default workspace/runs/demo, rewritten by every demo)")

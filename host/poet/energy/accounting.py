@@ -112,7 +112,7 @@ def charges(trace: Trace, board: Board, energy_of: EnergyOf | None = None) -> li
             n = trace.nodes[node]
             if kind in PAGING and (energy_of is None or trace.provenance == "emulated"):
                 # emulated paging takes no virtual time (semihosting): its time is the storage model's,
-                # measured or not (report.measure places an emulated trace's records the same way)
+                # measured or not (meters.measure places an emulated trace's records the same way)
                 t, e = board.page_cost(nbytes, "in" if kind == "page_in" else "out")
             else:
                 t = board.compute_time_s(ticks, trace.tick_hz)
