@@ -37,8 +37,8 @@ from poet.plan.lower import lower, model_blob  # noqa: E402
 from poet.plan.modelblob import ModelBlob, encode_batch, encode_weights, f32_bits  # noqa: E402
 from poet.models.zoo import get_model  # noqa: E402
 from poet.plan.schedule import Schedule  # noqa: E402
-from poet.plan.solve import keep_all  # noqa: E402
 from poet.plan.strategies import plan_with  # noqa: E402
+from poet.plan.strategies.checkpoint_all import keep_all  # noqa: E402
 from poet.graph.tracer import trace  # noqa: E402
 from poet.models.zoo.transformer import TransformerClassifier  # noqa: E402
 

@@ -33,7 +33,7 @@ COSTS = ("compute_s", "compute_j", "page_in_s", "page_in_j", "page_out_s", "page
 
 # The most nodes poet plans, from a graph file or a traced model. Planning is not linear in the
 # size: the heuristics the MILP starts from (and that stand in for it once it is too big to
-# build, solve.MAX_MILP_VARIABLES) replay every stage against every tensor alive in it,
+# build, strategies.poet_milp.MAX_MILP_VARIABLES) replay every stage against every tensor alive in it,
 # O(n x live), and there are six of them. benchmarks/graph_sizes.py, training-shaped graphs,
 # budget half the keep-all peak: at 10^4 nodes `poet solve --graph` took 78 s on a chain
 # (revolve 46 s, chen-greedy 14 s, dtr 9 s) and 25 s on a DAG, under 300 MB; at 10^5

@@ -18,7 +18,7 @@ Three modes (docs/planner.md "Precision"):
   baseline).
 - `auto`: the choice that gives the least-energy plan at the same RAM budget and deadline, made
   inside the POET MILP: the graph with every allowed tensor's casts and every allowed layer's
-  int8 form beside its fp32 one is planned with one switch each (poet.solve.Switch: the switch's
+  int8 form beside its fp32 one is planned with one switch each (poet_milp.Switch: the switch's
   nodes run only when it is on, the nodes it replaces only when off, and readers read whichever
   runs), so the precision and the plan are one optimum. fp32 and greedy are points of that MILP,
   and their own plans (planned first) start it, so auto is never worse than either, however the

@@ -7,7 +7,7 @@ first broken rule. Every free must be where the spec's rule puts it: a tensor
 paged out in the stage leaves at its end, any other tensor right after its last
 use in the stage (before the first compute if the stage does not use it); a
 tensor the stage does not free is kept for the next stage. It shares nothing
-with the MILP (solve.py) except the data classes, so a planner bug cannot hide
+with the MILP (strategies/poet_milp.py) except the data classes, so a planner bug cannot hide
 behind a shared helper.
 """
 
