@@ -12,18 +12,8 @@
 #include <stdint.h>
 
 #include "../../core/port.h"
-#include "../../drivers/millis.h"
 #include "../../core/protocol.h"
-#include "../../drivers/sd_spi.h"
-
-/* The pool takes what the rest leaves of the 386832 B of SRAM1 this image may use (linker.ld):
- * code and constants (~58 KB with the low-precision kernels: unlike on the qemu-rv32 stand-in, whose code sits in "flash",
- * code runs from the same SRAM here), the core's static buffers (~14 KB), this port's receive
- * ring and the SD driver's sector buffer, and an 8 KB stack. The link fails if it does not fit;
- * tests/test_port_esp32c3.py checks the margin. */
-#ifndef POOL_BYTES
-#define POOL_BYTES (292u * 1024u)
-#endif
+#include "../shared/sd_pager.h" /* port_pager_*: ports/shared/sd_pager.c */
 
 #define REG(a) (*(volatile uint32_t *)(uintptr_t)(a))
 
@@ -151,27 +141,13 @@
     POET_MARK_PIN == SD_CS_PIN || (POET_MARK_PIN >= 12u && POET_MARK_PIN <= 19u) || POET_MARK_PIN > 21u
 #error "POET_MARK_PIN: an SD, flash or USB pin, or not a GPIO (0-21)"
 #endif
-/* The swap area: raw sectors from the 1 MiB mark (where partitioning tools put the first
- * partition, so the card's partition table survives, its file system does not). 32 MiB. */
-#ifndef SD_FIRST_SECTOR
-#define SD_FIRST_SECTOR 2048u
-#endif
-#ifndef SD_SECTORS
-#define SD_SECTORS 65536u
-#endif
 
 /* Receive ring: the host sends one frame (<= 1032 bytes, spec section 6) and waits for the
  * reply, so a ring larger than a frame never overflows; if it did, the ISR would stop taking
  * bytes and the controller would NAK the host until port_getc drains the FIFO. */
 #define RING 2048u
+#include "../shared/rx_ring.h"
 
-static union {
-    uint64_t align;
-    uint8_t bytes[POOL_BYTES];
-} pool;
-
-static volatile uint8_t ring[RING];
-static volatile uint32_t ring_head, ring_tail; /* head written by the ISR, tail by getc */
 static uint32_t tx_in_packet;                  /* bytes in the IN FIFO not yet handed over */
 static uint32_t spi_half_ticks;                /* SCK half period in ticks; 0 = as fast as the GPIOs go */
 
@@ -204,12 +180,11 @@ static void usb_rx(void)
 {
     USJ_INT_CLR = USJ_INT_SERIAL_OUT_RECV_PKT;
     while (USJ_EP1_CONF & USJ_OUT_EP_DATA_AVAIL) {
-        if (ring_head - ring_tail >= RING) {
+        if (ring_full()) {
             USJ_INT_ENA = 0;
             return;
         }
-        ring[ring_head % RING] = (uint8_t)USJ_EP1;
-        ring_head++;
+        ring_put((uint8_t)USJ_EP1);
     }
 }
 
@@ -245,14 +220,11 @@ __attribute__((interrupt("machine"))) void trap_handler(void)
 int port_getc(void)
 {
     for (;;) {
-        int c = -1;
+        int c;
         __asm__ volatile("csrc mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
-        if (ring_head != ring_tail) {
-            c = ring[ring_tail % RING];
-            ring_tail++;
-        } else if (USJ_EP1_CONF & USJ_OUT_EP_DATA_AVAIL) { /* left behind when the ring was full */
+        c = ring_get();
+        if (c < 0 && (USJ_EP1_CONF & USJ_OUT_EP_DATA_AVAIL)) /* left behind when the ring was full */
             c = (int)(USJ_EP1 & 0xFFu);
-        }
         if (c >= 0) {
             USJ_INT_ENA = USJ_INT_SERIAL_OUT_RECV_PKT; /* the ring has room again */
             __asm__ volatile("csrs mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
@@ -305,7 +277,6 @@ uint32_t port_ticks(void)
 
 uint32_t port_tick_hz(void) { return TICK_HZ; }
 
-
 /* ---- SD card over bit-banged SPI (mode 0, MSB first, the SD spec's SPI mode). GPSPI2 through
  * the GPIO matrix would be faster, but its routing and clock set-up cannot be checked without a
  * board; plain GPIO writes are simple enough to get right blind. The pager's rate is then set
@@ -352,12 +323,6 @@ static uint8_t sd_xchg(void *ctx, uint8_t out)
     return (uint8_t)in;
 }
 
-static uint32_t sd_ms(void *ctx)
-{
-    (void)ctx;
-    return poet_millis();
-}
-
 /* Initialisation needs 100-400 kHz (SD spec 4.4): a half period of TICK_HZ / (2 hz) ticks, 20
  * at 400 kHz; the timer reads add to it, so the clock comes out below 400 kHz, as required. At
  * data-transfer speed no delay is added. */
@@ -367,8 +332,7 @@ static void sd_set_hz(void *ctx, uint32_t hz)
     spi_half_ticks = hz >= 1000000u ? 0u : TICK_HZ / (2u * hz);
 }
 
-static const sd_spi_ops_t sd_ops = {0, sd_select, sd_xchg, 0, sd_ms, sd_set_hz};
-static sd_card_t card;
+const sd_spi_ops_t port_sd_ops = {0, sd_select, sd_xchg, 0, port_sd_ms, sd_set_hz};
 
 static void gpio_output(uint32_t pin, int level)
 {
@@ -401,28 +365,11 @@ static void pager_hw_init(void)
     sd_set_hz(0, 400000u);
 }
 
-/* Initialise on the first STEP, and again after a failure (a card inserted late). */
-int port_pager_open(void)
-{
-    if (card.ready)
-        return 0;
-    return sd_init(&card, &sd_ops, SD_FIRST_SECTOR, SD_SECTORS) ? -1 : 0;
-}
-
-int port_pager_write(uint32_t offset, const void *src, uint32_t n)
-{
-    return sd_pager_write(&card, offset, src, n) ? -1 : 0;
-}
-
-int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return sd_pager_read(&card, offset, dst, n) ? -1 : 0; }
-
 const char *port_board(void) { return "esp32c3"; }
 /* ESP32-C3 Series Datasheet: 400 KB SRAM, 16 KB of it the flash cache (sec. 3.1.5 "Cache");
  * 4 MB in-package flash (ESP32-C3FH4 / the DevKitM-1's module). As boards/esp32c3.yaml says. */
 uint32_t port_ram_bytes(void) { return 393216u; }
 uint32_t port_flash_bytes(void) { return 4194304u; }
-uint8_t *port_pool(void) { return pool.bytes; }
-uint32_t port_pool_bytes(void) { return POOL_BYTES; }
 void port_idle(void) { __asm__ volatile("wfi"); }
 
 static void interrupts_init(void)

@@ -17,13 +17,18 @@ C3_PYTHON ?= $(firstword $(wildcard ../.venv/bin/python) python3)
 # picks picolibc's rv32im/ilp32 multilib (no rv32imc one ships; qemu-rv32's port.mk explains).
 C3_ARCH := -march=rv32imc_zicsr -mabi=ilp32
 C3_LINK_ARCH := -march=rv32imc -mabi=ilp32
+# The pool (292 KiB) takes what the rest leaves of the 386832 B of SRAM1 this image may use (linker.ld):
+# code and constants (~58 KB with the low-precision kernels: unlike on the qemu-rv32 stand-in, whose code
+# sits in "flash", code runs from the same SRAM here), the core's static buffers (~14 KB), this port's
+# receive ring and the SD driver's sector buffer, and an 8 KB stack. The link fails if it does not fit;
+# tests/test_port_esp32c3.py checks the margin.
 C3_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
-             $(C3_ARCH) --specs=picolibc.specs
+             $(C3_ARCH) --specs=picolibc.specs -DPOOL_BYTES=299008u
 # max-page-size=16: the program headers start at the sections themselves; with 4 KB pages the
 # DRAM one would start a page early, its file bytes (ELF headers) aliasing the end of the code.
 C3_LDFLAGS := $(C3_LINK_ARCH) --specs=picolibc.specs -nostartfiles -T ports/esp32c3/linker.ld \
               -Wl,--gc-sections -Wl,-z,max-page-size=16 -Wl,-Map,$(BUILD)/esp32c3/poet.map
-C3_SRC := $(CORE_SRC) ports/esp32c3/port.c drivers/sd_spi.c drivers/millis.c
+C3_SRC := $(CORE_SRC) ports/esp32c3/port.c ports/shared/pool.c ports/shared/sd_pager.c drivers/sd_spi.c drivers/millis.c
 C3_OBJ := $(patsubst %.c,$(BUILD)/esp32c3/%.o,$(C3_SRC)) $(BUILD)/esp32c3/ports/esp32c3/startup.o
 C3_DEPS := Makefile ports/esp32c3/port.mk
 # elf2image's flash options in their short spelling, which esptool 4.x and 5.x both accept

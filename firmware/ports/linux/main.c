@@ -17,14 +17,6 @@
 #include "../../core/port.h"
 #include "../../core/protocol.h"
 
-#ifndef POOL_BYTES
-#define POOL_BYTES (4u * 1024u * 1024u)
-#endif
-
-static union {
-    double align;
-    uint8_t bytes[POOL_BYTES];
-} pool;
 static uint8_t inbuf[4096];
 static size_t in_len, in_pos;
 static FILE *swap;
@@ -160,10 +152,8 @@ int port_pager_read(uint32_t offset, void *dst, uint32_t n)
 /* One runtime serves every Linux board (RPi 4, Jetson, this host): it says which one it stands for. */
 static const char *board = "linux";
 const char *port_board(void) { return board; }
-uint32_t port_ram_bytes(void) { return POOL_BYTES; }
+uint32_t port_ram_bytes(void) { return port_pool_bytes(); } /* the pool (shared/pool.c) is the limit, not the host's RAM */
 uint32_t port_flash_bytes(void) { return 0; }
-uint8_t *port_pool(void) { return pool.bytes; }
-uint32_t port_pool_bytes(void) { return POOL_BYTES; }
 void port_idle(void) {}
 
 /* usage: poet [BOARD] [--pty]  (BOARD: the name HELLO reports, default "linux"; --pty: serve the

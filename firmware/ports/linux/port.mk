@@ -3,13 +3,17 @@
 CC ?= cc
 HOST_CFLAGS := $(WARN) -O2 -g -MMD -MP
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-LINUX_SRC := $(CORE_SRC) ports/linux/main.c
+LINUX_SRC := $(CORE_SRC) ports/linux/main.c ports/shared/pool.c
+# The pool, 4 MiB (shared/pool.c); linux-big has 256 MiB for the zoo's larger graphs (BIG_FLAGS).
+LINUX_POOL := -DPOOL_BYTES=4194304u
 LINUX_OBJ := $(patsubst %.c,$(BUILD)/linux/%.o,$(LINUX_SRC))
 ASAN_OBJ := $(patsubst %.c,$(BUILD)/linux-asan/%.o,$(LINUX_SRC))
 BIG_OBJ := $(patsubst %.c,$(BUILD)/linux-big/%.o,$(LINUX_SRC))
 BIG_FLAGS := -DPOET_MODEL_BLOB_MAX=65536u -DPOET_SCHEDULE_BLOB_MAX=32768u -DPOET_MAX_PARAMS=512u \
              -DPOOL_BYTES=268435456u
-VALIDATE_SRC := core/util.c core/model.c core/schedule.c tests/validate_main.c
+# The model parser checks each node with its op's check, which sits beside the op's run: the
+# validator links the ops and their kernels too.
+VALIDATE_SRC := core/util.c core/model.c core/schedule.c $(OPS_SRC) $(KERNEL_SRC) tests/validate_main.c
 VALIDATE_OBJ := $(patsubst %.c,$(BUILD)/linux/%.o,$(VALIDATE_SRC))
 # Position-independent objects of their own: the linux port's objects are not built with -fPIC.
 SO_OBJ := $(patsubst %.c,$(BUILD)/so/%.o,$(KERNEL_SRC))
@@ -29,18 +33,18 @@ $(BUILD)/linux/poet: $(LINUX_OBJ)
 	$(CC) -o $@ $^ -lm
 
 $(BUILD)/linux/validate: $(VALIDATE_OBJ)
-	$(CC) -o $@ $^
+	$(CC) -o $@ $^ -lm
 
 $(BUILD)/linux/%.o: %.c $(LINUX_DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(HOST_CFLAGS) -c -o $@ $<
+	$(CC) $(HOST_CFLAGS) $(LINUX_POOL) -c -o $@ $<
 
 $(BUILD)/linux-asan/poet: $(ASAN_OBJ)
 	$(CC) $(ASAN_FLAGS) -o $@ $^ -lm
 
 $(BUILD)/linux-asan/%.o: %.c $(LINUX_DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(HOST_CFLAGS) $(ASAN_FLAGS) -c -o $@ $<
+	$(CC) $(HOST_CFLAGS) $(LINUX_POOL) $(ASAN_FLAGS) -c -o $@ $<
 
 $(BUILD)/linux-big/poet: $(BIG_OBJ)
 	$(CC) -o $@ $^ -lm
@@ -74,7 +78,7 @@ $(BUILD)/linux-aarch64/poet: $(AARCH64_OBJ)
 
 $(BUILD)/linux-aarch64/%.o: %.c $(LINUX_DEPS)
 	@mkdir -p $(dir $@)
-	$(AARCH64_CC) $(HOST_CFLAGS) -c -o $@ $<
+	$(AARCH64_CC) $(HOST_CFLAGS) $(LINUX_POOL) -c -o $@ $<
 
 # validate-asan: the schedule validator harness under ASan + UBSan (same objects as linux-asan), so
 # the differential tests' thousands of corrupted schedules also check it for memory errors.
@@ -87,4 +91,4 @@ DEPS += $(VALIDATE_ASAN_OBJ:.o=.d)
 validate-asan: $(BUILD)/linux-asan/validate
 
 $(BUILD)/linux-asan/validate: $(VALIDATE_ASAN_OBJ)
-	$(CC) $(ASAN_FLAGS) -o $@ $^
+	$(CC) $(ASAN_FLAGS) -o $@ $^ -lm

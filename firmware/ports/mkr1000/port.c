@@ -26,14 +26,8 @@
 #include <stdint.h>
 
 #include "../../core/port.h"
-#include "../../drivers/millis.h"
 #include "../../core/protocol.h"
-#include "../../drivers/sd_spi.h"
-
-/* One place decides how the 32 KB are split: port.mk, which copies qemu-m0's budget. */
-#ifndef POOL_BYTES
-#error "POOL_BYTES comes from ports/mkr1000/port.mk"
-#endif
+#include "../shared/sd_pager.h" /* port_pager_*: ports/shared/sd_pager.c */
 
 #define REG8(a) (*(volatile uint8_t *)(a))
 #define REG16(a) (*(volatile uint16_t *)(a))
@@ -258,15 +252,6 @@
     (POET_MARK_GROUP == SD_CS_GROUP && POET_MARK_PIN == SD_CS_PIN)
 #error "POET_MARK_PIN is a UART or SD card pin"
 #endif
-/* The swap area: raw sectors from the 1 MiB mark, where partitioning tools put the first
- * partition, so the card's partition table survives (its file system does not). 32 MiB, as on the
- * nrf52840. */
-#ifndef SD_FIRST_SECTOR
-#define SD_FIRST_SECTOR 2048u
-#endif
-#ifndef SD_SECTORS
-#define SD_SECTORS 65536u
-#endif
 
 /* Bounds on the clock set-up's busy-waits, in loop passes. At reset the core runs at 1 MHz (OSC8M
  * with its reset prescaler /8, DS 17.8 OSC8M.PRESC; the bootloader's own delay loops assume it)
@@ -279,14 +264,8 @@
  * bytes queue here only while the core is between reads of one frame; a full ring drops the byte
  * (Serial1 has no flow control), and the frame's CRC check then rejects that request. */
 #define RING 512u
+#include "../shared/rx_ring.h"
 
-static union {
-    uint64_t align;
-    uint8_t bytes[POOL_BYTES];
-} pool;
-
-static volatile uint8_t ring[RING];
-static volatile uint32_t ring_head, ring_tail; /* head written by the ISR, tail by getc */
 /* For a debugger: receive errors (framing, overflow) and bytes dropped with the ring full, and
  * whether the DFLL runs in closed loop (0: the crystal did not start; open loop, ~48 MHz +- a few %). */
 static volatile uint32_t rx_errors, rx_dropped;
@@ -457,29 +436,14 @@ void SERCOM5_Handler(void)
             SC_STATUS(SERCOM5) = st & UART_STATUS_ERRORS;
             rx_errors++;
         }
-        if (ring_head - ring_tail < RING) {
-            ring[ring_head % RING] = b;
-            ring_head++;
-        } else {
+        if (!ring_full())
+            ring_put(b);
+        else
             rx_dropped++;
-        }
     }
 }
 
-int port_getc(void)
-{
-    for (;;) {
-        __asm__ volatile("cpsid i" ::: "memory");
-        if (ring_head != ring_tail) {
-            int c = ring[ring_tail % RING];
-            ring_tail++;
-            __asm__ volatile("cpsie i" ::: "memory");
-            return c;
-        }
-        /* WFI wakes on a pending interrupt even with PRIMASK set; no lost-wakeup race. */
-        __asm__ volatile("wfi\n\tcpsie i" ::: "memory");
-    }
-}
+int port_getc(void) { return cm_ring_getc(0); }
 
 /* DRE: DATA can take the next byte (the transmitter is double-buffered). 87 us per byte at 115200. */
 void port_write(const uint8_t *p, size_t n)
@@ -567,12 +531,6 @@ static void sd_xchg_buf(void *ctx, const uint8_t *tx, uint8_t *rx, uint32_t n)
     }
 }
 
-static uint32_t sd_ms(void *ctx)
-{
-    (void)ctx;
-    return poet_millis();
-}
-
 /* The highest f_SCK = f_ref / (2 (BAUD + 1)) not above hz: BAUD = ceil(f_ref / (2 hz)) - 1, at
  * least 1 (SPI_MAX_HZ). BAUD is enable-protected (DS 27.8.3), so the SERCOM is stopped around it. */
 static void sd_set_hz(void *ctx, uint32_t hz)
@@ -591,8 +549,7 @@ static void sd_set_hz(void *ctx, uint32_t hz)
     sercom_enable(SERCOM1, 1);
 }
 
-static const sd_spi_ops_t sd_ops = {0, sd_select, sd_xchg, sd_xchg_buf, sd_ms, sd_set_hz};
-static sd_card_t card;
+const sd_spi_ops_t port_sd_ops = {0, sd_select, sd_xchg, sd_xchg_buf, port_sd_ms, sd_set_hz};
 
 static void spi_init(void)
 {
@@ -620,33 +577,13 @@ static void spi_init(void)
     sercom_enable(SERCOM1, 1);
 }
 
-/* Initialise on the first use, and again after a failure (a card inserted late). */
-int port_pager_open(void)
-{
-    if (card.ready)
-        return 0;
-    return sd_init(&card, &sd_ops, SD_FIRST_SECTOR, SD_SECTORS) ? -1 : 0;
-}
-
-int port_pager_write(uint32_t offset, const void *src, uint32_t n)
-{
-    return sd_pager_write(&card, offset, src, n) ? -1 : 0;
-}
-
-int port_pager_read(uint32_t offset, void *dst, uint32_t n)
-{
-    return sd_pager_read(&card, offset, dst, n) ? -1 : 0;
-}
-
-/* ---- Identity, pool, idle, entry ------------------------------------------------------------ */
+/* ---- Identity, idle, entry ------------------------------------------------------------------ */
 
 /* ATSAMD21G18A: 32 KB SRAM, 256 KB flash (DS 2, "Configuration Summary"). Flash is the chip's,
  * of which the bootloader keeps 8 KB. */
 const char *port_board(void) { return "mkr1000"; }
 uint32_t port_ram_bytes(void) { return 32768u; }
 uint32_t port_flash_bytes(void) { return 262144u; }
-uint8_t *port_pool(void) { return pool.bytes; }
-uint32_t port_pool_bytes(void) { return POOL_BYTES; }
 
 /* WFI with SCR.SLEEPDEEP = 0 and PM.SLEEP.IDLE = 0 (reset values) is IDLE 0: only the CPU clock
  * stops; GCLK0, TC4 and the SERCOMs keep running (DS 16.6, "Sleep Mode Controller", sleep mode

@@ -23,7 +23,8 @@ MKR_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno
               $(MKR_ARCH) $(MKR_LIMITS)
 MKR_LDFLAGS := $(MKR_ARCH) -nostartfiles --specs=nano.specs -T ports/mkr1000/linker.ld \
                -Wl,--gc-sections -Wl,-Map,$(BUILD)/mkr1000/poet.map
-MKR_SRC := $(CORE_SRC) ports/mkr1000/startup.c ports/mkr1000/port.c drivers/sd_spi.c drivers/millis.c
+MKR_SRC := $(CORE_SRC) ports/mkr1000/startup.c ports/mkr1000/port.c ports/shared/pool.c ports/shared/sd_pager.c \
+           drivers/sd_spi.c drivers/millis.c
 MKR_OBJ := $(patsubst %.c,$(BUILD)/mkr1000/%.o,$(MKR_SRC))
 
 PORTS += mkr1000

@@ -4,8 +4,9 @@
  * CPACR (no FPU), and VTOR as an option the SAM D21 implements (the bootloader writes it). */
 #include <stdint.h>
 
-extern uint32_t __data_load, __data_start, __data_end, __bss_start, __bss_end, __stack_bottom, __stack_top;
-extern int main(void);
+#include "../shared/cm_reset.h"
+
+extern uint32_t __stack_top;
 void Reset_Handler(void);
 void Fault_Handler(void);
 void Default_Handler(void);
@@ -33,30 +34,16 @@ __attribute__((section(".vectors"), used)) void (*const poet_vectors[16 + N_IRQ]
     [16 + SERCOM5_IRQ + 1 ... 16 + N_IRQ - 1] = Default_Handler,
 };
 
-/* Every stack word not yet in use gets this pattern, so the deepest the stack went can be read with
- * a debugger (SWD) afterwards: with 32 KB the margin is worth measuring, as on qemu-m0. */
-#define STACK_PAINT 0x57A0C0DEu
-
 /* The bootloader already set MSP and VTOR (bootloaders/zero/main.c); VTOR is set again so the image
  * also works when started some other way (a debugger loading it at 0x2000 and resetting into the
  * bootloader, or the SAM-BA "G" command). Soft float: nothing to enable before C code runs. */
 void Reset_Handler(void)
 {
-    uint32_t *src, *dst;
-    uintptr_t sp;
     __asm__ volatile("cpsid i" ::: "memory"); /* main enables interrupts once the peripherals are set */
     SCB_VTOR = (uint32_t)(uintptr_t)poet_vectors;
     __asm__ volatile("dsb" ::: "memory");
-    __asm__ volatile("mov %0, sp" : "=r"(sp));
-    for (dst = &__stack_bottom; (uintptr_t)dst < sp - 64u;) /* 64 B below our frame stay unpainted */
-        *dst++ = STACK_PAINT;
-    for (src = &__data_load, dst = &__data_start; dst < &__data_end;)
-        *dst++ = *src++;
-    for (dst = &__bss_start; dst < &__bss_end;)
-        *dst++ = 0;
-    main();
-    for (;;)
-        __asm__ volatile("wfi");
+    cm_paint_stack(); /* read back with a debugger (SWD), as on qemu-m0 */
+    cm_start();
 }
 
 /* A fault resets the chip (through the bootloader, which starts the image again), so the host sees

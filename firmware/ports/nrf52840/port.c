@@ -10,28 +10,16 @@
 #include <string.h>
 
 #include "../../core/port.h"
-#include "../../drivers/millis.h"
 #include "../../core/protocol.h"
 
 #if defined(POET_PAGER_SD) == defined(POET_PAGER_QSPI)
 #error "build with exactly one of -DPOET_PAGER_SD or -DPOET_PAGER_QSPI"
 #endif
 #ifdef POET_PAGER_SD
-#include "../../drivers/sd_spi.h"
+#include "../shared/sd_pager.h" /* port_pager_*: ports/shared/sd_pager.c */
 #else
+#include "../../drivers/millis.h"
 #include "../../drivers/nor_pager.h"
-#endif
-
-/* The pool takes what the rest leaves of 256 KB: static buffers of the core (~14 KB), 8 KB stack,
- * this port's rings and DMA buffers, and the pager's buffer (512 B for SD, 4 KB for QSPI). The SD
- * build keeps the qemu-m4 stand-in's pool, so a plan made on the stand-in fits it; the QSPI build
- * gives the 4 KB sector buffer back. The link fails if it does not fit. */
-#ifndef POOL_BYTES
-#ifdef POET_PAGER_SD
-#define POOL_BYTES (228u * 1024u)
-#else
-#define POOL_BYTES (224u * 1024u)
-#endif
 #endif
 
 /* Pins as PSEL values: bit 5 = port, bits 0-4 = pin (PS, GPIO chapter, "PSEL" fields). */
@@ -128,16 +116,10 @@
 /* Receive ring: the host sends one frame (<= 1032 bytes, spec section 6) and waits for the
  * reply, so a ring larger than a frame never overflows. */
 #define RING 2048u
+#include "../shared/rx_ring.h"
 /* EasyDMA reads and writes Data RAM only (PS, "EasyDMA"), so bytes to send are staged in RAM. */
 #define TX_CHUNK 128u
 
-static union {
-    uint64_t align;
-    uint8_t bytes[POOL_BYTES];
-} pool;
-
-static volatile uint8_t ring[RING];
-static volatile uint32_t ring_head, ring_tail; /* head written by the ISR, tail by getc */
 static volatile uint32_t rx_errors;            /* framing/overrun seen (ERRORSRC), for a debugger */
 static uint8_t rx_dma[2];                      /* one byte per EasyDMA transfer, double-buffered */
 static volatile uint32_t rx_active;            /* which rx_dma byte the UARTE fills now */
@@ -154,10 +136,8 @@ void UARTE0_UART0_IRQHandler(void)
 {
     if (UARTE_EVENTS_ENDRX) {
         UARTE_EVENTS_ENDRX = 0;
-        if (ring_head - ring_tail < RING) {
-            ring[ring_head % RING] = rx_dma[rx_active];
-            ring_head++;
-        }
+        if (!ring_full())
+            ring_put(rx_dma[rx_active]);
         rx_active ^= 1u;
     }
     if (UARTE_EVENTS_RXSTARTED) {
@@ -203,21 +183,7 @@ static void sleep_prepare(void)
     }
 }
 
-int port_getc(void)
-{
-    for (;;) {
-        __asm__ volatile("cpsid i" ::: "memory");
-        if (ring_head != ring_tail) {
-            int c = ring[ring_tail % RING];
-            ring_tail++;
-            __asm__ volatile("cpsie i" ::: "memory");
-            return c;
-        }
-        sleep_prepare();
-        /* WFI wakes on a pending interrupt even with PRIMASK set; no lost-wakeup race. */
-        __asm__ volatile("wfi\n\tcpsie i" ::: "memory");
-    }
-}
+int port_getc(void) { return cm_ring_getc(sleep_prepare); }
 
 /* TX with EasyDMA, two staging buffers: the next chunk is copied while the previous one is on
  * the wire. Returns with the last chunk still sending; the next call (or idle) waits for it. */
@@ -302,14 +268,6 @@ static void mark_init(void)
     POET_MARK_PIN == SD_CS_PIN
 #error "POET_MARK_PIN is an SD card pin"
 #endif
-/* The swap area: raw sectors from the 1 MiB mark, where partitioning tools put the first
- * partition, so the card's partition table survives (its file system does not). 32 MiB. */
-#ifndef SD_FIRST_SECTOR
-#define SD_FIRST_SECTOR 2048u
-#endif
-#ifndef SD_SECTORS
-#define SD_SECTORS 65536u
-#endif
 #define RAM_START 0x20000000u
 #define RAM_END 0x20040000u
 
@@ -360,12 +318,6 @@ static void sd_xchg_buf(void *ctx, const uint8_t *tx, uint8_t *rx, uint32_t n)
     spim_run(tx, tx ? n : 0u, rx, rx ? n : 0u);
 }
 
-static uint32_t sd_ms(void *ctx)
-{
-    (void)ctx;
-    return poet_millis();
-}
-
 static void sd_set_hz(void *ctx, uint32_t hz)
 {
     uint32_t f = SPIM_K125, rate = 125000u;
@@ -377,8 +329,7 @@ static void sd_set_hz(void *ctx, uint32_t hz)
     SPIM_FREQUENCY = f;
 }
 
-static const sd_spi_ops_t sd_ops = {0, sd_select, sd_xchg, sd_xchg_buf, sd_ms, sd_set_hz};
-static sd_card_t card;
+const sd_spi_ops_t port_sd_ops = {0, sd_select, sd_xchg, sd_xchg_buf, port_sd_ms, sd_set_hz};
 
 static void pager_hw_init(void)
 {
@@ -398,21 +349,6 @@ static void pager_hw_init(void)
     SPIM_FREQUENCY = SPIM_K125 << 1; /* 250 kbps until sd_init picks its own */
     SPIM_ENABLE = SPIM_ENABLED;
 }
-
-/* Initialise on the first STEP, and again after a failure (a card inserted late). */
-int port_pager_open(void)
-{
-    if (card.ready)
-        return 0;
-    return sd_init(&card, &sd_ops, SD_FIRST_SECTOR, SD_SECTORS) ? -1 : 0;
-}
-
-int port_pager_write(uint32_t offset, const void *src, uint32_t n)
-{
-    return sd_pager_write(&card, offset, src, n) ? -1 : 0;
-}
-
-int port_pager_read(uint32_t offset, void *dst, uint32_t n) { return sd_pager_read(&card, offset, dst, n) ? -1 : 0; }
 
 #else /* POET_PAGER_QSPI */
 
@@ -613,8 +549,6 @@ int port_pager_read(uint32_t offset, void *dst, uint32_t n)
 const char *port_board(void) { return "nrf52840"; }
 uint32_t port_ram_bytes(void) { return 262144u; }  /* PS, "Memory": 256 KB RAM */
 uint32_t port_flash_bytes(void) { return 1048576u; } /* PS, "Memory": 1 MB flash */
-uint8_t *port_pool(void) { return pool.bytes; }
-uint32_t port_pool_bytes(void) { return POOL_BYTES; }
 
 void port_idle(void)
 {

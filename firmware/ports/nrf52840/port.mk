@@ -16,10 +16,16 @@ NRF_ARCH := -mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard
 NRF_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
               $(NRF_ARCH)
 NRF_LDFLAGS := $(NRF_ARCH) -nostartfiles --specs=nano.specs -T ports/nrf52840/linker.ld -Wl,--gc-sections
-NRF_SRC := $(CORE_SRC) ports/nrf52840/startup.c ports/nrf52840/port.c drivers/millis.c
-NRF_SD_OBJ := $(patsubst %.c,$(BUILD)/nrf52840/%.o,$(NRF_SRC) drivers/sd_spi.c)
+NRF_SRC := $(CORE_SRC) ports/nrf52840/startup.c ports/nrf52840/port.c ports/shared/pool.c drivers/millis.c
+NRF_SD_OBJ := $(patsubst %.c,$(BUILD)/nrf52840/%.o,$(NRF_SRC) ports/shared/sd_pager.c drivers/sd_spi.c)
 NRF_QSPI_OBJ := $(patsubst %.c,$(BUILD)/nrf52840-qspi/%.o,$(NRF_SRC) drivers/nor_pager.c)
 NRF_DEPS := Makefile ports/nrf52840/port.mk
+# The pool takes what the rest leaves of 256 KB: static buffers of the core (~14 KB), 8 KB stack,
+# this port's rings and DMA buffers, and the pager's buffer (512 B for SD, 4 KB for QSPI). The SD
+# build keeps the qemu-m4 stand-in's pool (228 KiB), so a plan made on the stand-in fits it; the QSPI
+# build gives the 4 KB sector buffer back. The link fails if it does not fit.
+NRF_SD_POOL := -DPOOL_BYTES=233472u
+NRF_QSPI_POOL := -DPOOL_BYTES=229376u
 
 PORTS += nrf52840 nrf52840-qspi
 DEPS += $(NRF_SD_OBJ:.o=.d) $(NRF_QSPI_OBJ:.o=.d)
@@ -41,8 +47,8 @@ $(BUILD)/nrf52840-qspi/poet.elf: $(NRF_QSPI_OBJ) ports/nrf52840/linker.ld
 
 $(BUILD)/nrf52840/%.o: %.c $(NRF_DEPS)
 	@mkdir -p $(dir $@)
-	$(NRF_CC) $(NRF_CFLAGS) -DPOET_PAGER_SD -c -o $@ $<
+	$(NRF_CC) $(NRF_CFLAGS) -DPOET_PAGER_SD $(NRF_SD_POOL) -c -o $@ $<
 
 $(BUILD)/nrf52840-qspi/%.o: %.c $(NRF_DEPS)
 	@mkdir -p $(dir $@)
-	$(NRF_CC) $(NRF_CFLAGS) -DPOET_PAGER_QSPI -c -o $@ $<
+	$(NRF_CC) $(NRF_CFLAGS) -DPOET_PAGER_QSPI $(NRF_QSPI_POOL) -c -o $@ $<

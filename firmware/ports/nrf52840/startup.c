@@ -2,8 +2,9 @@
  * (nRF52840 PS v1.7, "Memory" chapter, "Instantiation" table: the ID is the IRQ number). */
 #include <stdint.h>
 
-extern uint32_t __data_load, __data_start, __data_end, __bss_start, __bss_end, __stack_top;
-extern int main(void);
+#include "../shared/cm_reset.h"
+
+extern uint32_t __stack_top;
 void Reset_Handler(void);
 void Fault_Handler(void);
 void Default_Handler(void);
@@ -37,18 +38,11 @@ __attribute__((section(".vectors"), used)) void (*const poet_vectors[16 + 48])(v
 /* Reset must not touch the FPU before CPACR enables it, so the copy loops are plain integer code. */
 void Reset_Handler(void)
 {
-    uint32_t *src, *dst;
     SCB_CPACR |= 0xFu << 20; /* CP10, CP11 full access: the hard-float ABI uses s0-s31 */
     __asm__ volatile("dsb\n\tisb" ::: "memory");
     /* Take the interrupts ourselves rather than through the MBR's forwarding table. */
     SCB_VTOR = (uint32_t)(uintptr_t)poet_vectors;
-    for (src = &__data_load, dst = &__data_start; dst < &__data_end;)
-        *dst++ = *src++;
-    for (dst = &__bss_start; dst < &__bss_end;)
-        *dst++ = 0;
-    main();
-    for (;;)
-        __asm__ volatile("wfi");
+    cm_start();
 }
 
 /* With a debugger attached, stop where the fault happened; otherwise reset, so the host sees the

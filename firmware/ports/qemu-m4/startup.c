@@ -1,10 +1,11 @@
 /* Vector table and reset for the Cortex-M4F on QEMU mps2-an386. */
 #include <stdint.h>
 
-extern uint32_t __data_load, __data_start, __data_end, __bss_start, __bss_end, __stack_top;
-extern int main(void);
+#include "../shared/cm_reset.h"
+
+extern uint32_t __stack_top;
 void Reset_Handler(void);
-void Fault_Handler(void);
+void Fault_Handler(void); /* Fault_Handler and Default_Handler: shared/mps2.c */
 void Default_Handler(void);
 void UART0_RX_IRQHandler(void);
 
@@ -30,30 +31,7 @@ __attribute__((section(".vectors"), used)) static void (*const vectors[16 + 32])
 /* Reset must not touch the FPU before CPACR enables it, so the copy loops are plain integer code. */
 void Reset_Handler(void)
 {
-    uint32_t *src, *dst;
     *(volatile uint32_t *)0xE000ED88u |= 0xFu << 20; /* CPACR: CP10, CP11 full access */
     __asm__ volatile("dsb\n\tisb" ::: "memory");
-    for (src = &__data_load, dst = &__data_start; dst < &__data_end;)
-        *dst++ = *src++;
-    for (dst = &__bss_start; dst < &__bss_end;)
-        *dst++ = 0;
-    main();
-    for (;;)
-        __asm__ volatile("wfi");
-}
-
-/* A fault ends the emulation (semihosting SYS_EXIT) instead of hanging: the host sees the
- * serial connection close and reports it, rather than waiting for a timeout. */
-void Fault_Handler(void)
-{
-    register uint32_t r0 __asm__("r0") = 0x18u;       /* SYS_EXIT */
-    register uint32_t r1 __asm__("r1") = 0x20023u;    /* ADP_Stopped_RunTimeErrorUnknown */
-    __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
-    for (;;)
-        __asm__ volatile("wfi");
-}
-
-void Default_Handler(void)
-{
-    Fault_Handler();
+    cm_start();
 }

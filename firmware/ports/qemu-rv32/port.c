@@ -8,10 +8,6 @@
 #include "../../core/protocol.h"
 #include "../shared/semihost.h" /* port_semihost: startup.S */
 
-#ifndef POOL_BYTES
-#define POOL_BYTES (356u * 1024u)
-#endif
-
 #define REG8(a) (*(volatile uint8_t *)(a))
 #define REG32(a) (*(volatile uint32_t *)(a))
 
@@ -41,15 +37,7 @@
 #define MCAUSE_MEXT 0x8000000Bu
 
 #define RING 512u
-
-
-static union {
-    uint64_t align;
-    uint8_t bytes[POOL_BYTES];
-} pool;
-
-static volatile uint8_t ring[RING];
-static volatile uint32_t ring_head, ring_tail; /* head written by the handler, tail by getc */
+#include "../shared/rx_ring.h"
 
 static void semihost_exit(void)
 {
@@ -62,12 +50,11 @@ static void semihost_exit(void)
 static void uart_rx(void)
 {
     while (UART_LSR & UART_LSR_DR) {
-        if (ring_head - ring_tail >= RING) {
+        if (ring_full()) {
             UART_IER = 0;
             return;
         }
-        ring[ring_head % RING] = UART_RBR;
-        ring_head++;
+        ring_put(UART_RBR);
     }
 }
 
@@ -92,16 +79,15 @@ __attribute__((interrupt("machine"), aligned(4))) void trap_handler(void)
 int port_getc(void)
 {
     for (;;) {
+        int c;
         __asm__ volatile("csrc mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
-        if (ring_head != ring_tail) {
-            int c = ring[ring_tail % RING];
-            ring_tail++;
+        if ((c = ring_get()) >= 0) {
             UART_IER = UART_IER_RX;
             __asm__ volatile("csrs mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
             return c;
         }
         if (UART_LSR & UART_LSR_DR) { /* a byte the handler left behind when the ring was full */
-            int c = UART_RBR;
+            c = UART_RBR;
             UART_IER = UART_IER_RX;
             __asm__ volatile("csrs mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
             return c;
@@ -130,8 +116,6 @@ const char *port_board(void) { return "esp32c3"; }
 /* ESP32-C3 Series Datasheet: 400 KB SRAM, 16 KB of it the flash cache (sec. 3.1.5 "Cache"). */
 uint32_t port_ram_bytes(void) { return 393216u; }
 uint32_t port_flash_bytes(void) { return 4194304u; }
-uint8_t *port_pool(void) { return pool.bytes; }
-uint32_t port_pool_bytes(void) { return POOL_BYTES; }
 void port_idle(void) { __asm__ volatile("wfi"); }
 
 int main(void)

@@ -2,16 +2,12 @@
  * CMSDK UART0 with RX by interrupt, CMSDK timer0 as the tick counter, semihosting for the pager
  * (shared/semihost_pager.c) and for exits. Everything here is ARMv6-M, so the M0+ build runs it too
  * (cpsid/cpsie, wfi and bkpt exist there). What differs between the two boards, their identity, is
- * each port's own port.c; the pool size comes from its port.mk. */
+ * each port's own port.c; the pool is shared/pool.c's. */
 #include <stdint.h>
 
 #include "../../core/port.h"
 #include "../../core/protocol.h"
 #include "semihost.h"
-
-#ifndef POOL_BYTES
-#error "POOL_BYTES comes from the port's port.mk"
-#endif
 
 #define REG(a) (*(volatile uint32_t *)(a))
 
@@ -37,14 +33,7 @@
 #define UART0_RX_IRQ 0u
 
 #define RING 512u
-
-static union {
-    uint64_t align;
-    uint8_t bytes[POOL_BYTES];
-} pool;
-
-static volatile uint8_t ring[RING];
-static volatile uint32_t ring_head, ring_tail; /* head written by the ISR, tail by getc */
+#include "rx_ring.h"
 
 /* When the ring is full the ISR leaves the byte in the UART and masks its interrupt; QEMU then
  * holds back further input (the UART can't accept), so nothing is ever dropped. The UART raises
@@ -56,28 +45,26 @@ void UART0_RX_IRQHandler(void)
         UART_INTCLR = UART_INT_RX;
         if (!(UART_STATE & UART_RX_FULL))
             break;
-        if (ring_head - ring_tail >= RING) {
+        if (ring_full()) {
             UART_CTRL &= ~UART_CTRL_RX_IE;
             break;
         }
-        ring[ring_head % RING] = (uint8_t)UART_DATA;
-        ring_head++;
+        ring_put((uint8_t)UART_DATA);
     }
 }
 
 int port_getc(void)
 {
     for (;;) {
+        int c;
         __asm__ volatile("cpsid i" ::: "memory");
-        if (ring_head != ring_tail) {
-            int c = ring[ring_tail % RING];
-            ring_tail++;
+        if ((c = ring_get()) >= 0) {
             UART_CTRL |= UART_CTRL_RX_IE;
             __asm__ volatile("cpsie i" ::: "memory");
             return c;
         }
         if (UART_STATE & UART_RX_FULL) { /* the byte the ISR left behind when the ring was full */
-            int c = (int)UART_DATA;
+            c = (int)UART_DATA;
             UART_CTRL |= UART_CTRL_RX_IE;
             __asm__ volatile("cpsie i" ::: "memory");
             return c;
@@ -110,9 +97,28 @@ int port_semihost(uint32_t op, void *arg)
     return (int)r0;
 }
 
-uint8_t *port_pool(void) { return pool.bytes; }
-uint32_t port_pool_bytes(void) { return POOL_BYTES; }
 void port_idle(void) { __asm__ volatile("wfi"); }
+
+/* The vector tables of both stand-ins (their startup.c) point here. A fault ends the emulation
+ * (semihosting SYS_EXIT; on ARMv6-M semihosting is `bkpt 0xab` as on v7-M) instead of hanging: the
+ * host sees the serial connection close and reports it, rather than waiting for a timeout. Registers
+ * only, no call: the fault may be a stack overflow. */
+void Fault_Handler(void);
+void Default_Handler(void);
+
+void Fault_Handler(void)
+{
+    register uint32_t r0 __asm__("r0") = 0x18u;    /* SYS_EXIT */
+    register uint32_t r1 __asm__("r1") = 0x20023u; /* ADP_Stopped_RunTimeErrorUnknown */
+    __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
+    for (;;)
+        __asm__ volatile("wfi");
+}
+
+void Default_Handler(void)
+{
+    Fault_Handler();
+}
 
 int main(void)
 {

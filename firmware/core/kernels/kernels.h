@@ -1,4 +1,5 @@
-/* fp32 reference kernels, forward and backward, for every op of docs/graph.md's op set.
+/* fp32 reference kernels, forward and backward, for every op of docs/graph.md's op set, one file per
+ * family (core/kernels/<family>.c, named in the section titles below; the ops in core/ops/ call them).
  * They follow PyTorch's definitions (first-maximum pooling, log-softmax cross entropy with mean
  * reduction, biased batch variance for normalising and unbiased for the running estimate, ...) and
  * accumulate in float, because the Cortex-M4F has a single-precision FPU only; results track PyTorch
@@ -19,13 +20,21 @@
 
 #include <stdint.h>
 
-/* ---- dense and convolution (kernels.c) ------------------------------------------------------ */
+/* ---- linear.c: dense layers and matmul ------------------------------------------------------ */
 
 void poet_linear_fwd(int B, int in, int out, const float *x, const float *w, const float *b,
                      float *y);
 /* gx may be NULL (need_grad_input = 0); db may be NULL (no bias); dw may be NULL (frozen weight). */
 void poet_linear_bwd(int B, int in, int out, const float *g, const float *x, const float *w,
                      float *dw, float *db, float *gx);
+
+/* y[b] = a[b] @ bm[b], a[batch, M, K], bm[batch, K, N], y[batch, M, N]. */
+void poet_matmul_fwd(int batch, int M, int K, int N, const float *a, const float *bm, float *y);
+/* ga = g @ bm^T (reads the other operand bm) and gb = a^T @ g (reads a); both written. */
+void poet_matmul_bwd_a(int batch, int M, int K, int N, const float *g, const float *bm, float *ga);
+void poet_matmul_bwd_b(int batch, int M, int K, int N, const float *g, const float *a, float *gb);
+
+/* ---- conv.c: convolution -------------------------------------------------------------------- */
 
 /* Output height (or width) of a convolution: floor((H + 2 pad - k) / stride) + 1. */
 int poet_conv2d_out(int H, int k, int stride, int pad);
@@ -39,13 +48,13 @@ void poet_conv2d_ex_fwd(int B, int C, int H, int W, int O, int k, int stride, in
 void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
                         const float *g, const float *x, const float *w, float *dw, float *db,
                         float *gx);
-/* stride 1, groups 1: the original entry points, kept for the interpreter. */
+/* stride 1, groups 1: the original entry points, kept for the ctypes tests that call them. */
 void poet_conv2d_fwd(int B, int C, int H, int W, int O, int k, int pad, const float *x,
                      const float *w, const float *b, float *y);
 void poet_conv2d_bwd(int B, int C, int H, int W, int O, int k, int pad, const float *g,
                      const float *x, const float *w, float *dw, float *db, float *gx);
 
-/* ---- pointwise ------------------------------------------------------------------------------- */
+/* ---- elementwise.c: activations and arithmetic ---------------------------------------------- */
 
 /* relu_bwd reads the output y. */
 void poet_relu_fwd(int n, const float *x, float *y);
@@ -64,7 +73,30 @@ void poet_sigmoid_bwd(int n, const float *g, const float *y, float *gx);
 void poet_hardtanh_fwd(int n, float lo, float hi, const float *x, float *y);
 void poet_hardtanh_bwd(int n, float lo, float hi, const float *g, const float *x, float *gx);
 
-/* ---- pooling and reductions ----------------------------------------------------------------- */
+/* Same-shape a (op) b over n elements. y may alias a or b. */
+void poet_add_fwd(int n, const float *a, const float *b, float *y);
+void poet_sub_fwd(int n, const float *a, const float *b, float *y);
+void poet_mul_fwd(int n, const float *a, const float *b, float *y);
+/* add: ga = g, gb = g; sub: ga = g, gb = -g; either may be NULL, and either may alias g. */
+void poet_add_bwd(int n, const float *g, float *ga, float *gb);
+void poet_sub_bwd(int n, const float *g, float *ga, float *gb);
+/* mul's gradient to one operand is g times the other: mul_bwd_a passes b, mul_bwd_b passes a. */
+void poet_mul_bwd(int n, const float *g, const float *other, float *gx);
+/* y[o, c, i] = x[o, c, i] +/- v[c] for x[outer, C, inner]: a row vector broadcast over leading dims
+ * (inner = 1, C = row length, the graph's add/sub with m < n: outer = n / m) or a per-channel vector
+ * of an NCHW tensor (outer = B, inner = H*W). y may alias x. */
+void poet_add_bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float *y);
+void poet_sub_bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float *y);
+/* gx = g (may be NULL or alias g); gv = +/- the sum of g over outer and inner, WRITTEN: in the
+ * training graph v is an activation (the tracer refuses parameter operands). */
+void poet_add_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv);
+void poet_sub_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv);
+/* y = x * mul + add (the graph's scale: x * s, x / s as mul = 1/s, x + s, s - x); gx = g * mul.
+ * y may alias x, gx may alias g. */
+void poet_scale_fwd(int n, float mul, float add, const float *x, float *y);
+void poet_scale_bwd(int n, float mul, const float *g, float *gx);
+
+/* ---- pool.c: pooling and reductions --------------------------------------------------------- */
 
 /* 2x2 window, stride 2, first maximum (NaN wins) as PyTorch. */
 void poet_maxpool2d_fwd(int B, int C, int H, int W, const float *x, float *y);
@@ -78,7 +110,7 @@ void poet_mean_bwd(int outer, int r, int inner, const float *g, float *gx);
 void poet_global_avgpool2d_fwd(int B, int C, int HW, const float *x, float *y);
 void poet_global_avgpool2d_bwd(int B, int C, int HW, const float *g, float *gx);
 
-/* ---- normalisation --------------------------------------------------------------------------- */
+/* ---- norm.c: normalisation and softmax ------------------------------------------------------ */
 
 /* Batch norm of x[B, C, HW] (BatchNorm2d with HW = H*W, BatchNorm1d with HW = L or 1); w and b
  * (affine) may be NULL. momentum must be a number (torch's momentum=None, a cumulative average, is
@@ -116,49 +148,17 @@ void poet_layernorm_fwd(int rows, int D, float eps, const float *x, const float 
 void poet_layernorm_bwd(int rows, int D, float eps, const float *g, const float *x, const float *w,
                         const float *mean, const float *rstd, float *dw, float *db, float *gx);
 
-/* ---- softmax and losses ---------------------------------------------------------------------- */
-
 /* Softmax over the last dim of x[rows, D]; the backward reads the OUTPUT y. */
 void poet_softmax_fwd(int rows, int D, const float *x, float *y);
 void poet_softmax_bwd(int rows, int D, const float *g, const float *y, float *gx);
+
+/* ---- loss.c: cross entropy ------------------------------------------------------------------ */
+
 float poet_cross_entropy_fwd(int B, int classes, const float *logits, const int32_t *labels);
 void poet_cross_entropy_bwd(int B, int classes, const float *logits, const int32_t *labels,
                             float *gx);
 
-/* ---- matmul ---------------------------------------------------------------------------------- */
-
-/* y[b] = a[b] @ bm[b], a[batch, M, K], bm[batch, K, N], y[batch, M, N]. */
-void poet_matmul_fwd(int batch, int M, int K, int N, const float *a, const float *bm, float *y);
-/* ga = g @ bm^T (reads the other operand bm) and gb = a^T @ g (reads a); both written. */
-void poet_matmul_bwd_a(int batch, int M, int K, int N, const float *g, const float *bm, float *ga);
-void poet_matmul_bwd_b(int batch, int M, int K, int N, const float *g, const float *a, float *gb);
-
-/* ---- elementwise ----------------------------------------------------------------------------- */
-
-/* Same-shape a (op) b over n elements. y may alias a or b. */
-void poet_add_fwd(int n, const float *a, const float *b, float *y);
-void poet_sub_fwd(int n, const float *a, const float *b, float *y);
-void poet_mul_fwd(int n, const float *a, const float *b, float *y);
-/* add: ga = g, gb = g; sub: ga = g, gb = -g; either may be NULL, and either may alias g. */
-void poet_add_bwd(int n, const float *g, float *ga, float *gb);
-void poet_sub_bwd(int n, const float *g, float *ga, float *gb);
-/* mul's gradient to one operand is g times the other: mul_bwd_a passes b, mul_bwd_b passes a. */
-void poet_mul_bwd(int n, const float *g, const float *other, float *gx);
-/* y[o, c, i] = x[o, c, i] +/- v[c] for x[outer, C, inner]: a row vector broadcast over leading dims
- * (inner = 1, C = row length, the graph's add/sub with m < n: outer = n / m) or a per-channel vector
- * of an NCHW tensor (outer = B, inner = H*W). y may alias x. */
-void poet_add_bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float *y);
-void poet_sub_bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float *y);
-/* gx = g (may be NULL or alias g); gv = +/- the sum of g over outer and inner, WRITTEN: in the
- * training graph v is an activation (the tracer refuses parameter operands). */
-void poet_add_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv);
-void poet_sub_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv);
-/* y = x * mul + add (the graph's scale: x * s, x / s as mul = 1/s, x + s, s - x); gx = g * mul.
- * y may alias x, gx may alias g. */
-void poet_scale_fwd(int n, float mul, float add, const float *x, float *y);
-void poet_scale_bwd(int n, float mul, const float *g, float *gx);
-
-/* ---- embedding, indexing, layout -------------------------------------------------------------- */
+/* ---- layout.c: copies, gathers, permutes ---------------------------------------------------- */
 
 /* y[i, :] = w[ids[i], :] for w[V, D]; an id outside [0, V) (torch raises) gives a zero row in the
  * forward and is skipped in the backward, so a bad batch cannot write outside the weights. */
@@ -181,7 +181,7 @@ void poet_transpose12_fwd(int d0, int d1, int d2, int d3, const float *x, float 
 void poet_transpose12_bwd(int d0, int d1, int d2, int d3, const float *g, float *gx);
 void poet_copy(int n, const float *x, float *y);
 
-/* ---- low precision (kernels_lp.c) ------------------------------------------------------------ */
+/* ---- lowp.c: low precision ------------------------------------------------------------------ */
 
 /* Storage casts. fp16 is IEEE binary16, bf16 the upper half of binary32; both round to nearest
  * even from fp32 (overflow to inf, subnormals exact), keep inf, and keep NaN a NaN of the same
@@ -216,8 +216,9 @@ void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, in
                         const int8_t *xq, float x_scale, const int8_t *wq, float w_scale,
                         const float *b, float *y);
 
-/* ---- optimizers: each updates w from g, then zeroes g for the next step's accumulation ------- */
+/* ---- optim.c: optimizers ------------------------------------------------------------------- */
 
+/* Each updates w from g, then zeroes g for the next step's accumulation. */
 /* w -= lr * g, then g = 0. */
 void poet_sgd(uint32_t n, float lr, float *w, float *g);
 /* torch.optim.SGD(momentum, dampening=0, nesterov=False, weight_decay=0): buf = g on step 1,

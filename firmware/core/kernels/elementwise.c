@@ -1,0 +1,224 @@
+/* Elementwise kernels: activations, arithmetic between two tensors (or a tensor and a
+ * broadcast vector) and the affine scale. Conventions are in kernels.h. */
+#include "kernels.h"
+
+#include <math.h>
+
+/* Written out because C99's math.h has no M_SQRT1_2 / M_2_SQRTPI, and as float literals so
+ * nothing is promoted to double (software double on the Cortex-M4F). */
+#define INV_SQRT2 0.70710678118654752f   /* 1 / sqrt(2) */
+#define INV_SQRT_2PI 0.39894228040143268f /* 1 / sqrt(2 pi), the standard normal density at 0 */
+#define SQRT_2_OVER_PI 0.79788456080286536f
+#define GELU_TANH_KAPPA 0.044715f
+
+/* ---- activations ---------------------------------------------------------------------------- */
+
+void poet_relu_fwd(int n, const float *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void poet_relu_bwd(int n, const float *g, const float *y, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        gx[i] = y[i] > 0.0f ? g[i] : 0.0f;
+}
+
+void poet_gelu_fwd(int n, int tanh_approx, const float *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        float v = x[i];
+        if (tanh_approx) {
+            float inner = SQRT_2_OVER_PI * (v + GELU_TANH_KAPPA * v * v * v);
+            y[i] = 0.5f * v * (1.0f + tanhf(inner));
+        } else {
+            y[i] = v * 0.5f * (1.0f + erff(v * INV_SQRT2));
+        }
+    }
+}
+
+void poet_gelu_bwd(int n, int tanh_approx, const float *g, const float *x, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        float v = x[i], d;
+        if (tanh_approx) {
+            float v2 = v * v;
+            float t = tanhf(SQRT_2_OVER_PI * (v + GELU_TANH_KAPPA * v2 * v));
+            d = 0.5f * (1.0f + t) +
+                0.5f * v * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_TANH_KAPPA * v2);
+        } else {
+            /* d/dx x Phi(x) = Phi(x) + x phi(x) */
+            float cdf = 0.5f * (1.0f + erff(v * INV_SQRT2));
+            d = cdf + v * INV_SQRT_2PI * expf(-0.5f * v * v);
+        }
+        gx[i] = g[i] * d;
+    }
+}
+
+void poet_tanh_fwd(int n, const float *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = tanhf(x[i]);
+}
+
+void poet_tanh_bwd(int n, const float *g, const float *y, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        gx[i] = g[i] * (1.0f - y[i] * y[i]);
+}
+
+void poet_sigmoid_fwd(int n, const float *x, float *y)
+{
+    int i;
+    /* expf(-x) overflows to inf for very negative x, and 1 / inf is the right limit, 0 */
+    for (i = 0; i < n; i++)
+        y[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+void poet_sigmoid_bwd(int n, const float *g, const float *y, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        gx[i] = g[i] * y[i] * (1.0f - y[i]);
+}
+
+void poet_hardtanh_fwd(int n, float lo, float hi, const float *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+}
+
+void poet_hardtanh_bwd(int n, float lo, float hi, const float *g, const float *x, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        gx[i] = (x[i] > lo && x[i] < hi) ? g[i] : 0.0f;
+}
+
+/* ---- arithmetic ----------------------------------------------------------------------------- */
+
+void poet_add_fwd(int n, const float *a, const float *b, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+}
+
+void poet_sub_fwd(int n, const float *a, const float *b, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = a[i] - b[i];
+}
+
+void poet_mul_fwd(int n, const float *a, const float *b, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = a[i] * b[i];
+}
+
+/* Both operand gradients in one loop, so either may alias g: element i of g is read before
+ * element i of ga or gb is written, and nothing after reads it. */
+static void signed_copy2(int n, const float *g, float *ga, float *gb, float sign_b)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        float v = g[i];
+        if (ga)
+            ga[i] = v;
+        if (gb)
+            gb[i] = sign_b * v;
+    }
+}
+
+void poet_add_bwd(int n, const float *g, float *ga, float *gb)
+{
+    signed_copy2(n, g, ga, gb, 1.0f);
+}
+
+void poet_sub_bwd(int n, const float *g, float *ga, float *gb)
+{
+    signed_copy2(n, g, ga, gb, -1.0f);
+}
+
+void poet_mul_bwd(int n, const float *g, const float *other, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        gx[i] = g[i] * other[i];
+}
+
+static void bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float sign,
+                      float *y)
+{
+    int o, c, i;
+    for (o = 0; o < outer; o++)
+        for (c = 0; c < C; c++) {
+            long off = ((long)o * C + c) * inner;
+            float s = sign * v[c];
+            for (i = 0; i < inner; i++)
+                y[off + i] = x[off + i] + s;
+        }
+}
+
+static void bcast_bwd(int outer, int C, int inner, const float *g, float sign, float *gx,
+                      float *gv)
+{
+    int o, c, i;
+    if (gv)
+        for (c = 0; c < C; c++) {
+            float acc = 0.0f;
+            for (o = 0; o < outer; o++) {
+                const float *p = g + ((long)o * C + c) * inner;
+                for (i = 0; i < inner; i++)
+                    acc += p[i];
+            }
+            gv[c] = sign * acc;
+        }
+    if (gx && gx != g)
+        poet_copy(outer * C * inner, g, gx);
+}
+
+void poet_add_bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float *y)
+{
+    bcast_fwd(outer, C, inner, x, v, 1.0f, y);
+}
+
+void poet_sub_bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float *y)
+{
+    /* x + (-v) is x - v exactly: negation is exact in IEEE arithmetic */
+    bcast_fwd(outer, C, inner, x, v, -1.0f, y);
+}
+
+void poet_add_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv)
+{
+    bcast_bwd(outer, C, inner, g, 1.0f, gx, gv);
+}
+
+void poet_sub_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv)
+{
+    bcast_bwd(outer, C, inner, g, -1.0f, gx, gv);
+}
+
+void poet_scale_fwd(int n, float mul, float add, const float *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = x[i] * mul + add;
+}
+
+void poet_scale_bwd(int n, float mul, const float *g, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        gx[i] = g[i] * mul;
+}

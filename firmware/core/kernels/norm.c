@@ -1,0 +1,281 @@
+/* Normalisation: batch norm (training and frozen statistics), layer norm and softmax. Conventions are in kernels.h. */
+#include "kernels.h"
+
+#include <math.h>
+
+/* ---- batch norm ----------------------------------------------------------------------------- */
+
+/* Sums over one channel of x[B, C, HW] go plane by plane into a partial sum first: a two-level sum
+ * whose rounding error grows with max(B, HW) instead of B*HW, at no cost. */
+static float channel_sum(int B, int C, int HW, int c, const float *x)
+{
+    int n, i;
+    float total = 0.0f;
+    for (n = 0; n < B; n++) {
+        const float *p = x + ((long)n * C + c) * HW;
+        float part = 0.0f;
+        for (i = 0; i < HW; i++)
+            part += p[i];
+        total += part;
+    }
+    return total;
+}
+
+/* Mean and biased variance of channel c, two-pass (a one-pass E[x^2] - E[x]^2 cancels badly in
+ * float when the mean is large against the spread). */
+static void channel_moments(int B, int C, int HW, int c, const float *x, float *mean, float *var)
+{
+    int n, i;
+    float cnt = (float)B * (float)HW, m = channel_sum(B, C, HW, c, x) / cnt, total = 0.0f;
+    for (n = 0; n < B; n++) {
+        const float *p = x + ((long)n * C + c) * HW;
+        float part = 0.0f;
+        for (i = 0; i < HW; i++)
+            part += (p[i] - m) * (p[i] - m);
+        total += part;
+    }
+    *mean = m;
+    *var = total / cnt;
+}
+
+void poet_batchnorm2d_stats(int B, int C, int HW, float eps, const float *x, float *mean,
+                            float *rstd)
+{
+    int c;
+    float m, v;
+    for (c = 0; c < C; c++) {
+        channel_moments(B, C, HW, c, x, &m, &v);
+        mean[c] = m;
+        rstd[c] = 1.0f / sqrtf(v + eps);
+    }
+}
+
+/* y = (x - mean) * (rstd * w) + b over channel c. */
+static void channel_affine(int B, int C, int HW, int c, float mean, float scale, float shift,
+                           const float *x, float *y)
+{
+    int n, i;
+    for (n = 0; n < B; n++) {
+        long off = ((long)n * C + c) * HW;
+        for (i = 0; i < HW; i++)
+            y[off + i] = (x[off + i] - mean) * scale + shift;
+    }
+}
+
+void poet_batchnorm2d_fwd_train(int B, int C, int HW, float eps, float momentum, const float *x,
+                                const float *w, const float *b, float *y, float *save_mean,
+                                float *save_rstd, float *run_mean, float *run_var)
+{
+    int c;
+    long cnt = (long)B * HW;
+    for (c = 0; c < C; c++) {
+        float m, v, r;
+        channel_moments(B, C, HW, c, x, &m, &v);
+        r = 1.0f / sqrtf(v + eps);
+        channel_affine(B, C, HW, c, m, w ? r * w[c] : r, b ? b[c] : 0.0f, x, y);
+        if (save_mean)
+            save_mean[c] = m;
+        if (save_rstd)
+            save_rstd[c] = r;
+        if (run_mean)
+            run_mean[c] = momentum * m + (1.0f - momentum) * run_mean[c];
+        if (run_var) {
+            /* torch refuses one value per channel in training; keep the biased value rather
+             * than divide by zero */
+            float unbiased = cnt > 1 ? v * ((float)cnt / (float)(cnt - 1)) : v;
+            run_var[c] = momentum * unbiased + (1.0f - momentum) * run_var[c];
+        }
+    }
+}
+
+void poet_batchnorm2d_bwd_train(int B, int C, int HW, float eps, const float *g, const float *x,
+                                const float *w, const float *mean, const float *rstd, float *dw,
+                                float *db, float *gx)
+{
+    int c, n, i;
+    float cnt = (float)B * (float)HW;
+    for (c = 0; c < C; c++) {
+        float m = 0.0f, r = 0.0f, sum_g = channel_sum(B, C, HW, c, g), dot = 0.0f;
+        if (db)
+            db[c] += sum_g;
+        if (!dw && !gx)
+            continue;
+        if (mean && rstd) {
+            m = mean[c];
+            r = rstd[c];
+        } else {
+            float v;
+            channel_moments(B, C, HW, c, x, &m, &v);
+            r = 1.0f / sqrtf(v + eps);
+        }
+        /* dot = sum g (x - mean): dL/dw is dot * rstd, and the input gradient needs it to take
+         * out the part of g that only moved the batch variance */
+        for (n = 0; n < B; n++) {
+            long off = ((long)n * C + c) * HW;
+            float part = 0.0f;
+            for (i = 0; i < HW; i++)
+                part += g[off + i] * (x[off + i] - m);
+            dot += part;
+        }
+        if (dw)
+            dw[c] += dot * r;
+        if (gx) {
+            float gmean = sum_g / cnt, proj = r * r * dot / cnt, scale = w ? r * w[c] : r;
+            for (n = 0; n < B; n++) {
+                long off = ((long)n * C + c) * HW;
+                for (i = 0; i < HW; i++)
+                    gx[off + i] = (g[off + i] - gmean - (x[off + i] - m) * proj) * scale;
+            }
+        }
+    }
+}
+
+void poet_batchnorm2d_fwd_eval(int B, int C, int HW, float eps, const float *x, const float *w,
+                               const float *b, const float *run_mean, const float *run_var,
+                               float *y)
+{
+    int c;
+    for (c = 0; c < C; c++) {
+        float r = 1.0f / sqrtf(run_var[c] + eps);
+        channel_affine(B, C, HW, c, run_mean[c], w ? r * w[c] : r, b ? b[c] : 0.0f, x, y);
+    }
+}
+
+void poet_batchnorm2d_bwd_eval(int B, int C, int HW, float eps, const float *g, const float *x,
+                               const float *w, const float *run_mean, const float *run_var,
+                               float *dw, float *db, float *gx)
+{
+    int c, n, i;
+    for (c = 0; c < C; c++) {
+        float r = 1.0f / sqrtf(run_var[c] + eps);
+        if (db)
+            db[c] += channel_sum(B, C, HW, c, g);
+        if (dw) {
+            float dot = 0.0f;
+            for (n = 0; n < B; n++) {
+                long off = ((long)n * C + c) * HW;
+                float part = 0.0f;
+                for (i = 0; i < HW; i++)
+                    part += g[off + i] * (x[off + i] - run_mean[c]);
+                dot += part;
+            }
+            dw[c] += dot * r;
+        }
+        if (gx) {
+            float scale = w ? r * w[c] : r;
+            for (n = 0; n < B; n++) {
+                long off = ((long)n * C + c) * HW;
+                for (i = 0; i < HW; i++)
+                    gx[off + i] = g[off + i] * scale;
+            }
+        }
+    }
+}
+
+/* ---- layer norm ----------------------------------------------------------------------------- */
+
+static void row_moments(int D, const float *row, float eps, float *mean, float *rstd)
+{
+    int j;
+    float s = 0.0f, m, v = 0.0f;
+    for (j = 0; j < D; j++)
+        s += row[j];
+    m = s / (float)D;
+    for (j = 0; j < D; j++)
+        v += (row[j] - m) * (row[j] - m);
+    *mean = m;
+    *rstd = 1.0f / sqrtf(v / (float)D + eps);
+}
+
+void poet_layernorm_fwd(int rows, int D, float eps, const float *x, const float *w, const float *b,
+                        float *y, float *mean, float *rstd)
+{
+    int r, j;
+    for (r = 0; r < rows; r++) {
+        const float *xr = x + (long)r * D;
+        float *yr = y + (long)r * D, m, s;
+        row_moments(D, xr, eps, &m, &s);
+        for (j = 0; j < D; j++) {
+            float h = (xr[j] - m) * s;
+            yr[j] = (w ? h * w[j] : h) + (b ? b[j] : 0.0f);
+        }
+        if (mean)
+            mean[r] = m;
+        if (rstd)
+            rstd[r] = s;
+    }
+}
+
+void poet_layernorm_bwd(int rows, int D, float eps, const float *g, const float *x, const float *w,
+                        const float *mean, const float *rstd, float *dw, float *db, float *gx)
+{
+    int r, j;
+    for (r = 0; r < rows; r++) {
+        const float *xr = x + (long)r * D, *gr = g + (long)r * D;
+        float m, s;
+        if (db)
+            for (j = 0; j < D; j++)
+                db[j] += gr[j];
+        if (!dw && !gx)
+            continue;
+        if (mean && rstd) {
+            m = mean[r];
+            s = rstd[r];
+        } else {
+            row_moments(D, xr, eps, &m, &s);
+        }
+        if (dw)
+            for (j = 0; j < D; j++)
+                dw[j] += gr[j] * (xr[j] - m) * s;
+        if (gx) {
+            /* with gh = g w, the gradient through the row's mean and variance is
+             * gx = rstd (gh - mean(gh) - xhat mean(gh xhat)) */
+            float sum_gh = 0.0f, sum_ghx = 0.0f, inv_d = 1.0f / (float)D;
+            float *gxr = gx + (long)r * D;
+            for (j = 0; j < D; j++) {
+                float gh = w ? gr[j] * w[j] : gr[j];
+                sum_gh += gh;
+                sum_ghx += gh * (xr[j] - m) * s;
+            }
+            for (j = 0; j < D; j++) {
+                float gh = w ? gr[j] * w[j] : gr[j];
+                gxr[j] = s * (gh - sum_gh * inv_d - (xr[j] - m) * s * (sum_ghx * inv_d));
+            }
+        }
+    }
+}
+
+/* ---- softmax -------------------------------------------------------------------------------- */
+
+void poet_softmax_fwd(int rows, int D, const float *x, float *y)
+{
+    int r, j;
+    for (r = 0; r < rows; r++) {
+        const float *xr = x + (long)r * D;
+        float *yr = y + (long)r * D, mx = xr[0], s = 0.0f, inv;
+        /* shifting by the row max keeps expf finite; the result is the same */
+        for (j = 1; j < D; j++)
+            if (xr[j] > mx)
+                mx = xr[j];
+        for (j = 0; j < D; j++) {
+            yr[j] = expf(xr[j] - mx);
+            s += yr[j];
+        }
+        inv = 1.0f / s;
+        for (j = 0; j < D; j++)
+            yr[j] *= inv;
+    }
+}
+
+void poet_softmax_bwd(int rows, int D, const float *g, const float *y, float *gx)
+{
+    int r, j;
+    for (r = 0; r < rows; r++) {
+        const float *gr = g + (long)r * D, *yr = y + (long)r * D;
+        float *gxr = gx + (long)r * D, dot = 0.0f;
+        for (j = 0; j < D; j++)
+            dot += gr[j] * yr[j];
+        for (j = 0; j < D; j++)
+            gxr[j] = yr[j] * (gr[j] - dot);
+    }
+}

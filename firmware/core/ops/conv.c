@@ -1,0 +1,57 @@
+/* 2-d convolution (fp32 forward and backward, int8 forward; kernels/conv.c, kernels/lowp.c). */
+#include "op_util.h"
+
+/* x[B, C, H, W] * weight[O, C/groups, K, K] (+ bias[O]) -> y[B, O, Ho, Wo]. GEOM packs padding,
+ * stride and groups (POET_CONV_* in model.h). conv2d_i8 reads its weight from dep 2, quantised from
+ * the parameter WEIGHT. */
+enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8, NEED_GX = 9 };
+
+/* conv2d, conv2d_bwd and conv2d_i8: the same shapes and parameters, then each op's deps and output.
+ * conv2d_i8's deps: the int8 x and its scale, the int8 weight and its scale (cast and absmax nodes). */
+int op_conv2d_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    int32_t s = POET_CONV_STRIDE(a[GEOM]), gr = POET_CONV_GROUPS(a[GEOM]), ho, wo;
+    uint64_t x, y, w;
+    if (!pos(a[B]) || !pos(a[C]) || !pos(a[H]) || !pos(a[W]) || !pos(a[O]) || !pos(a[K]) ||
+        a[GEOM] < 0 || POET_CONV_PAD(a[GEOM]) > 64 || s > 64 || a[H] > 65535 || a[W] > 65535 ||
+        a[K] > 64 || a[C] % gr || a[O] % gr)
+        return 0;
+    ho = (a[H] + 2 * POET_CONV_PAD(a[GEOM]) - a[K]) / s + 1;
+    wo = (a[W] + 2 * POET_CONV_PAD(a[GEOM]) - a[K]) / s + 1;
+    if (a[H] + 2 * POET_CONV_PAD(a[GEOM]) < a[K] || a[W] + 2 * POET_CONV_PAD(a[GEOM]) < a[K])
+        return 0;
+    x = f32s(mul(mul((uint64_t)a[B], (uint64_t)a[C]), mul((uint64_t)a[H], (uint64_t)a[W])));
+    y = f32s(mul(mul((uint64_t)a[B], (uint64_t)a[O]), mul((uint64_t)ho, (uint64_t)wo)));
+    w = mul(mul((uint64_t)a[O], (uint64_t)(a[C] / gr)), mul((uint64_t)a[K], (uint64_t)a[K]));
+    if (!param_ok(m, a[WEIGHT], w) || !opt_param_ok(m, a[BIAS], (uint64_t)a[O]))
+        return 0;
+    if (n->op == POET_OP_CONV2D_I8)
+        return i8_io(m, n, x / 4u, w, mul((uint64_t)(a[C] / gr), mul((uint64_t)a[K], (uint64_t)a[K])), y);
+    return n->op == POET_OP_CONV2D ? io1(m, n, x, y) : bwd_ok(m, n, a[NEED_GX], y, x);
+}
+
+void op_conv2d_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_conv2d_ex_fwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]),
+                       POET_CONV_PAD(a[GEOM]), POET_CONV_GROUPS(a[GEOM]), e->in[0], param(e, a[WEIGHT]),
+                       param(e, a[BIAS]), e->out);
+}
+
+void op_conv2d_bwd_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_conv2d_ex_bwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]),
+                       POET_CONV_PAD(a[GEOM]), POET_CONV_GROUPS(a[GEOM]), e->in[0], e->in[1],
+                       param(e, a[WEIGHT]), grad(e, a[WEIGHT]), grad(e, a[BIAS]), a[NEED_GX] ? e->out : 0);
+}
+
+void op_conv2d_i8_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_conv2d_i8_fwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]),
+                       POET_CONV_PAD(a[GEOM]), POET_CONV_GROUPS(a[GEOM]),
+                       (const int8_t *)(const void *)e->in[0], e->in[1][0],
+                       (const int8_t *)(const void *)e->in[2], e->in[3][0], param(e, a[BIAS]), e->out);
+}

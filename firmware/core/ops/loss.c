@@ -1,0 +1,28 @@
+/* The loss: cross entropy over logits with the staged batch's labels (kernels/loss.c). */
+#include "op_util.h"
+
+/* logits[B, CLASSES] */
+enum { B = 0, CLASSES = 1 };
+
+/* Labels come from the staged batch, so B must be the model's batch. The loss is one fp32; the
+ * backward reads the logits (not dL/dloss: the loss is where the backward starts). */
+int op_cross_entropy_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    uint64_t x;
+    if (!pos(a[B]) || !pos(a[CLASSES]) || (uint32_t)a[B] != m->batch)
+        return 0;
+    x = f32s(mul((uint64_t)a[B], (uint64_t)a[CLASSES]));
+    return io1(m, n, x, n->op == POET_OP_CROSS_ENTROPY ? 4u : x);
+}
+
+void op_cross_entropy_run(const poet_exec_t *e)
+{
+    e->out[0] = poet_cross_entropy_fwd(e->a[B], e->a[CLASSES], e->in[0], e->buf->labels);
+    *e->loss = e->out[0];
+}
+
+void op_cross_entropy_bwd_run(const poet_exec_t *e)
+{
+    poet_cross_entropy_bwd(e->a[B], e->a[CLASSES], e->in[0], e->buf->labels, e->out);
+}

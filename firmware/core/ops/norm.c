@@ -1,0 +1,118 @@
+/* Normalisation: batch norm (batch statistics, or frozen ones: _eval), layer norm and softmax,
+ * forward and backward (kernels/norm.c). */
+#include "op_util.h"
+
+/* ---- batch norm ------------------------------------------------------------------------------- */
+
+/* x[B, C, HW]; EPS and MOMENTUM are f32; WEIGHT and BIAS (the affine ones) and RUN_MEAN and RUN_VAR
+ * (the running statistics) are parameters or -1. */
+enum { B = 0, C = 1, HW = 2, EPS = 3, MOMENTUM = 4, WEIGHT = 5, BIAS = 6, RUN_MEAN = 7, RUN_VAR = 8,
+       NEED_GX = 9 };
+
+/* Running statistics: both absent (-1) or two distinct frozen tensors of C elements. */
+static int stats_ok(const poet_model_t *m, int32_t mean, int32_t var, uint64_t c)
+{
+    if (mean == -1 && var == -1)
+        return 1;
+    return mean != var && param_ok(m, mean, c) && param_ok(m, var, c) &&
+           poet_param_frozen(m, (uint16_t)mean) && poet_param_frozen(m, (uint16_t)var);
+}
+
+/* The four batch norm ops. B*HW > 1: the batch variance of a single value is undefined (torch
+ * raises); frozen statistics (eval) need the running statistics they normalise with. */
+int op_batchnorm_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    int eval = n->op == POET_OP_BATCHNORM_EVAL || n->op == POET_OP_BATCHNORM_EVAL_BWD;
+    uint64_t x;
+    if (!pos(a[B]) || !pos(a[C]) || !pos(a[HW]) || mul((uint64_t)a[B], (uint64_t)a[HW]) < 2u ||
+        !finite_attr(a[EPS]) || !(poet_attr_f32(a[EPS]) > 0.0f) || !finite_attr(a[MOMENTUM]) ||
+        !opt_param_ok(m, a[WEIGHT], (uint64_t)a[C]) || !opt_param_ok(m, a[BIAS], (uint64_t)a[C]) ||
+        !stats_ok(m, a[RUN_MEAN], a[RUN_VAR], (uint64_t)a[C]) || (eval && a[RUN_MEAN] < 0))
+        return 0;
+    x = f32s(mul(mul((uint64_t)a[B], (uint64_t)a[C]), (uint64_t)a[HW]));
+    return (n->op == POET_OP_BATCHNORM || n->op == POET_OP_BATCHNORM_EVAL) ? io1(m, n, x, x)
+                                                                            : bwd_ok(m, n, a[NEED_GX], x, x);
+}
+
+/* The graph keeps no batch statistics (docs/graph.md): the backward recomputes them from x. The
+ * running statistics move once per step, as in PyTorch: not again on a recompute. */
+void op_batchnorm_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_batchnorm2d_fwd_train(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), poet_attr_f32(a[MOMENTUM]),
+                               e->in[0], param(e, a[WEIGHT]), param(e, a[BIAS]), e->out, 0, 0,
+                               e->recompute ? 0 : param(e, a[RUN_MEAN]),
+                               e->recompute ? 0 : param(e, a[RUN_VAR]));
+}
+
+void op_batchnorm_bwd_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_batchnorm2d_bwd_train(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), e->in[0], e->in[1],
+                               param(e, a[WEIGHT]), 0, 0, grad(e, a[WEIGHT]), grad(e, a[BIAS]),
+                               a[NEED_GX] ? e->out : 0);
+}
+
+void op_batchnorm_eval_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_batchnorm2d_fwd_eval(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), e->in[0], param(e, a[WEIGHT]),
+                              param(e, a[BIAS]), param(e, a[RUN_MEAN]), param(e, a[RUN_VAR]), e->out);
+}
+
+void op_batchnorm_eval_bwd_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_batchnorm2d_bwd_eval(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), e->in[0], e->in[1],
+                              param(e, a[WEIGHT]), param(e, a[RUN_MEAN]), param(e, a[RUN_VAR]),
+                              grad(e, a[WEIGHT]), grad(e, a[BIAS]), a[NEED_GX] ? e->out : 0);
+}
+
+/* ---- layer norm ------------------------------------------------------------------------------- */
+
+/* Over the last dim of x[rows, D]; LN_EPS f32, LN_WEIGHT and LN_BIAS parameters or -1. */
+enum { ROWS = 0, D = 1, LN_EPS = 2, LN_WEIGHT = 3, LN_BIAS = 4, LN_NEED_GX = 5 };
+
+int op_layernorm_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    uint64_t x;
+    if (!pos(a[ROWS]) || !pos(a[D]) || !finite_attr(a[LN_EPS]) || !(poet_attr_f32(a[LN_EPS]) > 0.0f) ||
+        !opt_param_ok(m, a[LN_WEIGHT], (uint64_t)a[D]) || !opt_param_ok(m, a[LN_BIAS], (uint64_t)a[D]))
+        return 0;
+    x = f32s(mul((uint64_t)a[ROWS], (uint64_t)a[D]));
+    return n->op == POET_OP_LAYERNORM ? io1(m, n, x, x) : bwd_ok(m, n, a[LN_NEED_GX], x, x);
+}
+
+/* Like batch norm's, the row statistics are recomputed by the backward, not kept. */
+void op_layernorm_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_layernorm_fwd(a[ROWS], a[D], poet_attr_f32(a[LN_EPS]), e->in[0], param(e, a[LN_WEIGHT]),
+                       param(e, a[LN_BIAS]), e->out, 0, 0);
+}
+
+void op_layernorm_bwd_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_layernorm_bwd(a[ROWS], a[D], poet_attr_f32(a[LN_EPS]), e->in[0], e->in[1], param(e, a[LN_WEIGHT]),
+                       0, 0, grad(e, a[LN_WEIGHT]), grad(e, a[LN_BIAS]), a[LN_NEED_GX] ? e->out : 0);
+}
+
+/* ---- softmax ---------------------------------------------------------------------------------- */
+
+/* Over the last dim of x[rows, D] (ROWS, D as layer norm's); the backward reads dL/dy and the
+ * output y. */
+int op_softmax_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    uint64_t x;
+    if (!pos(a[ROWS]) || !pos(a[D]))
+        return 0;
+    x = f32s(mul((uint64_t)a[ROWS], (uint64_t)a[D]));
+    return n->op == POET_OP_SOFTMAX ? io1(m, n, x, x) : io2(m, n, x, x, x);
+}
+
+void op_softmax_run(const poet_exec_t *e) { poet_softmax_fwd(e->a[ROWS], e->a[D], e->in[0], e->out); }
+void op_softmax_bwd_run(const poet_exec_t *e) { poet_softmax_bwd(e->a[ROWS], e->a[D], e->in[0], e->in[1], e->out); }

@@ -1,0 +1,66 @@
+/* What the family files share: the checks' size arithmetic and dep tests, and the runs' parameter
+ * lookups. Only ops/ includes this. */
+#ifndef POET_OP_UTIL_H
+#define POET_OP_UTIL_H
+
+#include <stdint.h>
+
+#include "../kernels/kernels.h"
+#include "../model.h"
+#include "ops.h"
+
+/* ---- checks ---------------------------------------------------------------------------------- */
+
+/* Products of attribute values saturate in 64 bits, so a hostile blob cannot wrap them into a
+ * size that matches. */
+static inline uint64_t mul(uint64_t a, uint64_t b)
+{
+    if (a != 0 && b > UINT64_MAX / a)
+        return UINT64_MAX;
+    return a * b;
+}
+
+static inline uint64_t f32s(uint64_t elems) { return mul(4u, elems); }
+
+static inline int pos(int32_t v) { return v > 0; }
+
+/* NaN and infinity fail: no op of the set has a use for them as a constant. */
+static inline int finite_attr(int32_t a) { return ((uint32_t)a & 0x7F800000u) != 0x7F800000u; }
+
+/* Parameter p exists and has elems elements. */
+int param_ok(const poet_model_t *m, int32_t p, uint64_t elems);
+/* Optional parameters (a bias, a norm's affine weight) are -1 when absent. */
+int opt_param_ok(const poet_model_t *m, int32_t p, uint64_t elems);
+
+uint32_t dep_bytes(const poet_model_t *m, const poet_node_t *n, int k);
+/* The element type of dep k's output: a cast's a2, fp32 for every other op. */
+int32_t dep_dtype(const poet_model_t *m, const poet_node_t *n, int k);
+/* An int8 tensor's scale: a 4-byte fp32 made by an absmax node (not any 4-byte tensor, a loss). */
+int is_scale(const poet_model_t *m, uint16_t d);
+
+/* One dep of in bytes and an output of out bytes; io2: two deps. */
+int io1(const poet_model_t *m, const poet_node_t *n, uint64_t in, uint64_t out);
+int io2(const poet_model_t *m, const poet_node_t *n, uint64_t in0, uint64_t in1, uint64_t out);
+/* A parameterised backward: dep 0 is dL/dy (y bytes), dep 1 the forward input (x bytes); the
+ * input gradient is the output only if need (need_grad_input), else the output is 0 bytes. */
+int bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x);
+/* An int8 layer's deps: the quantised input (xe elements) and its scale, the quantised weight (we
+ * elements) and its scale; reduce is the kernel's reduction length; the output is y bytes of fp32. */
+int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we, uint64_t reduce,
+          uint64_t y);
+
+/* ---- runs ------------------------------------------------------------------------------------ */
+
+/* Parameter p's values, NULL for an absent one (p = -1). */
+static inline float *param(const poet_exec_t *e, int32_t p)
+{
+    return p < 0 ? 0 : e->buf->params + e->m->param_off[p];
+}
+
+/* A parameter's gradient, NULL for a frozen or absent one: the kernels then skip that gradient. */
+static inline float *grad(const poet_exec_t *e, int32_t p)
+{
+    return (p < 0 || e->m->grad_off[p] == POET_NO_GRAD) ? 0 : e->buf->grads + e->m->grad_off[p];
+}
+
+#endif

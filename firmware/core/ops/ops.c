@@ -1,0 +1,94 @@
+/* The opcode table, the checks every op gets before its own, and the helpers the families share. */
+#include "ops.h"
+
+#include "op_util.h"
+
+#define FNS(code, kind, flag, check, run) [POET_OP_##code] = {check, run},
+const poet_op_t poet_ops[POET_N_OPCODES] = {POET_OP_TABLE(FNS)};
+
+/* The kind of an op's nodes with its POET_OPF_* bits above it: apart from poet_ops, so that an
+ * entry costs a byte rather than a padded third word. */
+#define TRAITS(code, kind, flag, check, run) [POET_OP_##code] = (uint8_t)(POET_KIND_##kind | POET_OPF_##flag),
+static const uint8_t traits[POET_N_OPCODES] = {POET_OP_TABLE(TRAITS)};
+#define KIND_MASK 0x0Fu
+
+int poet_op_check(const poet_model_t *m, const poet_node_t *n, uint32_t i)
+{
+    uint8_t t, kind;
+    int k;
+
+    if (n->op >= POET_N_OPCODES || !poet_ops[n->op].check)
+        return 0;
+    t = traits[n->op];
+    kind = (uint8_t)(t & KIND_MASK);
+    if (n->kind != kind && !((t & POET_OPF_GRAD_SUM) && n->kind == POET_KIND_BACKWARD))
+        return 0;
+    /* Only the low-precision ops read anything but fp32: a narrow tensor's bytes can equal an
+     * fp32 tensor's of fewer elements, so sizes alone would not catch an fp32 kernel reading it. */
+    if (!(t & POET_OPF_NARROW))
+        for (k = 0; k < n->n_deps; k++)
+            if (dep_dtype(m, n, k) != POET_DT_F32)
+                return 0;
+    /* the optimizer updates every parameter from complete gradients: it can only be the last node */
+    if (kind == POET_KIND_OPTIMIZER && i + 1u != m->n_nodes)
+        return 0;
+    return poet_ops[n->op].check(m, n);
+}
+
+/* One input and an output of the same a0 fp32 elements (relu, tanh, sigmoid; the reshapes). */
+int op_same_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    return pos(a[0]) && io1(m, n, f32s((uint64_t)a[0]), f32s((uint64_t)a[0]));
+}
+
+int param_ok(const poet_model_t *m, int32_t p, uint64_t elems)
+{
+    return p >= 0 && (uint32_t)p < m->n_params && poet_param_elems(m, (uint16_t)p) == elems;
+}
+
+int opt_param_ok(const poet_model_t *m, int32_t p, uint64_t elems)
+{
+    return p == -1 || param_ok(m, p, elems);
+}
+
+uint32_t dep_bytes(const poet_model_t *m, const poet_node_t *n, int k)
+{
+    return poet_node_bytes(m, n->deps[k]);
+}
+
+int32_t dep_dtype(const poet_model_t *m, const poet_node_t *n, int k)
+{
+    const uint8_t *p = poet_node_rec(m, n->deps[k]);
+    return p[0] == POET_OP_CAST ? (int32_t)poet_rd32(p + 16 + 4 * 2) : POET_DT_F32;
+}
+
+int is_scale(const poet_model_t *m, uint16_t d) { return poet_node_op(m, d) == POET_OP_ABSMAX; }
+
+int io1(const poet_model_t *m, const poet_node_t *n, uint64_t in, uint64_t out)
+{
+    return n->n_deps == 1 && dep_bytes(m, n, 0) == in && n->bytes == out;
+}
+
+int io2(const poet_model_t *m, const poet_node_t *n, uint64_t in0, uint64_t in1, uint64_t out)
+{
+    return n->n_deps == 2 && dep_bytes(m, n, 0) == in0 && dep_bytes(m, n, 1) == in1 &&
+           n->bytes == out;
+}
+
+int bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x)
+{
+    return (need == 0 || need == 1) && io2(m, n, y, x, need ? x : 0u);
+}
+
+/* Products of int8 values are below 127^2 in magnitude, so an int32 sum of up to 2^31 / 127^2 of
+ * them cannot overflow: the int8 kernels' reduction length (in, or C/groups k k) is held to that. */
+#define POET_I8_MAX_REDUCE 133143u
+
+int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we, uint64_t reduce,
+          uint64_t y)
+{
+    return n->n_deps == 4 && reduce <= POET_I8_MAX_REDUCE && dep_bytes(m, n, 0) == xe &&
+           dep_dtype(m, n, 0) == POET_DT_I8 && is_scale(m, n->deps[1]) && dep_bytes(m, n, 2) == we &&
+           dep_dtype(m, n, 2) == POET_DT_I8 && is_scale(m, n->deps[3]) && n->bytes == y;
+}
