@@ -1,4 +1,4 @@
-"""The low-precision kernels of firmware/core/kernels_lp.c (casts, int8 quantisation, int8 linear and
+"""The low-precision kernels of firmware/core/kernels/lowp.c (casts, int8 quantisation, int8 linear and
 conv2d forward) through ctypes against numpy references, and the cast / absmax / int8 ops on the
 native runtime (a hand-built graph with an fp16-stored activation trains like its fp32 twin).
 

@@ -1,4 +1,4 @@
-"""Every fp32 kernel of firmware/core/kernels*.c, called through ctypes on a native build of the
+"""Every fp32 kernel of firmware/core/kernels/*.c, called through ctypes on a native build of the
 kernels (`make -C firmware kernels-so`), against torch.autograd on random small shapes.
 
 Forward outputs and every gradient must be within REL_TOL = 1e-5 relative error (norm of the
