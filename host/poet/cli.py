@@ -89,7 +89,8 @@ def cmd_flash(args: argparse.Namespace) -> int:
 
 def _model_choice(args: argparse.Namespace, name: str | None = None) -> ModelChoice:
     return ModelChoice(name or args.model, batch=args.batch, seed=args.seed, train=args.train,
-                       input_shape=args.input_shape, classes=args.classes, layers=args.layers, hidden=args.hidden)
+                       input_shape=args.input_shape, classes=args.classes, layers=args.layers, hidden=args.hidden,
+                       weights=_path(vars(args).get("weights")))  # train only
 
 
 def _plan_request(args: argparse.Namespace) -> PlanRequest:
@@ -695,6 +696,9 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
                    "--port)")
     _model_args(p)
     _solve_args(p, required=False)
+    p.add_argument("--weights", type=_input_file, metavar="FILE.pt",
+                   help="start from these weights (a state_dict: torch.save(model.state_dict(), FILE.pt)) instead of "
+                   "--seed's: fine-tune a pretrained model; only tensors are read, no code")
     p.add_argument("--data", default="digits", help="digits (scikit-learn's, bundled), a folder with train_x.npy "
                    "and train_y.npy (test_x.npy/test_y.npy optional), or module:factory returning a torch Dataset "
                    "(or a (train, test) pair); default digits")

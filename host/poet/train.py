@@ -68,7 +68,9 @@ Say = Callable[[str], None]
 CONFIG_KEYS = ("board", "model", "batch", "seed", "train", "data", "data_limit", "epochs", "ram", "deadline",
                "lr", "optimizer", "strategy", "solver", "time_limit", "gap", "profile", "budget_j",
                "battery_mah", "volts", "force", "country", "carbon_intensity", "checkpoint_every", "schedule",
-               "input_shape", "classes", "layers", "hidden", "meter", "precision", "precision_rules")
+               "input_shape", "classes", "layers", "hidden", "meter", "precision", "precision_rules", "weights")
+# keys newer than some run folders: a config without one resumes with it unset
+LATER_KEYS = ("weights",)
 
 
 @dataclass(frozen=True)
@@ -278,9 +280,10 @@ def _config_from(cfg: RunConfig) -> dict[str, Any]:
         "volts": cfg.volts, "force": cfg.force, "country": cfg.country, "carbon_intensity": cfg.carbon_intensity,
         "checkpoint_every": cfg.checkpoint_every, "schedule": cfg.schedule,
         "input_shape": list(m.input_shape) if m.input_shape else None, "classes": m.classes, "layers": m.layers,
-        "hidden": m.hidden, "meter": cfg.meter, "precision": p.precision, "precision_rules": p.precision_rules}
+        "hidden": m.hidden, "meter": cfg.meter, "precision": p.precision, "precision_rules": p.precision_rules,
+        "weights": m.weights}
     assert tuple(flat) == CONFIG_KEYS
-    for key in ("profile", "schedule", "precision_rules"):
+    for key in ("profile", "schedule", "precision_rules", "weights"):
         if flat[key]:
             flat[key] = str(Path(flat[key]).resolve())
     if flat["data"] and flat["data"] != "digits" and Path(flat["data"]).exists():
@@ -304,6 +307,9 @@ def run_config(folder: Path) -> dict[str, Any]:
         cfg = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UsageError(f"{shown(path)} is unreadable ({exc}): the run cannot be resumed") from None
+    if isinstance(cfg, dict):
+        for key in LATER_KEYS:
+            cfg.setdefault(key, None)
     missing = [k for k in CONFIG_KEYS if not isinstance(cfg, dict) or k not in cfg]
     if missing:
         raise UsageError(f"{shown(path)} lacks {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''}: it was "

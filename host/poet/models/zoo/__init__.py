@@ -9,6 +9,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -108,10 +109,43 @@ class ModelChoice:
     classes: int | None = None  # for a module:factory model
     layers: int | None = None  # bert only
     hidden: int | None = None  # bert only
+    weights: Path | None = None  # a state_dict to start from (pretrained), instead of the seed's weights
 
     def build(self) -> tuple[nn.Module, ZooModel]:
-        return get_model(self.name, seed=self.seed, input_shape=self.input_shape, classes=self.classes,
-                         layers=self.layers, hidden=self.hidden)
+        model, spec = get_model(self.name, seed=self.seed, input_shape=self.input_shape, classes=self.classes,
+                                layers=self.layers, hidden=self.hidden)
+        if self.weights is not None:
+            load_state(model, self.name, self.weights)
+        return model, spec
+
+
+def load_state(model: nn.Module, name: str, path: Path) -> None:
+    """Load a state_dict file (`torch.save(model.state_dict(), path)`) into the model; a file that is no
+    state_dict, or one of another model, is refused in one line naming the first difference. Only tensors
+    are read (weights_only): a .pt file cannot run code here."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a pickle of anything, a truncated zip, not a torch file at all
+        msg = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise UsageError(f"--weights {path}: not a state_dict torch.load can read safely ({msg})") from None
+    if isinstance(state, nn.Module) or not isinstance(state, dict) \
+            or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise UsageError(f"--weights {path}: not a state_dict (save one with torch.save(model.state_dict(), "
+                         "path))")
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        which = f"lacks {missing[0]}" if missing else f"has {unexpected[0]}, which {name} does not"
+        raise UsageError(f"--weights {path}: not a state_dict of {name}: it {which} "
+                         f"({len(missing)} missing, {len(unexpected)} unexpected of {len(own)} tensors)")
+    for k, v in own.items():
+        if tuple(state[k].shape) != tuple(v.shape):
+            raise UsageError(f"--weights {path}: {k} has shape {tuple(state[k].shape)}, {name} has "
+                             f"{tuple(v.shape)}")
+        if state[k].is_floating_point() and not torch.isfinite(state[k]).all():
+            raise UsageError(f"--weights {path}: {k} holds NaN or infinite values")
+    model.load_state_dict(state)
 
 
 def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = None,
