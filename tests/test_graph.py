@@ -105,9 +105,23 @@ def test_bias_mode_trains_only_biases():
     assert fc4.saved == []
 
 
+def test_sparse_update_trains_every_bias_and_the_last_layers():
+    """bias+last:1 (tiny-training's sparse update): the union of the two modes; a layer whose weight is
+    frozen keeps no input for its backward, the last layer (weight trained) does."""
+    model, spec = get_model("mlp-digits")
+    g = trace(model, "mlp-digits", spec.input_shape, spec.classes, 4, train="bias+last:1")
+    assert [n for n, _ in g.params if n not in g.frozen] == ["fc1.bias", "fc2.bias", "fc3.bias", "fc4.weight",
+                                                             "fc4.bias"]
+    saved = {n.name: n.saved for n in g.nodes if n.kind == "backward"}
+    assert saved["fc4/backward"] and not saved["fc3/backward"] and not saved["fc1/backward"]
+    bias_only = trace(model, "mlp-digits", spec.input_shape, spec.classes, 4, train="bias")
+    assert g.param_bytes > bias_only.param_bytes
+
+
 @pytest.mark.parametrize("mode, message", [
     ("last:0", "give all, bias, or last:N"), ("some", "give all, bias, or last:N"),
-    ("last:99", "has only 4 layers with parameters")])
+    ("bias+bias", "sparse update"), ("all+bias", "sparse update"), ("bias+", "sparse update"),
+    ("last:99", "has only 4 layers with parameters"), ("bias+last:99", "has only 4 layers with parameters")])
 def test_bad_train_mode(mode, message):
     model, spec = get_model("mlp-digits")
     with pytest.raises(PoetError, match=message):

@@ -104,8 +104,9 @@ def test_adam_state_differs_from_sgd(tmp_path: Path) -> None:
     assert not np.array_equal(out[0][0], out[1][0])
 
 
-def test_frozen_layers_stay_put_and_the_rest_trains_like_torch(tmp_path: Path) -> None:
-    model, g = _graph("cnn-digits", "momentum:0.9", train="last:1")
+@pytest.mark.parametrize("train", ["last:1", "bias+last:1"])
+def test_frozen_layers_stay_put_and_the_rest_trains_like_torch(tmp_path: Path, train: str) -> None:
+    model, g = _graph("cnn-digits", "momentum:0.9", train=train)
     assert g.frozen and len(g.frozen) < len(g.params)
     blob = model_blob(g)
     assert blob.grad_bytes == g.param_bytes < blob.param_bytes  # no gradient for a frozen tensor

@@ -444,7 +444,8 @@ def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") 
     p.add_argument("--seed", type=_whole(0, 2**32 - 1), default=0,
                    help="weight initialisation and data order seed, 0 to 4294967295 (default 0)")
     p.add_argument("--train", type=_train_mode, default="all", metavar="MODE",
-                   help="what to fine-tune: all, last:N (the last N layers with parameters) or bias (default all)")
+                   help="what to fine-tune: all, last:N (the last N layers with parameters), bias, or "
+                   "bias+last:N (every bias and the last N layers: tiny-training's sparse update) (default all)")
     p.add_argument("--layers", type=_whole(1, 256), help="encoder layers L of the bert model, 1 to 256 (default 12)")
     p.add_argument("--hidden", type=_whole(64, 8192),
                    help="hidden size H of the bert model, a multiple of 64 up to 8192 (default 768)")
@@ -482,11 +483,16 @@ def _port(text: str) -> str:
 
 
 def _train_mode(text: str) -> str:
-    """--train: all, bias or last:N; how many layers the model has is checked when it is traced."""
-    n = text[5:] if text.startswith("last:") else ""
-    if text in ("all", "bias") or (n.isdigit() and 1 <= int(n) <= 100_000):
+    """--train: all, bias, last:N, or bias+last:N; how many layers the model has is checked when it is traced."""
+    parts = text.split("+")
+    if text == "all" or (len(set(parts)) == len(parts) and all(_one_train_mode(p) for p in parts)):
         return text
-    raise argparse.ArgumentTypeError(f"{text!r}: give all, bias, or last:N (N >= 1)")
+    raise argparse.ArgumentTypeError(f"{text!r}: give all, bias, or last:N (N >= 1), or bias+last:N")
+
+
+def _one_train_mode(text: str) -> bool:
+    n = text[5:] if text.startswith("last:") else ""
+    return text == "bias" or (n.isdigit() and 1 <= int(n) <= 100_000)
 
 
 def _output_file(text: str) -> str:

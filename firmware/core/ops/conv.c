@@ -28,7 +28,7 @@ int op_conv2d_check(const poet_model_t *m, const poet_node_t *n)
         return 0;
     if (n->op == POET_OP_CONV2D_I8)
         return i8_io(m, n, x / 4u, w, mul((uint64_t)(a[C] / gr), mul((uint64_t)a[K], (uint64_t)a[K])), y);
-    return n->op == POET_OP_CONV2D ? io1(m, n, x, y) : bwd_ok(m, n, a[NEED_GX], y, x);
+    return n->op == POET_OP_CONV2D ? io1(m, n, x, y) : weighted_bwd_ok(m, n, a[NEED_GX], y, x, a[WEIGHT]);
 }
 
 void op_conv2d_run(const poet_exec_t *e)

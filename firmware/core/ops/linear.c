@@ -22,7 +22,7 @@ int op_linear_check(const poet_model_t *m, const poet_node_t *n)
         return 0;
     if (n->op == POET_OP_LINEAR_I8)
         return i8_io(m, n, x / 4u, mul((uint64_t)a[IN], (uint64_t)a[OUT]), (uint64_t)a[IN], y);
-    return n->op == POET_OP_LINEAR ? io1(m, n, x, y) : bwd_ok(m, n, a[NEED_GX], y, x);
+    return n->op == POET_OP_LINEAR ? io1(m, n, x, y) : weighted_bwd_ok(m, n, a[NEED_GX], y, x, a[WEIGHT]);
 }
 
 void op_linear_run(const poet_exec_t *e)

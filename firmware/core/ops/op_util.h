@@ -44,6 +44,11 @@ int io2(const poet_model_t *m, const poet_node_t *n, uint64_t in0, uint64_t in1,
 /* A parameterised backward: dep 0 is dL/dy (y bytes), dep 1 the forward input (x bytes); the
  * input gradient is the output only if need (need_grad_input), else the output is 0 bytes. */
 int bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x);
+/* linear's and conv2d's backward: as bwd_ok, or, when the weight is frozen (no gradient), dL/dy alone:
+ * the forward input serves only the weight's gradient, so a frozen layer keeps none (--train bias,
+ * bias+last:N). weight must have passed param_ok. */
+int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x,
+                    int32_t weight);
 /* An int8 layer's deps: the quantised input (xe elements) and its scale, the quantised weight (we
  * elements) and its scale; reduce is the kernel's reduction length; the output is y bytes of fp32. */
 int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we, uint64_t reduce,

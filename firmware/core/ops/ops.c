@@ -81,6 +81,14 @@ int bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y
     return (need == 0 || need == 1) && io2(m, n, y, x, need ? x : 0u);
 }
 
+int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x,
+                    int32_t weight)
+{
+    if (n->n_deps == 1 && m->grad_off[weight] == POET_NO_GRAD)
+        return (need == 0 || need == 1) && io1(m, n, y, need ? x : 0u);
+    return bwd_ok(m, n, need, y, x);
+}
+
 /* Products of int8 values are below 127^2 in magnitude, so an int32 sum of up to 2^31 / 127^2 of
  * them cannot overflow: the int8 kernels' reduction length (in, or C/groups k k) is held to that. */
 #define POET_I8_MAX_REDUCE 133143u

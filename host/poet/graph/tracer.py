@@ -441,7 +441,8 @@ def trace(model: nn.Module, name: str, input_shape: tuple[int, ...] | list[int],
     """The training step of `model` (mean cross-entropy, SGD) as a TrainingGraph.
 
     `train`: "all" (every parameter that requires grad), "last:N" (the last N layers with
-    parameters, in the order the forward pass uses them) or "bias" (only parameters named bias).
+    parameters, in the order the forward pass uses them), "bias" (only parameters named bias), or
+    modes joined by "+" (their union: "bias+last:N", tiny-training's sparse update).
     The pass runs on meta tensors (shapes only, nothing allocated); a model whose code needs
     values gets a real batch of at most REAL_BATCH_BYTES.
     """
@@ -559,8 +560,17 @@ def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
     return Traced(g, ins, tr.node_of_call | {loss_call: len(tr.fwd) + 1}, tr.const_calls, x, labels)
 
 
+TRAIN_MODES = "give all, bias, or last:N (N >= 1), or bias+last:N (a sparse update)"
+
+
 def _trainable(tr: _Tracer, train: str) -> set[int]:
-    """Indices of the parameters the mode trains."""
+    """Indices of the parameters the mode trains. Modes joined by + train the union: bias+last:N is
+    tiny-training's sparse update (every bias, and the last N layers in full)."""
+    if "+" in train:
+        parts = train.split("+")
+        if "all" in parts or len(set(parts)) != len(parts) or not all(parts):
+            raise PoetError(f"--train {train!r}: {TRAIN_MODES}")
+        return set().union(*(_trainable(tr, part) for part in parts))
     wanted = {i for i, (_, p) in enumerate(tr.params) if p.requires_grad}
     if train == "all":
         return wanted
@@ -576,7 +586,7 @@ def _trainable(tr: _Tracer, train: str) -> set[int]:
         if n > len(layers):
             raise PoetError(f"--train {train}: the model has only {len(layers)} layers with parameters")
         return {i for ps in layers[-n:] for i in ps} & wanted
-    raise PoetError(f"--train {train!r}: give all, bias, or last:N (N >= 1)")
+    raise PoetError(f"--train {train!r}: {TRAIN_MODES}")
 
 
 def _names(tr: _Tracer) -> list[str]:
