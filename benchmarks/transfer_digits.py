@@ -1,0 +1,99 @@
+"""Transfer learning on the board: a CNN pretrained on the host on digits 0-4, fine-tuned on the emulated
+nRF52840 on digits 5-9 it has never seen, with a sparse update (every bias and the last layer), beside
+the same fine-tuning in PyTorch on the host.
+
+Usage: .venv/bin/python benchmarks/transfer_digits.py [--pretrain-epochs 10] [--epochs 3] [--ram 200k]
+Writes its files (pretrained.pt, the 5-9 data folder, the run) under workspace/transfer/ and prints the
+commands it ran and a table of test accuracies on digits 5-9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from poet.cli import main as poet
+from poet.graph.reference import accuracy, train_steps, weights_of
+from poet.graph.tracer import traced
+from poet.models.datasets import digits_split, load_dataset
+from poet.models.zoo import ModelChoice
+from poet.paths import workspace
+from poet.train import read_back
+
+MODEL, BATCH, SEED, LR = "cnn-digits", 16, 0, 0.1
+
+
+def _pretrain(out: Path, epochs: int) -> tuple[np.ndarray, np.ndarray]:
+    """cnn-digits trained on the host on digits 0-4; returns digits 5-9's test split."""
+    xtr, ytr, xte, yte = digits_split()
+    model, g = traced(ModelChoice(MODEL, batch=BATCH, seed=SEED))
+    old = ytr < 5
+    x, y = xtr[old].reshape((-1, *g.input_shape)), ytr[old]
+    rng = np.random.default_rng(SEED)
+    for _ in range(epochs):
+        order = rng.permutation(len(y))
+        train_steps(model, [(x[order[i:i + BATCH]], y[order[i:i + BATCH]])
+                            for i in range(0, len(y) - BATCH + 1, BATCH)], LR)
+    torch.save(model.state_dict(), out)
+    new_test = yte >= 5
+    return xte[new_test], yte[new_test]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pretrain-epochs", type=int, default=10)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--ram", default="200k")
+    ap.add_argument("--train", default="bias+last:1")
+    args = ap.parse_args()
+    base = workspace() / "transfer"
+    base.mkdir(parents=True, exist_ok=True)
+    pre = base / "pretrained.pt"
+    xte_new, yte_new = _pretrain(pre, args.pretrain_epochs)
+
+    data = base / "digits-5-9"
+    data.mkdir(exist_ok=True)
+    xtr, ytr, _, _ = digits_split()
+    new = ytr >= 5
+    for name, arr in (("train_x", xtr[new]), ("train_y", ytr[new]), ("test_x", xte_new), ("test_y", yte_new)):
+        np.save(data / f"{name}.npy", arr)
+
+    run = base / "run"
+    if run.exists():
+        import shutil
+        shutil.rmtree(run)
+    argv = ["train", "--model", MODEL, "--weights", str(pre), "--data", str(data), "--train", args.train,
+            "--ram", args.ram, "--epochs", str(args.epochs), "--lr", str(LR), "--run-dir", str(run)]
+    print("$ poet " + " ".join(argv), flush=True)
+    if poet(argv) != 0:
+        sys.exit("poet train failed")
+
+    choice = ModelChoice(MODEL, batch=BATCH, seed=SEED, train=args.train, weights=pre)
+    model, g = traced(choice)
+    ds = load_dataset(str(data)).fitted(tuple(g.input_shape), g.classes, g.model)
+    x_new = ds.x_test
+    before = accuracy(model, x_new, yte_new)
+    for epoch in range(args.epochs):  # the run's batches, in the run's order
+        train_steps(model, ds.epoch_batches(BATCH, epoch, SEED), LR, g.optimizer, frozen=set(g.frozen))
+    host_after = accuracy(model, x_new, yte_new)
+    board = read_back(run, g)
+    worst = max(float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+                for a, b in zip(board, weights_of(model), strict=True))
+    board_after = json.loads((run / "state.json").read_text())["history"][-1]["accuracy"]
+    print()
+    print(f"{MODEL} pretrained on digits 0-4 ({args.pretrain_epochs} epochs on the host), fine-tuned on 5-9 "
+          f"({len(ds.y_train)} samples, {args.epochs} epochs, --train {args.train}, --ram {args.ram}):")
+    print("| test accuracy on digits 5-9 | before | after |")
+    print("|---|---|---|")
+    print(f"| on the emulated nRF52840 (poet train) | {before:.1%} | {board_after:.1%} |")
+    print(f"| in PyTorch on the host (same steps) | {before:.1%} | {host_after:.1%} |")
+    print(f"board weights vs host: max relative difference {worst:.2e}; "
+          f"{len(g.frozen)} of {len(g.params)} parameter tensors frozen")
+
+
+if __name__ == "__main__":
+    main()
