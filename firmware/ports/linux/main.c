@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,9 @@ int main(int argc, char **argv)
         else
             board = argv[i];
     }
+    /* a host that goes away mid-reply (a resent request answered twice, a closed cable) must not kill
+     * the runtime: write() then fails with EPIPE and port_write drops the reply, as its comment says */
+    signal(SIGPIPE, SIG_IGN);
     mark_open();
     if (on_pty)
         in_fd = out_fd = open_pty();
