@@ -43,8 +43,6 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_conv2d_out": [INT] * 4,
     "poet_conv2d_ex_fwd": [INT] * 9 + [F32P] * 4,
     "poet_conv2d_ex_bwd": [INT] * 9 + [F32P] * 6,
-    "poet_conv2d_fwd": [INT] * 7 + [F32P] * 4,
-    "poet_conv2d_bwd": [INT] * 7 + [F32P] * 6,
     "poet_gelu_fwd": [INT, INT, F32P, F32P],
     "poet_gelu_bwd": [INT, INT, F32P, F32P, F32P],
     "poet_tanh_fwd": [INT, F32P, F32P],
@@ -256,29 +254,6 @@ def test_conv2d(lib: ctypes.CDLL, kind: str, seed: int) -> None:
     dw = np.zeros_like(w)
     lib.poet_conv2d_ex_bwd(*dims, fp(g), fp(x), None, fp(dw), None, None)
     assert_close(dw, w64.grad, "dw without gx")
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_conv2d_original_entry_points(lib: ctypes.CDLL, seed: int) -> None:
-    """poet_conv2d_fwd/bwd (stride 1, groups 1, what the interpreter calls) still match torch and
-    round exactly as the general kernel does."""
-    rng = np.random.default_rng([2, seed])
-    B, C, Co, k = ints(rng, 1, 3), ints(rng, 1, 4), ints(rng, 1, 4), ints(rng, 1, 4)
-    pad = ints(rng, 0, k // 2)
-    H, W = ints(rng, k, k + 6), ints(rng, k, k + 6)
-    x, w, b = randn(rng, B, C, H, W), randn(rng, Co, C, k, k), randn(rng, Co)
-    x64, w64, b64 = leaf(x), leaf(w), leaf(b)
-    y_ref = F.conv2d(x64, w64, b64, padding=pad)
-    y, y_ex = nan(*y_ref.shape), nan(*y_ref.shape)
-    lib.poet_conv2d_fwd(B, C, H, W, Co, k, pad, fp(x), fp(w), fp(b), fp(y))
-    lib.poet_conv2d_ex_fwd(B, C, H, W, Co, k, 1, pad, 1, fp(x), fp(w), fp(b), fp(y_ex))
-    assert_close(y, y_ref, "y")
-    np.testing.assert_array_equal(y, y_ex)
-    g = randn(rng, *y_ref.shape)
-    y_ref.backward(t64(g))
-    check_backward(lambda bf: lib.poet_conv2d_bwd(B, C, H, W, Co, k, pad, fp(g), fp(x), fp(w), fp(bf["dw"]),
-                                                  fp(bf["db"]), fp(bf["gx"])),
-                   {"dw": w64.grad, "db": b64.grad}, {"gx": x64.grad})
 
 
 def test_conv2d_comparison_detects_a_wrong_weight(lib: ctypes.CDLL) -> None:

@@ -117,15 +117,3 @@ void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, in
                 }
         }
 }
-
-void poet_conv2d_fwd(int B, int C, int H, int W, int O, int k, int pad, const float *x,
-                     const float *w, const float *b, float *y)
-{
-    poet_conv2d_ex_fwd(B, C, H, W, O, k, 1, pad, 1, x, w, b, y);
-}
-
-void poet_conv2d_bwd(int B, int C, int H, int W, int O, int k, int pad, const float *g,
-                     const float *x, const float *w, float *dw, float *db, float *gx)
-{
-    poet_conv2d_ex_bwd(B, C, H, W, O, k, 1, pad, 1, g, x, w, dw, db, gx);
-}

@@ -48,11 +48,6 @@ void poet_conv2d_ex_fwd(int B, int C, int H, int W, int O, int k, int stride, in
 void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
                         const float *g, const float *x, const float *w, float *dw, float *db,
                         float *gx);
-/* stride 1, groups 1: the original entry points, kept for the ctypes tests that call them. */
-void poet_conv2d_fwd(int B, int C, int H, int W, int O, int k, int pad, const float *x,
-                     const float *w, const float *b, float *y);
-void poet_conv2d_bwd(int B, int C, int H, int W, int O, int k, int pad, const float *g,
-                     const float *x, const float *w, float *dw, float *db, float *gx);
 
 /* ---- elementwise.c: activations and arithmetic ---------------------------------------------- */
 
