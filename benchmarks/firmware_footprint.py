@@ -59,13 +59,11 @@ def main() -> None:
     for size, name in sorted(symbols, reverse=True)[:12]:
         print(f"| {name} | {size:,} | {what.get(name, '')} |")
     header = (ROOT / "firmware" / "core" / "model.h").read_text()
-    max_nodes = re.search(r"#define POET_MAX_NODES \(\(POET_MODEL_BLOB_MAX - 16u\) / (\d+)u\)", header)
+    per = dict(re.findall(r"#define POET_TABLE_(PARAM|NODE)_BYTES (\d+)u", header))
     model = dict((n, s) for s, n in symbols).get("model", 0)
-    if max_nodes:
-        nodes = (4096 - 16) // int(max_nodes.group(1))
-        offsets = dict((n, s) for s, n in symbols).get("offset.0", 0)
-        print(f"\ninterpreter state: model {model:,} B + arena offsets {offsets:,} B for up to {nodes} nodes = "
-              f"{model + offsets:,} B; target 4 KiB + 8 B per tensor = {4096 + 8 * nodes:,} B")
+    print(f"\ninterpreter state: model header {model:,} B static, then in the pool, sized by the model: "
+          f"{per.get('NODE', '?')} B per node and {per.get('PARAM', '?')} B per parameter (node records and "
+          "frozen weights are read in place from flash)")
 
     print("\n| image | board | text B | data B | bss + stack B | flash used | RAM used |")
     print("|---|---|---|---|---|---|---|")

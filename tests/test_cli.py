@@ -144,8 +144,13 @@ def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
 
 
 def test_data_that_does_not_fit_the_model(tmp_path):
-    r = poet("train", "--model", "lenet", "--ram", "200k", "--run-dir", str(tmp_path / "run"))
-    one_line_error(r, 2, "--data digits: samples of shape (64,)", "do not fit model lenet", "(1, 32, 32)")
+    # digits (8x8) are upsampled for square image models (lenet's 1x32x32), not for a 12-feature one
+    (tmp_path / "mynet.py").write_text("from torch import nn\n"
+                                       "def build():\n    return nn.Sequential(nn.Linear(12, 10))\n")
+    r = subprocess.run([sys.executable, "-m", "poet", "train", "--model", "mynet:build", "--input-shape", "12",
+                        "--classes", "10", "--ram", "200k", "--run-dir", str(tmp_path / "run")],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    one_line_error(r, 2, "--data digits: samples of shape (64,)", "do not fit model mynet:build", "(12,)")
     assert not (tmp_path / "run").exists()
 
 
@@ -319,7 +324,7 @@ def test_sweep_bad_input(args, words):
 
 @pytest.fixture
 def pty_board():
-    """A pty whose far end answers HELLO as a board speaking protocol 3 (a newer firmware than this poet)."""
+    """A pty whose far end answers HELLO as a board speaking protocol 4 (a newer firmware than this poet)."""
     import os
     import select
     import struct
@@ -342,7 +347,7 @@ def pty_board():
                 return
             for msg_type, seq, _ in reader.feed(data):
                 if msg_type == HELLO:
-                    hello = struct.pack("<HBBIIII", 3, 2, 0, 1000, 262144, 200000, 1 << 20)
+                    hello = struct.pack("<HBBIIII", 4, 3, 0, 1000, 262144, 200000, 1 << 20)
                     hello += b"nrf52840".ljust(16, b"\0") + bytes(5)
                     os.write(master, encode_frame(HELLO_REPLY, seq, hello))
 
@@ -374,4 +379,4 @@ def test_profile_port_another_program_holds(pty_board):
 
 def test_profile_board_with_another_protocol(pty_board):
     one_line_error(poet("profile", "--port", pty_board, "--model", "mlp-digits"), 1,
-                   f"the nrf52840 on {pty_board} speaks protocol 3, this poet speaks 2", "update poet")
+                   f"the nrf52840 on {pty_board} speaks protocol 4, this poet speaks 3", "update poet")

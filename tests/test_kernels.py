@@ -166,7 +166,7 @@ def test_qemu_matches_pytorch_and_native(tmp_path: Path) -> None:
                 try:
                     link = Link(ser, timeout_s=20.0)
                     hello = link.hello()
-                    assert (hello.board, hello.ram_bytes, hello.flash_bytes) == ("nrf52840", 262144, 1048576)
+                    assert (hello.board, hello.ram_bytes, hello.nv_bytes) == ("nrf52840", 262144, 0xE0000 - 0x20000)
                     assert hello.tick_hz == 25_000_000 and hello.pool_bytes >= 200 * 1024
                     got, results = device_train(link, net, sched, params, batches)
                 finally:

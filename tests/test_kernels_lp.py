@@ -44,9 +44,7 @@ from poet.plan.modelblob import (
     BlobNode,
     ModelBlob,
     conv_geometry,
-    decode_weights,
     encode_batch,
-    encode_weights,
 )
 
 FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
@@ -374,14 +372,13 @@ def _train(tmp_path: Path, blob: ModelBlob, w0: list[np.ndarray], data: list[tup
     sched = keep_all(blob)
     losses = []
     with native_link(tmp_path) as link:
-        link.upload(MODEL, blob.encode())
-        link.upload(WEIGHTS, encode_weights(w0))
+        link.load_model(blob, w0)
         link.upload(SCHEDULE, sched.encode())
         for x, y in data:
             link.upload(BATCH, encode_batch(x, y))
             res = link.step(lr)
             losses.append(res.loss)
-        flat = decode_weights(link.read_weights(blob.param_bytes), blob.param_elems)
+        flat = link.read_params(blob)
     return losses, flat
 
 

@@ -28,7 +28,7 @@ def test_hello_native(tmp_path: Path) -> None:
     from poet.device.firmware import source_version
 
     assert (h.proto, h.fw_version, h.board, h.tick_hz) == (PROTO, source_version(), "linux", 1_000_000_000)
-    assert source_version() == "1.2"  # 1.2: the low-precision ops (49-52); protocol 2
+    assert source_version() == "2.0"  # 2.0: model blob and frozen weights in nv storage (flash); protocol 3
     assert h.pool_bytes > 0 and h.loaded == frozenset() and h.steps_done == 0
 
 
@@ -50,9 +50,10 @@ def test_order_and_state_errors(tmp_path: Path, target: str) -> None:
         with pytest.raises(DeviceError) as e:
             link.upload(MODEL, bytes(bad))
         assert code_of(e) == "MODEL" and e.value.detail == 0
+        nv = link.hello().nv_bytes  # the model lives in nv storage: that bounds the blob
         with pytest.raises(DeviceError) as e:
-            link.upload(MODEL, bytes(5000))
-        assert code_of(e) == "TOO_BIG"
+            link.upload(MODEL, bytes(nv + 1))  # refused at BEGIN, before any data is sent
+        assert code_of(e) == "TOO_BIG" and e.value.detail == nv
         link.upload(MODEL, net.blob.encode())
         with pytest.raises(DeviceError) as e:
             link.upload(WEIGHTS, encode_weights(params) + bytes(4))

@@ -95,7 +95,7 @@ def test_image_is_armv6m_only(elf: Path) -> None:
 
 def test_hello_reports_the_mkr1000(mkr1000: Device) -> None:
     h = mkr1000.hello
-    assert (h.board, h.ram_bytes, h.flash_bytes) == ("mkr1000", RAM_BYTES, FLASH_BYTES)
+    assert (h.board, h.ram_bytes, h.nv_bytes) == ("mkr1000", RAM_BYTES, load_board("mkr1000").model_flash_bytes)
     assert 16384 <= h.pool_bytes < RAM_BYTES
 
 

@@ -207,7 +207,7 @@ def test_a_protocol_1_board_is_told_to_update(tmp_path: Path, quick_link: None) 
         with pytest.raises(ProtocolMismatch) as caught, open_device(load_board("rpi4"), port, quiet=True):
             pass
     assert not isinstance(caught.value, NotPoet) and caught.value.proto == 1
-    assert str(caught.value) == (f"the firmware on the rpi4 on {port} speaks protocol 1, this poet speaks 2: "
+    assert str(caught.value) == (f"the firmware on the rpi4 on {port} speaks protocol 1, this poet speaks {PROTO}: "
                                  "update the firmware with `poet flash --board rpi4`")
 
 

@@ -48,7 +48,7 @@ def device(qemu_dir: Path) -> Iterator[Device]:
 def test_hello_reports_the_esp32c3(device: Device) -> None:
     board = device.board
     assert device.hello.board == "esp32c3"
-    assert (device.hello.ram_bytes, device.hello.flash_bytes) == (board.ram_bytes, board.flash_bytes)
+    assert (device.hello.ram_bytes, device.hello.nv_bytes) == (board.ram_bytes, board.model_flash_bytes)
     assert device.hello.tick_hz == board.emulator["timer_hz"]
     assert 0 < device.hello.pool_bytes < device.hello.ram_bytes
 

@@ -19,7 +19,7 @@ from conftest import NO_LIMIT, REPO, needs_tools
 from conftest import digits_batches as batches
 from fwhelpers import native_link
 from poet.boards import load_board
-from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS
+from poet.device.link import BATCH, SCHEDULE
 from poet.graph.reference import accuracy, load_weights, weights_of
 from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph
@@ -28,7 +28,7 @@ from poet.models.zoo import get_model
 from poet.plan.costs import costed, load_profile
 from poet.plan.lower import lower, model_blob
 from poet.plan.memory import budget_for
-from poet.plan.modelblob import decode_weights, encode_batch, encode_weights
+from poet.plan.modelblob import encode_batch
 from poet.plan.precision import (
     Rules,
     allowed,
@@ -315,15 +315,14 @@ def _run(tmp_path: Path, g: TrainingGraph, plan: Plan, w0: list[np.ndarray],
     lowered = lower(plan, g)
     losses = []
     with native_link(tmp_path, "linux", timeout_s=60.0) as link:
-        link.upload(MODEL, model_blob(g).encode())
-        link.upload(WEIGHTS, encode_weights(w0))
+        link.load_model(model_blob(g), w0)
         link.upload(SCHEDULE, lowered.schedule.encode())
         for x, y in data:
             link.upload(BATCH, encode_batch(x, y))
             res = link.step(lr)
             assert res.peak_live_bytes == plan.peak_bytes  # the planner's memory model holds with the casts
             losses.append(res.loss)
-        flat = decode_weights(link.read_weights(g.resident_param_bytes), g.param_elems)
+        flat = link.read_params(model_blob(g))
     return losses, [w.reshape(s) for w, (_, s) in zip(flat, g.params, strict=True)]
 
 

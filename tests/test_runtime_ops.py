@@ -19,7 +19,7 @@ import pytest
 import torch
 from fwhelpers import native_link
 from poet.boards import load_board
-from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS, Link
+from poet.device.link import BATCH, SCHEDULE, Link
 from poet.graph.reference import train_steps, weights_of
 from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph
@@ -27,7 +27,7 @@ from poet.models.zoo import get_model
 from poet.plan.costs import costed, load_profile, uncosted
 from poet.plan.lower import lower, model_blob
 from poet.plan.memory import pool_for
-from poet.plan.modelblob import MODEL_BLOB_MAX, decode_weights, encode_batch, encode_weights
+from poet.plan.modelblob import encode_batch
 from poet.plan.schedule import SCHEDULE_BLOB_MAX
 from poet.plan.strategies import best_heuristic, found, plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
@@ -63,15 +63,14 @@ def _setup(name: str, batch: int, input_shape: tuple[int, ...] | None = None, st
 
 
 def _target(g: TrainingGraph, sched_bytes: int) -> str:
-    small = len(model_blob(g).encode()) <= MODEL_BLOB_MAX and sched_bytes <= SCHEDULE_BLOB_MAX
+    small = sched_bytes <= SCHEDULE_BLOB_MAX and pool_for(g).flash.total <= 64 << 20  # linux: 64 MiB of nv
     return "linux" if small and pool_for(g).fixed < 3 << 20 else "linux-big"
 
 
 def _run(link: Link, g: TrainingGraph, w0: list[np.ndarray], plan: Plan, data: list[Batch]
          ) -> tuple[list[float], list[np.ndarray]]:
     lowered = lower(plan, g)
-    link.upload(MODEL, model_blob(g).encode())
-    link.upload(WEIGHTS, encode_weights(w0))
+    link.load_model(model_blob(g), w0)
     link.upload(SCHEDULE, lowered.schedule.encode())
     losses = []
     for x, y in data:
@@ -80,7 +79,7 @@ def _run(link: Link, g: TrainingGraph, w0: list[np.ndarray], plan: Plan, data: l
         assert res.peak_live_bytes == plan.peak_bytes, "runtime peak differs from the planner's"
         assert res.peak_extent_bytes == lowered.extent_bytes
         losses.append(res.loss)
-    flat = decode_weights(link.read_weights(g.resident_param_bytes), g.param_elems)
+    flat = link.read_params(model_blob(g))
     return losses, [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
 
 

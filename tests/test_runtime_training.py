@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
-from poet.device.link import BATCH, MODEL, OPT_STATE, SCHEDULE, WEIGHTS, DeviceError, Link
+from poet.device.link import BATCH, MODEL, OPT_STATE, SCHEDULE, DeviceError, Link
 from poet.graph.reference import train_steps, weights_of
 from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
@@ -20,7 +20,7 @@ from poet.models.zoo import get_model
 from poet.plan.costs import uncosted
 from poet.plan.lower import lower, model_blob
 from poet.plan.memory import pool_for
-from poet.plan.modelblob import decode_weights, encode_batch, encode_weights
+from poet.plan.modelblob import encode_batch
 from poet.plan.schedule import Schedule
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.types import Plan
@@ -38,8 +38,7 @@ def _data(g: TrainingGraph, steps: int, seed: int = 1) -> list[Batch]:
 
 
 def _load(link: Link, g: TrainingGraph, w: list[np.ndarray], plan: Plan) -> None:
-    link.upload(MODEL, model_blob(g).encode())
-    link.upload(WEIGHTS, encode_weights(w))
+    link.load_model(model_blob(g), w)
     link.upload(SCHEDULE, lower(plan, g).schedule.encode())
 
 
@@ -52,7 +51,7 @@ def _steps(link: Link, g: TrainingGraph, data: list[Batch], lr: float = LR) -> l
 
 
 def _weights(link: Link, g: TrainingGraph) -> list[np.ndarray]:
-    flat = decode_weights(link.read_weights(g.resident_param_bytes), g.param_elems)
+    flat = link.read_params(model_blob(g))
     return [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
 
 
@@ -109,7 +108,8 @@ def test_frozen_layers_stay_put_and_the_rest_trains_like_torch(tmp_path: Path, t
     model, g = _graph("cnn-digits", "momentum:0.9", train=train)
     assert g.frozen and len(g.frozen) < len(g.params)
     blob = model_blob(g)
-    assert blob.grad_bytes == g.param_bytes < blob.param_bytes  # no gradient for a frozen tensor
+    # the frozen tensors live in flash (the frozen weights blob), with no gradient: RAM holds the rest
+    assert blob.grad_bytes == blob.param_bytes == g.param_bytes and blob.frozen_bytes == g.frozen_bytes > 0
     data, w0 = _data(g, 3), weights_of(model)
     with native_link(tmp_path) as link:
         _load(link, g, w0, keep_all(uncosted(g)))

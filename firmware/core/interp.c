@@ -33,7 +33,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
                       float lr, poet_trace_t *trace, poet_step_result_t *res)
 {
     /* The interpreter's only per-node state: where each resident tensor sits in the arena. */
-    static uint32_t offset[POET_MAX_NODES];
+    uint32_t *offset = m->arena_off;
     uint16_t n_instr = poet_sched_n_instr(schedule), i, j;
     uint32_t live = 0, t_step;
     poet_node_t n; /* decoded for one instruction at a time; no node table is kept */

@@ -30,40 +30,62 @@ void poet_node_view(const poet_model_t *m, uint16_t i, poet_node_t *n)
         n->a[k] = (int32_t)poet_rd32(p + 16 + 4 * k);
 }
 
+static uint32_t align8(uint32_t n) { return (n + 7u) & ~7u; }
+
+/* The header checks every later read of the blob relies on; 0 when they fail. */
+static int header_ok(const uint8_t *blob, uint32_t len)
+{
+    uint32_t nodes, params;
+    if (len < HDR || blob[0] != 'P' || blob[1] != 'M' || blob[2] != 'D' || blob[3] != 'L' ||
+        blob[4] != 1 || blob[5] != 0)
+        return 0;
+    nodes = poet_rd16(blob + 6);
+    params = poet_rd16(blob + 8);
+    return nodes != 0 && nodes <= POET_MAX_NODES && params <= POET_MAX_PARAMS &&
+           len == HDR + 4u * params + NODE_SZ * nodes;
+}
+
+uint32_t poet_model_table_bytes(const uint8_t *blob, uint32_t len)
+{
+    if (!header_ok(blob, len))
+        return 0;
+    /* u32 tables first, so each stays 4-aligned; the flags last */
+    return align8(POET_TABLE_PARAM_BYTES * poet_rd16(blob + 8) + POET_TABLE_NODE_BYTES * poet_rd16(blob + 6));
+}
+
 /* Validates every node record fully (the runtime later trusts them as read from the blob), but
  * keeps only header fields and prefix sums: the records stay in the blob. */
-int poet_model_parse(const uint8_t *blob, uint32_t len, poet_model_t *m, uint32_t *detail)
+int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model_t *m, uint32_t *detail)
 {
     uint32_t i, k, elems;
-    uint64_t swap = 0, total = 0, train = 0;
+    uint64_t swap = 0, frozen = 0, train = 0;
     poet_node_t n;
 
     *detail = POET_NO_DETAIL;
-    if (len < HDR || blob[0] != 'P' || blob[1] != 'M' || blob[2] != 'D' || blob[3] != 'L' ||
-        blob[4] != 1 || blob[5] != 0)
+    if (!header_ok(blob, len))
         return POET_E_MODEL;
     m->blob = blob;
     m->n_nodes = poet_rd16(blob + 6);
     m->n_params = poet_rd16(blob + 8);
     m->batch = poet_rd16(blob + 10);
     m->x_elems = poet_rd32(blob + 12);
-    if (m->n_nodes == 0 || m->n_nodes > POET_MAX_NODES || m->n_params > POET_MAX_PARAMS ||
-        m->batch == 0 || m->x_elems == 0 || m->x_elems > 0x10000000u ||
-        len != HDR + 4u * m->n_params + NODE_SZ * m->n_nodes)
+    if (m->batch == 0 || m->x_elems == 0 || m->x_elems > 0x10000000u)
         return POET_E_MODEL;
     m->recs = blob + HDR + 4u * m->n_params;
+    m->param_off = (uint32_t *)tables;
+    m->swap_off = m->param_off + m->n_params;
+    m->arena_off = m->swap_off + m->n_nodes;
+    m->flags = (uint8_t *)(m->arena_off + m->n_nodes);
     for (i = 0; i < m->n_params; i++) {
         uint32_t word = poet_rd32(blob + HDR + 4u * i);
+        uint64_t *area = (word & POET_PARAM_FROZEN) ? &frozen : &train;
         elems = word & POET_PARAM_ELEMS_MASK;
-        m->param_off[i] = (uint32_t)total;
-        m->grad_off[i] = (word & POET_PARAM_FROZEN) ? POET_NO_GRAD : (uint32_t)train;
-        total += elems;
-        if (!(word & POET_PARAM_FROZEN))
-            train += elems;
-        if (elems == 0 || (word & ~(POET_PARAM_FROZEN | POET_PARAM_ELEMS_MASK)) || total > 0x10000000u)
+        m->param_off[i] = (uint32_t)*area;
+        *area += elems;
+        if (elems == 0 || (word & ~(POET_PARAM_FROZEN | POET_PARAM_ELEMS_MASK)) || frozen + train > 0x10000000u)
             return POET_E_MODEL;
     }
-    m->total_param_elems = (uint32_t)total;
+    m->frozen_elems = (uint32_t)frozen;
     m->train_elems = (uint32_t)train;
     m->min_classes = 0xFFFFFFFFu;
     for (i = 0; i < m->n_nodes; i++) {

@@ -6,18 +6,19 @@
 
 #include "util.h"
 
-/* A port with more RAM may raise these (the linux-big build does); the defaults fit the nRF52840. */
-#ifndef POET_MODEL_BLOB_MAX
-#define POET_MODEL_BLOB_MAX 4096u
-#endif
 /* Blob layout (docs/spec.md section 2): a 16-byte header, a u32 per parameter, a 56-byte record
- * per node. POET_MAX_NODES is the most records a full blob can hold. */
+ * per node. The blob lives in the port's nv storage (flash), read in place: its size is bounded by
+ * the nv region, not by RAM. Node indices are u16 with 0xFFFF meaning "no dep". */
 #define POET_MODEL_HDR 16u
 #define POET_NODE_SZ 56u
-#define POET_MAX_NODES ((POET_MODEL_BLOB_MAX - 16u) / 56u)
-#ifndef POET_MAX_PARAMS
-#define POET_MAX_PARAMS 64u
-#endif
+#define POET_MAX_NODES 0xFFFEu
+#define POET_MAX_PARAMS 0xFFFFu
+
+/* The RAM a parsed model needs beyond its blob, in the pool's first region (docs/spec.md 6): per
+ * parameter its element offset; per node its swap offset, its arena offset (interpreter and
+ * schedule validator) and the validator's flags. */
+#define POET_TABLE_PARAM_BYTES 4u
+#define POET_TABLE_NODE_BYTES 9u
 
 enum {
     POET_OP_INPUT = 0,
@@ -89,7 +90,8 @@ enum { POET_DT_F32 = 0, POET_DT_F16 = 1, POET_DT_BF16 = 2, POET_DT_I8 = 3 };
 
 /* Param table word (docs/spec.md section 2): the element count, and the top bit set for a tensor
  * that is not trained (a frozen layer's weight, a batch norm's running statistic): it has no
- * gradient and no optimizer state on the board. Bits 28-30 are reserved (0). */
+ * gradient and no optimizer state on the board, and is read in place from nv storage (the frozen
+ * weights blob), never copied into RAM. Bits 28-30 are reserved (0). */
 #define POET_PARAM_FROZEN 0x80000000u
 #define POET_PARAM_ELEMS_MASK 0x0FFFFFFFu
 #define POET_NO_GRAD 0xFFFFFFFFu
@@ -119,25 +121,27 @@ typedef struct {
     int32_t a[10];
 } poet_node_t;
 
-/* What the runtime keeps of a parsed model: only what cannot be read back from the blob cheaply
- * (the prefix sums) plus header fields. Its per-node RAM is swap_off alone (4 B per node); with
- * the interpreter's arena offset (interp.c) a node costs 8 B of RAM beyond its blob record. */
+/* What the runtime keeps of a parsed model: header fields and the tables (in the pool, sized by
+ * poet_model_table_bytes) of what cannot be read back from the blob cheaply. */
 typedef struct {
-    /* The validated blob, read in place. It must stay unchanged while the model is in use:
-     * protocol.c drops the model as soon as a new model upload begins. */
+    /* The validated blob, read in place (in nv storage on a board). It must stay unchanged while
+     * the model is in use: protocol.c drops the model as soon as a new model upload begins. */
     const uint8_t *blob;
     const uint8_t *recs; /* first node record in blob */
     uint16_t n_nodes;
     uint16_t n_params;
     uint16_t batch;
     uint32_t x_elems;
-    uint32_t param_off[POET_MAX_PARAMS]; /* element offset of param p in the params area */
-    uint32_t grad_off[POET_MAX_PARAMS];  /* ... of its gradient in the grads area, or POET_NO_GRAD */
-    uint32_t total_param_elems;
+    /* param p's element offset: in the trained params area (and the gradients at the same
+     * offset) for a trained one, in the frozen weights blob for a frozen one */
+    uint32_t *param_off;
+    uint32_t frozen_elems;               /* elements of frozen parameters (the frozen weights blob) */
     uint32_t train_elems;                /* elements with a gradient (and optimizer state) */
     uint8_t opt;                         /* POET_OPT_*, from the optimizer node */
     uint8_t opt_words;                   /* optimizer state words per trained element: 0, 1, 2 */
-    uint32_t swap_off[POET_MAX_NODES];   /* byte offset of node i in aux storage */
+    uint32_t *swap_off;                  /* byte offset of node i in aux storage */
+    uint32_t *arena_off;                 /* node i's arena offset while a schedule runs or is validated */
+    uint8_t *flags;                      /* the schedule validator's per-node state */
     uint32_t min_classes;                /* smallest class count of any loss node (label check) */
     uint64_t hash;
 } poet_model_t;
@@ -166,8 +170,13 @@ static inline int poet_param_frozen(const poet_model_t *m, uint16_t p)
 /* Decode node i's record from the blob into *n. i must be < m->n_nodes. */
 void poet_node_view(const poet_model_t *m, uint16_t i, poet_node_t *n);
 
-/* Parse and validate a model blob. Returns POET_OK or POET_E_MODEL with *detail = the offending
- * node index (0xFFFFFFFF for header and param-table errors). */
-int poet_model_parse(const uint8_t *blob, uint32_t len, poet_model_t *m, uint32_t *detail);
+/* The table bytes (a multiple of 8) the model of this blob needs, from its header alone; 0 when
+ * the header is no model's. */
+uint32_t poet_model_table_bytes(const uint8_t *blob, uint32_t len);
+
+/* Parse and validate a model blob, with tables = poet_model_table_bytes(blob, len) bytes,
+ * 4-aligned. Returns POET_OK or POET_E_MODEL with *detail = the offending node index (0xFFFFFFFF
+ * for header and param-table errors). */
+int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model_t *m, uint32_t *detail);
 
 #endif

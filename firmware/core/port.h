@@ -23,9 +23,22 @@ int port_pager_read(uint32_t offset, void *dst, uint32_t n);
 /* What the board is, for HELLO. */
 const char *port_board(void);
 uint32_t port_ram_bytes(void);
-uint32_t port_flash_bytes(void);
 
-/* The static pool (params, grads, staged batch, arena), 8-byte aligned. */
+/* Non-volatile, memory-mapped storage the core keeps the model blob, the frozen weights and
+ * nothing else in (docs/spec.md 6): on a board, a region of its flash the linker script leaves to
+ * poet (NV in linker.ld); on an emulated board, the stand-in's flash region; on Linux, an array.
+ * The runtime reads it in place, so a model's node table and frozen weights cost no RAM.
+ * port_nv is its first byte (8-byte aligned), port_nv_bytes its size; 0 bytes means the port has
+ * none (then no model loads). port_nv_write programs n bytes at offset off, reads back equal
+ * afterwards, and returns 0, or nonzero when programming failed. The core's writes are
+ * sequential: each upload starts at a page-aligned offset (POET_NV_PAGE) and each write begins
+ * where the last one ended, off and n multiples of 4. So a flash port erases a page exactly when
+ * a write reaches the page's first byte, and never programs a word twice. */
+const uint8_t *port_nv(void);
+uint32_t port_nv_bytes(void);
+int port_nv_write(uint32_t off, const void *src, uint32_t n);
+
+/* The static pool (model tables, params, grads, staged batch, arena), 8-byte aligned. */
 uint8_t *port_pool(void);
 uint32_t port_pool_bytes(void);
 

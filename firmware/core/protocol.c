@@ -9,7 +9,6 @@
 #include "status.h"
 #include "util.h"
 
-static uint8_t model_blob[POET_MODEL_BLOB_MAX];
 static uint8_t schedule_blob[POET_SCHEDULE_BLOB_MAX];
 static poet_model_t model;
 static poet_trace_t trace[POET_SCHED_MAX_INSTR];
@@ -41,35 +40,51 @@ static uint32_t steps_done; /* since the weights were loaded: HELLO reports it f
 
 /* Which blobs are loaded and valid; a new BEGIN of a blob invalidates it (and what depends on it). */
 static struct {
-    uint8_t model, weights, batch, schedule;
+    uint8_t model, frozen, weights, batch, schedule;
     uint32_t schedule_len;
-    /* the blob being received */
-    uint8_t cur;
+    uint32_t model_len, tables; /* the model blob's bytes; its tables' at the pool's start */
+    /* the blob being received: into RAM at dst, or into nv storage at nv_at */
+    uint8_t cur, to_nv;
     uint32_t total, received;
     uint8_t *dst;
+    uint32_t nv_at;
 } st;
 
-/* Pool layout (docs/spec.md section 6), each region 8-byte aligned: every parameter, the gradients
- * of the trained ones, the optimizer state (a step counter, then opt_words floats per trained
- * element), the staged batch, the arena. host/poet/memory.py lays it out the same way. */
+/* nv writes go out in whole words (port.h): the bytes of a chunk past the last whole word wait
+ * here for the next chunk, or for END, which pads them with erased-flash 0xFF. */
+static struct {
+    uint8_t tail[4];
+    uint32_t n_tail, written; /* bytes in tail; bytes programmed since the upload began */
+} nvw;
+
+/* Pool layout (docs/spec.md section 6), each region 8-byte aligned: the model's tables, the
+ * trained parameters, their gradients, the optimizer state (a step counter, then opt_words floats
+ * per trained element), the staged batch, the arena. host/poet/plan/memory.py lays it out the same
+ * way. Frozen parameters are not in the pool: they stay in nv storage. */
 static uint32_t align8(uint32_t n) { return (n + 7u) & ~7u; }
-static uint32_t params_bytes(void) { return 4u * model.total_param_elems; }
+static uint32_t nv_align(uint32_t n) { return (n + POET_NV_PAGE - 1u) & ~(POET_NV_PAGE - 1u); }
+static uint32_t tables_bytes(void) { return st.tables; }
+static uint32_t params_bytes(void) { return 4u * model.train_elems; }
 static uint32_t grads_bytes(void) { return 4u * model.train_elems; }
 static uint32_t opt_bytes(void) { return model.opt_words ? 4u + 4u * model.opt_words * model.train_elems : 0u; }
 static uint32_t batch_bytes(void) { return 4u * model.x_elems + 4u * model.batch; }
-static uint32_t grads_at(void) { return align8(params_bytes()); }
+static uint32_t params_at(void) { return tables_bytes(); }
+static uint32_t grads_at(void) { return params_at() + align8(params_bytes()); }
 static uint32_t opt_at(void) { return grads_at() + align8(grads_bytes()); }
 static uint32_t batch_at(void) { return opt_at() + align8(opt_bytes()); }
 static uint32_t fixed_bytes(void) { return batch_at() + align8(batch_bytes()); }
 /* The same sum without wrapping, for the fit check: each region fits 32 bits, but together they
  * may not (2^28 parameters with Adam's two state words are 4 GiB), and a wrapped sum would pass. */
-static uint64_t layout_bytes(void)
+static uint64_t layout_bytes(uint32_t tables)
 {
-    return (uint64_t)align8(params_bytes()) + align8(grads_bytes()) + align8(opt_bytes()) +
+    return (uint64_t)tables + align8(params_bytes()) + align8(grads_bytes()) + align8(opt_bytes()) +
            align8(batch_bytes());
 }
+/* Where the frozen weights start in nv storage, and how many bytes they are. */
+static uint32_t frozen_at(void) { return nv_align(st.model_len); }
+static uint32_t frozen_bytes(void) { return 4u * model.frozen_elems; }
 
-static uint8_t *pool_params(void) { return port_pool(); }
+static uint8_t *pool_params(void) { return port_pool() + params_at(); }
 static uint8_t *pool_grads(void) { return port_pool() + grads_at(); }
 static uint8_t *pool_opt(void) { return port_pool() + opt_at(); }
 static uint8_t *pool_batch(void) { return port_pool() + batch_at(); }
@@ -142,14 +157,15 @@ static void hello(void)
     poet_wr32(p + 4, port_tick_hz());
     poet_wr32(p + 8, port_ram_bytes());
     poet_wr32(p + 12, port_pool_bytes());
-    poet_wr32(p + 16, port_flash_bytes());
+    poet_wr32(p + 16, port_nv_bytes());
     for (i = 0; i < 16; i++) {
         p[20 + i] = (uint8_t)*b;
         if (*b)
             b++;
     }
     /* what is loaded, so a host reconnecting after a reset or a lost cable knows what to resend */
-    p[36] = (uint8_t)(st.model | st.weights << 1 | st.batch << 2 | st.schedule << 3);
+    p[36] = (uint8_t)(st.model | st.weights << 1 | st.batch << 2 | st.schedule << 3 |
+                          (st.frozen && model.frozen_elems) << 4);
     poet_wr32(p + 37, steps_done);
     send(POET_MSG_HELLO_REPLY, p, 41);
 }
@@ -173,11 +189,14 @@ static void begin_blob(const uint8_t *p, uint16_t len)
     blob = p[0];
     total = poet_rd32(p + 1);
     st.cur = 0;
+    st.to_nv = 0;
     switch (blob) {
     case POET_BLOB_MODEL:
-        st.model = st.weights = st.batch = st.schedule = 0;
-        st.dst = model_blob;
-        cap = POET_MODEL_BLOB_MAX;
+        /* everything depends on the model, and its nv pages are about to be rewritten */
+        st.model = st.frozen = st.weights = st.batch = st.schedule = 0;
+        st.to_nv = 1;
+        st.nv_at = 0;
+        cap = port_nv_bytes();
         break;
     case POET_BLOB_SCHEDULE:
         st.schedule = 0;
@@ -187,11 +206,19 @@ static void begin_blob(const uint8_t *p, uint16_t len)
     case POET_BLOB_WEIGHTS:
     case POET_BLOB_BATCH:
     case POET_BLOB_OPT_STATE:
+    case POET_BLOB_FROZEN:
         if (!st.model || (blob == POET_BLOB_OPT_STATE && !st.weights)) {
             ack(POET_E_LINK_ORDER, POET_NO_DETAIL);
             return;
         }
-        if (blob == POET_BLOB_WEIGHTS) {
+        if (blob == POET_BLOB_FROZEN) {
+            /* the frozen weights' size is fixed by the model; whether nv storage holds them was
+             * checked when the model ended */
+            st.frozen = 0;
+            st.to_nv = 1;
+            st.nv_at = frozen_at();
+            cap = frozen_bytes();
+        } else if (blob == POET_BLOB_WEIGHTS) {
             st.weights = 0;
             st.dst = pool_params();
             cap = params_bytes();
@@ -223,7 +250,48 @@ static void begin_blob(const uint8_t *p, uint16_t len)
     st.cur = blob;
     st.total = total;
     st.received = 0;
+    nvw.n_tail = nvw.written = 0;
     ack(POET_OK, 0);
+}
+
+/* Program the bytes of an nv upload that follow those already taken, in whole words. */
+static int nv_put(const uint8_t *src, uint32_t n)
+{
+    while (n > 0) {
+        uint32_t whole;
+        if (nvw.n_tail > 0 || n < 4u) {
+            nvw.tail[nvw.n_tail++] = *src++;
+            n--;
+            if (nvw.n_tail == 4u) {
+                if (port_nv_write(st.nv_at + nvw.written, nvw.tail, 4u) != 0)
+                    return POET_E_PAGER;
+                nvw.written += 4u;
+                nvw.n_tail = 0;
+            }
+            continue;
+        }
+        whole = n & ~3u;
+        if (port_nv_write(st.nv_at + nvw.written, src, whole) != 0)
+            return POET_E_PAGER;
+        nvw.written += whole;
+        src += whole;
+        n -= whole;
+    }
+    return POET_OK;
+}
+
+/* END of an nv upload: the last partial word, padded as erased flash reads. */
+static int nv_finish(void)
+{
+    if (nvw.n_tail == 0)
+        return POET_OK;
+    while (nvw.n_tail < 4u)
+        nvw.tail[nvw.n_tail++] = 0xFFu;
+    nvw.n_tail = 0;
+    if (port_nv_write(st.nv_at + nvw.written, nvw.tail, 4u) != 0)
+        return POET_E_PAGER;
+    nvw.written += 4u;
+    return POET_OK;
 }
 
 static void chunk(const uint8_t *p, uint16_t len)
@@ -245,7 +313,20 @@ static void chunk(const uint8_t *p, uint16_t len)
         ack(POET_E_RANGE, st.total);
         return;
     }
-    memcpy(st.dst + off, p + 5, n);
+    if (st.to_nv) {
+        /* flash is programmed once per erase: only the bytes past those already received (a
+         * resent chunk carries the same bytes again) */
+        if (off + n > st.received) {
+            int status = nv_put(p + 5 + (st.received - off), off + n - st.received);
+            if (status != POET_OK) {
+                st.cur = 0; /* the blob cannot be completed: BEGIN again */
+                ack(status, st.received);
+                return;
+            }
+        }
+    } else {
+        memcpy(st.dst + off, p + 5, n);
+    }
     if (off + n > st.received)
         st.received = off + n;
     ack(POET_OK, 0);
@@ -270,15 +351,39 @@ static void end_blob(const uint8_t *p, uint16_t len)
         ack(POET_E_RANGE, st.received);
         return;
     }
+    if (st.to_nv && nv_finish() != POET_OK) {
+        ack(POET_E_PAGER, st.received);
+        return;
+    }
     switch (blob) {
-    case POET_BLOB_MODEL:
-        status = poet_model_parse(model_blob, st.total, &model, &detail);
-        if (status == POET_OK && layout_bytes() > port_pool_bytes()) {
+    case POET_BLOB_MODEL: {
+        const uint8_t *blob_nv = port_nv();
+        uint32_t tables = poet_model_table_bytes(blob_nv, st.total);
+        if (tables == 0 || tables > port_pool_bytes()) {
+            status = tables == 0 ? POET_E_MODEL : POET_E_TOO_BIG;
+            detail = tables == 0 ? POET_NO_DETAIL : port_pool_bytes();
+            break;
+        }
+        status = poet_model_parse(blob_nv, st.total, port_pool(), &model, &detail);
+        /* the pool must hold the tables and the trained side; nv storage the frozen weights */
+        if (status == POET_OK && layout_bytes(tables) > port_pool_bytes()) {
             status = POET_E_TOO_BIG;
             detail = port_pool_bytes();
         }
-        if (status == POET_OK)
+        if (status == POET_OK && (uint64_t)nv_align(st.total) + 4u * (uint64_t)model.frozen_elems > port_nv_bytes()) {
+            status = POET_E_TOO_BIG;
+            detail = port_nv_bytes();
+        }
+        if (status == POET_OK) {
             st.model = 1;
+            st.model_len = st.total;
+            st.tables = tables;
+            st.frozen = model.frozen_elems == 0; /* nothing to upload */
+        }
+        break;
+    }
+    case POET_BLOB_FROZEN:
+        st.frozen = 1;
         break;
     case POET_BLOB_WEIGHTS:
         st.weights = 1;
@@ -365,7 +470,7 @@ static void step(const uint8_t *p, uint16_t len)
         step_fail(POET_E_FRAME);
         return;
     }
-    if (!st.model || !st.weights || !st.batch) {
+    if (!st.model || !st.frozen || !st.weights || !st.batch) {
         step_fail(POET_E_LINK_ORDER);
         return;
     }
@@ -377,6 +482,7 @@ static void step(const uint8_t *p, uint16_t len)
     bits = poet_rd32(p);
     memcpy(&lr, &bits, 4);
     buf.params = (float *)(void *)pool_params();
+    buf.frozen = (const float *)(const void *)(port_nv() + frozen_at());
     buf.grads = (float *)(void *)pool_grads();
     buf.opt_state = (float *)(void *)(pool_opt() + 4u);
     buf.opt_step = opt_step();
@@ -404,16 +510,21 @@ static void read_blob(const uint8_t *p, uint16_t len)
         ack(POET_E_FRAME, POET_NO_DETAIL);
         return;
     }
-    if (p[0] != POET_BLOB_WEIGHTS && p[0] != POET_BLOB_OPT_STATE) {
+    if (p[0] != POET_BLOB_WEIGHTS && p[0] != POET_BLOB_OPT_STATE && p[0] != POET_BLOB_FROZEN) {
         ack(POET_E_RANGE, POET_NO_DETAIL);
         return;
     }
-    if (!st.model || !st.weights) {
+    if (!st.model || (p[0] == POET_BLOB_FROZEN ? !st.frozen : !st.weights)) {
         ack(POET_E_LINK_ORDER, POET_NO_DETAIL);
         return;
     }
-    base = p[0] == POET_BLOB_WEIGHTS ? pool_params() : pool_opt();
-    size = p[0] == POET_BLOB_WEIGHTS ? params_bytes() : opt_bytes();
+    if (p[0] == POET_BLOB_FROZEN) {
+        base = port_nv() + frozen_at();
+        size = frozen_bytes();
+    } else {
+        base = p[0] == POET_BLOB_WEIGHTS ? pool_params() : pool_opt();
+        size = p[0] == POET_BLOB_WEIGHTS ? params_bytes() : opt_bytes();
+    }
     off = poet_rd32(p + 1);
     n = poet_rd16(p + 5);
     if (n > 1000u || off > size || n > size - off) {

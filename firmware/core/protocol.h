@@ -4,9 +4,9 @@
 
 #include <stdint.h>
 
-#define POET_PROTO 2
-#define POET_FW_MAJOR 1
-#define POET_FW_MINOR 2
+#define POET_PROTO 3
+#define POET_FW_MAJOR 2
+#define POET_FW_MINOR 0
 
 /* A frame (docs/spec.md section 6) is a packet [type][seq][payload][crc32] COBS-encoded and ended
  * by a 0x00 byte. */
@@ -29,7 +29,19 @@ enum {
     POET_MSG_NAK = 0x8F /* seq 0: a damaged frame arrived; the host resends without waiting */
 };
 
-enum { POET_BLOB_MODEL = 1, POET_BLOB_WEIGHTS = 2, POET_BLOB_SCHEDULE = 3, POET_BLOB_BATCH = 4, POET_BLOB_OPT_STATE = 5 };
+enum {
+    POET_BLOB_MODEL = 1,   /* nv storage, at 0 */
+    POET_BLOB_WEIGHTS = 2, /* the trained parameters: pool */
+    POET_BLOB_SCHEDULE = 3,
+    POET_BLOB_BATCH = 4,
+    POET_BLOB_OPT_STATE = 5,
+    POET_BLOB_FROZEN = 6   /* the frozen parameters: nv storage, after the model (POET_NV_PAGE-aligned) */
+};
+
+/* The alignment of each upload into nv storage: a multiple of every port's flash erase unit
+ * (nRF52840 page 4 KiB, SAMD21 row 256 B, ESP32-C3 sector 4 KiB), so re-uploading one blob never
+ * erases another's page. */
+#define POET_NV_PAGE 4096u
 
 /* Serve requests until port_getc reports the link closed. */
 void poet_run(void);

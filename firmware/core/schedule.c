@@ -6,9 +6,11 @@
 int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t *m,
                            uint32_t pool_free, uint32_t *detail)
 {
-    /* Static scratch: no heap, and the stack stays small on a 256 KiB board. */
-    static uint8_t resident[POET_MAX_NODES], computed[POET_MAX_NODES], paged[POET_MAX_NODES];
-    static uint32_t offset[POET_MAX_NODES];
+    /* Per-node scratch in the model's tables (pool RAM sized by the model): no heap, no static
+     * array bounding the node count. */
+    enum { RESIDENT = 1, COMPUTED = 2, PAGED = 4 };
+    uint8_t *flag;
+    uint32_t *offset;
     uint32_t n_instr, arena, i, j, n_computes = 0;
     uint16_t n_nodes;
 
@@ -33,8 +35,10 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
     if (arena > pool_free)
         return POET_E_ARENA;
 
+    flag = m->flags;
+    offset = m->arena_off;
     for (j = 0; j < n_nodes; j++) {
-        resident[j] = computed[j] = paged[j] = 0;
+        flag[j] = 0;
         offset[j] = 0;
     }
     for (i = 0; i < n_instr; i++) {
@@ -54,20 +58,20 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         if (op == POET_I_COMPUTE && node != n_computes)
             return POET_E_ORDER;
         if (op == POET_I_RECOMPUTE &&
-            ((n.kind != POET_KIND_FORWARD && n.kind != POET_KIND_LOSS) || !computed[node]))
+            ((n.kind != POET_KIND_FORWARD && n.kind != POET_KIND_LOSS) || !(flag[node] & COMPUTED)))
             return POET_E_RECOMPUTE;
-        if (op == POET_I_PAGE_IN && !paged[node])
+        if (op == POET_I_PAGE_IN && !(flag[node] & PAGED))
             return POET_E_NOT_PAGED;
         allocates = (op == POET_I_COMPUTE || op == POET_I_RECOMPUTE || op == POET_I_PAGE_IN) &&
                     n.bytes > 0;
         if (allocates) {
-            if (resident[node])
+            if (flag[node] & RESIDENT)
                 return POET_E_DOUBLE_ALLOC;
             /* offsets must be 4-aligned: the kernels read fp32 straight from the arena */
             if ((off & 3u) != 0 || (uint64_t)off + n.bytes > arena)
                 return POET_E_BOUNDS;
             for (j = 0; j < n_nodes; j++) {
-                if (resident[j] && off < offset[j] + poet_node_bytes(m, (uint16_t)j) &&
+                if ((flag[j] & RESIDENT) && off < offset[j] + poet_node_bytes(m, (uint16_t)j) &&
                     offset[j] < off + n.bytes)
                     return POET_E_OVERLAP;
             }
@@ -75,29 +79,29 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         if (op == POET_I_COMPUTE || op == POET_I_RECOMPUTE) {
             for (j = 0; j < n.n_deps; j++) {
                 uint16_t d = n.deps[j];
-                if (poet_node_bytes(m, d) > 0 && !resident[d])
+                if (poet_node_bytes(m, d) > 0 && !(flag[d] & RESIDENT))
                     return POET_E_NOT_RESIDENT;
             }
         }
-        if ((op == POET_I_PAGE_OUT || op == POET_I_FREE) && (!resident[node] || n.bytes == 0))
+        if ((op == POET_I_PAGE_OUT || op == POET_I_FREE) && (!(flag[node] & RESIDENT) || n.bytes == 0))
             return POET_E_NOT_LIVE;
 
         switch (op) {
         case POET_I_COMPUTE:
-            computed[node] = 1;
+            flag[node] |= COMPUTED;
             n_computes++;
             break;
         case POET_I_PAGE_OUT:
-            paged[node] = 1;
+            flag[node] |= PAGED;
             break;
         case POET_I_FREE:
-            resident[node] = 0;
+            flag[node] &= (uint8_t)~RESIDENT;
             break;
         default:
             break;
         }
         if (allocates) {
-            resident[node] = 1;
+            flag[node] |= RESIDENT;
             offset[node] = off;
         }
     }
@@ -105,7 +109,7 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
     if (n_computes != n_nodes)
         return POET_E_ORDER;
     for (j = 0; j < n_nodes; j++)
-        if (resident[j])
+        if (flag[j] & RESIDENT)
             return POET_E_LEAK;
     return POET_OK;
 }

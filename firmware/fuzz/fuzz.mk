@@ -8,8 +8,8 @@
 # fuzzer's coverage instrumentation and ASan + UBSan, aborting on the first report.
 FUZZ_CC ?= clang
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-FUZZ_CFLAGS := $(WARN) -O1 -g -MMD -MP $(FUZZ_SAN)
-FUZZ_CORE_OBJ := $(patsubst %.c,$(BUILD)/fuzz/%.o,$(CORE_SRC) fuzz/fuzz_port.c fuzz/fuzz_common.c)
+FUZZ_CFLAGS := $(WARN) -O1 -g -MMD -MP $(FUZZ_SAN) -DNV_BYTES=16384u
+FUZZ_CORE_OBJ := $(patsubst %.c,$(BUILD)/fuzz/%.o,$(CORE_SRC) fuzz/fuzz_port.c fuzz/fuzz_common.c ports/shared/nv_ram.c)
 FUZZ_NAMES := schedule model protocol
 FUZZ_DEPS := Makefile fuzz/fuzz.mk
 

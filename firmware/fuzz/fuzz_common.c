@@ -58,14 +58,14 @@ static poet_trace_t trace[POET_SCHED_MAX_INSTR];
 
 int fuzz_step(const poet_model_t *m, const uint8_t *sched)
 {
-    uint32_t arena = poet_rd32(sched + 16), params = 4u * m->total_param_elems;
+    uint32_t arena = poet_rd32(sched + 16), params = 4u * m->train_elems, frozen = 4u * m->frozen_elems;
     uint32_t grads = 4u * m->train_elems, opt = grads * m->opt_words, opt_step = 0;
     uint32_t xb = 4u * m->x_elems, lb = 4u * m->batch, last = (uint32_t)m->n_nodes - 1u, i;
     uint64_t swap = (uint64_t)m->swap_off[last] + poet_node_bytes(m, (uint16_t)last);
-    uint64_t total = (uint64_t)arena + params + grads + opt + xb + lb;
+    uint64_t total = (uint64_t)arena + params + frozen + grads + opt + xb + lb;
     poet_buffers_t buf;
     poet_step_result_t r;
-    float *w, *g, *o, *x;
+    float *w, *f, *g, *o, *x;
     int32_t *labels;
     uint8_t *a, *s;
 
@@ -73,16 +73,19 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
         return -1;
     /* +!n: malloc(0) may return NULL, and a zero-sized buffer must still be a distinct object */
     w = malloc(params + !params);
+    f = malloc(frozen + !frozen); /* nv storage on a board: the interpreter only reads it */
     g = calloc(grads + !grads, 1);
     o = calloc(opt + !opt, 1);
     x = malloc(xb);
     labels = malloc(lb);
     a = malloc(arena + !arena);
     s = malloc((size_t)swap + !swap);
-    if (!w || !g || !o || !x || !labels || !a || !s)
+    if (!w || !f || !g || !o || !x || !labels || !a || !s)
         abort();
-    for (i = 0; i < m->total_param_elems; i++)
+    for (i = 0; i < m->train_elems; i++)
         w[i] = 0.01f * (float)((int)(i % 13u) - 6);
+    for (i = 0; i < m->frozen_elems; i++)
+        f[i] = 0.01f * (float)((int)(i % 11u) - 5);
     for (i = 0; i < m->x_elems; i++)
         x[i] = (float)(i % 7u); /* valid token ids for embedding models, plain inputs otherwise */
     for (i = 0; i < m->batch; i++)
@@ -90,6 +93,7 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
     memset(a, 0xA5, arena);
     fuzz_port_swap(s, (uint32_t)swap);
     buf.params = w;
+    buf.frozen = f;
     buf.grads = g;
     buf.opt_state = o;
     buf.opt_step = &opt_step;
@@ -99,6 +103,7 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
     poet_interp_step(m, sched, &buf, 0.01f, trace, &r);
     fuzz_port_swap(0, 0);
     free(w);
+    free(f);
     free(g);
     free(o);
     free(x);

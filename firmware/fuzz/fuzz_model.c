@@ -21,6 +21,8 @@
     } while (0)
 
 static poet_model_t model;
+/* the largest model blob tried: 64 KiB is over 1,100 nodes, past any seed */
+#define FUZZ_MODEL_MAX 65536u
 static uint8_t sched[POET_SCHEDULE_BLOB_MAX];
 
 static void check_accepted(const poet_model_t *m, const uint8_t *blob, uint32_t len)
@@ -29,13 +31,16 @@ static void check_accepted(const poet_model_t *m, const uint8_t *blob, uint32_t 
     poet_node_t n;
     int st;
 
+    uint32_t frozen = 0;
     CHECK(m->n_nodes >= 1 && m->n_nodes <= POET_MAX_NODES);
     CHECK(m->recs + POET_NODE_SZ * (uint32_t)m->n_nodes == blob + len);
     for (i = 0; i < m->n_params; i++) {
-        CHECK(m->param_off[i] == elems);
-        elems += poet_param_elems(m, (uint16_t)i);
+        /* trained and frozen parameters each packed in param order, in their own area */
+        uint32_t *area = poet_param_frozen(m, (uint16_t)i) ? &frozen : &elems;
+        CHECK(m->param_off[i] == *area);
+        *area += poet_param_elems(m, (uint16_t)i);
     }
-    CHECK(elems == m->total_param_elems);
+    CHECK(elems == m->train_elems && frozen == m->frozen_elems);
     for (i = 0; i < m->n_nodes; i++) {
         poet_node_view(m, (uint16_t)i, &n);
         CHECK(n.n_deps <= 4);
@@ -63,18 +68,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint8_t *blob;
-    uint32_t detail;
+    void *tables;
+    uint32_t detail, table_bytes;
     int st;
 
-    /* the firmware refuses a bigger model at BEGIN_BLOB, before the parser sees it */
-    if (size > POET_MODEL_BLOB_MAX)
+    /* a board refuses a model bigger than its nv storage at BEGIN_BLOB; the fuzzer's bound */
+    if (size > FUZZ_MODEL_MAX)
         return -1;
     /* an exact-size copy: ASan flags a read one byte past the blob */
     blob = malloc(size + !size);
     if (!blob)
         abort();
     memcpy(blob, data, size);
-    st = poet_model_parse(blob, (uint32_t)size, &model, &detail);
+    table_bytes = poet_model_table_bytes(blob, (uint32_t)size);
+    tables = malloc(table_bytes + !table_bytes); /* exact size, as the pool's first region */
+    if (!tables)
+        abort();
+    st = table_bytes ? poet_model_parse(blob, (uint32_t)size, tables, &model, &detail) : POET_E_MODEL;
+    if (!table_bytes)
+        detail = POET_NO_DETAIL;
     if (st == POET_OK) {
         CHECK(detail == POET_NO_DETAIL);
         check_accepted(&model, blob, (uint32_t)size);
@@ -82,6 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(st == POET_E_MODEL);
         CHECK(detail == POET_NO_DETAIL || detail < model.n_nodes);
     }
+    free(tables);
     free(blob);
     return 0;
 }

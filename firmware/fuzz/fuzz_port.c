@@ -147,7 +147,6 @@ int port_pager_read(uint32_t offset, void *dst, uint32_t n)
 
 const char *port_board(void) { return "fuzz"; }
 uint32_t port_ram_bytes(void) { return POET_FUZZ_POOL; }
-uint32_t port_flash_bytes(void) { return 0; }
 uint8_t *port_pool(void) { return pool.bytes; }
 uint32_t port_pool_bytes(void) { return POET_FUZZ_POOL; }
 void port_idle(void) {}

@@ -11,6 +11,9 @@
 /* port_getc reports the link closed after this many STEP replies. */
 #define POET_FUZZ_MAX_STEPS 4u
 
+#ifndef POET_FUZZ_NV
+#define POET_FUZZ_NV (16u * 1024u) /* nv storage: model blob and frozen weights (shared/nv_ram.c) */
+#endif
 #ifndef POET_FUZZ_POOL
 #define POET_FUZZ_POOL (64u * 1024u)
 #endif

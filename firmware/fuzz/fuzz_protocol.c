@@ -17,8 +17,9 @@
 #include "../core/util.h"
 #include "fuzz_port.h"
 
-/* Every node can be paged, each no bigger than the pool. */
-static uint8_t swap_area[POET_MAX_NODES * POET_FUZZ_POOL];
+/* Every node can be paged, each no bigger than the pool; a model in the fuzz port's nv storage
+ * (POET_FUZZ_NV) has at most this many nodes. */
+static uint8_t swap_area[(POET_FUZZ_NV / POET_NODE_SZ) * POET_FUZZ_POOL];
 
 /* [type][seq][payload][crc32], COBS-encoded and 0x00-terminated, as the host sends it. */
 static uint32_t put_frame(uint8_t *out, uint8_t type, uint8_t seq, const uint8_t *payload, uint32_t len)

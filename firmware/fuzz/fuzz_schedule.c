@@ -20,13 +20,16 @@
 #include "seed_models.h"
 
 static poet_model_t models[FUZZ_N_MODELS];
+static void *tables[FUZZ_N_MODELS];
 static int parsed;
 
 static void load_models(void)
 {
     uint32_t i, detail;
     for (i = 0; i < FUZZ_N_MODELS; i++) {
-        if (poet_model_parse(fuzz_models[i], fuzz_model_lens[i], &models[i], &detail) != POET_OK) {
+        uint32_t n = poet_model_table_bytes(fuzz_models[i], fuzz_model_lens[i]);
+        tables[i] = malloc(n + !n);
+        if (!tables[i] || poet_model_parse(fuzz_models[i], fuzz_model_lens[i], tables[i], &models[i], &detail) != POET_OK) {
             fprintf(stderr, "fuzz_schedule: built-in model %u rejected at node %u\n", i, detail);
             abort();
         }

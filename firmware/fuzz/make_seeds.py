@@ -30,21 +30,22 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import fwhelpers  # noqa: E402
 from poet.boards import load_board  # noqa: E402
-from poet.plan.costs import costed, load_profile, uncosted  # noqa: E402
+from poet.device.link import BATCH, FROZEN, MODEL, SCHEDULE, WEIGHTS  # noqa: E402
+from poet.graph.tracer import trace  # noqa: E402
 from poet.graph.training_graph import TrainingGraph, with_optimizer  # noqa: E402
-from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS  # noqa: E402
-from poet.plan.lower import lower, model_blob  # noqa: E402
-from poet.plan.modelblob import ModelBlob, encode_batch, encode_weights, f32_bits  # noqa: E402
 from poet.models.zoo import get_model  # noqa: E402
+from poet.models.zoo.transformer import TransformerClassifier  # noqa: E402
+from poet.plan.costs import costed, load_profile, uncosted  # noqa: E402
+from poet.plan.lower import lower, model_blob  # noqa: E402
+from poet.plan.modelblob import ModelBlob, encode_batch, f32_bits  # noqa: E402
 from poet.plan.schedule import Schedule  # noqa: E402
 from poet.plan.strategies import plan_with  # noqa: E402
 from poet.plan.strategies.checkpoint_all import keep_all  # noqa: E402
-from poet.graph.tracer import trace  # noqa: E402
-from poet.models.zoo.transformer import TransformerClassifier  # noqa: E402
 
 HELLO, BEGIN, CHUNK, END, STEP, READ = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
 CHUNK_BYTES = 1000
 PROTOCOL_POOL = 64 * 1024  # POET_FUZZ_POOL in fuzz_port.h
+PROTOCOL_NV = 16 * 1024  # POET_FUZZ_NV in fuzz_port.h
 SESSION_MAX = 8 * 1024  # bigger sessions (mlp-digits' 18 KB of weights) only slow the fuzzer down
 
 
@@ -141,10 +142,14 @@ def session(blob: ModelBlob, sched: Schedule, seed: int, token_vocab: int = 0) -
     classes = min(n.attrs[1] for n in blob.nodes if n.op == fwhelpers.OP_CROSS_ENTROPY)
     labels = rng.integers(0, classes, size=blob.batch).astype(np.int32)
     reqs = [(HELLO, b"")]
-    reqs += upload(MODEL, blob.encode()) + upload(WEIGHTS, encode_weights(weights))
+    trained, frozen = blob.split_weights(weights)
+    # a model with frozen parameters puts them in nv storage (flash) after itself
+    reqs += upload(MODEL, blob.encode()) + (upload(FROZEN, frozen) if frozen else []) + upload(WEIGHTS, trained)
     reqs += upload(SCHEDULE, sched.encode()) + upload(BATCH, encode_batch(x, labels))
     reqs += [(STEP, struct.pack("<fH", 0.05, 60)), (STEP, struct.pack("<fH", 0.05, 3))]
     reqs.append((READ, struct.pack("<BIH", WEIGHTS, 0, min(blob.param_bytes, 64))))
+    if frozen:
+        reqs.append((READ, struct.pack("<BIH", FROZEN, 0, min(blob.frozen_bytes, 64))))
     return reqs
 
 
@@ -198,6 +203,7 @@ def main() -> None:
     (HERE / "seed_models.h").write_text("\n".join(header))
 
     extra = [model_blob(g) for g in (zoo("lenet", 1, optimizer="adam"), zoo("cnn-digits", 1),
+                                     zoo("cnn-digits", 1, train="bias+last:1"),
                                      traced("conv-bn-eval", conv_bn_eval_net, (2, 8, 8), 3, 1))]
     for blob in [b for b, _ in fixed] + extra:
         write("model", blob.encode())
@@ -205,7 +211,8 @@ def main() -> None:
     # protocol sessions on nets that fit fuzz_port's 64 KiB pool, in both input modes
     for k, (blob, scheds) in enumerate(fixed):
         vocab = {3: 20, 7: 10}.get(k, 0)
-        if 2 * blob.param_bytes + blob.batch_bytes + max(s.arena_bytes for s in scheds) > PROTOCOL_POOL:
+        if (blob.pool.fixed + max(s.arena_bytes for s in scheds) > PROTOCOL_POOL
+                or blob.pool.flash.total > PROTOCOL_NV):
             continue
         for s in scheds:
             reqs = session(blob, s, seed=k, token_vocab=vocab)

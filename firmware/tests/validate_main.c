@@ -10,7 +10,8 @@
 #include "../core/status.h"
 #include "../core/util.h"
 
-static uint8_t model_blob[POET_MODEL_BLOB_MAX];
+static uint8_t model_blob[1u << 20];
+static uint32_t tables[(1u << 20) / 4u];
 static uint8_t sched[65536 + 64];
 static poet_model_t model;
 
@@ -32,7 +33,9 @@ int main(void)
     if (model_len) {
         if (fread(model_blob, 1, model_len, stdin) != model_len)
             return 2;
-        st = poet_model_parse(model_blob, model_len, &model, &detail);
+        st = poet_model_table_bytes(model_blob, model_len) > sizeof tables
+                 ? POET_E_MODEL
+                 : poet_model_parse(model_blob, model_len, tables, &model, &detail);
         if (st != POET_OK) {
             printf("model %d %lu\n", st, (unsigned long)detail);
             return 3;

@@ -20,6 +20,7 @@ class Board:
     clock_hz: float
     ram_bytes: int
     flash_bytes: int
+    model_flash_bytes: int    # the firmware's flash for the model blob and frozen weights (its nv region)
     firmware_target: str      # the image for the real board (firmware/ports/<target>)
     cpu_active_w: float
     cpi: float
@@ -69,6 +70,7 @@ def load_board(name: str) -> Board:
         clock_hz=float(raw["clock_hz"]),
         ram_bytes=int(raw["ram_bytes"]),
         flash_bytes=int(raw["flash_bytes"]),
+        model_flash_bytes=int(raw["model_flash_bytes"]),
         firmware_target=raw["firmware_target"],
         cpu_active_w=float(raw["power"]["cpu_active_w"]),
         cpi=float(raw["power"].get("cpi", 1.0)),

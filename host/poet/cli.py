@@ -705,7 +705,8 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
     p.add_argument("--weights", type=_input_file, metavar="FILE.pt",
                    help="start from these weights (a state_dict: torch.save(model.state_dict(), FILE.pt)) instead of "
                    "--seed's: fine-tune a pretrained model; only tensors are read, no code")
-    p.add_argument("--data", default="digits", help="digits (scikit-learn's, bundled), a folder with train_x.npy "
+    p.add_argument("--data", default="digits", help="digits (scikit-learn's 8x8, bundled; upsampled for square image "
+                   "models, e.g. 3x32x32), a folder with train_x.npy "
                    "and train_y.npy (test_x.npy/test_y.npy optional), or module:factory returning a torch Dataset "
                    "(or a (train, test) pair); default digits")
     p.add_argument("--data-limit", type=_whole(1, 10**9), help="use only the first N training samples")

@@ -56,16 +56,21 @@ int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we,
 
 /* ---- runs ------------------------------------------------------------------------------------ */
 
-/* Parameter p's values, NULL for an absent one (p = -1). */
+/* Parameter p's values, NULL for an absent one (p = -1): a frozen one read in place from nv
+ * storage, a trained one from the pool. Kernels take weights as const, so the cast only lets one
+ * pointer type serve both. */
 static inline float *param(const poet_exec_t *e, int32_t p)
 {
-    return p < 0 ? 0 : e->buf->params + e->m->param_off[p];
+    if (p < 0)
+        return 0;
+    return poet_param_frozen(e->m, (uint16_t)p) ? (float *)(uintptr_t)(e->buf->frozen + e->m->param_off[p])
+                                                 : e->buf->params + e->m->param_off[p];
 }
 
 /* A parameter's gradient, NULL for a frozen or absent one: the kernels then skip that gradient. */
 static inline float *grad(const poet_exec_t *e, int32_t p)
 {
-    return (p < 0 || e->m->grad_off[p] == POET_NO_GRAD) ? 0 : e->buf->grads + e->m->grad_off[p];
+    return (p < 0 || poet_param_frozen(e->m, (uint16_t)p)) ? 0 : e->buf->grads + e->m->param_off[p];
 }
 
 #endif

@@ -84,7 +84,7 @@ int bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y
 int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x,
                     int32_t weight)
 {
-    if (n->n_deps == 1 && m->grad_off[weight] == POET_NO_GRAD)
+    if (n->n_deps == 1 && poet_param_frozen(m, (uint16_t)weight))
         return (need == 0 || need == 1) && io1(m, n, y, need ? x : 0u);
     return bwd_ok(m, n, need, y, x);
 }

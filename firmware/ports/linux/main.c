@@ -154,7 +154,6 @@ int port_pager_read(uint32_t offset, void *dst, uint32_t n)
 static const char *board = "linux";
 const char *port_board(void) { return board; }
 uint32_t port_ram_bytes(void) { return port_pool_bytes(); } /* the pool (shared/pool.c) is the limit, not the host's RAM */
-uint32_t port_flash_bytes(void) { return 0; }
 void port_idle(void) {}
 
 /* usage: poet [BOARD] [--pty]  (BOARD: the name HELLO reports, default "linux"; --pty: serve the

@@ -3,14 +3,15 @@
 CC ?= cc
 HOST_CFLAGS := $(WARN) -O2 -g -MMD -MP
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-LINUX_SRC := $(CORE_SRC) ports/linux/main.c ports/shared/pool.c
-# The pool, 4 MiB (shared/pool.c); linux-big has 256 MiB for the zoo's larger graphs (BIG_FLAGS).
-LINUX_POOL := -DPOOL_BYTES=4194304u
+LINUX_SRC := $(CORE_SRC) ports/linux/main.c ports/shared/pool.c ports/shared/nv_ram.c
+# The pool, 4 MiB (shared/pool.c), and 64 MiB of nv storage for the model and its frozen weights
+# (shared/nv_ram.c: on Linux boards "flash" is RAM too); linux-big has a 256 MiB pool and 512 MiB
+# of nv storage for the zoo's larger graphs (BIG_FLAGS; BERT-base's frozen weights are 418 MiB).
+LINUX_POOL := -DPOOL_BYTES=4194304u -DNV_BYTES=67108864u
 LINUX_OBJ := $(patsubst %.c,$(BUILD)/linux/%.o,$(LINUX_SRC))
 ASAN_OBJ := $(patsubst %.c,$(BUILD)/linux-asan/%.o,$(LINUX_SRC))
 BIG_OBJ := $(patsubst %.c,$(BUILD)/linux-big/%.o,$(LINUX_SRC))
-BIG_FLAGS := -DPOET_MODEL_BLOB_MAX=65536u -DPOET_SCHEDULE_BLOB_MAX=32768u -DPOET_MAX_PARAMS=512u \
-             -DPOOL_BYTES=268435456u
+BIG_FLAGS := -DPOET_SCHEDULE_BLOB_MAX=32768u -DPOOL_BYTES=268435456u -DNV_BYTES=536870912u
 # The model parser checks each node with its op's check, which sits beside the op's run: the
 # validator links the ops and their kernels too.
 VALIDATE_SRC := core/util.c core/model.c core/schedule.c $(OPS_SRC) $(KERNEL_SRC) tests/validate_main.c

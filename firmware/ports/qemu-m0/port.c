@@ -9,4 +9,3 @@
  * (Microchip SAM D21 family datasheet DS40001882, sec. 2 "Configuration Summary"). */
 const char *port_board(void) { return "mkr1000"; }
 uint32_t port_ram_bytes(void) { return 32768u; }
-uint32_t port_flash_bytes(void) { return 262144u; }

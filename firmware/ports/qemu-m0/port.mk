@@ -11,30 +11,29 @@ M0_CC := $(ARM_PREFIX)gcc
 M0_SIZE := $(ARM_PREFIX)size
 M0_ARCH := -mcpu=cortex-m0plus -mthumb -mfloat-abi=soft
 # RAM budget (32768 B, source: datasheet), split at compile time because the protocol's buffers are
-# static. Besides the pool, RAM holds (sizes in build/qemu-m0/poet.map, about 8.4 KiB at these limits):
-# the model blob, the schedule blob, the per-instruction trace, the two 1 KiB frame buffers, the
-# model's per-node tables, the 512 B UART ring; and the stack, which linker.ld gives all RAM left over.
-#  - model blob 2 KiB: 16 B header + 4 B per parameter tensor + 56 B per node -> up to 36 nodes;
-#    an MLP with 6 linear layers and its backward and SGD nodes takes 26.
+# static. Besides the pool, RAM holds (sizes in build/qemu-m0/poet.map, about 5.7 KiB at these limits):
+# the schedule blob, the per-instruction trace, the two 1 KiB frame buffers, the 512 B UART ring;
+# and the stack, which linker.ld gives all RAM left over. The model blob and frozen weights are in
+# flash (linker.ld NV, 160 KiB), the model's per-node tables in the pool.
 #  - schedule blob 1 KiB: 125 instructions (8 B each); the trace grows with it (16 B per
 #    instruction), so each extra instruction costs 24 B of RAM.
-#  - 16 parameter tensors (8 layers with bias).
 #  - stack at least 1.5 KiB (linker.ld MIN_STACK, the link fails below it). Measured: at most 680 B
 #    used (startup.c paints the stack; read back with QEMU's monitor `xp` after uploads and
 #    keep-all steps of an MLP and a conv net, source: emulated); -fstack-usage agrees: about 600 B
 #    of our frames (poet_run -> frame handler -> interpreter -> conv2d backward) plus libm and the
 #    UART interrupt.
-#  - pool: what is left, rounded down to 1 KiB -> 21 KiB for parameters, gradients, the batch and
-#    the arena (HELLO reports it; the planner plans within it). The stack gets the remainder
-#    (2.7 KiB at these limits).
-M0_LIMITS := -DPOET_MODEL_BLOB_MAX=2048u -DPOET_SCHEDULE_BLOB_MAX=1024u -DPOET_MAX_PARAMS=16u \
-             -DPOOL_BYTES=21504u
+#  - pool: what is left, rounded down to 1 KiB -> 23 KiB for the model's tables, the trained
+#    parameters, gradients, the batch and the arena (HELLO reports it; the planner plans within
+#    it). The stack gets the remainder (3.3 KiB).
+#  - NV_ERASE_BYTES: the SAMD21's flash row (256 B), which shared/nv_ram.c erases as the board does.
+M0_LIMITS := -DPOET_SCHEDULE_BLOB_MAX=1024u -DNV_ERASE_BYTES=256u \
+             -DPOOL_BYTES=23552u
 M0_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
              $(M0_ARCH) $(M0_LIMITS)
 M0_LDFLAGS := $(M0_ARCH) -nostartfiles --specs=nano.specs -T ports/qemu-m0/linker.ld \
               -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-m0/poet.map
 M0_SRC := $(CORE_SRC) ports/qemu-m0/startup.c ports/qemu-m0/port.c ports/shared/mps2.c ports/shared/semihost_pager.c \
-          ports/shared/no_marker.c ports/shared/pool.c
+          ports/shared/no_marker.c ports/shared/pool.c ports/shared/nv_ram.c
 M0_OBJ := $(patsubst %.c,$(BUILD)/qemu-m0/%.o,$(M0_SRC))
 
 PORTS += qemu-m0

@@ -5,7 +5,7 @@
 
 #include "../../core/port.h"
 
-/* nRF52840 Product Specification v1.7: 256 KB RAM, 1 MB flash. source: datasheet */
+/* nRF52840 Product Specification v1.7: 256 KB RAM, 1 MB flash. source: datasheet. nv storage
+ * (shared/nv_ram.c) is the linker script's NV region, at the nRF52840 image's addresses. */
 const char *port_board(void) { return "nrf52840"; }
 uint32_t port_ram_bytes(void) { return 262144u; }
-uint32_t port_flash_bytes(void) { return 1048576u; }

@@ -6,11 +6,11 @@ M4_ARCH := -mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard
 # Shared by every Cortex-M port: the arch flags are the port's own.
 ARM_COMMON := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP
 # The pool: what the nRF52840's 256 KB leave after the firmware's static buffers (~20 KB) and stack.
-M4_CFLAGS := $(ARM_COMMON) $(M4_ARCH) -DPOOL_BYTES=233472u
+M4_CFLAGS := $(ARM_COMMON) $(M4_ARCH) -DPOOL_BYTES=236544u
 M4_LDFLAGS := $(M4_ARCH) -nostartfiles --specs=nano.specs -T ports/qemu-m4/linker.ld \
               -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-m4/poet.map
 M4_SRC := $(CORE_SRC) ports/qemu-m4/startup.c ports/qemu-m4/port.c ports/shared/mps2.c ports/shared/semihost_pager.c \
-          ports/shared/no_marker.c ports/shared/pool.c
+          ports/shared/no_marker.c ports/shared/pool.c ports/shared/nv_ram.c
 M4_OBJ := $(patsubst %.c,$(BUILD)/qemu-m4/%.o,$(M4_SRC))
 
 PORTS += qemu-m4

@@ -115,7 +115,6 @@ uint32_t port_tick_hz(void) { return 10000000u; }
 const char *port_board(void) { return "esp32c3"; }
 /* ESP32-C3 Series Datasheet: 400 KB SRAM, 16 KB of it the flash cache (sec. 3.1.5 "Cache"). */
 uint32_t port_ram_bytes(void) { return 393216u; }
-uint32_t port_flash_bytes(void) { return 4194304u; }
 void port_idle(void) { __asm__ volatile("wfi"); }
 
 int main(void)

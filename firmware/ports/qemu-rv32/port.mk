@@ -11,10 +11,10 @@ RV32_LINK_ARCH := -march=rv32imc -mabi=ilp32
 # The pool (356 KiB): what the 384 KB of RAM (linker.ld) leave after the static buffers and the stack;
 # code sits in "flash" on this stand-in, so it gets more than the C3 itself (esp32c3/port.mk).
 RV32_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
-               $(RV32_ARCH) --specs=picolibc.specs -DPOOL_BYTES=364544u
+               $(RV32_ARCH) --specs=picolibc.specs -DPOOL_BYTES=367616u
 RV32_LDFLAGS := $(RV32_LINK_ARCH) --specs=picolibc.specs -nostartfiles -T ports/qemu-rv32/linker.ld \
                 -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-rv32/poet.map
-RV32_SRC := $(CORE_SRC) ports/qemu-rv32/port.c ports/shared/semihost_pager.c ports/shared/no_marker.c ports/shared/pool.c
+RV32_SRC := $(CORE_SRC) ports/qemu-rv32/port.c ports/shared/semihost_pager.c ports/shared/no_marker.c ports/shared/pool.c ports/shared/nv_ram.c
 RV32_OBJ := $(patsubst %.c,$(BUILD)/qemu-rv32/%.o,$(RV32_SRC)) $(BUILD)/qemu-rv32/ports/qemu-rv32/startup.o
 
 PORTS += qemu-rv32

@@ -23,9 +23,7 @@ from poet.device import emulator, firmware
 from poet.device.children import die_with_poet
 from poet.device.link import (
     BATCH,
-    MODEL,
     SCHEDULE,
-    WEIGHTS,
     Hello,
     Link,
     LinkError,
@@ -38,7 +36,7 @@ from poet.device.serialports import open_serial
 from poet.errors import PoetError
 from poet.graph.training_graph import TrainingGraph
 from poet.plan.lower import model_blob
-from poet.plan.modelblob import decode_weights, encode_batch, encode_weights
+from poet.plan.modelblob import encode_batch
 
 
 @dataclass
@@ -72,8 +70,7 @@ class Device:
         return self.hello.static_bytes
 
     def load_model(self, g: TrainingGraph, weights: list[np.ndarray]) -> None:
-        self.link.upload(MODEL, model_blob(g).encode())
-        self.link.upload(WEIGHTS, encode_weights(weights))
+        self.link.load_model(model_blob(g), weights)
 
     def load_schedule(self, data: bytes, planned_peak: int | None = None) -> None:
         """Upload a schedule; with planned_peak, every step after is checked against the plan's peak."""
@@ -94,7 +91,7 @@ class Device:
         return TimedStep(**{f.name: getattr(res, f.name) for f in fields(StepResult)}, host_t0=t0, host_t1=t1)
 
     def read_weights(self, g: TrainingGraph) -> list[np.ndarray]:
-        flat = decode_weights(self.link.read_weights(g.resident_param_bytes), g.param_elems)
+        flat = self.link.read_params(model_blob(g))
         return [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
 
 

@@ -21,9 +21,9 @@ import struct
 import subprocess
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import serial
 
@@ -32,15 +32,22 @@ from poet.errors import PoetError
 from poet.plan.schedule import ERRORS as SCHEDULE_ERRORS
 from poet.plan.schedule import MEANINGS as SCHEDULE_MEANINGS
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from poet.plan.modelblob import ModelBlob
+
 MODEL = 1
 WEIGHTS = 2
 SCHEDULE = 3
 BATCH = 4
 OPT_STATE = 5
+FROZEN = 6
 BLOB_NAMES = {MODEL: "model", WEIGHTS: "weights", SCHEDULE: "schedule", BATCH: "batch",
-              OPT_STATE: "optimizer state"}
+              OPT_STATE: "optimizer state", FROZEN: "frozen weights"}
+LOADED_BITS = ("model", "weights", "batch", "schedule", "frozen weights")  # HELLO's loaded flags, bit by bit
 
-PROTO = 2  # the protocol this host speaks; HELLO's first field is the board's
+PROTO = 3  # the protocol this host speaks; HELLO's first field is the board's
 FRAME_MAX = PAYLOAD_MAX
 CHUNK_MAX = 1000
 CHUNK_MIN = 32  # the smallest data part a lossy line is tried with
@@ -123,9 +130,9 @@ class Hello:
     tick_hz: int
     ram_bytes: int
     pool_bytes: int
-    flash_bytes: int
+    nv_bytes: int  # the flash the firmware keeps the model blob and frozen weights in
     board: str
-    loaded: frozenset[str] = frozenset()  # blobs the board holds now: model, weights, batch, schedule
+    loaded: frozenset[str] = frozenset()  # blobs the board holds now (LOADED_BITS)
     steps_done: int = 0  # steps run since the weights were loaded
 
     @property
@@ -155,7 +162,7 @@ class StepResult:
 
 LINK_MEANINGS: dict[int, str] = {
     32: "a malformed request", 33: "a request or blob this firmware does not know: update the firmware",
-    34: "it does not fit the board's buffers or pool: use a smaller model, batch or plan",
+    34: "it does not fit the board's flash, buffers or pool: use a smaller model, batch or plan",
     35: "requests out of order (e.g. weights before the model)", 36: "the model blob is invalid",
     37: "no valid schedule is loaded", 38: "the board's aux storage (flash/SD) failed",
     39: "a size or value out of range",
@@ -444,11 +451,11 @@ class Link:
                                    f"update {side}", proto)
         if len(p) < 41:
             raise LinkError(f"the HELLO reply is {len(p)} bytes, protocol {PROTO} sends 41")
-        _, major, minor, tick_hz, ram, pool, flash = struct.unpack_from("<HBBIIII", p)
+        _, major, minor, tick_hz, ram, pool, nv = struct.unpack_from("<HBBIIII", p)
         board = p[20:36].split(b"\0", 1)[0].decode("ascii", "replace")
         flags, steps = p[36], struct.unpack_from("<I", p, 37)[0]
-        loaded = frozenset(n for bit, n in enumerate(("model", "weights", "batch", "schedule")) if flags >> bit & 1)
-        return Hello(proto, f"{major}.{minor}", tick_hz, ram, pool, flash, board, loaded, steps)
+        loaded = frozenset(n for bit, n in enumerate(LOADED_BITS) if flags >> bit & 1)
+        return Hello(proto, f"{major}.{minor}", tick_hz, ram, pool, nv, board, loaded, steps)
 
     def _answers_protocol_1(self) -> bool:
         """Does the board answer a protocol-1 HELLO? Then its firmware is poet's, older than us.
@@ -524,8 +531,22 @@ class Link:
     def read_weights(self, n_bytes: int) -> bytes:
         return self.read_blob(WEIGHTS, n_bytes)
 
+    def load_model(self, blob: ModelBlob, params: Sequence[np.ndarray]) -> None:
+        """Upload a model and every parameter: the model blob and the frozen ones to the board's flash,
+        the trained ones to its RAM."""
+        weights, frozen = blob.split_weights(params)
+        self.upload(MODEL, blob.encode())
+        if frozen:
+            self.upload(FROZEN, frozen)
+        self.upload(WEIGHTS, weights)
+
+    def read_params(self, blob: ModelBlob) -> list[np.ndarray]:
+        """Every parameter, flat, in param-table order: the trained ones as the board has them now."""
+        frozen = self.read_blob(FROZEN, blob.frozen_bytes) if blob.frozen_bytes else b""
+        return blob.join_weights(self.read_blob(WEIGHTS, blob.param_bytes), frozen)
+
     def read_blob(self, blob_id: int, n_bytes: int) -> bytes:
-        """Read back the weights or the optimizer state (a step counter, then the state floats)."""
+        """Read back the weights, the frozen weights or the optimizer state (a step counter, then the state floats)."""
         name = BLOB_NAMES.get(blob_id, f"blob {blob_id}")
         out = bytearray()
         while len(out) < n_bytes:

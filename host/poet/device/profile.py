@@ -19,7 +19,7 @@ import datetime
 import fcntl
 import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,6 @@ from poet.plan.modelblob import (
     OP_SGD,
     BlobNode,
     ModelBlob,
-    encode_weights,
 )
 from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
 
@@ -602,9 +601,8 @@ def fit_cycles(n: list[int], cycles: list[float]) -> dict[str, Any]:
             "r2": round(1.0 - ss_res / ss_tot, 6) if ss_tot > 0 else None, "samples": len(n)}
 
 
-def _stage(device: Any, blob: ModelBlob, sched: Schedule, weights: bytes = b"") -> None:
-    device.link.upload(MODEL, blob.encode())
-    device.link.upload(WEIGHTS, weights)
+def _stage(device: Any, blob: ModelBlob, sched: Schedule, weights: Sequence[np.ndarray] = ()) -> None:
+    device.link.load_model(blob, list(weights))
     device.link.upload(SCHEDULE, sched.encode())
 
 
@@ -722,7 +720,7 @@ def _profile_int8_layers(device: Any, graphs: list[tuple[TrainingGraph, list[np.
             if not _fits(blob, sched, device.hello.pool_bytes):
                 progress(f"  {_key(node)}: does not fit the pool ({device.hello.pool_bytes} B), skipped")
                 continue
-            _stage(device, blob, sched, encode_weights(weights))
+            _stage(device, blob, sched, weights)
             rng = np.random.default_rng(2)
             ticks: dict[str, list[int]] = {r: [] for r in roles}
             for _ in range(3):

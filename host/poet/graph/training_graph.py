@@ -62,11 +62,6 @@ class TrainingGraph:
         return F32 * sum(numel(s) for n, s in self.params if n not in frozen)
 
     @property
-    def resident_param_bytes(self) -> int:
-        """Every parameter and statistic the board holds in RAM, trained or not (docs/spec.md 6)."""
-        return F32 * sum(numel(s) for _, s in self.params)
-
-    @property
     def frozen_bytes(self) -> int:
         frozen = set(self.frozen)
         return F32 * sum(numel(s) for n, s in self.params if n in frozen)

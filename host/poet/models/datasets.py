@@ -51,6 +51,8 @@ class Dataset:
             _check_values(self.name, split, x, y)
         want = int(np.prod(input_shape))
         got = int(np.prod(self.x_train.shape[1:]))
+        if self.name == "digits" and got == 64 and got != want and _digits_scale(input_shape):
+            return self._upsampled(input_shape).fitted(input_shape, classes, model)
         if got != want:
             raise UsageError(f"--data {self.name}: samples of shape {tuple(self.x_train.shape[1:])} ({got} values) "
                              f"do not fit model {model}, which takes {tuple(input_shape)} ({want} values)")
@@ -61,6 +63,18 @@ class Dataset:
         return Dataset(self.name, *(a.reshape((len(a), *input_shape)).astype(np.float32) if i % 2 == 0
                                     else a.astype(np.int64)
                                     for i, a in enumerate((self.x_train, self.y_train, self.x_test, self.y_test))))
+
+    def _upsampled(self, input_shape: tuple[int, ...]) -> Dataset:
+        """The 8x8 digits at the image model's size: each pixel repeated into a square (nearest
+        neighbour) and the grey image copied into every channel, as a camera-sized stand-in that
+        ships with scikit-learn."""
+        c, h, _ = input_shape
+        k = _digits_scale(input_shape)
+
+        def up(x: np.ndarray) -> np.ndarray:
+            img = x.reshape(len(x), 1, 8, 8).repeat(k, axis=2).repeat(k, axis=3)
+            return np.ascontiguousarray(np.broadcast_to(img, (len(x), c, h, h)), dtype=np.float32)
+        return Dataset(self.name, up(self.x_train), self.y_train, up(self.x_test), self.y_test)
 
     def epoch_batches(self, batch: int, epoch: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Full batches of one epoch in a shuffled order fixed by (seed, epoch): a resumed run and the
@@ -73,6 +87,13 @@ class Dataset:
 # The board trains in fp32: inputs far from the usual -1..1 overflow activations or gradients and the
 # weights turn to NaN without any error. Raw 16-bit sensor counts (65535) still pass.
 MAX_ABS_INPUT = 1e6
+
+
+def _digits_scale(input_shape: tuple[int, ...]) -> int:
+    """How many times an image model's square input is the digits' 8x8 (0: not a square multiple)."""
+    if len(input_shape) != 3 or input_shape[1] != input_shape[2] or input_shape[1] % 8:
+        return 0
+    return input_shape[1] // 8
 
 
 def _check_values(name: str, split: str, x: np.ndarray, y: np.ndarray) -> None:

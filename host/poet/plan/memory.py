@@ -1,13 +1,16 @@
-"""The one memory model: what `--ram` holds on the board, and what is left for activations.
+"""The one memory model: what `--ram` holds on the board, what is left for activations, and what
+lives in flash.
 
 `--ram` is everything the training step may hold in the board's RAM (DESIGN.md
-"Memory"): the firmware's own static RAM (stack, serial and trace buffers, model
-and schedule buffers), then the runtime's pool: the parameters, the gradients of
-the trained ones, optimizer state, the staged batch, and the activation arena.
-The planner plans the arena with what is left; the firmware lays out its pool in
-the same order (docs/spec.md 6) and must grant exactly this arena, since the peak
-it reports is compared with the planner's byte for byte. The planner, the CLI and
-the model blob take every one of these sizes from here.
+"Memory"): the firmware's own static RAM (stack, serial and trace buffers, the
+schedule buffer), then the runtime's pool: the model's tables (a few bytes per node
+and parameter), the trained parameters, their gradients, optimizer state, the
+staged batch, and the activation arena. The planner plans the arena with what is
+left; the firmware lays out its pool in the same order (docs/spec.md 6) and must
+grant exactly this arena, since the peak it reports is compared with the planner's
+byte for byte. The model blob (node table) and the frozen parameters are not in
+RAM: they live in the board's flash (the firmware's nv region), read in place. The
+planner, the CLI and the model blob take every one of these sizes from here.
 """
 
 from __future__ import annotations
@@ -25,37 +28,62 @@ if TYPE_CHECKING:
 
 POOL_ALIGN = 8  # the firmware aligns each pool region to 8 bytes
 OPTIMIZER_WORDS = {"sgd": 0, "momentum": 1, "adam": 2}  # state floats per trained element
+# the model's tables in the pool (firmware/core/model.h POET_TABLE_*): per parameter its offset; per
+# node its swap offset, arena offset and the schedule validator's flags
+TABLE_PARAM_BYTES = 4
+TABLE_NODE_BYTES = 9
+NV_PAGE = 4096  # each upload into flash starts on this boundary (firmware/core/protocol.h POET_NV_PAGE)
+MODEL_HEADER_BYTES = 16  # the model blob: header, a u32 per parameter, a record per node (docs/spec.md 2)
+MODEL_NODE_BYTES = 56
 
 
-def _align(n: int) -> int:
-    return (n + POOL_ALIGN - 1) // POOL_ALIGN * POOL_ALIGN
+def _align(n: int, to: int = POOL_ALIGN) -> int:
+    return (n + to - 1) // to * to
+
+
+@dataclass(frozen=True)
+class Flash:
+    """What a model keeps in the board's flash (the firmware's nv region), read in place."""
+
+    model_blob: int  # the node table (docs/spec.md 2)
+    frozen: int  # the frozen parameters and statistics, fp32 (the frozen weights blob)
+
+    @property
+    def total(self) -> int:
+        """Both, the frozen weights starting on the next flash page after the model (firmware/core/protocol.c)."""
+        return _align(self.model_blob, NV_PAGE) + self.frozen
 
 
 @dataclass(frozen=True)
 class Pool:
     """The runtime's pool before the activation arena, region by region, each as the firmware sizes it."""
 
-    params: int  # every parameter and statistic, trained or frozen: the weights blob
-    grads: int  # the trained parameters' gradients
+    tables: int  # the model's per-node and per-parameter tables
+    params: int  # the trained parameters: the weights blob
+    grads: int  # their gradients
     optimizer_state: int
     staging: int  # the batch the host uploads before each step
+    flash: Flash  # not in the pool: what the model keeps in flash instead
 
     @classmethod
     def of(cls, param_elems: Sequence[int], trained: Sequence[bool], optimizer: str, batch: int,
-           x_elems: int) -> Pool:
+           x_elems: int, n_nodes: int) -> Pool:
         """From what a model is: its parameters' element counts (upload order) and which are trained,
-        the optimizer's name, the batch and its input elements."""
+        the optimizer's name, the batch and its input elements, and its node count."""
         trained_bytes = F32 * sum(n for n, t in zip(param_elems, trained, strict=True) if t)
         words = OPTIMIZER_WORDS[optimizer]
         # a u32 step counter and `words` floats per trained element (docs/spec.md 6); plain SGD keeps nothing
         state = I32 + words * trained_bytes if words else 0
-        return cls(params=F32 * sum(param_elems), grads=trained_bytes, optimizer_state=state,
-                   staging=F32 * x_elems + I32 * batch)  # inputs as fp32, one i32 label per sample
+        blob = MODEL_HEADER_BYTES + 4 * len(param_elems) + MODEL_NODE_BYTES * n_nodes
+        return cls(tables=TABLE_PARAM_BYTES * len(param_elems) + TABLE_NODE_BYTES * n_nodes,
+                   params=trained_bytes, grads=trained_bytes, optimizer_state=state,
+                   staging=F32 * x_elems + I32 * batch,  # inputs as fp32, one i32 label per sample
+                   flash=Flash(model_blob=blob, frozen=F32 * sum(param_elems) - trained_bytes))
 
     @property
     def fixed(self) -> int:
         """The pool before the arena, each region 8-aligned (firmware/core/protocol.c)."""
-        return sum(_align(b) for b in (self.params, self.grads, self.optimizer_state, self.staging))
+        return sum(_align(b) for b in (self.tables, self.params, self.grads, self.optimizer_state, self.staging))
 
     def arena(self, pool_bytes: int) -> int:
         """What a pool of `pool_bytes` leaves for the activation arena."""
@@ -66,7 +94,7 @@ def pool_for(g: TrainingGraph) -> Pool:
     """The pool a training graph needs on the board (the model blob lowered from it asks the same)."""
     frozen = set(g.frozen)
     return Pool.of(g.param_elems, [name not in frozen for name, _ in g.params], g.optimizer["name"], g.batch,
-                   g.x_elems)
+                   g.x_elems, len(g.nodes))
 
 
 def costed_fixed_bytes(param_bytes: int) -> int:
@@ -80,6 +108,7 @@ class MemoryBudget:
     ram_bytes: int
     runtime_static: int
     pool: Pool
+    flash_bytes: int | None = None  # the board's flash for the model and frozen weights; None: not checked
 
     @property
     def fixed(self) -> int:
@@ -90,15 +119,25 @@ class MemoryBudget:
         return self.pool.arena(self.ram_bytes - self.runtime_static)
 
     def lines(self) -> list[tuple[str, int]]:
+        """What --ram holds, region by region."""
         p = self.pool
         return [("firmware static (stack, buffers, trace ring)", self.runtime_static),
-                ("parameters (trained and frozen) and statistics", p.params), ("gradients", p.grads),
+                ("model tables (per node and parameter)", p.tables),
+                ("trained parameters", p.params), ("gradients", p.grads),
                 ("optimizer state", p.optimizer_state), ("staged batch", p.staging),
                 ("activation arena", self.arena)]
 
+    def flash_lines(self) -> list[tuple[str, int]]:
+        """What lives in flash instead, read in place."""
+        f = self.pool.flash
+        return [("model blob (node table)", f.model_blob), ("frozen parameters and statistics", f.frozen)]
+
     def table(self) -> str:
-        rows = [f"  {label:<46} {format_size(n):>11}" for label, n in self.lines()]
-        rows.append(f"  {'total (--ram)':<46} {format_size(self.ram_bytes):>11}")
+        rows = [f"  RAM   {label:<44} {format_size(n):>11}" for label, n in self.lines()]
+        rows.append(f"  RAM   {'total (--ram)':<44} {format_size(self.ram_bytes):>11}")
+        rows += [f"  flash {label:<44} {format_size(n):>11}" for label, n in self.flash_lines()]
+        of = f" of {format_size(self.flash_bytes)}" if self.flash_bytes is not None else ""
+        rows.append(f"  flash {'total (page-aligned)':<44} {format_size(self.pool.flash.total):>11}{of}")
         return "\n".join(rows)
 
 
@@ -108,11 +147,26 @@ def check_ram(ram_bytes: int, board_ram_bytes: int, board: str) -> int:
     return ram_bytes
 
 
-def budget_for(graph: TrainingGraph, ram_bytes: int, runtime_static: int) -> MemoryBudget:
-    """Split --ram; refuse a budget that cannot even hold the fixed part."""
-    b = MemoryBudget(ram_bytes=ram_bytes, runtime_static=runtime_static, pool=pool_for(graph))
+def check_flash(pool: Pool, flash_bytes: int, board: str) -> None:
+    """Refuse a model whose node table and frozen weights do not fit the board's flash for them."""
+    f = pool.flash
+    if f.total > flash_bytes:
+        raise UsageError(f"the model blob ({format_size(f.model_blob)}) and frozen weights ({format_size(f.frozen)}) "
+                         f"need {format_size(f.total)} of flash; {board}'s firmware leaves {format_size(flash_bytes)} "
+                         "for them, and streaming frozen weights from the SD card is not implemented yet: "
+                         "choose a smaller model")
+
+
+def budget_for(graph: TrainingGraph, ram_bytes: int, runtime_static: int,
+               flash_bytes: int | None = None, board: str = "the board") -> MemoryBudget:
+    """Split --ram; refuse a budget that cannot even hold the fixed part, and, given the board's flash
+    for them (`flash_bytes`), a model whose frozen weights do not fit it."""
+    b = MemoryBudget(ram_bytes=ram_bytes, runtime_static=runtime_static, pool=pool_for(graph),
+                     flash_bytes=flash_bytes)
+    if flash_bytes is not None:
+        check_flash(b.pool, flash_bytes, board)
     if b.arena <= 0:
         raise UsageError(f"--ram {format_size(ram_bytes)} is below the fixed part "
-                         f"{format_size(b.fixed)} (firmware {format_size(runtime_static)}, parameters, "
-                         f"gradients, optimizer state, batch) before any activation; raise --ram")
+                         f"{format_size(b.fixed)} (firmware {format_size(runtime_static)}, model tables, trained "
+                         f"parameters, gradients, optimizer state, batch) before any activation; raise --ram")
     return b

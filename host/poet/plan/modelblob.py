@@ -7,6 +7,7 @@ Python implementation that tests can compare against the C parser.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,6 @@ NO_DEP = 0xFFFF
 PARAM_FROZEN = 0x80000000  # param table word: not trained (no gradient, no optimizer state)
 PARAM_ELEMS_MASK = 0x0FFFFFFF
 OPTIMIZERS = ("sgd", "momentum", "adam")  # by the optimizer node's a0 (docs/spec.md section 2)
-MODEL_BLOB_MAX = 4096  # the firmware's static model buffer
 
 # ops (docs/spec.md section 2)
 OP_INPUT = 0
@@ -199,14 +199,34 @@ class ModelBlob:
 
     @property
     def pool(self) -> Pool:
-        """The board's pool for this model (poet.plan.memory): weights, gradients, optimizer state, batch."""
+        """The board's pool for this model (poet.plan.memory): tables, weights, gradients, optimizer state, batch."""
         return Pool.of(self.param_elems, [not self.frozen(p) for p in range(len(self.param_elems))], self.optimizer,
-                       self.batch, self.x_elems)
+                       self.batch, self.x_elems, len(self.nodes))
 
     @property
     def param_bytes(self) -> int:
-        """Every parameter and statistic: the weights blob."""
+        """The trained parameters: the weights blob, in the board's RAM."""
         return self.pool.params
+
+    @property
+    def frozen_bytes(self) -> int:
+        """The frozen parameters and statistics: the frozen weights blob, in the board's flash."""
+        return self.pool.flash.frozen
+
+    def split_weights(self, params: Sequence[np.ndarray]) -> tuple[bytes, bytes]:
+        """Every parameter (param-table order) as the two blobs the board takes: (weights, frozen weights)."""
+        if len(params) != len(self.param_elems):
+            raise ValueError(f"{len(params)} parameters, the parameter table has {len(self.param_elems)}")
+        trained = [p for i, p in enumerate(params) if not self.frozen(i)]
+        frozen = [p for i, p in enumerate(params) if self.frozen(i)]
+        return encode_weights(trained), encode_weights(frozen)
+
+    def join_weights(self, weights: bytes, frozen: bytes) -> list[np.ndarray]:
+        """The two blobs back as every parameter, flat, in param-table order."""
+        n = len(self.param_elems)
+        trained = iter(decode_weights(weights, [self.param_elems[i] for i in range(n) if not self.frozen(i)]))
+        fixed = iter(decode_weights(frozen, [self.param_elems[i] for i in range(n) if self.frozen(i)]))
+        return [next(fixed) if self.frozen(i) else next(trained) for i in range(n)]
 
     @property
     def grad_bytes(self) -> int:

@@ -40,7 +40,7 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
     budget lowered by the overshoot, until the placed arena fits.
     """
     check_ram(ram_bytes, board.ram_bytes, board.name)
-    budget = budget_for(g, ram_bytes, runtime_static)
+    budget = budget_for(g, ram_bytes, runtime_static, board.model_flash_bytes, board.name)
     ka = keep_all(cg)
     arena = budget.arena
     for _attempt in range(8):

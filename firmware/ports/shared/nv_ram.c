@@ -1,0 +1,47 @@
+/* nv storage (port.h) for the stand-ins whose "flash" is RAM: the QEMU boards, whose flash region
+ * is the machine's writable SSRAM or DRAM, and the Linux runtime. It behaves as NOR flash does, so
+ * a core that broke the write contract would fail here as on a board: a page reads 0xFF after
+ * erase, and programming can only clear bits (a word programmed twice without an erase between
+ * ends up as the AND of both).
+ *
+ * The region: NV_BYTES (a static array, Linux) or the linker script's __nv_start/__nv_end (the
+ * boards: the same addresses and size as the real board's NV region). NV_ERASE_BYTES is the real
+ * board's erase unit (nRF52840 page 4096, SAMD21 row 256). */
+#include <stdint.h>
+#include <string.h>
+
+#include "../../core/port.h"
+
+#ifndef NV_ERASE_BYTES
+#define NV_ERASE_BYTES 4096u
+#endif
+
+#ifdef NV_BYTES
+static union {
+    uint64_t align;
+    uint8_t bytes[NV_BYTES];
+} nv_array;
+#define NV_BASE (nv_array.bytes)
+#define NV_SIZE ((uint32_t)(NV_BYTES))
+#else
+extern uint8_t __nv_start[], __nv_end[];
+#define NV_BASE (__nv_start)
+#define NV_SIZE ((uint32_t)(__nv_end - __nv_start))
+#endif
+
+const uint8_t *port_nv(void) { return NV_BASE; }
+uint32_t port_nv_bytes(void) { return NV_SIZE; }
+
+int port_nv_write(uint32_t off, const void *src, uint32_t n)
+{
+    const uint8_t *s = (const uint8_t *)src;
+    uint32_t i;
+    if (off > NV_SIZE || n > NV_SIZE - off || (off & 3u) || (n & 3u))
+        return 1;
+    for (i = 0; i < n; i++) {
+        if ((off + i) % NV_ERASE_BYTES == 0)
+            memset(NV_BASE + off + i, 0xFF, NV_ERASE_BYTES <= NV_SIZE - (off + i) ? NV_ERASE_BYTES : NV_SIZE - (off + i));
+        NV_BASE[off + i] &= s[i];
+    }
+    return 0;
+}
