@@ -143,6 +143,14 @@ def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
     assert len(Trace.load(run / "trace.json").steps) >= 3
 
 
+def test_frozen_weights_larger_than_flash_are_one_line(tmp_path) -> None:
+    r = poet("solve", "--model", "resnet18-cifar", "--batch", "1", "--train", "last:1", "--board", "nrf52840",
+             "--ram", "256k", "-o", str(tmp_path / "s.poet"))
+    one_line_error(r, 2, "frozen weights (42.64 MiB)", "nrf52840's firmware leaves 768.0 KiB",
+                   "streaming frozen weights from the SD card is not implemented yet")
+    assert not (tmp_path / "s.poet").exists()
+
+
 def test_data_that_does_not_fit_the_model(tmp_path):
     # digits (8x8) are upsampled for square image models (lenet's 1x32x32), not for a 12-feature one
     (tmp_path / "mynet.py").write_text("from torch import nn\n"

@@ -99,8 +99,18 @@ def test_pager_and_serial_linked(elf: Path) -> None:
 def test_ram_budget_is_the_stand_ins() -> None:
     def limits(port: str) -> dict[str, str]:
         text = (PORTS / port / "port.mk").read_text()
-        return dict(re.findall(r"-D(POET_MODEL_BLOB_MAX|POET_SCHEDULE_BLOB_MAX|POET_MAX_PARAMS|POOL_BYTES)=(\w+)",
-                               text))
+        return dict(re.findall(r"-D(POET_SCHEDULE_BLOB_MAX|POOL_BYTES)=(\w+)", text))
 
     m0, mkr = limits("qemu-m0"), limits("mkr1000")
-    assert len(mkr) == 4 and mkr == m0
+    assert len(mkr) == 2 and mkr == m0
+
+
+def test_flash_region_is_the_stand_ins_and_the_board_files(elf: Path) -> None:
+    """The model and frozen weights go to the same flash addresses on the board as on its QEMU
+    stand-in, of the size the planner takes from boards/mkr1000.yaml."""
+    from poet.boards import load_board
+
+    board, stand_in = symbols(elf), symbols(firmware.build("qemu-m0"))
+    region = (board["__nv_start"], board["__nv_end"])
+    assert region == (stand_in["__nv_start"], stand_in["__nv_end"]) == (0x18000, 0x40000)
+    assert region[1] - region[0] == load_board("mkr1000").model_flash_bytes

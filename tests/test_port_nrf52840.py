@@ -82,3 +82,15 @@ def test_hard_float_cortex_m4(image: tuple[str, Path]) -> None:
     assert "Tag_CPU_arch: v7E-M" in attrs, attrs
     assert "Tag_FP_arch: VFPv4-D16" in attrs and "Tag_ABI_HardFP_use: SP only" in attrs, attrs  # fpv4-sp-d16
     assert "Tag_ABI_VFP_args: VFP registers" in attrs, attrs                                   # hard-float ABI
+
+
+def test_flash_region_is_the_stand_ins_and_the_board_files(image: tuple[str, Path]) -> None:
+    """The model and frozen weights go to the same flash addresses on the board as on its QEMU
+    stand-in, of the size the planner takes from boards/nrf52840.yaml."""
+    from poet.boards import load_board
+
+    board = symbols(image[1])
+    stand_in = symbols(firmware.build("qemu-m4"))
+    region = (board["__nv_start"], board["__nv_end"])
+    assert region == (stand_in["__nv_start"], stand_in["__nv_end"]) == (0x20000, 0xE0000)
+    assert region[1] - region[0] == load_board("nrf52840").model_flash_bytes

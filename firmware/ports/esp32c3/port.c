@@ -1,7 +1,8 @@
 /* The ESP32-C3 itself, bare metal (no ESP-IDF): the serial link on the chip's USB-Serial/JTAG
  * controller (the port a DevKit enumerates as 303a:1001), SYSTIMER unit 0 as the 16 MHz tick
- * counter, an SD card in SPI mode as the pager (drivers/sd_spi.c) on bit-banged GPIOs, and the
- * op marker (port_mark) on GPIO4.
+ * counter, an SD card in SPI mode as the pager (drivers/sd_spi.c) on bit-banged GPIOs, the
+ * op marker (port_mark) on GPIO4, and nv storage (the model blob and frozen weights) in 1 MiB of the
+ * SPI flash, written with the ROM's flash functions and read in place through the flash cache.
  *
  * Sources for every address and bit below: ESP32-C3 Technical Reference Manual (TRM), cited by
  * chapter name, cross-checked against ESP-IDF's register headers for the chip
@@ -10,6 +11,7 @@
  * statically here (tests/test_port_esp32c3.py); nothing here emulates a C3, so this code has not
  * run: the qemu-rv32 port is the executable stand-in (same ISA, same memory sizes). */
 #include <stdint.h>
+#include <string.h>
 
 #include "../../core/port.h"
 #include "../../core/protocol.h"
@@ -365,11 +367,209 @@ static void pager_hw_init(void)
     sd_set_hz(0, 400000u);
 }
 
+/* ---- nv storage (core/port.h): 1 MiB of the SPI flash at offset 0x300000, read in place at
+ * 0x3C000000 through the flash cache, written with the ROM's SPI flash functions.
+ *
+ * The core keeps the model blob and the frozen weights there and reads them in place, so they cost
+ * no SRAM. The firmware writes them itself, as a bootloader writes flash, rather than having them
+ * flashed with the image: a new model, new weights or a new schedule then never rebuild or reflash
+ * the firmware, and they arrive by the serial protocol's uploads.
+ *
+ * Where: linker.ld (NV_FLASH, NV_BYTES, and the ROM addresses used below, from ESP-IDF's
+ * components/esp_rom/esp32c3/ld/esp32c3.rom.ld). Flash offset 0x300000 is the last MiB of the
+ * 4 MB flash the image header declares (port.mk: -fs 4MB; the ESP32-C3FH4 / the DevKitM-1's
+ * ESP32-C3-MINI-1), far above the image at offset 0 (it fits SRAM, under 400 KB), and a multiple
+ * of the MMU's 64 KiB page; 1 MiB is 16 MMU pages, the qemu-rv32 stand-in's NV.
+ *
+ * This image runs from SRAM and the ROM maps no flash for it (linker.ld), so nv_init does what
+ * ESP-IDF does between the ROM and the first flash mapping when an app is booted into RAM by the
+ * ROM (CONFIG_APP_BUILD_TYPE_RAM: esp_system/port/cpu_start.c ram_app_init ->
+ * bootloader_flash_hardware_init, in bootloader_support/bootloader_flash/src/
+ * bootloader_flash_config_esp32c3.c, and what the second-stage bootloader does in the same state):
+ *   1. cache and MMU (hal/cache_hal.c cache_hal_init, hal/mmu_hal.c mmu_hal_init): ICache on,
+ *      its IBUS and DBUS opened (EXTMEM_ICACHE_CTRL1 SHUT_IBUS/SHUT_DBUS cleared), the ROM's
+ *      ROM_Boot_Cache_Init (ESP_ROM_RAM_APP_NEEDS_MMU_INIT on the C3), every MMU entry invalid;
+ *   2. SPI0 (the cache's) and SPI1 (the ROM functions') as bootloader_init_spi_flash leaves them:
+ *      dummy-phase output levels driven (bootloader_flash_set_dummy_out) and CS hold/setup
+ *      (bootloader_flash_cs_timing_config);
+ *   3. the ROM driver's flash geometry (esp_rom_spiflash_config_param, update_flash_config):
+ *      4 MB, 64 KiB blocks, 4 KiB sectors, 256 B pages (the ROM functions check addresses against
+ *      the size and split writes at the pages);
+ *   4. the mapping, with the cache off while the MMU changes (bootloader_mmap): entries 0-15,
+ *      virtual 0x3C000000-0x3C0FFFFF on the data bus, to flash pages 0x30-0x3F (hal/mmu_ll.h: an
+ *      entry is the 64 KiB flash page number, bit 8 = invalid).
+ * Left out of ESP-IDF's sequence: esp_rom_spiflash_attach (the ROM attached the flash to boot this
+ * image from it), pad drive strengths (the ROM booted at the reset ones), the XMC flash start-up
+ * flow, the flash "resume" command (nothing here suspends an erase), clearing the status
+ * register's protection bits (a protected flash fails the write's read-back: an error, not
+ * corruption; ESP-IDF's bootloader clears them on every boot, so a chip that ran an ESP-IDF app is
+ * unprotected), and the SPI mode and clock (the ROM sets them from this
+ * image's header, DIO at 80 MHz, as it does for a second-stage bootloader, which keeps them; the
+ * ROM's boot log reports them, "mode:DIO, clock div:1"). Then a check:
+ * 32 bytes at flash offset 0 (this image's header, magic 0xE9) read once with the ROM's
+ * esp_rom_spiflash_read on SPI1 and once through the cache, by an MMU entry mapped to flash page 0
+ * for the purpose; if they differ the mapping is not trusted and port_nv_bytes() is 0 (no model
+ * loads; HELLO says so). -DPOET_C3_NV=0 leaves the cache and MMU alone altogether.
+ *
+ * Writes: a 4 KiB sector is erased when a write reaches its first byte (skipped if it reads
+ * erased), then the bytes are programmed with esp_rom_spiflash_write from an aligned RAM copy (the
+ * core's data sits at any alignment; the ROM function takes words); the ICache is suspended around
+ * each ROM call, as ESP-IDF's flash driver does (cache_hal_suspend/resume), the cache lines of
+ * every sector touched are invalidated afterwards (Cache_Invalidate_Addr, as
+ * spi_flash_check_and_flush_cache), and the result is read back through the cache. Interrupts stay
+ * on: the USB handler and everything it touches are in SRAM, and the USB-Serial/JTAG controller
+ * NAKs the host when its FIFO is full, so no byte is lost during a sector erase (tens of ms). */
+#ifndef POET_C3_NV
+#define POET_C3_NV 1
+#endif
+#define EXTMEM 0x600C4000u /* DR_REG_EXTMEM_BASE (reg_base.h); extmem_reg.h */
+#define EXTMEM_ICACHE_CTRL1 REG(EXTMEM + 0x004u)
+#define EXTMEM_ICACHE_SHUT_IBUS (1u << 0)
+#define EXTMEM_ICACHE_SHUT_DBUS (1u << 1)
+#define MMU_TABLE ((volatile uint32_t *)0x600C5000u) /* DR_REG_MMU_TABLE: 128 entries (ext_mem_defs.h) */
+#define MMU_ENTRIES 128u
+#define MMU_INVALID (1u << 8)        /* SOC_MMU_INVALID; a valid flash entry is the page number */
+#define MMU_PAGE 0x10000u
+/* SPI0 (cache) at 0x60003000, SPI1 at 0x60002000 (soc.h REG_SPI_MEM_BASE; spi_mem_reg.h). */
+#define SPI_MEM(i) (0x60003000u - 0x1000u * (i))
+#define SPI_MEM_CTRL(i) REG(SPI_MEM(i) + 0x008u)
+#define SPI_MEM_CTRL2(i) REG(SPI_MEM(i) + 0x010u)
+#define SPI_MEM_USER(i) REG(SPI_MEM(i) + 0x018u)
+#define SPI_MEM_FDUMMY_OUT (1u << 3)
+#define SPI_MEM_Q_POL (1u << 18)
+#define SPI_MEM_D_POL (1u << 19)
+#define SPI_MEM_CS_HOLD (1u << 6)
+#define SPI_MEM_CS_SETUP (1u << 7)
+#define SPI_MEM_CS_TIMES(hold, setup) ((uint32_t)(hold) << 5 | (uint32_t)(setup)) /* CTRL2 [9:5], [4:0] */
+#define SPI_MEM_CS_TIMES_MASK 0x3FFu
+#define FLASH_BYTES 0x400000u /* the image header's 4 MB (port.mk) */
+#define NV_SECTOR 4096u
+
+/* ROM functions (addresses in linker.ld; prototypes as ESP-IDF's esp_rom_spiflash.h and
+ * esp32c3/rom/cache.h). The esp_rom_spiflash_* ones return 0 on success. */
+int esp_rom_spiflash_config_param(uint32_t device_id, uint32_t chip_size, uint32_t block_size,
+                                  uint32_t sector_size, uint32_t page_size, uint32_t status_mask);
+int esp_rom_spiflash_erase_sector(uint32_t sector);
+int esp_rom_spiflash_write(uint32_t dest, const uint32_t *src, int32_t len);
+int esp_rom_spiflash_read(uint32_t src, uint32_t *dest, int32_t len);
+void ROM_Boot_Cache_Init(void);
+void Cache_Enable_ICache(uint32_t autoload);
+uint32_t Cache_Disable_ICache(void);
+uint32_t Cache_Suspend_ICache(void);
+void Cache_Resume_ICache(uint32_t autoload);
+int Cache_Invalidate_Addr(uint32_t vaddr, uint32_t size);
+/* The ROM's flash chip parameters (esp_rom_spiflash_chip_t, the first member of what this pointer
+ * points to: ESP-IDF esp_rom_spiflash.h, esp_rom_spiflash_legacy_data_t). */
+struct rom_flash_chip {
+    uint32_t device_id, chip_size, block_size, sector_size, page_size, status_mask;
+};
+extern struct rom_flash_chip *rom_spiflash_legacy_data;
+
+extern const uint8_t __nv_start[], __nv_end[], __nv_flash[];
+#define NV_VADDR ((uint32_t)(uintptr_t)__nv_start)
+#define NV_FLASH ((uint32_t)(uintptr_t)__nv_flash)
+#define NV_BYTES ((uint32_t)(__nv_end - __nv_start))
+
+static uint32_t nv_size;  /* 0 until nv_init has mapped the region and checked the mapping */
+static uint32_t nv_buf[64]; /* word-aligned copy of what esp_rom_spiflash_write programs */
+
+const uint8_t *port_nv(void) { return __nv_start; }
+uint32_t port_nv_bytes(void) { return nv_size; }
+
+static void nv_init(void)
+{
+#if POET_C3_NV
+    uint32_t i, rom[8], autoload;
+    const volatile uint32_t *win = (const volatile uint32_t *)(NV_VADDR + NV_BYTES);
+    int ok;
+    /* 1. cache_hal_init, mmu_hal_init (autoload, the ICache's preloading, stays off) */
+    Cache_Enable_ICache(0);
+    EXTMEM_ICACHE_CTRL1 &= ~(EXTMEM_ICACHE_SHUT_IBUS | EXTMEM_ICACHE_SHUT_DBUS);
+    ROM_Boot_Cache_Init();
+    for (i = 0; i < MMU_ENTRIES; i++)
+        MMU_TABLE[i] = MMU_INVALID;
+    /* 2. bootloader_flash_set_dummy_out, bootloader_flash_cs_timing_config */
+    SPI_MEM_CTRL(0) |= SPI_MEM_FDUMMY_OUT | SPI_MEM_D_POL | SPI_MEM_Q_POL;
+    SPI_MEM_CTRL(1) |= SPI_MEM_FDUMMY_OUT | SPI_MEM_D_POL | SPI_MEM_Q_POL;
+    SPI_MEM_USER(0) |= SPI_MEM_CS_HOLD | SPI_MEM_CS_SETUP;
+    SPI_MEM_CTRL2(0) = (SPI_MEM_CTRL2(0) & ~SPI_MEM_CS_TIMES_MASK) | SPI_MEM_CS_TIMES(0u, 0u);
+    SPI_MEM_USER(1) |= SPI_MEM_CS_HOLD | SPI_MEM_CS_SETUP;
+    SPI_MEM_CTRL2(1) = (SPI_MEM_CTRL2(1) & ~SPI_MEM_CS_TIMES_MASK) | SPI_MEM_CS_TIMES(1u, 0u);
+    if (!rom_spiflash_legacy_data)
+        return;
+    /* 3. update_flash_config and 4. bootloader_mmap, both with the cache off; one more entry maps
+     * flash page 0 (this image's header) for the check below */
+    Cache_Disable_ICache();
+    ok = esp_rom_spiflash_config_param(rom_spiflash_legacy_data->device_id, FLASH_BYTES, 0x10000u, NV_SECTOR,
+                                       0x100u, 0xFFFFu) == 0;
+    for (i = 0; i < NV_BYTES / MMU_PAGE; i++)
+        MMU_TABLE[i] = NV_FLASH / MMU_PAGE + i;
+    MMU_TABLE[NV_BYTES / MMU_PAGE] = 0u;
+    Cache_Enable_ICache(0);
+    /* The check: 32 bytes at flash offset 0 over SPI1 (cache suspended, as bootloader_flash_read
+     * does) and through the cache must agree, and be this image's header. */
+    autoload = Cache_Suspend_ICache();
+    ok = ok && esp_rom_spiflash_read(0u, rom, (int32_t)sizeof rom) == 0 && (rom[0] & 0xFFu) == 0xE9u;
+    Cache_Resume_ICache(autoload);
+    for (i = 0; i < 8u; i++)
+        ok = ok && win[i] == rom[i];
+    Cache_Disable_ICache(); /* unmap the check's page (disabling also empties the cache) */
+    MMU_TABLE[NV_BYTES / MMU_PAGE] = MMU_INVALID;
+    Cache_Enable_ICache(0);
+    nv_size = ok ? NV_BYTES : 0u;
+#endif
+}
+
+static int nv_erased(uint32_t off)
+{
+    const volatile uint32_t *w = (const volatile uint32_t *)(NV_VADDR + off);
+    uint32_t i;
+    for (i = 0; i < NV_SECTOR / 4u; i++)
+        if (w[i] != 0xFFFFFFFFu)
+            return 0;
+    return 1;
+}
+
+int port_nv_write(uint32_t off, const void *src, uint32_t n)
+{
+    const uint8_t *s = (const uint8_t *)src;
+    uint32_t pos = off, end = off + n, first, last, autoload;
+    int err = 0;
+    if (((off | n) & 3u) || off > nv_size || n > nv_size - off)
+        return 1;
+    while (pos < end && !err) {
+        uint32_t m = end - pos;
+        if (pos % NV_SECTOR == 0u && !nv_erased(pos)) {
+            autoload = Cache_Suspend_ICache();
+            err = esp_rom_spiflash_erase_sector((NV_FLASH + pos) / NV_SECTOR) != 0;
+            Cache_Resume_ICache(autoload);
+            if (err)
+                break;
+        }
+        /* up to the next sector start (erased first) and at most the buffer */
+        if (m > NV_SECTOR - pos % NV_SECTOR)
+            m = NV_SECTOR - pos % NV_SECTOR;
+        if (m > sizeof nv_buf)
+            m = sizeof nv_buf;
+        memcpy(nv_buf, s, m);
+        autoload = Cache_Suspend_ICache();
+        err = esp_rom_spiflash_write(NV_FLASH + pos, nv_buf, (int32_t)m) != 0;
+        Cache_Resume_ICache(autoload);
+        pos += m;
+        s += m;
+    }
+    /* every sector touched: the erased ones were read by nv_erased, so their old bytes are cached */
+    first = off - off % NV_SECTOR;
+    last = end + (NV_SECTOR - end % NV_SECTOR) % NV_SECTOR;
+    if (last > first)
+        Cache_Invalidate_Addr(NV_VADDR + first, last - first);
+    return err || memcmp(__nv_start + off, src, n) != 0; /* reads back equal, as port.h promises */
+}
+
 const char *port_board(void) { return "esp32c3"; }
 /* ESP32-C3 Series Datasheet: 400 KB SRAM, 16 KB of it the flash cache (sec. 3.1.5 "Cache");
  * 4 MB in-package flash (ESP32-C3FH4 / the DevKitM-1's module). As boards/esp32c3.yaml says. */
 uint32_t port_ram_bytes(void) { return 393216u; }
-uint32_t port_flash_bytes(void) { return 4194304u; }
 void port_idle(void) { __asm__ volatile("wfi"); }
 
 static void interrupts_init(void)
@@ -410,6 +610,7 @@ int main(void)
     interrupts_init();
     gpio_output(POET_MARK_PIN, 0);
     pager_hw_init();
+    nv_init();
     __asm__ volatile("csrs mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
 
     poet_run();

@@ -8,7 +8,9 @@
  *   ticks   TC4+TC5 as one 32-bit counter on GCLK0 (no prescaler);
  *   pager   SD card in SPI mode on SERCOM1 (the MKR header's MOSI/SCK/MISO) with chip select on D4,
  *           as on the MKR SD Proto Shield, through drivers/sd_spi.c.
- *   marker  the op marker (port_mark) on D0 = PA22.
+ *   marker  the op marker (port_mark) on D0 = PA22;
+ *   nv      the model blob and frozen weights (port_nv_*) in the chip's own flash, 0x18000-0x40000
+ *           (linker.ld's NV region), programmed through the NVMCTRL.
  *
  * Citations "DS x" are sections of the SAM D21/DA1 Family Data Sheet, DS40001882 revision D
  * (Microchip, 2018). Chapters: 9 Product Mapping (base addresses), 10.3.2 NVM Software Calibration
@@ -24,6 +26,7 @@
  * this repository emulates a SAM D21, so this code has not run: qemu-m0 is the executable
  * stand-in, with the same pool and blob sizes. */
 #include <stdint.h>
+#include <string.h>
 
 #include "../../core/port.h"
 #include "../../core/protocol.h"
@@ -63,6 +66,25 @@
 #define NVMCTRL_CTRLB REG32(NVMCTRL + 0x04u)
 #define NVM_RWS_MASK (0xFu << 1)
 #define NVM_RWS(n) ((uint32_t)(n) << 1)
+/* CTRLB.MANW: a page is written only by an explicit WP command, never automatically when the last
+ * word of the page buffer is loaded. Its reset value is 0, not the 1 the datasheet once gave (SAM
+ * D21 errata, reference 13134): set it, as Microchip's and Arduino's start-up code do.
+ * CTRLB.CACHEDIS turns the NVM read cache off around NVM commands, as ASF's nvm_execute_command. */
+#define NVM_MANW (1u << 7)
+#define NVM_CACHEDIS (1u << 18)
+/* The rest of the NVMCTRL registers (DS 22.8) for nv storage (port_nv_write below). */
+#define NVMCTRL_CTRLA REG16(NVMCTRL + 0x00u)
+#define NVMCTRL_PARAM REG32(NVMCTRL + 0x08u)
+#define NVMCTRL_INTFLAG REG8(NVMCTRL + 0x14u)
+#define NVMCTRL_STATUS REG16(NVMCTRL + 0x18u)
+#define NVMCTRL_ADDR REG32(NVMCTRL + 0x1Cu)
+#define NVM_CMDEX_KEY (0xA5u << 8) /* CTRLA.CMDEX: a command runs only with this key */
+#define NVM_CMD_ER 0x02u           /* erase the row ADDR points into */
+#define NVM_CMD_WP 0x04u           /* write the page buffer to the page ADDR points into */
+#define NVM_CMD_PBC 0x44u          /* page buffer clear: all ones */
+#define NVM_INTFLAG_READY (1u << 0)
+#define NVM_STATUS_ERRORS 0x1Cu    /* PROGE, LOCKE, NVME (bits 2-4); write 1 to clear */
+#define NVM_PARAM_PSZ(p) (((p) >> 16) & 7u) /* page size 8 << PSZ bytes */
 /* NVM Software Calibration Area at 0x00806020; DFLL48M COARSE CAL is bits 63:58, i.e. bits 31:26
  * of the word at 0x00806024 (DS 10.3.2, table "NVM Software Calibration Area Mapping"; same as
  * CMSIS FUSES_DFLL48M_COARSE_CAL_ADDR/Pos). */
@@ -294,8 +316,9 @@ static uint32_t clock_init(void)
 {
     uint32_t i, coarse, closed;
 
-    /* Wait states first: flash must be slowed down before the clock goes above 24 MHz. */
-    NVMCTRL_CTRLB = (NVMCTRL_CTRLB & ~NVM_RWS_MASK) | NVM_RWS(1u);
+    /* Wait states first: flash must be slowed down before the clock goes above 24 MHz. Manual page
+     * writes (MANW) from here on, before anything could store into the flash's address space. */
+    NVMCTRL_CTRLB = (NVMCTRL_CTRLB & ~NVM_RWS_MASK) | NVM_RWS(1u) | NVM_MANW;
     PM_APBAMASK |= PM_APBAMASK_GCLK; /* on after reset; set in case someone turned it off */
 
     /* Back to the reset clocking (GCLK0 = OSC8M) so the DFLL can be reconfigured while nothing
@@ -577,13 +600,150 @@ static void spi_init(void)
     sercom_enable(SERCOM1, 1);
 }
 
+/* ---- nv storage: the chip's flash, NVMCTRL (DS 22) ------------------------------------------ */
+
+/* The core keeps the model blob and the frozen weights in nv storage (core/port.h) and reads them in
+ * place. Here it is linker.ld's NV region, 160 KiB of the chip's own flash from 0x18000, which the
+ * firmware programs itself, as a bootloader would: a new model, new weights or a new schedule then
+ * never rebuild or reflash the firmware, and they arrive by the serial protocol's uploads.
+ *
+ * The NVM (DS 22.6.4, "NVM Read/Write"; 22.8 registers): rows of 4 pages of 64 bytes (PARAM.PSZ =
+ * 3 on this chip, checked below); erase by row (ER), write by page (WP) from the page buffer, which
+ * is loaded by 16- or 32-bit stores into the flash's address space and cleared to all ones by PBC.
+ * "Before writing the page to memory, the accessed row must be erased" (DS 22.6.4.3, "NVM Write").
+ * ADDR takes 16-bit word addresses (byte address / 2), as ASF's nvm_execute_command writes it.
+ *
+ * The core writes sequentially, in multiples of 4 bytes, each upload from a 4096-byte boundary
+ * (core/port.h); a write may end inside a page and the next one continue it. A page can only be
+ * written whole from the page buffer, and the datasheet allows a write only into an erased row, so
+ * writing the same page a second time (its programmed bytes left at 0xFF in the buffer) is not
+ * something it allows. (Its electrical characteristics, DS 37 "NVM Characteristics", do say "a
+ * max number of 8 consecutive write is allowed per row", which suggests partial rewrites work, but
+ * the NVMCTRL chapter does not describe them.) So no page is written twice between erases:
+ *   - a write starting on a row boundary erases the row (skipped when it already reads erased);
+ *   - a write starting on a page boundary inside a row programs pages the row's erase left blank;
+ *   - a write starting inside a page (the previous one ended there) copies the row's bytes written
+ *     so far into a 256-byte RAM buffer, erases the row and writes it again from the buffer with the
+ *     new bytes: one extra row erase per such write, about one per CHUNK of an upload (1000-byte
+ *     chunks end mid-page), each on a different row, well inside the flash's 25k erase cycles
+ *     (DS 37, "Flash Endurance").
+ * Each page write programs only what the write covers; the rest of the page stays erased (the
+ * buffer is all ones after PBC) for the next write.
+ *
+ * The CPU, which runs from this flash, stalls while the NVM erases a row or writes a page (no
+ * read-while-write on the main array), up to a few ms each (DS 37, "NVM Characteristics": page
+ * programming and row erase times, table number unverified), and SERCOM5's interrupt waits with it:
+ * the USART's two-level receive buffer (DS 26.6.2.6) overflows if more bytes than that arrive, and
+ * they are lost. None should: the core programs nv inside the CHUNK handler, before it sends the
+ * ACK (core/protocol.c), and the host sends nothing while waiting for it (stop-and-wait), except a
+ * retransmission after its timeout, which then fails its CRC and is recovered by the protocol
+ * (resent; a repeated seq is answered, not run again). */
+#define NV_PAGE 64u
+#define NV_ROW 256u
+
+extern const uint8_t __nv_start[], __nv_end[];
+
+/* The row being rewritten (see above). 256 B of .bss, out of the stack's share (linker.ld). */
+static uint32_t nv_row[NV_ROW / 4u];
+
+const uint8_t *port_nv(void) { return __nv_start; }
+uint32_t port_nv_bytes(void) { return (uint32_t)(__nv_end - __nv_start); }
+
+static void nvm_wait(void)
+{
+    while (!(NVMCTRL_INTFLAG & NVM_INTFLAG_READY))
+        ;
+}
+
+/* One NVMCTRL command on the row or page at byte address addr; nonzero on a programming, lock or
+ * NVM error (STATUS), e.g. a region locked by the user row's lock bits. The sequence is ASF's
+ * nvm_execute_command: cache off, errors cleared, ADDR, command with the key, READY. */
+static int nvm_command(uint32_t cmd, uint32_t addr)
+{
+    uint32_t ctrlb = NVMCTRL_CTRLB;
+    int err;
+    NVMCTRL_CTRLB = ctrlb | NVM_CACHEDIS;
+    nvm_wait();
+    NVMCTRL_STATUS = NVM_STATUS_ERRORS;
+    NVMCTRL_ADDR = addr / 2u;
+    NVMCTRL_CTRLA = (uint16_t)(NVM_CMDEX_KEY | cmd);
+    nvm_wait();
+    err = (NVMCTRL_STATUS & NVM_STATUS_ERRORS) != 0;
+    NVMCTRL_CTRLB = ctrlb;
+    return err;
+}
+
+/* Program n bytes (a multiple of 4) from src at a, a page boundary in an erased row: page by page,
+ * each loaded into the cleared page buffer with 32-bit stores and written by WP. src may sit at any
+ * alignment (the core passes a received frame's payload), hence memcpy into a word. */
+static int nv_program(uint32_t a, const uint8_t *src, uint32_t n)
+{
+    while (n) {
+        uint32_t k = n < NV_PAGE ? n : NV_PAGE, i, w;
+        if (nvm_command(NVM_CMD_PBC, a))
+            return 1;
+        for (i = 0; i < k; i += 4u) {
+            memcpy(&w, src + i, 4u);
+            *(volatile uint32_t *)(a + i) = w;
+        }
+        if (nvm_command(NVM_CMD_WP, a))
+            return 1;
+        a += k;
+        src += k;
+        n -= k;
+    }
+    return 0;
+}
+
+static int nv_row_erased(uint32_t row)
+{
+    const volatile uint32_t *w = (const volatile uint32_t *)row;
+    uint32_t i;
+    for (i = 0; i < NV_ROW / 4u; i++)
+        if (w[i] != 0xFFFFFFFFu)
+            return 0;
+    return 1;
+}
+
+int port_nv_write(uint32_t off, const void *src, uint32_t n)
+{
+    const uint8_t *s = (const uint8_t *)src;
+    uint32_t a = (uint32_t)(uintptr_t)__nv_start + off, end;
+    if (((off | n) & 3u) || off > port_nv_bytes() || n > port_nv_bytes() - off)
+        return 1;
+    if (NVM_PARAM_PSZ(NVMCTRL_PARAM) != 3u) /* 64-byte pages, as this code assumes */
+        return 1;
+    end = a + n;
+    while (a < end) {
+        uint32_t row = a & ~(NV_ROW - 1u), k = row + NV_ROW - a;
+        if (k > end - a)
+            k = end - a;
+        if (a % NV_PAGE != 0u) {
+            /* The previous write ended inside this page: rewrite the row with what it holds. */
+            uint32_t kept = a - row;
+            memcpy(nv_row, (const void *)row, kept);
+            memcpy((uint8_t *)nv_row + kept, s, k);
+            if (nvm_command(NVM_CMD_ER, row) || nv_program(row, (const uint8_t *)nv_row, kept + k) ||
+                memcmp((const void *)row, nv_row, kept + k) != 0)
+                return 1;
+        } else {
+            if (a == row && !nv_row_erased(row) && nvm_command(NVM_CMD_ER, row))
+                return 1;
+            if (nv_program(a, s, k))
+                return 1;
+        }
+        a += k;
+        s += k;
+    }
+    return memcmp(__nv_start + off, src, n) != 0; /* reads back equal, as port.h promises */
+}
+
 /* ---- Identity, idle, entry ------------------------------------------------------------------ */
 
 /* ATSAMD21G18A: 32 KB SRAM, 256 KB flash (DS 2, "Configuration Summary"). Flash is the chip's,
- * of which the bootloader keeps 8 KB. */
+ * of which the bootloader keeps 8 KB and nv storage 160 KiB. */
 const char *port_board(void) { return "mkr1000"; }
 uint32_t port_ram_bytes(void) { return 32768u; }
-uint32_t port_flash_bytes(void) { return 262144u; }
 
 /* WFI with SCR.SLEEPDEEP = 0 and PM.SLEEP.IDLE = 0 (reset values) is IDLE 0: only the CPU clock
  * stops; GCLK0, TC4 and the SERCOMs keep running (DS 16.6, "Sleep Mode Controller", sleep mode

@@ -1,5 +1,6 @@
 /* The nRF52840 itself (nRF52840 DK / Dongle): UARTE0 with EasyDMA for the serial link, TIMER1
- * as the 16 MHz tick counter, the op marker on P1.08, and aux storage chosen at build time:
+ * as the 16 MHz tick counter, the op marker on P1.08, nv storage (the model blob and frozen
+ * weights) in the chip's flash through the NVMC, and aux storage chosen at build time:
  *   -DPOET_PAGER_SD    SD card in SPI mode on SPIM2 (drivers/sd_spi.c), Arduino header pins;
  *   -DPOET_PAGER_QSPI  the DK's MX25R6435F 8 MB QSPI flash (drivers/nor_pager.c).
  * Register addresses and offsets: nRF52840 Product Specification v1.7 (PS below), cited by
@@ -546,9 +547,102 @@ int port_pager_read(uint32_t offset, void *dst, uint32_t n)
 }
 #endif
 
+/* ---- nv storage (core/port.h): the NV region of linker.ld, 768 KiB of the chip's own flash from
+ * 0x20000 (__nv_start/__nv_end), programmed through the NVMC (PS, "NVMC - Non-volatile memory
+ * controller", base 0x4001E000; offsets from its "Registers" table).
+ *
+ * Why the firmware programs these pages itself, as a bootloader would, rather than having the
+ * model and the weights linked into the image: then changing the model, the weights or the
+ * schedule never rebuilds or reflashes the firmware (no toolchain, no J-Link, no DFU round), and
+ * the upload is the serial protocol's BEGIN/CHUNK/END that already carries them.
+ *
+ * The core's writes are sequential, 4-byte multiples, each upload starting on a POET_NV_PAGE
+ * (4096) boundary (core/port.h). So a page is erased exactly when a write reaches its first byte
+ * (the flash page is 4 kB, PS "Memory": FICR.CODEPAGESIZE), skipped when it already reads erased,
+ * and no word is ever programmed twice between erases (PS NVMC "Writing to flash": n_WRITE).
+ *
+ * Interrupts and the serial link: this code runs from flash, and the CPU is halted while the NVMC
+ * writes a word (t_WRITE, 41 us max) or erases a page (t_ERASEPAGE, 85 ms max) when it executes
+ * from flash (PS NVMC, "Writing to flash", "Erasing a page in flash" and its "Electrical
+ * specification"). The UARTE's EasyDMA keeps receiving, but this port receives one byte per
+ * transfer and UARTE0_UART0_IRQHandler points RXD.PTR at the next byte: while the CPU is halted the
+ * ENDRX->STARTRX shortcut restarts transfers into a buffer nobody empties, so of the bytes that
+ * arrive during an erase all but the first one or two are lost (a word write is shorter than one
+ * byte at 115200 baud; at 1 Mbaud it can cost one). Nothing should arrive then: the core programs
+ * flash inside the CHUNK handler, before it sends that chunk's ACK (core/protocol.c, chunk()), and
+ * the host sends nothing while it waits for an ACK (host/poet/device/link.py: stop-and-wait). The
+ * exception is the host's retransmission: it resends a request unanswered after its retransmission
+ * timeout (from measured round trips, 5 ms to 2 s), which a CHUNK that includes an 85 ms erase can
+ * outlast. That copy then arrives damaged and is dropped by its CRC (the core answers with a NAK);
+ * the host takes the first copy's ACK (same seq), resends whatever the leftover bytes spoil, and
+ * the core answers a repeated seq without running it again. An erase can cost a retransmission,
+ * never data. (NVMC partial erase, ERASEPAGEPARTIAL, would not help: each slice still halts the
+ * CPU for longer than a byte.) */
+#define NVMC 0x4001E000u
+#define NVMC_READY REG(NVMC + 0x400u)     /* bit 0: 1 = ready, no write or erase in progress */
+#define NVMC_CONFIG REG(NVMC + 0x504u)    /* WEN field: 0 Ren (read only), 1 Wen (write), 2 Een (erase) */
+#define NVMC_ERASEPAGE REG(NVMC + 0x508u) /* write a page's first address to erase it (with Een) */
+#define NVMC_REN 0u
+#define NVMC_WEN 1u
+#define NVMC_EEN 2u
+#define NV_ERASE_PAGE 4096u
+
+extern const uint8_t __nv_start[], __nv_end[];
+
+const uint8_t *port_nv(void) { return __nv_start; }
+uint32_t port_nv_bytes(void) { return (uint32_t)(__nv_end - __nv_start); }
+
+static void nvmc_wait(void)
+{
+    while (!(NVMC_READY & 1u))
+        ;
+}
+
+static int nv_erased(uint32_t addr)
+{
+    const volatile uint32_t *w = (const volatile uint32_t *)addr;
+    uint32_t i;
+    for (i = 0; i < NV_ERASE_PAGE / 4u; i++)
+        if (w[i] != 0xFFFFFFFFu)
+            return 0;
+    return 1;
+}
+
+/* The sequence of nrfx_nvmc (page erase, word write): CONFIG before the operation, READY polled
+ * after it, back to read-only at the end so a stray store cannot program flash. The data may sit
+ * at any alignment (the core passes a received frame's payload), so words are assembled with
+ * memcpy; all-ones words are the erased state and need no write. */
+int port_nv_write(uint32_t off, const void *src, uint32_t n)
+{
+    const uint8_t *s = (const uint8_t *)src;
+    uint32_t addr = (uint32_t)(uintptr_t)__nv_start + off, i;
+    if (((off | n) & 3u) || off > port_nv_bytes() || n > port_nv_bytes() - off)
+        return 1;
+    for (i = 0; i < n; i += 4u) {
+        uint32_t a = addr + i, w;
+        if (a % NV_ERASE_PAGE == 0u && !nv_erased(a)) {
+            nvmc_wait();
+            NVMC_CONFIG = NVMC_EEN;
+            NVMC_ERASEPAGE = a;
+            nvmc_wait();
+            NVMC_CONFIG = NVMC_REN;
+        }
+        memcpy(&w, s + i, 4u);
+        if (w != 0xFFFFFFFFu) {
+            nvmc_wait();
+            NVMC_CONFIG = NVMC_WEN;
+            *(volatile uint32_t *)a = w;
+            __asm__ volatile("dmb" ::: "memory");
+            nvmc_wait();
+            NVMC_CONFIG = NVMC_REN;
+        }
+    }
+    __asm__ volatile("dsb" ::: "memory");
+    return memcmp(__nv_start + off, s, n) != 0; /* reads back equal, as port.h promises */
+}
+
 const char *port_board(void) { return "nrf52840"; }
-uint32_t port_ram_bytes(void) { return 262144u; }  /* PS, "Memory": 256 KB RAM */
-uint32_t port_flash_bytes(void) { return 1048576u; } /* PS, "Memory": 1 MB flash */
+uint32_t port_ram_bytes(void) { return 262144u; } /* PS, "Memory": 256 KB RAM */
 
 void port_idle(void)
 {

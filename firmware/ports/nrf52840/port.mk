@@ -20,12 +20,13 @@ NRF_SRC := $(CORE_SRC) ports/nrf52840/startup.c ports/nrf52840/port.c ports/shar
 NRF_SD_OBJ := $(patsubst %.c,$(BUILD)/nrf52840/%.o,$(NRF_SRC) ports/shared/sd_pager.c drivers/sd_spi.c)
 NRF_QSPI_OBJ := $(patsubst %.c,$(BUILD)/nrf52840-qspi/%.o,$(NRF_SRC) drivers/nor_pager.c)
 NRF_DEPS := Makefile ports/nrf52840/port.mk
-# The pool takes what the rest leaves of 256 KB: static buffers of the core (~14 KB), 8 KB stack,
-# this port's rings and DMA buffers, and the pager's buffer (512 B for SD, 4 KB for QSPI). The SD
-# build keeps the qemu-m4 stand-in's pool (228 KiB), so a plan made on the stand-in fits it; the QSPI
-# build gives the 4 KB sector buffer back. The link fails if it does not fit.
-NRF_SD_POOL := -DPOOL_BYTES=233472u
-NRF_QSPI_POOL := -DPOOL_BYTES=229376u
+# The pool takes what the rest leaves of 256 KB: static buffers of the core (~8 KB; the model blob
+# and frozen weights are in flash, linker.ld NV), 8 KB stack, this port's rings and DMA buffers, and
+# the pager's buffer (512 B for SD, 4 KB for QSPI). The SD build keeps the qemu-m4 stand-in's pool
+# (231 KiB), so a plan made on the stand-in fits it; the QSPI build gives the 4 KB sector buffer
+# back. The link fails if it does not fit.
+NRF_SD_POOL := -DPOOL_BYTES=236544u
+NRF_QSPI_POOL := -DPOOL_BYTES=232448u
 
 PORTS += nrf52840 nrf52840-qspi
 DEPS += $(NRF_SD_OBJ:.o=.d) $(NRF_QSPI_OBJ:.o=.d)
