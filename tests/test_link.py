@@ -132,6 +132,26 @@ def test_emulator_always_stops_qemu(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
                     reason="needs qemu-system-arm and arm-none-eabi-gcc")
+def test_emulator_takes_another_port_when_its_port_is_taken(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A port found free can be taken before QEMU binds it (parallel tests did): QEMU then exits, and
+    the emulator starts again on a fresh port instead of failing the run."""
+    import socket
+
+    from poet.device import firmware
+
+    elf = firmware.build("qemu-m4")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken, fresh = held.getsockname()[1], emulator._free_port
+        ports = iter([taken])
+        monkeypatch.setattr(emulator, "_free_port", lambda: next(ports, None) or fresh())
+        with emulator.start_qemu(elf, tmp_path) as q:
+            assert q.port != taken and q.process.poll() is None
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None,
+                    reason="needs qemu-system-arm and arm-none-eabi-gcc")
 def test_qemu_uart_survives_a_full_receive_ring(tmp_path: Path) -> None:
     """Requests sent while the board is busy overflow its 512-byte receive ring.
 

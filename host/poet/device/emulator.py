@@ -55,6 +55,9 @@ class Emulator:
     process: subprocess.Popen[bytes]
 
 
+PORT_ATTEMPTS = 4  # tries of a fresh port when QEMU cannot bind the one it was given
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -102,31 +105,63 @@ def start_qemu(elf_path: Path | str, workdir: Path | str | None = None,
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="poet-qemu-"))
         wd = Path(workdir)
         wd.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
         log = stack.enter_context(open(wd / "qemu.log", "w+b"))
-        proc = subprocess.Popen(qemu_command(elf, port, spec), cwd=wd, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_poet())
+        for attempt in range(PORT_ATTEMPTS):
+            port = _free_port()
+            log.seek(0)
+            log.truncate()
+            proc = subprocess.Popen(qemu_command(elf, port, spec), cwd=wd, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_poet())
+            stack.callback(_stop, proc)
+            try:
+                _wait_listening(proc, port, startup_timeout_s, log, binary)
+                break
+            except EmulatorError as e:
+                # The free port is only free when asked: another process (or our own bind probe) may
+                # hold it at the instant QEMU binds it. Another port then, not a failure.
+                if "could not connect serial device" not in str(e) or attempt == PORT_ATTEMPTS - 1:
+                    raise
+        yield Emulator(f"socket://127.0.0.1:{port}", wd, port, proc)
+
+
+def _listens(pid: int, port: int) -> bool | None:
+    """Whether process `pid` holds a listening TCP socket on `port` (Linux: /proc); None where /proc
+    cannot say."""
+    try:
+        table = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    # fields: sl local_address rem_address st ... inode (10th); st 0A is LISTEN
+    inodes = {f[9] for f in (line.split() for line in table) if f[1].endswith(f":{port:04X}") and f[3] == "0A"}
+    for fd in fds:
         try:
-            _wait_listening(proc, port, startup_timeout_s, log, binary)
-            yield Emulator(f"socket://127.0.0.1:{port}", wd, port, proc)
-        finally:
-            _stop(proc)
+            if os.readlink(f"/proc/{pid}/fd/{fd}").removeprefix("socket:[").rstrip("]") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], port: int, timeout_s: float, log,  # type: ignore[no-untyped-def]
                     binary: str) -> None:
-    """Poll until QEMU's serial server exists. We only probe with bind, never connect: the first
-    connection is the guest's one serial line, so it belongs to the Link."""
+    """Poll until QEMU's serial server exists. We never connect: the first connection is the guest's
+    one serial line, so it belongs to the Link. On Linux the socket must be QEMU's own (another
+    process may hold the port); elsewhere a bind probe says the port is taken."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             log.seek(0)
             out = log.read().decode(errors="replace").strip()
             raise EmulatorError(f"{binary} exited with status {proc.returncode}: {out[-500:]}")
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return  # the port is taken: QEMU is listening
+        owned = _listens(proc.pid, port)
+        if owned:
+            return
+        if owned is None:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    return  # the port is taken: QEMU is listening
         time.sleep(0.02)
     raise EmulatorError(f"{binary} did not open its serial port {port} within {timeout_s:g} s")
