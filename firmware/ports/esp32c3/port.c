@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../../core/port.h"
+#include "../shared/nv_erased.h"
 #include "../../core/protocol.h"
 #include "../shared/sd_pager.h" /* port_pager_*: ports/shared/sd_pager.c */
 
@@ -520,16 +521,6 @@ static void nv_init(void)
 #endif
 }
 
-static int nv_erased(uint32_t off)
-{
-    const volatile uint32_t *w = (const volatile uint32_t *)(NV_VADDR + off);
-    uint32_t i;
-    for (i = 0; i < NV_SECTOR / 4u; i++)
-        if (w[i] != 0xFFFFFFFFu)
-            return 0;
-    return 1;
-}
-
 int port_nv_write(uint32_t off, const void *src, uint32_t n)
 {
     const uint8_t *s = (const uint8_t *)src;
@@ -539,7 +530,7 @@ int port_nv_write(uint32_t off, const void *src, uint32_t n)
         return 1;
     while (pos < end && !err) {
         uint32_t m = end - pos;
-        if (pos % NV_SECTOR == 0u && !nv_erased(pos)) {
+        if (pos % NV_SECTOR == 0u && !nv_unit_erased((const volatile uint32_t *)(NV_VADDR + pos), NV_SECTOR)) {
             autoload = Cache_Suspend_ICache();
             err = esp_rom_spiflash_erase_sector((NV_FLASH + pos) / NV_SECTOR) != 0;
             Cache_Resume_ICache(autoload);

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "../../core/port.h"
+#include "../shared/nv_erased.h"
 #include "../../core/protocol.h"
 #include "../shared/sd_pager.h" /* port_pager_*: ports/shared/sd_pager.c */
 
@@ -695,16 +696,6 @@ static int nv_program(uint32_t a, const uint8_t *src, uint32_t n)
     return 0;
 }
 
-static int nv_row_erased(uint32_t row)
-{
-    const volatile uint32_t *w = (const volatile uint32_t *)row;
-    uint32_t i;
-    for (i = 0; i < NV_ROW / 4u; i++)
-        if (w[i] != 0xFFFFFFFFu)
-            return 0;
-    return 1;
-}
-
 int port_nv_write(uint32_t off, const void *src, uint32_t n)
 {
     const uint8_t *s = (const uint8_t *)src;
@@ -727,7 +718,7 @@ int port_nv_write(uint32_t off, const void *src, uint32_t n)
                 memcmp((const void *)row, nv_row, kept + k) != 0)
                 return 1;
         } else {
-            if (a == row && !nv_row_erased(row) && nvm_command(NVM_CMD_ER, row))
+            if (a == row && !nv_unit_erased((const volatile uint32_t *)row, NV_ROW) && nvm_command(NVM_CMD_ER, row))
                 return 1;
             if (nv_program(a, s, k))
                 return 1;

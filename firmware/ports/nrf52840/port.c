@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../../core/port.h"
+#include "../shared/nv_erased.h"
 #include "../../core/protocol.h"
 
 #if defined(POET_PAGER_SD) == defined(POET_PAGER_QSPI)
@@ -598,16 +599,6 @@ static void nvmc_wait(void)
         ;
 }
 
-static int nv_erased(uint32_t addr)
-{
-    const volatile uint32_t *w = (const volatile uint32_t *)addr;
-    uint32_t i;
-    for (i = 0; i < NV_ERASE_PAGE / 4u; i++)
-        if (w[i] != 0xFFFFFFFFu)
-            return 0;
-    return 1;
-}
-
 /* The sequence of nrfx_nvmc (page erase, word write): CONFIG before the operation, READY polled
  * after it, back to read-only at the end so a stray store cannot program flash. The data may sit
  * at any alignment (the core passes a received frame's payload), so words are assembled with
@@ -620,7 +611,7 @@ int port_nv_write(uint32_t off, const void *src, uint32_t n)
         return 1;
     for (i = 0; i < n; i += 4u) {
         uint32_t a = addr + i, w;
-        if (a % NV_ERASE_PAGE == 0u && !nv_erased(a)) {
+        if (a % NV_ERASE_PAGE == 0u && !nv_unit_erased((const volatile uint32_t *)a, NV_ERASE_PAGE)) {
             nvmc_wait();
             NVMC_CONFIG = NVMC_EEN;
             NVMC_ERASEPAGE = a;
