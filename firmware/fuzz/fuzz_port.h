@@ -11,9 +11,8 @@
 /* port_getc reports the link closed after this many STEP replies. */
 #define POET_FUZZ_MAX_STEPS 4u
 
-#ifndef POET_FUZZ_NV
-#define POET_FUZZ_NV (16u * 1024u) /* nv storage: model blob and frozen weights (shared/nv_ram.c) */
-#endif
+/* nv storage: model blob and frozen weights (shared/nv_ram.c, sized by fuzz.mk's NV_BYTES) */
+#define POET_FUZZ_NV NV_BYTES
 #ifndef POET_FUZZ_POOL
 #define POET_FUZZ_POOL (64u * 1024u)
 #endif

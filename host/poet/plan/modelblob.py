@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
+from poet.plan.memory import MODEL_HEADER_BYTES as HEADER_BYTES
+from poet.plan.memory import MODEL_NODE_BYTES as NODE_BYTES
 from poet.plan.memory import Pool
 
 MAGIC = b"PMDL"
 VERSION = 1
-HEADER_BYTES = 16
-NODE_BYTES = 56
 MAX_DEPS = 4
 N_ATTRS = 10
 NO_DEP = 0xFFFF
