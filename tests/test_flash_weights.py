@@ -7,16 +7,19 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+import torch
 from conftest import data_batches, needs_qemu, run_steps
 from poet.boards import load_board
 from poet.device.connect import open_device
 from poet.device.link import FROZEN, WEIGHTS, DeviceError
-from poet.graph.reference import train_steps, weights_of
+from poet.graph.quantise import absmax_scale, dequantise, quantise
+from poet.graph.reference import running_stat_norms, train_steps, weights_of
 from poet.graph.tracer import trace
 from poet.plan.costs import costed, load_profile
 from poet.plan.lower import model_blob
 from poet.plan.memory import pool_for
 from poet.plan.pipeline import plan_step
+from poet.plan.precision import apply_storage, costed_storage, int8_allowed, load_rules
 from torch import nn
 
 LR = 0.1
@@ -64,3 +67,51 @@ def test_frozen_weights_live_in_flash_and_the_rest_trains_like_torch(tmp_path) -
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
 
+
+
+def _bn_cnn() -> nn.Module:
+    return nn.Sequential(OrderedDict([
+        ("conv1", nn.Conv2d(1, 8, 3, padding=1)), ("bn1", nn.BatchNorm2d(8)), ("relu1", nn.ReLU()),
+        ("conv2", nn.Conv2d(8, 16, 3, padding=1)), ("bn2", nn.BatchNorm2d(16)), ("relu2", nn.ReLU()),
+        ("pool", nn.MaxPool2d(2)), ("flatten", nn.Flatten()), ("fc", nn.Linear(16 * 4 * 4, 10))]))
+
+
+@needs_qemu
+def test_int8_frozen_layers_and_frozen_batch_norms_on_the_board_like_torch(tmp_path) -> None:
+    """A conv net with batch norms fine-tuned last:2 (fc and bn2) with every conv and linear in int8 on
+    the emulated nRF52840: the frozen convs' weights are stored int8 in flash (quantised once, on the
+    host) and read there, the frozen bn1 normalises with its running statistics from flash, bn2's move
+    in RAM; after 3 steps every tensor equals PyTorch's same steps with the same int8 arithmetic."""
+    board = load_board("nrf52840")
+    torch.manual_seed(3)
+    model = _bn_cnn()
+    with torch.no_grad():  # statistics unlike a fresh layer's, so using them is visible
+        for bn in (model.bn1, model.bn2):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    g = trace(model, "bn-cnn", (1, 8, 8), 10, 4, train="last:2")
+    assert running_stat_norms(g) == {"bn1"} and g.moved == {"bn2.running_mean", "bn2.running_var"}
+    g8 = apply_storage(g, {}, set(int8_allowed(g, load_rules())))
+    assert g8.int8_params == {"conv1.weight", "conv2.weight"}  # fc trains: it is quantised every step
+    blob = model_blob(g8)
+    pool = pool_for(g8)
+    assert pool.flash.frozen == blob.frozen_bytes == (4 + 72) + (4 + 1152) + 4 * (8 + 8 + 8 + 8 + 8 + 16)
+    assert pool.params == 4 * (16 + 16 + 2560 + 10 + 16 + 16)  # bn2, fc, then bn2's running statistics
+    w0, data = weights_of(model), data_batches(g8, 3)
+    with open_device(board, None, workdir=tmp_path, quiet=True) as dev:
+        cg = costed_storage(g8, board, load_profile(board.name))
+        p = plan_step(g8, cg, board, board.ram_bytes, dev.runtime_static, 3 * cg.one_pass_s,
+                      progress=lambda _m: None)
+        losses = run_steps(dev, g8, w0, p.lowered.schedule.encode(), data, LR, None, lambda _m: None,
+                           expect_peak=p.plan.peak_bytes)
+        got = dev.read_weights(g8)
+    ref_losses = train_steps(model, data, LR, g8.optimizer, frozen=set(g8.frozen), graph=g8)
+    i8 = g8.int8_params
+    for (name, _), a, b, w in zip(g8.params, got, weights_of(model), w0, strict=True):
+        if name in i8:  # what the board computes with: the weight quantised once
+            assert np.array_equal(a.ravel(), dequantise(quantise(w, absmax_scale(w)), absmax_scale(w)).ravel()), name
+        else:
+            np.testing.assert_allclose(a.ravel(), b.ravel(), rtol=1e-5, atol=1e-6, err_msg=name)
+    fc = g8.params.index(("fc.weight", [10, 256]))
+    assert not np.allclose(got[fc], w0[fc])  # fc trained
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)

@@ -4,6 +4,7 @@ import pytest
 import torch
 from poet.errors import PoetError
 from poet.graph.check import op_check, real_step, saved_check
+from poet.graph.reference import running_stat_norms
 from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph
 from poet.models.zoo import ZOO, get_model
@@ -91,9 +92,16 @@ def test_last_n_trains_the_last_layers_and_prunes_backward():
     bn_bwd = g.nodes[-2]
     assert bn_bwd.op == "batchnorm_bwd" and bn_bwd.attrs["need_grad_input"] == 0 and bn_bwd.bytes == 0
     assert g.param_bytes == 4 * (512 + 512 + 5120 + 10)
-    # frozen: every other parameter and every batch norm's running mean and variance
+    # the trained batch norm moves its running statistics (kept in RAM); every frozen one normalises
+    # with its own (read in place from flash), as Keras runs frozen BatchNormalization layers
+    assert g.moved == {"layer4.1.bn2.running_mean", "layer4.1.bn2.running_var"}
+    bns = [n for n in g.nodes if n.op.startswith("batchnorm") and n.kind == "forward"]
+    assert [n.module for n in bns if n.op == "batchnorm"] == ["layer4/1/bn2"] and len(bns) == 20
+    assert running_stat_norms(g) == {n.module for n in bns} - {"layer4/1/bn2"}
     stats = 4 * sum(m.running_mean.numel() * 2 for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
-    assert g.frozen_bytes == 4 * sum(p.numel() for p in model.parameters()) - g.param_bytes + stats
+    assert g.frozen_bytes == 4 * sum(p.numel() for p in model.parameters()) - g.param_bytes + stats - 2 * 512 * 4
+    # the trace leaves the model's modes as they were
+    assert all(m.training for m in model.modules())
 
 
 def test_bias_mode_trains_only_biases():

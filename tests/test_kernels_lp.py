@@ -22,6 +22,7 @@ from fwhelpers import keep_all, native_link
 from poet.device import firmware
 from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError
 from poet.graph.dtypes import DT_BF16, DT_F16, DT_F32, DT_I8
+from poet.graph.quantise import absmax_scale, quantise
 from poet.plan.modelblob import (
     KIND_BACKWARD,
     KIND_FORWARD,
@@ -123,20 +124,6 @@ def bf16_ref(x: np.ndarray) -> np.ndarray:
     return np.where(nan, ((u >> 16) | 0x40).astype(np.uint16), rounded)
 
 
-def absmax_ref(x: np.ndarray) -> np.float32:
-    a = np.abs(x[np.isfinite(x)])
-    m = np.float32(a.max()) if a.size else np.float32(0)
-    s = np.float32(m / np.float32(127))
-    return s if s >= np.finfo(np.float32).tiny else np.float32(1)
-
-
-def quant_ref(x: np.ndarray, scale: np.float32) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore"):
-        v = x.astype(np.float32) * (np.float32(1) / np.float32(scale))
-        q = np.clip(np.rint(v), -127, 127)
-    return np.where(np.isnan(q), 0, q).astype(np.int8)
-
-
 def edge_floats() -> np.ndarray:
     """Zeros, infinities, NaN, the extremes and subnormals of fp32 and fp16, and fp16 ties."""
     f16 = np.finfo(np.float16)
@@ -223,11 +210,11 @@ def test_absmax_and_quantise(any_lib: ctypes.CDLL) -> None:
               (np.arange(-300, 301, dtype=np.float32) / 2)]  # .5 ties at scale 1 after a fixed scale below
     for x in cases:
         s = lib.poet_absmax_scale(x.size, ptr(x, F32P))
-        assert np.float32(s).view(np.uint32) == absmax_ref(x).view(np.uint32), x
+        assert np.float32(s).view(np.uint32) == absmax_scale(x).view(np.uint32), x
         for scale in (np.float32(s), np.float32(1.0), np.float32(0.37)):
             q = np.empty(x.size, np.int8)
             lib.poet_quantize_i8(x.size, float(scale), ptr(x, F32P), ptr(q, I8P))
-            assert np.array_equal(q, quant_ref(x, scale)), (x, scale)
+            assert np.array_equal(q, quantise(x, scale)), (x, scale)
             back = np.empty(x.size, np.float32)
             lib.poet_dequantize_i8(x.size, float(scale), ptr(q, I8P), ptr(back, F32P))
             with np.errstate(over="ignore"):  # 127 * (FLT_MAX / 127) rounds up to inf, in C as in numpy
@@ -447,8 +434,8 @@ def test_int8_forward_ops_on_the_runtime(tmp_path: Path, conv: bool) -> None:
     x = rng.standard_normal((B, blob.x_elems // B)).astype(np.float32)
     y = np.zeros(B, np.int32)
     losses, _ = _train(tmp_path, blob, w0, [(x, y)], lr=0.0)
-    xq = quant_ref(x, xs := absmax_ref(x))
-    wq = quant_ref(w0[0], ws := absmax_ref(w0[0]))
+    xq = quantise(x, xs := absmax_scale(x))
+    wq = quantise(w0[0], ws := absmax_scale(w0[0]))
     if conv:
         a = blob.nodes[5].attrs
         acc = _conv_int_ref(xq.reshape(B, a[1], a[2], a[3]), wq, 2, 1, 1).reshape(B, -1)

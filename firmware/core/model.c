@@ -58,7 +58,7 @@ uint32_t poet_model_table_bytes(const uint8_t *blob, uint32_t len)
 int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model_t *m, uint32_t *detail)
 {
     uint32_t i, k, elems;
-    uint64_t swap = 0, frozen = 0, train = 0;
+    uint64_t swap = 0, frozen = 0, ram = 0, state = 0;
     poet_node_t n;
 
     *detail = POET_NO_DETAIL;
@@ -77,16 +77,25 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
     m->arena_off = m->swap_off + m->n_nodes;
     m->flags = (uint8_t *)(m->arena_off + m->n_nodes);
     for (i = 0; i < m->n_params; i++) {
-        uint32_t word = poet_rd32(blob + HDR + 4u * i);
-        uint64_t *area = (word & POET_PARAM_FROZEN) ? &frozen : &train;
+        uint32_t word = poet_rd32(blob + HDR + 4u * i), kind = word & ~POET_PARAM_ELEMS_MASK;
+        uint64_t *area = (kind & POET_PARAM_FROZEN) ? &frozen : &ram;
         elems = word & POET_PARAM_ELEMS_MASK;
         m->param_off[i] = (uint32_t)*area;
-        *area += elems;
-        if (elems == 0 || (word & ~(POET_PARAM_FROZEN | POET_PARAM_ELEMS_MASK)) || frozen + train > 0x10000000u)
+        /* an int8 tensor: its scale's word, then four elements a word */
+        *area += kind & POET_PARAM_I8 ? 1u + (elems + 3u) / 4u : elems;
+        /* state tensors follow every trained one, so the gradients (at the trained offsets) are
+         * one run of train_elems */
+        if (elems == 0 ||
+            (kind != 0 && kind != POET_PARAM_FROZEN && kind != POET_PARAM_STATE &&
+             kind != (POET_PARAM_FROZEN | POET_PARAM_I8)) ||
+            (kind == 0 && state) || frozen + ram > 0x10000000u)
             return POET_E_MODEL;
+        if (kind == POET_PARAM_STATE)
+            state += elems;
     }
-    m->frozen_elems = (uint32_t)frozen;
-    m->train_elems = (uint32_t)train;
+    m->frozen_words = (uint32_t)frozen;
+    m->train_elems = (uint32_t)(ram - state);
+    m->state_elems = (uint32_t)state;
     m->min_classes = 0xFFFFFFFFu;
     for (i = 0; i < m->n_nodes; i++) {
         const uint8_t *p = poet_node_rec(m, (uint16_t)i);

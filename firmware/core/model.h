@@ -88,11 +88,18 @@ enum {
  * tensors are fp32; int8 ones are quantised with one fp32 scale per tensor (an absmax node). */
 enum { POET_DT_F32 = 0, POET_DT_F16 = 1, POET_DT_BF16 = 2, POET_DT_I8 = 3 };
 
-/* Param table word (docs/spec.md section 2): the element count, and the top bit set for a tensor
- * that is not trained (a frozen layer's weight, a batch norm's running statistic): it has no
- * gradient and no optimizer state on the board, and is read in place from nv storage (the frozen
- * weights blob), never copied into RAM. Bits 28-30 are reserved (0). */
+/* Param table word (docs/spec.md section 2): the element count and where the tensor lives.
+ * Trained (top bits clear): in RAM, with a gradient and optimizer state. POET_PARAM_FROZEN: not
+ * trained and never written (a frozen layer's weight, the running statistics a frozen batch norm
+ * normalises with): read in place from nv storage (the frozen weights blob), never copied into
+ * RAM. POET_PARAM_STATE: not trained but moved by the forward pass (the running statistics of a
+ * batch norm in training mode): in RAM after every trained parameter, with no gradient, since
+ * flash is not written while a step runs. POET_PARAM_I8, only with FROZEN: stored as int8 with one
+ * fp32 scale (the scale's word, then the elements, padded to a word), read only by an int8 layer
+ * (linear_i8, conv2d_i8 with two deps). Bit 28 is reserved (0). */
 #define POET_PARAM_FROZEN 0x80000000u
+#define POET_PARAM_STATE 0x40000000u
+#define POET_PARAM_I8 0x20000000u
 #define POET_PARAM_ELEMS_MASK 0x0FFFFFFFu
 #define POET_NO_GRAD 0xFFFFFFFFu
 
@@ -133,10 +140,12 @@ typedef struct {
     uint16_t batch;
     uint32_t x_elems;
     /* param p's element offset: in the trained params area (and the gradients at the same
-     * offset) for a trained one, in the frozen weights blob for a frozen one */
+     * offset) for a trained one, in the same area past the trained ones for a state one; its word
+     * offset in the frozen weights blob for a frozen one */
     uint32_t *param_off;
-    uint32_t frozen_elems;               /* elements of frozen parameters (the frozen weights blob) */
+    uint32_t frozen_words;               /* 4-byte words of frozen parameters (the frozen weights blob) */
     uint32_t train_elems;                /* elements with a gradient (and optimizer state) */
+    uint32_t state_elems;                /* elements in RAM without one (POET_PARAM_STATE), after them */
     uint8_t opt;                         /* POET_OPT_*, from the optimizer node */
     uint8_t opt_words;                   /* optimizer state words per trained element: 0, 1, 2 */
     uint32_t *swap_off;                  /* byte offset of node i in aux storage */
@@ -165,6 +174,15 @@ static inline uint32_t poet_param_elems(const poet_model_t *m, uint16_t p)
 static inline int poet_param_frozen(const poet_model_t *m, uint16_t p)
 {
     return (poet_rd32(m->blob + POET_MODEL_HDR + 4u * p) & POET_PARAM_FROZEN) != 0;
+}
+static inline int poet_param_i8(const poet_model_t *m, uint16_t p)
+{
+    return (poet_rd32(m->blob + POET_MODEL_HDR + 4u * p) & POET_PARAM_I8) != 0;
+}
+/* Whether p is trained: it has a gradient (neither frozen nor state). */
+static inline int poet_param_trained(const poet_model_t *m, uint16_t p)
+{
+    return (poet_rd32(m->blob + POET_MODEL_HDR + 4u * p) & (POET_PARAM_FROZEN | POET_PARAM_STATE)) == 0;
 }
 
 /* Decode node i's record from the blob into *n. i must be < m->n_nodes. */

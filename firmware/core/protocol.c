@@ -64,7 +64,7 @@ static struct {
 static uint32_t align8(uint32_t n) { return (n + 7u) & ~7u; }
 static uint32_t nv_align(uint32_t n) { return (n + POET_NV_PAGE - 1u) & ~(POET_NV_PAGE - 1u); }
 static uint32_t tables_bytes(void) { return st.tables; }
-static uint32_t params_bytes(void) { return 4u * model.train_elems; }
+static uint32_t params_bytes(void) { return 4u * (model.train_elems + model.state_elems); }
 static uint32_t grads_bytes(void) { return 4u * model.train_elems; }
 static uint32_t opt_bytes(void) { return model.opt_words ? 4u + 4u * model.opt_words * model.train_elems : 0u; }
 static uint32_t batch_bytes(void) { return 4u * model.x_elems + 4u * model.batch; }
@@ -82,7 +82,7 @@ static uint64_t layout_bytes(uint32_t tables)
 }
 /* Where the frozen weights start in nv storage, and how many bytes they are. */
 static uint32_t frozen_at(void) { return nv_align(st.model_len); }
-static uint32_t frozen_bytes(void) { return 4u * model.frozen_elems; }
+static uint32_t frozen_bytes(void) { return 4u * model.frozen_words; }
 
 static uint8_t *pool_params(void) { return port_pool() + params_at(); }
 static uint8_t *pool_grads(void) { return port_pool() + grads_at(); }
@@ -165,7 +165,7 @@ static void hello(void)
     }
     /* what is loaded, so a host reconnecting after a reset or a lost cable knows what to resend */
     p[36] = (uint8_t)(st.model | st.weights << 1 | st.batch << 2 | st.schedule << 3 |
-                          (st.frozen && model.frozen_elems) << 4);
+                          (st.frozen && model.frozen_words) << 4);
     poet_wr32(p + 37, steps_done);
     send(POET_MSG_HELLO_REPLY, p, 41);
 }
@@ -370,7 +370,7 @@ static void end_blob(const uint8_t *p, uint16_t len)
             status = POET_E_TOO_BIG;
             detail = port_pool_bytes();
         }
-        if (status == POET_OK && (uint64_t)nv_align(st.total) + 4u * (uint64_t)model.frozen_elems > port_nv_bytes()) {
+        if (status == POET_OK && (uint64_t)nv_align(st.total) + 4u * (uint64_t)model.frozen_words > port_nv_bytes()) {
             status = POET_E_TOO_BIG;
             detail = port_nv_bytes();
         }
@@ -378,7 +378,7 @@ static void end_blob(const uint8_t *p, uint16_t len)
             st.model = 1;
             st.model_len = st.total;
             st.tables = tables;
-            st.frozen = model.frozen_elems == 0; /* nothing to upload */
+            st.frozen = model.frozen_words == 0; /* nothing to upload */
         }
         break;
     }

@@ -1,6 +1,9 @@
+/* mmap and MAP_ANONYMOUS for the read-only stand-in of nv storage */
+#define _DEFAULT_SOURCE
 #include "fuzz_common.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "../core/interp.h"
@@ -58,7 +61,8 @@ static poet_trace_t trace[POET_SCHED_MAX_INSTR];
 
 int fuzz_step(const poet_model_t *m, const uint8_t *sched)
 {
-    uint32_t arena = poet_rd32(sched + 16), params = 4u * m->train_elems, frozen = 4u * m->frozen_elems;
+    uint32_t arena = poet_rd32(sched + 16), params = 4u * (m->train_elems + m->state_elems);
+    uint32_t frozen = 4u * m->frozen_words;
     uint32_t grads = 4u * m->train_elems, opt = grads * m->opt_words, opt_step = 0;
     uint32_t xb = 4u * m->x_elems, lb = 4u * m->batch, last = (uint32_t)m->n_nodes - 1u, i;
     uint64_t swap = (uint64_t)m->swap_off[last] + poet_node_bytes(m, (uint16_t)last);
@@ -73,19 +77,24 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
         return -1;
     /* +!n: malloc(0) may return NULL, and a zero-sized buffer must still be a distinct object */
     w = malloc(params + !params);
-    f = malloc(frozen + !frozen); /* nv storage on a board: the interpreter only reads it */
+    /* nv storage on a board: mapped read-only once filled, so a kernel writing it faults */
+    f = mmap(0, frozen + !frozen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     g = calloc(grads + !grads, 1);
     o = calloc(opt + !opt, 1);
     x = malloc(xb);
     labels = malloc(lb);
     a = malloc(arena + !arena);
     s = malloc((size_t)swap + !swap);
+    if (f == MAP_FAILED)
+        abort();
     if (!w || !f || !g || !o || !x || !labels || !a || !s)
         abort();
-    for (i = 0; i < m->train_elems; i++)
+    for (i = 0; i < m->train_elems + m->state_elems; i++)
         w[i] = 0.01f * (float)((int)(i % 13u) - 6);
-    for (i = 0; i < m->frozen_elems; i++)
+    for (i = 0; i < m->frozen_words; i++)
         f[i] = 0.01f * (float)((int)(i % 11u) - 5);
+    if (mprotect(f, frozen + !frozen, PROT_READ))
+        abort();
     for (i = 0; i < m->x_elems; i++)
         x[i] = (float)(i % 7u); /* valid token ids for embedding models, plain inputs otherwise */
     for (i = 0; i < m->batch; i++)
@@ -103,7 +112,7 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
     poet_interp_step(m, sched, &buf, 0.01f, trace, &r);
     fuzz_port_swap(0, 0);
     free(w);
-    free(f);
+    munmap(f, frozen + !frozen);
     free(g);
     free(o);
     free(x);

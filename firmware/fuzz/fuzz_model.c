@@ -35,12 +35,14 @@ static void check_accepted(const poet_model_t *m, const uint8_t *blob, uint32_t 
     CHECK(m->n_nodes >= 1 && m->n_nodes <= POET_MAX_NODES);
     CHECK(m->recs + POET_NODE_SZ * (uint32_t)m->n_nodes == blob + len);
     for (i = 0; i < m->n_params; i++) {
-        /* trained and frozen parameters each packed in param order, in their own area */
+        /* RAM (trained, then state) and frozen parameters each packed in param order, in their own area */
         uint32_t *area = poet_param_frozen(m, (uint16_t)i) ? &frozen : &elems;
         CHECK(m->param_off[i] == *area);
-        *area += poet_param_elems(m, (uint16_t)i);
+        CHECK(!poet_param_trained(m, (uint16_t)i) || m->param_off[i] < m->train_elems);
+        *area += poet_param_i8(m, (uint16_t)i) ? 1u + (poet_param_elems(m, (uint16_t)i) + 3u) / 4u
+                                               : poet_param_elems(m, (uint16_t)i);
     }
-    CHECK(elems == m->train_elems && frozen == m->frozen_elems);
+    CHECK(elems == m->train_elems + m->state_elems && frozen == m->frozen_words);
     for (i = 0; i < m->n_nodes; i++) {
         poet_node_view(m, (uint16_t)i, &n);
         CHECK(n.n_deps <= 4);

@@ -3,11 +3,12 @@
 
 /* x[B, C, H, W] * weight[O, C/groups, K, K] (+ bias[O]) -> y[B, O, Ho, Wo]. GEOM packs padding,
  * stride and groups (POET_CONV_* in model.h). conv2d_i8 reads its weight from dep 2, quantised from
- * the parameter WEIGHT. */
+ * the parameter WEIGHT, or, with two deps, WEIGHT itself stored int8 (a frozen one, in nv storage). */
 enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8, NEED_GX = 9 };
 
 /* conv2d, conv2d_bwd and conv2d_i8: the same shapes and parameters, then each op's deps and output.
- * conv2d_i8's deps: the int8 x and its scale, the int8 weight and its scale (cast and absmax nodes). */
+ * conv2d_i8's deps: the int8 x and its scale, then the int8 weight and its scale (cast and absmax
+ * nodes) unless the weight is stored int8. */
 int op_conv2d_check(const poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
@@ -24,7 +25,8 @@ int op_conv2d_check(const poet_model_t *m, const poet_node_t *n)
     x = f32s(mul(mul((uint64_t)a[B], (uint64_t)a[C]), mul((uint64_t)a[H], (uint64_t)a[W])));
     y = f32s(mul(mul((uint64_t)a[B], (uint64_t)a[O]), mul((uint64_t)ho, (uint64_t)wo)));
     w = mul(mul((uint64_t)a[O], (uint64_t)(a[C] / gr)), mul((uint64_t)a[K], (uint64_t)a[K]));
-    if (!param_ok(m, a[WEIGHT], w) || !opt_param_ok(m, a[BIAS], (uint64_t)a[O]))
+    if (!(n->op == POET_OP_CONV2D_I8 ? i8_weight_ok(m, n, a[WEIGHT], w) : param_ok(m, a[WEIGHT], w)) ||
+        !opt_param_ok(m, a[BIAS], (uint64_t)a[O]))
         return 0;
     if (n->op == POET_OP_CONV2D_I8)
         return i8_io(m, n, x / 4u, w, mul((uint64_t)(a[C] / gr), mul((uint64_t)a[K], (uint64_t)a[K])), y);
@@ -50,8 +52,9 @@ void op_conv2d_bwd_run(const poet_exec_t *e)
 void op_conv2d_i8_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
+    float ws;
+    const int8_t *wq = i8_weight(e, a[WEIGHT], &ws);
     poet_conv2d_i8_fwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]),
                        POET_CONV_PAD(a[GEOM]), POET_CONV_GROUPS(a[GEOM]),
-                       (const int8_t *)(const void *)e->in[0], e->in[1][0],
-                       (const int8_t *)(const void *)e->in[2], e->in[3][0], param(e, a[BIAS]), e->out);
+                       (const int8_t *)(const void *)e->in[0], e->in[1][0], wq, ws, param(e, a[BIAS]), e->out);
 }

@@ -5,23 +5,27 @@
 /* ---- linear ----------------------------------------------------------------------------------- */
 
 /* x[B, in] @ weight[out, in]^T (+ bias[out]) -> y[B, out]. linear_i8 reads its weight from dep 2,
- * quantised from the parameter a3, and its bias (fp32) from a4. */
+ * quantised from the parameter a3, or, with two deps, a3 itself stored int8 (a frozen one, in nv
+ * storage); its bias (fp32) from a4. */
 enum { B = 0, IN = 1, OUT = 2, WEIGHT = 3, BIAS = 4, NEED_GX = 5 };
 
 /* linear, linear_bwd and linear_i8: the same shapes and parameters, then each op's deps and output.
- * linear_i8's deps: the int8 x and its scale, the int8 weight and its scale (cast and absmax nodes). */
+ * linear_i8's deps: the int8 x and its scale, then the int8 weight and its scale (cast and absmax
+ * nodes) unless the weight is stored int8. */
 int op_linear_check(const poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
-    uint64_t x, y;
+    uint64_t x, y, w;
     if (!pos(a[B]) || !pos(a[IN]) || !pos(a[OUT]))
         return 0;
     x = f32s(mul((uint64_t)a[B], (uint64_t)a[IN]));
     y = f32s(mul((uint64_t)a[B], (uint64_t)a[OUT]));
-    if (!param_ok(m, a[WEIGHT], mul((uint64_t)a[IN], (uint64_t)a[OUT])) || !opt_param_ok(m, a[BIAS], (uint64_t)a[OUT]))
+    w = mul((uint64_t)a[IN], (uint64_t)a[OUT]);
+    if (!(n->op == POET_OP_LINEAR_I8 ? i8_weight_ok(m, n, a[WEIGHT], w) : param_ok(m, a[WEIGHT], w)) ||
+        !opt_param_ok(m, a[BIAS], (uint64_t)a[OUT]))
         return 0;
     if (n->op == POET_OP_LINEAR_I8)
-        return i8_io(m, n, x / 4u, mul((uint64_t)a[IN], (uint64_t)a[OUT]), (uint64_t)a[IN], y);
+        return i8_io(m, n, x / 4u, w, (uint64_t)a[IN], y);
     return n->op == POET_OP_LINEAR ? io1(m, n, x, y) : weighted_bwd_ok(m, n, a[NEED_GX], y, x, a[WEIGHT]);
 }
 
@@ -41,8 +45,10 @@ void op_linear_bwd_run(const poet_exec_t *e)
 void op_linear_i8_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
-    poet_linear_i8_fwd(a[B], a[IN], a[OUT], (const int8_t *)(const void *)e->in[0], e->in[1][0],
-                       (const int8_t *)(const void *)e->in[2], e->in[3][0], param(e, a[BIAS]), e->out);
+    float ws;
+    const int8_t *wq = i8_weight(e, a[WEIGHT], &ws);
+    poet_linear_i8_fwd(a[B], a[IN], a[OUT], (const int8_t *)(const void *)e->in[0], e->in[1][0], wq, ws,
+                       param(e, a[BIAS]), e->out);
 }
 
 /* ---- matmul ----------------------------------------------------------------------------------- */

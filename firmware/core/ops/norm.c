@@ -9,13 +9,19 @@
 enum { B = 0, C = 1, HW = 2, EPS = 3, MOMENTUM = 4, WEIGHT = 5, BIAS = 6, RUN_MEAN = 7, RUN_VAR = 8,
        NEED_GX = 9 };
 
-/* Running statistics: both absent (-1) or two distinct frozen tensors of C elements. */
-static int stats_ok(const poet_model_t *m, int32_t mean, int32_t var, uint64_t c)
+/* Running statistics: both absent (-1) or two distinct untrained tensors of C elements; in RAM
+ * (state) where the forward moves them (training mode), since nv storage is not written by a step. */
+static int stat_ok(const poet_model_t *m, int32_t p, uint64_t c, int moved)
+{
+    return param_ok(m, p, c) && !poet_param_trained(m, (uint16_t)p) &&
+           (!moved || !poet_param_frozen(m, (uint16_t)p));
+}
+
+static int stats_ok(const poet_model_t *m, int32_t mean, int32_t var, uint64_t c, int moved)
 {
     if (mean == -1 && var == -1)
         return 1;
-    return mean != var && param_ok(m, mean, c) && param_ok(m, var, c) &&
-           poet_param_frozen(m, (uint16_t)mean) && poet_param_frozen(m, (uint16_t)var);
+    return mean != var && stat_ok(m, mean, c, moved) && stat_ok(m, var, c, moved);
 }
 
 /* The four batch norm ops. B*HW > 1: the batch variance of a single value is undefined (torch
@@ -28,7 +34,7 @@ int op_batchnorm_check(const poet_model_t *m, const poet_node_t *n)
     if (!pos(a[B]) || !pos(a[C]) || !pos(a[HW]) || mul((uint64_t)a[B], (uint64_t)a[HW]) < 2u ||
         !finite_attr(a[EPS]) || !(poet_attr_f32(a[EPS]) > 0.0f) || !finite_attr(a[MOMENTUM]) ||
         !opt_param_ok(m, a[WEIGHT], (uint64_t)a[C]) || !opt_param_ok(m, a[BIAS], (uint64_t)a[C]) ||
-        !stats_ok(m, a[RUN_MEAN], a[RUN_VAR], (uint64_t)a[C]) || (eval && a[RUN_MEAN] < 0))
+        !stats_ok(m, a[RUN_MEAN], a[RUN_VAR], (uint64_t)a[C], n->op == POET_OP_BATCHNORM) || (eval && a[RUN_MEAN] < 0))
         return 0;
     x = f32s(mul(mul((uint64_t)a[B], (uint64_t)a[C]), (uint64_t)a[HW]));
     return (n->op == POET_OP_BATCHNORM || n->op == POET_OP_BATCHNORM_EVAL) ? io1(m, n, x, x)

@@ -51,6 +51,7 @@ int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, u
                     int32_t weight);
 /* An int8 layer's deps: the quantised input (xe elements) and its scale, the quantised weight (we
  * elements) and its scale; reduce is the kernel's reduction length; the output is y bytes of fp32. */
+int i8_weight_ok(const poet_model_t *m, const poet_node_t *n, int32_t p, uint64_t elems);
 int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we, uint64_t reduce,
           uint64_t y);
 
@@ -67,10 +68,23 @@ static inline float *param(const poet_exec_t *e, int32_t p)
                                                  : e->buf->params + e->m->param_off[p];
 }
 
-/* A parameter's gradient, NULL for a frozen or absent one: the kernels then skip that gradient. */
+/* An int8 layer's weight and its scale: dep 2 and 3, or the frozen int8 parameter p (two deps). */
+static inline const int8_t *i8_weight(const poet_exec_t *e, int32_t p, float *scale)
+{
+    const float *s;
+    if (e->n_deps == 4) {
+        *scale = e->in[3][0];
+        return (const int8_t *)(const void *)e->in[2];
+    }
+    s = e->buf->frozen + e->m->param_off[p];
+    *scale = s[0];
+    return (const int8_t *)(const void *)(s + 1);
+}
+
+/* A parameter's gradient, NULL for an untrained or absent one: the kernels then skip that gradient. */
 static inline float *grad(const poet_exec_t *e, int32_t p)
 {
-    return (p < 0 || poet_param_frozen(e->m, (uint16_t)p)) ? 0 : e->buf->grads + e->m->param_off[p];
+    return (p < 0 || !poet_param_trained(e->m, (uint16_t)p)) ? 0 : e->buf->grads + e->m->param_off[p];
 }
 
 #endif

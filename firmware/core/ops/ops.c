@@ -42,9 +42,11 @@ int op_same_check(const poet_model_t *m, const poet_node_t *n)
     return pos(a[0]) && io1(m, n, f32s((uint64_t)a[0]), f32s((uint64_t)a[0]));
 }
 
+/* An fp32 parameter of elems elements (every reader but an int8 layer's weight). */
 int param_ok(const poet_model_t *m, int32_t p, uint64_t elems)
 {
-    return p >= 0 && (uint32_t)p < m->n_params && poet_param_elems(m, (uint16_t)p) == elems;
+    return p >= 0 && (uint32_t)p < m->n_params && poet_param_elems(m, (uint16_t)p) == elems &&
+           !poet_param_i8(m, (uint16_t)p);
 }
 
 int opt_param_ok(const poet_model_t *m, int32_t p, uint64_t elems)
@@ -84,7 +86,7 @@ int bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y
 int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x,
                     int32_t weight)
 {
-    if (n->n_deps == 1 && poet_param_frozen(m, (uint16_t)weight))
+    if (n->n_deps == 1 && !poet_param_trained(m, (uint16_t)weight))
         return (need == 0 || need == 1) && io1(m, n, y, need ? x : 0u);
     return bwd_ok(m, n, need, y, x);
 }
@@ -93,10 +95,23 @@ int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, u
  * them cannot overflow: the int8 kernels' reduction length (in, or C/groups k k) is held to that. */
 #define POET_I8_MAX_REDUCE 133143u
 
+/* An int8 layer reads its weight quantised by the step (deps 2 and 3: a cast and an absmax node of
+ * the fp32 parameter) or, with two deps, stored int8 in nv storage (a frozen POET_PARAM_I8 one). */
+int i8_weight_ok(const poet_model_t *m, const poet_node_t *n, int32_t p, uint64_t elems)
+{
+    if (n->n_deps != 2)
+        return param_ok(m, p, elems);
+    return p >= 0 && (uint32_t)p < m->n_params && poet_param_elems(m, (uint16_t)p) == elems &&
+           poet_param_i8(m, (uint16_t)p);
+}
+
 int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we, uint64_t reduce,
           uint64_t y)
 {
-    return n->n_deps == 4 && reduce <= POET_I8_MAX_REDUCE && dep_bytes(m, n, 0) == xe &&
-           dep_dtype(m, n, 0) == POET_DT_I8 && is_scale(m, n->deps[1]) && dep_bytes(m, n, 2) == we &&
-           dep_dtype(m, n, 2) == POET_DT_I8 && is_scale(m, n->deps[3]) && n->bytes == y;
+    if (n->n_deps != 2 && n->n_deps != 4)
+        return 0;
+    return reduce <= POET_I8_MAX_REDUCE && dep_bytes(m, n, 0) == xe && dep_dtype(m, n, 0) == POET_DT_I8 &&
+           is_scale(m, n->deps[1]) && n->bytes == y &&
+           (n->n_deps == 2 || (dep_bytes(m, n, 2) == we && dep_dtype(m, n, 2) == POET_DT_I8 &&
+                               is_scale(m, n->deps[3])));
 }

@@ -34,7 +34,7 @@ void op_optimizer_run(const poet_exec_t *e)
     for (p = 0; p < m->n_params; p++) {
         uint32_t g = m->param_off[p], n = poet_param_elems(m, p);
         float *w = buf->params + g;
-        if (poet_param_frozen(m, p))
+        if (!poet_param_trained(m, p))
             continue;
         if (m->opt == POET_OPT_ADAM)
             poet_adam(n, e->lr, poet_attr_f32(a[BETA1]), poet_attr_f32(a[BETA2]), poet_attr_f32(a[EPS]), step,

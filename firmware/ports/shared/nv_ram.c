@@ -17,13 +17,25 @@
 #endif
 
 #ifdef NV_BYTES
+/* On Linux the array is read-only except while port_nv_write programs it, as flash is to the CPU's
+ * stores on a board: a kernel that wrote through a pointer into nv storage (a frozen tensor, a
+ * running statistic) faults here instead of passing on the stand-in and failing on silicon. */
+#if defined(__linux__)
+#include <sys/mman.h>
+#define NV_PROTECT(prot) mprotect(nv_array.bytes, NV_BYTES, (prot))
+#define NV_ALIGN __attribute__((aligned(4096)))
+#else
+#define NV_PROTECT(prot) 0
+#define NV_ALIGN
+#endif
 static union {
     uint64_t align;
     uint8_t bytes[NV_BYTES];
-} nv_array;
+} nv_array NV_ALIGN;
 #define NV_BASE (nv_array.bytes)
 #define NV_SIZE ((uint32_t)(NV_BYTES))
 #else
+#define NV_PROTECT(prot) 0
 extern uint8_t __nv_start[], __nv_end[];
 #define NV_BASE (__nv_start)
 #define NV_SIZE ((uint32_t)(__nv_end - __nv_start))
@@ -38,10 +50,12 @@ int port_nv_write(uint32_t off, const void *src, uint32_t n)
     uint32_t i;
     if (off > NV_SIZE || n > NV_SIZE - off || (off & 3u) || (n & 3u))
         return 1;
+    if (NV_PROTECT(PROT_READ | PROT_WRITE))
+        return 1;
     for (i = 0; i < n; i++) {
         if ((off + i) % NV_ERASE_BYTES == 0)
             memset(NV_BASE + off + i, 0xFF, NV_ERASE_BYTES <= NV_SIZE - (off + i) ? NV_ERASE_BYTES : NV_SIZE - (off + i));
         NV_BASE[off + i] &= s[i];
     }
-    return 0;
+    return NV_PROTECT(PROT_READ) != 0;
 }

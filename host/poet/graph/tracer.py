@@ -503,6 +503,34 @@ class _NeedsValues(Exception):
 
 def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tensor, classes: int,
                 input_dtype: str, train: str, real_step: bool, frozen: set[str], meta: bool) -> Traced:
+    """One traced step; fine-tuning part of the model, its frozen batch norms use running statistics.
+
+    A batch norm in training mode none of whose parameters trains (`--train last:N`, `bias` on a
+    layer without a bias...) normalises with its running statistics instead of the batch's, as
+    Keras runs frozen BatchNormalization layers and tiny-training folds frozen ones: a frozen layer
+    then computes the same function every step, its statistics stay read-only in flash instead of
+    taking RAM to be moved, and a batch of one is well defined. The PyTorch reference does the same
+    (reference.as_graph)."""
+    t = _trace_once(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta, frozenset())
+    norms = _norms_to_freeze(t.graph) if train != "all" else frozenset()
+    return t if not norms else _trace_once(model, name, x, labels, classes, input_dtype, train, real_step,
+                                           frozen, meta, norms)
+
+
+def _norms_to_freeze(g: TrainingGraph) -> frozenset[str]:
+    """Module paths of the batch norms in training mode that train no parameter."""
+    fixed = set(g.frozen)
+    return frozenset(n.module for n in g.nodes if n.op == "batchnorm" and all(
+        g.params[n.attrs[k]][0] in fixed for k in ("w", "b") if n.attrs.get(k, -1) >= 0))
+
+
+def _module(model: nn.Module, path: str) -> nn.Module:
+    return model.get_submodule(path.replace("/", "."))
+
+
+def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tensor, classes: int,
+                input_dtype: str, train: str, real_step: bool, frozen: set[str], meta: bool,
+                eval_norms: frozenset[str]) -> Traced:
     batch = x.shape[0]
     params = list(model.named_parameters())
     before = [(p.requires_grad, p.grad) for _, p in params]
@@ -512,6 +540,8 @@ def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
     modes = {m: m.training for m in model.modules()}
     if not model.training:  # a model handed over in eval mode trains as a whole; one in train mode
         model.train()       # keeps the modes its user set (a batch norm in eval(): frozen statistics)
+    for path in eval_norms:
+        _module(model, path).training = False
     subst = None
     if meta:
         subst = {n: torch.empty_like(t, device="meta").requires_grad_(t.requires_grad)

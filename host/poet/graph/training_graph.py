@@ -15,6 +15,7 @@ from typing import Any
 
 from poet.errors import UsageError
 from poet.graph.dtypes import F32
+from poet.graph.quantise import i8_bytes
 
 
 @dataclass
@@ -62,9 +63,24 @@ class TrainingGraph:
         return F32 * sum(numel(s) for n, s in self.params if n not in frozen)
 
     @property
+    def moved(self) -> set[str]:
+        """Untrained tensors the forward pass writes: the running statistics of a batch norm in training
+        mode. They stay in RAM with no gradient (the board does not write flash during a step)."""
+        return {self.params[n.attrs[k]][0] for n in self.nodes if n.op == "batchnorm"
+                for k in ("rm", "rv") if n.attrs.get(k, -1) >= 0}
+
+    @property
+    def int8_params(self) -> set[str]:
+        """Frozen weights stored int8 (one fp32 scale each): those an int8 layer reads from the parameter
+        itself (two deps, poet.plan.precision), which nothing else reads."""
+        return {self.params[n.attrs["w"]][0] for n in self.nodes
+                if n.op in ("linear_i8", "conv2d_i8") and len(n.deps) == 2}
+
+    @property
     def frozen_bytes(self) -> int:
-        frozen = set(self.frozen)
-        return F32 * sum(numel(s) for n, s in self.params if n in frozen)
+        """Bytes of the tensors read in place from the board's flash: frozen and never written."""
+        fixed, i8 = set(self.frozen) - self.moved, self.int8_params
+        return sum(i8_bytes(numel(s)) if n in i8 else F32 * numel(s) for n, s in self.params if n in fixed)
 
     @property
     def x_elems(self) -> int:

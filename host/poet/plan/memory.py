@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from poet.errors import UsageError
 from poet.graph.dtypes import F32, I32
+from poet.graph.quantise import i8_bytes
 from poet.units import format_size
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class Flash:
     """What a model keeps in the board's flash (the firmware's nv region), read in place."""
 
     model_blob: int  # the node table (docs/spec.md 2)
-    frozen: int  # the frozen parameters and statistics, fp32 (the frozen weights blob)
+    frozen: int  # the frozen parameters and statistics, fp32 or int8 (the frozen weights blob)
 
     @property
     def total(self) -> int:
@@ -59,7 +60,7 @@ class Pool:
     """The runtime's pool before the activation arena, region by region, each as the firmware sizes it."""
 
     tables: int  # the model's per-node and per-parameter tables
-    params: int  # the trained parameters: the weights blob
+    params: int  # the trained parameters, then the running statistics the forward moves: the weights blob
     grads: int  # their gradients
     optimizer_state: int
     staging: int  # the batch the host uploads before each step
@@ -67,18 +68,25 @@ class Pool:
 
     @classmethod
     def of(cls, param_elems: Sequence[int], trained: Sequence[bool], optimizer: str, batch: int,
-           x_elems: int, n_nodes: int) -> Pool:
-        """From what a model is: its parameters' element counts (upload order) and which are trained,
-        the optimizer's name, the batch and its input elements, and its node count."""
+           x_elems: int, n_nodes: int, moved: Sequence[bool] | None = None,
+           int8: Sequence[bool] | None = None) -> Pool:
+        """From what a model is: its parameters' element counts (upload order), which are trained and
+        which, untrained, the forward pass moves (`moved`: kept in RAM too), which frozen ones are
+        stored int8 (`int8`), the optimizer's name, the batch and its input elements, and its node count."""
         trained_bytes = F32 * sum(n for n, t in zip(param_elems, trained, strict=True) if t)
+        moved = moved or [False] * len(param_elems)
+        int8 = int8 or [False] * len(param_elems)
+        state_bytes = F32 * sum(n for n, s in zip(param_elems, moved, strict=True) if s)
+        frozen = sum(i8_bytes(n) if q else F32 * n
+                     for n, t, s, q in zip(param_elems, trained, moved, int8, strict=True) if not (t or s))
         words = OPTIMIZER_WORDS[optimizer]
         # a u32 step counter and `words` floats per trained element (docs/spec.md 6); plain SGD keeps nothing
         state = I32 + words * trained_bytes if words else 0
         blob = MODEL_HEADER_BYTES + 4 * len(param_elems) + MODEL_NODE_BYTES * n_nodes
         return cls(tables=TABLE_PARAM_BYTES * len(param_elems) + TABLE_NODE_BYTES * n_nodes,
-                   params=trained_bytes, grads=trained_bytes, optimizer_state=state,
+                   params=trained_bytes + state_bytes, grads=trained_bytes, optimizer_state=state,
                    staging=F32 * x_elems + I32 * batch,  # inputs as fp32, one i32 label per sample
-                   flash=Flash(model_blob=blob, frozen=F32 * sum(param_elems) - trained_bytes))
+                   flash=Flash(model_blob=blob, frozen=frozen))
 
     @property
     def fixed(self) -> int:
@@ -92,9 +100,10 @@ class Pool:
 
 def pool_for(g: TrainingGraph) -> Pool:
     """The pool a training graph needs on the board (the model blob lowered from it asks the same)."""
-    frozen = set(g.frozen)
+    frozen, moved, i8 = set(g.frozen), g.moved, g.int8_params
     return Pool.of(g.param_elems, [name not in frozen for name, _ in g.params], g.optimizer["name"], g.batch,
-                   g.x_elems, len(g.nodes))
+                   g.x_elems, len(g.nodes), [name in moved for name, _ in g.params],
+                   [name in i8 for name, _ in g.params])
 
 
 def costed_fixed_bytes(param_bytes: int) -> int:
@@ -123,7 +132,7 @@ class MemoryBudget:
         p = self.pool
         return [("firmware static (stack, buffers, trace ring)", self.runtime_static),
                 ("model tables (per node and parameter)", p.tables),
-                ("trained parameters", p.params), ("gradients", p.grads),
+                ("trained parameters, moved statistics", p.params), ("gradients", p.grads),
                 ("optimizer state", p.optimizer_state), ("staged batch", p.staging),
                 ("activation arena", self.arena)]
 

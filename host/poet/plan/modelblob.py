@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
+from poet.graph.quantise import decode_i8, encode_i8, i8_bytes
 from poet.plan.memory import MODEL_HEADER_BYTES as HEADER_BYTES
 from poet.plan.memory import MODEL_NODE_BYTES as NODE_BYTES
 from poet.plan.memory import Pool
@@ -22,7 +23,9 @@ VERSION = 1
 MAX_DEPS = 4
 N_ATTRS = 10
 NO_DEP = 0xFFFF
-PARAM_FROZEN = 0x80000000  # param table word: not trained (no gradient, no optimizer state)
+PARAM_FROZEN = 0x80000000  # param table word: not trained (no gradient, no optimizer state), in flash
+PARAM_STATE = 0x40000000  # param table word: not trained but moved by the forward pass, in RAM
+PARAM_I8 = 0x20000000  # param table word, with PARAM_FROZEN: stored int8 with an fp32 scale
 PARAM_ELEMS_MASK = 0x0FFFFFFF
 OPTIMIZERS = ("sgd", "momentum", "adam")  # by the optimizer node's a0 (docs/spec.md section 2)
 
@@ -150,15 +153,29 @@ class ModelBlob:
     param_elems: list[int]
     nodes: list[BlobNode] = field(default_factory=list)
     param_frozen: list[bool] = field(default_factory=list)  # per parameter; missing entries: trained
+    param_moved: list[bool] = field(default_factory=list)  # untrained, written by the forward: in RAM
+    param_i8: list[bool] = field(default_factory=list)  # frozen, stored int8 (read by an int8 layer only)
 
     def frozen(self, p: int) -> bool:
-        return p < len(self.param_frozen) and self.param_frozen[p]
+        """Read in place from flash: not trained and never written."""
+        return p < len(self.param_frozen) and self.param_frozen[p] and not self.moved(p)
+
+    def moved(self, p: int) -> bool:
+        return p < len(self.param_moved) and self.param_moved[p]
+
+    def i8(self, p: int) -> bool:
+        return self.frozen(p) and p < len(self.param_i8) and self.param_i8[p]
+
+    def trained(self, p: int) -> bool:
+        return not (p < len(self.param_frozen) and self.param_frozen[p]) and not self.moved(p)
 
     def encode(self) -> bytes:
         out = bytearray(_HEADER.pack(MAGIC, VERSION, 0, len(self.nodes), len(self.param_elems),
                                      self.batch, self.x_elems))
         for p, n in enumerate(self.param_elems):
-            out += struct.pack("<I", n | (PARAM_FROZEN if self.frozen(p) else 0))
+            kind = PARAM_FROZEN | (PARAM_I8 if self.i8(p) else 0) if self.frozen(p) else \
+                PARAM_STATE if self.moved(p) else 0
+            out += struct.pack("<I", n | kind)
         for node in self.nodes:
             deps = list(node.deps) + [NO_DEP] * (MAX_DEPS - len(node.deps))
             attrs = list(node.attrs) + [0] * (N_ATTRS - len(node.attrs))
@@ -177,7 +194,9 @@ class ModelBlob:
             raise ValueError(f"model blob is {len(data)} bytes, its header says {want}")
         words = list(struct.unpack_from(f"<{n_params}I", data, HEADER_BYTES))
         params = [w & PARAM_ELEMS_MASK for w in words]
-        frozen = [bool(w & PARAM_FROZEN) for w in words]
+        frozen = [bool(w & (PARAM_FROZEN | PARAM_STATE)) for w in words]
+        moved = [bool(w & PARAM_STATE) for w in words]
+        i8 = [bool(w & PARAM_I8) for w in words]
         nodes = []
         off = HEADER_BYTES + 4 * n_params
         for _ in range(n_nodes):
@@ -186,7 +205,7 @@ class ModelBlob:
             last = max((i + 1 for i, a in enumerate(attrs) if a != 0), default=0)
             nodes.append(BlobNode(op, kind, tuple(deps[:n_deps]), nbytes, tuple(attrs[:last])))
             off += NODE_BYTES
-        return cls(batch, x_elems, params, nodes, frozen)
+        return cls(batch, x_elems, params, nodes, frozen, moved, i8)
 
     def hash(self) -> int:
         return fnv1a64(self.encode())
@@ -200,12 +219,13 @@ class ModelBlob:
     @property
     def pool(self) -> Pool:
         """The board's pool for this model (poet.plan.memory): tables, weights, gradients, optimizer state, batch."""
-        return Pool.of(self.param_elems, [not self.frozen(p) for p in range(len(self.param_elems))], self.optimizer,
-                       self.batch, self.x_elems, len(self.nodes))
+        ps = range(len(self.param_elems))
+        return Pool.of(self.param_elems, [self.trained(p) for p in ps], self.optimizer, self.batch, self.x_elems,
+                       len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps])
 
     @property
     def param_bytes(self) -> int:
-        """The trained parameters: the weights blob, in the board's RAM."""
+        """The trained parameters and moved statistics: the weights blob, in the board's RAM."""
         return self.pool.params
 
     @property
@@ -214,19 +234,33 @@ class ModelBlob:
         return self.pool.flash.frozen
 
     def split_weights(self, params: Sequence[np.ndarray]) -> tuple[bytes, bytes]:
-        """Every parameter (param-table order) as the two blobs the board takes: (weights, frozen weights)."""
+        """Every parameter (param-table order) as the two blobs the board takes: (weights, frozen weights).
+        A frozen tensor stored int8 is quantised here, once (poet.graph.quantise)."""
         if len(params) != len(self.param_elems):
             raise ValueError(f"{len(params)} parameters, the parameter table has {len(self.param_elems)}")
-        trained = [p for i, p in enumerate(params) if not self.frozen(i)]
-        frozen = [p for i, p in enumerate(params) if self.frozen(i)]
-        return encode_weights(trained), encode_weights(frozen)
+        ram = [p for i, p in enumerate(params) if not self.frozen(i)]
+        flash = b"".join(encode_i8(p) if self.i8(i) else encode_weights([p])
+                         for i, p in enumerate(params) if self.frozen(i))
+        return encode_weights(ram), flash
 
     def join_weights(self, weights: bytes, frozen: bytes) -> list[np.ndarray]:
-        """The two blobs back as every parameter, flat, in param-table order."""
+        """The two blobs back as every parameter, flat, in param-table order (int8 ones dequantised: the
+        values the board computes with)."""
         n = len(self.param_elems)
-        trained = iter(decode_weights(weights, [self.param_elems[i] for i in range(n) if not self.frozen(i)]))
-        fixed = iter(decode_weights(frozen, [self.param_elems[i] for i in range(n) if self.frozen(i)]))
-        return [next(fixed) if self.frozen(i) else next(trained) for i in range(n)]
+        ram = iter(decode_weights(weights, [self.param_elems[i] for i in range(n) if not self.frozen(i)]))
+        want = self.frozen_bytes
+        if len(frozen) != want:
+            raise ValueError(f"frozen weights are {len(frozen)} bytes, the parameter table needs {want}")
+        out, off = [], 0
+        for i in range(n):
+            if not self.frozen(i):
+                out.append(next(ram))
+                continue
+            size = i8_bytes(self.param_elems[i]) if self.i8(i) else F32 * self.param_elems[i]
+            chunk = frozen[off:off + size]
+            out.append(decode_i8(chunk, self.param_elems[i]) if self.i8(i) else decode_weights(chunk, [self.param_elems[i]])[0])
+            off += size
+        return out
 
     @property
     def grad_bytes(self) -> int:

@@ -149,7 +149,9 @@ class _Made:
     new: dict[int, int]  # id in g -> id in graph (an int8 layer: its int8 output, unless both)
     low: dict[int, int]  # chosen tensor -> its narrow copy
     back: dict[int, int]  # chosen tensor -> its cast back to fp32
-    i8: dict[int, tuple[int, ...]]  # int8 layer -> its nodes (x scale, x int8, w scale, w int8, the layer)
+    # int8 layer -> its nodes (x scale, x int8, w scale, w int8, the layer; no weight nodes for a weight
+    # stored int8)
+    i8: dict[int, tuple[int, ...]]
 
 
 def _transform(g: TrainingGraph, choice: dict[int, str], int8: set[int], both: bool = False) -> _Made:
@@ -194,11 +196,21 @@ def _transform(g: TrainingGraph, choice: dict[int, str], int8: set[int], both: b
         return add(name, src, "cast", [dep], converted_bytes(src.bytes, "fp32", to),
                    {"n": elems, "from": frm, "to": to, "w": -1}, elems)
 
+    # weights nothing but their int8 layer reads, and nothing trains: stored int8 in flash, quantised
+    # once on the host instead of every step (no weight absmax or cast node, no int8 copy in the arena)
+    readers: dict[int, int] = {}
+    for n in g.nodes:
+        if n.attrs.get("w", -1) >= 0 and n.kind != "optimizer":
+            readers[n.attrs["w"]] = readers.get(n.attrs["w"], 0) + 1
+    fixed = set(g.frozen) - g.moved
+
     def int8_layer(n: GraphNode, x: int) -> tuple[int, ...]:
         xe, we = nodes[x].bytes // 4, numel(g.params[n.attrs["w"]][1])
         w = int(n.attrs["w"])
         ax = add(f"{n.name}/int8/x_scale", n, "absmax", [x], 4, {"n": xe, "w": -1}, xe)
         qx = add(f"{n.name}/int8/x", n, "cast", [x, ax], xe, {"n": xe, "from": "fp32", "to": "int8", "w": -1}, xe)
+        if g.params[w][0] in fixed and readers.get(w) == 1:
+            return ax, qx, add(n.name, n, I8_OPS[n.op], [qx, ax], n.bytes, dict(n.attrs), n.flops)
         aw = add(f"{n.name}/int8/w_scale", n, "absmax", [], 4, {"n": we, "w": w}, we)
         qw = add(f"{n.name}/int8/w", n, "cast", [aw], we, {"n": we, "from": "fp32", "to": "int8", "w": w}, we)
         y = add(n.name, n, I8_OPS[n.op], [qx, ax, qw, aw], n.bytes, dict(n.attrs), n.flops)
