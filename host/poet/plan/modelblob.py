@@ -256,9 +256,10 @@ class ModelBlob:
             if not self.frozen(i):
                 out.append(next(ram))
                 continue
-            size = i8_bytes(self.param_elems[i]) if self.i8(i) else F32 * self.param_elems[i]
+            n = self.param_elems[i]
+            size = i8_bytes(n) if self.i8(i) else F32 * n
             chunk = frozen[off:off + size]
-            out.append(decode_i8(chunk, self.param_elems[i]) if self.i8(i) else decode_weights(chunk, [self.param_elems[i]])[0])
+            out.append(decode_i8(chunk, n) if self.i8(i) else decode_weights(chunk, [n])[0])
             off += size
         return out
 
