@@ -5,7 +5,9 @@ For every zoo model (batch 1) and train mode: trace the training step, lay out t
 meeting a 3x-one-pass deadline needs (the POET MILP, `min_arena_budget`), plan at that --ram, and
 print the table docs/benchmarks.md keeps: smallest --ram, energy and time per step of that plan
 (modelled from the shipped profile; ops it lacks are estimated), and where the bytes live. A row
-whose fixed part or frozen weights do not fit the board says which. Planning only: no board runs.
+whose fixed part or frozen weights do not fit the board says which. Where the fp32 frozen weights
+do not fit the board's flash, the frozen layers with the largest weights run in int8 with their
+weights stored int8 (precision.flash_fit, as `poet solve` does). Planning only: no board runs.
 
     python benchmarks/smallest_ram.py [--boards nrf52840 mkr1000 esp32c3] [--models ...]
 """
@@ -16,12 +18,13 @@ import argparse
 import time
 
 from poet.boards import load_board
-from poet.errors import PoetError
+from poet.errors import PoetError, UsageError
 from poet.graph.tracer import traced
 from poet.models.zoo import ZOO, ModelChoice
-from poet.plan.costs import costed, load_profile
+from poet.plan.costs import load_profile
 from poet.plan.memory import pool_for
 from poet.plan.pipeline import plan_step
+from poet.plan.precision import apply_storage, costed_storage, flash_fit, int8_storable
 from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.units import format_size
 
@@ -34,17 +37,23 @@ def row(board_name: str, model: str, mode: str) -> str:
     prof = load_profile(board.name)
     static = int(prof["runtime_static_bytes"])
     _, g = traced(ModelChoice(model, 1, train=mode))
+    head = f"| {model} | {mode} |"
+    try:
+        int8 = flash_fit(g, board.model_flash_bytes, board.name)
+    except UsageError:
+        total = pool_for(apply_storage(g, {}, {n.id for n in g.nodes if n.kind == "forward"
+                                               and n.attrs.get("w", -1) in int8_storable(g)})).flash.total
+        return (f"{head} - | - | - | flash: needs {format_size(total)} with every frozen weight int8, of "
+                f"{format_size(board.model_flash_bytes)} |")
+    g = apply_storage(g, {}, set(int8))
     pool = pool_for(g)
     flash = pool.flash
     where = (f"RAM {format_size(static + pool.fixed)} fixed + arena; flash {format_size(flash.total)} "
-             f"(frozen {format_size(flash.frozen)})")
-    head = f"| {model} | {mode} |"
-    if flash.total > board.model_flash_bytes:
-        return f"{head} - | - | - | flash: needs {format_size(flash.total)} of {format_size(board.model_flash_bytes)} |"
+             f"(frozen {format_size(flash.frozen)}" + (f", {len(int8)} layers' weights int8)" if int8 else ")"))
     fixed = static + pool.fixed
     if fixed >= board.ram_bytes:
         return f"{head} - | - | - | RAM: fixed part {format_size(fixed)} > {format_size(board.ram_bytes)} |"
-    cg = costed(g, board, prof, estimate=True)
+    cg = costed_storage(g, board, prof, estimate=True)
     deadline = DEADLINE * cg.one_pass_s
     try:
         arena = min_arena_budget(cg, deadline, time_limit_s=60.0)

@@ -20,9 +20,10 @@ from conftest import digits_batches as batches
 from fwhelpers import native_link
 from poet.boards import load_board
 from poet.device.link import BATCH, SCHEDULE
+from poet.errors import UsageError
 from poet.graph.reference import accuracy, load_weights, weights_of
 from poet.graph.tracer import trace
-from poet.graph.training_graph import TrainingGraph
+from poet.graph.training_graph import TrainingGraph, numel
 from poet.models.datasets import digits_split
 from poet.models.zoo import get_model
 from poet.plan.costs import costed, load_profile
@@ -494,3 +495,34 @@ def test_cli_precision_refusals_and_output(tmp_path: Path) -> None:
     assert r.returncode == 0 and "4 layers in int8" in r.stdout, r.stdout + r.stderr
     r = poet("solve", "--model", "mlp-digits", "--ram", "80k", "--precision", "greedy", "-o", str(tmp_path / "g.poet"))
     assert r.returncode == 0 and (tmp_path / "g.poet").stat().st_size > 0, r.stderr
+
+
+def test_flash_fit_stores_the_largest_frozen_weights_int8_until_the_model_fits() -> None:
+    """MobileNetV2-0.35 fine-tuned last:2 has 1.6 MiB of fp32 frozen weights; the nRF52840 keeps 768 KiB
+    of flash for the model: the largest frozen conv weights go int8 (a quarter of the bytes), as few as
+    fit. A model whose weights fit stays fp32; the Selection says which weights live in flash as int8."""
+    from poet.plan.memory import pool_for
+    from poet.plan.precision import flash_fit, int8_storable
+
+    board = load_board("nrf52840")
+    model, spec = get_model("mobilenetv2-cifar-0.35")
+    g = trace(model, spec.name, spec.input_shape, spec.classes, 1, train="last:2")
+    flash = board.model_flash_bytes
+    assert pool_for(g).flash.total > flash
+    chosen = flash_fit(g, flash, board.name)
+    assert pool_for(apply_storage(g, {}, set(chosen))).flash.total <= flash
+    weight = {n.id: numel(g.params[n.attrs["w"]][1]) for n in g.nodes if n.attrs.get("w", -1) in int8_storable(g)}
+    # the largest first, and one fewer does not fit
+    assert min(weight[k] for k in chosen) >= max(weight[k] for k in set(weight) - chosen)
+    smallest = min(chosen, key=lambda k: weight[k])
+    assert pool_for(apply_storage(g, {}, set(chosen) - {smallest})).flash.total > flash
+    assert g.nodes[max(chosen, key=lambda k: weight[k])].name == "conv2/forward"  # 1280x112, the largest
+    g8 = apply_storage(g, {}, set(chosen))
+    assert all(n.op == "conv2d_i8" and len(n.deps) == 2 for n in g8.nodes if n.op.endswith("_i8"))
+    # a model that fits keeps fp32 (no layer forced); one that fits not even in int8 is one line
+    _, small = _graph("cnn-digits", 4)
+    assert flash_fit(small, flash, board.name) == frozenset()
+    model, spec = get_model("resnet18-cifar")
+    big = trace(model, spec.name, spec.input_shape, spec.classes, 1, train="last:1")
+    with pytest.raises(UsageError, match=r"need 10.72 MiB of flash even stored int8 \(20 layers\)"):
+        flash_fit(big, flash, board.name)

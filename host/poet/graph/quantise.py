@@ -22,8 +22,9 @@ def absmax_scale(x: np.ndarray) -> np.float32:
 
 def quantise(x: np.ndarray, scale: np.float32) -> np.ndarray:
     """x * (1 / scale) rounded half to even and saturated to [-127, 127], NaN to 0: poet_quantize_i8."""
-    v = np.asarray(x, dtype=np.float32) * (np.float32(1.0) / np.float32(scale))
-    q = np.clip(np.rint(v), -127, 127)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN saturate and zero, as on the board
+        v = np.asarray(x, dtype=np.float32) * (np.float32(1.0) / np.float32(scale))
+        q = np.clip(np.rint(v), -127, 127)
     return np.where(np.isnan(v), 0, q).astype(np.int8)
 
 

@@ -45,6 +45,7 @@ from poet.plan.pipeline import Planned
 from poet.plan.strategies import found, plan_with
 from poet.plan.strategies.poet_milp import Switch, solve_switched
 from poet.plan.types import CostedGraph, Plan
+from poet.units import format_size
 
 if TYPE_CHECKING:  # the request's module plans through this one
     from poet.plan.request import PlanRequest
@@ -196,20 +197,14 @@ def _transform(g: TrainingGraph, choice: dict[int, str], int8: set[int], both: b
         return add(name, src, "cast", [dep], converted_bytes(src.bytes, "fp32", to),
                    {"n": elems, "from": frm, "to": to, "w": -1}, elems)
 
-    # weights nothing but their int8 layer reads, and nothing trains: stored int8 in flash, quantised
-    # once on the host instead of every step (no weight absmax or cast node, no int8 copy in the arena)
-    readers: dict[int, int] = {}
-    for n in g.nodes:
-        if n.attrs.get("w", -1) >= 0 and n.kind != "optimizer":
-            readers[n.attrs["w"]] = readers.get(n.attrs["w"], 0) + 1
-    fixed = set(g.frozen) - g.moved
+    storable = int8_storable(g)
 
     def int8_layer(n: GraphNode, x: int) -> tuple[int, ...]:
         xe, we = nodes[x].bytes // 4, numel(g.params[n.attrs["w"]][1])
         w = int(n.attrs["w"])
         ax = add(f"{n.name}/int8/x_scale", n, "absmax", [x], 4, {"n": xe, "w": -1}, xe)
         qx = add(f"{n.name}/int8/x", n, "cast", [x, ax], xe, {"n": xe, "from": "fp32", "to": "int8", "w": -1}, xe)
-        if g.params[w][0] in fixed and readers.get(w) == 1:
+        if w in storable:
             return ax, qx, add(n.name, n, I8_OPS[n.op], [qx, ax], n.bytes, dict(n.attrs), n.flops)
         aw = add(f"{n.name}/int8/w_scale", n, "absmax", [], 4, {"n": we, "w": w}, we)
         qw = add(f"{n.name}/int8/w", n, "cast", [aw], we, {"n": we, "from": "fp32", "to": "int8", "w": w}, we)
@@ -235,6 +230,51 @@ def _transform(g: TrainingGraph, choice: dict[int, str], int8: set[int], both: b
 
 
 I8_OPS = {"linear": "linear_i8", "conv2d": "conv2d_i8"}  # the fp32 layers with an int8 kernel
+
+
+def int8_storable(g: TrainingGraph) -> set[int]:
+    """Parameters an int8 layer would read stored int8 in flash: frozen weights (never written) that
+    nothing but their layer's forward reads. Quantised once on the host instead of every step, they
+    need no absmax or cast node and no int8 copy in the arena, and take a quarter of the flash."""
+    readers: dict[int, int] = {}
+    for n in g.nodes:
+        if n.attrs.get("w", -1) >= 0 and n.kind != "optimizer":
+            readers[n.attrs["w"]] = readers.get(n.attrs["w"], 0) + 1
+    fixed = set(g.frozen) - g.moved
+    return {n.attrs["w"] for n in g.nodes if n.kind == "forward" and n.op in I8_OPS and n.attrs.get("w", -1) >= 0
+            and g.params[n.attrs["w"]][0] in fixed and readers[n.attrs["w"]] == 1}
+
+
+def flash_fit(g: TrainingGraph, flash_bytes: int | None, board: str = "the board") -> frozenset[int]:
+    """The frozen layers (forward node ids) to run in int8 so that the model's flash part fits
+    `flash_bytes`: none when fp32 fits, else the layers with the largest storable weights first (a
+    weight stored int8 takes a quarter of its fp32 bytes), as few as fit. A model that does not fit
+    even with every storable weight in int8 is one clear line."""
+    from poet.plan.memory import pool_for
+
+    if flash_bytes is None or pool_for(g).flash.total <= flash_bytes:
+        return frozenset()
+    storable = int8_storable(g)
+    layers = sorted((n for n in g.nodes if n.kind == "forward" and n.attrs.get("w", -1) in storable),
+                    key=lambda n: (-numel(g.params[n.attrs["w"]][1]), n.id))
+    chosen: set[int] = set()
+    total = pool_for(g).flash.total
+    for n in layers:  # each pool_for is one pass over the graph; a weight saves about 3/4 of its bytes
+        chosen.add(n.id)
+        if len(chosen) == len(layers) or sum(numel(g.params[g.nodes[k].attrs["w"]][1]) for k in chosen) * 3 >= \
+                pool_for(g).flash.total - flash_bytes:
+            total = pool_for(apply_storage(g, {}, chosen)).flash.total
+            if total <= flash_bytes:
+                return frozenset(chosen)
+    if not layers:
+        raise UsageError(f"the model blob and frozen weights need {format_size(total)} of flash, more than the "
+                         f"{format_size(flash_bytes)} {board}'s firmware leaves for them, and none can be stored "
+                         "int8 (each is read by the backward pass of a layer that trains), and streaming frozen "
+                         "weights from the SD card is not implemented yet: choose a smaller model")
+    raise UsageError(f"the model's frozen weights need {format_size(total)} of flash even stored int8 "
+                     f"({len(layers)} layers), more than the {format_size(flash_bytes)} {board}'s firmware leaves "
+                     "for them, and streaming frozen weights from the SD card is not implemented yet: "
+                     "choose a smaller model or train more of it")
 
 
 # ---------------------------------------------------------------- cast costs
@@ -325,6 +365,11 @@ class Selection:
     scores: dict[str, float] = field(default_factory=dict)  # energy of each plan solved (auto)
     int8: dict[int, str] = field(default_factory=dict)  # layer (node id of the fp32 graph) -> its name
 
+    @property
+    def int8_weights(self) -> list[str]:
+        """The parameters stored int8 in flash (frozen weights read only by their int8 layer)."""
+        return sorted(self.graph.int8_params)
+
     def lines(self) -> list[str]:
         if not self.changes and not self.int8:
             return [f"precision {self.mode}: every tensor stays fp32, every layer computes in fp32"]
@@ -334,6 +379,7 @@ class Selection:
         out += [f"  {c.name:40s} {c.dtype}  {c.fp32_bytes} B -> {c.low_bytes} B (saves {c.bytes_saved} B)"
                 for c in self.changes]
         out += [f"  {name:40s} int8 forward (int32 accumulate), fp32 backward" for name in self.int8.values()]
+        out += [f"  {name:40s} weight stored int8 in flash" for name in self.int8_weights]
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -362,9 +408,10 @@ Build = Callable[[Pick], tuple[TrainingGraph, CostedGraph]]
 def select(mode: str, g: TrainingGraph, board: Board, profile: dict[str, Any], arena_budget: int,
            deadline_s: float, rules: Rules | None = None, strategy: str = "poet", solver: str = "highs",
            time_limit_s: float = 60.0, gap: float = 0.0, progress: Progress | None = None,
-           estimate: bool = True) -> Selection:
+           estimate: bool = True, flash: frozenset[int] = frozenset()) -> Selection:
     """The storage and compute precision of `mode` for g at this arena budget and deadline (module
-    docstring)."""
+    docstring); the `flash` layers (flash_fit: their weights must be stored int8 for the model to fit
+    the board's flash) run in int8 whatever the mode."""
     if mode not in MODES:
         raise UsageError(f"--precision {mode}: give one of {', '.join(MODES)}")
     rules = rules or load_rules()
@@ -384,10 +431,14 @@ def select(mode: str, g: TrainingGraph, board: Board, profile: dict[str, Any], a
                          {k: g.nodes[k].name for k in sorted(pick[1])})
 
     if mode == "fp32":
-        return selection(({}, frozenset()))
+        return selection(({}, flash))
     cands = allowed(g, rules)
     greedy = ({i: cheaper_dtype(board, profile, g.nodes[i].bytes // 4, rules.dtypes) for i in cands},
-              frozenset(int8_allowed(g, rules, cands)))
+              frozenset(int8_allowed(g, rules, cands)) | flash)
+    if flash and mode == "auto":
+        raise UsageError(f"--precision auto: {len(flash)} frozen layers must run in int8 for the model to fit "
+                         f"{board.name}'s flash, and auto cannot fix layers yet: use --precision fp32 (int8 only "
+                         "where flash needs it) or greedy")
     if mode == "greedy" or not (greedy[0] or greedy[1]):  # nothing allowed: auto is fp32, planned by the caller
         return selection(greedy)
     return _auto(g, arena_budget, deadline_s, greedy, build, cost, selection, strategy, solver, time_limit_s, gap,
@@ -511,6 +562,12 @@ def select_for(request: PlanRequest, g: TrainingGraph, board: Board, runtime_sta
     assert request.ram is not None
     prof = load_profile(board.name, request.profile)
     arena = budget_for(g, request.ram, runtime_static).arena
+    flash = flash_fit(g, board.model_flash_bytes, board.name)
+    if flash:
+        say(f"\n[precision] {len(flash)} frozen layers run in int8, their weights stored int8, for the model to "
+            f"fit {board.name}'s flash ({format_size(board.model_flash_bytes)} for the model and frozen weights)")
+    if request.precision == "fp32":
+        return select("fp32", g, board, prof, arena, deadline_s, flash=flash)
     say(f"\n[precision] {request.precision} for {g.model}: which saved activations to store in 16 bits")
     if not prof.get("casts"):
         say(f"  note: the {board.name} profile has no casts section: cast costs are estimated like any op it "
@@ -518,4 +575,4 @@ def select_for(request: PlanRequest, g: TrainingGraph, board: Board, runtime_sta
             "measures them")
     return select(request.precision, g, board, prof, arena, deadline_s, load_rules(request.precision_rules),
                   strategy=request.strategy, solver=request.solver, time_limit_s=request.time_limit_s,
-                  gap=request.gap, progress=lambda m: say(f"  {m}"), estimate=True)
+                  gap=request.gap, progress=lambda m: say(f"  {m}"), estimate=True, flash=flash)

@@ -12,6 +12,7 @@ from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph.training_graph import TrainingGraph
 from poet.paths import schedule_file, shown, write_output
+from poet.plan.memory import pool_for
 from poet.plan.pipeline import Planned, plan_step
 from poet.plan.types import CostedGraph, Plan
 from poet.units import format_size, parse_deadline
@@ -64,7 +65,8 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
             runnable = False
             why = str(exc)
     sel = None
-    if request.precision != "fp32":  # fp32: not even imported, the plan as before
+    # fp32 where the model's frozen weights fit flash: not even imported, the plan as before
+    if request.precision != "fp32" or pool_for(g).flash.total > board.model_flash_bytes:
         from poet.plan.precision import select_for
         sel = select_for(request, g, board, runtime_static, deadline_s, say)
         g, cg = sel.graph, sel.cg
