@@ -78,7 +78,7 @@ def main() -> None:
     x_new = ds.x_test
     before = accuracy(model, x_new, yte_new)
     for epoch in range(args.epochs):  # the run's batches, in the run's order
-        train_steps(model, ds.epoch_batches(BATCH, epoch, SEED), LR, g.optimizer, frozen=set(g.frozen))
+        train_steps(model, ds.epoch_batches(BATCH, epoch, SEED), LR, g.optimizer, frozen=set(g.frozen), graph=g)
     host_after = accuracy(model, x_new, yte_new)
     board = read_back(run, g)
     worst = max(float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))

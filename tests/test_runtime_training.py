@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
-from poet.device.link import BATCH, MODEL, OPT_STATE, SCHEDULE, DeviceError, Link
+from poet.device.link import BATCH, MODEL, OPT_STATE, SCHEDULE, DeviceError, Link, status_name
 from poet.graph.reference import train_steps, weights_of
 from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
@@ -222,3 +222,16 @@ def test_batch_norm_statistics_on_the_board(tmp_path: Path, frozen_stats: bool) 
     _assert_close(g, runs[0][1], ref)
     moved = [not np.array_equal(a, b) for a, b in zip(runs[0][1][-4:], w0[-4:], strict=True)]
     assert moved == [not frozen_stats] * 4
+
+
+def test_moved_statistics_must_be_in_ram(tmp_path: Path) -> None:
+    """A training-mode batch norm writes its running statistics every step: the board keeps them in RAM
+    (param word bit 30) and refuses a model that puts them in flash, where a step must not write."""
+    g = trace(_bn_net(), "bn-net", (1, 8, 8), 10, 4)
+    blob = model_blob(g)
+    assert g.moved == {"1.running_mean", "1.running_var", "4.running_mean", "4.running_var"}
+    assert blob.frozen_bytes == 0 and blob.param_bytes == g.param_bytes + 4 * 4 * 6
+    blob.param_moved = []  # the statistics as frozen ones: nv storage
+    with native_link(tmp_path) as link, pytest.raises(DeviceError) as e:
+        link.upload(MODEL, blob.encode())
+    assert status_name(e.value.code) == "MODEL"

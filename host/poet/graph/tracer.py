@@ -513,6 +513,8 @@ def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
     (reference.as_graph)."""
     t = _trace_once(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta, frozenset())
     norms = _norms_to_freeze(t.graph) if train != "all" else frozenset()
+    # only a batch norm module switches (a functional call inside a larger module keeps its mode)
+    norms = frozenset(n for n in norms if isinstance(_module(model, n), nn.modules.batchnorm._BatchNorm))
     return t if not norms else _trace_once(model, name, x, labels, classes, input_dtype, train, real_step,
                                            frozen, meta, norms)
 
