@@ -43,7 +43,7 @@ def row(board_name: str, model: str, mode: str) -> str:
     except UsageError:
         total = pool_for(apply_storage(g, {}, {n.id for n in g.nodes if n.kind == "forward"
                                                and n.attrs.get("w", -1) in int8_storable(g)})).flash.total
-        return (f"{head} - | - | - | flash: needs {format_size(total)} with every frozen weight int8, of "
+        return (f"{head} - | - | - | flash: needs {format_size(total)} with every storable frozen weight int8, of "
                 f"{format_size(board.model_flash_bytes)} |")
     g = apply_storage(g, {}, set(int8))
     pool = pool_for(g)
