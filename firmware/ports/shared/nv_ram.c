@@ -22,10 +22,8 @@
  * running statistic) faults here instead of passing on the stand-in and failing on silicon. */
 #if defined(__linux__)
 #include <sys/mman.h>
-#define NV_PROTECT(prot) mprotect(nv_array.bytes, NV_BYTES, (prot))
 #define NV_ALIGN __attribute__((aligned(4096)))
 #else
-#define NV_PROTECT(prot) 0
 #define NV_ALIGN
 #endif
 static union {
@@ -34,8 +32,28 @@ static union {
 } nv_array NV_ALIGN;
 #define NV_BASE (nv_array.bytes)
 #define NV_SIZE ((uint32_t)(NV_BYTES))
+#if defined(__linux__)
+/* Only the pages a write touches change protection (the whole array, tens of MiB, once): changing
+ * the whole array's for every chunk made each upload several times slower. */
+static int nv_protect(uint32_t off, uint32_t n, int prot)
+{
+    static int locked;
+    uintptr_t lo, hi;
+    if (!locked) {
+        if (mprotect(nv_array.bytes, NV_BYTES, PROT_READ))
+            return 1;
+        locked = 1;
+    }
+    lo = (uintptr_t)(NV_BASE + off) & ~(uintptr_t)4095u;
+    hi = ((uintptr_t)(NV_BASE + off + n) + 4095u) & ~(uintptr_t)4095u;
+    return hi > lo && mprotect((void *)lo, hi - lo, prot) != 0;
+}
+#define NV_PROTECT(off, n, prot) nv_protect((off), (n), (prot))
 #else
-#define NV_PROTECT(prot) 0
+#define NV_PROTECT(off, n, prot) 0
+#endif
+#else
+#define NV_PROTECT(off, n, prot) 0
 extern uint8_t __nv_start[], __nv_end[];
 #define NV_BASE (__nv_start)
 #define NV_SIZE ((uint32_t)(__nv_end - __nv_start))
@@ -50,12 +68,12 @@ int port_nv_write(uint32_t off, const void *src, uint32_t n)
     uint32_t i;
     if (off > NV_SIZE || n > NV_SIZE - off || (off & 3u) || (n & 3u))
         return 1;
-    if (NV_PROTECT(PROT_READ | PROT_WRITE))
+    if (NV_PROTECT(off, n, PROT_READ | PROT_WRITE))
         return 1;
     for (i = 0; i < n; i++) {
         if ((off + i) % NV_ERASE_BYTES == 0)
             memset(NV_BASE + off + i, 0xFF, NV_ERASE_BYTES <= NV_SIZE - (off + i) ? NV_ERASE_BYTES : NV_SIZE - (off + i));
         NV_BASE[off + i] &= s[i];
     }
-    return NV_PROTECT(PROT_READ) != 0;
+    return NV_PROTECT(off, n, PROT_READ) != 0;
 }
