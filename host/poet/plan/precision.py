@@ -259,13 +259,11 @@ def flash_fit(g: TrainingGraph, flash_bytes: int | None, board: str = "the board
                     key=lambda n: (-numel(g.params[n.attrs["w"]][1]), n.id))
     chosen: set[int] = set()
     total = pool_for(g).flash.total
-    for n in layers:  # each pool_for is one pass over the graph; a weight saves about 3/4 of its bytes
+    for n in layers:
         chosen.add(n.id)
-        if len(chosen) == len(layers) or sum(numel(g.params[g.nodes[k].attrs["w"]][1]) for k in chosen) * 3 >= \
-                pool_for(g).flash.total - flash_bytes:
-            total = pool_for(apply_storage(g, {}, chosen)).flash.total
-            if total <= flash_bytes:
-                return frozenset(chosen)
+        total = pool_for(apply_storage(g, {}, chosen)).flash.total
+        if total <= flash_bytes:
+            return frozenset(chosen)
     if not layers:
         raise UsageError(f"the model blob and frozen weights need {format_size(total)} of flash, more than the "
                          f"{format_size(flash_bytes)} {board}'s firmware leaves for them, and none can be stored "
