@@ -87,6 +87,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
                               ? (float *)(void *)(buf->arena + offset[n.deps[j]])
                               : 0;
             x.out = (float *)(void *)t;
+            x.deps = n.deps;
             x.n_deps = n.n_deps;
             x.recompute = op == POET_I_RECOMPUTE;
             poet_ops[n.op].run(&x);

@@ -76,7 +76,12 @@ enum {
     POET_OP_SOFTMAX_BWD = 63,
     POET_OP_EMBEDDING_BWD = 64,
     POET_OP_SELECT_BWD = 65,
-    POET_OP_BATCHNORM_EVAL_BWD = 66
+    POET_OP_BATCHNORM_EVAL_BWD = 66,
+    /* static int8: scales fixed on the host, each a one-element frozen parameter (ops/quant.c) */
+    POET_OP_QUANTIZE = 67,
+    POET_OP_DEQUANTIZE = 68,
+    POET_OP_CONV2D_Q = 69,
+    POET_OP_ADD_Q = 70
 };
 
 /* conv2d's a6 packs the geometry that does not fit the ten attributes (docs/spec.md section 2). */
@@ -85,7 +90,8 @@ enum {
 #define POET_CONV_GROUPS(a6) ((((a6) >> 16) & 0xFFFF) + 1)
 
 /* Element types of a cast's a1 (from) and a2 (to) (docs/spec.md section 2). Every other op's
- * tensors are fp32; int8 ones are quantised with one fp32 scale per tensor (an absmax node). */
+ * tensors are fp32 but the static-int8 ones' (ops/quant.c); int8 ones are quantised with one fp32
+ * scale per tensor (an absmax node, or for static int8 a frozen parameter). */
 enum { POET_DT_F32 = 0, POET_DT_F16 = 1, POET_DT_BF16 = 2, POET_DT_I8 = 3 };
 
 /* Param table word (docs/spec.md section 2): the element count and where the tensor lives.

@@ -211,6 +211,15 @@ void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, in
                         const int8_t *xq, float x_scale, const int8_t *wq, float w_scale,
                         const float *b, float *y);
 
+/* Static int8 (a frozen prefix, scales fixed on the host): the int8 conv above with its epilogue,
+ * v = acc * (x_scale * w_scale) (+ b), then ReLU if relu, then y fp32 (y_scale NULL) or int8
+ * q8(v * (1 / *y_scale)). add: v = a * a_scale + b * b_scale (each product rounded), same epilogue. */
+void poet_conv2d_q_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                       const int8_t *xq, float x_scale, const int8_t *wq, float w_scale, const float *b,
+                       int relu, const float *y_scale, void *y);
+void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
+                    const float *y_scale, void *y);
+
 /* ---- optim.c: optimizers ------------------------------------------------------------------- */
 
 /* Each updates w from g, then zeroes g for the next step's accumulation. */

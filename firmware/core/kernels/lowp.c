@@ -251,22 +251,35 @@ void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale,
     }
 }
 
+/* A static-int8 layer's output element: v with ReLU if asked, then q8(v * inv) into int8 y, or v
+ * into fp32 y. Which, the node's attributes decide (q8), never a value read from flash. */
+static void put(void *y, long i, float v, int relu, int i8, float inv)
+{
+    if (relu && v < 0.0f)
+        v = 0.0f;
+    if (i8)
+        ((int8_t *)y)[i] = q8(v * inv);
+    else
+        ((float *)y)[i] = v;
+}
+
 /* The loop order of poet_conv2d_ex_fwd; integer sums are exact, so the order only matters for
  * speed here. */
-void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                        const int8_t *xq, float x_scale, const int8_t *wq, float w_scale,
-                        const float *b, float *y)
+void poet_conv2d_q_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                       const int8_t *xq, float x_scale, const int8_t *wq, float w_scale, const float *b,
+                       int relu, const float *y_scale, void *y)
 {
     int Ho = poet_conv2d_out(H, k, stride, pad), Wo = poet_conv2d_out(W, k, stride, pad);
     int Cg = C / groups, Og = O / groups;
     int n, o, oy, ox, c, ky, kx;
-    float s = x_scale * w_scale;
+    float s = x_scale * w_scale, inv = y_scale ? 1.0f / *y_scale : 0.0f;
     for (n = 0; n < B; n++)
         for (o = 0; o < O; o++) {
             const int8_t *xg = xq + ((long)n * C + (long)(o / Og) * Cg) * H * W;
             for (oy = 0; oy < Ho; oy++)
                 for (ox = 0; ox < Wo; ox++) {
                     int32_t acc = 0;
+                    float v;
                     for (c = 0; c < Cg; c++) {
                         const int8_t *xc = xg + (long)c * H * W;
                         const int8_t *wc = wq + ((long)o * Cg + c) * k * k;
@@ -282,8 +295,29 @@ void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, in
                             }
                         }
                     }
-                    y[(((long)n * O + o) * Ho + oy) * Wo + ox] =
-                        b ? (float)acc * s + b[o] : (float)acc * s;
+                    /* one rounding for the scale, one for the bias: the reference does the same */
+                    v = (float)acc * s;
+                    if (b)
+                        v = v + b[o];
+                    put(y, (((long)n * O + o) * Ho + oy) * Wo + ox, v, relu, y_scale != 0, inv);
                 }
         }
+}
+
+void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                        const int8_t *xq, float x_scale, const int8_t *wq, float w_scale,
+                        const float *b, float *y)
+{
+    poet_conv2d_q_fwd(B, C, H, W, O, k, stride, pad, groups, xq, x_scale, wq, w_scale, b, 0, 0, y);
+}
+
+void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
+                    const float *y_scale, void *y)
+{
+    int i;
+    float inv = y_scale ? 1.0f / *y_scale : 0.0f;
+    for (i = 0; i < n; i++) {
+        float va = (float)a[i] * a_scale, vb = (float)b[i] * b_scale;
+        put(y, i, va + vb, relu, y_scale != 0, inv);
+    }
 }

@@ -55,6 +55,27 @@ int i8_weight_ok(const poet_model_t *m, const poet_node_t *n, int32_t p, uint64_
 int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we, uint64_t reduce,
           uint64_t y);
 
+/* Products of int8 values are below 127^2 in magnitude, so an int32 sum of up to 2^31 / 127^2 of
+ * them cannot overflow: the int8 kernels' reduction length (in, or C/groups k k) is held to that. */
+#define POET_I8_MAX_REDUCE 133143u
+
+/* Static int8 (ops/quant.c). A layer's epilogue attribute: bits 0-15 its output's scale parameter,
+ * or POET_Q_FP32 for an fp32 output; bit 16 a ReLU; nothing above. */
+#define POET_Q_FP32 0xFFFF
+#define Q_RELU(epi) (((epi) >> 16) & 1)
+static inline int32_t q_epi_scale(int32_t epi) { return (epi & 0xFFFF) == POET_Q_FP32 ? -1 : (epi & 0xFFFF); }
+static inline uint64_t q_out_bytes(int32_t epi, uint64_t elems) { return q_epi_scale(epi) < 0 ? f32s(elems) : elems; }
+/* The scale parameter of the int8 tensor node d makes, -1 if d makes none with a fixed scale. */
+int32_t q_scale_of(const poet_model_t *m, uint16_t d);
+/* A scale: a one-element fp32 frozen parameter. */
+int q_scale_ok(const poet_model_t *m, int32_t p);
+int q_epi_ok(const poet_model_t *m, int32_t epi);
+/* A static-int8 layer's weight: a frozen int8 parameter (POET_PARAM_I8); its bias: frozen fp32 or -1. */
+int q_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems);
+int q_bias_ok(const poet_model_t *m, int32_t p, uint64_t elems);
+/* Dep k is an int8 tensor with a fixed scale. */
+int q_dep_ok(const poet_model_t *m, const poet_node_t *n, int k);
+
 /* ---- runs ------------------------------------------------------------------------------------ */
 
 /* Parameter p's values, NULL for an absent one (p = -1): a frozen one read in place from nv
@@ -79,6 +100,17 @@ static inline const int8_t *i8_weight(const poet_exec_t *e, int32_t p, float *sc
     s = e->buf->frozen + e->m->param_off[p];
     *scale = s[0];
     return (const int8_t *)(const void *)(s + 1);
+}
+
+/* Static int8: the scale of dep k, and a layer's output scale (NULL: fp32 output). */
+static inline float q_in_scale(const poet_exec_t *e, int k)
+{
+    return param(e, q_scale_of(e->m, e->deps[k]))[0];
+}
+
+static inline const float *q_out_scale(const poet_exec_t *e, int32_t epi)
+{
+    return q_epi_scale(epi) < 0 ? 0 : param(e, q_epi_scale(epi));
 }
 
 /* A parameter's gradient, NULL for an untrained or absent one: the kernels then skip that gradient. */

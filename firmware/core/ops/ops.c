@@ -62,8 +62,48 @@ uint32_t dep_bytes(const poet_model_t *m, const poet_node_t *n, int k)
 int32_t dep_dtype(const poet_model_t *m, const poet_node_t *n, int k)
 {
     const uint8_t *p = poet_node_rec(m, n->deps[k]);
-    return p[0] == POET_OP_CAST ? (int32_t)poet_rd32(p + 16 + 4 * 2) : POET_DT_F32;
+    if (p[0] == POET_OP_CAST)
+        return (int32_t)poet_rd32(p + 16 + 4 * 2);
+    return q_scale_of(m, n->deps[k]) >= 0 ? POET_DT_I8 : POET_DT_F32;
 }
+
+int32_t q_scale_of(const poet_model_t *m, uint16_t d)
+{
+    const uint8_t *p = poet_node_rec(m, d);
+    switch (p[0]) {
+    case POET_OP_QUANTIZE:
+        return (int32_t)poet_rd32(p + 16 + 4 * 1);
+    case POET_OP_ADD_Q:
+        return q_epi_scale((int32_t)poet_rd32(p + 16 + 4 * 1));
+    case POET_OP_CONV2D_Q:
+        return q_epi_scale((int32_t)poet_rd32(p + 16 + 4 * 9));
+    default:
+        return -1;
+    }
+}
+
+int q_scale_ok(const poet_model_t *m, int32_t p)
+{
+    return param_ok(m, p, 1u) && poet_param_frozen(m, (uint16_t)p);
+}
+
+int q_epi_ok(const poet_model_t *m, int32_t epi)
+{
+    return epi >= 0 && (epi >> 17) == 0 && (q_epi_scale(epi) < 0 || q_scale_ok(m, q_epi_scale(epi)));
+}
+
+int q_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems)
+{
+    return p >= 0 && (uint32_t)p < m->n_params && poet_param_elems(m, (uint16_t)p) == elems &&
+           poet_param_i8(m, (uint16_t)p);
+}
+
+int q_bias_ok(const poet_model_t *m, int32_t p, uint64_t elems)
+{
+    return p == -1 || (param_ok(m, p, elems) && poet_param_frozen(m, (uint16_t)p));
+}
+
+int q_dep_ok(const poet_model_t *m, const poet_node_t *n, int k) { return q_scale_of(m, n->deps[k]) >= 0; }
 
 int is_scale(const poet_model_t *m, uint16_t d) { return poet_node_op(m, d) == POET_OP_ABSMAX; }
 
@@ -90,10 +130,6 @@ int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, u
         return (need == 0 || need == 1) && io1(m, n, y, need ? x : 0u);
     return bwd_ok(m, n, need, y, x);
 }
-
-/* Products of int8 values are below 127^2 in magnitude, so an int32 sum of up to 2^31 / 127^2 of
- * them cannot overflow: the int8 kernels' reduction length (in, or C/groups k k) is held to that. */
-#define POET_I8_MAX_REDUCE 133143u
 
 /* An int8 layer reads its weight quantised by the step (deps 2 and 3: a cast and an absmax node of
  * the fp32 parameter) or, with two deps, stored int8 in nv storage (a frozen POET_PARAM_I8 one). */

@@ -18,6 +18,7 @@ typedef struct {
     const poet_buffers_t *buf;
     const int32_t *a;  /* the node's attributes; each family file names their slots */
     float *in[4];      /* dep k's tensor in the arena, NULL for a dep without output */
+    const uint16_t *deps; /* the deps' node indices (the static-int8 ops read their inputs' scales) */
     float *out;
     float *loss;       /* where a loss node leaves the step's loss */
     float lr;
@@ -105,6 +106,11 @@ typedef void (*poet_run_fn)(const poet_exec_t *e);
     /* cast.c */ \
     X(CAST, FORWARD, NARROW, op_cast_check, op_cast_run) \
     X(ABSMAX, FORWARD, NONE, op_absmax_check, op_absmax_run) \
+    /* quant.c */ \
+    X(QUANTIZE, FORWARD, NONE, op_quantize_check, op_quantize_run) \
+    X(DEQUANTIZE, FORWARD, NARROW, op_dequantize_check, op_dequantize_run) \
+    X(CONV2D_Q, FORWARD, NARROW, op_conv2d_q_check, op_conv2d_q_run) \
+    X(ADD_Q, FORWARD, NARROW, op_add_q_check, op_add_q_run) \
     /* optim.c */ \
     X(SGD, OPTIMIZER, NONE, op_optimizer_check, op_optimizer_run)
 
@@ -118,8 +124,8 @@ typedef struct {
     poet_run_fn run;
 } poet_op_t;
 
-/* Indexed by opcode: the highest is POET_OP_BATCHNORM_EVAL_BWD. */
-#define POET_N_OPCODES 67u
+/* Indexed by opcode: the highest is POET_OP_ADD_Q. */
+#define POET_N_OPCODES 71u
 extern const poet_op_t poet_ops[POET_N_OPCODES];
 
 /* The whole check of node i of m (decoded as n): its opcode, kind, input types and place, then

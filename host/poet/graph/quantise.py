@@ -48,3 +48,40 @@ def decode_i8(data: bytes, elems: int) -> np.ndarray:
     """encode_i8's bytes back as fp32: the values the board computes with."""
     s = np.frombuffer(data[:4], dtype="<f4")[0]
     return dequantise(np.frombuffer(data[4:4 + elems], dtype=np.int8), s)
+
+
+# ---------------------------------------------------------------- static int8 (firmware/core/ops/quant.c)
+
+def _epilogue(v: np.ndarray, relu: bool, y_scale: np.float32 | None) -> np.ndarray:
+    """ReLU if asked, then fp32 (y_scale None) or int8 at y_scale: put() in lowp.c."""
+    if relu:
+        v = np.where(v < 0, np.float32(0.0), v).astype(np.float32)
+    return v if y_scale is None else quantise(v, y_scale)
+
+
+def conv2d_int_sum(xq: np.ndarray, wq: np.ndarray, stride: int, pad: int, groups: int) -> np.ndarray:
+    """The exact integer sums of an int8 conv2d (NCHW, weight [O, C/groups, k, k]) as int64."""
+    import torch
+
+    x = torch.from_numpy(np.asarray(xq, dtype=np.float64))
+    w = torch.from_numpy(np.asarray(wq, dtype=np.float64))
+    # integer-valued float64: every partial sum is below 2^53, so the float arithmetic is exact
+    acc = torch.nn.functional.conv2d(x, w, stride=stride, padding=pad, groups=groups)
+    return acc.numpy().astype(np.int64)
+
+
+def conv2d_q(xq: np.ndarray, x_scale: np.float32, wq: np.ndarray, w_scale: np.float32, b: np.ndarray | None,
+             stride: int, pad: int, groups: int, relu: bool, y_scale: np.float32 | None) -> np.ndarray:
+    """poet_conv2d_q_fwd bit for bit: v = acc * (x_scale * w_scale) (+ b) in fp32, the epilogue."""
+    acc = conv2d_int_sum(xq, wq, stride, pad, groups).astype(np.float32)
+    v = acc * (np.float32(x_scale) * np.float32(w_scale))
+    if b is not None:
+        v = v + np.asarray(b, np.float32).reshape(1, -1, 1, 1)
+    return _epilogue(v.astype(np.float32), relu, y_scale)
+
+
+def add_q(a: np.ndarray, a_scale: np.float32, b: np.ndarray, b_scale: np.float32, relu: bool,
+          y_scale: np.float32 | None) -> np.ndarray:
+    """poet_add_q_fwd bit for bit: v = a a_scale + b b_scale (each product rounded), the epilogue."""
+    v = a.astype(np.float32) * np.float32(a_scale) + b.astype(np.float32) * np.float32(b_scale)
+    return _epilogue(v.astype(np.float32), relu, y_scale)

@@ -72,9 +72,9 @@ class TrainingGraph:
     @property
     def int8_params(self) -> set[str]:
         """Frozen weights stored int8 (one fp32 scale each): those an int8 layer reads from the parameter
-        itself (two deps, poet.plan.precision), which nothing else reads."""
+        itself (two deps, poet.plan.precision), which nothing else reads, and every static-int8 conv's."""
         return {self.params[n.attrs["w"]][0] for n in self.nodes
-                if n.op in ("linear_i8", "conv2d_i8") and len(n.deps) == 2}
+                if (n.op in ("linear_i8", "conv2d_i8") and len(n.deps) == 2) or n.op == "conv2d_q"}
 
     @property
     def frozen_bytes(self) -> int:

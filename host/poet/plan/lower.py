@@ -58,6 +58,12 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "absmax": (mb.OP_ABSMAX, ("n", "w")),
     "linear_i8": (mb.OP_LINEAR_I8, ("B", "in", "out", "w", "b")),
     "conv2d_i8": (mb.OP_CONV2D_I8, _CONV),
+    # static int8 (docs/spec.md 2): "scale"/"out_scale" are one-element frozen parameters; "epi" packs
+    # out_scale (-1: fp32 output) and "relu"
+    "quantize": (mb.OP_QUANTIZE, ("n", "scale")),
+    "dequantize": (mb.OP_DEQUANTIZE, ("n",)),
+    "conv2d_q": (mb.OP_CONV2D_Q, (*_CONV, "epi")),
+    "add_q": (mb.OP_ADD_Q, ("n", "epi")),
     "linear_bwd": (mb.OP_LINEAR_BWD, ("B", "in", "out", "w", "b", "need_grad_input")),
     "conv2d_bwd": (mb.OP_CONV2D_BWD, (*_CONV, "need_grad_input")),
     "relu_bwd": (mb.OP_RELU_BWD, ("n",)),
@@ -123,6 +129,8 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
     """One a-slot of docs/spec.md section 2 from the graph node's attributes."""
     if name == "geom":
         return mb.conv_geometry(int(attrs["pad"]), int(attrs.get("stride", 1)), int(attrs.get("groups", 1)))
+    if name == "epi":
+        return mb.q_epilogue(int(attrs["out_scale"]), bool(attrs.get("relu", 0)))
     if name in ("from", "to"):
         return mb.dtype_code(attrs[name])
     if name.startswith("f:"):

@@ -86,6 +86,17 @@ OP_SOFTMAX_BWD = 63
 OP_EMBEDDING_BWD = 64
 OP_SELECT_BWD = 65
 OP_BATCHNORM_EVAL_BWD = 66
+# static int8 (a frozen prefix in int8; scales fixed on the host, each a one-element frozen parameter)
+OP_QUANTIZE = 67
+OP_DEQUANTIZE = 68
+OP_CONV2D_Q = 69
+OP_ADD_Q = 70
+Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
+
+
+def q_epilogue(out_scale: int, relu: bool) -> int:
+    """conv2d_q's a9 and add_q's a1: the output's scale parameter (-1: an fp32 output) and a ReLU."""
+    return (Q_FP32 if out_scale < 0 else out_scale) | (int(relu) << 16)
 
 
 def dtype_code(t: int | str) -> int:

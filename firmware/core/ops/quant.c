@@ -1,0 +1,85 @@
+/* Static int8: a frozen prefix run in int8 from end to end (kernels/lowp.c). Every int8 tensor's
+ * scale was fixed on the host (calibrated once) and is a one-element frozen fp32 parameter; the node
+ * that makes the tensor names it, and its readers find it there. A layer's epilogue attribute packs
+ * its output's scale parameter (bits 0-15; POET_Q_FP32: the output is fp32, the prefix ends) and a
+ * ReLU (bit 16), so activations never exist in fp32 inside the prefix. */
+#include "op_util.h"
+
+/* ---- quantize, dequantize -------------------------------------------------------------------- */
+
+/* N elements; SCALE the output's (quantize) scale parameter. */
+enum { N = 0, SCALE = 1 };
+
+int op_quantize_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    return pos(a[N]) && q_scale_ok(m, a[SCALE]) && io1(m, n, f32s((uint64_t)a[N]), (uint64_t)a[N]);
+}
+
+void op_quantize_run(const poet_exec_t *e)
+{
+    poet_quantize_i8(e->a[N], param(e, e->a[SCALE])[0], e->in[0], (int8_t *)(void *)e->out);
+}
+
+int op_dequantize_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    return pos(a[N]) && io1(m, n, (uint64_t)a[N], f32s((uint64_t)a[N])) && q_dep_ok(m, n, 0);
+}
+
+void op_dequantize_run(const poet_exec_t *e)
+{
+    poet_dequantize_i8(e->a[N], q_in_scale(e, 0), (const int8_t *)(const void *)e->in[0], e->out);
+}
+
+/* ---- conv2d_q: conv2d's attributes, its weight a frozen int8 parameter, EPI in a9 ------------- */
+
+enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8, EPI = 9 };
+
+int op_conv2d_q_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    int32_t s = POET_CONV_STRIDE(a[GEOM]), gr = POET_CONV_GROUPS(a[GEOM]), p = POET_CONV_PAD(a[GEOM]);
+    uint64_t x, y, w, reduce;
+    if (!pos(a[B]) || !pos(a[C]) || !pos(a[H]) || !pos(a[W]) || !pos(a[O]) || !pos(a[K]) || a[GEOM] < 0 ||
+        p > 64 || s > 64 || a[H] > 65535 || a[W] > 65535 || a[K] > 64 || a[C] % gr || a[O] % gr ||
+        a[H] + 2 * p < a[K] || a[W] + 2 * p < a[K] || !q_epi_ok(m, a[EPI]))
+        return 0;
+    x = mul(mul((uint64_t)a[B], (uint64_t)a[C]), mul((uint64_t)a[H], (uint64_t)a[W]));
+    y = mul(mul((uint64_t)a[B], (uint64_t)a[O]),
+            mul((uint64_t)((a[H] + 2 * p - a[K]) / s + 1), (uint64_t)((a[W] + 2 * p - a[K]) / s + 1)));
+    reduce = mul((uint64_t)(a[C] / gr), mul((uint64_t)a[K], (uint64_t)a[K]));
+    w = mul((uint64_t)a[O], reduce);
+    return reduce <= POET_I8_MAX_REDUCE && q_weight_ok(m, a[WEIGHT], w) && q_bias_ok(m, a[BIAS], (uint64_t)a[O]) &&
+           n->n_deps == 1 && dep_bytes(m, n, 0) == x && q_dep_ok(m, n, 0) && n->bytes == q_out_bytes(a[EPI], y);
+}
+
+void op_conv2d_q_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    const float *ws = param(e, a[WEIGHT]);
+    poet_conv2d_q_fwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]), POET_CONV_PAD(a[GEOM]),
+                      POET_CONV_GROUPS(a[GEOM]), (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
+                      (const int8_t *)(const void *)(ws + 1), ws[0], param(e, a[BIAS]), Q_RELU(a[EPI]),
+                      q_out_scale(e, a[EPI]), e->out);
+}
+
+/* ---- add_q: two int8 tensors of N elements, EPI in a1 ------------------------------------------ */
+
+enum { ADD_EPI = 1 };
+
+int op_add_q_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    return pos(a[N]) && q_epi_ok(m, a[ADD_EPI]) && n->n_deps == 2 && dep_bytes(m, n, 0) == (uint64_t)a[N] &&
+           dep_bytes(m, n, 1) == (uint64_t)a[N] && q_dep_ok(m, n, 0) && q_dep_ok(m, n, 1) &&
+           n->bytes == q_out_bytes(a[ADD_EPI], (uint64_t)a[N]);
+}
+
+void op_add_q_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_add_q_fwd(a[N], (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
+                   (const int8_t *)(const void *)e->in[1], q_in_scale(e, 1), Q_RELU(a[ADD_EPI]),
+                   q_out_scale(e, a[ADD_EPI]), e->out);
+}

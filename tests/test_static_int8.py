@@ -1,0 +1,239 @@
+"""Static int8 (firmware/core/ops/quant.c): a frozen prefix run in int8 from end to end, its scales
+fixed on the host. The kernels against poet.graph.quantise's numpy twins bit for bit (hard and soft
+float builds), a hand-built prefix (quantize, conv with ReLU, depthwise conv, residual add, a conv
+with an fp32 output) feeding a trained linear on the native runtime against the same numpy forward
+and a float64 SGD step, and the model checks that keep int8 tensors out of fp32 ops."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fwhelpers import native_link
+from poet.device.link import MODEL, DeviceError
+from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, quantise
+from poet.plan.modelblob import (
+    KIND_BACKWARD,
+    KIND_FORWARD,
+    KIND_INPUT,
+    KIND_LOSS,
+    KIND_OPTIMIZER,
+    OP_ADD_Q,
+    OP_CONV2D_Q,
+    OP_CROSS_ENTROPY,
+    OP_CROSS_ENTROPY_BWD,
+    OP_DEQUANTIZE,
+    OP_INPUT,
+    OP_LINEAR,
+    OP_LINEAR_BWD,
+    OP_QUANTIZE,
+    OP_RELU,
+    OP_SGD,
+    BlobNode,
+    ModelBlob,
+    conv_geometry,
+    q_epilogue,
+)
+from test_kernels_lp import F32P, FLT, I8P, INT, _train, ptr
+
+SIGNATURES: dict[str, tuple[list[Any], Any]] = {
+    "poet_conv2d_q_fwd": ([INT] * 9 + [I8P, FLT, I8P, FLT, F32P, INT, F32P, ctypes.c_void_p], None),
+    "poet_add_q_fwd": ([INT, I8P, FLT, I8P, FLT, INT, F32P, ctypes.c_void_p], None),
+}
+
+
+@pytest.fixture(params=["fpu", "soft-float"])
+def qlib(request: pytest.FixtureRequest) -> ctypes.CDLL:
+    lib = request.getfixturevalue("lib" if request.param == "fpu" else "soft_lib")
+    for name, (args, res) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, res
+    return lib
+
+
+from test_kernels_lp import lib, soft_lib  # noqa: E402,F401  (the fixtures qlib builds on)
+
+
+def _out(shape: tuple[int, ...], i8: bool) -> np.ndarray:
+    return np.empty(shape, np.int8 if i8 else np.float32)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_conv2d_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    depthwise = seed % 3 == 0
+    C = int(rng.integers(1, 6))
+    groups = C if depthwise else 1
+    oc = C if depthwise else int(rng.integers(1, 6))
+    k, stride, pad = int(rng.choice([1, 3])), int(rng.integers(1, 3)), int(rng.integers(0, 2))
+    B, H, W = int(rng.integers(1, 3)), int(rng.integers(k, 9)), int(rng.integers(k, 9))
+    xq = rng.integers(-127, 128, (B, C, H, W)).astype(np.int8)
+    wq = rng.integers(-127, 128, (oc, C // groups, k, k)).astype(np.int8)
+    xs, ws = np.float32(rng.uniform(1e-3, 0.1)), np.float32(rng.uniform(1e-3, 0.1))
+    b = rng.standard_normal(oc).astype(np.float32) if seed % 2 else None
+    relu, i8 = bool(seed % 4 < 2), bool(seed % 5 != 4)
+    ys = np.float32(rng.uniform(0.01, 0.5)) if i8 else None
+    Ho, Wo = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    y = _out((B, oc, Ho, Wo), i8)
+    ysa = None if ys is None else np.array([ys], np.float32)
+    qlib.poet_conv2d_q_fwd(B, C, H, W, oc, k, stride, pad, groups, ptr(xq, I8P), float(xs), ptr(wq, I8P), float(ws),
+                           ptr(b, F32P), int(relu), ptr(ysa, F32P), y.ctypes.data)
+    want = conv2d_q(xq, xs, wq, ws, b, stride, pad, groups, relu, ys)
+    assert want.dtype == y.dtype and np.array_equal(y.view(np.uint8), want.view(np.uint8))
+    if i8:  # saturation and rounding really happen, so the comparison is not of zeros
+        assert np.abs(y.astype(int)).max() > 0
+    if relu and not i8:
+        assert (y >= 0).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_add_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
+    rng = np.random.default_rng(200 + seed)
+    n = int(rng.integers(1, 500))
+    a, b = (rng.integers(-127, 128, n).astype(np.int8) for _ in range(2))
+    sa, sb = np.float32(rng.uniform(1e-3, 1)), np.float32(rng.uniform(1e-3, 1))
+    relu, i8 = bool(seed % 2), seed < 4
+    ys = np.float32(rng.uniform(0.005, 0.05)) if i8 else None
+    y = _out((n,), i8)
+    ysa = None if ys is None else np.array([ys], np.float32)
+    qlib.poet_add_q_fwd(n, ptr(a, I8P), float(sa), ptr(b, I8P), float(sb), int(relu), ptr(ysa, F32P), y.ctypes.data)
+    want = add_q(a, sa, b, sb, relu, ys)
+    assert np.array_equal(y.view(np.uint8), want.view(np.uint8))
+    if i8:
+        assert (np.abs(y.astype(int)) == 127).any()  # a small output scale saturates some
+
+
+# ---------------------------------------------------------------- a prefix on the native runtime
+
+B, CIN, HW, C1, CLASSES = 2, 2, 6, 4, 3
+XE = B * CIN * HW * HW
+FE = B * C1 * HW * HW  # every prefix tensor after the input: C1 channels at HW x HW
+# parameters: the frozen prefix (int8 weights, an fp32 bias, four scales), then the trained linear
+P_W1, P_B1, P_WDW, P_W3, P_S_IN, P_S1, P_S2, P_S3, P_LW, P_LB = range(10)
+SHAPES = [(C1, CIN, 3, 3), (C1,), (C1, 1, 3, 3), (C1, C1, 1, 1), (1,), (1,), (1,), (1,), (CLASSES, FE // B),
+          (CLASSES,)]
+FROZEN = [True] * 8 + [False] * 2
+INT8 = [True, False, True, True] + [False] * 6
+
+
+def _prefix_nodes() -> list[BlobNode]:
+    """input -> quantize -> conv 3x3 + ReLU -> depthwise 3x3 + ReLU -> add (the conv's output) + ReLU
+    -> conv 1x1 (fp32 out) -> linear -> CE, and the trained linear's backward only."""
+    c3 = conv_geometry(1, 1, 1)
+    return [BlobNode(OP_INPUT, KIND_INPUT, (), 4 * XE, (XE,)),
+            BlobNode(OP_QUANTIZE, KIND_FORWARD, (0,), XE, (XE, P_S_IN)),
+            BlobNode(OP_CONV2D_Q, KIND_FORWARD, (1,), FE,
+                     (B, CIN, HW, HW, C1, 3, c3, P_W1, P_B1, q_epilogue(P_S1, True))),
+            BlobNode(OP_CONV2D_Q, KIND_FORWARD, (2,), FE,
+                     (B, C1, HW, HW, C1, 3, conv_geometry(1, 1, C1), P_WDW, -1, q_epilogue(P_S2, True))),
+            BlobNode(OP_ADD_Q, KIND_FORWARD, (2, 3), FE, (FE, q_epilogue(P_S3, True))),
+            BlobNode(OP_CONV2D_Q, KIND_FORWARD, (4,), 4 * FE,
+                     (B, C1, HW, HW, C1, 1, conv_geometry(0, 1, 1), P_W3, -1, q_epilogue(-1, False))),
+            BlobNode(OP_LINEAR, KIND_FORWARD, (5,), 4 * B * CLASSES, (B, FE // B, CLASSES, P_LW, P_LB)),
+            BlobNode(OP_CROSS_ENTROPY, KIND_LOSS, (6,), 4, (B, CLASSES)),
+            BlobNode(OP_CROSS_ENTROPY_BWD, KIND_BACKWARD, (6,), 4 * B * CLASSES, (B, CLASSES)),
+            BlobNode(OP_LINEAR_BWD, KIND_BACKWARD, (8, 5), 0, (B, FE // B, CLASSES, P_LW, P_LB, 0)),
+            BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, ())]
+
+
+def _blob(nodes: list[BlobNode]) -> ModelBlob:
+    return ModelBlob(B, XE, [int(np.prod(s)) for s in SHAPES], nodes, FROZEN, [False] * len(SHAPES), INT8)
+
+
+def _prefix(w: list[np.ndarray], x: np.ndarray, scales: list[np.float32] | None) -> tuple[np.ndarray, list]:
+    """The prefix's fp32 output for input x: with `scales` (input, conv, depthwise, add) as the board
+    runs it in int8, bit for bit; without, in fp32, returning the scales calibration gives."""
+    w1, wdw, w3 = (w[p].reshape(SHAPES[p]) for p in (P_W1, P_WDW, P_W3))
+    x = x.reshape(B, CIN, HW, HW)
+    if scales is None:
+        import torch
+        import torch.nn.functional as F
+
+        t = torch.from_numpy
+        h1 = F.relu(F.conv2d(t(x), t(w1), t(w[P_B1]), padding=1))
+        h2 = F.relu(F.conv2d(h1, t(wdw), padding=1, groups=C1))
+        h3 = F.relu(h1 + h2)
+        out = F.conv2d(h3, t(w3)).numpy()
+        return out, [absmax_scale(v) for v in (x, h1.numpy(), h2.numpy(), h3.numpy())]
+    s_in, s1, s2, s3 = scales
+
+    def wq(p: int) -> tuple[np.ndarray, np.float32]:
+        s = absmax_scale(w[p])
+        return quantise(w[p].reshape(SHAPES[p]), s), s
+
+    q0 = quantise(x, s_in)
+    q1 = conv2d_q(q0, s_in, *wq(P_W1), w[P_B1], 1, 1, 1, True, s1)
+    q2 = conv2d_q(q1, s1, *wq(P_WDW), None, 1, 1, C1, True, s2)
+    q3 = add_q(q1, s1, q2, s2, True, s3)
+    return conv2d_q(q3, s3, *wq(P_W3), None, 1, 0, 1, False, None), []
+
+
+def test_an_int8_prefix_feeds_a_trained_layer_on_the_runtime(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    w = [(rng.uniform(-1, 1, s) / np.sqrt(np.prod(s[1:]) if len(s) > 1 else 4)).astype(np.float32) for s in SHAPES]
+    data = [(rng.standard_normal((B, XE // B)).astype(np.float32), rng.integers(0, CLASSES, B).astype(np.int32))
+            for _ in range(3)]
+    _, scales = _prefix(w, data[0][0], None)  # calibrated on the first batch, as the host would
+    for p, s in zip((P_S_IN, P_S1, P_S2, P_S3), scales, strict=True):
+        w[p] = np.array([s], np.float32)
+    lr = 0.05
+    losses, got = _train(tmp_path, _blob(_prefix_nodes()), w, data, lr=lr)
+    # the reference: the prefix in numpy as the board runs it, the linear, its loss and SGD in float64
+    lw, lb = w[P_LW].reshape(CLASSES, -1).astype(np.float64), w[P_LB].astype(np.float64)
+    for (x, y), loss in zip(data, losses, strict=True):
+        h = _prefix(w, x, scales)[0].reshape(B, -1).astype(np.float64)
+        logits = h @ lw.T + lb
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        assert abs(loss - float(np.mean(-np.log(p[np.arange(B), y])))) <= 1e-5 * max(1.0, abs(loss))
+        d = (p - np.eye(CLASSES)[y]) / B
+        lw, lb = lw - lr * d.T @ h, lb - lr * d.sum(0)
+    np.testing.assert_allclose(got[P_LW], lw.ravel(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[P_LB], lb, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got[P_LW], w[P_LW].ravel())  # it trained
+    # the frozen prefix comes back as uploaded: int8 weights as the board holds them, the rest exact
+    for p in range(8):
+        want = w[p].ravel() if not INT8[p] else np.frombuffer(encode_i8(w[p])[4:4 + w[p].size], np.int8) * \
+            np.frombuffer(encode_i8(w[p])[:4], "<f4")[0]
+        assert np.array_equal(got[p], want.astype(np.float32))
+
+
+def _refused(tmp_path: Path, nodes: list[BlobNode]) -> int:
+    with native_link(tmp_path) as link:
+        with pytest.raises(DeviceError) as e:
+            link.upload(MODEL, _blob(nodes).encode())
+    return int(e.value.detail)
+
+
+def test_the_runtime_keeps_int8_tensors_and_scales_where_they_belong(tmp_path: Path) -> None:
+    good = _prefix_nodes()
+    with native_link(tmp_path) as link:
+        link.upload(MODEL, _blob(good).encode())
+
+    def with_node(i: int, **change: Any) -> list[BlobNode]:
+        n = good[i]
+        out = list(good)
+        out[i] = BlobNode(change.get("op", n.op), n.kind, change.get("deps", n.deps), change.get("bytes", n.bytes),
+                          change.get("attrs", n.attrs))
+        return out
+
+    conv = good[2].attrs
+    # the weight must be a frozen int8 parameter, the bias frozen fp32
+    assert _refused(tmp_path, with_node(2, attrs=(*conv[:7], P_B1, P_B1, conv[9]))) == 2
+    assert _refused(tmp_path, with_node(2, attrs=(*conv[:8], P_LB, conv[9]))) == 2
+    # a scale is a one-element frozen parameter: not a trained one, not a bigger one
+    assert _refused(tmp_path, with_node(2, attrs=(*conv[:9], q_epilogue(P_LB, True)))) == 2
+    assert _refused(tmp_path, with_node(1, attrs=(XE, P_B1))) == 1
+    assert _refused(tmp_path, with_node(2, attrs=(*conv[:9], q_epilogue(P_S1, True) | 1 << 17))) == 2
+    # the output's size follows its type: int8 bytes for an int8 epilogue, fp32 for an fp32 one
+    assert _refused(tmp_path, with_node(2, bytes=4 * FE)) == 2
+    assert _refused(tmp_path, with_node(5, bytes=FE)) == 5
+    # an fp32 op cannot read an int8 tensor of the right byte count, nor an int8 op an fp32 one
+    assert _refused(tmp_path, with_node(3, op=OP_RELU, bytes=FE, attrs=(FE // 4,))) == 3
+    assert _refused(tmp_path, with_node(4, deps=(2, 0), bytes=FE)) == 4  # the input is fp32
+    assert _refused(tmp_path, with_node(2, deps=(0,))) == 2
+    # dequantize reads only an int8 tensor with a scale
+    assert _refused(tmp_path, with_node(5, op=OP_DEQUANTIZE, deps=(0,), bytes=4 * XE, attrs=(XE,))) == 5
