@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from fwhelpers import native_link
 from poet.device.link import MODEL, DeviceError
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, quantise
@@ -47,11 +48,11 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
 
 @pytest.fixture(params=["fpu", "soft-float"])
 def qlib(request: pytest.FixtureRequest) -> ctypes.CDLL:
-    lib = request.getfixturevalue("lib" if request.param == "fpu" else "soft_lib")
+    so = request.getfixturevalue("lib" if request.param == "fpu" else "soft_lib")
     for name, (args, res) in SIGNATURES.items():
-        fn = getattr(lib, name)
+        fn = getattr(so, name)
         fn.argtypes, fn.restype = args, res
-    return lib
+    return so
 
 
 from test_kernels_lp import lib, soft_lib  # noqa: E402,F401  (the fixtures qlib builds on)
@@ -237,3 +238,123 @@ def test_the_runtime_keeps_int8_tensors_and_scales_where_they_belong(tmp_path: P
     assert _refused(tmp_path, with_node(2, deps=(0,))) == 2
     # dequantize reads only an int8 tensor with a scale
     assert _refused(tmp_path, with_node(5, op=OP_DEQUANTIZE, deps=(0,), bytes=4 * XE, attrs=(XE,))) == 5
+
+
+# ---------------------------------------------------------------- the rewrite of a traced model
+
+class _Net(torch.nn.Module):
+    """conv + BN + ReLU, depthwise conv + BN + ReLU, a 1x1 conv added to the first block's output,
+    ReLU, a 1x1 conv, then the linear that trains (`--train last:1`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.bn1, self.relu1 = nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU()
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.bn2, self.relu2 = nn.BatchNorm2d(8), nn.ReLU()
+        self.conv3, self.relu3 = nn.Conv2d(8, 8, 1), nn.ReLU()
+        self.conv4 = nn.Conv2d(8, 4, 1)
+        self.fc = nn.Linear(4 * 8 * 8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.relu1(self.bn1(self.conv1(x)))
+        y = self.relu2(self.bn2(self.conv2(h)))
+        y = self.relu3(self.conv3(y) + h)
+        return self.fc(torch.flatten(self.conv4(y), 1))
+
+
+def _net() -> torch.nn.Module:
+    torch.manual_seed(3)
+    m = _Net()
+    with torch.no_grad():  # statistics and affine maps far from the identity, so folding shows
+        for bn in (m.bn1, m.bn2):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.2, 3.0)
+            bn.weight.uniform_(0.5, 2.0)
+            bn.bias.uniform_(-0.5, 0.5)
+    return m
+
+
+def test_rewrite_folds_fuses_and_quantises_the_frozen_prefix() -> None:
+    from poet.graph.tracer import trace
+    from poet.plan.memory import pool_for
+    from poet.plan.static_int8 import FOLDED, rewrite
+
+    m = _net()
+    g = trace(m, "net", (1, 8, 8), 5, 2, train="last:1")
+    prefix = rewrite(g)
+    assert prefix is not None
+    q = prefix.graph
+    fwd = [n.op for n in q.nodes if n.kind in ("input", "forward")]
+    assert fwd == ["input", "quantize", "conv2d_q", "conv2d_q", "conv2d_q", "add_q", "conv2d_q", "flatten", "linear"]
+    convs = [n for n in q.nodes if n.op == "conv2d_q"]
+    # int8 inside, fp32 where the trained part reads it; ReLU fused where the fp32 graph had one
+    assert [n.bytes for n in convs] == [2 * 8 * 64, 2 * 8 * 64, 2 * 8 * 64, 4 * 2 * 4 * 64]
+    assert [n.attrs["relu"] for n in convs] == [1, 1, 0, 0]
+    assert [n.attrs["out_scale"] >= 0 for n in convs] == [True, True, True, False]
+    add = next(n for n in q.nodes if n.op == "add_q")
+    assert add.attrs["relu"] == 1 and add.deps == [convs[2].id, convs[0].id]
+    assert not any(n.op.startswith("batchnorm") for n in q.nodes)
+    names = [n for n, _ in q.params]
+    assert not any(n.startswith(("bn1.", "bn2.")) for n in names)  # folded away, not uploaded
+    assert "conv1.weight" not in names and f"conv1.weight{FOLDED}" in names and f"conv1.bias{FOLDED}" in names
+    assert "conv3.weight" in names  # no batch norm after it: its own tensors
+    assert set(q.frozen) == set(names) - {"fc.weight", "fc.bias"}
+    # the activations the trained part needs are the same; the prefix's flash and arena shrink
+    assert pool_for(q).params == pool_for(g).params
+    assert pool_for(q).flash.frozen < pool_for(g).flash.frozen
+    assert max(n.bytes for n in q.nodes if n.op == "conv2d_q" and n.attrs["out_scale"] >= 0) * 4 == \
+        max(n.bytes for n in g.nodes if n.op == "conv2d")
+
+
+def _model_weights(m: torch.nn.Module) -> dict[str, np.ndarray]:
+    from poet.graph.reference import state_tensors, weights_of
+
+    return dict(zip([n for n, _ in state_tensors(m)], weights_of(m), strict=True))
+
+
+def test_a_traced_int8_prefix_trains_on_the_runtime_like_its_reference(tmp_path: Path) -> None:
+    """Folded, calibrated and lowered: the board's steps equal the prefix's exact forward feeding a
+    float64 linear, and that forward stays within int8's error of the fp32 model's."""
+    from poet.graph.reference import as_graph
+    from poet.graph.tracer import trace
+    from poet.plan.lower import model_blob
+    from poet.plan.static_int8 import rewrite
+
+    m = _net()
+    g = trace(m, "net", (1, 8, 8), 5, 2, train="last:1")
+    prefix = rewrite(g)
+    assert prefix is not None
+    q = prefix.graph
+    rng = np.random.default_rng(4)
+    data = [(rng.standard_normal((2, 64)).astype(np.float32), rng.integers(0, 5, 2).astype(np.int32))
+            for _ in range(3)]
+    w = prefix.weights(_model_weights(m), data[0][0])
+    boundary = next(n.id for n in q.nodes if n.op == "conv2d_q" and n.attrs["out_scale"] < 0)
+    # int8 against fp32 (the eval-mode model up to conv4): within a few quantisation steps on the
+    # calibration batch; on another, values past the calibrated range saturate, so on average
+    for x_np, worst in ((data[0][0], True), (data[1][0], False)):
+        with torch.no_grad(), as_graph(m, g):
+            x = torch.from_numpy(x_np).reshape(2, 1, 8, 8)
+            h = m.relu1(m.bn1(m.conv1(x)))
+            y = m.relu3(m.conv3(m.relu2(m.bn2(m.conv2(h)))) + h)
+            want = m.conv4(y).numpy()
+        err = np.abs(prefix.forward(w, x_np)[boundary] - want)
+        assert (err.max() if worst else err.mean()) <= 0.05 * (np.abs(want).max() if worst else np.abs(want).mean())
+        assert err.max() > 0
+    blob = model_blob(q)
+    lr = 0.05
+    losses, after = _train(tmp_path, blob, w, data, lr=lr)
+    names = [n for n, _ in q.params]
+    lw = w[names.index("fc.weight")].astype(np.float64)
+    lb = w[names.index("fc.bias")].astype(np.float64)
+    for (xb, yb), loss in zip(data, losses, strict=True):
+        hb = prefix.forward(w, xb)[boundary].reshape(2, -1).astype(np.float64)
+        logits = hb @ lw.T + lb
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        assert abs(loss - float(np.mean(-np.log(p[np.arange(2), yb])))) <= 1e-5 * max(1.0, abs(loss))
+        d = (p - np.eye(5)[yb]) / 2
+        lw, lb = lw - lr * d.T @ hb, lb - lr * d.sum(0)
+    np.testing.assert_allclose(after[names.index("fc.weight")], lw.ravel(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(after[names.index("fc.bias")], lb, rtol=1e-5, atol=1e-6)

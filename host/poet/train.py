@@ -60,7 +60,7 @@ from poet.models.zoo import ModelChoice
 from poet.paths import runs_dir, shown
 from poet.plan.memory import check_ram, pool_for
 from poet.plan.request import PlanRequest
-from poet.units import parse_deadline
+from poet.units import format_size, parse_deadline
 
 Say = Callable[[str], None]
 
@@ -402,6 +402,11 @@ def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run,
             p = solve_request(request, g, cg, board, dev.runtime_static, deadline_s, say, out=cache / "schedule.poet")
             if p.lowered is None:
                 raise PoetError(f"model {g.model} cannot run on the board yet")
+            if getattr(p, "int8_prefix", None) is not None:
+                # planned (poet solve shows it), but the weights' calibration and the reference are not wired yet
+                raise PoetError(f"--ram {format_size(request.ram or 0)}: {g.model} fits only with its frozen prefix "
+                                "in static int8, which `poet solve` plans but `poet train` cannot run yet; raise "
+                                "--ram to what `poet solve` names for fp32, or train fewer layers' worth of RAM")
             info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
                     "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
                     "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,

@@ -64,6 +64,10 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         except PoetError as exc:
             runnable = False
             why = str(exc)
+    prefix = int8_prefix_for(g, board, ram, runtime_static)
+    if prefix is not None:
+        g = prefix.graph
+        cg, _ = costed_for(g, board, request, lambda _m: None)
     sel = None
     # fp32 where the model's frozen weights fit flash: not even imported, the plan as before
     if request.precision != "fp32" or pool_for(g).flash.total > board.model_flash_bytes:
@@ -80,6 +84,10 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
     if sel is not None:
         for line in sel.lines():
             say(f"  {line}")
+    if prefix is not None:
+        p.int8_prefix = prefix  # type: ignore[attr-defined]
+        for line in prefix_lines(prefix):
+            say(f"  {line}")
     if p.plan.peak_bytes >= p.keep_all_peak:
         say("  note: this budget holds every activation; nothing needs recomputing or paging")
     if p.lowered is None:
@@ -92,6 +100,32 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
     say(f"\n[lower] schedule: {len(sched)} bytes ({len(p.lowered.schedule.instrs)} instructions, "
         f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {shown(out)}")
     return p
+
+
+def int8_prefix_for(g: TrainingGraph, board: Board, ram: int, runtime_static: int):  # type: ignore[no-untyped-def]
+    """The frozen prefix in static int8 (poet.plan.static_int8) when the fp32 graph cannot fit: its fixed
+    part or flash part is too big for the board, or one op alone needs more than the arena. None when
+    fp32 may fit (the plan as before) or no layer of g has an int8 form."""
+    from poet.plan.memory import Pool, pool_for
+    from poet.plan.static_int8 import rewrite
+
+    pool: Pool = pool_for(g)
+    arena = pool.arena(ram - runtime_static)
+    byid = {n.id: n for n in g.nodes}
+    widest = max(n.bytes + sum(byid[d].bytes for d in set(n.deps)) for n in g.nodes)
+    if pool.flash.total <= board.model_flash_bytes and widest <= arena:
+        return None
+    return rewrite(g)
+
+
+def prefix_lines(prefix) -> list[str]:  # type: ignore[no-untyped-def]
+    """What `poet solve` says of a static-int8 prefix: which layers, and what became of them."""
+    g = prefix.graph
+    n_q = sum(1 for n in g.nodes if n.op in ("conv2d_q", "add_q"))
+    return [f"frozen prefix in static int8 (the fp32 graph cannot fit): {len(prefix.layers)} fp32 ops run as "
+            f"{n_q} int8 layers (conv + frozen batch norm folded + ReLU fused; adds), every int8 tensor's scale "
+            "fixed once from calibration data",
+            f"  int8 from {prefix.layers[0]} to {prefix.layers[-1]}"]
 
 
 def plan_for(g: TrainingGraph, board: Board, request: PlanRequest, say: Say = print,

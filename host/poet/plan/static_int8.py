@@ -1,0 +1,299 @@
+"""A frozen prefix run in static int8: the graph rewrite, its weights and scales, and its exact forward.
+
+Fine-tuning the last layers of a network (`--train last:N`, `bias+last:N`) leaves a frozen prefix
+whose activations the backward pass never reads. In fp32 its early feature maps alone outgrow a
+256 KB board (MobileNetV2-0.35's 48 channels at 32x32 are 192 KiB); in int8 they take a quarter,
+and the prefix computes them as deployed int8 networks do (TFLite Micro, tiny-training): a frozen
+batch norm folded into the conv before it, the ReLU after it fused, each tensor quantised with a
+scale fixed once on the host from calibration data, so no fp32 copy of an activation exists inside
+the prefix. The runtime's ops are quantize, conv2d_q, add_q and dequantize (docs/spec.md 2).
+
+`rewrite(g)` makes the graph (sizes only: enough to plan); `Int8Prefix.weights` fills in the
+folded weights and calibrated scales from the model's weights and a calibration batch;
+`Int8Prefix.forward` is the prefix's exact output (poet.graph.quantise mirrors the kernels bit for
+bit), what a reference feeds the trained part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from poet.graph.dtypes import F32
+from poet.graph.quantise import absmax_scale, add_q, conv2d_q, dequantise, quantise
+from poet.graph.training_graph import GraphNode, TrainingGraph, numel
+
+Q_OPS = ("quantize", "conv2d_q", "add_q", "dequantize")
+FOLDED = "#folded"  # a conv's weight or bias with its frozen batch norm folded in: "layer.conv.weight#folded"
+
+
+@dataclass(frozen=True)
+class Fold:
+    """How a static-int8 conv's fp32 weight and bias come from the model's tensors (names): the conv's
+    own, with the frozen batch norm after it (if any) folded in."""
+
+    w: str
+    b: str | None
+    bn: tuple[str | None, str | None, str, str] | None = None  # weight, bias, running mean, running var
+    eps: float = 0.0
+
+
+@dataclass
+class Int8Prefix:
+    graph: TrainingGraph  # the rewritten graph: what is planned, lowered and run
+    source: TrainingGraph  # the fp32 graph it was rewritten from
+    layers: list[str]  # the fp32 nodes (names) now computed in int8
+    folds: dict[str, Fold] = field(default_factory=dict)  # folded weight / bias param name -> how
+    scales: dict[str, int] = field(default_factory=dict)  # scale param name -> the node whose output it scales
+
+    # ------------------------------------------------------------ values
+
+    def fp32_weights(self, model_weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every fp32 tensor the rewritten graph reads, by param name: the model's, and the folded ones."""
+        out = dict(model_weights)
+        for name, f in self.folds.items():
+            w = model_weights[f.w].astype(np.float32)
+            b = model_weights[f.b].astype(np.float32) if f.b else np.zeros(w.shape[0], np.float32)
+            if f.bn is not None:
+                gw, gb, rm, rv = f.bn
+                gamma = model_weights[gw].astype(np.float32) if gw else np.ones(w.shape[0], np.float32)
+                beta = model_weights[gb].astype(np.float32) if gb else np.zeros(w.shape[0], np.float32)
+                k = (gamma / np.sqrt(model_weights[rv].astype(np.float32) + np.float32(f.eps))).astype(np.float32)
+                w = (w * k.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
+                b = ((b - model_weights[rm].astype(np.float32)) * k + beta).astype(np.float32)
+            out[name] = w if name.endswith(f".weight{FOLDED}") else b
+        return out
+
+    def weights(self, model_weights: dict[str, np.ndarray], calib_x: np.ndarray) -> list[np.ndarray]:
+        """The rewritten graph's parameters in its order: the model's tensors, the folded weights and
+        biases, and every int8 tensor's scale calibrated on `calib_x` (max |x| / 127 of its fp32 value
+        over the calibration batch, the int8 layers' own absmax rule)."""
+        w = self.fp32_weights(model_weights)
+        vals = self._run(w, calib_x, None)
+        for name, node in self.scales.items():
+            w[name] = np.array([absmax_scale(vals[node])], np.float32)
+        return [np.asarray(w[name], np.float32).reshape(shape) for name, shape in self.graph.params]
+
+    def forward(self, weights: list[np.ndarray], x: np.ndarray) -> dict[int, np.ndarray]:
+        """The prefix's fp32 outputs (node id in the rewritten graph -> value) for a batch x, exactly as
+        the board computes them from the uploaded `weights` (the rewritten graph's, in its order)."""
+        w = {name: np.asarray(v, np.float32) for (name, _), v in zip(self.graph.params, weights, strict=True)}
+        vals = self._run(w, x, {name: np.float32(w[name].reshape(-1)[0]) for name in self.scales})
+        g = self.graph
+        return {i: v for i, v in vals.items() if g.nodes[i].op in Q_OPS and v.dtype == np.float32}
+
+    def _run(self, w: dict[str, np.ndarray], x: np.ndarray, scales: dict[str, np.float32] | None
+             ) -> dict[int, np.ndarray]:
+        """The prefix forward: in fp32 (scales None: calibration, int8 nodes give their fp32 values),
+        or in int8 as the kernels compute it."""
+        import torch
+        import torch.nn.functional as F
+
+        g = self.graph
+        names = [n for n, _ in g.params]
+        vals: dict[int, np.ndarray] = {0: np.asarray(x, np.float32).reshape(g.nodes[0].shape)}
+        scale_of: dict[int, np.float32] = {}
+        for n in g.nodes:
+            if n.op not in Q_OPS:
+                continue
+            a = n.attrs
+            out_scale = names[a["out_scale"]] if a.get("out_scale", -1) >= 0 else None
+            if n.op == "quantize":
+                out_scale = names[a["scale"]]
+            ys = None if scales is None or out_scale is None else scales[out_scale]
+            xs = [vals[d] for d in n.deps]
+            if n.op == "quantize":
+                y = xs[0] if scales is None else quantise(xs[0], ys)
+            elif n.op == "dequantize":
+                y = xs[0] if scales is None else dequantise(xs[0], scale_of[n.deps[0]])
+            elif n.op == "conv2d_q":
+                wt, bias = w[names[a["w"]]], (w[names[a["b"]]] if a.get("b", -1) >= 0 else None)
+                geo = (int(a.get("stride", 1)), int(a["pad"]), int(a.get("groups", 1)))
+                if scales is None:
+                    t = F.conv2d(torch.from_numpy(xs[0]), torch.from_numpy(wt),
+                                 None if bias is None else torch.from_numpy(bias), stride=geo[0], padding=geo[1],
+                                 groups=geo[2])
+                    y = (F.relu(t) if a.get("relu") else t).numpy()
+                else:
+                    ws = absmax_scale(wt)
+                    y = conv2d_q(xs[0], scale_of[n.deps[0]], quantise(wt, ws), ws, bias, *geo, bool(a.get("relu")), ys)
+            else:  # add_q
+                if scales is None:
+                    y = xs[0] + xs[1]
+                    y = np.maximum(y, 0) if a.get("relu") else y
+                else:
+                    y = add_q(xs[0], scale_of[n.deps[0]], xs[1], scale_of[n.deps[1]], bool(a.get("relu")), ys)
+            vals[n.id] = np.asarray(y).reshape(n.shape)
+            if ys is not None:
+                scale_of[n.id] = ys
+        return vals
+
+
+def _readers(g: TrainingGraph) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {n.id: [] for n in g.nodes}
+    for n in g.nodes:
+        for d in n.deps:
+            out[d].append(n.id)
+    return out
+
+
+def rewrite(g: TrainingGraph) -> Int8Prefix | None:
+    """g with its frozen prefix in static int8, or None when no layer of g can run so.
+
+    A frozen conv (weight and bias frozen, its weight read by nothing else) reading the input or an
+    int8 tensor runs as conv2d_q, with the frozen batch norm reading only it folded in and the ReLU
+    reading only that fused; an add of two int8 tensors runs as add_q (ReLU fused likewise). A fused
+    layer's output is int8 when some int8 layer reads it, with a dequantize for its other readers (the
+    trained part, or a layer that has no int8 form), else fp32 straight from the epilogue. Nothing
+    inside a fused layer may be saved for the backward pass (so only a frozen prefix qualifies)."""
+    saved, readers = g.saved_ids(), _readers(g)
+    frozen = set(g.frozen) - g.moved
+    pname = [n for n, _ in g.params]
+    weight_readers: dict[int, int] = {}
+    for n in g.nodes:
+        if n.attrs.get("w", -1) >= 0 and n.kind != "optimizer":
+            weight_readers[n.attrs["w"]] = weight_readers.get(n.attrs["w"], 0) + 1
+
+    def is_frozen(p: int) -> bool:
+        return p < 0 or pname[p] in frozen
+
+    def sole_reader(i: int, op: str) -> int | None:
+        r = readers[i]
+        if len(r) == 1 and g.nodes[r[0]].op == op and g.nodes[r[0]].kind == "forward" and i not in saved:
+            return r[0]
+        return None
+
+    # pass 1: which fp32 nodes fuse into which static-int8 layer (head node id -> chain of node ids)
+    chains: dict[int, list[int]] = {}
+    out_of: dict[int, int] = {}  # a chain's last node -> its head
+    member: set[int] = set()
+    q_out = {0}  # nodes whose value an int8 layer can read (0: the input, through a quantize)
+    for n in g.nodes:
+        if n.kind != "forward":
+            continue
+        chain: list[int] = []
+        if n.op == "conv2d" and n.deps[0] in q_out and weight_readers.get(n.attrs["w"]) == 1 \
+                and is_frozen(n.attrs["w"]) and is_frozen(n.attrs.get("b", -1)):
+            chain = [n.id]
+            bn = sole_reader(n.id, "batchnorm_eval")
+            if bn is not None and all(is_frozen(g.nodes[bn].attrs.get(k, -1)) for k in ("w", "b", "rm", "rv")):
+                chain.append(bn)
+        elif n.op == "add" and n.attrs.get("n") == n.attrs.get("m") and len(n.deps) == 2 \
+                and all(d in q_out and d != 0 for d in n.deps):
+            chain = [n.id]
+        if not chain:
+            continue
+        relu = sole_reader(chain[-1], "relu")
+        if relu is not None:
+            chain.append(relu)
+        if any(i in saved for i in chain[:-1]):
+            continue
+        chains[n.id] = chain
+        out_of[chain[-1]] = n.id
+        member.update(chain)
+        q_out.add(chain[-1])
+    if not chains:
+        return None
+    q_readers = {i: [r for r in readers[i] if r in chains] for i in q_out}
+    int8_out = {i for i in q_out if q_readers[i]}  # chain outputs (and the input) some int8 layer reads
+
+    # pass 2: the new graph
+    params = list(g.params)
+    folds: dict[str, Fold] = {}
+    scales: dict[str, int] = {}
+    nodes: list[GraphNode] = []
+    new: dict[int, int] = {}  # old id -> new id of the tensor fp32 readers read
+    q_new: dict[int, int] = {}  # old id -> new id of its int8 form
+    layers: list[str] = []
+
+    def add(src: GraphNode, name: str, op: str, deps: list[int], nbytes: int, attrs: dict[str, Any],
+            flops: int) -> int:
+        nodes.append(GraphNode(len(nodes), name, src.module, "forward", op, deps, nbytes, list(src.shape), attrs,
+                               flops))
+        return len(nodes) - 1
+
+    def scale_param(name: str, node: int) -> int:
+        params.append((f"{name}#scale", [1]))
+        scales[f"{name}#scale"] = node
+        return len(params) - 1
+
+    for n in g.nodes:
+        if n.id in member and n.id not in chains:
+            continue  # fused into its chain's head
+        if n.id in chains:
+            chain = [g.nodes[i] for i in chains[n.id]]
+            last = chain[-1]
+            elems = numel(last.shape)
+            relu = int(last.op == "relu")
+            i8 = last.id in int8_out
+            if n.op == "conv2d" and n.deps[0] not in q_new:  # the input: quantized once, first
+                _quantize(g, n.deps[0], nodes, new, q_new, scale_param)
+            nid = len(nodes)
+            out_scale = scale_param(last.name, nid) if i8 else -1
+            if n.op == "conv2d":
+                bn = next((c for c in chain if c.op == "batchnorm_eval"), None)
+                w, b = n.attrs["w"], n.attrs.get("b", -1)
+                attrs = {k: n.attrs[k] for k in ("B", "C", "H", "W", "O", "k", "pad", "stride", "groups")
+                         if k in n.attrs}
+                if bn is not None:
+                    ba = bn.attrs
+                    fold = Fold(pname[w], pname[b] if b >= 0 else None,
+                                tuple(pname[ba[k]] if ba.get(k, -1) >= 0 else None  # type: ignore[arg-type]
+                                      for k in ("w", "b", "rm", "rv")), float(ba["eps"]))
+                    base = pname[w].rsplit(".", 1)[0]
+                    params += [(f"{base}.weight{FOLDED}", list(g.params[w][1])), (f"{base}.bias{FOLDED}",
+                                                                                 [int(n.attrs["O"])])]
+                    folds[params[-2][0]] = folds[params[-1][0]] = fold
+                    w, b = len(params) - 2, len(params) - 1
+                add(last, last.name, "conv2d_q", [q_new[n.deps[0]]], elems if i8 else F32 * elems,
+                    attrs | {"w": w, "b": b, "out_scale": out_scale, "relu": relu}, n.flops)
+            else:
+                add(last, last.name, "add_q", [q_new[d] for d in n.deps], elems if i8 else F32 * elems,
+                    {"n": elems, "out_scale": out_scale, "relu": relu}, n.flops)
+            layers += [c.name for c in chain]
+            if i8:
+                q_new[last.id] = nid
+                if any(r not in chains for r in readers[last.id]) or last.id in saved:
+                    new[last.id] = add(last, f"{last.name}/fp32", "dequantize", [nid], F32 * elems,
+                                       {"n": elems}, elems)
+            else:
+                new[last.id] = nid
+            continue
+        deps = [new[d] for d in n.deps]
+        nodes.append(replace(n, id=len(nodes), deps=deps, saved=[new[d] for d in n.saved], attrs=dict(n.attrs),
+                             shape=list(n.shape)))
+        new[n.id] = len(nodes) - 1
+    out = _drop_unused(replace(g, nodes=nodes, params=params))
+    return Int8Prefix(out, g, layers, folds, scales)
+
+
+def _quantize(g: TrainingGraph, i: int, nodes: list[GraphNode], new: dict[int, int], q_new: dict[int, int],
+              scale_param: Any) -> int:
+    """The int8 form of fp32 tensor i (the input): a quantize node after it, made once."""
+    src = g.nodes[i]
+    elems = numel(src.shape)
+    nid = len(nodes)
+    p = scale_param(src.name, nid)
+    nodes.append(GraphNode(nid, f"{src.name}/int8", src.module, "forward", "quantize", [new[i]], elems,
+                           list(src.shape), {"n": elems, "scale": p}, elems))
+    q_new[i] = nid
+    return nid
+
+
+PARAM_ATTRS = ("w", "b", "rm", "rv", "scale", "out_scale")
+
+
+def _drop_unused(g: TrainingGraph) -> TrainingGraph:
+    """g without the parameters no node reads any more (a folded conv's own weight and bias, its batch
+    norm's tensors), the others renumbered."""
+    used = sorted({n.attrs[k] for n in g.nodes for k in PARAM_ATTRS if isinstance(n.attrs.get(k), int)
+                   and n.attrs[k] >= 0} | {i for i, (name, _) in enumerate(g.params) if name not in g.frozen})
+    renum = {old: new for new, old in enumerate(used)}
+    nodes = [replace(n, attrs={k: (renum[v] if k in PARAM_ATTRS and isinstance(v, int) and v >= 0 else v)
+                                for k, v in n.attrs.items()}) for n in g.nodes]
+    params = [g.params[i] for i in used]
+    names = {name for name, _ in params}
+    return replace(g, nodes=nodes, params=params,
+                   frozen=[n for n in g.frozen if n in names] + [n for n, _ in params if "#" in n])
