@@ -264,13 +264,14 @@ def flash_fit(g: TrainingGraph, flash_bytes: int | None, board: str = "the board
         total = pool_for(apply_storage(g, {}, chosen)).flash.total
         if total <= flash_bytes:
             return frozenset(chosen)
-    if not layers:
+    if not layers and not g.int8_params:
         raise UsageError(f"the model blob and frozen weights need {format_size(total)} of flash, more than the "
                          f"{format_size(flash_bytes)} {board}'s firmware leaves for them, and none can be stored "
                          "int8 (each is read by the backward pass of a layer that trains), and streaming frozen "
                          "weights from the SD card is not implemented yet: choose a smaller model")
+    stored = len(layers) + sum(1 for n in g.nodes if n.op == "conv2d_q")  # a static-int8 prefix's are already
     raise UsageError(f"the model's frozen weights need {format_size(total)} of flash even stored int8 "
-                     f"({len(layers)} layers), more than the {format_size(flash_bytes)} {board}'s firmware leaves "
+                     f"({stored} layers), more than the {format_size(flash_bytes)} {board}'s firmware leaves "
                      "for them, and streaming frozen weights from the SD card is not implemented yet: "
                      "choose a smaller model or train more of it")
 

@@ -14,6 +14,7 @@ from poet.graph.training_graph import TrainingGraph
 from poet.paths import schedule_file, shown, write_output
 from poet.plan.memory import pool_for
 from poet.plan.pipeline import Planned, plan_step
+from poet.plan.static_int8 import Int8Prefix, rewrite
 from poet.plan.types import CostedGraph, Plan
 from poet.units import format_size, parse_deadline
 
@@ -74,9 +75,24 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         from poet.plan.precision import select_for
         sel = select_for(request, g, board, runtime_static, deadline_s, say)
         g, cg = sel.graph, sel.cg
-    p = plan_step(g, cg, board, ram, runtime_static, deadline_s, solver=request.solver,
-                  time_limit_s=request.time_limit_s, progress=lambda m: say(f"  {m}"), strategy=request.strategy,
-                  gap=request.gap, lower_plan=runnable)
+    def plan(g: TrainingGraph, cg: CostedGraph) -> Planned:
+        return plan_step(g, cg, board, ram, runtime_static, deadline_s, solver=request.solver,
+                         time_limit_s=request.time_limit_s, progress=lambda m: say(f"  {m}"),
+                         strategy=request.strategy, gap=request.gap, lower_plan=runnable)
+
+    try:
+        p = plan(g, cg)
+    except PoetError:
+        if prefix is not None or sel is not None:
+            raise
+        # fp32 fits no plan at this --ram: the frozen prefix in static int8 may
+        prefix = rewrite(g)
+        if prefix is None:
+            raise
+        say("  no fp32 plan fits: planning again with the frozen prefix in static int8")
+        g = prefix.graph
+        cg, _ = costed_for(g, board, request, lambda _m: None)
+        p = plan(g, cg)
     if sel is not None:
         from poet.plan.precision import with_selection
         p = with_selection(p, sel)
@@ -102,14 +118,11 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
     return p
 
 
-def int8_prefix_for(g: TrainingGraph, board: Board, ram: int, runtime_static: int):  # type: ignore[no-untyped-def]
+def int8_prefix_for(g: TrainingGraph, board: Board, ram: int, runtime_static: int) -> Int8Prefix | None:
     """The frozen prefix in static int8 (poet.plan.static_int8) when the fp32 graph cannot fit: its fixed
     part or flash part is too big for the board, or one op alone needs more than the arena. None when
     fp32 may fit (the plan as before) or no layer of g has an int8 form."""
-    from poet.plan.memory import Pool, pool_for
-    from poet.plan.static_int8 import rewrite
-
-    pool: Pool = pool_for(g)
+    pool = pool_for(g)
     arena = pool.arena(ram - runtime_static)
     byid = {n.id: n for n in g.nodes}
     widest = max(n.bytes + sum(byid[d].bytes for d in set(n.deps)) for n in g.nodes)
@@ -118,7 +131,7 @@ def int8_prefix_for(g: TrainingGraph, board: Board, ram: int, runtime_static: in
     return rewrite(g)
 
 
-def prefix_lines(prefix) -> list[str]:  # type: ignore[no-untyped-def]
+def prefix_lines(prefix: Int8Prefix) -> list[str]:
     """What `poet solve` says of a static-int8 prefix: which layers, and what became of them."""
     g = prefix.graph
     n_q = sum(1 for n in g.nodes if n.op in ("conv2d_q", "add_q"))
