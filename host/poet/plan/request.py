@@ -67,6 +67,8 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
             why = str(exc)
     prefix = int8_prefix_for(g, board, ram, runtime_static)
     if prefix is not None:
+        say(f"  the fp32 graph cannot fit --ram {format_size(ram)} or the flash: planning with the frozen prefix in "
+            f"static int8 ({len(prefix.layers)} fp32 ops)")
         g = prefix.graph
         cg, _ = costed_for(g, board, request, lambda _m: None)
     sel = None
