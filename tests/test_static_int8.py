@@ -358,3 +358,21 @@ def test_a_traced_int8_prefix_trains_on_the_runtime_like_its_reference(tmp_path:
         lw, lb = lw - lr * d.T @ hb, lb - lr * d.sum(0)
     np.testing.assert_allclose(after[names.index("fc.weight")], lw.ravel(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(after[names.index("fc.bias")], lb, rtol=1e-5, atol=1e-6)
+    # PyTorch fed the prefix's outputs (what `poet train` checks and evaluates with) trains the same
+    from poet.graph.reference import accuracy, forward, train_steps
+
+    fed = prefix.fed(m, w)
+    batches = [(xb.reshape(2, 1, 8, 8), yb) for xb, yb in data]
+    ref_losses = train_steps(m, batches, lr, frozen=g.frozen, graph=g, fed=fed)
+    np.testing.assert_allclose(ref_losses, losses, rtol=1e-5)
+    np.testing.assert_allclose(m.fc.weight.detach().numpy().ravel(), after[names.index("fc.weight")], rtol=1e-5,
+                               atol=1e-6)
+    # in eval mode too (no batch-norm counter calls): the fed logits are the reference's
+    xs = np.concatenate([xb for xb, _ in batches])
+    hs = np.concatenate([prefix.forward(w, xb)[boundary].reshape(2, -1) for xb, _ in data])
+    want = hs @ m.fc.weight.detach().numpy().T + m.fc.bias.detach().numpy()
+    m.eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(forward(m, xs, fed).numpy(), want, rtol=1e-5, atol=1e-5)
+        assert np.abs(forward(m, xs).numpy() - want).max() > 1e-3  # unfed, the fp32 prefix: the feeding is seen
+    assert accuracy(m, xs, want.argmax(1), fed) == 1.0

@@ -34,7 +34,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -52,7 +52,7 @@ from poet.energy.meters.window import recorded
 from poet.energy.predict import Comparison, Epoch, Prediction, RunPredictor, plan_prediction
 from poet.energy.tracefile import Trace
 from poet.errors import PoetError, UsageError
-from poet.graph.reference import accuracy, load_weights, weights_of
+from poet.graph.reference import Fed, accuracy, state_tensors, weights_of
 from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
 from poet.models.datasets import Dataset, load_dataset
@@ -60,7 +60,10 @@ from poet.models.zoo import ModelChoice
 from poet.paths import runs_dir, shown
 from poet.plan.memory import check_ram, pool_for
 from poet.plan.request import PlanRequest
-from poet.units import format_size, parse_deadline
+from poet.units import parse_deadline
+
+if TYPE_CHECKING:
+    from poet.plan.static_int8 import Int8Prefix
 
 Say = Callable[[str], None]
 
@@ -356,12 +359,66 @@ def _graph(cfg: RunConfig) -> tuple[torch.nn.Module, TrainingGraph]:
 
 
 def _graph_for(g: TrainingGraph, plan: dict) -> TrainingGraph:
-    """The graph the plan's schedule runs on: g, or with --precision greedy|auto its narrow-stored form."""
+    """The graph the plan's schedule runs on: g, its frozen prefix in static int8, or with --precision
+    greedy|auto its narrow-stored form."""
+    prefix = _int8_prefix(g, plan)
+    if prefix is not None:
+        return prefix.graph
     if not plan.get("precision"):
         return g
     from poet.plan.precision import graph_for
 
     return graph_for(g, plan["precision"])
+
+
+def _int8_prefix(g: TrainingGraph, plan: dict) -> Int8Prefix | None:
+    """The plan's static-int8 prefix of g (the rewrite is a function of g, so the plan only says whether)."""
+    if not plan.get("int8_prefix"):
+        return None
+    from poet.plan.static_int8 import rewrite
+
+    prefix = rewrite(g)
+    if prefix is None:
+        raise PoetError(f"the plan runs {g.model}'s frozen prefix in static int8, but the graph has none: the plan "
+                        "is of another graph")
+    return prefix
+
+
+CALIBRATION_SAMPLES = 64  # training samples a static-int8 prefix's scales are calibrated on
+
+
+def _initial_weights(model: torch.nn.Module, g: TrainingGraph, plan: dict, data: Dataset,
+                     say: Say) -> tuple[list[np.ndarray], Fed | None]:
+    """The weights uploaded to the board, in the run graph's order, and for a static-int8 prefix what the
+    host's PyTorch is fed to compute as the board does (evaluation)."""
+    w = weights_of(model)
+    prefix = _int8_prefix(g, plan)
+    if prefix is None:
+        return w, None
+    calib = data.x_train[:CALIBRATION_SAMPLES]
+    w = prefix.weights(dict(zip((n for n, _ in state_tensors(model)), w, strict=True)), calib)
+    say(f"[plan] {len(prefix.layers)} frozen ops run in static int8 ({len(prefix.folds) // 2} batch norms folded); "
+        f"their {len(prefix.scales)} scales calibrated on the first {len(calib)} training samples")
+    return w, prefix.fed(model, w)
+
+
+def _to_model(model: torch.nn.Module, g: TrainingGraph, weights: list[np.ndarray]) -> None:
+    """Copy the board's weights (the run graph's order) into the model, by name: a static-int8 run's folded
+    weights and scales are the board's own and leave the model's fp32 tensors as they are."""
+    held = dict(state_tensors(model))
+    with torch.no_grad():
+        for (name, _), w in zip(g.params, weights, strict=True):
+            if name in held:
+                held[name].copy_(torch.from_numpy(w.reshape(held[name].shape)))
+
+
+def _run_plan(run: Run) -> dict:
+    """A run's plan.json ({} when it has none, or a damaged one: then the graph is the traced one)."""
+    try:
+        plan = json.loads((run.dir / "plan.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return plan if isinstance(plan, dict) else {}
 
 
 def _given_schedule(path: Path, run: Run, say: Say) -> dict:
@@ -402,11 +459,6 @@ def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run,
             p = solve_request(request, g, cg, board, dev.runtime_static, deadline_s, say, out=cache / "schedule.poet")
             if p.lowered is None:
                 raise PoetError(f"model {g.model} cannot run on the board yet")
-            if getattr(p, "int8_prefix", None) is not None:
-                # planned (poet solve shows it), but the weights' calibration and the reference are not wired yet
-                raise PoetError(f"--ram {format_size(request.ram or 0)}: {g.model} fits only with its frozen prefix "
-                                "in static int8, which `poet solve` plans but `poet train` cannot run yet; raise "
-                                "--ram to what `poet solve` names for fp32, or train fewer layers' worth of RAM")
             info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
                     "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
                     "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,
@@ -414,6 +466,8 @@ def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run,
             sel = getattr(p, "selection", None)
             if sel is not None:  # --precision greedy|auto: the run's graph has the plan's casts
                 info["precision"] = sel.to_json()
+            if getattr(p, "int8_prefix", None) is not None:  # the run's graph is g's static-int8 rewrite
+                info["int8_prefix"] = True
             _write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())  # last: it marks the entry whole
         shutil.copy(cache / "plan.json", run.dir / "plan.json")
         shutil.copy(cache / "schedule.poet", run.dir / "schedule.poet")
@@ -512,12 +566,13 @@ def _epoch_energy(tr: Trace, board: Board, first_step: int) -> tuple[float, floa
     return e, t
 
 
-def _evaluate(model: torch.nn.Module, weights: list[np.ndarray], data: Dataset) -> float:
-    load_weights(model, weights)
+def _evaluate(model: torch.nn.Module, g: TrainingGraph, weights: list[np.ndarray], data: Dataset,
+              fed: Fed | None) -> float:
+    _to_model(model, g, weights)
     was = model.training
     model.eval()
     try:
-        return accuracy(model, data.x_test, data.y_test) if len(data.y_test) else float("nan")
+        return accuracy(model, data.x_test, data.y_test, fed) if len(data.y_test) else float("nan")
     finally:
         model.train(was)
 
@@ -574,7 +629,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
     if per_epoch == 0:
         raise UsageError(f"--data {cfg.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
     if resume:
-        _check_resumable(run, state, g, ckpt, per_epoch, cfg.epochs)
+        _check_resumable(run, state, _graph_for(g, _run_plan(run)), ckpt, per_epoch, cfg.epochs)
         at = "after its last step" if state.global_step == per_epoch * cfg.epochs else \
             f"at epoch {state.epoch + 1}, step {state.step + 1}"
         say(f"resuming {shown(run.dir)} {at} ({state.global_step} steps done)")
@@ -588,12 +643,12 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
             _refuse_if_run(run.dir)  # again, under the lock: another poet may have run there since the check above
         state = RunState()
     total_steps = per_epoch * cfg.epochs
-    w0 = weights_of(model)
     try:
         if port:
             _ensure_firmware(board, port, run.dir, say)
         with open_device(board, port, workdir=run.dir) as dev:
             plan = _plan(cfg, g, board, dev, run, say)
+            w0, fed = _initial_weights(model, g, plan, data, say)
             g = _graph_for(g, plan)
             pred = _check_energy(cfg, plan, total_steps, cfg.epochs, say)
             if not resume:
@@ -616,7 +671,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
             try:
                 # the meter records the steps on the host clock; `poet report trace.json --meter meter.csv` aligns
                 with recorded(meter, run.dir / "meter.csv", say) if meter else contextlib.nullcontext():
-                    _epochs(cfg, g, board, dev, run, state, tr, data, model, per_epoch, pred, say)
+                    _epochs(cfg, g, board, dev, run, state, tr, data, model, fed, per_epoch, pred, say)
             except (LinkError, KeyboardInterrupt) as exc:
                 ctrl_c = isinstance(exc, KeyboardInterrupt)
                 why = "stopped by Ctrl-C" if ctrl_c else f"lost the board: {exc}"
@@ -680,8 +735,8 @@ def _check_resumable(run: Run, state: RunState, g: TrainingGraph, ckpt: tuple[li
 
 
 def _epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, state: RunState,
-            tr: Trace, data: Dataset, model: torch.nn.Module, per_epoch: int, plan_pred: Prediction,
-            say: Say) -> None:
+            tr: Trace, data: Dataset, model: torch.nn.Module, fed: Fed | None, per_epoch: int,
+            plan_pred: Prediction, say: Say) -> None:
     opt_bytes = pool_for(g).optimizer_state
     every = max(1, cfg.checkpoint_every or 1)
     predictor = RunPredictor(cfg.epochs, per_epoch * cfg.epochs, plan_pred.grid)
@@ -716,7 +771,7 @@ def _epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Ru
             say(f"  epoch {state.epoch + 1}/{cfg.epochs} step {state.step:3d}/{per_epoch}  loss {res.loss:.4f}  "
                 f"{step_j * 1e3:.3f} mJ  {step_s * 1e3:.2f} ms (modelled)")
         e_j, t_s = _epoch_energy(tr, board, epoch_start)
-        acc = _evaluate(model, weights, data)
+        acc = _evaluate(model, g, weights, data, fed)
         losses = state.losses
         state.history.append({"epoch": state.epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan"),
                               "accuracy": acc, "energy_j": e_j, "time_s": t_s})
@@ -791,10 +846,7 @@ def _complete_finished(cfg: RunConfig, run: Run, state: RunState, say: Say) -> N
     board = load_board(cfg.board)
     model, g = _graph(cfg)
     tr = Trace.load(trace_path)
-    try:
-        plan = json.loads((run.dir / "plan.json").read_text())
-    except (OSError, ValueError):
-        plan = {}
+    plan = _run_plan(run)
     tr.plan = plan
     grid = intensity(cfg.country, cfg.carbon_intensity)
     total = state.global_step
@@ -808,7 +860,7 @@ def _complete_finished(cfg: RunConfig, run: Run, state: RunState, say: Say) -> N
 
 def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace, model: torch.nn.Module,
             weights: list[np.ndarray], say: Say) -> None:
-    load_weights(model, weights)
+    _to_model(model, g, weights)
     tmp = run.dir / "weights.pt.tmp"
     torch.save({k: v.clone() for k, v in model.state_dict().items()}, tmp)
     os.replace(tmp, run.dir / "weights.pt")  # a run stopped mid-write keeps no half file that looks whole

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from poet.graph.quantise import absmax_scale, quantise
 from poet.graph.training_graph import TrainingGraph
@@ -55,18 +56,68 @@ def torch_optimizer(params: list[nn.Parameter], lr: float, optimizer: dict[str, 
     return torch.optim.SGD(params, lr=lr)
 
 
+Call = tuple[str, int]  # the k-th call of a torch function in a model's forward: ("conv2d", 3)
+
+
+class Fed(TorchFunctionMode):
+    """A model's forward with the results of some of its torch calls given instead of computed: the
+    board's values of a frozen prefix it runs differently (static int8), fed where the trained part
+    reads them. A call is named by its function and how many calls of that function the model's code
+    made before it (as poet.graph.instrument sees them), which names the same call in train and eval
+    mode (eval skips only the batch norms' counter updates); its shape is checked, so a model whose
+    calls differ from its trace's is refused, not misfed."""
+
+    def __init__(self, expect: dict[Call, list[int]], values: Callable[[np.ndarray], dict[Call, np.ndarray]]) -> None:
+        super().__init__()
+        self.expect = expect  # call -> the shape of one sample's result
+        self.values = values  # a batch -> call -> the result to give
+        self._given: dict[Call, np.ndarray] = {}
+        self._seen: dict[str, int] = {}
+
+    def batch(self, x: np.ndarray) -> None:
+        """The next forward's input: computes what it is fed."""
+        self._given = self.values(x)
+        self._seen = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        if torch._C._current_autograd_node() is not None:
+            return out
+        name = getattr(func, "__name__", str(func))
+        k = self._seen.get(name, 0)
+        self._seen[name] = k + 1
+        shape = self.expect.get((name, k))
+        if shape is None:
+            return out
+        if not isinstance(out, torch.Tensor) or list(out.shape[1:]) != shape:
+            got = list(out.shape[1:]) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"{name} call {k} of the model gives {got}, its trace's gave {shape}: the model "
+                             "does not make the calls it was traced with")
+        return torch.from_numpy(np.ascontiguousarray(self._given[(name, k)], dtype=np.float32))
+
+
+def forward(model: nn.Module, x: np.ndarray, fed: Fed | None = None) -> torch.Tensor:
+    """model(x), with the calls `fed` gives fed."""
+    if fed is None:
+        return model(torch.from_numpy(x))
+    fed.batch(x)
+    with fed:
+        return model(torch.from_numpy(x))
+
+
 def train_steps(model: nn.Module, batches: Iterable[tuple[np.ndarray, np.ndarray]], lr: float,
                 optimizer: dict[str, Any] | None = None, frozen: Collection[str] = (),
-                graph: TrainingGraph | None = None) -> list[float]:
+                graph: TrainingGraph | None = None, fed: Fed | None = None) -> list[float]:
     """Mean cross-entropy, one optimizer step per batch, `frozen` parameters left alone (as the graph's
     optimizer and frozen list say); returns the losses. Given the `graph` the board runs, the model
-    computes as it does (as_graph): frozen batch norms on running statistics, int8 layers in int8."""
+    computes as it does (as_graph): frozen batch norms on running statistics, int8 layers in int8,
+    and a static-int8 prefix's outputs as `fed` gives them (the traced `graph` it was rewritten from)."""
     opt = torch_optimizer([p for n, p in model.named_parameters() if n not in frozen], lr, optimizer)
     losses = []
     with as_graph(model, graph):
         for x, y in batches:
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y).long())
+            loss = nn.functional.cross_entropy(forward(model, x, fed), torch.from_numpy(y).long())
             loss.backward()
             opt.step()
             losses.append(loss.item())
@@ -133,6 +184,9 @@ def as_graph(model: nn.Module, g: TrainingGraph | None) -> Iterator[None]:
             h.remove()
 
 
-def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray) -> float:
-    with torch.no_grad():
-        return float((model(torch.from_numpy(x)).argmax(1).numpy() == y).mean())
+def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray, fed: Fed | None = None,
+             graph: TrainingGraph | None = None) -> float:
+    """The share of x the model classifies as y; with `fed` and the `graph` it was traced to, as the
+    board computes it (a static-int8 prefix)."""
+    with torch.no_grad(), as_graph(model, graph) if graph is not None else nullcontext():
+        return float((forward(model, x, fed).argmax(1).numpy() == y).mean())

@@ -17,13 +17,16 @@ bit), what a reference feeds the trained part.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from poet.graph.dtypes import F32
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, dequantise, quantise
 from poet.graph.training_graph import GraphNode, TrainingGraph, numel
+
+if TYPE_CHECKING:
+    from poet.graph.reference import Fed
 
 Q_OPS = ("quantize", "conv2d_q", "add_q", "dequantize")
 FOLDED = "#folded"  # a conv's weight or bias with its frozen batch norm folded in: "layer.conv.weight#folded"
@@ -47,6 +50,8 @@ class Int8Prefix:
     layers: list[str]  # the fp32 nodes (names) now computed in int8
     folds: dict[str, Fold] = field(default_factory=dict)  # folded weight / bias param name -> how
     scales: dict[str, int] = field(default_factory=dict)  # scale param name -> the node whose output it scales
+    # the prefix's fp32 outputs (the trained part reads them): node id here -> the source graph's node
+    boundary: dict[int, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------ values
 
@@ -84,6 +89,41 @@ class Int8Prefix:
         g = self.graph
         return {i: v for i, v in vals.items() if g.nodes[i].op in Q_OPS and v.dtype == np.float32}
 
+    def fed(self, model: Any, weights: list[np.ndarray]) -> Fed:
+        """What a PyTorch reference of a run feeds `model` (the one the source graph was traced from):
+        the prefix's outputs as the board computes them from its `weights`, given in place of the
+        model's fp32 calls that make them (poet.graph.reference.Fed)."""
+        import torch
+
+        from poet.graph.reference import Call, Fed
+        from poet.graph.tracer import trace_step
+
+        src = self.source
+        t = trace_step(model, src.model, torch.zeros(src.batch, *src.input_shape, device="meta"),
+                       torch.zeros(src.batch, dtype=torch.long, device="meta"), src.classes, src.input_dtype,
+                       src.train)
+        made: dict[int, Call] = {}  # source node -> the call that makes it (the first: later ones alias it)
+        count: dict[str, int] = {}
+        for c in t.ins.calls:
+            k = count.get(c.name, 0)
+            count[c.name] = k + 1
+            node = t.node_of_call.get(c.id)
+            if node is not None and node not in made:
+                made[node] = (c.name, k)
+        calls: dict[int, Call] = {}  # prefix output (node here) -> the model's call
+        for nid, old in self.boundary.items():
+            if old not in made or t.graph.nodes[old].name != src.nodes[old].name:
+                raise ValueError(f"{src.nodes[old].name}: the model's trace does not make it as the source graph "
+                                 "does; is this the model the graph was traced from?")
+            calls[nid] = made[old]
+        expect = {calls[nid]: list(src.nodes[old].shape[1:]) for nid, old in self.boundary.items()}
+
+        def values(x: np.ndarray) -> dict[Call, np.ndarray]:
+            out = self.forward(weights, x)
+            return {calls[nid]: out[nid] for nid in self.boundary}
+
+        return Fed(expect, values)
+
     def _run(self, w: dict[str, np.ndarray], x: np.ndarray, scales: dict[str, np.float32] | None
              ) -> dict[int, np.ndarray]:
         """The prefix forward: in fp32 (scales None: calibration, int8 nodes give their fp32 values),
@@ -93,7 +133,8 @@ class Int8Prefix:
 
         g = self.graph
         names = [n for n, _ in g.params]
-        vals: dict[int, np.ndarray] = {0: np.asarray(x, np.float32).reshape(g.nodes[0].shape)}
+        batch = len(x)  # any batch, not only the graph's: the reference evaluates test sets with it
+        vals: dict[int, np.ndarray] = {0: np.asarray(x, np.float32).reshape(batch, *g.nodes[0].shape[1:])}
         scale_of: dict[int, np.float32] = {}
         for n in g.nodes:
             if n.op not in Q_OPS:
@@ -125,7 +166,7 @@ class Int8Prefix:
                     y = np.maximum(y, 0) if a.get("relu") else y
                 else:
                     y = add_q(xs[0], scale_of[n.deps[0]], xs[1], scale_of[n.deps[1]], bool(a.get("relu")), ys)
-            vals[n.id] = np.asarray(y).reshape(n.shape)
+            vals[n.id] = np.asarray(y).reshape(batch, *n.shape[1:])
             if ys is not None:
                 scale_of[n.id] = ys
         return vals
@@ -207,6 +248,7 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
     new: dict[int, int] = {}  # old id -> new id of the tensor fp32 readers read
     q_new: dict[int, int] = {}  # old id -> new id of its int8 form
     layers: list[str] = []
+    boundary: dict[int, int] = {}
 
     def add(src: GraphNode, name: str, op: str, deps: list[int], nbytes: int, attrs: dict[str, Any],
             flops: int) -> int:
@@ -258,15 +300,17 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
                 if any(r not in chains for r in readers[last.id]) or last.id in saved:
                     new[last.id] = add(last, f"{last.name}/fp32", "dequantize", [nid], F32 * elems,
                                        {"n": elems}, elems)
+                    boundary[new[last.id]] = last.id
             else:
                 new[last.id] = nid
+                boundary[nid] = last.id
             continue
         deps = [new[d] for d in n.deps]
         nodes.append(replace(n, id=len(nodes), deps=deps, saved=[new[d] for d in n.saved], attrs=dict(n.attrs),
                              shape=list(n.shape)))
         new[n.id] = len(nodes) - 1
     out = _drop_unused(replace(g, nodes=nodes, params=params))
-    return Int8Prefix(out, g, layers, folds, scales)
+    return Int8Prefix(out, g, layers, folds, scales, boundary)
 
 
 def _quantize(g: TrainingGraph, i: int, nodes: list[GraphNode], new: dict[int, int], q_new: dict[int, int],

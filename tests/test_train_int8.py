@@ -1,0 +1,61 @@
+"""`poet train` of a plan whose frozen prefix runs in static int8: the board's weights after its steps
+equal PyTorch's same steps fed the prefix's int8 outputs (poet.graph.reference.Fed), and what the run
+saves is the model's own state_dict (its fp32 frozen tensors as they were, the trained ones moved)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import needs_qemu
+from poet.cli import main
+from poet.graph.reference import state_tensors, train_steps, weights_of
+from poet.graph.tracer import traced
+from poet.models.datasets import load_dataset
+from poet.models.zoo import ModelChoice
+from poet.plan.static_int8 import rewrite
+from poet.train import CALIBRATION_SAMPLES, read_back
+
+
+@needs_qemu
+def test_mobilenet_trains_with_its_frozen_prefix_in_static_int8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """MobileNetV2-0.35 last:2 at 420 KiB: in fp32 its prefix's maps do not fit, so the plan runs 160 ops in
+    int8 (on the emulated rpi4: qemu-user runs it in seconds; the same runtime as the MCUs)."""
+    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
+    run_dir, lr, limit = tmp_path / "run", 0.05, 3
+    argv = ["train", "--board", "rpi4", "--ram", "420k", "--model", "mobilenetv2-cifar-0.35", "--batch", "1",
+            "--train", "last:2", "--epochs", "1", "--data-limit", str(limit), "--lr", str(lr), "--run-dir",
+            str(run_dir)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "static int8" in out and json.loads((run_dir / "plan.json").read_text())["int8_prefix"] is True
+
+    model, g = traced(ModelChoice("mobilenetv2-cifar-0.35", batch=1, train="last:2"))
+    prefix = rewrite(g)
+    assert prefix is not None
+    data = load_dataset("digits", limit).fitted(tuple(g.input_shape), g.classes, g.model)
+    names = [n for n, _ in state_tensors(model)]
+    w0 = prefix.weights(dict(zip(names, weights_of(model), strict=True)), data.x_train[:CALIBRATION_SAMPLES])
+    board = dict(zip((n for n, _ in prefix.graph.params), read_back(run_dir, prefix.graph), strict=True))
+    # the scales the board ran with are the ones calibrated on the first training samples
+    for name in prefix.scales:
+        assert board[name] == w0[[n for n, _ in prefix.graph.params].index(name)], name
+    train_steps(model, data.epoch_batches(1, 0, 0), lr, frozen=g.frozen, graph=g, fed=prefix.fed(model, w0))
+    host = dict(zip(names, weights_of(model), strict=True))
+    trained = [n for n in names if n not in g.frozen]
+    assert trained == ["bn2.weight", "bn2.bias", "linear.weight", "linear.bias"], trained
+    for name in [*trained, "bn2.running_mean", "bn2.running_var"]:  # and the statistics the steps move
+        assert np.linalg.norm(board[name] - host[name]) <= 1e-5 * np.linalg.norm(host[name]), name
+    moved = [n for n in trained if not np.array_equal(host[n], weights_of(traced(ModelChoice(
+        "mobilenetv2-cifar-0.35", batch=1, train="last:2"))[0])[names.index(n)])]
+    assert moved, "the steps moved no trained tensor: the check above would hold for any board"
+    # weights.pt is the model's state_dict: trained tensors from the board, frozen ones the model's fp32
+    saved = torch.load(run_dir / "weights.pt", weights_only=True)
+    assert set(saved) == set(model.state_dict())
+    for name in trained:
+        np.testing.assert_array_equal(saved[name].numpy(), board[name].reshape(saved[name].shape))
+    assert torch.equal(saved["conv1.weight"], model.state_dict()["conv1.weight"])
