@@ -81,7 +81,10 @@ enum {
     POET_OP_QUANTIZE = 67,
     POET_OP_DEQUANTIZE = 68,
     POET_OP_CONV2D_Q = 69,
-    POET_OP_ADD_Q = 70
+    POET_OP_ADD_Q = 70,
+    /* a classifier head's batch norm (batch statistics), ReLU and spatial mean fused (ops/norm.c) */
+    POET_OP_BN_RELU_MEAN = 71,
+    POET_OP_BN_RELU_MEAN_BWD = 72
 };
 
 /* conv2d's a6 packs the geometry that does not fit the ten attributes (docs/spec.md section 2). */

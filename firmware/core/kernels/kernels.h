@@ -127,6 +127,10 @@ void poet_batchnorm2d_bwd_train(int B, int C, int HW, float eps, const float *g,
                                 const float *w, const float *mean, const float *rstd, float *dw,
                                 float *db, float *gx);
 /* Frozen statistics (eval mode): normalise with run_mean/run_var, which are not changed. */
+void poet_bn_relu_mean_fwd(int B, int C, int HW, float eps, float momentum, const float *x, const float *w,
+                           const float *b, float *y, float *run_mean, float *run_var);
+void poet_bn_relu_mean_bwd(int B, int C, int HW, float eps, const float *g, const float *x, const float *w,
+                           const float *b, float *dw, float *db, float *gx);
 void poet_batchnorm2d_fwd_eval(int B, int C, int HW, float eps, const float *x, const float *w,
                                const float *b, const float *run_mean, const float *run_var,
                                float *y);

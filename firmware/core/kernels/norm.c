@@ -130,6 +130,80 @@ void poet_batchnorm2d_bwd_train(int B, int C, int HW, float eps, const float *g,
     }
 }
 
+/* Batch norm with batch statistics, ReLU and the mean over HW: y[B, C], a channel at a time, the
+ * normalised map never stored. The running statistics move as in poet_batchnorm2d_fwd_train. */
+void poet_bn_relu_mean_fwd(int B, int C, int HW, float eps, float momentum, const float *x, const float *w,
+                           const float *b, float *y, float *run_mean, float *run_var)
+{
+    int c, n, i;
+    long cnt = (long)B * HW;
+    for (c = 0; c < C; c++) {
+        float m, v, r, scale, shift;
+        channel_moments(B, C, HW, c, x, &m, &v);
+        r = 1.0f / sqrtf(v + eps);
+        scale = w ? r * w[c] : r;
+        shift = b ? b[c] : 0.0f;
+        for (n = 0; n < B; n++) {
+            const float *p = x + ((long)n * C + c) * HW;
+            float acc = 0.0f;
+            for (i = 0; i < HW; i++) {
+                float z = (p[i] - m) * scale + shift;
+                acc += z > 0.0f ? z : 0.0f;
+            }
+            y[(long)n * C + c] = acc / (float)HW;
+        }
+        if (run_mean)
+            run_mean[c] = momentum * m + (1.0f - momentum) * run_mean[c];
+        if (run_var) {
+            float unbiased = cnt > 1 ? v * ((float)cnt / (float)(cnt - 1)) : v;
+            run_var[c] = momentum * unbiased + (1.0f - momentum) * run_var[c];
+        }
+    }
+}
+
+/* Its backward from g = dL/dy[B, C]: the mean spreads g[n, c] / HW over the channel's map, the ReLU
+ * passes it where the normalised value was positive, and the batch norm's gradients follow as in
+ * poet_batchnorm2d_bwd_train, with the statistics recomputed from x. */
+void poet_bn_relu_mean_bwd(int B, int C, int HW, float eps, const float *g, const float *x, const float *w,
+                           const float *b, float *dw, float *db, float *gx)
+{
+    int c, n, i;
+    float cnt = (float)B * (float)HW;
+    for (c = 0; c < C; c++) {
+        float m, v, r, scale, shift, sum_g = 0.0f, dot = 0.0f;
+        channel_moments(B, C, HW, c, x, &m, &v);
+        r = 1.0f / sqrtf(v + eps);
+        scale = w ? r * w[c] : r;
+        shift = b ? b[c] : 0.0f;
+        for (n = 0; n < B; n++) {
+            const float *p = x + ((long)n * C + c) * HW;
+            float gn = g[(long)n * C + c] / (float)HW, part_g = 0.0f, part_dot = 0.0f;
+            for (i = 0; i < HW; i++)
+                if ((p[i] - m) * scale + shift > 0.0f) {
+                    part_g += gn;
+                    part_dot += gn * (p[i] - m);
+                }
+            sum_g += part_g;
+            dot += part_dot;
+        }
+        if (db)
+            db[c] += sum_g;
+        if (dw)
+            dw[c] += dot * r;
+        if (gx) {
+            float gmean = sum_g / cnt, proj = r * r * dot / cnt;
+            for (n = 0; n < B; n++) {
+                long off = ((long)n * C + c) * HW;
+                float gn = g[(long)n * C + c] / (float)HW;
+                for (i = 0; i < HW; i++) {
+                    float xc = x[off + i] - m, gz = xc * scale + shift > 0.0f ? gn : 0.0f;
+                    gx[off + i] = (gz - gmean - xc * proj) * scale;
+                }
+            }
+        }
+    }
+}
+
 void poet_batchnorm2d_fwd_eval(int B, int C, int HW, float eps, const float *x, const float *w,
                                const float *b, const float *run_mean, const float *run_var,
                                float *y)

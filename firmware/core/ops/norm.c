@@ -75,6 +75,41 @@ void op_batchnorm_eval_bwd_run(const poet_exec_t *e)
                               grad(e, a[WEIGHT]), grad(e, a[BIAS]), a[NEED_GX] ? e->out : 0);
 }
 
+/* ---- batch norm, ReLU and mean, fused ----------------------------------------------------------
+ *
+ * A classifier head's BN -> ReLU -> global average pool (MobileNetV2, MCUNet, EfficientNet) with
+ * the batch norm trained: apart, the three keep [B, C, HW] maps alive into the backward pass
+ * (MobileNetV2-0.35's 1280x4x4 is 80 KiB each, three at once in the ReLU's backward); fused, a
+ * channel at a time, only the BN's input x[B, C, HW] and y[B, C] exist. Attributes as batch norm's. */
+int op_bn_relu_mean_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    uint64_t x, y;
+    if (!pos(a[B]) || !pos(a[C]) || !pos(a[HW]) || mul((uint64_t)a[B], (uint64_t)a[HW]) < 2u ||
+        !finite_attr(a[EPS]) || !(poet_attr_f32(a[EPS]) > 0.0f) || !finite_attr(a[MOMENTUM]) ||
+        !opt_param_ok(m, a[WEIGHT], (uint64_t)a[C]) || !opt_param_ok(m, a[BIAS], (uint64_t)a[C]) ||
+        !stats_ok(m, a[RUN_MEAN], a[RUN_VAR], (uint64_t)a[C], 1))
+        return 0;
+    y = f32s(mul((uint64_t)a[B], (uint64_t)a[C]));
+    x = f32s(mul(mul((uint64_t)a[B], (uint64_t)a[C]), (uint64_t)a[HW]));
+    return n->op == POET_OP_BN_RELU_MEAN ? io1(m, n, x, y) : bwd_ok(m, n, a[NEED_GX], y, x);
+}
+
+void op_bn_relu_mean_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_bn_relu_mean_fwd(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), poet_attr_f32(a[MOMENTUM]), e->in[0],
+                          param(e, a[WEIGHT]), param(e, a[BIAS]), e->out,
+                          e->recompute ? 0 : param(e, a[RUN_MEAN]), e->recompute ? 0 : param(e, a[RUN_VAR]));
+}
+
+void op_bn_relu_mean_bwd_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_bn_relu_mean_bwd(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), e->in[0], e->in[1], param(e, a[WEIGHT]),
+                          param(e, a[BIAS]), grad(e, a[WEIGHT]), grad(e, a[BIAS]), a[NEED_GX] ? e->out : 0);
+}
+
 /* ---- layer norm ------------------------------------------------------------------------------- */
 
 /* Over the last dim of x[rows, D]; LN_EPS f32, LN_WEIGHT and LN_BIAS parameters or -1. */

@@ -85,6 +85,8 @@ typedef void (*poet_run_fn)(const poet_exec_t *e);
     X(BATCHNORM_BWD, BACKWARD, NONE, op_batchnorm_check, op_batchnorm_bwd_run) \
     X(BATCHNORM_EVAL, FORWARD, NONE, op_batchnorm_check, op_batchnorm_eval_run) \
     X(BATCHNORM_EVAL_BWD, BACKWARD, NONE, op_batchnorm_check, op_batchnorm_eval_bwd_run) \
+    X(BN_RELU_MEAN, FORWARD, NONE, op_bn_relu_mean_check, op_bn_relu_mean_run) \
+    X(BN_RELU_MEAN_BWD, BACKWARD, NONE, op_bn_relu_mean_check, op_bn_relu_mean_bwd_run) \
     X(LAYERNORM, FORWARD, NONE, op_layernorm_check, op_layernorm_run) \
     X(LAYERNORM_BWD, BACKWARD, NONE, op_layernorm_check, op_layernorm_bwd_run) \
     X(SOFTMAX, FORWARD, NONE, op_softmax_check, op_softmax_run) \
@@ -124,8 +126,8 @@ typedef struct {
     poet_run_fn run;
 } poet_op_t;
 
-/* Indexed by opcode: the highest is POET_OP_ADD_Q. */
-#define POET_N_OPCODES 71u
+/* Indexed by opcode: the highest is POET_OP_BN_RELU_MEAN_BWD. */
+#define POET_N_OPCODES 73u
 extern const poet_op_t poet_ops[POET_N_OPCODES];
 
 /* The whole check of node i of m (decoded as n): its opcode, kind, input types and place, then

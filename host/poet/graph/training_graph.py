@@ -65,8 +65,9 @@ class TrainingGraph:
     @property
     def moved(self) -> set[str]:
         """Untrained tensors the forward pass writes: the running statistics of a batch norm in training
-        mode. They stay in RAM with no gradient (the board does not write flash during a step)."""
-        return {self.params[n.attrs[k]][0] for n in self.nodes if n.op == "batchnorm"
+        mode (alone or fused into a head, poet.plan.fuse). They stay in RAM with no gradient (the board
+        does not write flash during a step)."""
+        return {self.params[n.attrs[k]][0] for n in self.nodes if n.op in ("batchnorm", "bn_relu_mean")
                 for k in ("rm", "rv") if n.attrs.get(k, -1) >= 0}
 
     @property

@@ -64,6 +64,7 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "dequantize": (mb.OP_DEQUANTIZE, ("n",)),
     "conv2d_q": (mb.OP_CONV2D_Q, (*_CONV, "epi")),
     "add_q": (mb.OP_ADD_Q, ("n", "epi")),
+    "bn_relu_mean": (mb.OP_BN_RELU_MEAN, _BN),  # a head's batch norm, ReLU and spatial mean fused
     "linear_bwd": (mb.OP_LINEAR_BWD, ("B", "in", "out", "w", "b", "need_grad_input")),
     "conv2d_bwd": (mb.OP_CONV2D_BWD, (*_CONV, "need_grad_input")),
     "relu_bwd": (mb.OP_RELU_BWD, ("n",)),
@@ -73,6 +74,7 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "reshape_bwd": (mb.OP_RESHAPE_BWD, ("n",)),
     "batchnorm_bwd": (mb.OP_BATCHNORM_BWD, (*_BN, "need_grad_input")),
     "batchnorm_eval_bwd": (mb.OP_BATCHNORM_EVAL_BWD, (*_BN, "need_grad_input")),
+    "bn_relu_mean_bwd": (mb.OP_BN_RELU_MEAN_BWD, (*_BN, "need_grad_input")),
     "layernorm_bwd": (mb.OP_LAYERNORM_BWD, (*_LN, "need_grad_input")),
     "tanh_bwd": (mb.OP_TANH_BWD, ("n",)),
     "sigmoid_bwd": (mb.OP_SIGMOID_BWD, ("n",)),

@@ -91,6 +91,8 @@ OP_QUANTIZE = 67
 OP_DEQUANTIZE = 68
 OP_CONV2D_Q = 69
 OP_ADD_Q = 70
+OP_BN_RELU_MEAN = 71
+OP_BN_RELU_MEAN_BWD = 72
 Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
 
 

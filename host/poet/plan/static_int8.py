@@ -24,6 +24,7 @@ import numpy as np
 from poet.graph.dtypes import F32
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, dequantise, quantise
 from poet.graph.training_graph import GraphNode, TrainingGraph, numel
+from poet.plan.fuse import fuse_heads
 
 if TYPE_CHECKING:
     from poet.graph.reference import Fed
@@ -102,20 +103,21 @@ class Int8Prefix:
         t = trace_step(model, src.model, torch.zeros(src.batch, *src.input_shape, device="meta"),
                        torch.zeros(src.batch, dtype=torch.long, device="meta"), src.classes, src.input_dtype,
                        src.train)
-        made: dict[int, Call] = {}  # source node -> the call that makes it (the first: later ones alias it)
+        made: dict[str, Call] = {}  # source node (name) -> the call that makes it (the first: later ones alias it)
         count: dict[str, int] = {}
         for c in t.ins.calls:
             k = count.get(c.name, 0)
             count[c.name] = k + 1
             node = t.node_of_call.get(c.id)
-            if node is not None and node not in made:
-                made[node] = (c.name, k)
+            if node is not None and t.graph.nodes[node].name not in made:
+                made[t.graph.nodes[node].name] = (c.name, k)
         calls: dict[int, Call] = {}  # prefix output (node here) -> the model's call
         for nid, old in self.boundary.items():
-            if old not in made or t.graph.nodes[old].name != src.nodes[old].name:
-                raise ValueError(f"{src.nodes[old].name}: the model's trace does not make it as the source graph "
-                                 "does; is this the model the graph was traced from?")
-            calls[nid] = made[old]
+            name = src.nodes[old].name  # by name: the source may be fused (poet.plan.fuse), the trace is not
+            if name not in made:
+                raise ValueError(f"{name}: the model's trace does not make it; is this the model the graph was "
+                                 "traced from?")
+            calls[nid] = made[name]
         expect = {calls[nid]: list(src.nodes[old].shape[1:]) for nid, old in self.boundary.items()}
 
         def values(x: np.ndarray) -> dict[Call, np.ndarray]:
@@ -189,6 +191,7 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
     layer's output is int8 when some int8 layer reads it, with a dequantize for its other readers (the
     trained part, or a layer that has no int8 form), else fp32 straight from the epilogue. Nothing
     inside a fused layer may be saved for the backward pass (so only a frozen prefix qualifies)."""
+    g = fuse_heads(g)  # the trained head's maps too would outgrow the board (poet.plan.fuse)
     saved, readers = g.saved_ids(), _readers(g)
     frozen = set(g.frozen) - g.moved
     pname = [n for n, _ in g.params]
