@@ -130,6 +130,16 @@ void poet_batchnorm2d_bwd_train(int B, int C, int HW, float eps, const float *g,
     }
 }
 
+/* Channel c's batch statistics and the affine map the batch norm applies: y = (x - m) * scale + shift. */
+static void channel_norm(int B, int C, int HW, int c, float eps, const float *x, const float *w, const float *b,
+                         float *m, float *v, float *r, float *scale, float *shift)
+{
+    channel_moments(B, C, HW, c, x, m, v);
+    *r = 1.0f / sqrtf(*v + eps);
+    *scale = w ? *r * w[c] : *r;
+    *shift = b ? b[c] : 0.0f;
+}
+
 /* Batch norm with batch statistics, ReLU and the mean over HW: y[B, C], a channel at a time, the
  * normalised map never stored. The running statistics move as in poet_batchnorm2d_fwd_train. */
 void poet_bn_relu_mean_fwd(int B, int C, int HW, float eps, float momentum, const float *x, const float *w,
@@ -139,10 +149,7 @@ void poet_bn_relu_mean_fwd(int B, int C, int HW, float eps, float momentum, cons
     long cnt = (long)B * HW;
     for (c = 0; c < C; c++) {
         float m, v, r, scale, shift;
-        channel_moments(B, C, HW, c, x, &m, &v);
-        r = 1.0f / sqrtf(v + eps);
-        scale = w ? r * w[c] : r;
-        shift = b ? b[c] : 0.0f;
+        channel_norm(B, C, HW, c, eps, x, w, b, &m, &v, &r, &scale, &shift);
         for (n = 0; n < B; n++) {
             const float *p = x + ((long)n * C + c) * HW;
             float acc = 0.0f;
@@ -171,10 +178,7 @@ void poet_bn_relu_mean_bwd(int B, int C, int HW, float eps, const float *g, cons
     float cnt = (float)B * (float)HW;
     for (c = 0; c < C; c++) {
         float m, v, r, scale, shift, sum_g = 0.0f, dot = 0.0f;
-        channel_moments(B, C, HW, c, x, &m, &v);
-        r = 1.0f / sqrtf(v + eps);
-        scale = w ? r * w[c] : r;
-        shift = b ? b[c] : 0.0f;
+        channel_norm(B, C, HW, c, eps, x, w, b, &m, &v, &r, &scale, &shift);
         for (n = 0; n < B; n++) {
             const float *p = x + ((long)n * C + c) * HW;
             float gn = g[(long)n * C + c] / (float)HW, part_g = 0.0f, part_dot = 0.0f;
