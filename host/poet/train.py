@@ -387,12 +387,11 @@ def _int8_prefix(g: TrainingGraph, plan: dict) -> Int8Prefix | None:
 CALIBRATION_SAMPLES = 64  # training samples a static-int8 prefix's scales are calibrated on
 
 
-def _initial_weights(model: torch.nn.Module, g: TrainingGraph, plan: dict, data: Dataset,
+def _initial_weights(model: torch.nn.Module, prefix: Int8Prefix | None, data: Dataset,
                      say: Say) -> tuple[list[np.ndarray], Fed | None]:
     """The weights uploaded to the board, in the run graph's order, and for a static-int8 prefix what the
     host's PyTorch is fed to compute as the board does (evaluation)."""
     w = weights_of(model)
-    prefix = _int8_prefix(g, plan)
     if prefix is None:
         return w, None
     calib = data.x_train[:CALIBRATION_SAMPLES]
@@ -648,8 +647,9 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
             _ensure_firmware(board, port, run.dir, say)
         with open_device(board, port, workdir=run.dir) as dev:
             plan = _plan(cfg, g, board, dev, run, say)
-            w0, fed = _initial_weights(model, g, plan, data, say)
-            g = _graph_for(g, plan)
+            prefix = _int8_prefix(g, plan)
+            w0, fed = _initial_weights(model, prefix, data, say)
+            g = prefix.graph if prefix is not None else _graph_for(g, plan)
             pred = _check_energy(cfg, plan, total_steps, cfg.epochs, say)
             if not resume:
                 # only now: a run refused for its energy or schedule leaves no config, so no run to be refused for

@@ -157,6 +157,15 @@ def with_optimizer(g: TrainingGraph, optimizer: dict[str, Any] | str) -> Trainin
     return replace(g, nodes=nodes, optimizer=opt)
 
 
+def readers(g: TrainingGraph) -> dict[int, list[int]]:
+    """Node id -> the nodes that read its output (each once, however many of its deps it is)."""
+    out: dict[int, list[int]] = {n.id: [] for n in g.nodes}
+    for n in g.nodes:
+        for d in dict.fromkeys(n.deps):
+            out[d].append(n.id)
+    return out
+
+
 def numel(shape: list[int]) -> int:
     n = 1
     for d in shape:

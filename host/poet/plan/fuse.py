@@ -12,15 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from poet.graph.training_graph import GraphNode, TrainingGraph
-
-
-def _readers(g: TrainingGraph) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {n.id: [] for n in g.nodes}
-    for n in g.nodes:
-        for d in set(n.deps):
-            out[d].append(n.id)
-    return out
+from poet.graph.training_graph import GraphNode, TrainingGraph, readers
 
 
 def _head(g: TrainingGraph, bn: GraphNode, readers: dict[int, list[int]]) -> list[int] | None:
@@ -51,8 +43,8 @@ def _head(g: TrainingGraph, bn: GraphNode, readers: dict[int, list[int]]) -> lis
 def fuse_heads(g: TrainingGraph) -> TrainingGraph:
     """g with every trained BN -> ReLU -> spatial mean head as bn_relu_mean and its backward (g itself
     when it has none). Nodes keep their names; the fused ones are named by the three they replace."""
-    readers = _readers(g)
-    heads = [h for n in g.nodes if n.op == "batchnorm" and n.kind == "forward" and (h := _head(g, n, readers))]
+    by = readers(g)
+    heads = [h for n in g.nodes if n.op == "batchnorm" and n.kind == "forward" and (h := _head(g, n, by))]
     if not heads:
         return g
     fused: dict[int, GraphNode] = {}  # the node whose place a fused node takes -> it

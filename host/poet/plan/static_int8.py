@@ -24,6 +24,7 @@ import numpy as np
 from poet.graph.dtypes import F32
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, dequantise, quantise
 from poet.graph.training_graph import GraphNode, TrainingGraph, numel
+from poet.graph.training_graph import readers as reader_map
 from poet.plan.fuse import fuse_heads
 
 if TYPE_CHECKING:
@@ -174,14 +175,6 @@ class Int8Prefix:
         return vals
 
 
-def _readers(g: TrainingGraph) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {n.id: [] for n in g.nodes}
-    for n in g.nodes:
-        for d in n.deps:
-            out[d].append(n.id)
-    return out
-
-
 def rewrite(g: TrainingGraph) -> Int8Prefix | None:
     """g with its frozen prefix in static int8, or None when no layer of g can run so.
 
@@ -192,7 +185,7 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
     trained part, or a layer that has no int8 form), else fp32 straight from the epilogue. Nothing
     inside a fused layer may be saved for the backward pass (so only a frozen prefix qualifies)."""
     g = fuse_heads(g)  # the trained head's maps too would outgrow the board (poet.plan.fuse)
-    saved, readers = g.saved_ids(), _readers(g)
+    saved, readers = g.saved_ids(), reader_map(g)
     frozen = set(g.frozen) - g.moved
     pname = [n for n, _ in g.params]
     weight_readers: dict[int, int] = {}
