@@ -225,3 +225,38 @@ def test_a_model_that_needs_values_is_traced_on_real_tensors():
 
     g = trace(Gated(), "gated", (4,), 2, batch=3)
     assert [n.op for n in g.nodes if n.kind == "forward"] == ["relu", "linear"]
+
+
+class _Tied(nn.Module):
+    """One linear applied twice: two backward nodes write its weight's gradient."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.fc(torch.relu(self.fc(x)))))
+
+
+def test_which_graphs_update_in_backward():
+    """A trained tensor is updated by its gradient's writer only when that writer is its only one, of an
+    op that finishes each element once, and nothing after it reads the tensor or what it made."""
+    model, spec = get_model("cnn-digits")
+    g = trace(model, "cnn-digits", spec.input_shape, spec.classes, 2)
+    assert g.updates_in_backward
+    # a forward output made from fc2's weight, read after fc2's backward has updated it: a recompute
+    # there would see the new weight
+    writer = {n.attrs["w"]: n.id for n in g.nodes if n.kind == "backward" and "w" in n.attrs}
+    last = g.nodes[max(writer.values())]  # the first layer's backward
+    made = next(n for n in g.nodes if n.kind == "forward" and writer.get(n.attrs.get("w", -1), last.id) < last.id)
+    last.deps.append(made.id)
+    assert not g.updates_in_backward
+    last.deps.pop()
+    # once frozen, a layer's weight has no writer and needs no rule
+    assert trace(model, "cnn-digits", spec.input_shape, spec.classes, 2, train="last:1").updates_in_backward
+
+    tied = trace(_Tied(), "tied", (8,), 3, 2)
+    assert not tied.updates_in_backward
+    bert, bspec = get_model("bert-tiny")  # layer norms and embeddings add into a gradient row by row
+    assert not trace(bert, "bert-tiny", bspec.input_shape, bspec.classes, 1, bspec.input_dtype).updates_in_backward

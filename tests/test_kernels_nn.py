@@ -38,11 +38,28 @@ I32P = ctypes.POINTER(ctypes.c_int32)
 INTP = ctypes.POINTER(ctypes.c_int)
 INT, FLT, U32 = ctypes.c_int, ctypes.c_float, ctypes.c_uint32
 
+
+class Update(ctypes.Structure):
+    """kernels.h poet_update_t."""
+
+    _fields_ = [("opt", ctypes.c_uint8), ("step", U32), ("lr", FLT), ("momentum", FLT), ("beta1", FLT),
+                ("beta2", FLT), ("eps", FLT), ("step_size", FLT), ("bc2_sqrt", FLT)]
+
+
+class Grad(ctypes.Structure):
+    """kernels.h poet_grad_t: where a backward kernel hands a parameter gradient."""
+
+    _fields_ = [("g", F32P), ("w", F32P), ("s0", F32P), ("s1", F32P), ("u", ctypes.POINTER(Update))]
+
+
+UPDP, GRADP = ctypes.POINTER(Update), ctypes.POINTER(Grad)
+
 # name -> argument types (every kernel returns void but poet_conv2d_out)
 SIGNATURES: dict[str, list[Any]] = {
     "poet_conv2d_out": [INT] * 4,
     "poet_conv2d_ex_fwd": [INT] * 9 + [F32P] * 4,
-    "poet_conv2d_ex_bwd": [INT] * 9 + [F32P] * 6,
+    "poet_conv2d_ex_bwd": [INT] * 9 + [F32P] * 3 + [GRADP] * 2 + [F32P],
+    "poet_linear_bwd": [INT] * 3 + [F32P] * 3 + [GRADP] * 2 + [F32P],
     "poet_gelu_fwd": [INT, INT, F32P, F32P],
     "poet_gelu_bwd": [INT, INT, F32P, F32P, F32P],
     "poet_tanh_fwd": [INT, F32P, F32P],
@@ -57,9 +74,10 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_global_avgpool2d_bwd": [INT, INT, INT, F32P, F32P],
     "poet_batchnorm2d_stats": [INT, INT, INT, FLT, F32P, F32P, F32P],
     "poet_batchnorm2d_fwd_train": [INT, INT, INT, FLT, FLT] + [F32P] * 8,
-    "poet_batchnorm2d_bwd_train": [INT, INT, INT, FLT] + [F32P] * 8,
+    "poet_batchnorm2d_bwd_train": [INT, INT, INT, FLT] + [F32P] * 5 + [GRADP] * 2 + [F32P],
+    "poet_bn_relu_mean_bwd": [INT, INT, INT, FLT] + [F32P] * 4 + [GRADP] * 2 + [F32P],
     "poet_batchnorm2d_fwd_eval": [INT, INT, INT, FLT] + [F32P] * 6,
-    "poet_batchnorm2d_bwd_eval": [INT, INT, INT, FLT] + [F32P] * 8,
+    "poet_batchnorm2d_bwd_eval": [INT, INT, INT, FLT] + [F32P] * 5 + [GRADP] * 2 + [F32P],
     "poet_layernorm_fwd": [INT, INT, FLT] + [F32P] * 6,
     "poet_layernorm_bwd": [INT, INT, FLT] + [F32P] * 8,
     "poet_softmax_fwd": [INT, INT, F32P, F32P],
@@ -89,8 +107,8 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_transpose_last2_bwd": [INT] * 3 + [F32P] * 2,
     "poet_transpose12_fwd": [INT] * 4 + [F32P] * 2,
     "poet_transpose12_bwd": [INT] * 4 + [F32P] * 2,
-    "poet_sgd_momentum": [U32, FLT, FLT, U32, F32P, F32P, F32P],
-    "poet_adam": [U32, FLT, FLT, FLT, FLT, U32, F32P, F32P, F32P, F32P],
+    "poet_update_init": [UPDP, INT, FLT, FLT, FLT, FLT, U32],
+    "poet_optimize": [UPDP, U32, F32P, F32P, F32P, F32P],
 }
 
 Buffers = dict[str, np.ndarray]
@@ -124,6 +142,11 @@ def fp(a: np.ndarray | None) -> Any:
         return None
     assert a.dtype == np.float32 and a.flags.c_contiguous
     return a.ctypes.data_as(F32P)
+
+
+def gp(a: np.ndarray | None) -> Any:
+    """A poet_grad_t* that adds into a (a stored gradient), or NULL."""
+    return None if a is None else ctypes.pointer(Grad(g=fp(a)))
 
 
 def ip(a: np.ndarray) -> Any:
@@ -242,17 +265,17 @@ def test_conv2d(lib: ctypes.CDLL, kind: str, seed: int) -> None:
     g = randn(rng, B, Co, Ho, Wo)
     y_ref.backward(t64(g))
     acc: dict[str, Any] = {"dw": w64.grad} | ({"db": b64.grad} if b64 is not None else {})
-    check_backward(lambda bf: lib.poet_conv2d_ex_bwd(*dims, fp(g), fp(x), fp(w), fp(bf["dw"]), fp(bf.get("db")),
+    check_backward(lambda bf: lib.poet_conv2d_ex_bwd(*dims, fp(g), fp(x), fp(w), gp(bf["dw"]), gp(bf.get("db")),
                                                      fp(bf["gx"])), acc, {"gx": x64.grad})
 
     # a frozen weight: no dw, so x is not needed (NULL must not be read)
     gx, db = nan(B, C, H, W), np.zeros(Co, np.float32)
-    lib.poet_conv2d_ex_bwd(*dims, fp(g), None, fp(w), None, fp(db), fp(gx))
+    lib.poet_conv2d_ex_bwd(*dims, fp(g), None, fp(w), None, gp(db), fp(gx))
     assert_close(gx, x64.grad, "gx without dw")
     assert_close(db, g.astype(np.float64).sum(axis=(0, 2, 3)), "db without dw")
     # the first layer: no gx, so w is not needed
     dw = np.zeros_like(w)
-    lib.poet_conv2d_ex_bwd(*dims, fp(g), fp(x), None, fp(dw), None, None)
+    lib.poet_conv2d_ex_bwd(*dims, fp(g), fp(x), None, gp(dw), None, None)
     assert_close(dw, w64.grad, "dw without gx")
 
 
@@ -420,7 +443,7 @@ def test_batchnorm_train(lib: ctypes.CDLL, seed: int) -> None:
     for saved in (True, False):  # the forward's statistics, or recomputed from x (NULL)
         m, r = (mean, rstd) if saved else (None, None)
         check_backward(lambda bf, m=m, r=r: lib.poet_batchnorm2d_bwd_train(
-            B, C, HW, eps, fp(g), fp(x), fp(w), fp(m), fp(r), fp(bf.get("dw")), fp(bf.get("db")), fp(bf["gx"])),
+            B, C, HW, eps, fp(g), fp(x), fp(w), fp(m), fp(r), gp(bf.get("dw")), gp(bf.get("db")), fp(bf["gx"])),
             acc, {"gx": x64.grad})
 
 
@@ -467,7 +490,7 @@ def test_batchnorm_eval(lib: ctypes.CDLL, seed: int) -> None:
     y_ref.backward(t64(g))
     acc: dict[str, Any] = {"dw": w64.grad, "db": b64.grad} if w64 is not None and b64 is not None else {}
     check_backward(lambda bf: lib.poet_batchnorm2d_bwd_eval(
-        B, C, HW, eps, fp(g), fp(x), fp(w), fp(rm), fp(rv), fp(bf.get("dw")), fp(bf.get("db")), fp(bf["gx"])),
+        B, C, HW, eps, fp(g), fp(x), fp(w), fp(rm), fp(rv), gp(bf.get("dw")), gp(bf.get("db")), fp(bf["gx"])),
         acc, {"gx": x64.grad})
 
 
@@ -752,6 +775,34 @@ def check_optimizer_step(w: np.ndarray, w0: np.ndarray, p: torch.Tensor, g: np.n
     np.testing.assert_array_equal(g, 0, err_msg="the gradient must be zeroed for the next accumulation")
 
 
+OPT_CODES = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+def update_rule(lib: ctypes.CDLL, opt: str, lr: float, step: int,
+                p: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> Update:
+    """poet_update_init's rule for one step; p: momentum, or Adam's beta1, beta2, eps."""
+    u = Update()
+    lib.poet_update_init(ctypes.byref(u), OPT_CODES[opt], lr, *(f32(v) for v in p), step)
+    return u
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sgd(lib: ctypes.CDLL, seed: int) -> None:
+    rng = np.random.default_rng([20, seed])
+    n = ints(rng, 1, 200)
+    lr = f32(rng.uniform(0.01, 0.2))
+    w = randn(rng, n)
+    w0 = w.astype(np.float64)
+    p = leaf(w)
+    opt = torch.optim.SGD([p], lr=lr)
+    for step in range(1, STEPS + 1):
+        g = randn(rng, n)
+        p.grad = t64(g)
+        opt.step()
+        lib.poet_optimize(ctypes.byref(update_rule(lib, "sgd", lr, step)), n, fp(w), fp(g), None, None)
+        check_optimizer_step(w, w0, p, g, step)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sgd_momentum(lib: ctypes.CDLL, seed: int) -> None:
     rng = np.random.default_rng([21, seed])
@@ -766,7 +817,8 @@ def test_sgd_momentum(lib: ctypes.CDLL, seed: int) -> None:
         g = randn(rng, n)
         p.grad = t64(g)
         opt.step()
-        lib.poet_sgd_momentum(n, lr, momentum, step, fp(w), fp(g), fp(buf))
+        u = update_rule(lib, "momentum", lr, step, (momentum, 0.0, 0.0))
+        lib.poet_optimize(ctypes.byref(u), n, fp(w), fp(g), fp(buf), None)
         assert_close(buf, opt.state[p]["momentum_buffer"], f"momentum buffer after step {step}")
         check_optimizer_step(w, w0, p, g, step)
 
@@ -787,7 +839,8 @@ def test_adam(lib: ctypes.CDLL, seed: int) -> None:
         g = randn(rng, n, scale=[1.0, 1e-3][step % 2])  # changing gradient scale: v lags m
         p.grad = t64(g)
         opt.step()
-        lib.poet_adam(n, lr, betas[0], betas[1], eps, step, fp(w), fp(g), fp(m), fp(v))
+        u = update_rule(lib, "adam", lr, step, (*betas, eps))
+        lib.poet_optimize(ctypes.byref(u), n, fp(w), fp(g), fp(m), fp(v))
         assert_close(m, opt.state[p]["exp_avg"], f"first moment after step {step}")
         assert_close(v, opt.state[p]["exp_avg_sq"], f"second moment after step {step}")
         check_optimizer_step(w, w0, p, g, step)
@@ -804,5 +857,78 @@ def test_adam_comparison_detects_a_missing_bias_correction(lib: ctypes.CDLL) -> 
     p.grad = t64(g)
     opt.step()
     m, v = np.zeros(n, np.float32), np.zeros(n, np.float32)
-    lib.poet_adam(n, f32(0.01), f32(0.9), f32(0.999), f32(1e-8), 100000, fp(w), fp(g), fp(m), fp(v))
+    u = update_rule(lib, "adam", 0.01, 100000, (0.9, 0.999, 1e-8))
+    lib.poet_optimize(ctypes.byref(u), n, fp(w), fp(g), fp(m), fp(v))
     assert rel_err(w.astype(np.float64) - w0, npy(p) - w0) > 1e-2
+
+
+# ---- the update in backward -----------------------------------------------------------------------
+
+
+def weighted_backward(lib: ctypes.CDLL, rng: np.random.Generator,
+                      kind: str) -> tuple[dict[str, tuple[int, ...]], Callable[..., None]]:
+    """A backward kernel with a weight and a bias: the shapes of its tensors (g, x, w, b, gx) and
+    call(g, x, w, b, dw, db, gx)."""
+    if kind == "linear":
+        B, n_in, n_out = ints(rng, 1, 4), ints(rng, 1, 9), ints(rng, 1, 7)
+        shapes = {"g": (B, n_out), "x": (B, n_in), "w": (n_out, n_in), "b": (n_out,), "gx": (B, n_in)}
+        return shapes, lambda g, x, w, b, dw, db, gx: lib.poet_linear_bwd(B, n_in, n_out, g, x, w, dw, db, gx)
+    if kind == "conv2d":
+        B, C, H, Co, k = ints(rng, 1, 3), 2, ints(rng, 3, 7), 4, 3  # two groups, padding 1
+        Ho = lib.poet_conv2d_out(H, k, 1, 1)
+        shapes = {"g": (B, Co, Ho, Ho), "x": (B, C, H, H), "w": (Co, C // 2, k, k), "b": (Co,), "gx": (B, C, H, H)}
+        return shapes, lambda g, x, w, b, dw, db, gx: lib.poet_conv2d_ex_bwd(B, C, H, H, Co, k, 1, 1, 2, g, x, w,
+                                                                           dw, db, gx)
+    B, C, HW = ints(rng, 1, 3), ints(rng, 1, 5), ints(rng, 2, 9)
+    shapes = {"g": (B, C, HW), "x": (B, C, HW), "w": (C,), "b": (C,), "gx": (B, C, HW)}
+    eps = f32(1e-5)
+    if kind == "batchnorm":
+        return shapes, lambda g, x, w, b, dw, db, gx: lib.poet_batchnorm2d_bwd_train(B, C, HW, eps, g, x, w, None,
+                                                                                   None, dw, db, gx)
+    if kind == "batchnorm_eval":
+        rm, rv = randn(rng, C), rng.uniform(0.5, 2, C).astype(np.float32)
+        return shapes, lambda g, x, w, b, dw, db, gx: lib.poet_batchnorm2d_bwd_eval(B, C, HW, eps, g, x, w, fp(rm),
+                                                                                  fp(rv), dw, db, gx)
+    shapes["g"] = (B, C)
+    return shapes, lambda g, x, w, b, dw, db, gx: lib.poet_bn_relu_mean_bwd(B, C, HW, eps, g, x, w, b, dw, db, gx)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "momentum", "adam"])
+@pytest.mark.parametrize("kind", ["linear", "conv2d", "batchnorm", "batchnorm_eval", "bn_relu_mean"])
+def test_update_in_backward_is_the_optimizer_pass(lib: ctypes.CDLL, kind: str, opt: str) -> None:
+    """A backward kernel applying each finished gradient element at once (no gradient kept) leaves the
+    same bits in the weights, their optimizer state and the input gradient as a stored gradient and
+    the optimizer pass after it, step after step: the input gradient is made from the weights before
+    the update."""
+    rng = np.random.default_rng([24, len(kind), OPT_CODES[opt]])
+    shapes, call = weighted_backward(lib, rng, kind)
+    p = {"sgd": (0.0, 0.0, 0.0), "momentum": (0.9, 0.0, 0.0), "adam": (0.8, 0.99, 1e-3)}[opt]
+    words = {"sgd": 0, "momentum": 1, "adam": 2}[opt]
+    stored = {k: randn(rng, *shapes[k]) for k in ("w", "b")}
+    direct = {k: v.copy() for k, v in stored.items()}
+    state = {(mode, k, i): np.zeros(shapes[k], np.float32) for mode in ("stored", "direct") for k in ("w", "b")
+             for i in range(words)}
+
+    def st(mode: str, k: str, i: int) -> Any:
+        return fp(state[(mode, k, i)]) if i < words else None
+
+    for step in (1, 2, 3):
+        u = update_rule(lib, opt, f32(0.05), step, p)
+        before = stored["w"].copy()
+        g, x = randn(rng, *shapes["g"]), randn(rng, *shapes["x"])
+        grads = {k: np.zeros(shapes[k], np.float32) for k in ("w", "b")}
+        gx_stored, gx_direct = nan(*shapes["gx"]), nan(*shapes["gx"])
+        call(fp(g), fp(x), fp(stored["w"]), fp(stored["b"]), gp(grads["w"]), gp(grads["b"]), fp(gx_stored))
+        for k in ("w", "b"):
+            lib.poet_optimize(ctypes.byref(u), stored[k].size, fp(stored[k]), fp(grads[k]), st("stored", k, 0),
+                              st("stored", k, 1))
+        sinks = {k: ctypes.pointer(Grad(g=None, w=fp(direct[k]), s0=st("direct", k, 0), s1=st("direct", k, 1),
+                                        u=ctypes.pointer(u))) for k in ("w", "b")}
+        call(fp(g), fp(x), fp(direct["w"]), fp(direct["b"]), sinks["w"], sinks["b"], fp(gx_direct))
+        np.testing.assert_array_equal(gx_direct, gx_stored, err_msg=f"{kind} {opt} step {step}: input gradient")
+        assert not np.array_equal(stored["w"], before), "the step must move the weight, or equality means nothing"
+        for k in ("w", "b"):
+            np.testing.assert_array_equal(direct[k], stored[k], err_msg=f"{kind} {opt} step {step}: {k}")
+            for i in range(words):
+                np.testing.assert_array_equal(state[("direct", k, i)], state[("stored", k, i)],
+                                              err_msg=f"{kind} {opt} step {step}: {k} state {i}")

@@ -151,7 +151,7 @@ def test_schedule_is_small_and_bound_to_its_model():
 def test_memory_budget_counts_everything():
     g = _graph()
     b = budget_for(g, 128 * 1024, runtime_static=20000)
-    assert b.pool.params == b.pool.grads == g.param_bytes
+    assert b.pool.params == g.param_bytes and b.pool.grads == 0  # updated in backward: no gradients kept
     assert b.pool.staging == 4 * g.x_elems + 4 * g.batch
     assert b.arena == 128 * 1024 - b.fixed
     assert sum(n for _, n in b.lines()) <= 128 * 1024

@@ -1,6 +1,6 @@
 """`poet report TRACE --meter RECORDING`: measured energy from a meter's recording, synced by host step times.
 
-One short emulated cnn-digits run (`poet train`, 4 steps, at 164k: the plan pages the input) with `--meter file:...`
+One short emulated cnn-digits run (`poet train`, 4 steps, at 146k: the plan pages the input) with `--meter file:...`
 replaying a constant-power recording (item: `poet train --meter`). Recordings of that run are then
 synthesised on the host clock from the trace itself: each record's modelled power over the span
 the report places it at inside its step's host window, idle power between steps, Gaussian noise,
@@ -53,7 +53,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = ws / "runs" / "m"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("POET_WORKSPACE", str(ws))
-        assert main(["train", "--model", "cnn-digits", "--ram", "164k", "--epochs", "1", "--data-limit", "64",
+        assert main(["train", "--model", "cnn-digits", "--ram", "146k", "--epochs", "1", "--data-limit", "64",
                      "--run-dir", str(run_dir), "--meter", f"file:{flat}"]) == 0
     return run_dir
 

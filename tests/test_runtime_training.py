@@ -109,7 +109,9 @@ def test_frozen_layers_stay_put_and_the_rest_trains_like_torch(tmp_path: Path, t
     assert g.frozen and len(g.frozen) < len(g.params)
     blob = model_blob(g)
     # the frozen tensors live in flash (the frozen weights blob), with no gradient: RAM holds the rest
-    assert blob.grad_bytes == blob.param_bytes == g.param_bytes and blob.frozen_bytes == g.frozen_bytes > 0
+    # the trained layer is updated in backward: no gradients in the pool
+    assert blob.in_backward and blob.grad_bytes == 0 and blob.param_bytes == g.param_bytes
+    assert blob.frozen_bytes == g.frozen_bytes > 0
     data, w0 = _data(g, 3), weights_of(model)
     with native_link(tmp_path) as link:
         _load(link, g, w0, keep_all(uncosted(g)))

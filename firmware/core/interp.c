@@ -38,6 +38,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
     uint32_t live = 0, t_step;
     poet_node_t n; /* decoded for one instruction at a time; no node table is kept */
     poet_exec_t x;
+    poet_update_t upd;
 #if POET_TRACE
     uint32_t t0;
 #else
@@ -53,7 +54,10 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
     x.buf = buf;
     x.a = n.a;
     x.loss = &res->loss;
-    x.lr = lr;
+    /* the step this one will be once the optimizer node counts it: the backward nodes that update in
+     * backward apply the same rule before it runs */
+    poet_update_init(&upd, m->opt, lr, m->opt_p[0], m->opt_p[1], m->opt_p[2], *buf->opt_step + 1u);
+    x.upd = &upd;
 
     t_step = port_ticks();
     for (i = 0; i < n_instr; i++) {

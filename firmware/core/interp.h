@@ -30,7 +30,7 @@ typedef struct {
 typedef struct {
     float *params;          /* the trained parameters, at the model's param_off */
     const float *frozen;    /* the frozen ones, in nv storage (read in place) */
-    float *grads;           /* one per trained element, at the same offsets as params */
+    float *grads;           /* one per trained element, at the same offsets as params (none: in_backward) */
     float *opt_state;       /* opt_words per trained element (all first words, then all second) */
     uint32_t *opt_step;     /* optimizer steps taken, counting this one once it runs (Adam, momentum) */
     const float *x;         /* staged inputs */

@@ -97,6 +97,10 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
     m->train_elems = (uint32_t)(ram - state);
     m->state_elems = (uint32_t)state;
     m->min_classes = 0xFFFFFFFFu;
+    /* the optimizer node first: whether the model updates in backward decides which backward nodes
+     * are valid (a layer norm's or embedding's cannot); its own check below validates the values */
+    poet_node_view(m, (uint16_t)(m->n_nodes - 1u), &n);
+    m->in_backward = n.op == POET_OP_SGD && n.a[4] == 1;
     for (i = 0; i < m->n_nodes; i++) {
         const uint8_t *p = poet_node_rec(m, (uint16_t)i);
         *detail = i;
@@ -122,6 +126,8 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
     if (n.op != POET_OP_SGD) /* the last node: poet_op_check made sure an SGD node can only be last */
         return POET_E_MODEL;
     m->opt = (uint8_t)n.a[0];
+    for (k = 0; k < 3; k++)
+        m->opt_p[k] = poet_attr_f32(n.a[1 + k]);
     m->opt_words = (uint8_t)(n.a[0] == POET_OPT_ADAM ? 2u : n.a[0] == POET_OPT_MOMENTUM ? 1u : 0u);
     m->hash = poet_fnv1a64(blob, len);
     return POET_OK;

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "util.h"
 
 /* Blob layout (docs/spec.md section 2): a 16-byte header, a u32 per parameter, a 56-byte record
@@ -112,8 +113,6 @@ enum { POET_DT_F32 = 0, POET_DT_F16 = 1, POET_DT_BF16 = 2, POET_DT_I8 = 3 };
 #define POET_PARAM_ELEMS_MASK 0x0FFFFFFFu
 #define POET_NO_GRAD 0xFFFFFFFFu
 
-/* The optimizer node's a0 (docs/spec.md section 2) and the state words it keeps per trained element. */
-enum { POET_OPT_SGD = 0, POET_OPT_MOMENTUM = 1, POET_OPT_ADAM = 2 };
 
 /* A float attribute: the blob stores its binary32 bits in the i32 slot. */
 float poet_attr_f32(int32_t a);
@@ -155,8 +154,13 @@ typedef struct {
     uint32_t frozen_words;               /* 4-byte words of frozen parameters (the frozen weights blob) */
     uint32_t train_elems;                /* elements with a gradient (and optimizer state) */
     uint32_t state_elems;                /* elements in RAM without one (POET_PARAM_STATE), after them */
-    uint8_t opt;                         /* POET_OPT_*, from the optimizer node */
+    uint8_t opt;                         /* POET_OPT_* (kernels.h), from the optimizer node */
     uint8_t opt_words;                   /* optimizer state words per trained element: 0, 1, 2 */
+    float opt_p[3];                      /* the optimizer node's a1..a3: momentum, or Adam's settings */
+    /* The optimizer node's a4: every trained parameter is updated by the one backward node that
+     * makes its gradient, as it finishes each element, so the pool holds no gradients (docs/spec.md
+     * section 6) and the optimizer node only counts the step. */
+    uint8_t in_backward;
     uint32_t *swap_off;                  /* byte offset of node i in aux storage */
     uint32_t *arena_off;                 /* node i's arena offset while a schedule runs or is validated */
     uint8_t *flags;                      /* the schedule validator's per-node state */

@@ -58,14 +58,14 @@ static struct {
 } nvw;
 
 /* Pool layout (docs/spec.md section 6), each region 8-byte aligned: the model's tables, the
- * trained parameters, their gradients, the optimizer state (a step counter, then opt_words floats
- * per trained element), the staged batch, the arena. host/poet/plan/memory.py lays it out the same
- * way. Frozen parameters are not in the pool: they stay in nv storage. */
+ * trained parameters, their gradients (none when the model updates in backward), the optimizer
+ * state (a step counter, then opt_words floats per trained element), the staged batch, the arena.
+ * host/poet/plan/memory.py lays it out the same way. Frozen parameters are not in the pool: they stay in nv storage. */
 static uint32_t align8(uint32_t n) { return (n + 7u) & ~7u; }
 static uint32_t nv_align(uint32_t n) { return (n + POET_NV_PAGE - 1u) & ~(POET_NV_PAGE - 1u); }
 static uint32_t tables_bytes(void) { return st.tables; }
 static uint32_t params_bytes(void) { return 4u * (model.train_elems + model.state_elems); }
-static uint32_t grads_bytes(void) { return 4u * model.train_elems; }
+static uint32_t grads_bytes(void) { return model.in_backward ? 0u : 4u * model.train_elems; }
 static uint32_t opt_bytes(void) { return model.opt_words ? 4u + 4u * model.opt_words * model.train_elems : 0u; }
 static uint32_t batch_bytes(void) { return 4u * model.x_elems + 4u * model.batch; }
 static uint32_t params_at(void) { return tables_bytes(); }

@@ -41,14 +41,51 @@ void poet_conv2d_ex_fwd(int B, int C, int H, int W, int O, int k, int stride, in
 }
 
 void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                        const float *g, const float *x, const float *w, float *dw, float *db,
-                        float *gx)
+                        const float *g, const float *x, const float *w, const poet_grad_t *dw,
+                        const poet_grad_t *db, float *gx)
 {
     int Ho = poet_conv2d_out(H, k, stride, pad), Wo = poet_conv2d_out(W, k, stride, pad);
     int Cg = C / groups, Og = O / groups;
     int n, o, oy, ox, c, ky, kx, iy, ix;
+    if (gx) {
+        /* Before the weight gradient, whose update in backward changes w. Gathered per input pixel
+         * rather than scattered per output pixel, so every gx element is
+         * written once from a register and gx needs no zeroing pass:
+         * gx[n,c,iy,ix] = sum over o of c's group, ky, kx with (iy - ky + p) = oy s and
+         * (ix - kx + p) = ox s of g[n,o,oy,ox] W[o, c mod Cg, ky, kx]. */
+        for (n = 0; n < B; n++)
+            for (c = 0; c < C; c++) {
+                int grp = c / Cg, o0 = grp * Og;
+                for (iy = 0; iy < H; iy++)
+                    for (ix = 0; ix < W; ix++) {
+                        float acc = 0.0f;
+                        for (o = o0; o < o0 + Og; o++) {
+                            const float *gn = g + ((long)n * O + o) * Ho * Wo;
+                            const float *wc = w + ((long)o * Cg + (c - grp * Cg)) * k * k;
+                            for (ky = 0; ky < k; ky++) {
+                                int ty = iy - ky + pad;
+                                if (ty < 0 || ty % stride != 0)
+                                    continue;
+                                oy = ty / stride;
+                                if (oy >= Ho)
+                                    continue;
+                                for (kx = 0; kx < k; kx++) {
+                                    int tx = ix - kx + pad;
+                                    if (tx < 0 || tx % stride != 0)
+                                        continue;
+                                    ox = tx / stride;
+                                    if (ox >= Wo)
+                                        continue;
+                                    acc += gn[(long)oy * Wo + ox] * wc[ky * k + kx];
+                                }
+                            }
+                        }
+                        gx[(((long)n * C + c) * H + iy) * W + ix] = acc;
+                    }
+            }
+    }
     for (o = 0; o < O; o++) {
-        /* dW[o,c,ky,kx] += sum_{n,oy,ox} g[n,o,oy,ox] x[n, group(o) + c, oy s+ky-p, ox s+kx-p] */
+        /* dW[o,c,ky,kx] = sum_{n,oy,ox} g[n,o,oy,ox] x[n, group(o) + c, oy s+ky-p, ox s+kx-p] */
         for (c = 0; dw && c < Cg; c++)
             for (ky = 0; ky < k; ky++)
                 for (kx = 0; kx < k; kx++) {
@@ -68,7 +105,7 @@ void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, in
                             }
                         }
                     }
-                    dw[(((long)o * Cg + c) * k + ky) * k + kx] += acc;
+                    poet_grad_put(dw, (uint32_t)((((long)o * Cg + c) * k + ky) * k + kx), acc);
                 }
         if (db) {
             float acc = 0.0f;
@@ -77,43 +114,7 @@ void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, in
                 for (oy = 0; oy < Ho * Wo; oy++)
                     acc += gn[oy];
             }
-            db[o] += acc;
+            poet_grad_put(db, (uint32_t)o, acc);
         }
     }
-    if (!gx)
-        return;
-    /* Gathered per input pixel rather than scattered per output pixel, so every gx element is
-     * written once from a register and gx needs no zeroing pass:
-     * gx[n,c,iy,ix] = sum over o of c's group, ky, kx with (iy - ky + p) = oy s and
-     * (ix - kx + p) = ox s of g[n,o,oy,ox] W[o, c mod Cg, ky, kx]. */
-    for (n = 0; n < B; n++)
-        for (c = 0; c < C; c++) {
-            int grp = c / Cg, o0 = grp * Og;
-            for (iy = 0; iy < H; iy++)
-                for (ix = 0; ix < W; ix++) {
-                    float acc = 0.0f;
-                    for (o = o0; o < o0 + Og; o++) {
-                        const float *gn = g + ((long)n * O + o) * Ho * Wo;
-                        const float *wc = w + ((long)o * Cg + (c - grp * Cg)) * k * k;
-                        for (ky = 0; ky < k; ky++) {
-                            int ty = iy - ky + pad;
-                            if (ty < 0 || ty % stride != 0)
-                                continue;
-                            oy = ty / stride;
-                            if (oy >= Ho)
-                                continue;
-                            for (kx = 0; kx < k; kx++) {
-                                int tx = ix - kx + pad;
-                                if (tx < 0 || tx % stride != 0)
-                                    continue;
-                                ox = tx / stride;
-                                if (ox >= Wo)
-                                    continue;
-                                acc += gn[(long)oy * Wo + ox] * wc[ky * k + kx];
-                            }
-                        }
-                    }
-                    gx[(((long)n * C + c) * H + iy) * W + ix] = acc;
-                }
-        }
 }

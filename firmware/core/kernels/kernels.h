@@ -7,8 +7,12 @@
  *
  * Conventions, shared by every kernel:
  *  - tensors are dense, row-major (NCHW for images); sizes are element counts;
- *  - backward kernels ACCUMULATE (+=) into parameter gradients (dw, db), so several backward nodes
- *    can share one gradient buffer, and WRITE (=) every input gradient (gx, ga, ...);
+ *  - backward kernels WRITE (=) every input gradient (gx, ga, ...) and hand over each element of a
+ *    parameter gradient once, finished, through a poet_grad_t (optim.c): added into a gradient
+ *    buffer (so several backward nodes can share one) or applied to the parameter at once, the
+ *    update in backward that keeps no gradient at all; such a kernel reads every weight element
+ *    it needs before it hands over that element's gradient. The embedding and layer norm
+ *    backwards, which add into an element once per row, take a plain buffer (+=);
  *  - a NULL gradient pointer means that gradient is not wanted, and the tensors only it would read
  *    may then be NULL too (a frozen conv weight needs no x);
  *  - nothing allocates and nothing needs scratch memory: where a backward needs statistics that the
@@ -20,13 +24,56 @@
 
 #include <stdint.h>
 
+/* ---- optim.c: optimizers, and how a backward kernel hands over a parameter gradient --------- */
+
+/* Optimizer codes: the optimizer node's a0 (docs/spec.md section 2). */
+enum { POET_OPT_SGD = 0, POET_OPT_MOMENTUM = 1, POET_OPT_ADAM = 2 };
+
+/* One step's update rule, as torch.optim applies it to each element (no weight decay, dampening,
+ * Nesterov or amsgrad): fixed for the step, made once by poet_update_init. */
+typedef struct {
+    uint8_t opt;     /* POET_OPT_* */
+    uint32_t step;   /* the step being taken, counting from 1 */
+    float lr;
+    float momentum;  /* POET_OPT_MOMENTUM */
+    float beta1, beta2, eps, step_size, bc2_sqrt; /* POET_OPT_ADAM, with its bias corrections */
+} poet_update_t;
+
+/* p1..p3: the optimizer node's a1..a3 (momentum; or beta1, beta2, eps). */
+void poet_update_init(poet_update_t *u, int opt, float lr, float p1, float p2, float p3, uint32_t step);
+
+/* The optimizer pass over one parameter of n elements: w from its gradient g, then g = 0 for the next
+ * step's accumulation. s0, s1: its state (momentum's buffer; Adam's m and v), NULL where the rule has
+ * none. SGD: w -= lr g. Momentum: buf = g on step 1 (so buf needs no initialising), momentum buf + g
+ * after; w -= lr buf. Adam: m and v zero before step 1, bias-corrected with the step count. */
+void poet_optimize(const poet_update_t *u, uint32_t n, float *w, float *g, float *s0, float *s1);
+
+/* Where a backward kernel puts a parameter's gradient, element i at a time, each element once per
+ * call and finished: added into g; or, g NULL, applied at once by u to w[i] and its state
+ * s0[i], s1[i] (the update in backward: no gradient is kept). A NULL poet_grad_t * means the
+ * gradient is not wanted (a frozen parameter). */
+typedef struct {
+    float *g;
+    float *w, *s0, *s1;
+    const poet_update_t *u;
+} poet_grad_t;
+
+void poet_grad_apply(const poet_grad_t *d, uint32_t i, float gi);
+static inline void poet_grad_put(const poet_grad_t *d, uint32_t i, float gi)
+{
+    if (d->g)
+        d->g[i] += gi;
+    else
+        poet_grad_apply(d, i, gi);
+}
+
 /* ---- linear.c: dense layers and matmul ------------------------------------------------------ */
 
 void poet_linear_fwd(int B, int in, int out, const float *x, const float *w, const float *b,
                      float *y);
 /* gx may be NULL (need_grad_input = 0); db may be NULL (no bias); dw may be NULL (frozen weight). */
 void poet_linear_bwd(int B, int in, int out, const float *g, const float *x, const float *w,
-                     float *dw, float *db, float *gx);
+                     const poet_grad_t *dw, const poet_grad_t *db, float *gx);
 
 /* y[b] = a[b] @ bm[b], a[batch, M, K], bm[batch, K, N], y[batch, M, N]. */
 void poet_matmul_fwd(int batch, int M, int K, int N, const float *a, const float *bm, float *y);
@@ -43,11 +90,11 @@ int poet_conv2d_out(int H, int k, int stride, int pad);
  * b may be NULL. */
 void poet_conv2d_ex_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
                         const float *x, const float *w, const float *b, float *y);
-/* g is dL/dy [B,O,Ho,Wo]. dw += dL/dw (may be NULL: then x may be NULL), db += dL/db (may be NULL),
+/* g is dL/dy [B,O,Ho,Wo]. dw gets dL/dw (may be NULL: then x may be NULL), db dL/db (may be NULL),
  * gx = dL/dx (may be NULL: then w may be NULL). */
 void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                        const float *g, const float *x, const float *w, float *dw, float *db,
-                        float *gx);
+                        const float *g, const float *x, const float *w, const poet_grad_t *dw,
+                        const poet_grad_t *db, float *gx);
 
 /* ---- elementwise.c: activations and arithmetic ---------------------------------------------- */
 
@@ -124,20 +171,20 @@ void poet_batchnorm2d_fwd_train(int B, int C, int HW, float eps, float momentum,
  * saved ones, or NULL to recompute them from x (eps is used only then). x is always read when gx
  * or dw is wanted. w NULL means no affine weight (scale 1); dw, db, gx may each be NULL. */
 void poet_batchnorm2d_bwd_train(int B, int C, int HW, float eps, const float *g, const float *x,
-                                const float *w, const float *mean, const float *rstd, float *dw,
-                                float *db, float *gx);
+                                const float *w, const float *mean, const float *rstd, const poet_grad_t *dw,
+                                const poet_grad_t *db, float *gx);
 /* Frozen statistics (eval mode): normalise with run_mean/run_var, which are not changed. */
 void poet_bn_relu_mean_fwd(int B, int C, int HW, float eps, float momentum, const float *x, const float *w,
                            const float *b, float *y, float *run_mean, float *run_var);
 void poet_bn_relu_mean_bwd(int B, int C, int HW, float eps, const float *g, const float *x, const float *w,
-                           const float *b, float *dw, float *db, float *gx);
+                           const float *b, const poet_grad_t *dw, const poet_grad_t *db, float *gx);
 void poet_batchnorm2d_fwd_eval(int B, int C, int HW, float eps, const float *x, const float *w,
                                const float *b, const float *run_mean, const float *run_var,
                                float *y);
 /* The statistics are constants here, so gx = g * w * rstd; x is read only for dw. */
 void poet_batchnorm2d_bwd_eval(int B, int C, int HW, float eps, const float *g, const float *x,
                                const float *w, const float *run_mean, const float *run_var,
-                               float *dw, float *db, float *gx);
+                               const poet_grad_t *dw, const poet_grad_t *db, float *gx);
 
 /* Layer norm over the last dimension of x[rows, D]; w, b [D] may be NULL. mean/rstd [rows] receive
  * the per-row statistics torch saves (may be NULL). */
@@ -223,19 +270,5 @@ void poet_conv2d_q_fwd(int B, int C, int H, int W, int O, int k, int stride, int
                        int relu, const float *y_scale, void *y);
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
                     const float *y_scale, void *y);
-
-/* ---- optim.c: optimizers ------------------------------------------------------------------- */
-
-/* Each updates w from g, then zeroes g for the next step's accumulation. */
-/* w -= lr * g, then g = 0. */
-void poet_sgd(uint32_t n, float lr, float *w, float *g);
-/* torch.optim.SGD(momentum, dampening=0, nesterov=False, weight_decay=0): buf = g on step 1,
- * buf = momentum * buf + g after; w -= lr * buf. step counts from 1, so buf needs no initialising. */
-void poet_sgd_momentum(uint32_t n, float lr, float momentum, uint32_t step, float *w, float *g,
-                       float *buf);
-/* torch.optim.Adam (amsgrad=False, weight_decay=0, maximize=False), bias-corrected; step is the
- * count including this one (1 on the first call, when m and v [n] must be zero). */
-void poet_adam(uint32_t n, float lr, float beta1, float beta2, float eps, uint32_t step, float *w,
-               float *g, float *m, float *v);
 
 #endif

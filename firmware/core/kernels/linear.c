@@ -18,26 +18,11 @@ void poet_linear_fwd(int B, int in, int out, const float *x, const float *w, con
 }
 
 void poet_linear_bwd(int B, int in, int out, const float *g, const float *x, const float *w,
-                     float *dw, float *db, float *gx)
+                     const poet_grad_t *dw, const poet_grad_t *db, float *gx)
 {
     int i, o, k;
-    /* dW[o,k] += sum_i g[i,o] x[i,k]; none for a frozen weight (dw NULL), as in the conv */
-    for (o = 0; o < out; o++) {
-        for (k = 0; dw && k < in; k++) {
-            float acc = 0.0f;
-            for (i = 0; i < B; i++)
-                acc += g[(long)i * out + o] * x[(long)i * in + k];
-            dw[(long)o * in + k] += acc;
-        }
-        if (db) {
-            float acc = 0.0f;
-            for (i = 0; i < B; i++)
-                acc += g[(long)i * out + o];
-            db[o] += acc;
-        }
-    }
     if (gx) {
-        /* gx[i,k] = sum_o g[i,o] W[o,k] */
+        /* gx[i,k] = sum_o g[i,o] W[o,k], first: an update in backward changes W below */
         for (i = 0; i < B; i++) {
             for (k = 0; k < in; k++) {
                 float acc = 0.0f;
@@ -45,6 +30,21 @@ void poet_linear_bwd(int B, int in, int out, const float *g, const float *x, con
                     acc += g[(long)i * out + o] * w[(long)o * in + k];
                 gx[(long)i * in + k] = acc;
             }
+        }
+    }
+    /* dW[o,k] = sum_i g[i,o] x[i,k]; none for a frozen weight (dw NULL), as in the conv */
+    for (o = 0; o < out; o++) {
+        for (k = 0; dw && k < in; k++) {
+            float acc = 0.0f;
+            for (i = 0; i < B; i++)
+                acc += g[(long)i * out + o] * x[(long)i * in + k];
+            poet_grad_put(dw, (uint32_t)((long)o * in + k), acc);
+        }
+        if (db) {
+            float acc = 0.0f;
+            for (i = 0; i < B; i++)
+                acc += g[(long)i * out + o];
+            poet_grad_put(db, (uint32_t)o, acc);
         }
     }
 }

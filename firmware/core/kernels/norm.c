@@ -89,15 +89,15 @@ void poet_batchnorm2d_fwd_train(int B, int C, int HW, float eps, float momentum,
 }
 
 void poet_batchnorm2d_bwd_train(int B, int C, int HW, float eps, const float *g, const float *x,
-                                const float *w, const float *mean, const float *rstd, float *dw,
-                                float *db, float *gx)
+                                const float *w, const float *mean, const float *rstd, const poet_grad_t *dw,
+                                const poet_grad_t *db, float *gx)
 {
     int c, n, i;
     float cnt = (float)B * (float)HW;
     for (c = 0; c < C; c++) {
         float m = 0.0f, r = 0.0f, sum_g = channel_sum(B, C, HW, c, g), dot = 0.0f;
         if (db)
-            db[c] += sum_g;
+            poet_grad_put(db, (uint32_t)c, sum_g);
         if (!dw && !gx)
             continue;
         if (mean && rstd) {
@@ -117,8 +117,6 @@ void poet_batchnorm2d_bwd_train(int B, int C, int HW, float eps, const float *g,
                 part += g[off + i] * (x[off + i] - m);
             dot += part;
         }
-        if (dw)
-            dw[c] += dot * r;
         if (gx) {
             float gmean = sum_g / cnt, proj = r * r * dot / cnt, scale = w ? r * w[c] : r;
             for (n = 0; n < B; n++) {
@@ -127,6 +125,8 @@ void poet_batchnorm2d_bwd_train(int B, int C, int HW, float eps, const float *g,
                     gx[off + i] = (g[off + i] - gmean - (x[off + i] - m) * proj) * scale;
             }
         }
+        if (dw) /* after gx read w[c]: an update in backward changes it */
+            poet_grad_put(dw, (uint32_t)c, dot * r);
     }
 }
 
@@ -172,7 +172,7 @@ void poet_bn_relu_mean_fwd(int B, int C, int HW, float eps, float momentum, cons
  * passes it where the normalised value was positive, and the batch norm's gradients follow as in
  * poet_batchnorm2d_bwd_train, with the statistics recomputed from x. */
 void poet_bn_relu_mean_bwd(int B, int C, int HW, float eps, const float *g, const float *x, const float *w,
-                           const float *b, float *dw, float *db, float *gx)
+                           const float *b, const poet_grad_t *dw, const poet_grad_t *db, float *gx)
 {
     int c, n, i;
     float cnt = (float)B * (float)HW;
@@ -190,10 +190,11 @@ void poet_bn_relu_mean_bwd(int B, int C, int HW, float eps, const float *g, cons
             sum_g += part_g;
             dot += part_dot;
         }
+        /* w[c] and b[c] were read into scale and shift: an update in backward may change them now */
         if (db)
-            db[c] += sum_g;
+            poet_grad_put(db, (uint32_t)c, sum_g);
         if (dw)
-            dw[c] += dot * r;
+            poet_grad_put(dw, (uint32_t)c, dot * r);
         if (gx) {
             float gmean = sum_g / cnt, proj = r * r * dot / cnt;
             for (n = 0; n < B; n++) {
@@ -221,14 +222,22 @@ void poet_batchnorm2d_fwd_eval(int B, int C, int HW, float eps, const float *x, 
 
 void poet_batchnorm2d_bwd_eval(int B, int C, int HW, float eps, const float *g, const float *x,
                                const float *w, const float *run_mean, const float *run_var,
-                               float *dw, float *db, float *gx)
+                               const poet_grad_t *dw, const poet_grad_t *db, float *gx)
 {
     int c, n, i;
     for (c = 0; c < C; c++) {
         float r = 1.0f / sqrtf(run_var[c] + eps);
+        if (gx) {
+            float scale = w ? r * w[c] : r;
+            for (n = 0; n < B; n++) {
+                long off = ((long)n * C + c) * HW;
+                for (i = 0; i < HW; i++)
+                    gx[off + i] = g[off + i] * scale;
+            }
+        }
         if (db)
-            db[c] += channel_sum(B, C, HW, c, g);
-        if (dw) {
+            poet_grad_put(db, (uint32_t)c, channel_sum(B, C, HW, c, g));
+        if (dw) { /* after gx read w[c]: an update in backward changes it */
             float dot = 0.0f;
             for (n = 0; n < B; n++) {
                 long off = ((long)n * C + c) * HW;
@@ -237,15 +246,7 @@ void poet_batchnorm2d_bwd_eval(int B, int C, int HW, float eps, const float *g, 
                     part += g[off + i] * (x[off + i] - run_mean[c]);
                 dot += part;
             }
-            dw[c] += dot * r;
-        }
-        if (gx) {
-            float scale = w ? r * w[c] : r;
-            for (n = 0; n < B; n++) {
-                long off = ((long)n * C + c) * HW;
-                for (i = 0; i < HW; i++)
-                    gx[off + i] = g[off + i] * scale;
-            }
+            poet_grad_put(dw, (uint32_t)c, dot * r);
         }
     }
 }

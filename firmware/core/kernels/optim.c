@@ -1,43 +1,59 @@
-/* Optimizers: each updates w from g, then zeroes g for the next step's accumulation. Conventions are in kernels.h. */
+/* Optimizers: one update rule per element, run by the optimizer pass over a stored gradient or by a
+ * backward kernel the moment it finishes an element (the update in backward), so both give the same
+ * bits. Conventions are in kernels.h. */
 #include "kernels.h"
 
 #include <math.h>
 
-void poet_sgd(uint32_t n, float lr, float *w, float *g)
+void poet_update_init(poet_update_t *u, int opt, float lr, float p1, float p2, float p3, uint32_t step)
 {
-    uint32_t i;
-    for (i = 0; i < n; i++) {
-        w[i] -= lr * g[i];
-        g[i] = 0.0f;
+    float t = (float)step;
+    u->opt = (uint8_t)opt;
+    u->step = step;
+    u->lr = lr;
+    u->momentum = p1;
+    u->beta1 = p1;
+    u->beta2 = p2;
+    u->eps = p3;
+    u->step_size = 0.0f;
+    u->bc2_sqrt = 1.0f;
+    if (opt == POET_OPT_ADAM) {
+        u->step_size = lr / (1.0f - powf(p1, t));
+        u->bc2_sqrt = sqrtf(1.0f - powf(p2, t));
     }
 }
 
-void poet_sgd_momentum(uint32_t n, float lr, float momentum, uint32_t step, float *w, float *g,
-                       float *buf)
+static void rule(const poet_update_t *u, float *w, float *s0, float *s1, float g)
 {
-    uint32_t i;
-    for (i = 0; i < n; i++) {
+    switch (u->opt) {
+    case POET_OPT_MOMENTUM:
         /* torch starts the buffer as a copy of the first gradient, not as momentum * 0 + g, so a
          * garbage-filled buffer is harmless on step 1 */
-        buf[i] = step <= 1 ? g[i] : momentum * buf[i] + g[i];
-        w[i] -= lr * buf[i];
+        *s0 = u->step <= 1 ? g : u->momentum * *s0 + g;
+        *w -= u->lr * *s0;
+        break;
+    case POET_OPT_ADAM:
+        /* torch's lerp(m, g, 1 - beta1) form, m + (1 - beta1) (g - m), for the same rounding */
+        *s0 += (1.0f - u->beta1) * (g - *s0);
+        *s1 = *s1 * u->beta2 + (1.0f - u->beta2) * g * g;
+        *w -= u->step_size * (*s0 / (sqrtf(*s1) / u->bc2_sqrt + u->eps));
+        break;
+    default:
+        *w -= u->lr * g;
+        break;
+    }
+}
+
+void poet_optimize(const poet_update_t *u, uint32_t n, float *w, float *g, float *s0, float *s1)
+{
+    uint32_t i;
+    for (i = 0; i < n; i++) {
+        rule(u, w + i, s0 ? s0 + i : 0, s1 ? s1 + i : 0, g[i]);
         g[i] = 0.0f;
     }
 }
 
-void poet_adam(uint32_t n, float lr, float beta1, float beta2, float eps, uint32_t step, float *w,
-               float *g, float *m, float *v)
+void poet_grad_apply(const poet_grad_t *d, uint32_t i, float gi)
 {
-    uint32_t i;
-    float t = (float)step;
-    float step_size = lr / (1.0f - powf(beta1, t));
-    float bc2_sqrt = sqrtf(1.0f - powf(beta2, t));
-    for (i = 0; i < n; i++) {
-        float gi = g[i];
-        /* torch's lerp(m, g, 1 - beta1) form, m + (1 - beta1) (g - m), for the same rounding */
-        m[i] += (1.0f - beta1) * (gi - m[i]);
-        v[i] = v[i] * beta2 + (1.0f - beta2) * gi * gi;
-        w[i] -= step_size * (m[i] / (sqrtf(v[i]) / bc2_sqrt + eps));
-        g[i] = 0.0f;
-    }
+    rule(d->u, d->w + i, d->s0 ? d->s0 + i : 0, d->s1 ? d->s1 + i : 0, gi);
 }

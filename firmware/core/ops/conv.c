@@ -44,9 +44,10 @@ void op_conv2d_run(const poet_exec_t *e)
 void op_conv2d_bwd_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
+    poet_grad_t gw, gb;
     poet_conv2d_ex_bwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]),
                        POET_CONV_PAD(a[GEOM]), POET_CONV_GROUPS(a[GEOM]), e->in[0], e->in[1],
-                       param(e, a[WEIGHT]), grad(e, a[WEIGHT]), grad(e, a[BIAS]), a[NEED_GX] ? e->out : 0);
+                       param(e, a[WEIGHT]), grad(e, a[WEIGHT], &gw), grad(e, a[BIAS], &gb), a[NEED_GX] ? e->out : 0);
 }
 
 void op_conv2d_i8_run(const poet_exec_t *e)

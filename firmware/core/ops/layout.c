@@ -98,7 +98,7 @@ int op_embedding_check(const poet_model_t *m, const poet_node_t *n)
     y = f32s(mul((uint64_t)a[N], (uint64_t)a[EMB_D]));
     if (n->op == POET_OP_EMBEDDING)
         return a[IDS] == 0 ? io1(m, n, x, y) : (n->n_deps == 0 && n->bytes == y);
-    if (a[EMB_NEED_GX] != 0 || n->bytes != 0 || n->n_deps != (a[IDS] == 0 ? 2 : 1) || dep_bytes(m, n, 0) != y)
+    if (a[EMB_NEED_GX] != 0 || n->bytes != 0 || !grad_buf_ok(m, a[TABLE]) || n->n_deps != (a[IDS] == 0 ? 2 : 1) || dep_bytes(m, n, 0) != y)
         return 0;
     return a[IDS] != 0 || dep_bytes(m, n, 1) == x;
 }
@@ -131,7 +131,7 @@ void op_embedding_run(const poet_exec_t *e)
 
 void op_embedding_bwd_run(const poet_exec_t *e)
 {
-    float *dw = grad(e, e->a[TABLE]);
+    float *dw = grad_buf(e, e->a[TABLE]);
     if (dw) /* a frozen table has nothing to accumulate */
         embedding_rows(e->a, e->in[1], 0, e->in[0], 0, dw);
 }

@@ -38,8 +38,9 @@ void op_linear_run(const poet_exec_t *e)
 void op_linear_bwd_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
-    poet_linear_bwd(a[B], a[IN], a[OUT], e->in[0], e->in[1], param(e, a[WEIGHT]), grad(e, a[WEIGHT]),
-                    grad(e, a[BIAS]), a[NEED_GX] ? e->out : 0);
+    poet_grad_t gw, gb;
+    poet_linear_bwd(a[B], a[IN], a[OUT], e->in[0], e->in[1], param(e, a[WEIGHT]), grad(e, a[WEIGHT], &gw),
+                    grad(e, a[BIAS], &gb), a[NEED_GX] ? e->out : 0);
 }
 
 void op_linear_i8_run(const poet_exec_t *e)

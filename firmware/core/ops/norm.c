@@ -55,8 +55,9 @@ void op_batchnorm_run(const poet_exec_t *e)
 void op_batchnorm_bwd_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
+    poet_grad_t gw, gb;
     poet_batchnorm2d_bwd_train(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), e->in[0], e->in[1],
-                               param(e, a[WEIGHT]), 0, 0, grad(e, a[WEIGHT]), grad(e, a[BIAS]),
+                               param(e, a[WEIGHT]), 0, 0, grad(e, a[WEIGHT], &gw), grad(e, a[BIAS], &gb),
                                a[NEED_GX] ? e->out : 0);
 }
 
@@ -70,9 +71,10 @@ void op_batchnorm_eval_run(const poet_exec_t *e)
 void op_batchnorm_eval_bwd_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
+    poet_grad_t gw, gb;
     poet_batchnorm2d_bwd_eval(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), e->in[0], e->in[1],
                               param(e, a[WEIGHT]), param(e, a[RUN_MEAN]), param(e, a[RUN_VAR]),
-                              grad(e, a[WEIGHT]), grad(e, a[BIAS]), a[NEED_GX] ? e->out : 0);
+                              grad(e, a[WEIGHT], &gw), grad(e, a[BIAS], &gb), a[NEED_GX] ? e->out : 0);
 }
 
 /* ---- batch norm, ReLU and mean, fused ----------------------------------------------------------
@@ -106,8 +108,9 @@ void op_bn_relu_mean_run(const poet_exec_t *e)
 void op_bn_relu_mean_bwd_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
+    poet_grad_t gw, gb;
     poet_bn_relu_mean_bwd(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), e->in[0], e->in[1], param(e, a[WEIGHT]),
-                          param(e, a[BIAS]), grad(e, a[WEIGHT]), grad(e, a[BIAS]), a[NEED_GX] ? e->out : 0);
+                          param(e, a[BIAS]), grad(e, a[WEIGHT], &gw), grad(e, a[BIAS], &gb), a[NEED_GX] ? e->out : 0);
 }
 
 /* ---- layer norm ------------------------------------------------------------------------------- */
@@ -123,7 +126,9 @@ int op_layernorm_check(const poet_model_t *m, const poet_node_t *n)
         !opt_param_ok(m, a[LN_WEIGHT], (uint64_t)a[D]) || !opt_param_ok(m, a[LN_BIAS], (uint64_t)a[D]))
         return 0;
     x = f32s(mul((uint64_t)a[ROWS], (uint64_t)a[D]));
-    return n->op == POET_OP_LAYERNORM ? io1(m, n, x, x) : bwd_ok(m, n, a[LN_NEED_GX], x, x);
+    if (n->op == POET_OP_LAYERNORM)
+        return io1(m, n, x, x);
+    return grad_buf_ok(m, a[LN_WEIGHT]) && grad_buf_ok(m, a[LN_BIAS]) && bwd_ok(m, n, a[LN_NEED_GX], x, x);
 }
 
 /* Like batch norm's, the row statistics are recomputed by the backward, not kept. */
@@ -138,7 +143,7 @@ void op_layernorm_bwd_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
     poet_layernorm_bwd(a[ROWS], a[D], poet_attr_f32(a[LN_EPS]), e->in[0], e->in[1], param(e, a[LN_WEIGHT]),
-                       0, 0, grad(e, a[LN_WEIGHT]), grad(e, a[LN_BIAS]), a[LN_NEED_GX] ? e->out : 0);
+                       0, 0, grad_buf(e, a[LN_WEIGHT]), grad_buf(e, a[LN_BIAS]), a[LN_NEED_GX] ? e->out : 0);
 }
 
 /* ---- softmax ---------------------------------------------------------------------------------- */

@@ -49,6 +49,9 @@ int bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y
  * bias+last:N). weight must have passed param_ok. */
 int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x,
                     int32_t weight);
+/* A backward that adds into parameter p's gradient once per row (grad_buf) runs only where gradients
+ * are stored: p is absent or untrained, or the model does not update in backward. */
+int grad_buf_ok(const poet_model_t *m, int32_t p);
 /* An int8 layer's deps: the quantised input (xe elements) and its scale, the quantised weight (we
  * elements) and its scale; reduce is the kernel's reduction length; the output is y bytes of fp32. */
 int i8_weight_ok(const poet_model_t *m, const poet_node_t *n, int32_t p, uint64_t elems);
@@ -113,8 +116,27 @@ static inline const float *q_out_scale(const poet_exec_t *e, int32_t epi)
     return q_epi_scale(epi) < 0 ? 0 : param(e, q_epi_scale(epi));
 }
 
-/* A parameter's gradient, NULL for an untrained or absent one: the kernels then skip that gradient. */
-static inline float *grad(const poet_exec_t *e, int32_t p)
+/* Where a backward kernel hands parameter p's gradient (kernels.h), made in *d: its stored gradient,
+ * or with the update in backward (model.h in_backward) the parameter and its optimizer state. NULL
+ * for an untrained or absent parameter: the kernels then skip that gradient. */
+static inline const poet_grad_t *grad(const poet_exec_t *e, int32_t p, poet_grad_t *d)
+{
+    const poet_model_t *m = e->m;
+    uint32_t off;
+    if (p < 0 || !poet_param_trained(m, (uint16_t)p))
+        return 0;
+    off = m->param_off[p];
+    d->g = m->in_backward ? 0 : e->buf->grads + off;
+    d->w = e->buf->params + off;
+    d->s0 = m->opt_words > 0 ? e->buf->opt_state + off : 0;
+    d->s1 = m->opt_words > 1 ? e->buf->opt_state + m->train_elems + off : 0;
+    d->u = e->upd;
+    return d;
+}
+
+/* Parameter p's stored gradient, for the kernels that add into an element once per row (layer norm,
+ * embedding): a model that updates in backward has none, so grad_buf_ok refuses such a node. */
+static inline float *grad_buf(const poet_exec_t *e, int32_t p)
 {
     return (p < 0 || !poet_param_trained(e->m, (uint16_t)p)) ? 0 : e->buf->grads + e->m->param_off[p];
 }

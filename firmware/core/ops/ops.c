@@ -131,6 +131,11 @@ int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, u
     return bwd_ok(m, n, need, y, x);
 }
 
+int grad_buf_ok(const poet_model_t *m, int32_t p)
+{
+    return !m->in_backward || p < 0 || !poet_param_trained(m, (uint16_t)p);
+}
+
 /* An int8 layer reads its weight quantised by the step (deps 2 and 3: a cast and an absmax node of
  * the fp32 parameter) or, with two deps, stored int8 in nv storage (a frozen POET_PARAM_I8 one). */
 int i8_weight_ok(const poet_model_t *m, const poet_node_t *n, int32_t p, uint64_t elems)

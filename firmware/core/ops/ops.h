@@ -21,7 +21,7 @@ typedef struct {
     const uint16_t *deps; /* the deps' node indices (the static-int8 ops read their inputs' scales) */
     float *out;
     float *loss;       /* where a loss node leaves the step's loss */
-    float lr;
+    const poet_update_t *upd; /* the step's update rule (learning rate, optimizer, step count) */
     uint8_t n_deps;
     uint8_t recompute; /* the node runs again (a recompute instruction), not for the first time */
 } poet_exec_t;

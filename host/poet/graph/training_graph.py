@@ -71,6 +71,33 @@ class TrainingGraph:
                 for k in ("rm", "rv") if n.attrs.get(k, -1) >= 0}
 
     @property
+    def updates_in_backward(self) -> bool:
+        """Whether the board updates every trained parameter in the backward pass, so it keeps no
+        gradients (docs/spec.md section 6; tiny-training's in-place update): each is written by one
+        backward node whose kernel hands each gradient element over once, finished (UPDATING_BWD),
+        and nothing after that node reads the parameter or an output made from it (a recompute there
+        would see the updated weight). Otherwise the gradients are stored and the optimizer node
+        applies them at the end of the step; both give the same weights."""
+        frozen, moved = set(self.frozen), self.moved
+        trained = {i for i, (name, _) in enumerate(self.params) if name not in frozen and name not in moved}
+        writer: dict[int, int] = {}
+        for n in self.nodes:
+            for k in ("w", "b"):
+                p = n.attrs.get(k, -1)
+                if n.kind == "backward" and p in trained:
+                    if n.op not in UPDATING_BWD or p in writer:
+                        return False
+                    writer[p] = n.id
+        read_by = readers(self)
+        for n in self.nodes:
+            for k in PARAM_ATTRS:
+                p = n.attrs.get(k, -1)
+                last_use = max([n.id, *read_by[n.id]])
+                if p in writer and n.id != writer[p] and last_use > writer[p]:
+                    return False
+        return True
+
+    @property
     def int8_params(self) -> set[str]:
         """Frozen weights stored int8 (one fp32 scale each): those an int8 layer reads from the parameter
         itself (two deps, poet.plan.precision), which nothing else reads, and every static-int8 conv's."""
@@ -117,6 +144,13 @@ class TrainingGraph:
                 n.saved = [d for d in n.deps if raw["nodes"][d].kind in ("input", "forward", "loss")]
         return cls(**raw)
 
+
+# the node attributes that name a parameter (an index into TrainingGraph.params)
+PARAM_ATTRS = ("w", "b", "rm", "rv", "scale", "out_scale")
+# backward ops whose kernel hands over each element of a parameter gradient once, finished, so it can
+# apply the update there (firmware/core/kernels/kernels.h); the layer norm's and the embedding's add
+# into an element once per row
+UPDATING_BWD = frozenset({"linear_bwd", "conv2d_bwd", "batchnorm_bwd", "batchnorm_eval_bwd", "bn_relu_mean_bwd"})
 
 # torch.optim's defaults for what the runtime implements (SGD without weight decay or dampening)
 OPTIMIZER_DEFAULTS: dict[str, dict[str, float]] = {

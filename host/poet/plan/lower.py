@@ -92,12 +92,13 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "softmax_bwd": (mb.OP_SOFTMAX_BWD, ("rows", "D")),
     "embedding_bwd": (mb.OP_EMBEDDING_BWD, (*_EMB, "need_grad_input")),
     "select_bwd": (mb.OP_SELECT_BWD, ("B", "S", "D", "index")),
-    "sgd": (mb.OP_SGD, ("opt", "f:p1", "f:p2", "f:p3")),
+    "sgd": (mb.OP_SGD, ("opt", "f:p1", "f:p2", "f:p3", "in_backward")),
 }
 
 
 def optimizer_attrs(opt: dict[str, Any]) -> dict[str, Any]:
-    """The optimizer node's a0..a3 (docs/spec.md section 2) from a graph's optimizer settings."""
+    """The optimizer node's a0..a3 (docs/spec.md section 2) from a graph's optimizer settings (a4, whether
+    it updates in backward, is the graph's: TrainingGraph.updates_in_backward)."""
     name = opt.get("name", "sgd")
     if name == "sgd":
         return {"opt": 0, "p1": 0.0, "p2": 0.0, "p3": 0.0}
@@ -149,10 +150,11 @@ def blob_attrs(op: str, attrs: dict[str, Any]) -> tuple[int, ...]:
 
 def model_blob(g: TrainingGraph) -> ModelBlob:
     check_runtime(g)
+    in_backward = g.updates_in_backward
     nodes = []
     for n in g.nodes:
         code, names = OPS[n.op]
-        attrs = optimizer_attrs(g.optimizer) if n.kind == "optimizer" else n.attrs
+        attrs = optimizer_attrs(g.optimizer) | {"in_backward": int(in_backward)} if n.kind == "optimizer" else n.attrs
         nodes.append(BlobNode(op=code, kind=KINDS[n.kind], deps=tuple(n.deps), bytes=n.bytes,
                               attrs=tuple(_attr(attrs, a) for a in names)))
     frozen, moved, i8 = set(g.frozen), g.moved, g.int8_params

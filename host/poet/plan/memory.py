@@ -4,7 +4,8 @@ lives in flash.
 `--ram` is everything the training step may hold in the board's RAM (DESIGN.md
 "Memory"): the firmware's own static RAM (stack, serial and trace buffers, the
 schedule buffer), then the runtime's pool: the model's tables (a few bytes per node
-and parameter), the trained parameters, their gradients, optimizer state, the
+and parameter), the trained parameters, their gradients (none where the backward pass
+applies the update as it makes each gradient element), optimizer state, the
 staged batch, and the activation arena. The planner plans the arena with what is
 left; the firmware lays out its pool in the same order (docs/spec.md 6) and must
 grant exactly this arena, since the peak it reports is compared with the planner's
@@ -65,14 +66,16 @@ class Pool:
     optimizer_state: int
     staging: int  # the batch the host uploads before each step
     flash: Flash  # not in the pool: what the model keeps in flash instead
+    in_backward: bool = False  # the trained parameters are updated in the backward pass: no gradients
 
     @classmethod
     def of(cls, param_elems: Sequence[int], trained: Sequence[bool], optimizer: str, batch: int,
            x_elems: int, n_nodes: int, moved: Sequence[bool] | None = None,
-           int8: Sequence[bool] | None = None) -> Pool:
+           int8: Sequence[bool] | None = None, in_backward: bool = False) -> Pool:
         """From what a model is: its parameters' element counts (upload order), which are trained and
         which, untrained, the forward pass moves (`moved`: kept in RAM too), which frozen ones are
-        stored int8 (`int8`), the optimizer's name, the batch and its input elements, and its node count."""
+        stored int8 (`int8`), the optimizer's name, the batch and its input elements, its node count,
+        and whether it updates in backward (TrainingGraph.updates_in_backward: then no gradients)."""
         trained_bytes = F32 * sum(n for n, t in zip(param_elems, trained, strict=True) if t)
         moved = moved or [False] * len(param_elems)
         int8 = int8 or [False] * len(param_elems)
@@ -84,9 +87,9 @@ class Pool:
         state = I32 + words * trained_bytes if words else 0
         blob = MODEL_HEADER_BYTES + 4 * len(param_elems) + MODEL_NODE_BYTES * n_nodes
         return cls(tables=TABLE_PARAM_BYTES * len(param_elems) + TABLE_NODE_BYTES * n_nodes,
-                   params=trained_bytes + state_bytes, grads=trained_bytes, optimizer_state=state,
-                   staging=F32 * x_elems + I32 * batch,  # inputs as fp32, one i32 label per sample
-                   flash=Flash(model_blob=blob, frozen=frozen))
+                   params=trained_bytes + state_bytes, grads=0 if in_backward else trained_bytes,
+                   optimizer_state=state, staging=F32 * x_elems + I32 * batch,  # inputs fp32, an i32 label each
+                   flash=Flash(model_blob=blob, frozen=frozen), in_backward=in_backward)
 
     @property
     def fixed(self) -> int:
@@ -103,7 +106,7 @@ def pool_for(g: TrainingGraph) -> Pool:
     frozen, moved, i8 = set(g.frozen), g.moved, g.int8_params
     return Pool.of(g.param_elems, [name not in frozen for name, _ in g.params], g.optimizer["name"], g.batch,
                    g.x_elems, len(g.nodes), [name in moved for name, _ in g.params],
-                   [name in i8 for name, _ in g.params])
+                   [name in i8 for name, _ in g.params], g.updates_in_backward)
 
 
 def costed_fixed_bytes(param_bytes: int) -> int:
@@ -132,7 +135,8 @@ class MemoryBudget:
         p = self.pool
         return [("firmware static (stack, buffers, trace ring)", self.runtime_static),
                 ("model tables (per node and parameter)", p.tables),
-                ("trained parameters, moved statistics", p.params), ("gradients", p.grads),
+                ("trained parameters, moved statistics", p.params),
+                ("gradients (none: updated in backward)" if p.in_backward else "gradients", p.grads),
                 ("optimizer state", p.optimizer_state), ("staged batch", p.staging),
                 ("activation arena", self.arena)]
 

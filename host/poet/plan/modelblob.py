@@ -230,11 +230,17 @@ class ModelBlob:
         return OPTIMIZERS[code] if 0 <= code < len(OPTIMIZERS) else "sgd"
 
     @property
+    def in_backward(self) -> bool:
+        """The optimizer node's a4: every trained parameter is updated in the backward pass, no gradients kept."""
+        last = self.nodes[-1] if self.nodes else None
+        return last is not None and last.op == OP_SGD and len(last.attrs) > 4 and last.attrs[4] == 1
+
+    @property
     def pool(self) -> Pool:
         """The board's pool for this model (poet.plan.memory): tables, weights, gradients, optimizer state, batch."""
         ps = range(len(self.param_elems))
         return Pool.of(self.param_elems, [self.trained(p) for p in ps], self.optimizer, self.batch, self.x_elems,
-                       len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps])
+                       len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps], self.in_backward)
 
     @property
     def param_bytes(self) -> int:

@@ -23,7 +23,7 @@ import numpy as np
 
 from poet.graph.dtypes import F32
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, dequantise, quantise
-from poet.graph.training_graph import GraphNode, TrainingGraph, numel
+from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, numel
 from poet.graph.training_graph import readers as reader_map
 from poet.plan.fuse import fuse_heads
 
@@ -320,9 +320,6 @@ def _quantize(g: TrainingGraph, i: int, nodes: list[GraphNode], new: dict[int, i
                            list(src.shape), {"n": elems, "scale": p}, elems))
     q_new[i] = nid
     return nid
-
-
-PARAM_ATTRS = ("w", "b", "rm", "rv", "scale", "out_scale")
 
 
 def _drop_unused(g: TrainingGraph) -> TrainingGraph:
