@@ -39,6 +39,7 @@ from poet.plan.costs import costed, load_profile, uncosted  # noqa: E402
 from poet.plan.lower import lower, model_blob  # noqa: E402
 from poet.plan.modelblob import ModelBlob, encode_batch, f32_bits  # noqa: E402
 from poet.plan.schedule import Schedule  # noqa: E402
+from poet.plan.static_int8 import rewrite  # noqa: E402
 from poet.plan.strategies import plan_with  # noqa: E402
 from poet.plan.strategies.checkpoint_all import keep_all  # noqa: E402
 
@@ -61,6 +62,27 @@ def conv_bn_eval_net() -> nn.Module:
     net = conv_bn_net()
     net[1].eval()
     return net
+
+
+class QHead(nn.Module):
+    """A frozen conv -> BN -> ReLU prefix and a trained BN -> ReLU -> mean -> linear head: fine-tuned
+    `last:2` it runs its prefix in static int8 (quantize, conv2d_q with the BN folded and the ReLU fused,
+    int8 weights and scales in flash) and its head fused (bn_relu_mean), updating in backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                                  nn.Conv2d(4, 8, 1), nn.BatchNorm2d(8), nn.ReLU())
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.body(x).mean((2, 3)))
+
+
+def static_int8(g: TrainingGraph) -> TrainingGraph:
+    prefix = rewrite(g)
+    assert prefix is not None, f"{g.model}: no layer runs in static int8"
+    return prefix.graph
 
 
 class BroadcastNet(nn.Module):
@@ -202,14 +224,17 @@ def main() -> None:
                f"static const uint32_t fuzz_model_lens[FUZZ_N_MODELS] = {{{lens}}};", "", "#endif", ""]
     (HERE / "seed_models.h").write_text("\n".join(header))
 
+    qhead = static_int8(traced("q-head", QHead, (1, 6, 6), 3, 2, train="last:2", optimizer="adam"))
     extra = [model_blob(g) for g in (zoo("lenet", 1, optimizer="adam"), zoo("cnn-digits", 1),
                                      zoo("cnn-digits", 1, train="bias+last:1"),
-                                     traced("conv-bn-eval", conv_bn_eval_net, (2, 8, 8), 3, 1))]
+                                     traced("conv-bn-eval", conv_bn_eval_net, (2, 8, 8), 3, 1), qhead)]
     for blob in [b for b, _ in fixed] + extra:
         write("model", blob.encode())
 
-    # protocol sessions on nets that fit fuzz_port's 64 KiB pool, in both input modes
-    for k, (blob, scheds) in enumerate(fixed):
+    # protocol sessions on nets that fit fuzz_port's 64 KiB pool, in both input modes; the last is the
+    # static-int8 one, its frozen weights int8 in nv storage
+    sessions = [*fixed, (model_blob(qhead), graph_schedules(qhead))]
+    for k, (blob, scheds) in enumerate(sessions):
         vocab = {3: 20, 7: 10}.get(k, 0)
         if (blob.pool.fixed + max(s.arena_bytes for s in scheds) > PROTOCOL_POOL
                 or blob.pool.flash.total > PROTOCOL_NV):
