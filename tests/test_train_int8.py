@@ -28,7 +28,7 @@ from poet.train import CALIBRATION_SAMPLES, read_back
     pytest.param("esp32c3", "300k", marks=pytest.mark.slow),
     # issue 18's acceptance: the nRF52840's QEMU image (Cortex-M4F, 256 KB RAM, 1 MB flash), with no
     # gradients kept (updated in backward); every step's board peak equals the planned peak
-    # (poet.device.connect checks it byte for byte)
+    # (poet.device.connect checks it byte for byte); about 60 s for the whole test on this machine
     pytest.param("nrf52840", "256k", marks=pytest.mark.slow),
 ])
 def test_mobilenet_trains_with_its_frozen_prefix_in_static_int8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -12,24 +12,17 @@ enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8,
 int op_conv2d_check(const poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
-    int32_t s = POET_CONV_STRIDE(a[GEOM]), gr = POET_CONV_GROUPS(a[GEOM]), ho, wo;
-    uint64_t x, y, w;
-    if (!pos(a[B]) || !pos(a[C]) || !pos(a[H]) || !pos(a[W]) || !pos(a[O]) || !pos(a[K]) ||
-        a[GEOM] < 0 || POET_CONV_PAD(a[GEOM]) > 64 || s > 64 || a[H] > 65535 || a[W] > 65535 ||
-        a[K] > 64 || a[C] % gr || a[O] % gr)
+    uint64_t x, y, w, reduce;
+    if (!conv_geometry_ok(a, &x, &y, &reduce))
         return 0;
-    ho = (a[H] + 2 * POET_CONV_PAD(a[GEOM]) - a[K]) / s + 1;
-    wo = (a[W] + 2 * POET_CONV_PAD(a[GEOM]) - a[K]) / s + 1;
-    if (a[H] + 2 * POET_CONV_PAD(a[GEOM]) < a[K] || a[W] + 2 * POET_CONV_PAD(a[GEOM]) < a[K])
-        return 0;
-    x = f32s(mul(mul((uint64_t)a[B], (uint64_t)a[C]), mul((uint64_t)a[H], (uint64_t)a[W])));
-    y = f32s(mul(mul((uint64_t)a[B], (uint64_t)a[O]), mul((uint64_t)ho, (uint64_t)wo)));
-    w = mul(mul((uint64_t)a[O], (uint64_t)(a[C] / gr)), mul((uint64_t)a[K], (uint64_t)a[K]));
+    x = f32s(x);
+    y = f32s(y);
+    w = mul((uint64_t)a[O], reduce);
     if (!(n->op == POET_OP_CONV2D_I8 ? i8_weight_ok(m, n, a[WEIGHT], w) : param_ok(m, a[WEIGHT], w)) ||
         !opt_param_ok(m, a[BIAS], (uint64_t)a[O]))
         return 0;
     if (n->op == POET_OP_CONV2D_I8)
-        return i8_io(m, n, x / 4u, w, mul((uint64_t)(a[C] / gr), mul((uint64_t)a[K], (uint64_t)a[K])), y);
+        return i8_io(m, n, x / 4u, w, reduce, y);
     return n->op == POET_OP_CONV2D ? io1(m, n, x, y) : weighted_bwd_ok(m, n, a[NEED_GX], y, x, a[WEIGHT]);
 }
 

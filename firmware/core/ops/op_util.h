@@ -49,6 +49,10 @@ int bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y
  * bias+last:N). weight must have passed param_ok. */
 int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, uint64_t y, uint64_t x,
                     int32_t weight);
+/* The geometry every convolution shares, a0..a6 = B, C, H, W, O, K, GEOM (POET_CONV_* in model.h):
+ * positive sizes within the kernels' ranges, groups dividing C and O, the kernel within the padded
+ * input. Gives the input's and output's element counts and the reduction length C/groups K K. */
+int conv_geometry_ok(const int32_t *a, uint64_t *x_elems, uint64_t *y_elems, uint64_t *reduce);
 /* A backward that adds into parameter p's gradient once per row (grad_buf) runs only where gradients
  * are stored: p is absent or untrained, or the model does not update in backward. */
 int grad_buf_ok(const poet_model_t *m, int32_t p);

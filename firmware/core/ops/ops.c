@@ -131,6 +131,23 @@ int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, u
     return bwd_ok(m, n, need, y, x);
 }
 
+int conv_geometry_ok(const int32_t *a, uint64_t *x_elems, uint64_t *y_elems, uint64_t *reduce)
+{
+    int32_t s = POET_CONV_STRIDE(a[6]), gr = POET_CONV_GROUPS(a[6]), p = POET_CONV_PAD(a[6]);
+    int k;
+    for (k = 0; k < 6; k++)
+        if (!pos(a[k]))
+            return 0;
+    if (a[6] < 0 || p > 64 || s > 64 || a[2] > 65535 || a[3] > 65535 || a[5] > 64 || a[1] % gr || a[4] % gr ||
+        a[2] + 2 * p < a[5] || a[3] + 2 * p < a[5])
+        return 0;
+    *x_elems = mul(mul((uint64_t)a[0], (uint64_t)a[1]), mul((uint64_t)a[2], (uint64_t)a[3]));
+    *y_elems = mul(mul((uint64_t)a[0], (uint64_t)a[4]), mul((uint64_t)((a[2] + 2 * p - a[5]) / s + 1),
+                                                            (uint64_t)((a[3] + 2 * p - a[5]) / s + 1)));
+    *reduce = mul((uint64_t)(a[1] / gr), mul((uint64_t)a[5], (uint64_t)a[5]));
+    return 1;
+}
+
 int grad_buf_ok(const poet_model_t *m, int32_t p)
 {
     return !m->in_backward || p < 0 || !poet_param_trained(m, (uint16_t)p);

@@ -39,16 +39,9 @@ enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8,
 int op_conv2d_q_check(const poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
-    int32_t s = POET_CONV_STRIDE(a[GEOM]), gr = POET_CONV_GROUPS(a[GEOM]), p = POET_CONV_PAD(a[GEOM]);
     uint64_t x, y, w, reduce;
-    if (!pos(a[B]) || !pos(a[C]) || !pos(a[H]) || !pos(a[W]) || !pos(a[O]) || !pos(a[K]) || a[GEOM] < 0 ||
-        p > 64 || s > 64 || a[H] > 65535 || a[W] > 65535 || a[K] > 64 || a[C] % gr || a[O] % gr ||
-        a[H] + 2 * p < a[K] || a[W] + 2 * p < a[K] || !q_epi_ok(m, a[EPI]))
+    if (!conv_geometry_ok(a, &x, &y, &reduce) || !q_epi_ok(m, a[EPI]))
         return 0;
-    x = mul(mul((uint64_t)a[B], (uint64_t)a[C]), mul((uint64_t)a[H], (uint64_t)a[W]));
-    y = mul(mul((uint64_t)a[B], (uint64_t)a[O]),
-            mul((uint64_t)((a[H] + 2 * p - a[K]) / s + 1), (uint64_t)((a[W] + 2 * p - a[K]) / s + 1)));
-    reduce = mul((uint64_t)(a[C] / gr), mul((uint64_t)a[K], (uint64_t)a[K]));
     w = mul((uint64_t)a[O], reduce);
     return reduce <= POET_I8_MAX_REDUCE && q_weight_ok(m, a[WEIGHT], w) && q_bias_ok(m, a[BIAS], (uint64_t)a[O]) &&
            n->n_deps == 1 && dep_bytes(m, n, 0) == x && q_dep_ok(m, n, 0) && n->bytes == q_out_bytes(a[EPI], y);
