@@ -79,7 +79,7 @@ def row(board_name: str, model: str, mode: str) -> str:
     fits = []
     try:
         int8 = flash_fit(g, board.model_flash_bytes, board.name)
-        fits.append(smallest(board, prof, f"fp32, {len(int8)} frozen weights int8" if int8 else "fp32",
+        fits.append(smallest(board, prof, f"fp32, {len(int8)} frozen weight(s) int8" if int8 else "fp32",
                              apply_storage(g, {}, set(int8))))
     except UsageError:
         total = pool_for(apply_storage(g, {}, {n.id for n in g.nodes if n.kind == "forward"
@@ -90,7 +90,8 @@ def row(board_name: str, model: str, mode: str) -> str:
     if prefix is not None:
         n_q = sum(1 for n in prefix.graph.nodes if n.op in ("conv2d_q", "add_q"))
         fused = " + fused head" if any(n.op == "bn_relu_mean" for n in prefix.graph.nodes) else ""
-        fits.append(smallest(board, prof, f"int8 prefix ({n_q} layers){fused}", prefix.graph))
+        fits.append(smallest(board, prof, f"int8 prefix ({n_q} layer{'s' if n_q != 1 else ''}){fused}",
+                             prefix.graph))
     found = sorted((f for f in fits if f.ram is not None), key=lambda f: f.ram or 0)
     if not found:
         return f"{head} - | - | - | " + "; ".join(f"{f.label}: {f.why}" for f in fits) + " |"
