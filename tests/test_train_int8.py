@@ -5,6 +5,7 @@ saves is the model's own state_dict (its fp32 frozen tensors as they were, the t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,10 @@ def test_mobilenet_trains_with_its_frozen_prefix_in_static_int8(tmp_path: Path, 
     out = capsys.readouterr().out
     assert "static int8" in out and json.loads((run_dir / "plan.json").read_text())["int8_prefix"] is True
     assert "bn_relu_mean" in {n["op"] for n in json.loads((run_dir / "trace.json").read_text())["nodes"]}
+    # the report names the prefix and charges it its energy
+    report = (run_dir / "report.txt").read_text()
+    line = r"static int8 prefix: 70 frozen layer\(s\) \(\d+ conv2d_q, \d+ add_q; 1 quantize, \d+ dequantize\)"
+    assert re.search(line, report), report
 
     model, g = traced(ModelChoice("mobilenetv2-cifar-0.35", batch=1, train="last:2"))
     prefix = rewrite(g)

@@ -56,14 +56,20 @@ def header(acct: Account, trace: Trace, board: Board, measured: Measured | None 
     ]
 
 
+# a static-int8 prefix's ops (poet.plan.static_int8), the quantize and dequantize at its edges included
+STATIC_INT8_OPS = ("conv2d_q", "add_q", "quantize", "dequantize")
+
+
 def precision_lines(acct: Account, trace: Trace) -> list[str]:
     """Which tensors the plan stored narrow (poet.precision's cast nodes, named `<tensor>/<type>` and
     `<tensor>/<type>/fp32` for the way back), which layers ran in int8, and what the casts and int8
-    scales cost; nothing for an fp32 plan."""
+    scales cost; a frozen prefix in static int8 (poet.plan.static_int8) and what it cost; nothing for
+    an fp32 plan."""
     narrow = [n for n in trace.nodes if n.get("op") == "cast" and n["name"].rsplit("/", 1)[-1] in NARROW_STORAGE]
     layers = [n for n in trace.nodes if n.get("op") in ("linear_i8", "conv2d_i8")]
+    static = [n for n in trace.nodes if n.get("op") in STATIC_INT8_OPS]
     if not narrow and not layers:
-        return []
+        return static_int8_lines(acct, static)
     cost = sum(acct.tensors[n["name"]].energy_j for n in trace.nodes
                if n.get("op") in ("cast", "absmax") and n["name"] in acct.tensors)
     out = [f"  precision: {len(narrow)} tensor(s) stored narrow, {len(layers)} layer(s) in int8; casts and int8 "
@@ -73,7 +79,20 @@ def precision_lines(acct: Account, trace: Trace) -> list[str]:
         fp32 = converted_bytes(n["bytes"], dt, "fp32")
         out.append(f"    {src}: fp32 -> {dt}, {fp32} B -> {n['bytes']} B")
     out += [f"    {n['name']}: int8 forward (int32 accumulate), fp32 backward" for n in layers]
-    return out
+    return out + static_int8_lines(acct, static)
+
+
+def static_int8_lines(acct: Account, static: list[dict]) -> list[str]:
+    """A frozen prefix run in static int8: its layers, and their share of the energy with the
+    quantize and dequantize at its edges."""
+    if not static:
+        return []
+    energy = sum(acct.tensors[n["name"]].energy_j for n in static if n["name"] in acct.tensors)
+    count = {op: sum(1 for n in static if n["op"] == op) for op in STATIC_INT8_OPS}
+    return [f"  static int8 prefix: {count['conv2d_q'] + count['add_q']} frozen layer(s) ({count['conv2d_q']} "
+            f"conv2d_q, {count['add_q']} add_q; {count['quantize']} quantize, {count['dequantize']} dequantize), "
+            f"scales fixed by calibration: {fmt_j(energy).strip()} "
+            f"({pct(energy, acct.total_j).strip()} of the energy)"]
 
 
 def _row(name: str, e: Entry, total: float, width: int) -> str:
