@@ -154,6 +154,12 @@ def test_a_frozen_prefix_too_big_for_fp32_is_planned_in_static_int8(tmp_path) ->
     assert r.returncode == 0, r.stderr
     assert "planning with the frozen prefix in static int8" in r.stdout
     assert re.search(r"gradients \(none: updated in backward\) +0 B", r.stdout), r.stdout
+    # what it chose, layer by layer: the stem conv with its batch norm folded and its ReLU fused, the last
+    # int8 layer handing fp32 to the trained head
+    assert re.search(r"relu1/forward +conv2d_q +3x32x32 -> 16x32x32 +k3 s1, conv1 \+ bn1 \+ ReLU, 436 B weights, "
+                     r"int8 out", r.stdout), r.stdout
+    layers = [line for line in r.stdout.splitlines() if re.search(r" (conv2d_q|add_q) ", line)]
+    assert len(layers) == 70 and layers[-1].endswith("fp32 out") and "residual add" in "".join(layers)
     peak, budget = map(int, re.search(r"peak arena +(\d+) B of (\d+) B budget", r.stdout).groups())
     assert 96 * 1024 <= peak <= budget
     assert (tmp_path / "s.poet").exists()

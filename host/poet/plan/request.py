@@ -10,7 +10,8 @@ from pathlib import Path
 
 from poet.boards import Board
 from poet.errors import PoetError
-from poet.graph.training_graph import TrainingGraph
+from poet.graph.quantise import i8_bytes
+from poet.graph.training_graph import TrainingGraph, numel
 from poet.paths import schedule_file, shown, write_output
 from poet.plan.memory import pool_for
 from poet.plan.pipeline import Planned, plan_step
@@ -140,7 +141,33 @@ def prefix_lines(prefix: Int8Prefix) -> list[str]:
     return [f"frozen prefix in static int8 (the fp32 graph cannot fit): {len(prefix.layers)} fp32 ops run as "
             f"{n_q} int8 layers (conv + frozen batch norm folded + ReLU fused; adds), every int8 tensor's scale "
             "fixed once from calibration data",
-            f"  int8 from {prefix.layers[0]} to {prefix.layers[-1]}"]
+            f"  int8 from {prefix.layers[0]} to {prefix.layers[-1]}, layer by layer:",
+            *(f"    {line}" for line in layer_lines(prefix))]
+
+
+def layer_lines(prefix: Int8Prefix) -> list[str]:
+    """One line per int8 layer of the prefix: what it was made of, its shapes, its weight in flash, and
+    whether its output stays int8 (another int8 layer reads it) or leaves as fp32."""
+    g = prefix.graph
+    out = []
+    for n in g.nodes:
+        if n.op not in ("conv2d_q", "add_q"):
+            continue
+        a = n.attrs
+        dest = "int8 out" if a["out_scale"] >= 0 else "fp32 out"
+        relu = " + ReLU" if a.get("relu") else ""
+        if n.op == "add_q":
+            out.append(f"{n.name:<30} add_q     {'x'.join(map(str, n.shape[1:])):<22} residual add{relu}, {dest}")
+            continue
+        fold = prefix.folds.get(g.params[a["w"]][0])
+        made = fold.w.rsplit(".", 1)[0] if fold else n.module
+        if fold is not None and fold.bn is not None:
+            made += " + " + fold.bn[2].rsplit(".", 1)[0]
+        dw = " depthwise" if a["groups"] == a["C"] == a["O"] and a["groups"] > 1 else ""
+        shapes = f"{a['C']}x{a['H']}x{a['W']} -> {'x'.join(map(str, n.shape[1:]))}"
+        out.append(f"{n.name:<30} conv2d_q  {shapes:<22} k{a['k']} s{a['stride']}{dw}, {made}{relu}, "
+                   f"{format_size(i8_bytes(numel(g.params[a['w']][1])))} weights, {dest}")
+    return out
 
 
 def plan_for(g: TrainingGraph, board: Board, request: PlanRequest, say: Say = print,
