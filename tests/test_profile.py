@@ -210,3 +210,20 @@ def test_shipped_profiles_say_what_the_planner_uses() -> None:
         assert p["compute"]["used"] and p["paging"]["used"] in ("datasheet", "measured"), name
         assert p["ops"] and all("provenance" in o and "time_provenance" in o for o in p["ops"].values()), name
         assert all(np.isfinite(o["time_s"]) and o["time_s"] > 0 for o in p["ops"].values()), name
+
+
+def test_an_op_key_names_shapes_not_parameters() -> None:
+    """Two layers of one shape share a measured cost whichever parameters they read; an optional
+    parameter counts only as there or not (a bias, running statistics, an int8 output's scale)."""
+    from poet.graph.training_graph import GraphNode
+
+    def node(op: str, **attrs: int) -> GraphNode:
+        return GraphNode(0, "x", "x", "forward", op, [], 4, [1], dict(attrs))
+
+    assert op_key(node("add_q", n=64, out_scale=7, relu=0)) == op_key(node("add_q", n=64, out_scale=91, relu=0))
+    assert op_key(node("add_q", n=64, out_scale=7, relu=0)) != op_key(node("add_q", n=64, out_scale=-1, relu=0))
+    assert op_key(node("quantize", n=64, scale=3)) == op_key(node("quantize", n=64, scale=12))
+    bn = {"B": 1, "C": 8, "HW": 16}
+    tracked = op_key(node("batchnorm", **bn, w=1, b=2, rm=3, rv=4))
+    assert tracked == op_key(node("batchnorm", **bn, w=5, b=6, rm=7, rv=8))
+    assert tracked != op_key(node("batchnorm", **bn, w=1, b=2, rm=-1, rv=-1))

@@ -170,8 +170,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     models = args.models or ([args.model] if args.model else ["mlp-digits", "cnn-digits"])
     graphs = []
     for m in models:
-        g, _, w = _graph(args, m)
-        graphs.append((g, w))
+        g, model, w = _graph(args, m)
+        graphs.append(_as_planned(g, model, w, board))
     path = Path(args.output) if args.output else profile_file(board.name)
     existing = existing_profile(path)  # refuses a file there that is no profile, and a place it cannot write
     if existing and existing.get("source") == "measured" and not args.port:
@@ -194,6 +194,25 @@ def cmd_profile(args: argparse.Namespace) -> int:
     say(f"wrote {shown(path)}: {len(prof['ops'])} op shapes ({prof['source']}; the planner uses "
         f"{prof['compute']['used']} compute costs and the {prof['paging']['used']} paging model)")
     return 0
+
+
+def _as_planned(g, model, weights: list, board):
+    """A graph to profile as `poet solve` plans it: where its fp32 form cannot fit the board, with its
+    frozen prefix in static int8 (the int8 layers' weights folded, their scales calibrated on the
+    profile's own kind of input), so the profile measures the ops a run of it executes."""
+    import numpy as np
+
+    from poet.graph.reference import state_tensors
+    from poet.plan.costs import load_profile
+    from poet.plan.request import int8_prefix_for
+
+    prefix = int8_prefix_for(g, board, board.ram_bytes, int(load_profile(board.name)["runtime_static_bytes"]))
+    if prefix is None:
+        return g, weights
+    say(f"{g.model}: its fp32 graph cannot fit {board.name}; profiling it with its frozen prefix in static int8, "
+        "as `poet solve` plans it")
+    calib = np.random.default_rng(0).random((64, *g.input_shape), dtype=np.float32)
+    return prefix.graph, prefix.weights(dict(zip((n for n, _ in state_tensors(model)), weights, strict=True)), calib)
 
 
 def _deadline(text: str, cg) -> float:

@@ -30,10 +30,15 @@ Note = Callable[[str], None]
 
 
 def op_key(n: GraphNode) -> str:
-    """The identity of a kernel invocation for costing: op and shapes, not which parameter it uses."""
-    attrs = {k: v for k, v in n.attrs.items() if k != "w"}
-    if "b" in attrs:
-        attrs["bias"] = int(attrs.pop("b") >= 0)
+    """The identity of a kernel invocation for costing: op and shapes, not which parameter it uses (an
+    optional one only as whether it is there: a bias, running statistics, an int8 output's scale)."""
+    attrs = {k: v for k, v in n.attrs.items() if k not in ("w", "scale", "rm", "rv", "b", "out_scale")}
+    if "b" in n.attrs:
+        attrs["bias"] = int(n.attrs["b"] >= 0)
+    if "rm" in n.attrs:
+        attrs["stats"] = int(n.attrs["rm"] >= 0)
+    if "out_scale" in n.attrs:
+        attrs["int8_out"] = int(n.attrs["out_scale"] >= 0)
     return f"{n.op}(" + ",".join(f"{k}={v}" for k, v in sorted(attrs.items())) + ")"
 
 
