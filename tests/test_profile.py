@@ -129,7 +129,8 @@ def test_an_interrupted_profile_resumes(workspace: Path, monkeypatch: pytest.Mon
     assert len(lines) == 1, err
     went = "interrupted" if ctrl_c else "the board went away"
     assert lines[0].startswith(f"poet: {went} while profiling cnn-digits (")
-    assert "(12 of 22 ops done" in lines[0] and "run the same command again to resume" in lines[0]
+    # the optimizer of these graphs (updated in backward) only counts the step: not measured
+    assert "(11 of 21 ops done" in lines[0] and "run the same command again to resume" in lines[0]
     saved = yaml.safe_load(path.read_text())
     assert list(saved["models"]) == ["mlp-digits batch 16"]
     kept = dict(saved["ops"])
@@ -227,3 +228,24 @@ def test_an_op_key_names_shapes_not_parameters() -> None:
     tracked = op_key(node("batchnorm", **bn, w=1, b=2, rm=3, rv=4))
     assert tracked == op_key(node("batchnorm", **bn, w=5, b=6, rm=7, rv=8))
     assert tracked != op_key(node("batchnorm", **bn, w=1, b=2, rm=-1, rv=-1))
+
+
+def test_the_optimizer_costs_what_it_runs() -> None:
+    """Updating in backward, the optimizer node only counts the step (its backward nodes' measured costs
+    hold the update); storing gradients, it costs the profile's measured pass per trained element."""
+    from poet.boards import load_board
+    from poet.graph.tracer import trace
+    from poet.models.zoo import get_model
+
+    board = load_board("nrf52840")
+    prof = load_profile("nrf52840")
+    model, spec = get_model("mlp-digits")
+    g = trace(model, "mlp-digits", spec.input_shape, spec.classes, 4)
+    assert g.updates_in_backward and costed(g, board, prof, estimate=True).nodes[-1].compute_s == 0.0
+    bert, bspec = get_model("bert-tiny")
+    b = trace(bert, "bert-tiny", bspec.input_shape, bspec.classes, 1, bspec.input_dtype)
+    assert not b.updates_in_backward
+    sgd = prof["ops"]["sgd()"]
+    opt = costed(b, board, prof, estimate=True).nodes[-1]
+    assert opt.compute_s == pytest.approx(sgd["time_s"] * work(b.nodes[-1]) / sgd["work"])
+    assert work(b.nodes[-1]) > 100 * sgd["work"]  # scaled to BERT-tiny's trained elements, not the profile's

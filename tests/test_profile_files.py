@@ -28,6 +28,7 @@ from poet.device.profile import (
     ProfileInterrupted,
     existing_profile,
     lock_path,
+    measured_nodes,
     merge_profiles,
     profile_graphs,
     write_profile,
@@ -326,7 +327,7 @@ def _op_keys(*models: str) -> set[str]:
     keys = set()
     for name in models:
         model, spec = get_model(name)
-        keys |= {op_key(n) for n in trace(model, name, spec.input_shape, spec.classes, 16).nodes}
+        keys |= {op_key(n) for n in measured_nodes(trace(model, name, spec.input_shape, spec.classes, 16))}
     return keys
 
 

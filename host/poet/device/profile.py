@@ -303,6 +303,13 @@ def _provenance(board: Board, device: Any) -> str:
     return str(device.provenance)
 
 
+def measured_nodes(g: TrainingGraph) -> list:
+    """The nodes whose costs a profile of g records: all, but the optimizer of a graph that updates in
+    backward, which only counts the step (its cost per trained element is not measured by it)."""
+    skip = g.updates_in_backward
+    return [n for n in g.nodes if not (skip and n.kind == "optimizer")]
+
+
 def _done_key(g: TrainingGraph) -> str:
     return f"{g.model} batch {g.batch}"
 
@@ -321,7 +328,7 @@ def profile_graphs(device: Any, graphs: list[tuple[TrainingGraph, list[np.ndarra
     prof["date"] = datetime.date.today().isoformat()
     prof["settings"] = {"min_repeats": settings.min_repeats, "max_repeats": settings.max_repeats,
                         "spread": settings.spread}
-    every = {op_key(n) for g, _ in graphs for n in g.nodes}
+    every = {op_key(n) for g, _ in graphs for n in measured_nodes(g)}
     for g, weights in graphs:
         key = _done_key(g)
         if prof["models"].get(key, {}).get("done"):
@@ -367,12 +374,13 @@ def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: 
     device.load_schedule(lower(keep_all(uncosted(g)), g).schedule.encode())
     rng = np.random.default_rng(0)  # the same inputs on every board and every resume
     samples: dict[int, list[int]] = {}
+    measured = {n.id for n in measured_nodes(g)}
     for r in range(s.max_repeats):
         x = rng.random((g.batch, *g.input_shape), dtype=np.float32)
         y = rng.integers(0, g.classes, g.batch)
         res = device.step(x, y, lr=0.0)  # lr 0: the weights, hence the inputs of every op, stay put
         for rec in res.records:
-            if rec.kind in COMPUTE_KINDS:
+            if rec.kind in COMPUTE_KINDS and rec.node in measured:
                 samples.setdefault(rec.node, []).append(rec.ticks)
         worst = max((_spread(t) for t in samples.values()), default=0.0)
         progress(f"  run {r + 1}: {res.step_ticks} ticks, worst op spread {worst:.2%}")

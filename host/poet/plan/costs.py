@@ -293,9 +293,16 @@ def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bo
     """
     ops = profile.get("ops", {})
     nodes, guessed = [], {}
+    in_backward = g.updates_in_backward
     for n in g.nodes:
         key = op_key(n)
-        if key in ops:
+        if n.kind == "optimizer" and in_backward:
+            time_s = energy_j = 0.0  # it only counts the step: the backward nodes' costs hold the update
+        elif n.kind == "optimizer" and key in ops and ops[key].get("work"):
+            # one key for every size (its node names no shape): per trained element, as measured
+            r = work(n) / float(ops[key]["work"])
+            time_s, energy_j = float(ops[key]["time_s"]) * r, float(ops[key]["energy_j"]) * r
+        elif key in ops:
             time_s, energy_j = float(ops[key]["time_s"]), float(ops[key]["energy_j"])
         else:
             est = estimate_op(n, ops) if estimate else None
