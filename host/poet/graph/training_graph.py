@@ -73,8 +73,8 @@ class TrainingGraph:
     @property
     def updates_in_backward(self) -> bool:
         """Whether the board updates every trained parameter in the backward pass, so it keeps no
-        gradients (docs/spec.md section 6; tiny-training's in-place update): each is written by one
-        backward node whose kernel hands each gradient element over once, finished (UPDATING_BWD),
+        gradients (docs/spec.md 3, "Update in backward"; tiny-training's in-place update): each is written
+        by one backward node whose kernel hands each gradient element over once, finished (UPDATING_BWD),
         and nothing after that node reads the parameter or an output made from it (a recompute there
         would see the updated weight). Otherwise the gradients are stored and the optimizer node
         applies them at the end of the step; both give the same weights."""
