@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import needs_tools
-from fwhelpers import native_link
 from poet.graph.reference import train_steps, weights_of
 from poet.graph.tracer import trace
 from poet.plan.costs import uncosted
@@ -20,7 +19,7 @@ from poet.plan.strategies.builder import build
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.chen import Checkpoints
 from test_runtime_ops import _poet_plans
-from test_runtime_training import LR, _assert_close, _data, _load, _steps, _weights
+from test_runtime_training import LR, _assert_close, _data, _every_plan
 
 pytestmark = needs_tools("cc", "make")
 
@@ -53,11 +52,7 @@ def test_a_fused_head_trains_like_torch_under_every_plan(tmp_path: Path, train: 
     fused = next(n.id for n in f.nodes if n.op == "bn_relu_mean")
     assert any(fused in st.compute[:-1] for p in plans[1:] for st in p.stages), \
         "no plan recomputes the fused head: the test would not see its statistics move twice"
-    runs = []
-    with native_link(tmp_path) as link:
-        for plan in plans:
-            _load(link, f, w0, plan)
-            runs.append((_steps(link, f, data), _weights(link, f)))
+    runs = _every_plan(tmp_path, f, w0, data, plans)
     for losses, weights in runs[1:]:  # every plan computes the same values (values are not planned)
         assert losses == runs[0][0]
         assert all(np.array_equal(a, b) for a, b in zip(weights, runs[0][1], strict=True))

@@ -55,6 +55,17 @@ def _weights(link: Link, g: TrainingGraph) -> list[np.ndarray]:
     return [w.reshape(shape) for w, (_, shape) in zip(flat, g.params, strict=True)]
 
 
+def _every_plan(tmp_path: Path, g: TrainingGraph, w0: list[np.ndarray], data: list[Batch],
+                plans: list[Plan]) -> list[tuple[list[float], list[np.ndarray]]]:
+    """Each plan's losses and final weights, the steps run from w0 on one native runtime."""
+    runs = []
+    with native_link(tmp_path) as link:
+        for plan in plans:
+            _load(link, g, w0, plan)
+            runs.append((_steps(link, g, data), _weights(link, g)))
+    return runs
+
+
 def _graph(name: str, optimizer: str, train: str = "all", batch: int = 4) -> tuple[Any, TrainingGraph]:
     import torch
     torch.manual_seed(0)
@@ -76,11 +87,7 @@ def test_stateful_optimizers_train_like_torch_under_every_plan(tmp_path: Path, o
     w0 = weights_of(model)
     plans = [keep_all(uncosted(g)), *_poet_plans(g)]
     assert len(plans) > 1
-    runs = []
-    with native_link(tmp_path) as link:
-        for plan in plans:
-            _load(link, g, w0, plan)
-            runs.append((_steps(link, g, data), _weights(link, g)))
+    runs = _every_plan(tmp_path, g, w0, data, plans)
     for losses, weights in runs[1:]:  # recompute and paging never change a value
         assert losses == runs[0][0]
         assert all(np.array_equal(a, b) for a, b in zip(weights, runs[0][1], strict=True))
@@ -211,11 +218,7 @@ def test_batch_norm_statistics_on_the_board(tmp_path: Path, frozen_stats: bool) 
     if not frozen_stats:
         assert any(bn_nodes & set(c for st in p.stages for c in st.compute[:-1]) for p in plans[1:]), \
             "no plan recomputes a batch norm: the test would not see a double update"
-    runs = []
-    with native_link(tmp_path) as link:
-        for plan in plans:
-            _load(link, g, w0, plan)
-            runs.append((_steps(link, g, data), _weights(link, g)))
+    runs = _every_plan(tmp_path, g, w0, data, plans)
     for losses, weights in runs[1:]:
         assert losses == runs[0][0]
         assert all(np.array_equal(a, b) for a, b in zip(weights, runs[0][1], strict=True))
