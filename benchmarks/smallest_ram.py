@@ -8,8 +8,10 @@ print the table docs/benchmarks.md keeps: smallest --ram, energy and time per st
 whose fixed part or frozen weights do not fit the board says which. Two ways are tried, as `poet
 solve` tries them, and the smaller budget wins: fp32, with the frozen layers with the largest weights
 in int8 where the fp32 ones do not fit the board's flash (precision.flash_fit); and the frozen prefix
-in static int8 with the trained head fused (static_int8.rewrite). Both update in backward where the
-graph allows (no gradients kept). Planning only: no board runs.
+in static int8 with the trained head fused (static_int8.rewrite). Where flash still cannot hold the
+frozen weights, the largest int8 conv weights stream from the SD card (placement.place) and the
+plan pays their reads. Both update in backward where the graph allows (no gradients kept). Planning
+only: no board runs.
 
     python benchmarks/smallest_ram.py [--boards nrf52840 mkr1000 esp32c3] [--models ...]
 """
@@ -28,7 +30,8 @@ from poet.models.zoo import ZOO, ModelChoice
 from poet.plan.costs import load_profile
 from poet.plan.memory import pool_for
 from poet.plan.pipeline import plan_step
-from poet.plan.precision import apply_storage, costed_storage, flash_fit, int8_storable
+from poet.plan.placement import place
+from poet.plan.precision import apply_storage, costed_storage, flash_fit
 from poet.plan.static_int8 import rewrite
 from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.units import format_size
@@ -77,29 +80,32 @@ def row(board_name: str, model: str, mode: str) -> str:
     _, g = traced(ModelChoice(model, 1, train=mode))
     head = f"| {model} | {mode} |"
     fits = []
+    int8 = flash_fit(g, board.model_flash_bytes)
     try:
-        int8 = flash_fit(g, board.model_flash_bytes, board.name)
         fits.append(smallest(board, prof, f"fp32, {len(int8)} frozen weight(s) int8" if int8 else "fp32",
-                             apply_storage(g, {}, set(int8))))
+                             place(apply_storage(g, {}, set(int8)), board)))
     except UsageError:
-        total = pool_for(apply_storage(g, {}, {n.id for n in g.nodes if n.kind == "forward"
-                                               and n.attrs.get("w", -1) in int8_storable(g)})).flash.total
+        total = pool_for(apply_storage(g, {}, set(int8))).flash.total
         fits.append(Fit("fp32", None, why=f"flash: needs {format_size(total)} with every storable frozen weight "
                                           f"int8, of {format_size(board.model_flash_bytes)}"))
     prefix = rewrite(g)
     if prefix is not None:
         n_q = sum(1 for n in prefix.graph.nodes if n.op in ("conv2d_q", "add_q"))
         fused = " + fused head" if any(n.op == "bn_relu_mean" for n in prefix.graph.nodes) else ""
-        fits.append(smallest(board, prof, f"int8 prefix ({n_q} layer{'s' if n_q != 1 else ''}){fused}",
-                             prefix.graph))
+        label = f"int8 prefix ({n_q} layer{'s' if n_q != 1 else ''}){fused}"
+        try:  # the largest int8 weights on the SD card where flash cannot hold them all (placement.place)
+            fits.append(smallest(board, prof, label, place(prefix.graph, board)))
+        except UsageError as e:
+            fits.append(Fit(label, None, why=str(e)))
     found = sorted((f for f in fits if f.ram is not None), key=lambda f: f.ram or 0)
     if not found:
         return f"{head} - | - | - | " + "; ".join(f"{f.label}: {f.why}" for f in fits) + " |"
     best = found[0]
     assert best.g is not None and best.ram is not None
     pool = pool_for(best.g)
+    sd = f"; SD {format_size(pool.flash.aux)} (streamed)" if pool.flash.aux else ""
     where = (f"{best.label}: RAM {format_size(static + pool.fixed)} fixed + arena; flash "
-             f"{format_size(pool.flash.total)} (frozen {format_size(pool.flash.frozen)})")
+             f"{format_size(pool.flash.total)} (frozen {format_size(pool.flash.frozen)}){sd}")
     if best.ram > board.ram_bytes:
         return f"{head} {format_size(best.ram)} (> board) | - | - | {where} |"
     cg = costed_storage(best.g, board, prof, estimate=True)

@@ -509,7 +509,7 @@ def test_flash_fit_stores_the_largest_frozen_weights_int8_until_the_model_fits()
     g = trace(model, spec.name, spec.input_shape, spec.classes, 1, train="last:2")
     flash = board.model_flash_bytes
     assert pool_for(g).flash.total > flash
-    chosen = flash_fit(g, flash, board.name)
+    chosen = flash_fit(g, flash)
     assert pool_for(apply_storage(g, {}, set(chosen))).flash.total <= flash
     weight = {n.id: numel(g.params[n.attrs["w"]][1]) for n in g.nodes if n.attrs.get("w", -1) in int8_storable(g)}
     # the largest first, and one fewer does not fit
@@ -521,8 +521,12 @@ def test_flash_fit_stores_the_largest_frozen_weights_int8_until_the_model_fits()
     assert all(n.op == "conv2d_i8" and len(n.deps) == 2 for n in g8.nodes if n.op.endswith("_i8"))
     # a model that fits keeps fp32 (no layer forced); one that fits not even in int8 is one line
     _, small = _graph("cnn-digits", 4)
-    assert flash_fit(small, flash, board.name) == frozenset()
+    assert flash_fit(small, flash) == frozenset()
     model, spec = get_model("resnet18-cifar")
     big = trace(model, spec.name, spec.input_shape, spec.classes, 1, train="last:1")
-    with pytest.raises(UsageError, match=r"need 10.72 MiB of flash even stored int8 \(20 layers\)"):
-        flash_fit(big, flash, board.name)
+    every = flash_fit(big, flash)  # every storable weight, and still too big: placement says so
+    assert len(every) == 20 and every == {n.id for n in big.nodes if n.attrs.get("w", -1) in int8_storable(big)}
+    from poet.plan.placement import place
+    with pytest.raises(UsageError, match=r"fit neither nrf52840's flash nor its SD card: flash would need 10.72 MiB "
+                                         r".* only static-int8 convolutions can stream"):
+        place(apply_storage(big, {}, set(every)), board)

@@ -36,6 +36,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
     uint32_t *offset = m->arena_off;
     uint16_t n_instr = poet_sched_n_instr(schedule), i, j;
     uint32_t live = 0, t_step;
+    int err = 0;
     poet_node_t n; /* decoded for one instruction at a time; no node table is kept */
     poet_exec_t x;
     poet_update_t upd;
@@ -54,6 +55,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
     x.buf = buf;
     x.a = n.a;
     x.loss = &res->loss;
+    x.err = &err;
     /* the step this one will be once the optimizer node counts it: the backward nodes that update in
      * backward apply the same rule before it runs */
     poet_update_init(&upd, m->opt, lr, m->opt_p[0], m->opt_p[1], m->opt_p[2], *buf->opt_step + 1u);
@@ -61,13 +63,13 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
 
     t_step = port_ticks();
     for (i = 0; i < n_instr; i++) {
+        err = 0;
         const uint8_t *p = schedule + POET_SCHED_HDR + 8u * i;
         uint8_t op = p[0];
         uint16_t node = poet_rd16(p + 2);
         uint32_t off = poet_rd32(p + 4);
         uint32_t bytes = poet_node_bytes(m, node);
         uint8_t *t = buf->arena + off;
-        int err = 0;
 
 #if POET_TRACE
         /* high from just before t0 to just after the record's end, so each pulse spans its ticks */

@@ -35,6 +35,7 @@ typedef struct {
     uint32_t *opt_step;     /* optimizer steps taken, counting this one once it runs (Adam, momentum) */
     const float *x;         /* staged inputs */
     const int32_t *labels;  /* staged labels */
+    uint8_t *stream;        /* the stream buffer (model stream_bytes): a streamed weight's reads land here */
     uint8_t *arena;
 } poet_buffers_t;
 

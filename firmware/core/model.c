@@ -58,7 +58,7 @@ uint32_t poet_model_table_bytes(const uint8_t *blob, uint32_t len)
 int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model_t *m, uint32_t *detail)
 {
     uint32_t i, k, elems;
-    uint64_t swap = 0, frozen = 0, ram = 0, state = 0;
+    uint64_t swap = 0, frozen = 0, ram = 0, state = 0, aux = 0;
     poet_node_t n;
 
     *detail = POET_NO_DETAIL;
@@ -78,7 +78,7 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
     m->flags = (uint8_t *)(m->arena_off + m->n_nodes);
     for (i = 0; i < m->n_params; i++) {
         uint32_t word = poet_rd32(blob + HDR + 4u * i), kind = word & ~POET_PARAM_ELEMS_MASK;
-        uint64_t *area = (kind & POET_PARAM_FROZEN) ? &frozen : &ram;
+        uint64_t *area = (kind & POET_PARAM_AUX) ? &aux : (kind & POET_PARAM_FROZEN) ? &frozen : &ram;
         elems = word & POET_PARAM_ELEMS_MASK;
         m->param_off[i] = (uint32_t)*area;
         /* an int8 tensor: its scale's word, then four elements a word */
@@ -87,13 +87,15 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
          * one run of train_elems */
         if (elems == 0 ||
             (kind != 0 && kind != POET_PARAM_FROZEN && kind != POET_PARAM_STATE &&
-             kind != (POET_PARAM_FROZEN | POET_PARAM_I8)) ||
-            (kind == 0 && state) || frozen + ram > 0x10000000u)
+             kind != (POET_PARAM_FROZEN | POET_PARAM_I8) && kind != (POET_PARAM_FROZEN | POET_PARAM_I8 | POET_PARAM_AUX)) ||
+            (kind == 0 && state) || frozen + ram > 0x10000000u || aux > 0x10000000u)
             return POET_E_MODEL;
         if (kind == POET_PARAM_STATE)
             state += elems;
     }
     m->frozen_words = (uint32_t)frozen;
+    m->aux_words = (uint32_t)aux;
+    m->stream_bytes = 0;
     m->train_elems = (uint32_t)(ram - state);
     m->state_elems = (uint32_t)state;
     m->min_classes = 0xFFFFFFFFu;
@@ -121,7 +123,18 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
         swap += n.bytes;
         if (swap > 0xFFFFFFFFull)
             return POET_E_MODEL;
+        if (n.op == POET_OP_CONV2D_Q && poet_param_aux(m, (uint16_t)n.a[7])) {
+            /* checked: C divides into groups, and C/groups k k fits the int8 kernels' reduction */
+            uint32_t row = (uint32_t)(n.a[1] / POET_CONV_GROUPS(n.a[6]) * n.a[5] * n.a[5]);
+            if (row > m->stream_bytes)
+                m->stream_bytes = row;
+        }
     }
+    /* the aux weights follow the swap area on the same storage, sector-aligned */
+    swap = (swap + 511u) & ~(uint64_t)511u;
+    if (swap + 4u * aux > 0xFFFFFFFFull)
+        return POET_E_MODEL;
+    m->aux_at = (uint32_t)swap;
     *detail = POET_NO_DETAIL;
     if (n.op != POET_OP_SGD) /* the last node: poet_op_check made sure an SGD node can only be last */
         return POET_E_MODEL;

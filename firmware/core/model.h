@@ -106,10 +106,14 @@ enum { POET_DT_F32 = 0, POET_DT_F16 = 1, POET_DT_BF16 = 2, POET_DT_I8 = 3 };
  * batch norm in training mode): in RAM after every trained parameter, with no gradient, since
  * flash is not written while a step runs. POET_PARAM_I8, only with FROZEN: stored as int8 with one
  * fp32 scale (the scale's word, then the elements, padded to a word), read only by an int8 layer
- * (linear_i8, conv2d_i8 with two deps). Bit 28 is reserved (0). */
+ * (linear_i8, conv2d_i8 with two deps). POET_PARAM_AUX, only with FROZEN and I8: stored in the same
+ * format on aux storage (the SD card), after the swap area, when flash cannot hold it; read by a
+ * static-int8 conv only (conv2d_q), which streams it through the pool's stream buffer a few output
+ * channels at a time (ops/quant.c). */
 #define POET_PARAM_FROZEN 0x80000000u
 #define POET_PARAM_STATE 0x40000000u
 #define POET_PARAM_I8 0x20000000u
+#define POET_PARAM_AUX 0x10000000u
 #define POET_PARAM_ELEMS_MASK 0x0FFFFFFFu
 #define POET_NO_GRAD 0xFFFFFFFFu
 
@@ -149,9 +153,14 @@ typedef struct {
     uint32_t x_elems;
     /* param p's element offset: in the trained params area (and the gradients at the same
      * offset) for a trained one, in the same area past the trained ones for a state one; its word
-     * offset in the frozen weights blob for a frozen one */
+     * offset in the frozen weights blob for a frozen one, in the aux weights for an aux one */
     uint32_t *param_off;
     uint32_t frozen_words;               /* 4-byte words of frozen parameters (the frozen weights blob) */
+    uint32_t aux_words;                  /* 4-byte words of those on aux storage (POET_PARAM_AUX) */
+    uint32_t aux_at;                     /* their first byte on aux storage: past the swap area, 512-aligned */
+    /* The pool's stream buffer: the largest output channel's weights (C/groups k k bytes) of any
+     * conv2d_q that streams its weight from aux storage; 0 when none does. */
+    uint32_t stream_bytes;
     uint32_t train_elems;                /* elements with a gradient (and optimizer state) */
     uint32_t state_elems;                /* elements in RAM without one (POET_PARAM_STATE), after them */
     uint8_t opt;                         /* POET_OPT_* (kernels.h), from the optimizer node */
@@ -191,6 +200,10 @@ static inline int poet_param_frozen(const poet_model_t *m, uint16_t p)
 static inline int poet_param_i8(const poet_model_t *m, uint16_t p)
 {
     return (poet_rd32(m->blob + POET_MODEL_HDR + 4u * p) & POET_PARAM_I8) != 0;
+}
+static inline int poet_param_aux(const poet_model_t *m, uint16_t p)
+{
+    return (poet_rd32(m->blob + POET_MODEL_HDR + 4u * p) & POET_PARAM_AUX) != 0;
 }
 /* Whether p is trained: it has a gradient (neither frozen nor state). */
 static inline int poet_param_trained(const poet_model_t *m, uint16_t p)

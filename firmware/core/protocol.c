@@ -40,7 +40,7 @@ static uint32_t steps_done; /* since the weights were loaded: HELLO reports it f
 
 /* Which blobs are loaded and valid; a new BEGIN of a blob invalidates it (and what depends on it). */
 static struct {
-    uint8_t model, frozen, weights, batch, schedule;
+    uint8_t model, frozen, aux, weights, batch, schedule;
     uint32_t schedule_len;
     uint32_t model_len, tables; /* the model blob's bytes; its tables' at the pool's start */
     /* the blob being received: into RAM at dst, or into nv storage at nv_at */
@@ -59,7 +59,8 @@ static struct {
 
 /* Pool layout (docs/spec.md section 6), each region 8-byte aligned: the model's tables, the
  * trained parameters, their gradients (none when the model updates in backward), the optimizer
- * state (a step counter, then opt_words floats per trained element), the staged batch, the arena.
+ * state (a step counter, then opt_words floats per trained element), the staged batch, the stream
+ * buffer of weights read from aux storage (none when no weight streams), the arena.
  * host/poet/plan/memory.py lays it out the same way. Frozen parameters are not in the pool: they stay in nv storage. */
 static uint32_t align8(uint32_t n) { return (n + 7u) & ~7u; }
 static uint32_t nv_align(uint32_t n) { return (n + POET_NV_PAGE - 1u) & ~(POET_NV_PAGE - 1u); }
@@ -72,17 +73,19 @@ static uint32_t params_at(void) { return tables_bytes(); }
 static uint32_t grads_at(void) { return params_at() + align8(params_bytes()); }
 static uint32_t opt_at(void) { return grads_at() + align8(grads_bytes()); }
 static uint32_t batch_at(void) { return opt_at() + align8(opt_bytes()); }
-static uint32_t fixed_bytes(void) { return batch_at() + align8(batch_bytes()); }
+static uint32_t stream_at(void) { return batch_at() + align8(batch_bytes()); }
+static uint32_t fixed_bytes(void) { return stream_at() + align8(model.stream_bytes); }
 /* The same sum without wrapping, for the fit check: each region fits 32 bits, but together they
  * may not (2^28 parameters with Adam's two state words are 4 GiB), and a wrapped sum would pass. */
 static uint64_t layout_bytes(uint32_t tables)
 {
     return (uint64_t)tables + align8(params_bytes()) + align8(grads_bytes()) + align8(opt_bytes()) +
-           align8(batch_bytes());
+           align8(batch_bytes()) + align8(model.stream_bytes);
 }
 /* Where the frozen weights start in nv storage, and how many bytes they are. */
 static uint32_t frozen_at(void) { return nv_align(st.model_len); }
 static uint32_t frozen_bytes(void) { return 4u * model.frozen_words; }
+static uint32_t aux_bytes(void) { return 4u * model.aux_words; }
 
 static uint8_t *pool_params(void) { return port_pool() + params_at(); }
 static uint8_t *pool_grads(void) { return port_pool() + grads_at(); }
@@ -165,7 +168,7 @@ static void hello(void)
     }
     /* what is loaded, so a host reconnecting after a reset or a lost cable knows what to resend */
     p[36] = (uint8_t)(st.model | st.weights << 1 | st.batch << 2 | st.schedule << 3 |
-                          (st.frozen && model.frozen_words) << 4);
+                          (st.frozen && model.frozen_words) << 4 | (st.aux && model.aux_words) << 5);
     poet_wr32(p + 37, steps_done);
     send(POET_MSG_HELLO_REPLY, p, 41);
 }
@@ -193,7 +196,7 @@ static void begin_blob(const uint8_t *p, uint16_t len)
     switch (blob) {
     case POET_BLOB_MODEL:
         /* everything depends on the model, and its nv pages are about to be rewritten */
-        st.model = st.frozen = st.weights = st.batch = st.schedule = 0;
+        st.model = st.frozen = st.aux = st.weights = st.batch = st.schedule = 0;
         st.to_nv = 1;
         st.nv_at = 0;
         cap = port_nv_bytes();
@@ -207,6 +210,7 @@ static void begin_blob(const uint8_t *p, uint16_t len)
     case POET_BLOB_BATCH:
     case POET_BLOB_OPT_STATE:
     case POET_BLOB_FROZEN:
+    case POET_BLOB_AUX:
         if (!st.model || (blob == POET_BLOB_OPT_STATE && !st.weights)) {
             ack(POET_E_LINK_ORDER, POET_NO_DETAIL);
             return;
@@ -218,6 +222,14 @@ static void begin_blob(const uint8_t *p, uint16_t len)
             st.to_nv = 1;
             st.nv_at = frozen_at();
             cap = frozen_bytes();
+        } else if (blob == POET_BLOB_AUX) {
+            /* written through the pager, past the swap area; a resent chunk rewrites the same bytes */
+            st.aux = 0;
+            cap = aux_bytes();
+            if (port_pager_open() != 0) {
+                ack(POET_E_PAGER, POET_NO_DETAIL);
+                return;
+            }
         } else if (blob == POET_BLOB_WEIGHTS) {
             st.weights = 0;
             st.dst = pool_params();
@@ -324,6 +336,12 @@ static void chunk(const uint8_t *p, uint16_t len)
                 return;
             }
         }
+    } else if (st.cur == POET_BLOB_AUX) {
+        if (port_pager_write(model.aux_at + off, p + 5, n) != 0) {
+            st.cur = 0;
+            ack(POET_E_PAGER, st.received);
+            return;
+        }
     } else {
         memcpy(st.dst + off, p + 5, n);
     }
@@ -379,11 +397,15 @@ static void end_blob(const uint8_t *p, uint16_t len)
             st.model_len = st.total;
             st.tables = tables;
             st.frozen = model.frozen_words == 0; /* nothing to upload */
+            st.aux = model.aux_words == 0;
         }
         break;
     }
     case POET_BLOB_FROZEN:
         st.frozen = 1;
+        break;
+    case POET_BLOB_AUX:
+        st.aux = 1;
         break;
     case POET_BLOB_WEIGHTS:
         st.weights = 1;
@@ -470,7 +492,7 @@ static void step(const uint8_t *p, uint16_t len)
         step_fail(POET_E_FRAME);
         return;
     }
-    if (!st.model || !st.frozen || !st.weights || !st.batch) {
+    if (!st.model || !st.frozen || !st.aux || !st.weights || !st.batch) {
         step_fail(POET_E_LINK_ORDER);
         return;
     }
@@ -488,6 +510,7 @@ static void step(const uint8_t *p, uint16_t len)
     buf.opt_step = opt_step();
     buf.x = (const float *)(const void *)pool_batch();
     buf.labels = (const int32_t *)(const void *)(pool_batch() + 4u * model.x_elems);
+    buf.stream = port_pool() + stream_at();
     buf.arena = pool_arena();
     if (port_pager_open() != 0) {
         step_fail(POET_E_PAGER);

@@ -35,7 +35,8 @@ enum {
     POET_BLOB_SCHEDULE = 3,
     POET_BLOB_BATCH = 4,
     POET_BLOB_OPT_STATE = 5,
-    POET_BLOB_FROZEN = 6   /* the frozen parameters: nv storage, after the model (POET_NV_PAGE-aligned) */
+    POET_BLOB_FROZEN = 6,  /* the frozen parameters: nv storage, after the model (POET_NV_PAGE-aligned) */
+    POET_BLOB_AUX = 7      /* the frozen parameters on aux storage (POET_PARAM_AUX): the pager, past the swap area */
 };
 
 /* The alignment of each upload into nv storage: a multiple of every port's flash erase unit

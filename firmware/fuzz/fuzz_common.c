@@ -65,13 +65,15 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
     uint32_t frozen = 4u * m->frozen_words;
     uint32_t grads = 4u * m->train_elems, opt = grads * m->opt_words, opt_step = 0;
     uint32_t xb = 4u * m->x_elems, lb = 4u * m->batch, last = (uint32_t)m->n_nodes - 1u, i;
-    uint64_t swap = (uint64_t)m->swap_off[last] + poet_node_bytes(m, (uint16_t)last);
-    uint64_t total = (uint64_t)arena + params + frozen + grads + opt + xb + lb;
+    /* the swap area, then the aux weights (model.h aux_at): the harness's pager holds both */
+    uint64_t swap = m->aux_words ? (uint64_t)m->aux_at + 4u * (uint64_t)m->aux_words
+                                 : (uint64_t)m->swap_off[last] + poet_node_bytes(m, (uint16_t)last);
+    uint64_t total = (uint64_t)arena + params + frozen + grads + opt + xb + lb + m->stream_bytes;
     poet_buffers_t buf;
     poet_step_result_t r;
     float *w, *f, *g, *o, *x;
     int32_t *labels;
-    uint8_t *a, *s;
+    uint8_t *a, *s, *st;
 
     if (total > FUZZ_EXEC_BYTES || swap > FUZZ_EXEC_BYTES)
         return -1;
@@ -85,9 +87,10 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
     labels = malloc(lb);
     a = malloc(arena + !arena);
     s = malloc((size_t)swap + !swap);
+    st = malloc(m->stream_bytes + !m->stream_bytes);
     if (f == MAP_FAILED)
         abort();
-    if (!w || !f || !g || !o || !x || !labels || !a || !s)
+    if (!w || !f || !g || !o || !x || !labels || !a || !s || !st)
         abort();
     for (i = 0; i < m->train_elems + m->state_elems; i++)
         w[i] = 0.01f * (float)((int)(i % 13u) - 6);
@@ -100,6 +103,8 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
     for (i = 0; i < m->batch; i++)
         labels[i] = 0; /* every loss has at least one class */
     memset(a, 0xA5, arena);
+    for (i = m->aux_at; i < swap; i++)
+        s[i] = (uint8_t)(i % 11u); /* aux weights: int8 values and a scale word of whatever bits */
     fuzz_port_swap(s, (uint32_t)swap);
     buf.params = w;
     buf.frozen = f;
@@ -108,6 +113,7 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
     buf.opt_step = &opt_step;
     buf.x = x;
     buf.labels = labels;
+    buf.stream = st;
     buf.arena = a;
     poet_interp_step(m, sched, &buf, 0.01f, trace, &r);
     fuzz_port_swap(0, 0);
@@ -119,5 +125,6 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
     free(labels);
     free(a);
     free(s);
+    free(st);
     return r.status;
 }

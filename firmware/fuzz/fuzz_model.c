@@ -31,18 +31,18 @@ static void check_accepted(const poet_model_t *m, const uint8_t *blob, uint32_t 
     poet_node_t n;
     int st;
 
-    uint32_t frozen = 0;
+    uint32_t frozen = 0, aux = 0;
     CHECK(m->n_nodes >= 1 && m->n_nodes <= POET_MAX_NODES);
     CHECK(m->recs + POET_NODE_SZ * (uint32_t)m->n_nodes == blob + len);
     for (i = 0; i < m->n_params; i++) {
         /* RAM (trained, then state) and frozen parameters each packed in param order, in their own area */
-        uint32_t *area = poet_param_frozen(m, (uint16_t)i) ? &frozen : &elems;
+        uint32_t *area = poet_param_aux(m, (uint16_t)i) ? &aux : poet_param_frozen(m, (uint16_t)i) ? &frozen : &elems;
         CHECK(m->param_off[i] == *area);
         CHECK(!poet_param_trained(m, (uint16_t)i) || m->param_off[i] < m->train_elems);
         *area += poet_param_i8(m, (uint16_t)i) ? 1u + (poet_param_elems(m, (uint16_t)i) + 3u) / 4u
                                                : poet_param_elems(m, (uint16_t)i);
     }
-    CHECK(elems == m->train_elems + m->state_elems && frozen == m->frozen_words);
+    CHECK(elems == m->train_elems + m->state_elems && frozen == m->frozen_words && aux == m->aux_words);
     for (i = 0; i < m->n_nodes; i++) {
         poet_node_view(m, (uint16_t)i, &n);
         CHECK(n.n_deps <= 4);
@@ -53,6 +53,8 @@ static void check_accepted(const poet_model_t *m, const uint8_t *blob, uint32_t 
         swap += n.bytes;
         CHECK(n.op != POET_OP_SGD || i + 1u == m->n_nodes);
     }
+    /* aux weights past the swap area, sector-aligned, so no page-out can overwrite them */
+    CHECK(m->aux_at >= swap && m->aux_at % 512u == 0 && m->aux_at - swap < 512u);
     slen = fuzz_keep_all(m, sched, sizeof sched, &arena);
     CHECK(slen != 0); /* 2 instructions per node always fit the schedule buffer */
     st = poet_schedule_validate(sched, slen, m, arena, &detail);

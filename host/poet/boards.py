@@ -29,6 +29,12 @@ class Board:
     raw: dict[str, Any]
 
     @property
+    def aux_bytes(self) -> int | None:
+        """The firmware's area of the aux storage (swap slots, then streamed weights); None: a file, unbounded."""
+        n = self.storage.get("bytes")
+        return int(n) if n is not None else None
+
+    @property
     def emulator_target(self) -> str:
         """The image of the emulated stand-in (QEMU or a process), when no board is attached."""
         return str(self.emulator.get("target", self.firmware_target))

@@ -360,15 +360,22 @@ def _graph(cfg: RunConfig) -> tuple[torch.nn.Module, TrainingGraph]:
 
 def _graph_for(g: TrainingGraph, plan: dict) -> TrainingGraph:
     """The graph the plan's schedule runs on: g, its frozen prefix in static int8, or with --precision
-    greedy|auto its narrow-stored form."""
+    greedy|auto its narrow-stored form; with the weights the plan streams from the SD card marked."""
+    from poet.plan.placement import streamed
+
     prefix = _int8_prefix(g, plan)
     if prefix is not None:
-        return prefix.graph
-    if not plan.get("precision"):
-        return g
-    from poet.plan.precision import graph_for
+        run = prefix.graph
+    elif plan.get("precision"):
+        from poet.plan.precision import graph_for
 
-    return graph_for(g, plan["precision"])
+        run = graph_for(g, plan["precision"])
+    else:
+        run = g
+    names = plan.get("streamed") or []
+    if not set(names) <= {name for name, _ in run.params}:
+        raise PoetError(f"the plan streams weights {g.model} does not have: the plan is of another graph")
+    return streamed(run, set(names))
 
 
 def _int8_prefix(g: TrainingGraph, plan: dict) -> Int8Prefix | None:
@@ -467,6 +474,8 @@ def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run,
                 info["precision"] = sel.to_json()
             if getattr(p, "int8_prefix", None) is not None:  # the run's graph is g's static-int8 rewrite
                 info["int8_prefix"] = True
+            if getattr(p, "streamed", None):  # and these weights on the SD card (poet.plan.placement)
+                info["streamed"] = p.streamed
             _write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())  # last: it marks the entry whole
         shutil.copy(cache / "plan.json", run.dir / "plan.json")
         shutil.copy(cache / "schedule.poet", run.dir / "schedule.poet")

@@ -268,6 +268,12 @@ void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, in
 void poet_conv2d_q_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
                        const int8_t *xq, float x_scale, const int8_t *wq, float w_scale, const float *b,
                        int relu, const float *y_scale, void *y);
+/* The same for output channels o_begin..o_end-1 only, wq holding just their weights (C/groups k k
+ * each): a layer whose weights stream from aux storage runs this on each read (ops/quant.c), and
+ * every output element comes out as the whole layer's would. */
+void poet_conv2d_q_fwd_rows(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                            int o_begin, int o_end, const int8_t *xq, float x_scale, const int8_t *wq,
+                            float w_scale, const float *b, int relu, const float *y_scale, void *y);
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
                     const float *y_scale, void *y);
 

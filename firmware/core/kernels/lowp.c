@@ -265,16 +265,16 @@ static void put(void *y, long i, float v, int relu, int i8, float inv)
 
 /* The loop order of poet_conv2d_ex_fwd; integer sums are exact, so the order only matters for
  * speed here. */
-void poet_conv2d_q_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                       const int8_t *xq, float x_scale, const int8_t *wq, float w_scale, const float *b,
-                       int relu, const float *y_scale, void *y)
+void poet_conv2d_q_fwd_rows(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                            int o_begin, int o_end, const int8_t *xq, float x_scale, const int8_t *wq,
+                            float w_scale, const float *b, int relu, const float *y_scale, void *y)
 {
     int Ho = poet_conv2d_out(H, k, stride, pad), Wo = poet_conv2d_out(W, k, stride, pad);
     int Cg = C / groups, Og = O / groups;
     int n, o, oy, ox, c, ky, kx;
     float s = x_scale * w_scale, inv = y_scale ? 1.0f / *y_scale : 0.0f;
     for (n = 0; n < B; n++)
-        for (o = 0; o < O; o++) {
+        for (o = o_begin; o < o_end; o++) {
             const int8_t *xg = xq + ((long)n * C + (long)(o / Og) * Cg) * H * W;
             for (oy = 0; oy < Ho; oy++)
                 for (ox = 0; ox < Wo; ox++) {
@@ -282,7 +282,7 @@ void poet_conv2d_q_fwd(int B, int C, int H, int W, int O, int k, int stride, int
                     float v;
                     for (c = 0; c < Cg; c++) {
                         const int8_t *xc = xg + (long)c * H * W;
-                        const int8_t *wc = wq + ((long)o * Cg + c) * k * k;
+                        const int8_t *wc = wq + ((long)(o - o_begin) * Cg + c) * k * k;
                         for (ky = 0; ky < k; ky++) {
                             int iy = oy * stride + ky - pad;
                             if (iy < 0 || iy >= H)
@@ -302,6 +302,14 @@ void poet_conv2d_q_fwd(int B, int C, int H, int W, int O, int k, int stride, int
                     put(y, (((long)n * O + o) * Ho + oy) * Wo + ox, v, relu, y_scale != 0, inv);
                 }
         }
+}
+
+void poet_conv2d_q_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
+                       const int8_t *xq, float x_scale, const int8_t *wq, float w_scale, const float *b,
+                       int relu, const float *y_scale, void *y)
+{
+    poet_conv2d_q_fwd_rows(B, C, H, W, O, k, stride, pad, groups, 0, O, xq, x_scale, wq, w_scale, b, relu,
+                           y_scale, y);
 }
 
 void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,

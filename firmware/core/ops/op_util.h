@@ -77,7 +77,8 @@ int32_t q_scale_of(const poet_model_t *m, uint16_t d);
 /* A scale: a one-element fp32 frozen parameter. */
 int q_scale_ok(const poet_model_t *m, int32_t p);
 int q_epi_ok(const poet_model_t *m, int32_t epi);
-/* A static-int8 layer's weight: a frozen int8 parameter (POET_PARAM_I8); its bias: frozen fp32 or -1. */
+/* A static-int8 layer's weight: a frozen int8 parameter (POET_PARAM_I8), in flash or on aux storage
+ * (POET_PARAM_AUX); its bias: frozen fp32 or -1. */
 int q_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems);
 int q_bias_ok(const poet_model_t *m, int32_t p, uint64_t elems);
 /* Dep k is an int8 tensor with a fixed scale. */

@@ -160,7 +160,7 @@ int i8_weight_ok(const poet_model_t *m, const poet_node_t *n, int32_t p, uint64_
     if (n->n_deps != 2)
         return param_ok(m, p, elems);
     return p >= 0 && (uint32_t)p < m->n_params && poet_param_elems(m, (uint16_t)p) == elems &&
-           poet_param_i8(m, (uint16_t)p);
+           poet_param_i8(m, (uint16_t)p) && !poet_param_aux(m, (uint16_t)p); /* read in place: not streamed */
 }
 
 int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we, uint64_t reduce,

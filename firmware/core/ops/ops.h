@@ -22,6 +22,7 @@ typedef struct {
     float *out;
     float *loss;       /* where a loss node leaves the step's loss */
     const poet_update_t *upd; /* the step's update rule (learning rate, optimizer, step count) */
+    int *err;          /* a run that reads aux storage (a streamed weight) leaves POET_E_PAGER here on failure */
     uint8_t n_deps;
     uint8_t recompute; /* the node runs again (a recompute instruction), not for the first time */
 } poet_exec_t;

@@ -5,6 +5,9 @@
  * ReLU (bit 16), so activations never exist in fp32 inside the prefix. */
 #include "op_util.h"
 
+#include "../port.h"
+#include "../status.h"
+
 /* ---- quantize, dequantize -------------------------------------------------------------------- */
 
 /* N elements; SCALE the output's (quantize) scale parameter. */
@@ -47,10 +50,44 @@ int op_conv2d_q_check(const poet_model_t *m, const poet_node_t *n)
            n->n_deps == 1 && dep_bytes(m, n, 0) == x && q_dep_ok(m, n, 0) && n->bytes == q_out_bytes(a[EPI], y);
 }
 
+/* A weight on aux storage (POET_PARAM_AUX): its scale, then as many output channels' weights as the
+ * stream buffer holds per read, each read's channels computed before the next read overwrites them.
+ * The same kernel on the same bytes: the output is the in-flash layer's, bit for bit. */
+static void conv2d_q_streamed(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    const poet_model_t *m = e->m;
+    uint32_t at = m->aux_at + 4u * m->param_off[a[WEIGHT]];
+    uint32_t row = (uint32_t)(a[C] / POET_CONV_GROUPS(a[GEOM]) * a[K] * a[K]), per = m->stream_bytes / row;
+    int32_t o, n;
+    float ws;
+    if (port_pager_read(at, &ws, 4u) != 0) {
+        *e->err = POET_E_PAGER;
+        return;
+    }
+    for (o = 0; o < a[O]; o += n) {
+        n = a[O] - o < (int32_t)per ? a[O] - o : (int32_t)per;
+        if (port_pager_read(at + 4u + (uint32_t)o * row, e->buf->stream, (uint32_t)n * row) != 0) {
+            *e->err = POET_E_PAGER;
+            return;
+        }
+        poet_conv2d_q_fwd_rows(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]),
+                               POET_CONV_PAD(a[GEOM]), POET_CONV_GROUPS(a[GEOM]), o, o + n,
+                               (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
+                               (const int8_t *)e->buf->stream, ws, param(e, a[BIAS]), Q_RELU(a[EPI]),
+                               q_out_scale(e, a[EPI]), e->out);
+    }
+}
+
 void op_conv2d_q_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
-    const float *ws = param(e, a[WEIGHT]);
+    const float *ws;
+    if (poet_param_aux(e->m, (uint16_t)a[WEIGHT])) {
+        conv2d_q_streamed(e);
+        return;
+    }
+    ws = param(e, a[WEIGHT]);
     poet_conv2d_q_fwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]), POET_CONV_PAD(a[GEOM]),
                       POET_CONV_GROUPS(a[GEOM]), (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
                       (const int8_t *)(const void *)(ws + 1), ws[0], param(e, a[BIAS]), Q_RELU(a[EPI]),

@@ -43,9 +43,11 @@ SCHEDULE = 3
 BATCH = 4
 OPT_STATE = 5
 FROZEN = 6
+AUX = 7
 BLOB_NAMES = {MODEL: "model", WEIGHTS: "weights", SCHEDULE: "schedule", BATCH: "batch",
-              OPT_STATE: "optimizer state", FROZEN: "frozen weights"}
-LOADED_BITS = ("model", "weights", "batch", "schedule", "frozen weights")  # HELLO's loaded flags, bit by bit
+              OPT_STATE: "optimizer state", FROZEN: "frozen weights", AUX: "aux weights"}
+# HELLO's loaded flags, bit by bit
+LOADED_BITS = ("model", "weights", "batch", "schedule", "frozen weights", "aux weights")
 
 PROTO = 3  # the protocol this host speaks; HELLO's first field is the board's
 FRAME_MAX = PAYLOAD_MAX
@@ -258,6 +260,7 @@ class Link:
         self._rto = rto_s
         self._srtt: float | None = None
         self._rttvar = 0.0
+        self.aux_uploaded: tuple[int | None, bytes] = (None, b"")  # (model hash, aux weights) load_model sent
         self.part = CHUNK_MAX  # payload bytes per CHUNK / READ / trace frame, adapted to the line
         self._clean = 0
         self._work_s: float | None = None  # how long the last STEP kept the board busy (wall time)
@@ -534,16 +537,26 @@ class Link:
     def load_model(self, blob: ModelBlob, params: Sequence[np.ndarray]) -> None:
         """Upload a model and every parameter: the model blob and the frozen ones to the board's flash,
         the trained ones to its RAM."""
-        weights, frozen = blob.split_weights(params)
+        weights, frozen, aux = blob.split_weights(params)
         self.upload(MODEL, blob.encode())
         if frozen:
             self.upload(FROZEN, frozen)
+        if aux:
+            self.upload(AUX, aux)
+        self.aux_uploaded = (blob.hash(), aux)
         self.upload(WEIGHTS, weights)
 
     def read_params(self, blob: ModelBlob) -> list[np.ndarray]:
-        """Every parameter, flat, in param-table order: the trained ones as the board has them now."""
+        """Every parameter, flat, in param-table order: the trained ones as the board has them now. Weights
+        on aux storage are the bytes this link uploaded (megabytes, which no step writes: the board's
+        page-outs stay below them, firmware/core/model.c aux_at), not read back over serial."""
         frozen = self.read_blob(FROZEN, blob.frozen_bytes) if blob.frozen_bytes else b""
-        return blob.join_weights(self.read_blob(WEIGHTS, blob.param_bytes), frozen)
+        aux = b""
+        if blob.aux_bytes:
+            h, aux = self.aux_uploaded
+            if h != blob.hash():
+                raise LinkError("the model's aux weights were not uploaded over this link: load the model first")
+        return blob.join_weights(self.read_blob(WEIGHTS, blob.param_bytes), frozen, aux)
 
     def read_blob(self, blob_id: int, n_bytes: int) -> bytes:
         """Read back the weights, the frozen weights or the optimizer state (a step counter, then the state floats)."""

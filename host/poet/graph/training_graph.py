@@ -105,9 +105,16 @@ class TrainingGraph:
                 if (n.op in ("linear_i8", "conv2d_i8") and len(n.deps) == 2) or n.op == "conv2d_q"}
 
     @property
+    def streamed_params(self) -> set[str]:
+        """Frozen int8 weights kept on the board's aux storage (the SD card), not in flash: those of the
+        static-int8 convs marked `stream`, which read them a few output channels at a time
+        (poet.plan.placement)."""
+        return {self.params[n.attrs["w"]][0] for n in self.nodes if n.op == "conv2d_q" and n.attrs.get("stream")}
+
+    @property
     def frozen_bytes(self) -> int:
-        """Bytes of the tensors read in place from the board's flash: frozen and never written."""
-        fixed, i8 = set(self.frozen) - self.moved, self.int8_params
+        """Bytes of the tensors read in place from the board's flash: frozen, never written, not streamed."""
+        fixed, i8 = set(self.frozen) - self.moved - self.streamed_params, self.int8_params
         return sum(i8_bytes(numel(s)) if n in i8 else F32 * numel(s) for n, s in self.params if n in fixed)
 
     @property

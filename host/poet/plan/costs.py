@@ -14,7 +14,7 @@ import math
 import re
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +284,31 @@ def page_cost(board: Board, profile: dict[str, Any], nbytes: int, direction: str
     return t, t * (float(power) + board.cpu_active_w)
 
 
+def stream_cost(board: Board, profile: dict[str, Any], g: TrainingGraph) -> dict[int, tuple[float, float]]:
+    """(seconds, joules) of the aux-storage reads of each node that streams its weight (poet.plan.placement),
+    by node id: the paging model's cost of each read, as the firmware makes them (memory.stream_reads)."""
+    from poet.plan.memory import pool_for, stream_reads, stream_row
+
+    stream = pool_for(g).stream
+    out = {}
+    for n in g.nodes:
+        if n.op == "conv2d_q" and n.attrs.get("stream"):
+            a = n.attrs
+            reads = [page_cost(board, profile, b, "in") for b in stream_reads(a["O"], stream_row(a["C"], a["groups"],
+                                                                                              a["k"]), stream)]
+            out[n.id] = (sum(t for t, _ in reads), sum(j for _, j in reads))
+    return out
+
+
+def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: dict[str, Any]) -> CostedGraph:
+    """cg with the aux-storage reads of g's streamed weights added to their nodes' compute costs (cg's
+    costs are of g without them, e.g. before its frozen weights were placed)."""
+    cost = stream_cost(board, profile, g)
+    nodes = tuple(replace(n, compute_s=n.compute_s + cost[n.id][0], compute_j=n.compute_j + cost[n.id][1])
+                  if n.id in cost else n for n in cg.nodes)
+    return replace(cg, nodes=nodes)
+
+
 def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bool = False,
            note: Callable[[str], None] | None = None) -> CostedGraph:
     """Attach the profile's compute costs and paging model to every node.
@@ -294,6 +319,7 @@ def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bo
     ops = profile.get("ops", {})
     nodes, guessed = [], {}
     in_backward = g.updates_in_backward
+    streamed = stream_cost(board, profile, g)  # compute as profiled, plus the SD reads of a streamed weight
     for n in g.nodes:
         key = op_key(n)
         if n.kind == "optimizer" and in_backward:
@@ -311,6 +337,8 @@ def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bo
                                 f"run `poet profile --board {board.name} --model {g.model}`")
             time_s, energy_j = est.time_s, est.energy_j
             guessed.setdefault(key, (est, n.name))
+        if n.id in streamed:
+            time_s, energy_j = time_s + streamed[n.id][0], energy_j + streamed[n.id][1]
         in_s, in_j = page_cost(board, profile, n.bytes, "in")
         out_s, out_j = page_cost(board, profile, n.bytes, "out")
         nodes.append(CostedNode(n.id, n.name, n.kind, tuple(n.deps), n.bytes, time_s, energy_j,

@@ -157,11 +157,12 @@ def model_blob(g: TrainingGraph) -> ModelBlob:
         attrs = optimizer_attrs(g.optimizer) | {"in_backward": int(in_backward)} if n.kind == "optimizer" else n.attrs
         nodes.append(BlobNode(op=code, kind=KINDS[n.kind], deps=tuple(n.deps), bytes=n.bytes,
                               attrs=tuple(_attr(attrs, a) for a in names)))
-    frozen, moved, i8 = set(g.frozen), g.moved, g.int8_params
+    frozen, moved, i8, aux = set(g.frozen), g.moved, g.int8_params, g.streamed_params
     return ModelBlob(batch=g.batch, x_elems=g.x_elems, param_elems=g.param_elems, nodes=nodes,
                      param_frozen=[name in frozen for name, _ in g.params],
                      param_moved=[name in moved for name, _ in g.params],
-                     param_i8=[name in i8 for name, _ in g.params])
+                     param_i8=[name in i8 for name, _ in g.params],
+                     param_aux=[name in aux for name, _ in g.params])
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,11 @@ staged batch, and the activation arena. The planner plans the arena with what is
 left; the firmware lays out its pool in the same order (docs/spec.md 6) and must
 grant exactly this arena, since the peak it reports is compared with the planner's
 byte for byte. The model blob (node table) and the frozen parameters are not in
-RAM: they live in the board's flash (the firmware's nv region), read in place. The
-planner, the CLI and the model blob take every one of these sizes from here.
+RAM: they live in the board's flash (the firmware's nv region), read in place, or, when
+flash cannot hold them, the largest static-int8 convolution weights live on the aux storage
+(the SD card) past the swap area and stream through a small pool region, the stream buffer,
+a few output channels per read (poet.plan.placement). The planner, the CLI and the model
+blob take every one of these sizes from here.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ TABLE_NODE_BYTES = 9
 NV_PAGE = 4096  # each upload into flash starts on this boundary (firmware/core/protocol.h POET_NV_PAGE)
 MODEL_HEADER_BYTES = 16  # the model blob: header, a u32 per parameter, a record per node (docs/spec.md 2)
 MODEL_NODE_BYTES = 56
+AUX_ALIGN = 512  # the aux weights start on the sector after the swap area (firmware/core/model.c aux_at)
 
 
 def _align(n: int, to: int = POOL_ALIGN) -> int:
@@ -49,6 +53,7 @@ class Flash:
 
     model_blob: int  # the node table (docs/spec.md 2)
     frozen: int  # the frozen parameters and statistics, fp32 or int8 (the frozen weights blob)
+    aux: int = 0  # not in flash either: the int8 weights streamed from aux storage (the aux weights blob)
 
     @property
     def total(self) -> int:
@@ -67,21 +72,27 @@ class Pool:
     staging: int  # the batch the host uploads before each step
     flash: Flash  # not in the pool: what the model keeps in flash instead
     in_backward: bool = False  # the trained parameters are updated in the backward pass: no gradients
+    stream: int = 0  # the stream buffer: the largest output channel's weights of a streamed conv (stream_row)
 
     @classmethod
     def of(cls, param_elems: Sequence[int], trained: Sequence[bool], optimizer: str, batch: int,
            x_elems: int, n_nodes: int, moved: Sequence[bool] | None = None,
-           int8: Sequence[bool] | None = None, in_backward: bool = False) -> Pool:
+           int8: Sequence[bool] | None = None, in_backward: bool = False, aux: Sequence[bool] | None = None,
+           stream: int = 0) -> Pool:
         """From what a model is: its parameters' element counts (upload order), which are trained and
         which, untrained, the forward pass moves (`moved`: kept in RAM too), which frozen ones are
-        stored int8 (`int8`), the optimizer's name, the batch and its input elements, its node count,
-        and whether it updates in backward (TrainingGraph.updates_in_backward: then no gradients)."""
+        stored int8 (`int8`) and of those which on aux storage (`aux`), the optimizer's name, the batch
+        and its input elements, its node count, whether it updates in backward
+        (TrainingGraph.updates_in_backward: then no gradients) and its stream buffer (stream_row)."""
         trained_bytes = F32 * sum(n for n, t in zip(param_elems, trained, strict=True) if t)
         moved = moved or [False] * len(param_elems)
         int8 = int8 or [False] * len(param_elems)
         state_bytes = F32 * sum(n for n, s in zip(param_elems, moved, strict=True) if s)
+        aux = aux or [False] * len(param_elems)
         frozen = sum(i8_bytes(n) if q else F32 * n
-                     for n, t, s, q in zip(param_elems, trained, moved, int8, strict=True) if not (t or s))
+                     for n, t, s, q, a in zip(param_elems, trained, moved, int8, aux, strict=True)
+                     if not (t or s or a))
+        on_aux = sum(i8_bytes(n) for n, a in zip(param_elems, aux, strict=True) if a)
         words = OPTIMIZER_WORDS[optimizer]
         # a u32 step counter and `words` floats per trained element (docs/spec.md 6); plain SGD keeps nothing
         state = I32 + words * trained_bytes if words else 0
@@ -89,12 +100,14 @@ class Pool:
         return cls(tables=TABLE_PARAM_BYTES * len(param_elems) + TABLE_NODE_BYTES * n_nodes,
                    params=trained_bytes + state_bytes, grads=0 if in_backward else trained_bytes,
                    optimizer_state=state, staging=F32 * x_elems + I32 * batch,  # inputs fp32, an i32 label each
-                   flash=Flash(model_blob=blob, frozen=frozen), in_backward=in_backward)
+                   flash=Flash(model_blob=blob, frozen=frozen, aux=on_aux), in_backward=in_backward,
+                   stream=stream)
 
     @property
     def fixed(self) -> int:
         """The pool before the arena, each region 8-aligned (firmware/core/protocol.c)."""
-        return sum(_align(b) for b in (self.tables, self.params, self.grads, self.optimizer_state, self.staging))
+        return sum(_align(b) for b in (self.tables, self.params, self.grads, self.optimizer_state, self.staging,
+                                       self.stream))
 
     def arena(self, pool_bytes: int) -> int:
         """What a pool of `pool_bytes` leaves for the activation arena."""
@@ -103,10 +116,38 @@ class Pool:
 
 def pool_for(g: TrainingGraph) -> Pool:
     """The pool a training graph needs on the board (the model blob lowered from it asks the same)."""
-    frozen, moved, i8 = set(g.frozen), g.moved, g.int8_params
+    frozen, moved, i8, aux = set(g.frozen), g.moved, g.int8_params, g.streamed_params
+    stream = max((stream_row(n.attrs["C"], n.attrs["groups"], n.attrs["k"]) for n in g.nodes
+                  if n.op == "conv2d_q" and n.attrs.get("stream")), default=0)
     return Pool.of(g.param_elems, [name not in frozen for name, _ in g.params], g.optimizer["name"], g.batch,
                    g.x_elems, len(g.nodes), [name in moved for name, _ in g.params],
-                   [name in i8 for name, _ in g.params], g.updates_in_backward)
+                   [name in i8 for name, _ in g.params], g.updates_in_backward,
+                   [name in aux for name, _ in g.params], stream)
+
+
+def stream_row(channels: int, groups: int, k: int) -> int:
+    """One output channel's int8 weights of a conv: what a streamed conv's buffer holds at least."""
+    return channels // groups * k * k
+
+
+def stream_reads(out_channels: int, row: int, stream: int) -> list[int]:
+    """The aux-storage reads of a conv streaming `out_channels` rows of `row` bytes through a buffer of
+    `stream` bytes, in bytes each: its weight's scale, then as many whole rows per read as the buffer
+    holds (firmware/core/ops/quant.c conv2d_q_streamed)."""
+    per = stream // row
+    return [F32] + [min(per, out_channels - o) * row for o in range(0, out_channels, per)]
+
+
+def swap_bytes(g: TrainingGraph) -> int:
+    """The swap area on aux storage: a slot for every node's output (firmware/core/model.c swap_off)."""
+    return sum(n.bytes for n in g.nodes)
+
+
+def aux_area_bytes(g: TrainingGraph) -> int:
+    """What a model needs of the board's aux storage: the swap area, then (sector-aligned) its aux weights."""
+    aux = pool_for(g).flash.aux
+    swap = swap_bytes(g)
+    return _align(swap, AUX_ALIGN) + aux if aux else swap
 
 
 def costed_fixed_bytes(param_bytes: int) -> int:
@@ -138,6 +179,7 @@ class MemoryBudget:
                 ("trained parameters, moved statistics", p.params),
                 ("gradients (none: updated in backward)" if p.in_backward else "gradients", p.grads),
                 ("optimizer state", p.optimizer_state), ("staged batch", p.staging),
+                *([("weight stream buffer (one SD read)", p.stream)] if p.stream else []),
                 ("activation arena", self.arena)]
 
     def flash_lines(self) -> list[tuple[str, int]]:
@@ -145,12 +187,18 @@ class MemoryBudget:
         f = self.pool.flash
         return [("model blob (node table)", f.model_blob), ("frozen parameters and statistics", f.frozen)]
 
+    def aux_lines(self) -> list[tuple[str, int]]:
+        """What lives on the aux storage (the SD card) besides the swap area: streamed int8 weights."""
+        f = self.pool.flash
+        return [("frozen int8 weights, streamed a few channels per read", f.aux)] if f.aux else []
+
     def table(self) -> str:
         rows = [f"  RAM   {label:<44} {format_size(n):>11}" for label, n in self.lines()]
         rows.append(f"  RAM   {'total (--ram)':<44} {format_size(self.ram_bytes):>11}")
         rows += [f"  flash {label:<44} {format_size(n):>11}" for label, n in self.flash_lines()]
         of = f" of {format_size(self.flash_bytes)}" if self.flash_bytes is not None else ""
         rows.append(f"  flash {'total (page-aligned)':<44} {format_size(self.pool.flash.total):>11}{of}")
+        rows += [f"  SD    {label:<44} {format_size(n):>11}" for label, n in self.aux_lines()]
         return "\n".join(rows)
 
 
@@ -166,8 +214,8 @@ def check_flash(pool: Pool, flash_bytes: int, board: str) -> None:
     if f.total > flash_bytes:
         raise UsageError(f"the model blob ({format_size(f.model_blob)}) and frozen weights ({format_size(f.frozen)}) "
                          f"need {format_size(f.total)} of flash; {board}'s firmware leaves {format_size(flash_bytes)} "
-                         "for them, and streaming frozen weights from the SD card is not implemented yet: "
-                         "choose a smaller model")
+                         "for them: stream the largest frozen weights from the SD card (poet.plan.placement) "
+                         "or choose a smaller model")
 
 
 def budget_for(graph: TrainingGraph, ram_bytes: int, runtime_static: int,

@@ -16,7 +16,7 @@ from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
 from poet.graph.quantise import decode_i8, encode_i8, i8_bytes
 from poet.plan.memory import MODEL_HEADER_BYTES as HEADER_BYTES
 from poet.plan.memory import MODEL_NODE_BYTES as NODE_BYTES
-from poet.plan.memory import Pool
+from poet.plan.memory import Pool, stream_row
 
 MAGIC = b"PMDL"
 VERSION = 1
@@ -26,6 +26,7 @@ NO_DEP = 0xFFFF
 PARAM_FROZEN = 0x80000000  # param table word: not trained (no gradient, no optimizer state), in flash
 PARAM_STATE = 0x40000000  # param table word: not trained but moved by the forward pass, in RAM
 PARAM_I8 = 0x20000000  # param table word, with PARAM_FROZEN: stored int8 with an fp32 scale
+PARAM_AUX = 0x10000000  # with PARAM_FROZEN | PARAM_I8: on aux storage (the SD card), streamed by a conv2d_q
 PARAM_ELEMS_MASK = 0x0FFFFFFF
 OPTIMIZERS = ("sgd", "momentum", "adam")  # by the optimizer node's a0 (docs/spec.md section 2)
 
@@ -168,6 +169,7 @@ class ModelBlob:
     param_frozen: list[bool] = field(default_factory=list)  # per parameter; missing entries: trained
     param_moved: list[bool] = field(default_factory=list)  # untrained, written by the forward: in RAM
     param_i8: list[bool] = field(default_factory=list)  # frozen, stored int8 (read by an int8 layer only)
+    param_aux: list[bool] = field(default_factory=list)  # frozen int8 on aux storage, streamed (conv2d_q only)
 
     def frozen(self, p: int) -> bool:
         """Read in place from flash: not trained and never written."""
@@ -179,6 +181,10 @@ class ModelBlob:
     def i8(self, p: int) -> bool:
         return self.frozen(p) and p < len(self.param_i8) and self.param_i8[p]
 
+    def aux(self, p: int) -> bool:
+        """Streamed from aux storage (the SD card) rather than read in place from flash."""
+        return self.i8(p) and p < len(self.param_aux) and self.param_aux[p]
+
     def trained(self, p: int) -> bool:
         return not (p < len(self.param_frozen) and self.param_frozen[p]) and not self.moved(p)
 
@@ -186,8 +192,8 @@ class ModelBlob:
         out = bytearray(_HEADER.pack(MAGIC, VERSION, 0, len(self.nodes), len(self.param_elems),
                                      self.batch, self.x_elems))
         for p, n in enumerate(self.param_elems):
-            kind = PARAM_FROZEN | (PARAM_I8 if self.i8(p) else 0) if self.frozen(p) else \
-                PARAM_STATE if self.moved(p) else 0
+            kind = PARAM_FROZEN | (PARAM_I8 if self.i8(p) else 0) | (PARAM_AUX if self.aux(p) else 0) \
+                if self.frozen(p) else PARAM_STATE if self.moved(p) else 0
             out += struct.pack("<I", n | kind)
         for node in self.nodes:
             deps = list(node.deps) + [NO_DEP] * (MAX_DEPS - len(node.deps))
@@ -210,6 +216,7 @@ class ModelBlob:
         frozen = [bool(w & (PARAM_FROZEN | PARAM_STATE)) for w in words]
         moved = [bool(w & PARAM_STATE) for w in words]
         i8 = [bool(w & PARAM_I8) for w in words]
+        aux = [bool(w & PARAM_AUX) for w in words]
         nodes = []
         off = HEADER_BYTES + 4 * n_params
         for _ in range(n_nodes):
@@ -218,7 +225,7 @@ class ModelBlob:
             last = max((i + 1 for i, a in enumerate(attrs) if a != 0), default=0)
             nodes.append(BlobNode(op, kind, tuple(deps[:n_deps]), nbytes, tuple(attrs[:last])))
             off += NODE_BYTES
-        return cls(batch, x_elems, params, nodes, frozen, moved, i8)
+        return cls(batch, x_elems, params, nodes, frozen, moved, i8, aux)
 
     def hash(self) -> int:
         return fnv1a64(self.encode())
@@ -239,8 +246,13 @@ class ModelBlob:
     def pool(self) -> Pool:
         """The board's pool for this model (poet.plan.memory): tables, weights, gradients, optimizer state, batch."""
         ps = range(len(self.param_elems))
+        # the stream buffer as the firmware sizes it (firmware/core/model.c): conv2d_q's a1 C, a5 k,
+        # a6 geometry, a7 weight
+        stream = max((stream_row(n.attrs[1], (n.attrs[6] >> 16) + 1, n.attrs[5]) for n in self.nodes
+                      if n.op == OP_CONV2D_Q and self.aux(n.attrs[7])), default=0)
         return Pool.of(self.param_elems, [self.trained(p) for p in ps], self.optimizer, self.batch, self.x_elems,
-                       len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps], self.in_backward)
+                       len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps], self.in_backward,
+                       [self.aux(p) for p in ps], stream)
 
     @property
     def param_bytes(self) -> int:
@@ -252,34 +264,40 @@ class ModelBlob:
         """The frozen parameters and statistics: the frozen weights blob, in the board's flash."""
         return self.pool.flash.frozen
 
-    def split_weights(self, params: Sequence[np.ndarray]) -> tuple[bytes, bytes]:
-        """Every parameter (param-table order) as the two blobs the board takes: (weights, frozen weights).
-        A frozen tensor stored int8 is quantised here, once (poet.graph.quantise)."""
+    @property
+    def aux_bytes(self) -> int:
+        """The frozen int8 weights on aux storage: the aux weights blob."""
+        return self.pool.flash.aux
+
+    def split_weights(self, params: Sequence[np.ndarray]) -> tuple[bytes, bytes, bytes]:
+        """Every parameter (param-table order) as the three blobs the board takes: (weights, frozen weights,
+        aux weights). A frozen tensor stored int8 is quantised here, once (poet.graph.quantise)."""
         if len(params) != len(self.param_elems):
             raise ValueError(f"{len(params)} parameters, the parameter table has {len(self.param_elems)}")
         ram = [p for i, p in enumerate(params) if not self.frozen(i)]
         flash = b"".join(encode_i8(p) if self.i8(i) else encode_weights([p])
-                         for i, p in enumerate(params) if self.frozen(i))
-        return encode_weights(ram), flash
+                         for i, p in enumerate(params) if self.frozen(i) and not self.aux(i))
+        aux = b"".join(encode_i8(p) for i, p in enumerate(params) if self.aux(i))
+        return encode_weights(ram), flash, aux
 
-    def join_weights(self, weights: bytes, frozen: bytes) -> list[np.ndarray]:
-        """The two blobs back as every parameter, flat, in param-table order (int8 ones dequantised: the
+    def join_weights(self, weights: bytes, frozen: bytes, aux: bytes = b"") -> list[np.ndarray]:
+        """The three blobs back as every parameter, flat, in param-table order (int8 ones dequantised: the
         values the board computes with)."""
         n = len(self.param_elems)
         ram = iter(decode_weights(weights, [self.param_elems[i] for i in range(n) if not self.frozen(i)]))
-        want = self.frozen_bytes
-        if len(frozen) != want:
-            raise ValueError(f"frozen weights are {len(frozen)} bytes, the parameter table needs {want}")
-        out, off = [], 0
+        for blob, want, what in ((frozen, self.frozen_bytes, "frozen"), (aux, self.aux_bytes, "aux")):
+            if len(blob) != want:
+                raise ValueError(f"{what} weights are {len(blob)} bytes, the parameter table needs {want}")
+        out, off = [], {False: 0, True: 0}
         for i in range(n):
             if not self.frozen(i):
                 out.append(next(ram))
                 continue
-            n = self.param_elems[i]
+            n, on_aux = self.param_elems[i], self.aux(i)
             size = i8_bytes(n) if self.i8(i) else F32 * n
-            chunk = frozen[off:off + size]
+            chunk = (aux if on_aux else frozen)[off[on_aux]:off[on_aux] + size]
             out.append(decode_i8(chunk, n) if self.i8(i) else decode_weights(chunk, [n])[0])
-            off += size
+            off[on_aux] += size
         return out
 
     @property

@@ -245,11 +245,11 @@ def int8_storable(g: TrainingGraph) -> set[int]:
             and g.params[n.attrs["w"]][0] in fixed and readers[n.attrs["w"]] == 1}
 
 
-def flash_fit(g: TrainingGraph, flash_bytes: int | None, board: str = "the board") -> frozenset[int]:
+def flash_fit(g: TrainingGraph, flash_bytes: int | None) -> frozenset[int]:
     """The frozen layers (forward node ids) to run in int8 so that the model's flash part fits
     `flash_bytes`: none when fp32 fits, else the layers with the largest storable weights first (a
     weight stored int8 takes a quarter of its fp32 bytes), as few as fit. A model that does not fit
-    even with every storable weight in int8 is one clear line."""
+    even with every storable weight in int8 gets them all (poet.plan.placement streams from there)."""
     from poet.plan.memory import pool_for
 
     if flash_bytes is None or pool_for(g).flash.total <= flash_bytes:
@@ -264,16 +264,9 @@ def flash_fit(g: TrainingGraph, flash_bytes: int | None, board: str = "the board
         total = pool_for(apply_storage(g, {}, chosen)).flash.total
         if total <= flash_bytes:
             return frozenset(chosen)
-    if not layers and not g.int8_params:
-        raise UsageError(f"the model blob and frozen weights need {format_size(total)} of flash, more than the "
-                         f"{format_size(flash_bytes)} {board}'s firmware leaves for them, and none can be stored "
-                         "int8 (each is read by the backward pass of a layer that trains), and streaming frozen "
-                         "weights from the SD card is not implemented yet: choose a smaller model")
-    stored = len(layers) + sum(1 for n in g.nodes if n.op == "conv2d_q")  # a static-int8 prefix's are already
-    raise UsageError(f"the model's frozen weights need {format_size(total)} of flash even stored int8 "
-                     f"({stored} layers), more than the {format_size(flash_bytes)} {board}'s firmware leaves "
-                     "for them, and streaming frozen weights from the SD card is not implemented yet: "
-                     "choose a smaller model or train more of it")
+    # every storable weight int8 and still too big: the largest int8 conv weights stream from the SD card
+    # instead (poet.plan.placement.place), which says so when even that cannot fit
+    return frozenset(chosen)
 
 
 # ---------------------------------------------------------------- cast costs
@@ -561,7 +554,7 @@ def select_for(request: PlanRequest, g: TrainingGraph, board: Board, runtime_sta
     assert request.ram is not None
     prof = load_profile(board.name, request.profile)
     arena = budget_for(g, request.ram, runtime_static).arena
-    flash = flash_fit(g, board.model_flash_bytes, board.name)
+    flash = flash_fit(g, board.model_flash_bytes)
     if flash:
         say(f"\n[precision] {len(flash)} frozen layers run in int8, their weights stored int8, for the model to "
             f"fit {board.name}'s flash ({format_size(board.model_flash_bytes)} for the model and frozen weights)")

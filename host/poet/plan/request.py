@@ -15,6 +15,7 @@ from poet.graph.training_graph import TrainingGraph, numel
 from poet.paths import schedule_file, shown, write_output
 from poet.plan.memory import pool_for
 from poet.plan.pipeline import Planned, plan_step
+from poet.plan.placement import place, stream_lines
 from poet.plan.static_int8 import Int8Prefix, rewrite
 from poet.plan.types import CostedGraph, Plan
 from poet.units import format_size, parse_deadline
@@ -78,6 +79,11 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         from poet.plan.precision import select_for
         sel = select_for(request, g, board, runtime_static, deadline_s, say)
         g, cg = sel.graph, sel.cg
+    placed = place(g, board)  # flash still too small: the largest int8 conv weights stream from the SD card
+    if placed is not g:
+        from poet.plan.costs import load_profile, with_stream_costs
+        g = placed
+        cg = with_stream_costs(cg, g, board, load_profile(board.name, request.profile))
     def plan(g: TrainingGraph, cg: CostedGraph) -> Planned:
         return plan_step(g, cg, board, ram, runtime_static, deadline_s, solver=request.solver,
                          time_limit_s=request.time_limit_s, progress=lambda m: say(f"  {m}"),
@@ -107,6 +113,9 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         p.int8_prefix = prefix  # type: ignore[attr-defined]
         for line in prefix_lines(prefix):
             say(f"  {line}")
+    p.streamed = sorted(g.streamed_params)  # type: ignore[attr-defined]
+    for line in stream_lines(g):
+        say(f"  {line}")
     if p.plan.peak_bytes >= p.keep_all_peak:
         say("  note: this budget holds every activation; nothing needs recomputing or paging")
     if p.lowered is None:

@@ -1,0 +1,88 @@
+"""Where each frozen weight lives: the board's flash, read in place, or its aux storage (the SD card),
+streamed.
+
+Flash holds the model blob and the frozen weights while they fit (poet.plan.memory). When they
+do not, even stored int8, the largest static-int8 convolution weights move to the aux storage,
+past the swap area, one at a time until flash holds the rest: the fewest layers pay the SD
+reads. Such a conv reads its weight a few output channels at a time into the pool's stream
+buffer (one output channel's weights of the widest streamed conv) and computes those channels
+before the next read (firmware/core/ops/quant.c), so the RAM cost is that buffer and the time
+cost the reads, which the planner charges to the node (poet.plan.costs) and the report to its
+layer (poet.energy.accounting).
+
+The placement is a function of the graph and the board alone, recorded in the graph (a
+conv2d_q node's `stream` attribute), so `poet solve` and `poet train` make the same model blob.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+from poet.boards import Board
+from poet.errors import UsageError
+from poet.graph.quantise import i8_bytes
+from poet.graph.training_graph import TrainingGraph, numel
+from poet.plan.memory import aux_area_bytes, pool_for
+from poet.units import format_size
+
+
+def streamed(g: TrainingGraph, params: set[str]) -> TrainingGraph:
+    """g with the static-int8 convs whose weights are `params` streaming them from aux storage."""
+    if not params:
+        return g
+    out = copy.copy(g)
+    out.nodes = [replace(n, attrs={**n.attrs, "stream": 1})
+                 if n.op == "conv2d_q" and g.params[n.attrs["w"]][0] in params else n for n in g.nodes]
+    return out
+
+
+def place(g: TrainingGraph, board: Board) -> TrainingGraph:
+    """g with its frozen weights placed for `board`: unchanged when flash holds them, else with the
+    largest static-int8 conv weights streamed from aux storage until it does. A model whose frozen
+    weights fit neither is one clear line."""
+    flash = board.model_flash_bytes
+    if pool_for(g).flash.total <= flash:
+        return g
+    movable = sorted((n for n in g.nodes if n.op == "conv2d_q" and not n.attrs.get("stream")),
+                     key=lambda n: (-numel(g.params[n.attrs["w"]][1]), n.id))
+    chosen = set(g.streamed_params)
+    out = g
+    for n in movable:
+        chosen.add(g.params[n.attrs["w"]][0])
+        out = streamed(g, chosen)
+        if pool_for(out).flash.total <= flash:
+            break
+    f = pool_for(out).flash
+    if f.total > flash:
+        why = (f"even with the weights of all {len(chosen)} static-int8 convolutions on the SD card" if chosen
+               else "and only static-int8 convolutions can stream their weights from the SD card (this model has "
+                    "none: its frozen layers are read by a layer that trains, or have no int8 form)")
+        raise UsageError(f"the model's frozen weights fit neither {board.name}'s flash nor its SD card: flash would "
+                         f"need {format_size(f.total)} of the {format_size(flash)} the firmware leaves, {why}; "
+                         "choose a smaller model or train more of it")
+    room = board.aux_bytes
+    need = aux_area_bytes(out)
+    if room is not None and need > room:
+        raise UsageError(f"the model's frozen weights fit neither {board.name}'s flash nor its SD card: "
+                         f"{format_size(f.aux)} of weights on the card after a {format_size(need - f.aux)} "
+                         f"swap area is more than the firmware's {format_size(room)} of it (boards/{board.name}.yaml "
+                         "aux_storage bytes); choose a smaller model")
+    return out
+
+
+def stream_lines(g: TrainingGraph) -> list[str]:
+    """What `poet solve` says of the weights on the SD card: which layers, how big, how they are read."""
+    from poet.plan.memory import stream_reads, stream_row
+
+    pool = pool_for(g)
+    nodes = [n for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("stream")]
+    if not nodes:
+        return []
+    out = [f"frozen weights on the SD card (flash cannot hold them): {len(nodes)} static-int8 convolutions, "
+           f"{format_size(pool.flash.aux)}, each read through a {format_size(pool.stream)} stream buffer in RAM:"]
+    for n in nodes:
+        a = n.attrs
+        reads = stream_reads(a["O"], stream_row(a["C"], a["groups"], a["k"]), pool.stream)
+        out.append(f"  {n.name:<30} {format_size(i8_bytes(numel(g.params[a['w']][1]))):>10} in {len(reads)} reads")
+    return out

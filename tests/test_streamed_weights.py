@@ -1,0 +1,154 @@
+"""Frozen int8 weights streamed from the aux storage (the SD card) when flash cannot hold them
+(poet.plan.placement, firmware/core/ops/quant.c): the same bits as read in place from flash, on the
+native runtime; where the planner puts them; what it charges for them; and the one line a model that
+fits neither flash nor the card gets."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import needs_tools
+from poet.boards import load_board
+from poet.errors import UsageError
+from poet.graph.training_graph import TrainingGraph
+from poet.plan.lower import model_blob
+from poet.plan.memory import aux_area_bytes, pool_for, stream_reads, stream_row, swap_bytes
+from poet.plan.placement import place, streamed
+from poet.plan.static_int8 import Int8Prefix, rewrite
+from poet.units import format_size
+from test_kernels_lp import _train
+
+
+class _Net(torch.nn.Module):
+    """conv 3x3 (row 9 B), conv 3x3 8->8 (row 72 B: the stream buffer), depthwise 3x3 (row 9 B: eight
+    channels a read), 1x1 8->4 (row 8 B), then the linear that trains (`--train last:1`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.bn1 = nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.conv3 = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.conv4 = nn.Conv2d(8, 4, 1)
+        self.fc = nn.Linear(4 * 8 * 8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = torch.relu(self.bn2(self.conv2(h)))
+        h = torch.relu(self.conv3(h))
+        return self.fc(torch.flatten(self.conv4(h), 1))
+
+
+def _prefix() -> tuple[torch.nn.Module, TrainingGraph, Int8Prefix]:
+    from poet.graph.tracer import trace
+
+    torch.manual_seed(5)
+    m = _Net()
+    g = trace(m, "net", (1, 8, 8), 5, 2, train="last:1")
+    prefix = rewrite(g)
+    assert prefix is not None
+    return m, g, prefix
+
+
+def _convs(g: TrainingGraph) -> list[str]:
+    return [g.params[n.attrs["w"]][0] for n in g.nodes if n.op == "conv2d_q"]
+
+
+@needs_tools("cc", "make")
+def test_streamed_weights_give_the_bits_of_weights_in_flash(tmp_path: Path) -> None:
+    from poet.graph.reference import state_tensors, weights_of
+
+    m, _, prefix = _prefix()
+    q = prefix.graph
+    rng = np.random.default_rng(2)
+    data = [(rng.standard_normal((2, 64)).astype(np.float32), rng.integers(0, 5, 2).astype(np.int32))
+            for _ in range(3)]
+    w = prefix.weights(dict(zip([n for n, _ in state_tensors(m)], weights_of(m), strict=True)), data[0][0])
+    convs = _convs(q)
+    runs = {}
+    for which in ((), tuple(convs), (convs[1], convs[2]), (convs[2], convs[3])):
+        g = streamed(q, set(which))
+        blob = model_blob(g)
+        assert [blob.aux(p) for p in range(len(g.params))] == [name in which for name, _ in g.params]
+        assert blob.pool == pool_for(g)  # the board's layout is the planner's, stream buffer included
+        d = tmp_path / str(len(runs))  # each run its own pager file
+        d.mkdir()
+        runs[which] = _train(d, blob, w, data)
+    # every weight streamed: the buffer is the 8->8 conv's channel (72 B); the depthwise conv reads its
+    # scale, then all eight 9-byte channels at once
+    assert pool_for(streamed(q, set(convs))).stream == 72
+    assert pool_for(streamed(q, {convs[2], convs[3]})).stream == 9
+    base_losses, base_w = runs[()]
+    fc = [n for n, _ in q.params].index("fc.weight")
+    assert not np.allclose(base_w[fc], w[fc].ravel())  # the linear trained
+    for which, (losses, got) in runs.items():
+        assert losses == base_losses, which
+        for a, b in zip(got, base_w, strict=True):
+            assert np.array_equal(a, b), which
+
+
+def test_stream_reads_follow_the_buffer() -> None:
+    assert stream_row(8, 8, 3) == 9 and stream_row(512, 1, 3) == 4608
+    assert stream_reads(8, 9, 72) == [4, 72]  # the scale, then eight channels in one read
+    assert stream_reads(5, 8, 18) == [4, 16, 16, 8]
+    assert stream_reads(512, 4608, 4608) == [4] + [4608] * 512
+
+
+def test_the_largest_int8_weights_move_to_the_card_until_flash_holds_the_rest() -> None:
+    _, _, prefix = _prefix()
+    q = prefix.graph
+    board = load_board("nrf52840")
+    assert place(q, board) is q  # it fits: nothing streams
+    f = pool_for(q).flash
+    sizes = {n.attrs["w"]: n for n in q.nodes if n.op == "conv2d_q"}
+    assert len(sizes) == 4
+    # flash short of the largest weight's bytes (the 8->8 conv, 576 B int8): that one moves, alone
+    small = replace(board, model_flash_bytes=f.total - 100)
+    placed = place(q, small)
+    assert placed.streamed_params == {_convs(q)[1]}
+    assert pool_for(placed).flash.total <= small.model_flash_bytes
+    assert pool_for(placed).flash.aux == 4 + 576 and pool_for(placed).stream == 72
+    # the same placement on solve and train: a function of the graph and the board
+    assert place(q, small).streamed_params == placed.streamed_params
+
+
+def test_a_model_that_fits_neither_flash_nor_the_card_is_one_line() -> None:
+    _, g, prefix = _prefix()
+    board = load_board("nrf52840")
+    with pytest.raises(UsageError, match=r"fit neither nrf52840's flash nor its SD card: .*even with the weights "
+                                         r"of all 4 static-int8 convolutions on the SD card"):
+        place(prefix.graph, replace(board, model_flash_bytes=64))
+    with pytest.raises(UsageError, match=r"fit neither .* only static-int8 convolutions can stream"):
+        place(g, replace(board, model_flash_bytes=64))  # fp32: nothing can stream
+    # flash holds all but one weight; the card holds the swap area, not that weight after it
+    short = replace(board, model_flash_bytes=pool_for(prefix.graph).flash.total - 100)
+    need = aux_area_bytes(place(prefix.graph, short))
+    assert need == -(-swap_bytes(prefix.graph) // 512) * 512 + 580
+    with pytest.raises(UsageError, match=rf"fit neither .* 580 B of weights on the card after a .* swap area is more "
+                                         rf"than the firmware's {format_size(need - 1)} of it"):
+        place(prefix.graph, replace(short, storage=dict(board.storage, bytes=need - 1)))
+
+
+def test_the_planner_charges_each_streamed_read() -> None:
+    from poet.plan.costs import costed, load_profile, with_stream_costs
+
+    _, _, prefix = _prefix()
+    q = prefix.graph
+    board = load_board("nrf52840")
+    prof = load_profile(board.name)
+    convs = _convs(q)
+    s = streamed(q, {convs[1]})
+    base, cs = costed(q, board, prof, estimate=True), costed(s, board, prof, estimate=True)
+    node = next(n for n in s.nodes if n.op == "conv2d_q" and n.attrs.get("stream"))
+    reads = [board.page_cost(b, "in") for b in stream_reads(8, 72, 72)]  # its scale, then 8 reads of a channel
+    assert len(reads) == 9
+    extra = cs.nodes[node.id].compute_s - base.nodes[node.id].compute_s
+    assert extra == pytest.approx(sum(t for t, _ in reads))
+    assert cs.nodes[node.id].compute_j - base.nodes[node.id].compute_j == pytest.approx(sum(j for _, j in reads))
+    assert all(a == b for a, b in zip(base.nodes, cs.nodes, strict=True) if a.id != node.id)
+    # placed after costing (poet solve): the same costs
+    assert with_stream_costs(base, s, board, prof).nodes == cs.nodes
