@@ -152,3 +152,48 @@ def test_the_planner_charges_each_streamed_read() -> None:
     assert all(a == b for a, b in zip(base.nodes, cs.nodes, strict=True) if a.id != node.id)
     # placed after costing (poet solve): the same costs
     assert with_stream_costs(base, s, board, prof).nodes == cs.nodes
+
+
+@needs_tools("cc", "make")
+def test_the_account_charges_the_reads_to_the_layer_that_made_them(tmp_path: Path) -> None:
+    from fwhelpers import keep_all, native_link
+    from poet.device.link import BATCH, SCHEDULE
+    from poet.energy.accounting import account
+    from poet.energy.tracefile import Trace
+    from poet.graph.reference import state_tensors, weights_of
+    from poet.plan.modelblob import encode_batch
+
+    m, _, prefix = _prefix()
+    s = streamed(prefix.graph, {_convs(prefix.graph)[1]})
+    x = np.random.default_rng(3).standard_normal((2, 64)).astype(np.float32)
+    w = prefix.weights(dict(zip([n for n, _ in state_tensors(m)], weights_of(m), strict=True)), x)
+    blob = model_blob(s)
+    with native_link(tmp_path) as link:
+        link.load_model(blob, w)
+        link.upload(SCHEDULE, keep_all(blob).encode())
+        link.upload(BATCH, encode_batch(x, np.array([0, 1], np.int32)))
+        result = link.step(0.05)
+    board = load_board("nrf52840")
+    for provenance in ("emulated", "measured"):
+        tr = Trace.for_graph(s, board.name, provenance, 1e6)
+        tr.add_step(result, 0.05)
+        node = next(i for i, n in enumerate(tr.nodes) if n.get("sd_reads"))
+        assert tr.nodes[node]["sd_reads"] == [4] + [72] * 8
+        (c,) = [c for c in account(tr, board).charges if c.tensor == tr.nodes[node]["name"] and c.kind == "forward"]
+        ticks = next(r[4] for r in tr.steps[0]["records"] if r[1] == node and r[2] == "forward")
+        t = board.compute_time_s(ticks, 1e6)
+        reads = [board.page_cost(b, "in") for b in tr.nodes[node]["sd_reads"]]
+        read_s, read_j = sum(r[0] for r in reads), sum(r[1] for r in reads)
+        if provenance == "emulated":  # semihosting took no virtual time: the storage model's, added
+            assert c.time_s == pytest.approx(t + read_s) and c.energy_j == pytest.approx(board.compute_energy_j(t)
+                                                                                         + read_j)
+        else:  # the board's ticks hold the reads; the card's own power is added
+            assert c.time_s == pytest.approx(t)
+            assert c.energy_j == pytest.approx(board.compute_energy_j(t) + read_j - board.compute_energy_j(read_s))
+        # every other record as before: the one streamed layer pays
+        plain = Trace.for_graph(prefix.graph, board.name, provenance, 1e6)
+        plain.add_step(result, 0.05)
+        others = [(a.tensor, a.kind, a.energy_j) for a in account(tr, board).charges if a.record != c.record]
+        assert others == [(a.tensor, a.kind, a.energy_j) for a in account(plain, board).charges
+                          if a.record != c.record]
+

@@ -19,10 +19,16 @@ board's storage model for the bytes it moved (`Board.page_cost`, datasheet), whi
 replaces the record's own ticks: emulated paging goes through semihosting and takes
 no virtual time, and the planner costs paging with the same model.
 
+A layer whose int8 weight streams from the SD card (poet.plan.placement) reads it inside its own
+record: each of its forward and recompute records is charged the storage model's cost of those
+reads (the trace's node says their sizes), on top of its ticks when emulated (semihosting takes no
+virtual time), and as the card's power alone on a board (its ticks include the reads).
+
 The identity this keeps, tested against the step totals in tests/test_accounting.py:
 
     total_j = sum over steps of  P_cpu * t(step_ticks - ticks of the step's paging records)
               + sum over paging records of  page_cost_j(bytes)
+              + sum over streamed-weight records of their reads' page_cost_j (emulated)
 
 so every tick of every step is charged exactly once and the account's total is the
 run's total, not the sum of whatever the records happened to cover.
@@ -101,6 +107,17 @@ def _measured(energy_of: EnergyOf, step: int, record: int, what: str) -> float:
     return e
 
 
+def _with_sd_reads(board: Board, reads: Sequence[int], t: float, e: float, emulated: bool) -> tuple[float, float]:
+    """A record of a layer that streams its weight from the SD card: its reads charged to it. Emulated,
+    they took no virtual time (semihosting): the storage model's time and energy are added. On a board
+    the record's ticks include them (the CPU waits on the bus): only the card's own power is added."""
+    cost = [board.page_cost(b, "in") for b in reads]
+    read_s, read_j = sum(c[0] for c in cost), sum(c[1] for c in cost)
+    if emulated:
+        return t + read_s, e + read_j
+    return t, e + read_j - board.compute_energy_j(read_s)
+
+
 def charges(trace: Trace, board: Board, energy_of: EnergyOf | None = None) -> list[Charge]:
     """Every record of every step and each step's remainder, charged (see the module docstring)."""
     out: list[Charge] = []
@@ -117,6 +134,8 @@ def charges(trace: Trace, board: Board, energy_of: EnergyOf | None = None) -> li
             else:
                 t = board.compute_time_s(ticks, trace.tick_hz)
                 e = board.compute_energy_j(t)
+                if n.get("sd_reads") and kind in ("forward", "recompute"):
+                    t, e = _with_sd_reads(board, n["sd_reads"], t, e, trace.provenance == "emulated")
             if energy_of is not None:
                 e = _measured(energy_of, k, i, f"record {i} ({kind} {n['name']})")
             out.append(Charge(k, i, n["name"], n["module"], "overhead" if kind == "free" else kind, t, e,

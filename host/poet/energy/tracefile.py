@@ -48,8 +48,11 @@ class Trace:
 
     @classmethod
     def for_graph(cls, g: TrainingGraph, board: str, provenance: str, tick_hz: float) -> Trace:
-        nodes = [{"name": n.name, "module": n.module, "kind": n.kind, "op": n.op, "bytes": n.bytes}
-                 for n in g.nodes]
+        from poet.plan.memory import streamed_reads
+
+        reads = streamed_reads(g)  # a weight streamed from the SD card: its reads, for the account
+        nodes = [{"name": n.name, "module": n.module, "kind": n.kind, "op": n.op, "bytes": n.bytes,
+                  **({"sd_reads": reads[n.id]} if n.id in reads else {})} for n in g.nodes]
         return cls(board, g.model, provenance, tick_hz, nodes)
 
     def add_step(self, result: Any, lr: float) -> None:
@@ -226,4 +229,5 @@ def _is_time(v: Any) -> bool:
 
 def _is_node(n: Any) -> bool:
     return (isinstance(n, dict) and all(isinstance(n.get(k), str) for k in ("name", "module", "kind"))
-            and _is_count(n.get("bytes")))
+            and _is_count(n.get("bytes"))
+            and (isinstance(n.get("sd_reads", []), list) and all(_is_count(b) for b in n.get("sd_reads", []))))

@@ -287,16 +287,12 @@ def page_cost(board: Board, profile: dict[str, Any], nbytes: int, direction: str
 def stream_cost(board: Board, profile: dict[str, Any], g: TrainingGraph) -> dict[int, tuple[float, float]]:
     """(seconds, joules) of the aux-storage reads of each node that streams its weight (poet.plan.placement),
     by node id: the paging model's cost of each read, as the firmware makes them (memory.stream_reads)."""
-    from poet.plan.memory import pool_for, stream_reads, stream_row
+    from poet.plan.memory import streamed_reads
 
-    stream = pool_for(g).stream
     out = {}
-    for n in g.nodes:
-        if n.op == "conv2d_q" and n.attrs.get("stream"):
-            a = n.attrs
-            reads = [page_cost(board, profile, b, "in") for b in stream_reads(a["O"], stream_row(a["C"], a["groups"],
-                                                                                              a["k"]), stream)]
-            out[n.id] = (sum(t for t, _ in reads), sum(j for _, j in reads))
+    for node, reads in streamed_reads(g).items():
+        cost = [page_cost(board, profile, b, "in") for b in reads]
+        out[node] = (sum(t for t, _ in cost), sum(j for _, j in cost))
     return out
 
 

@@ -138,6 +138,13 @@ def stream_reads(out_channels: int, row: int, stream: int) -> list[int]:
     return [F32] + [min(per, out_channels - o) * row for o in range(0, out_channels, per)]
 
 
+def streamed_reads(g: TrainingGraph) -> dict[int, list[int]]:
+    """Each node that streams its weight from aux storage (poet.plan.placement), by id: its reads' bytes."""
+    stream = pool_for(g).stream
+    return {n.id: stream_reads(n.attrs["O"], stream_row(n.attrs["C"], n.attrs["groups"], n.attrs["k"]), stream)
+            for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("stream")}
+
+
 def swap_bytes(g: TrainingGraph) -> int:
     """The swap area on aux storage: a slot for every node's output (firmware/core/model.c swap_off)."""
     return sum(n.bytes for n in g.nodes)
