@@ -197,3 +197,38 @@ def test_the_account_charges_the_reads_to_the_layer_that_made_them(tmp_path: Pat
         assert others == [(a.tensor, a.kind, a.energy_j) for a in account(plain, board).charges
                           if a.record != c.record]
 
+
+
+@needs_tools("cc", "make")
+def test_a_card_that_holds_the_weights_is_checked_not_written_again(tmp_path: Path) -> None:
+    """The board CRC-32s the aux weights its card already holds (VERIFY): equal, they are not uploaded
+    again; a card holding anything else gets them over the link; a card image written directly (as a
+    card reader would, `Device.load_model` on an emulated board) counts the same."""
+    from fwhelpers import native_link
+    from poet.device.link import AUX
+    from poet.graph.reference import state_tensors, weights_of
+
+    m, _, prefix = _prefix()
+    s = streamed(prefix.graph, set(_convs(prefix.graph)))
+    x = np.zeros((2, 64), np.float32)
+    w = prefix.weights(dict(zip([n for n, _ in state_tensors(m)], weights_of(m), strict=True)), x)
+    blob = model_blob(s)
+    aux = blob.split_weights(w)[2]
+    card = tmp_path / "poet-swap.bin"
+    with native_link(tmp_path) as link:
+        sent: list[int] = []
+        upload = link.upload
+        link.upload = lambda blob_id, data, progress=None: (sent.append(blob_id), upload(blob_id, data, progress))
+        link.load_model(blob, w)
+        assert sent.count(AUX) == 1  # an empty card: over the link
+        assert card.read_bytes()[blob.aux_at:] == aux
+        link.load_model(blob, w)
+        assert sent.count(AUX) == 1  # checked, not sent
+        with open(card, "r+b") as f:  # one byte of the card changed
+            f.seek(blob.aux_at + len(aux) // 2)
+            f.write(bytes([aux[len(aux) // 2] ^ 1]))
+        link.load_model(blob, w)
+        assert sent.count(AUX) == 2 and card.read_bytes()[blob.aux_at:] == aux
+        card.write_bytes(bytes(blob.aux_at + len(aux)))  # a card wiped, then written by a card reader
+        link.load_model(blob, w, card)
+        assert sent.count(AUX) == 2 and card.read_bytes()[blob.aux_at:] == aux

@@ -557,6 +557,37 @@ static void read_blob(const uint8_t *p, uint16_t len)
     send(POET_MSG_DATA, base + off, (uint16_t)n);
 }
 
+/* VERIFY: the aux storage may already hold the model's aux weights (a card written by a card reader,
+ * or by an earlier run with the same weights): their CRC-32 equal to the host's marks them loaded,
+ * so megabytes need not cross the serial link again. The reads go through tx, which the ACK then
+ * overwrites. */
+static void verify(const uint8_t *p, uint16_t len)
+{
+    uint32_t crc = 0, off, n;
+    if (len != 5 || p[0] != POET_BLOB_AUX) {
+        ack(len != 5 ? POET_E_FRAME : POET_E_RANGE, POET_NO_DETAIL);
+        return;
+    }
+    if (!st.model || st.cur == POET_BLOB_AUX) {
+        ack(POET_E_LINK_ORDER, POET_NO_DETAIL);
+        return;
+    }
+    if (port_pager_open() != 0) {
+        ack(POET_E_PAGER, POET_NO_DETAIL);
+        return;
+    }
+    for (off = 0; off < aux_bytes(); off += n) {
+        n = aux_bytes() - off < POET_FRAME_MAX ? aux_bytes() - off : POET_FRAME_MAX;
+        if (port_pager_read(model.aux_at + off, tx, n) != 0) {
+            ack(POET_E_PAGER, off);
+            return;
+        }
+        crc = poet_crc32(crc, tx, n);
+    }
+    st.aux = crc == poet_rd32(p + 1);
+    ack(st.aux ? POET_OK : POET_E_RANGE, crc);
+}
+
 void poet_handle_frame(uint8_t type, uint8_t seq, const uint8_t *payload, uint16_t len)
 {
     cur_seq = seq;
@@ -564,7 +595,8 @@ void poet_handle_frame(uint8_t type, uint8_t seq, const uint8_t *payload, uint16
         switch (type) {
         case POET_MSG_HELLO:
         case POET_MSG_READ:
-            break; /* change nothing: answered afresh */
+        case POET_MSG_VERIFY:
+            break; /* change nothing but what they check: answered afresh */
         case POET_MSG_STEP:
             send_step_result();
             return;
@@ -583,6 +615,7 @@ void poet_handle_frame(uint8_t type, uint8_t seq, const uint8_t *payload, uint16
     case POET_MSG_END_BLOB: end_blob(payload, len); break;
     case POET_MSG_STEP: step(payload, len); break;
     case POET_MSG_READ: read_blob(payload, len); break;
+    case POET_MSG_VERIFY: verify(payload, len); break;
     default: ack(POET_E_UNKNOWN_MSG, type); break;
     }
 }

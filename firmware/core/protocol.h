@@ -21,6 +21,7 @@ enum {
     POET_MSG_END_BLOB = 0x04,
     POET_MSG_STEP = 0x05,
     POET_MSG_READ = 0x06,
+    POET_MSG_VERIFY = 0x07, /* the aux weights already on aux storage: CRC-32 them (docs/spec.md 6) */
     POET_MSG_ACK = 0x80,
     POET_MSG_HELLO_REPLY = 0x81,
     POET_MSG_DATA = 0x84,

@@ -358,12 +358,13 @@ def _graph(cfg: RunConfig) -> tuple[torch.nn.Module, TrainingGraph]:
     return model, with_optimizer(g, parse_optimizer(cfg.optimizer))
 
 
-def _graph_for(g: TrainingGraph, plan: dict) -> TrainingGraph:
-    """The graph the plan's schedule runs on: g, its frozen prefix in static int8, or with --precision
-    greedy|auto its narrow-stored form; with the weights the plan streams from the SD card marked."""
+def _graph_for(g: TrainingGraph, plan: dict, prefix: Int8Prefix | None = None) -> TrainingGraph:
+    """The graph the plan's schedule runs on: g, its frozen prefix in static int8 (`prefix` when the caller
+    has it), or with --precision greedy|auto its narrow-stored form; with the weights the plan streams from
+    the SD card marked."""
     from poet.plan.placement import streamed
 
-    prefix = _int8_prefix(g, plan)
+    prefix = prefix or _int8_prefix(g, plan)
     if prefix is not None:
         run = prefix.graph
     elif plan.get("precision"):
@@ -658,7 +659,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
             plan = _plan(cfg, g, board, dev, run, say)
             prefix = _int8_prefix(g, plan)
             w0, fed = _initial_weights(model, prefix, data, say)
-            g = prefix.graph if prefix is not None else _graph_for(g, plan)
+            g = _graph_for(g, plan, prefix)
             pred = _check_energy(cfg, plan, total_steps, cfg.epochs, say)
             if not resume:
                 # only now: a run refused for its energy or schedule leaves no config, so no run to be refused for

@@ -131,8 +131,16 @@ static void mark_open(void)
 
 int port_pager_open(void)
 {
+    if (swap)
+        return 0;
+    swap = fopen("poet-swap.bin", "r+b"); /* kept, as a card keeps its sectors (semihost_pager.c) */
     if (!swap)
         swap = fopen("poet-swap.bin", "w+b");
+    /* unbuffered: a card image the host rewrote (a card reader's write) is read as it is now */
+    if (swap && setvbuf(swap, 0, _IONBF, 0) != 0) {
+        fclose(swap);
+        swap = 0;
+    }
     return swap ? 0 : -1;
 }
 

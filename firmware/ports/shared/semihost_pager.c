@@ -1,5 +1,6 @@
 /* The pager of the QEMU stand-ins: a file in QEMU's working directory (poet-swap.bin) reached by
- * semihosting. The calls and their argument blocks are the same on Arm and RISC-V (both follow
+ * semihosting, the emulated SD card. An existing file is kept, as a card keeps its sectors: the aux
+ * weights a host wrote onto it (as a card reader would) are verified, not uploaded again. The calls and their argument blocks are the same on Arm and RISC-V (both follow
  * Arm's semihosting specification); only the trap differs, so each port supplies port_semihost(). */
 #include <stdint.h>
 
@@ -15,9 +16,13 @@ int port_pager_open(void)
     if (swap_fd >= 0)
         return 0;
     args[0] = (uint32_t)(uintptr_t)name;
-    args[1] = 7u; /* "w+b" */
+    args[1] = 3u; /* "r+b": the card as it is */
     args[2] = sizeof name - 1u;
     swap_fd = port_semihost(SEMIHOST_SYS_OPEN, args);
+    if (swap_fd < 0) {
+        args[1] = 7u; /* "w+b": no card image yet */
+        swap_fd = port_semihost(SEMIHOST_SYS_OPEN, args);
+    }
     return swap_fd >= 0 ? 0 : -1;
 }
 

@@ -38,6 +38,8 @@ from poet.graph.training_graph import TrainingGraph
 from poet.plan.lower import model_blob
 from poet.plan.modelblob import encode_batch
 
+SWAP_FILE = "poet-swap.bin"  # the stand-ins' pager file in their working directory: the emulated SD card
+
 
 @dataclass
 class TimedStep(StepResult):
@@ -56,6 +58,7 @@ class Device:
     hello: Hello
     board: Board
     emulated: bool
+    card: Path | None = None  # an emulated board's SD card image (its pager's file), None on a board
     # the arena peak the plan of the loaded schedule predicts: every step's must equal it, byte for
     # byte (DESIGN.md "Memory"); None for a schedule with no plan behind it (given as a file)
     planned_peak: int | None = None
@@ -70,7 +73,11 @@ class Device:
         return self.hello.static_bytes
 
     def load_model(self, g: TrainingGraph, weights: list[np.ndarray]) -> None:
-        self.link.load_model(model_blob(g), weights)
+        """The model and its weights onto the board. Weights streamed from the SD card (poet.plan.placement)
+        go onto an emulated board's card image directly, as a card reader would put them on a real card
+        (megabytes over the emulator's serial take minutes), and the board checks them (VERIFY); on a
+        board they cross the link unless its card holds them already."""
+        self.link.load_model(model_blob(g), weights, self.card)
 
     def load_schedule(self, data: bytes, planned_peak: int | None = None) -> None:
         """Upload a schedule; with planned_peak, every step after is checked against the plan's peak."""
@@ -123,10 +130,10 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
                                     stdout=subprocess.PIPE, preexec_fn=die_with_poet())
             stack.callback(_reap, proc)
             ser = ProcessPort(proc)
-            emulated = False
+            emulated, card = False, None
         elif port:
             ser = open_serial(port)  # one line for a missing, busy or refused port
-            emulated = False
+            emulated, card = False, None
         elif board.emulator.get("kind") == "process":
             # a Linux board's stand-in: the runtime as a child process (a cross build under qemu-user)
             cmd = [*firmware.command(board.emulator_target), board.name]
@@ -136,7 +143,7 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
                                     preexec_fn=die_with_poet())  # a killed poet's runtime may be mid-step
             stack.callback(_reap, proc)
             ser = ProcessPort(proc)
-            emulated = True
+            emulated, card = True, wd / SWAP_FILE
         else:
             say(f"no --port given: using the emulated {board.name} "
                 f"(QEMU {board.emulator.get('machine')}, numbers are 'emulated')")
@@ -144,7 +151,7 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             qemu = stack.enter_context(emulator.start_qemu(
                 elf, workdir, spec=emulator.QemuSpec.from_board(board.emulator)))
             ser = serial.serial_for_url(qemu.url, timeout=1.0)
-            emulated = True
+            emulated, card = True, qemu.workdir / SWAP_FILE
         stack.callback(ser.close)
         link = Link(ser)
         try:
@@ -164,4 +171,4 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
                             f"not {board.name!r}; pass the right --board")
         say(f"connected: {hello.board} firmware {hello.fw_version}, RAM {hello.ram_bytes} B "
             f"(pool {hello.pool_bytes} B), timer {hello.tick_hz / 1e6:g} MHz")
-        yield Device(link, hello, board, emulated)
+        yield Device(link, hello, board, emulated, card)

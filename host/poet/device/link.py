@@ -23,6 +23,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import serial
@@ -56,7 +57,8 @@ CHUNK_MIN = 32  # the smallest data part a lossy line is tried with
 TRACE_RECORD_BYTES = 16
 TRACE_PER_FRAME_MAX = 60
 
-HELLO, BEGIN_BLOB, CHUNK, END_BLOB, STEP, READ = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
+HELLO, BEGIN_BLOB, CHUNK, END_BLOB, STEP, READ, VERIFY = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07
+PAGER_FAILED, OUT_OF_RANGE = 38, 39  # LINK_ERRORS' PAGER and RANGE
 ACK, HELLO_REPLY, DATA, DONE, TRACE, NAK = 0x80, 0x81, 0x84, 0x85, 0x86, 0x8F
 
 LINK_ERRORS: dict[int, str] = {
@@ -117,6 +119,14 @@ class DeviceError(PoetError):
     @property
     def name(self) -> str:
         return STATUS_NAMES.get(self.code, f"status {self.code}")
+
+
+def write_card(card: Path, at: int, data: bytes) -> None:
+    """Write bytes onto an SD card image at a byte offset of the firmware's area, as a card reader would
+    (an emulated board's card is a file: its pager's poet-swap.bin)."""
+    with open(card, "r+b" if card.exists() else "w+b") as f:
+        f.seek(at)
+        f.write(data)
 
 
 class PortLike(Protocol):
@@ -534,17 +544,32 @@ class Link:
     def read_weights(self, n_bytes: int) -> bytes:
         return self.read_blob(WEIGHTS, n_bytes)
 
-    def load_model(self, blob: ModelBlob, params: Sequence[np.ndarray]) -> None:
+    def load_model(self, blob: ModelBlob, params: Sequence[np.ndarray], card: Path | None = None) -> None:
         """Upload a model and every parameter: the model blob and the frozen ones to the board's flash,
-        the trained ones to its RAM."""
+        the streamed ones to its aux storage (unless it holds them already: VERIFY), the trained ones
+        to its RAM. `card`: an emulated board's SD card image, written first as a card reader would."""
         weights, frozen, aux = blob.split_weights(params)
         self.upload(MODEL, blob.encode())
         if frozen:
             self.upload(FROZEN, frozen)
         if aux:
-            self.upload(AUX, aux)
+            if card is not None:
+                write_card(card, blob.aux_at, aux)
+            if not self.verify_aux(aux):
+                self.upload(AUX, aux)
         self.aux_uploaded = (blob.hash(), aux)
         self.upload(WEIGHTS, weights)
+
+    def verify_aux(self, aux: bytes) -> bool:
+        """Whether the board's aux storage already holds these aux weights (it CRC-32s its copy); then they
+        count as uploaded. A card that holds something else, or too little, says no."""
+        try:
+            self._ack(VERIFY, struct.pack("<BI", AUX, zlib.crc32(aux)), "the aux weights' check (VERIFY)")
+        except DeviceError as exc:
+            if exc.code in (PAGER_FAILED, OUT_OF_RANGE):
+                return False
+            raise
+        return True
 
     def read_params(self, blob: ModelBlob) -> list[np.ndarray]:
         """Every parameter, flat, in param-table order: the trained ones as the board has them now. Weights

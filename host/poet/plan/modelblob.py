@@ -14,9 +14,9 @@ import numpy as np
 
 from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
 from poet.graph.quantise import decode_i8, encode_i8, i8_bytes
+from poet.plan.memory import AUX_ALIGN, Pool, stream_row
 from poet.plan.memory import MODEL_HEADER_BYTES as HEADER_BYTES
 from poet.plan.memory import MODEL_NODE_BYTES as NODE_BYTES
-from poet.plan.memory import Pool, stream_row
 
 MAGIC = b"PMDL"
 VERSION = 1
@@ -263,6 +263,12 @@ class ModelBlob:
     def frozen_bytes(self) -> int:
         """The frozen parameters and statistics: the frozen weights blob, in the board's flash."""
         return self.pool.flash.frozen
+
+    @property
+    def aux_at(self) -> int:
+        """Where the aux weights start on the board's aux storage: past the swap area, sector-aligned
+        (firmware/core/model.c aux_at)."""
+        return -(-sum(n.bytes for n in self.nodes) // AUX_ALIGN) * AUX_ALIGN
 
     @property
     def aux_bytes(self) -> int:
