@@ -204,6 +204,7 @@ def _as_planned(g, model, weights: list, board):
 
     from poet.graph.reference import state_tensors
     from poet.plan.costs import load_profile
+    from poet.plan.placement import place
     from poet.plan.request import int8_prefix_for
 
     prefix = int8_prefix_for(g, board, board.ram_bytes, int(load_profile(board.name)["runtime_static_bytes"]))
@@ -212,7 +213,9 @@ def _as_planned(g, model, weights: list, board):
     say(f"{g.model}: its fp32 graph cannot fit {board.name}; profiling it with its frozen prefix in static int8, "
         "as `poet solve` plans it")
     calib = np.random.default_rng(0).random((64, *g.input_shape), dtype=np.float32)
-    return prefix.graph, prefix.weights(dict(zip((n for n, _ in state_tensors(model)), weights, strict=True)), calib)
+    # and its largest int8 weights on the SD card where flash cannot hold them all
+    return (place(prefix.graph, board),
+            prefix.weights(dict(zip((n for n, _ in state_tensors(model)), weights, strict=True)), calib))
 
 
 def _deadline(text: str, cg) -> float:

@@ -674,7 +674,8 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
                 weights, opt_state, _ = ckpt
                 dev.load_model(g, weights)
                 dev.link.upload(OPT_STATE, opt_state)
-            dev.load_schedule((run.dir / "schedule.poet").read_bytes(), planned_peak=plan.get("peak_bytes"))
+            dev.load_schedule((run.dir / "schedule.poet").read_bytes(), planned_peak=plan.get("peak_bytes"),
+                              planned_time_s=plan.get("time_s"))
             say(f"\n[train] {g.model} ({g.train}) on the {dev.provenance} {board.name}: {cfg.epochs} epochs x "
                 f"{per_epoch} steps of {g.batch}, {g.optimizer['name']} lr {cfg.lr}, data {data.name} "
                 f"({len(data.y_train)} train / {len(data.y_test)} test)")

@@ -62,6 +62,7 @@ class Device:
     # the arena peak the plan of the loaded schedule predicts: every step's must equal it, byte for
     # byte (DESIGN.md "Memory"); None for a schedule with no plan behind it (given as a file)
     planned_peak: int | None = None
+    planned_time_s: float | None = None  # the plan's time per step: a step is waited for that long and more
     steps_done: int = 0
 
     @property
@@ -79,17 +80,19 @@ class Device:
         board they cross the link unless its card holds them already."""
         self.link.load_model(model_blob(g), weights, self.card)
 
-    def load_schedule(self, data: bytes, planned_peak: int | None = None) -> None:
-        """Upload a schedule; with planned_peak, every step after is checked against the plan's peak."""
+    def load_schedule(self, data: bytes, planned_peak: int | None = None, planned_time_s: float | None = None) -> None:
+        """Upload a schedule; with planned_peak, every step after is checked against the plan's peak; with
+        planned_time_s the host waits at least that long (twice, and more) for a step to finish."""
         self.link.upload(SCHEDULE, data)
         self.planned_peak = planned_peak
+        self.planned_time_s = planned_time_s
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> TimedStep:
         self.link.upload(BATCH, encode_batch(x, y))
         # The batch upload stays outside the window: the window should hold the step and as little
         # link time as the protocol allows (STEP, its ACK, the trace frames and DONE).
         t0 = time.time()
-        res = self.link.step(lr)
+        res = self.link.step(lr, self.planned_time_s)
         t1 = time.time()
         self.steps_done += 1
         if self.planned_peak is not None and res.peak_live_bytes != self.planned_peak:

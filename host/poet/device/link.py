@@ -328,9 +328,13 @@ class Link:
         self._rto = min(2.0, max(0.005, self._srtt + 4 * self._rttvar))
 
     def _exchange(self, msg_type: int, payload: bytes | Callable[[], bytes], what: str,
-                  handle: Callable[[int, bytes], object] | None = None) -> object:
+                  handle: Callable[[int, bytes], object] | None = None, work_s: float | None = None) -> object:
         """Send a request until it is answered. Without `handle` the first reply is the answer;
         with it, every reply goes to `handle` until it returns something other than None.
+
+        A board that has accepted the request (BUSY) and is working on it cannot answer until it is
+        done: its silence is given up only after timeout_s plus twice the longer of the work it is
+        expected to take (`work_s`) and the work it took last time.
 
         `payload` may be a function of self.part: a retransmission then asks it again, so data
         that did not get through goes in smaller frames (the same seq: the board either never saw
@@ -389,16 +393,20 @@ class Link:
                     self._answered()
                     return out
                 until = now + rto  # the rest of the reply follows at once
-            if time.monotonic() - silent_since > self.timeout_s:
-                raise LinkTimeout(f"timed out after {self.timeout_s:g} s waiting for {what} from the device "
+            limit = self.timeout_s
+            if busy_since is not None:
+                limit += 2 * max(work_s or 0.0, self._work_s or 0.0)
+            if time.monotonic() - silent_since > limit:
+                raise LinkTimeout(f"timed out after {limit:g} s waiting for {what} from the device "
                                   f"(sent {self.stats.retransmissions and 'with retries' or 'once'}; is the "
                                   "firmware running and the port right?)")
             first = False
             self.stats.retransmissions += 1
             if not resend_now:  # silence: the frame or its whole reply was lost; back off
-                self._lossy()
-                if busy_since is not None:
+                if busy_since is not None:  # a working board is silent: nothing says frames are lost
                     busy_wait = min(self.timeout_s / 2, busy_wait * 2)
+                else:
+                    self._lossy()
                 rto = min(2.0, rto * 2)
             if make is not None:
                 frame = encode_frame(msg_type, self._seq, make())
@@ -507,8 +515,9 @@ class Link:
                 progress(off, len(data))
         self._ack(END_BLOB, bytes([blob_id]), f"the {name} upload (END)")
 
-    def step(self, lr: float) -> StepResult:
-        """One training step; every trace record arrives exactly once (lost ones are asked again)."""
+    def step(self, lr: float, work_s: float | None = None) -> StepResult:
+        """One training step; every trace record arrives exactly once (lost ones are asked again).
+        `work_s`: how long the step is expected to take (the plan's time), so a long one is waited for."""
         records: dict[int, TraceRecord] = {}
 
         def handle(t: int, p: bytes) -> StepResult | None:
@@ -537,7 +546,7 @@ class Link:
         def request() -> bytes:  # a replay may ask for smaller trace frames
             return struct.pack("<fH", lr, max(1, min(TRACE_PER_FRAME_MAX, self.part // TRACE_RECORD_BYTES)))
 
-        out = self._exchange(STEP, request, "the STEP's TRACE/DONE", handle)
+        out = self._exchange(STEP, request, "the STEP's TRACE/DONE", handle, work_s)
         assert isinstance(out, StepResult)
         return out
 

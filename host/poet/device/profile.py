@@ -303,11 +303,15 @@ def _provenance(board: Board, device: Any) -> str:
     return str(device.provenance)
 
 
-def measured_nodes(g: TrainingGraph) -> list:
+def measured_nodes(g: TrainingGraph, emulated: bool = True) -> list:
     """The nodes whose costs a profile of g records: all, but the optimizer of a graph that updates in
-    backward, which only counts the step (its cost per trained element is not measured by it)."""
+    backward, which only counts the step (its cost per trained element is not measured by it), and on
+    a real board a conv that streams its weight from the SD card, whose ticks hold the reads too (the
+    planner adds those from the paging model: poet.plan.costs.stream_cost). Emulated, the reads take
+    no virtual time (semihosting), so its ticks are its compute alone."""
     skip = g.updates_in_backward
-    return [n for n in g.nodes if not (skip and n.kind == "optimizer")]
+    return [n for n in g.nodes if not (skip and n.kind == "optimizer")
+            and (emulated or not n.attrs.get("stream"))]
 
 
 def _done_key(g: TrainingGraph) -> str:
@@ -328,7 +332,7 @@ def profile_graphs(device: Any, graphs: list[tuple[TrainingGraph, list[np.ndarra
     prof["date"] = datetime.date.today().isoformat()
     prof["settings"] = {"min_repeats": settings.min_repeats, "max_repeats": settings.max_repeats,
                         "spread": settings.spread}
-    every = {op_key(n) for g, _ in graphs for n in measured_nodes(g)}
+    every = {op_key(n) for g, _ in graphs for n in measured_nodes(g, device.emulated)}
     for g, weights in graphs:
         key = _done_key(g)
         if prof["models"].get(key, {}).get("done"):
@@ -374,7 +378,7 @@ def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: 
     device.load_schedule(lower(keep_all(uncosted(g)), g).schedule.encode())
     rng = np.random.default_rng(0)  # the same inputs on every board and every resume
     samples: dict[int, list[int]] = {}
-    measured = {n.id for n in measured_nodes(g)}
+    measured = {n.id for n in measured_nodes(g, device.emulated)}
     for r in range(s.max_repeats):
         x = rng.random((g.batch, *g.input_shape), dtype=np.float32)
         y = rng.integers(0, g.classes, g.batch)
