@@ -375,7 +375,7 @@ def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: 
     progress(f"profile {g.model}: {len(g.nodes)} ops, {s.min_repeats}..{s.max_repeats} runs until every op's "
              f"spread < {s.spread:.0%}")
     device.load_model(g, weights)
-    device.load_schedule(lower(keep_all(uncosted(g)), g).schedule.encode())
+    device.load_schedule(lower(keep_all(uncosted(g)), g).schedule.encode(), planned_time_s=_expected_s(g, board, prof))
     rng = np.random.default_rng(0)  # the same inputs on every board and every resume
     samples: dict[int, list[int]] = {}
     measured = {n.id for n in measured_nodes(g, device.emulated)}
@@ -411,6 +411,17 @@ def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: 
                                     "unsettled_ops": unsettled}
     return (f"  {g.model} done: {len(samples)} nodes, {len(by_key)} op shapes"
             + (f", {unsettled} still spread >= {s.spread:.0%} after {s.max_repeats} runs" if unsettled else ""))
+
+
+def _expected_s(g: TrainingGraph, board: Board, prof: dict[str, Any]) -> float | None:
+    """One step of g as the profile so far estimates it (its ops measured or estimated from others): how
+    long the host waits for a step before it gives the board up. None when nothing is measured yet."""
+    from poet.plan.costs import costed
+
+    try:
+        return costed(g, board, prof, estimate=True).one_pass_s
+    except PoetError:
+        return None
 
 
 def _spread(ticks: list[int]) -> float:
