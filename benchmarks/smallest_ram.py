@@ -93,8 +93,11 @@ def row(board_name: str, model: str, mode: str) -> str:
         n_q = sum(1 for n in prefix.graph.nodes if n.op in ("conv2d_q", "add_q"))
         fused = " + fused head" if any(n.op == "bn_relu_mean" for n in prefix.graph.nodes) else ""
         label = f"int8 prefix ({n_q} layer{'s' if n_q != 1 else ''}){fused}"
-        try:  # the largest int8 weights on the SD card where flash cannot hold them all (placement.place)
-            fits.append(smallest(board, prof, label, place(prefix.graph, board)))
+        q = prefix.graph
+        try:  # as poet solve: what is left fp32 int8 where flash needs it, then the largest int8 conv weights
+            # on the SD card where flash still cannot hold them all (placement.place)
+            fits.append(smallest(board, prof, label,
+                                 place(apply_storage(q, {}, set(flash_fit(q, board.model_flash_bytes))), board)))
         except UsageError as e:
             fits.append(Fit(label, None, why=str(e)))
     found = sorted((f for f in fits if f.ram is not None), key=lambda f: f.ram or 0)

@@ -120,7 +120,7 @@ def test_a_model_that_fits_neither_flash_nor_the_card_is_one_line() -> None:
     _, g, prefix = _prefix()
     board = load_board("nrf52840")
     with pytest.raises(UsageError, match=r"fit neither nrf52840's flash nor its SD card: .*even with the weights "
-                                         r"of all 4 static-int8 convolutions on the SD card"):
+                                         r"of its 4 static-int8 convolutions on the SD card"):
         place(prefix.graph, replace(board, model_flash_bytes=64))
     with pytest.raises(UsageError, match=r"fit neither .* only static-int8 convolutions can stream"):
         place(g, replace(board, model_flash_bytes=64))  # fp32: nothing can stream

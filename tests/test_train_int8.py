@@ -15,10 +15,29 @@ from conftest import needs_qemu
 from poet.cli import main
 from poet.graph.reference import state_tensors, train_steps, weights_of
 from poet.graph.tracer import traced
+from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
 from poet.plan.static_int8 import rewrite
 from poet.train import CALIBRATION_SAMPLES, read_back
+
+
+def _board_and_host(run_dir: Path, choice: ModelChoice, limit: int, lr: float) -> tuple[
+        torch.nn.Module, TrainingGraph, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A static-int8 run's model and graph, its board's weights (the run graph's names) and PyTorch's after
+    the same steps fed the same int8 prefix (the model's names); the board ran with the scales calibrated
+    on the first training samples."""
+    model, g = traced(choice)
+    prefix = rewrite(g)
+    assert prefix is not None
+    data = load_dataset("digits", limit).fitted(tuple(g.input_shape), g.classes, g.model)
+    names = [n for n, _ in state_tensors(model)]
+    w0 = prefix.weights(dict(zip(names, weights_of(model), strict=True)), data.x_train[:CALIBRATION_SAMPLES])
+    board = dict(zip((n for n, _ in prefix.graph.params), read_back(run_dir, prefix.graph), strict=True))
+    for name in prefix.scales:
+        assert board[name] == w0[[n for n, _ in prefix.graph.params].index(name)], name
+    train_steps(model, data.epoch_batches(1, 0, 0), lr, frozen=g.frozen, graph=g, fed=prefix.fed(model, w0))
+    return model, g, board, dict(zip(names, weights_of(model), strict=True))
 
 
 @needs_qemu
@@ -51,18 +70,9 @@ def test_mobilenet_trains_with_its_frozen_prefix_in_static_int8(tmp_path: Path, 
     line = r"static int8 prefix: 70 frozen layer\(s\) \(\d+ conv2d_q, \d+ add_q; 1 quantize, \d+ dequantize\)"
     assert re.search(line, report), report
 
-    model, g = traced(ModelChoice("mobilenetv2-cifar-0.35", batch=1, train="last:2"))
-    prefix = rewrite(g)
-    assert prefix is not None
-    data = load_dataset("digits", limit).fitted(tuple(g.input_shape), g.classes, g.model)
+    model, g, board, host = _board_and_host(run_dir, ModelChoice("mobilenetv2-cifar-0.35", batch=1, train="last:2"),
+                                            limit, lr)
     names = [n for n, _ in state_tensors(model)]
-    w0 = prefix.weights(dict(zip(names, weights_of(model), strict=True)), data.x_train[:CALIBRATION_SAMPLES])
-    board = dict(zip((n for n, _ in prefix.graph.params), read_back(run_dir, prefix.graph), strict=True))
-    # the scales the board ran with are the ones calibrated on the first training samples
-    for name in prefix.scales:
-        assert board[name] == w0[[n for n, _ in prefix.graph.params].index(name)], name
-    train_steps(model, data.epoch_batches(1, 0, 0), lr, frozen=g.frozen, graph=g, fed=prefix.fed(model, w0))
-    host = dict(zip(names, weights_of(model), strict=True))
     trained = [n for n in names if n not in g.frozen]
     assert trained == ["bn2.weight", "bn2.bias", "linear.weight", "linear.bias"], trained
     for name in [*trained, "bn2.running_mean", "bn2.running_var"]:  # and the statistics the steps move
@@ -100,15 +110,9 @@ def test_resnet18_fine_tunes_on_the_nrf52840_with_its_weights_streamed_from_the_
     assert len(streamed) == 9 and sum(len(n["sd_reads"]) for n in streamed) == 2281
     assert "board peak arena 196608 B = planner's 196608 B" in out
 
-    model, g = traced(ModelChoice("resnet18-cifar", batch=1, train="last:1"))
-    prefix = rewrite(g)
-    assert prefix is not None
-    data = load_dataset("digits", limit).fitted(tuple(g.input_shape), g.classes, g.model)
+    model, g, board, host = _board_and_host(run_dir, ModelChoice("resnet18-cifar", batch=1, train="last:1"), limit,
+                                            lr)
     names = [n for n, _ in state_tensors(model)]
-    w0 = prefix.weights(dict(zip(names, weights_of(model), strict=True)), data.x_train[:CALIBRATION_SAMPLES])
-    board = dict(zip((n for n, _ in prefix.graph.params), read_back(run_dir, prefix.graph), strict=True))
-    train_steps(model, data.epoch_batches(1, 0, 0), lr, frozen=g.frozen, graph=g, fed=prefix.fed(model, w0))
-    host = dict(zip(names, weights_of(model), strict=True))
     trained = [n for n in names if n not in g.frozen]
     assert trained == ["fc.weight", "fc.bias"], trained
     before = dict(zip(names, weights_of(traced(ModelChoice("resnet18-cifar", batch=1, train="last:1"))[0]),

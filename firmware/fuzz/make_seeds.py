@@ -15,6 +15,7 @@ import hashlib
 import shutil
 import struct
 import sys
+import zlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import fwhelpers  # noqa: E402
 from poet.boards import load_board  # noqa: E402
-from poet.device.link import BATCH, FROZEN, MODEL, SCHEDULE, WEIGHTS  # noqa: E402
+from poet.device.link import AUX, BATCH, FROZEN, MODEL, SCHEDULE, VERIFY, WEIGHTS  # noqa: E402
 from poet.graph.tracer import trace  # noqa: E402
 from poet.graph.training_graph import TrainingGraph, with_optimizer  # noqa: E402
 from poet.models.zoo import get_model  # noqa: E402
@@ -38,6 +39,7 @@ from poet.models.zoo.transformer import TransformerClassifier  # noqa: E402
 from poet.plan.costs import costed, load_profile, uncosted  # noqa: E402
 from poet.plan.lower import lower, model_blob  # noqa: E402
 from poet.plan.modelblob import ModelBlob, encode_batch, f32_bits  # noqa: E402
+from poet.plan.placement import streamed  # noqa: E402
 from poet.plan.schedule import Schedule  # noqa: E402
 from poet.plan.static_int8 import rewrite  # noqa: E402
 from poet.plan.strategies import plan_with  # noqa: E402
@@ -164,9 +166,14 @@ def session(blob: ModelBlob, sched: Schedule, seed: int, token_vocab: int = 0) -
     classes = min(n.attrs[1] for n in blob.nodes if n.op == fwhelpers.OP_CROSS_ENTROPY)
     labels = rng.integers(0, classes, size=blob.batch).astype(np.int32)
     reqs = [(HELLO, b"")]
-    trained, frozen = blob.split_weights(weights)
-    # a model with frozen parameters puts them in nv storage (flash) after itself
-    reqs += upload(MODEL, blob.encode()) + (upload(FROZEN, frozen) if frozen else []) + upload(WEIGHTS, trained)
+    trained, frozen, aux = blob.split_weights(weights)
+    # a model with frozen parameters puts them in nv storage (flash) after itself, and those it streams
+    # on the aux storage after the swap area: checked first (VERIFY: not there yet), uploaded, checked again
+    reqs += upload(MODEL, blob.encode()) + (upload(FROZEN, frozen) if frozen else [])
+    if aux:
+        check = (VERIFY, struct.pack("<BI", AUX, zlib.crc32(aux)))
+        reqs += [check, *upload(AUX, aux), check]
+    reqs += upload(WEIGHTS, trained)
     reqs += upload(SCHEDULE, sched.encode()) + upload(BATCH, encode_batch(x, labels))
     reqs += [(STEP, struct.pack("<fH", 0.05, 60)), (STEP, struct.pack("<fH", 0.05, 3))]
     reqs.append((READ, struct.pack("<BIH", WEIGHTS, 0, min(blob.param_bytes, 64))))
@@ -225,15 +232,18 @@ def main() -> None:
     (HERE / "seed_models.h").write_text("\n".join(header))
 
     qhead = static_int8(traced("q-head", QHead, (1, 6, 6), 3, 2, train="last:2", optimizer="adam"))
+    # the same with its int8 conv weights on the aux storage, streamed through the stream buffer
+    qhead_sd = streamed(qhead, {qhead.params[n.attrs["w"]][0] for n in qhead.nodes if n.op == "conv2d_q"})
+    assert model_blob(qhead_sd).aux_bytes > 0
     extra = [model_blob(g) for g in (zoo("lenet", 1, optimizer="adam"), zoo("cnn-digits", 1),
                                      zoo("cnn-digits", 1, train="bias+last:1"),
-                                     traced("conv-bn-eval", conv_bn_eval_net, (2, 8, 8), 3, 1), qhead)]
+                                     traced("conv-bn-eval", conv_bn_eval_net, (2, 8, 8), 3, 1), qhead, qhead_sd)]
     for blob in [b for b, _ in fixed] + extra:
         write("model", blob.encode())
 
     # protocol sessions on nets that fit fuzz_port's 64 KiB pool, in both input modes; the last is the
-    # static-int8 one, its frozen weights int8 in nv storage
-    sessions = [*fixed, (model_blob(qhead), graph_schedules(qhead))]
+    # static-int8 ones, their frozen weights int8 in nv storage or on the aux storage
+    sessions = [*fixed, (model_blob(qhead), graph_schedules(qhead)), (model_blob(qhead_sd), graph_schedules(qhead_sd))]
     for k, (blob, scheds) in enumerate(sessions):
         vocab = {3: 20, 7: 10}.get(k, 0)
         if (blob.pool.fixed + max(s.arena_bytes for s in scheds) > PROTOCOL_POOL

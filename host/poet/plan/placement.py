@@ -55,7 +55,9 @@ def place(g: TrainingGraph, board: Board) -> TrainingGraph:
             break
     f = pool_for(out).flash
     if f.total > flash:
-        why = (f"even with the weights of all {len(chosen)} static-int8 convolutions on the SD card" if chosen
+        n = len(chosen)
+        why = (f"even with the weights of its {n} static-int8 convolution{'s' if n != 1 else ''} on the SD card"
+               if chosen
                else "and only static-int8 convolutions can stream their weights from the SD card (this model has "
                     "none: its frozen layers are read by a layer that trains, or have no int8 form)")
         raise UsageError(f"the model's frozen weights fit neither {board.name}'s flash nor its SD card: flash would "
