@@ -159,6 +159,7 @@ def test_the_account_charges_the_reads_to_the_layer_that_made_them(tmp_path: Pat
     from fwhelpers import keep_all, native_link
     from poet.device.link import BATCH, SCHEDULE
     from poet.energy.accounting import account
+    from poet.energy.report import sd_lines
     from poet.energy.tracefile import Trace
     from poet.graph.reference import state_tensors, weights_of
     from poet.plan.modelblob import encode_batch
@@ -190,6 +191,9 @@ def test_the_account_charges_the_reads_to_the_layer_that_made_them(tmp_path: Pat
         else:  # the board's ticks hold the reads; the card's own power is added
             assert c.time_s == pytest.approx(t)
             assert c.energy_j == pytest.approx(board.compute_energy_j(t) + read_j - board.compute_energy_j(read_s))
+        # the report says what the reads cost, at the storage model
+        (line,) = sd_lines(account(tr, board), tr, board)
+        assert "1 layer(s), 9 reads of 580 B a step" in line and f"{read_j * 1e3:.3f} mJ" in line, line
         # every other record as before: the one streamed layer pays
         plain = Trace.for_graph(prefix.graph, board.name, provenance, 1e6)
         plain.add_step(result, 0.05)
@@ -232,3 +236,30 @@ def test_a_card_that_holds_the_weights_is_checked_not_written_again(tmp_path: Pa
         card.write_bytes(bytes(blob.aux_at + len(aux)))  # a card wiped, then written by a card reader
         link.load_model(blob, w, card)
         assert sent.count(AUX) == 2 and card.read_bytes()[blob.aux_at:] == aux
+
+
+@needs_tools("cc", "make")
+def test_a_card_that_fails_mid_step_fails_the_step_not_the_board(tmp_path: Path) -> None:
+    """A streamed read that fails (the card's weights gone) ends the step with PAGER; the board keeps
+    serving, and with the weights back the same step runs."""
+    from fwhelpers import keep_all, native_link
+    from poet.device.link import BATCH, SCHEDULE, DeviceError
+    from poet.graph.reference import state_tensors, weights_of
+    from poet.plan.modelblob import encode_batch
+
+    m, _, prefix = _prefix()
+    s = streamed(prefix.graph, {_convs(prefix.graph)[3]})
+    x = np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32)
+    w = prefix.weights(dict(zip([n for n, _ in state_tensors(m)], weights_of(m), strict=True)), x)
+    blob = model_blob(s)
+    card = tmp_path / "poet-swap.bin"
+    with native_link(tmp_path) as link:
+        link.load_model(blob, w)
+        link.upload(SCHEDULE, keep_all(blob).encode())
+        link.upload(BATCH, encode_batch(x, np.array([0, 1], np.int32)))
+        whole = card.read_bytes()
+        card.write_bytes(whole[:blob.aux_at + 4])  # the scale is there, the channels are not
+        with pytest.raises(DeviceError, match="PAGER"):
+            link.step(0.0)
+        card.write_bytes(whole)
+        assert link.step(0.0).loss > 0

@@ -22,6 +22,7 @@ from poet.energy.fmt import fmt_j, fmt_s, fmt_w, pct
 from poet.energy.meters.measure import Measured, measure
 from poet.energy.tracefile import Trace
 from poet.graph.dtypes import NARROW_STORAGE, converted_bytes
+from poet.units import format_size
 
 VIEWS = ("module", "layer", "tensor", "kind")
 Say = Callable[[str], None]
@@ -53,7 +54,24 @@ def header(acct: Account, trace: Trace, board: Board, measured: Measured | None 
         f"{pct(acct.by_kind['page_out'][0], acct.total_j).strip()}), runtime overhead "
         f"{pct(acct.by_kind['overhead'][0], acct.total_j).strip()} of the energy",
         *precision_lines(acct, trace),
+        *sd_lines(acct, trace, board),
     ]
+
+
+def sd_lines(acct: Account, trace: Trace, board: Board) -> list[str]:
+    """Layers whose int8 weights stream from the SD card (poet.plan.placement): how many reads their
+    records made and what the card's storage model says they cost, charged to those layers."""
+    streamed = {i: n["sd_reads"] for i, n in enumerate(trace.nodes) if n.get("sd_reads")}
+    if not streamed:
+        return []
+    reads = [b for st in trace.steps for r in st["records"] if r[1] in streamed and r[2] in ("forward", "recompute")
+             for b in streamed[r[1]]]
+    cost = [board.page_cost(b, "in") for b in reads]
+    t, e = sum(c[0] for c in cost), sum(c[1] for c in cost)
+    per = len(reads) // max(acct.steps, 1)
+    return [f"  weights streamed from the SD card: {len(streamed)} layer(s), {per:,} reads of "
+            f"{format_size(sum(reads) // max(acct.steps, 1))} a step; {fmt_j(e).strip()} and {fmt_s(t).strip()} "
+            f"({pct(e, acct.total_j).strip()} of the energy, storage model), charged to those layers"]
 
 
 # a static-int8 prefix's ops (poet.plan.static_int8), the quantize and dequantize at its edges included
