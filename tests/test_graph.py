@@ -260,3 +260,45 @@ def test_which_graphs_update_in_backward():
     assert not tied.updates_in_backward
     bert, bspec = get_model("bert-tiny")  # layer norms and embeddings add into a gradient row by row
     assert not trace(bert, "bert-tiny", bspec.input_shape, bspec.classes, 1, bspec.input_dtype).updates_in_backward
+
+
+@pytest.mark.parametrize("form,op,attrs", [
+    (lambda x: nn.functional.relu6(x), "hardtanh", {"lo": 0.0, "hi": 6.0}),
+    (lambda x: nn.functional.relu6(x, inplace=True), "hardtanh", {"lo": 0.0, "hi": 6.0}),
+    (lambda x: nn.functional.hardtanh(x, -2.0, 2.0, inplace=True), "hardtanh", {"lo": -2.0, "hi": 2.0}),
+    (lambda x: torch.clamp(x, 0, 6), "hardtanh", {"lo": 0.0, "hi": 6.0}),
+    (lambda x: x.clip(min=-1.5, max=0.5), "hardtanh", {"lo": -1.5, "hi": 0.5}),
+    (lambda x: x.clamp(min=0), "relu", {}),
+    (lambda x: torch.relu(x), "relu", {}),
+    (lambda x: x.relu(), "relu", {}),
+])
+def test_functional_forms_trace_as_their_module(form, op, attrs):
+    """Models written with functional forms (F.relu6, torch.clamp, x.relu()) trace to the op their
+    module form does, and the traced step accounts for every ATen op PyTorch really runs."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(4, 6), nn.Linear(6, 3)
+
+        def forward(self, x):
+            return self.fc2(form(self.fc1(x) * 4))
+
+    torch.manual_seed(0)
+    t = real_step(M(), "m", (4,), 3, batch=5)
+    (n,) = [n for n in t.graph.nodes if n.kind == "forward" and n.op in ("relu", "hardtanh")]
+    assert n.op == op and all(n.attrs[k] == v for k, v in attrs.items())
+    report = op_check(t)
+    assert not report.unaccounted and not report.backward_mismatch
+
+
+def test_a_clamp_the_runtime_cannot_do_is_named():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x.clamp(max=1.0))
+
+    with pytest.raises(PoetError, match=r"clamp\(min=None, max=1.0\): the runtime clamps to both bounds"):
+        trace(M(), "m", (4,), 2, batch=2)

@@ -48,6 +48,9 @@ class Fwd:
     out: torch.Tensor
     flops: int
     params: dict[str, torch.Tensor] = field(default_factory=dict)  # role ("w", "b") -> parameter
+    # the nodes that made `inputs`, fixed when the call is recorded: an in-place op's output is its
+    # input's tensor object, which from then on stands for the op's node
+    deps: list[int] = field(default_factory=list)
 
 
 class _Ctx:
@@ -157,6 +160,24 @@ def _hardtanh(c: _Ctx) -> Fwd:
     x = c.call.args[0]
     lo, hi = float(_arg(c.call, 1, "min_val", -1.0)), float(_arg(c.call, 2, "max_val", 1.0))
     return Fwd("hardtanh", [x], {"n": x.numel(), "lo": lo, "hi": hi}, c.call.result, x.numel())
+
+
+def _relu6(c: _Ctx) -> Fwd:
+    x = c.call.args[0]
+    return Fwd("hardtanh", [x], {"n": x.numel(), "lo": 0.0, "hi": 6.0}, c.call.result, x.numel())
+
+
+def _clamp(c: _Ctx) -> Fwd:
+    """clamp / clip with constant bounds: both is hardtanh, a lower bound of 0 alone is relu."""
+    x = c.call.args[0]
+    lo, hi = _arg(c.call, 1, "min"), _arg(c.call, 2, "max")
+    if not all(v is None or isinstance(v, int | float) for v in (lo, hi)):
+        raise c.fail("clamp with tensor bounds: the runtime clamps to constants")
+    if lo is not None and hi is not None:
+        return Fwd("hardtanh", [x], {"n": x.numel(), "lo": float(lo), "hi": float(hi)}, c.call.result, x.numel())
+    if lo is not None and float(lo) == 0.0:
+        return Fwd("relu", [x], {"n": x.numel()}, c.call.result, x.numel())
+    raise c.fail(f"clamp(min={lo}, max={hi}): the runtime clamps to both bounds (hardtanh) or at 0 from below (relu)")
 
 
 def _max_pool2d(c: _Ctx) -> Fwd:
@@ -303,6 +324,8 @@ FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
     "linear": _linear, "conv2d": _conv2d, "batch_norm": _batch_norm, "layer_norm": _layer_norm,
     "relu": _pointwise("relu"), "relu_": _pointwise("relu"), "gelu": _pointwise("gelu", 8),
     "tanh": _pointwise("tanh", 6), "sigmoid": _pointwise("sigmoid", 4), "hardtanh": _hardtanh,
+    "hardtanh_": _hardtanh, "relu6": _relu6, "relu6_": _relu6,
+    **{n: _clamp for n in ("clamp", "clamp_", "clip", "clip_")},
     "max_pool2d": _max_pool2d, "_max_pool2d": _max_pool2d, "adaptive_avg_pool2d": _adaptive_avg_pool2d,
     "mean": _mean, "flatten": _reshape("flatten"), "view": _reshape("reshape"), "reshape": _reshape("reshape"),
     "transpose": _permute, "permute": _permute, "t": _permute,
@@ -310,7 +333,8 @@ FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
     "matmul": _matmul, "__matmul__": _matmul, "bmm": _matmul, "softmax": _softmax, "embedding": _embedding,
     "__getitem__": _getitem,
 }
-SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid, hardtanh (ReLU6), max_pool2d, "
+SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid, hardtanh, relu6, clamp (both bounds, "
+             "or min=0), max_pool2d, "
              "adaptive_avg_pool2d(1), mean, flatten, view/reshape, transpose/permute, + - * / (two activations "
              "or a scalar), matmul, softmax, embedding, x[:, i], contiguous, dropout(p=0), cross_entropy loss")
 
@@ -387,6 +411,7 @@ class _Tracer:
             if id(t) not in self.node_of:
                 raise ctx.fail("reads a tensor that is neither an activation nor a parameter "
                                "(register constant tensors as buffers, or compute them from the input)")
+        f.deps = [self.node_of[id(t)] for t in f.inputs]
         self.node_of[id(f.out)] = self.node_of_call[call.id] = len(self.fwd) + 1  # node 0 is the input
         self.fwd.append((f, call))
 
@@ -650,7 +675,7 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
                            {"n": numel(shape0)}))
     rg = [False]  # does the node's output need a gradient?
     for (f, _call), path in zip(tr.fwd, _names(tr)):
-        deps = [tr.node_of[id(t)] for t in f.inputs]
+        deps = list(f.deps)
         pidx = {role: tr.pindex[id(p)] for role, p in f.params.items()}
         attrs = dict(f.attrs) | pidx
         shape = list(f.out.shape)
