@@ -70,6 +70,8 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_hardtanh_bwd": [INT, FLT, FLT, F32P, F32P, F32P],
     "poet_mean_fwd": [INT, INT, INT, F32P, F32P],
     "poet_mean_bwd": [INT, INT, INT, F32P, F32P],
+    "poet_avgpool2d_fwd": [INT] * 11 + [F32P] * 2,
+    "poet_avgpool2d_bwd": [INT] * 11 + [F32P] * 2,
     "poet_global_avgpool2d_fwd": [INT, INT, INT, F32P, F32P],
     "poet_global_avgpool2d_bwd": [INT, INT, INT, F32P, F32P],
     "poet_batchnorm2d_stats": [INT, INT, INT, FLT, F32P, F32P, F32P],
@@ -367,6 +369,43 @@ def test_mean(lib: ctypes.CDLL, seed: int) -> None:
     g = randn(rng, *y_ref.shape)
     y_ref.backward(t64(g))
     check_backward(lambda bf: lib.poet_mean_bwd(outer, r, inner, fp(g), fp(bf["gx"])), {}, {"gx": x64.grad})
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_avgpool2d(lib: ctypes.CDLL, seed: int) -> None:
+    """Any window, stride and padding PyTorch takes (padding up to half the window), both divisors; the
+    windows overlap (stride below the window) in some, skip elements (stride above it) in others."""
+    rng = np.random.default_rng([16, seed])
+    kh, kw = ints(rng, 1, 5), ints(rng, 1, 5)
+    ph, pw = ints(rng, 0, kh // 2), ints(rng, 0, kw // 2)
+    B, C, H, W = ints(rng, 1, 2), ints(rng, 1, 3), ints(rng, max(1, kh - 2 * ph), 9), ints(rng, max(1, kw - 2 * pw), 9)
+    sh, sw, include = ints(rng, 1, 3), ints(rng, 1, 3), seed % 2
+    x = randn(rng, B, C, H, W)
+    x64 = leaf(x)
+    y_ref = F.avg_pool2d(x64, (kh, kw), (sh, sw), (ph, pw), count_include_pad=bool(include))
+    y = nan(*y_ref.shape)
+    args = (B, C, H, W, kh, kw, sh, sw, ph, pw, include)
+    lib.poet_avgpool2d_fwd(*args, fp(x), fp(y))
+    assert_close(y, y_ref, "y")
+    g = randn(rng, *y_ref.shape)
+    y_ref.backward(t64(g))
+    check_backward(lambda bf: lib.poet_avgpool2d_bwd(*args, fp(g), fp(bf["gx"])), {}, {"gx": x64.grad})
+
+
+def test_avgpool2d_divisors_differ(lib: ctypes.CDLL) -> None:
+    """With padding the two divisors give different maps, so the flag is really tested; the window as
+    large as the map is the global mean (MLPerf Tiny's DS-CNN pools its 25x5 map so)."""
+    x = np.arange(1, 26, dtype=np.float32).reshape(1, 1, 5, 5)
+    outs = []
+    for include in (0, 1):
+        y = nan(1, 1, 3, 3)
+        lib.poet_avgpool2d_fwd(1, 1, 5, 5, 3, 3, 2, 2, 1, 1, include, fp(x), fp(y))
+        assert_close(y, F.avg_pool2d(t64(x), 3, 2, 1, count_include_pad=bool(include)))
+        outs.append(y)
+    assert not np.allclose(*outs)
+    y = nan(1, 1, 1, 1)
+    lib.poet_avgpool2d_fwd(1, 1, 5, 5, 5, 5, 1, 1, 0, 0, 1, fp(x), fp(y))
+    assert y[0, 0, 0, 0] == np.float32(13.0)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -112,6 +112,12 @@ def _check(tmp_path: Path, name: str, batch: int, input_shape: tuple[int, ...] |
            poet: bool = True, tol: float = 1e-5, steps: int = STEPS, target: str | None = None) -> None:
     """target: the firmware target to run (a cross build under its runner); default by the model's size."""
     model, g, data = _setup(name, batch, input_shape, steps)
+    _check_model(tmp_path, name, model, g, data, poet, tol, target)
+
+
+def _check_model(tmp_path: Path, name: str, model: torch.nn.Module, g: TrainingGraph, data: list[Batch],
+                 poet: bool = True, tol: float = 1e-5, target: str | None = None) -> None:
+    """The runtime's steps of g (keep-all, and POET's tighter plans bit for bit) against PyTorch's."""
     w0 = weights_of(model)
     full_plan = keep_all(uncosted(g))
     tight = _poet_plans(g) if poet else []
@@ -182,3 +188,35 @@ def test_vgg16_trains_like_pytorch(tmp_path: Path) -> None:
     # 14.7M parameters: fits linux-big's pool; batch norm over 2 samples of 1x1 maps after the fifth
     # pool, so one step to 1e-3 as for the other batch-norm nets; keep-all and POET plans
     _check(tmp_path, "vgg16-cifar", 2, (3, 32, 32), poet=True, tol=1e-3, steps=1)
+
+
+class _AvgPools(torch.nn.Module):
+    """avg_pool2d as small models use it: overlapping 3x3/2 windows with padding (both divisors), a
+    non-square window and stride, and MLPerf Tiny's DS-CNN's last pool, a window the whole map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.conv2 = nn.Conv2d(2, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.pool1 = nn.AvgPool2d(3, 2, 1)  # 10x8 -> 5x4, padding counted
+        self.pool2 = nn.AvgPool2d((2, 3), (1, 2), (1, 1), count_include_pad=False)  # 5x4 -> 6x2
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.pool2(torch.relu(self.conv2(self.pool1(torch.relu(self.conv1(x))))))
+        h = torch.nn.functional.avg_pool2d(h, kernel_size=h.shape[2:])  # the whole map
+        return self.fc(torch.flatten(h, 1))
+
+
+def test_avgpool2d_trains_like_pytorch(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _AvgPools()
+    g = trace(model, "avgpools", (2, 10, 8), 3, 2)
+    pools = [n for n in g.nodes if n.op == "avgpool2d"]
+    assert [(n.attrs["kh"], n.attrs["kw"], n.attrs["sh"], n.attrs["sw"], n.attrs["include_pad"]) for n in pools] == \
+        [(3, 3, 2, 2, 1), (2, 3, 1, 2, 0), (6, 2, 6, 2, 1)]
+    assert [n.shape for n in pools] == [[2, 4, 5, 4], [2, 4, 6, 2], [2, 4, 1, 1]]
+    rng = np.random.default_rng(3)
+    data = [(rng.standard_normal((2, 2, 10, 8)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "avgpools", model, g, data)

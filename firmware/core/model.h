@@ -85,8 +85,16 @@ enum {
     POET_OP_ADD_Q = 70,
     /* a classifier head's batch norm (batch statistics), ReLU and spatial mean fused (ops/norm.c) */
     POET_OP_BN_RELU_MEAN = 71,
-    POET_OP_BN_RELU_MEAN_BWD = 72
+    POET_OP_BN_RELU_MEAN_BWD = 72,
+    POET_OP_AVGPOOL2D = 73,
+    POET_OP_AVGPOOL2D_BWD = 74
 };
+
+/* avgpool2d's a6 packs padding and strides (docs/spec.md section 2). */
+#define POET_POOL_PAD_H(a6) ((a6) & 0xFF)
+#define POET_POOL_PAD_W(a6) (((a6) >> 8) & 0xFF)
+#define POET_POOL_STRIDE_H(a6) ((((a6) >> 16) & 0xFF) + 1)
+#define POET_POOL_STRIDE_W(a6) ((((a6) >> 24) & 0xFF) + 1)
 
 /* conv2d's a6 packs the geometry that does not fit the ten attributes (docs/spec.md section 2). */
 #define POET_CONV_PAD(a6) ((a6) & 0xFF)

@@ -148,6 +148,15 @@ void poet_maxpool2d_bwd(int B, int C, int H, int W, const float *g, const float 
  * nothing else. */
 void poet_mean_fwd(int outer, int r, int inner, const float *x, float *y);
 void poet_mean_bwd(int outer, int r, int inner, const float *g, float *gx);
+/* avg_pool2d of x[B,C,H,W] (PyTorch's, ceil_mode False, no divisor override): kh x kw windows at
+ * stride sh, sw over the map zero-padded by ph, pw, y[B,C,Ho,Wo] with Ho = (H + 2ph - kh) / sh + 1;
+ * each output is its window's in-bounds sum divided by the window's size within the padded map
+ * (include_pad, PyTorch's count_include_pad) or by its in-bounds element count. The backward
+ * spreads each g over the same elements with the same divisor, adding where windows overlap. */
+void poet_avgpool2d_fwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw,
+                        int include_pad, const float *x, float *y);
+void poet_avgpool2d_bwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw,
+                        int include_pad, const float *g, float *gx);
 /* adaptive_avg_pool2d(x, 1) of x[B,C,H,W] with HW = H*W -> y[B,C] (= poet_mean(B*C, HW, 1)). */
 void poet_global_avgpool2d_fwd(int B, int C, int HW, const float *x, float *y);
 void poet_global_avgpool2d_bwd(int B, int C, int HW, const float *g, float *gx);

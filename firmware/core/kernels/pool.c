@@ -82,3 +82,60 @@ void poet_global_avgpool2d_bwd(int B, int C, int HW, const float *g, float *gx)
 {
     poet_mean_bwd(B * C, HW, 1, g, gx);
 }
+
+/* ---- average pooling ------------------------------------------------------------------------ */
+
+/* Window (oy, ox)'s in-bounds rows [*y0, *y1) and columns [*x0, *x1), and its divisor: the window
+ * within the padded map (count_include_pad) or its in-bounds part, as PyTorch's avg_pool2d. */
+static float avg_window(int H, int W, int kh, int kw, int sh, int sw, int ph, int pw, int include_pad, int oy,
+                        int ox, int *y0, int *y1, int *x0, int *x1)
+{
+    int hs = oy * sh - ph, ws = ox * sw - pw;
+    int he = hs + kh < H + ph ? hs + kh : H + ph, we = ws + kw < W + pw ? ws + kw : W + pw;
+    int padded = (he - hs) * (we - ws);
+    *y0 = hs > 0 ? hs : 0;
+    *x0 = ws > 0 ? ws : 0;
+    *y1 = he < H ? he : H;
+    *x1 = we < W ? we : W;
+    return (float)(include_pad ? padded : (*y1 - *y0) * (*x1 - *x0));
+}
+
+void poet_avgpool2d_fwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw,
+                        int include_pad, const float *x, float *y)
+{
+    int Ho = (H + 2 * ph - kh) / sh + 1, Wo = (W + 2 * pw - kw) / sw + 1, bc, oy, ox, i, j;
+    for (bc = 0; bc < B * C; bc++) {
+        const float *xc = x + (long)bc * H * W;
+        for (oy = 0; oy < Ho; oy++)
+            for (ox = 0; ox < Wo; ox++) {
+                int y0, y1, x0, x1;
+                float d = avg_window(H, W, kh, kw, sh, sw, ph, pw, include_pad, oy, ox, &y0, &y1, &x0, &x1);
+                float acc = 0.0f;
+                for (i = y0; i < y1; i++)
+                    for (j = x0; j < x1; j++)
+                        acc += xc[(long)i * W + j];
+                y[((long)bc * Ho + oy) * Wo + ox] = acc / d;
+            }
+    }
+}
+
+void poet_avgpool2d_bwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw,
+                        int include_pad, const float *g, float *gx)
+{
+    int Ho = (H + 2 * ph - kh) / sh + 1, Wo = (W + 2 * pw - kw) / sw + 1, bc, oy, ox, i, j;
+    long n;
+    for (n = 0; n < (long)B * C * H * W; n++)
+        gx[n] = 0.0f;
+    for (bc = 0; bc < B * C; bc++) {
+        float *gc = gx + (long)bc * H * W;
+        for (oy = 0; oy < Ho; oy++)
+            for (ox = 0; ox < Wo; ox++) {
+                int y0, y1, x0, x1;
+                float d = avg_window(H, W, kh, kw, sh, sw, ph, pw, include_pad, oy, ox, &y0, &y1, &x0, &x1);
+                float v = g[((long)bc * Ho + oy) * Wo + ox] / d;
+                for (i = y0; i < y1; i++)
+                    for (j = x0; j < x1; j++)
+                        gc[(long)i * W + j] += v;
+            }
+    }
+}

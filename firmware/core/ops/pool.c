@@ -1,4 +1,5 @@
-/* Pooling and reductions: 2x2 max pooling and the mean over adjacent dims (kernels/pool.c). */
+/* Pooling and reductions: 2x2 max pooling, average pooling, and the mean over adjacent dims
+ * (kernels/pool.c). */
 #include "op_util.h"
 
 /* ---- maxpool2d -------------------------------------------------------------------------------- */
@@ -27,6 +28,44 @@ void op_maxpool2d_bwd_run(const poet_exec_t *e)
 {
     poet_maxpool2d_bwd(e->a[B], e->a[C], e->a[H], e->a[W], e->in[0], e->in[1], e->out);
 }
+
+/* ---- avgpool2d ---------------------------------------------------------------------------------- */
+
+/* a0..a3 B, C, H, W as maxpool2d; a4 KH, a5 KW; a6 padding and strides (POET_POOL_* in model.h);
+ * a7 count_include_pad. The backward reads dL/dy alone. */
+enum { KH = 4, KW = 5, PGEOM = 6, INCLUDE_PAD = 7 };
+
+int op_avgpool2d_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    int32_t ph = POET_POOL_PAD_H(a[PGEOM]), pw = POET_POOL_PAD_W(a[PGEOM]);
+    uint64_t bc, x, y;
+    /* PyTorch's limits: padding at most half the window; a window within the padded map */
+    if (!pos(a[B]) || !pos(a[C]) || !pos(a[H]) || !pos(a[W]) || !pos(a[KH]) || !pos(a[KW]) || a[H] > 0xFFFF ||
+        a[W] > 0xFFFF || a[KH] > a[H] + 2 * ph || a[KW] > a[W] + 2 * pw || 2 * ph > a[KH] || 2 * pw > a[KW] ||
+        (a[INCLUDE_PAD] != 0 && a[INCLUDE_PAD] != 1))
+        return 0;
+    bc = mul((uint64_t)a[B], (uint64_t)a[C]);
+    x = f32s(mul(bc, mul((uint64_t)a[H], (uint64_t)a[W])));
+    y = f32s(mul(bc, mul((uint64_t)((a[H] + 2 * ph - a[KH]) / POET_POOL_STRIDE_H(a[PGEOM]) + 1),
+                         (uint64_t)((a[W] + 2 * pw - a[KW]) / POET_POOL_STRIDE_W(a[PGEOM]) + 1))));
+    return n->op == POET_OP_AVGPOOL2D ? io1(m, n, x, y) : io1(m, n, y, x);
+}
+
+static void avgpool2d(const poet_exec_t *e, int bwd)
+{
+    const int32_t *a = e->a;
+    int g = a[PGEOM];
+    if (bwd)
+        poet_avgpool2d_bwd(a[B], a[C], a[H], a[W], a[KH], a[KW], POET_POOL_STRIDE_H(g), POET_POOL_STRIDE_W(g),
+                           POET_POOL_PAD_H(g), POET_POOL_PAD_W(g), a[INCLUDE_PAD], e->in[0], e->out);
+    else
+        poet_avgpool2d_fwd(a[B], a[C], a[H], a[W], a[KH], a[KW], POET_POOL_STRIDE_H(g), POET_POOL_STRIDE_W(g),
+                           POET_POOL_PAD_H(g), POET_POOL_PAD_W(g), a[INCLUDE_PAD], e->in[0], e->out);
+}
+
+void op_avgpool2d_run(const poet_exec_t *e) { avgpool2d(e, 0); }
+void op_avgpool2d_bwd_run(const poet_exec_t *e) { avgpool2d(e, 1); }
 
 /* ---- mean ------------------------------------------------------------------------------------- */
 

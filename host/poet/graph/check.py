@@ -39,6 +39,8 @@ DOCUMENTED: dict[str, tuple[str, set[str]]] = {
     "maxpool2d": ("PyTorch keeps the argmax indices (int64); the runtime finds the max again in x", {"internal"}),
     "mean": ("PyTorch's adaptive_avg_pool2d keeps its input only for its shape; the runtime keeps nothing",
              {"output"}),
+    "avgpool2d": ("PyTorch's avg_pool2d keeps its input only for its shape; the runtime keeps nothing",
+                  {"output"}),
     "matmul": ("PyTorch keeps contiguous copies of transposed operands; the runtime's operands are contiguous",
                {"internal", "graph"}),
     "embedding": ("PyTorch keeps indices as int64; the runtime's ids are int32 from the staged batch, or "

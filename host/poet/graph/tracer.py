@@ -193,6 +193,24 @@ def _max_pool2d(c: _Ctx) -> Fwd:
     return Fwd("maxpool2d", [x], attrs, c.call.result, c.call.result.numel() * k * k)
 
 
+def _avg_pool2d(c: _Ctx) -> Fwd:
+    """avg_pool2d with any window, stride and padding (ceil_mode False, no divisor override)."""
+    x = c.call.args[0]
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v) if len(v) == 2 else (v[0], v[0])  # noqa: E731
+    k = pair(_arg(c.call, 1, "kernel_size"))
+    s = pair(_arg(c.call, 2, "stride") or k)
+    p = pair(_arg(c.call, 3, "padding", 0))
+    if _arg(c.call, 4, "ceil_mode", False) or _arg(c.call, 6, "divisor_override") is not None or x.dim() != 4:
+        raise c.fail("the runtime pools 4-d maps with ceil_mode False and the window's own divisor")
+    if max(p) > 255 or max(s) > 256 or max(x.shape[2:]) > 0xFFFF:
+        raise c.fail(f"padding {p}, stride {s} on a {tuple(x.shape[2:])} map: the runtime takes padding up to 255, "
+                     "stride up to 256, maps up to 65535")
+    attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "kh": k[0], "kw": k[1],
+             "sh": s[0], "sw": s[1], "ph": p[0], "pw": p[1],
+             "include_pad": int(bool(_arg(c.call, 5, "count_include_pad", True)))}
+    return Fwd("avgpool2d", [x], attrs, c.call.result, c.call.result.numel() * k[0] * k[1])
+
+
 def _adaptive_avg_pool2d(c: _Ctx) -> Fwd:
     x, size = c.call.args[0], _arg(c.call, 1, "output_size")
     if size not in (1, (1, 1), [1, 1]) or x.dim() != 4:
@@ -327,16 +345,17 @@ FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
     "hardtanh_": _hardtanh, "relu6": _relu6, "relu6_": _relu6,
     **{n: _clamp for n in ("clamp", "clamp_", "clip", "clip_")},
     "max_pool2d": _max_pool2d, "_max_pool2d": _max_pool2d, "adaptive_avg_pool2d": _adaptive_avg_pool2d,
+    "avg_pool2d": _avg_pool2d,
     "mean": _mean, "flatten": _reshape("flatten"), "view": _reshape("reshape"), "reshape": _reshape("reshape"),
     "transpose": _permute, "permute": _permute, "t": _permute,
     **{n: _binary for n in BINARY},
     "matmul": _matmul, "__matmul__": _matmul, "bmm": _matmul, "softmax": _softmax, "embedding": _embedding,
     "__getitem__": _getitem,
 }
-SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid, hardtanh, relu6, clamp (both bounds, "
-             "or min=0), max_pool2d, "
-             "adaptive_avg_pool2d(1), mean, flatten, view/reshape, transpose/permute, + - * / (two activations "
-             "or a scalar), matmul, softmax, embedding, x[:, i], contiguous, dropout(p=0), cross_entropy loss")
+SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid, hardtanh, relu6, clamp (both "
+             "bounds, or min=0), max_pool2d, avg_pool2d, adaptive_avg_pool2d(1), mean, flatten, view/reshape, "
+             "transpose/permute, + - * / (two activations or a scalar), matmul, softmax, embedding, x[:, i], "
+             "contiguous, dropout(p=0), cross_entropy loss")
 
 
 # ---------------------------------------------------------------- the tracer
@@ -715,7 +734,7 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
 # A parameterised op reads its input for the weight gradient; see docs/graph.md, "Backward".
 SAVES_OUTPUT = {"relu", "tanh", "sigmoid", "softmax"}
 SAVES_INPUT = {"gelu", "hardtanh", "maxpool2d"}
-NO_SAVES = {"mean", "flatten", "reshape", "permute", "select", "scale", "add", "sub"}
+NO_SAVES = {"mean", "avgpool2d", "flatten", "reshape", "permute", "select", "scale", "add", "sub"}
 
 
 class _Backward:

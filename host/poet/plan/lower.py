@@ -26,12 +26,14 @@ _BN = ("B", "C", "HW", "f:eps", "f:momentum", "w", "b", "rm", "rv")  # rm/rv: ru
 _LN = ("rows", "D", "f:eps", "w", "b")
 _PERM = ("d0", "d1", "d2", "d3", "p0", "p1", "p2", "p3")
 _EMB = ("n", "V", "D", "ids", "w")
+_POOL = ("B", "C", "H", "W", "kh", "kw", "pgeom", "include_pad")  # pgeom: avgpool2d's packed padding and strides
 OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "input": (mb.OP_INPUT, ("n",)),
     "linear": (mb.OP_LINEAR, ("B", "in", "out", "w", "b")),
     "conv2d": (mb.OP_CONV2D, _CONV),
     "relu": (mb.OP_RELU, ("n",)),
     "maxpool2d": (mb.OP_MAXPOOL2D, ("B", "C", "H", "W")),
+    "avgpool2d": (mb.OP_AVGPOOL2D, _POOL),
     "flatten": (mb.OP_FLATTEN, ("n",)),
     "cross_entropy": (mb.OP_CROSS_ENTROPY, ("B", "classes")),
     "reshape": (mb.OP_RESHAPE, ("n",)),
@@ -69,6 +71,7 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "conv2d_bwd": (mb.OP_CONV2D_BWD, (*_CONV, "need_grad_input")),
     "relu_bwd": (mb.OP_RELU_BWD, ("n",)),
     "maxpool2d_bwd": (mb.OP_MAXPOOL2D_BWD, ("B", "C", "H", "W")),
+    "avgpool2d_bwd": (mb.OP_AVGPOOL2D_BWD, _POOL),
     "flatten_bwd": (mb.OP_FLATTEN_BWD, ("n",)),
     "cross_entropy_bwd": (mb.OP_CROSS_ENTROPY_BWD, ("B", "classes")),
     "reshape_bwd": (mb.OP_RESHAPE_BWD, ("n",)),
@@ -132,6 +135,8 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
     """One a-slot of docs/spec.md section 2 from the graph node's attributes."""
     if name == "geom":
         return mb.conv_geometry(int(attrs["pad"]), int(attrs.get("stride", 1)), int(attrs.get("groups", 1)))
+    if name == "pgeom":
+        return mb.pool_geometry(int(attrs["ph"]), int(attrs["pw"]), int(attrs["sh"]), int(attrs["sw"]))
     if name == "epi":
         return mb.q_epilogue(int(attrs["out_scale"]), bool(attrs.get("relu", 0)))
     if name in ("from", "to"):

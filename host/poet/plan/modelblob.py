@@ -94,6 +94,8 @@ OP_CONV2D_Q = 69
 OP_ADD_Q = 70
 OP_BN_RELU_MEAN = 71
 OP_BN_RELU_MEAN_BWD = 72
+OP_AVGPOOL2D = 73
+OP_AVGPOOL2D_BWD = 74
 Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
 
 
@@ -131,6 +133,14 @@ def conv_geometry(pad: int, stride: int, groups: int) -> int:
     """conv2d's a6: pad, stride and groups in one attribute (zero-based, so a dense stride-1 conv's
     a6 is its padding, as before stride and groups were supported)."""
     return pad | (stride - 1) << 8 | (groups - 1) << 16
+
+
+def pool_geometry(pad_h: int, pad_w: int, stride_h: int, stride_w: int) -> int:
+    """avgpool2d's a6: padding and strides per axis in one attribute (firmware/core/model.h POET_POOL_*)."""
+    for v, most in ((pad_h, 255), (pad_w, 255), (stride_h, 256), (stride_w, 256)):
+        if not 0 <= v <= most:
+            raise ValueError(f"pooling padding/stride {v}: the blob holds padding 0..255 and stride 1..256")
+    return pad_h | pad_w << 8 | (stride_h - 1) << 16 | (stride_w - 1) << 24
 
 
 def fnv1a64(data: bytes) -> int:
