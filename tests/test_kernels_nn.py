@@ -70,6 +70,10 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_hardtanh_bwd": [INT, FLT, FLT, F32P, F32P, F32P],
     "poet_mean_fwd": [INT, INT, INT, F32P, F32P],
     "poet_mean_bwd": [INT, INT, INT, F32P, F32P],
+    "poet_mse_fwd": [INT, F32P, F32P],
+    "poet_mse_bwd": [INT] + [F32P] * 3,
+    "poet_l1_fwd": [INT, F32P, F32P],
+    "poet_l1_bwd": [INT] + [F32P] * 3,
     "poet_avgpool2d_fwd": [INT] * 11 + [F32P] * 2,
     "poet_avgpool2d_bwd": [INT] * 11 + [F32P] * 2,
     "poet_global_avgpool2d_fwd": [INT, INT, INT, F32P, F32P],
@@ -131,7 +135,7 @@ def lib() -> ctypes.CDLL:
     for name, args in SIGNATURES.items():
         fn = getattr(dll, name)
         fn.argtypes = args
-        fn.restype = INT if name == "poet_conv2d_out" else None
+        fn.restype = INT if name == "poet_conv2d_out" else FLT if name in ("poet_mse_fwd", "poet_l1_fwd") else None
     return dll
 
 
@@ -421,6 +425,25 @@ def test_global_avgpool2d(lib: ctypes.CDLL, seed: int) -> None:
     g = randn(rng, B, C, 1, 1)
     y_ref.backward(t64(g))
     check_backward(lambda bf: lib.poet_global_avgpool2d_bwd(B, C, H * W, fp(g), fp(bf["gx"])), {}, {"gx": x64.grad})
+
+
+# ---- regression losses ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", ["mse", "l1"])
+@pytest.mark.parametrize("seed", range(4))
+def test_regression_loss(lib: ctypes.CDLL, loss: str, seed: int) -> None:
+    """mse_loss and l1_loss (mean) and their gradient in the prediction; l1's is 0 where p equals t."""
+    rng = np.random.default_rng([17, seed])
+    n = ints(rng, 1, 700)
+    p, t = randn(rng, n), randn(rng, n)
+    p[: n // 5] = t[: n // 5]  # ties: l1's subgradient is 0 there, as PyTorch's sign
+    p64 = leaf(p)
+    ref = (F.mse_loss if loss == "mse" else F.l1_loss)(p64, t64(t))
+    got = getattr(lib, f"poet_{loss}_fwd")(n, fp(p), fp(t))
+    assert abs(got - ref.item()) <= REL_TOL * abs(ref.item())
+    ref.backward()
+    check_backward(lambda bf: getattr(lib, f"poet_{loss}_bwd")(n, fp(p), fp(t), fp(bf["gx"])), {}, {"gx": p64.grad})
 
 
 # ---- batch norm -----------------------------------------------------------------------------------

@@ -132,7 +132,7 @@ def _check_model(tmp_path: Path, name: str, model: torch.nn.Module, g: TrainingG
             assert t_losses == losses
             for a, b in zip(t_weights, weights, strict=True):
                 assert np.array_equal(a, b)
-    host_losses = train_steps(model, data, LR)
+    host_losses = train_steps(model, data, LR, graph=g)  # the graph says the loss
     ref = weights_of(model)
     # Per parameter, relative to the parameter, with a floor at the whole model's RMS weight: a
     # bias that only feeds a batch norm has an exactly zero gradient, and its value is rounding
@@ -220,3 +220,41 @@ def test_avgpool2d_trains_like_pytorch(tmp_path: Path) -> None:
     data = [(rng.standard_normal((2, 2, 10, 8)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
             for _ in range(STEPS)]
     _check_model(tmp_path, "avgpools", model, g, data)
+
+
+class _AutoEncoder(torch.nn.Module):
+    """MLPerf Tiny's anomaly-detection autoencoder in miniature: dense + batch norm + ReLU down to a
+    bottleneck and back, the output the input's shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.net = nn.Sequential(nn.Linear(20, 12), nn.BatchNorm1d(12), nn.ReLU(), nn.Linear(12, 4),
+                                 nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 12), nn.BatchNorm1d(12), nn.ReLU(),
+                                 nn.Linear(12, 20))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+@pytest.mark.parametrize("loss", ["mse", "l1"])
+def test_an_autoencoder_trains_like_pytorch(tmp_path: Path, loss: str) -> None:
+    """A regression loss of the output against the input: the loss node reads the input node, its
+    backward gives the output's gradient, and the steps match PyTorch's mse_loss / l1_loss."""
+    torch.manual_seed(0)
+    model = _AutoEncoder()
+    g = trace(model, "ae", (20,), 20, 4, loss=loss)
+    assert g.loss == loss
+    (node,) = [n for n in g.nodes if n.kind == "loss"]
+    assert node.op == loss and node.deps[1] == 0  # the target is the input
+    rng = np.random.default_rng(4)
+    data = [(rng.standard_normal((4, 20)).astype(np.float32), np.zeros(4, np.int32)) for _ in range(STEPS)]
+    _check_model(tmp_path, "ae", model, g, data)
+
+
+def test_a_regression_loss_needs_an_output_shaped_like_the_input() -> None:
+    from poet.errors import PoetError
+
+    model = torch.nn.Sequential(torch.nn.Linear(20, 3))
+    with pytest.raises(PoetError, match=r"returns \[4, 3\], expected a reconstruction of its input \[4, 20\]"):
+        trace(model, "m", (20,), 3, 4, loss="mse")

@@ -87,7 +87,12 @@ enum {
     POET_OP_BN_RELU_MEAN = 71,
     POET_OP_BN_RELU_MEAN_BWD = 72,
     POET_OP_AVGPOOL2D = 73,
-    POET_OP_AVGPOOL2D_BWD = 74
+    POET_OP_AVGPOOL2D_BWD = 74,
+    /* regression losses of a prediction against a target tensor (an autoencoder's: its input) */
+    POET_OP_MSE = 75,
+    POET_OP_MSE_BWD = 76,
+    POET_OP_L1 = 77,
+    POET_OP_L1_BWD = 78
 };
 
 /* avgpool2d's a6 packs padding and strides (docs/spec.md section 2). */

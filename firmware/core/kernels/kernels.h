@@ -207,11 +207,17 @@ void poet_layernorm_bwd(int rows, int D, float eps, const float *g, const float 
 void poet_softmax_fwd(int rows, int D, const float *x, float *y);
 void poet_softmax_bwd(int rows, int D, const float *g, const float *y, float *gx);
 
-/* ---- loss.c: cross entropy ------------------------------------------------------------------ */
+/* ---- loss.c: cross entropy, mean squared and mean absolute error ----------------------------- */
 
 float poet_cross_entropy_fwd(int B, int classes, const float *logits, const int32_t *labels);
 void poet_cross_entropy_bwd(int B, int classes, const float *logits, const int32_t *labels,
                             float *gx);
+/* PyTorch's mse_loss and l1_loss of p against t, n elements each, mean reduction. The backwards give
+ * dL/dp: 2 (p - t) / n, and sign(p - t) / n (0 where p equals t). */
+float poet_mse_fwd(int n, const float *p, const float *t);
+void poet_mse_bwd(int n, const float *p, const float *t, float *gp);
+float poet_l1_fwd(int n, const float *p, const float *t);
+void poet_l1_bwd(int n, const float *p, const float *t, float *gp);
 
 /* ---- layout.c: copies, gathers, permutes ---------------------------------------------------- */
 

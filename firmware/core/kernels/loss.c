@@ -1,4 +1,5 @@
-/* Losses: cross entropy over logits (log-softmax, mean reduction). Conventions are in kernels.h. */
+/* Losses: cross entropy over logits (log-softmax, mean reduction), mean squared and mean absolute
+ * error. Conventions are in kernels.h. */
 #include "kernels.h"
 
 #include <math.h>
@@ -43,5 +44,45 @@ void poet_cross_entropy_bwd(int B, int classes, const float *logits, const int32
             /* same rounding as PyTorch's log_softmax backward: g - exp(logp) * sum(g) */
             grow[j] = (j == labels[i] ? -inv : 0.0f) + p * inv;
         }
+    }
+}
+
+/* ---- regression losses ---------------------------------------------------------------------- */
+
+float poet_mse_fwd(int n, const float *p, const float *t)
+{
+    int i;
+    float acc = 0.0f;
+    for (i = 0; i < n; i++) {
+        float d = p[i] - t[i];
+        acc += d * d;
+    }
+    return acc / (float)n;
+}
+
+void poet_mse_bwd(int n, const float *p, const float *t, float *gp)
+{
+    int i;
+    float norm = 2.0f / (float)n;
+    for (i = 0; i < n; i++)
+        gp[i] = norm * (p[i] - t[i]);
+}
+
+float poet_l1_fwd(int n, const float *p, const float *t)
+{
+    int i;
+    float acc = 0.0f;
+    for (i = 0; i < n; i++)
+        acc += fabsf(p[i] - t[i]);
+    return acc / (float)n;
+}
+
+void poet_l1_bwd(int n, const float *p, const float *t, float *gp)
+{
+    int i;
+    float norm = 1.0f / (float)n;
+    for (i = 0; i < n; i++) {
+        float d = p[i] - t[i];
+        gp[i] = d > 0.0f ? norm : d < 0.0f ? -norm : 0.0f;
     }
 }

@@ -1,4 +1,5 @@
-/* The loss: cross entropy over logits with the staged batch's labels (kernels/loss.c). */
+/* The losses: cross entropy over logits with the staged batch's labels; mean squared and mean
+ * absolute error of a prediction against a target tensor (kernels/loss.c). */
 #include "op_util.h"
 
 /* logits[B, CLASSES] */
@@ -26,3 +27,33 @@ void op_cross_entropy_bwd_run(const poet_exec_t *e)
 {
     poet_cross_entropy_bwd(e->a[B], e->a[CLASSES], e->in[0], e->buf->labels, e->out);
 }
+
+/* ---- mse, l1: a0 N elements; dep 0 the prediction, dep 1 the target ------------------------------ */
+
+enum { N = 0 };
+
+/* The loss is one fp32; the backward reads the prediction and the target (as cross entropy, not
+ * dL/dloss) and gives dL/dprediction. The target gets no gradient: it is the input, or a tensor
+ * nothing trains through. */
+int op_regression_loss_check(const poet_model_t *m, const poet_node_t *n)
+{
+    uint64_t x = f32s((uint64_t)n->a[N]);
+    int fwd = n->op == POET_OP_MSE || n->op == POET_OP_L1;
+    return pos(n->a[N]) && io2(m, n, x, x, fwd ? 4u : x);
+}
+
+void op_mse_run(const poet_exec_t *e)
+{
+    e->out[0] = poet_mse_fwd(e->a[N], e->in[0], e->in[1]);
+    *e->loss = e->out[0];
+}
+
+void op_mse_bwd_run(const poet_exec_t *e) { poet_mse_bwd(e->a[N], e->in[0], e->in[1], e->out); }
+
+void op_l1_run(const poet_exec_t *e)
+{
+    e->out[0] = poet_l1_fwd(e->a[N], e->in[0], e->in[1]);
+    *e->loss = e->out[0];
+}
+
+void op_l1_bwd_run(const poet_exec_t *e) { poet_l1_bwd(e->a[N], e->in[0], e->in[1], e->out); }

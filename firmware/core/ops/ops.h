@@ -97,6 +97,10 @@ typedef void (*poet_run_fn)(const poet_exec_t *e);
     /* loss.c */ \
     X(CROSS_ENTROPY, LOSS, NONE, op_cross_entropy_check, op_cross_entropy_run) \
     X(CROSS_ENTROPY_BWD, BACKWARD, NONE, op_cross_entropy_check, op_cross_entropy_bwd_run) \
+    X(MSE, LOSS, NONE, op_regression_loss_check, op_mse_run) \
+    X(MSE_BWD, BACKWARD, NONE, op_regression_loss_check, op_mse_bwd_run) \
+    X(L1, LOSS, NONE, op_regression_loss_check, op_l1_run) \
+    X(L1_BWD, BACKWARD, NONE, op_regression_loss_check, op_l1_bwd_run) \
     /* layout.c */ \
     X(FLATTEN, FORWARD, NONE, op_same_check, op_copy_run) \
     X(FLATTEN_BWD, BACKWARD, NONE, op_same_check, op_copy_run) \
@@ -129,8 +133,8 @@ typedef struct {
     poet_run_fn run;
 } poet_op_t;
 
-/* Indexed by opcode: the highest is POET_OP_AVGPOOL2D_BWD. */
-#define POET_N_OPCODES 75u
+/* Indexed by opcode: the highest is POET_OP_L1_BWD. */
+#define POET_N_OPCODES 79u
 extern const poet_op_t poet_ops[POET_N_OPCODES];
 
 /* The whole check of node i of m (decoded as n): its opcode, kind, input types and place, then

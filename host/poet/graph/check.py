@@ -37,6 +37,8 @@ DOCUMENTED: dict[str, tuple[str, set[str]]] = {
     "cross_entropy": ("PyTorch keeps log-softmax(logits) and the int64 labels; the runtime keeps the logits and "
                       "reads the labels from the staged batch", {"internal", "graph"}),
     "maxpool2d": ("PyTorch keeps the argmax indices (int64); the runtime finds the max again in x", {"internal"}),
+    "l1": ("PyTorch keeps the difference output - target; the runtime keeps the output and subtracts again",
+           {"internal", "graph"}),
     "mean": ("PyTorch's adaptive_avg_pool2d keeps its input only for its shape; the runtime keeps nothing",
              {"output"}),
     "avgpool2d": ("PyTorch's avg_pool2d keeps its input only for its shape; the runtime keeps nothing",

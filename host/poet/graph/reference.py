@@ -14,6 +14,10 @@ from torch.overrides import TorchFunctionMode
 from poet.graph.quantise import absmax_scale, quantise
 from poet.graph.training_graph import TrainingGraph
 
+# the regression losses, of the output against the input (mean reduction): TrainingGraph.loss
+LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"mse": nn.functional.mse_loss,
+                                                                            "l1": nn.functional.l1_loss}
+
 
 def state_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """What the board holds of a model, in upload order: every parameter (named_parameters order),
@@ -108,16 +112,20 @@ def forward(model: nn.Module, x: np.ndarray, fed: Fed | None = None) -> torch.Te
 def train_steps(model: nn.Module, batches: Iterable[tuple[np.ndarray, np.ndarray]], lr: float,
                 optimizer: dict[str, Any] | None = None, frozen: Collection[str] = (),
                 graph: TrainingGraph | None = None, fed: Fed | None = None) -> list[float]:
-    """Mean cross-entropy, one optimizer step per batch, `frozen` parameters left alone (as the graph's
-    optimizer and frozen list say); returns the losses. Given the `graph` the board runs, the model
-    computes as it does (as_graph): frozen batch norms on running statistics, int8 layers in int8,
-    and a static-int8 prefix's outputs as `fed` gives them (the traced `graph` it was rewritten from)."""
+    """The graph's mean loss (cross-entropy without a graph), one optimizer step per batch, `frozen`
+    parameters left alone (as the graph's optimizer and frozen list say); returns the losses. Given
+    the `graph` the board runs, the model computes as it does (as_graph): frozen batch norms on
+    running statistics, int8 layers in int8, and a static-int8 prefix's outputs as `fed` gives them
+    (the traced `graph` it was rewritten from)."""
     opt = torch_optimizer([p for n, p in model.named_parameters() if n not in frozen], lr, optimizer)
     losses = []
+    kind = graph.loss if graph is not None else "cross_entropy"
     with as_graph(model, graph):
         for x, y in batches:
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(forward(model, x, fed), torch.from_numpy(y).long())
+            out = forward(model, x, fed)
+            loss = (nn.functional.cross_entropy(out, torch.from_numpy(y).long()) if kind == "cross_entropy"
+                    else LOSSES[kind](out, torch.from_numpy(x).reshape(out.shape)))
             loss.backward()
             opt.step()
             losses.append(loss.item())

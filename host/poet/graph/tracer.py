@@ -30,7 +30,7 @@ from poet.errors import PoetError, UsageError
 from poet.graph import file as graphfile
 from poet.graph.dtypes import F32
 from poet.graph.instrument import CallEvent, Instrumented
-from poet.graph.reference import state_tensors
+from poet.graph.reference import LOSSES, state_tensors
 from poet.graph.training_graph import GraphNode, TrainingGraph, numel
 from poet.models.zoo import ModelChoice
 
@@ -481,8 +481,11 @@ def traced(choice: ModelChoice) -> tuple[nn.Module, TrainingGraph]:
 
 
 def trace(model: nn.Module, name: str, input_shape: tuple[int, ...] | list[int], classes: int, batch: int,
-          input_dtype: str = "float32", train: str = "all") -> TrainingGraph:
-    """The training step of `model` (mean cross-entropy, SGD) as a TrainingGraph.
+          input_dtype: str = "float32", train: str = "all", loss: str = "cross_entropy") -> TrainingGraph:
+    """The training step of `model` (the mean `loss`, SGD) as a TrainingGraph.
+
+    `loss`: "cross_entropy" of logits [batch, classes] against the staged labels, or "mse" / "l1" of
+    the output against the input (an autoencoder reconstructing it: the output has the input's shape).
 
     `train`: "all" (every parameter that requires grad), "last:N" (the last N layers with
     parameters, in the order the forward pass uses them), "bias" (only parameters named bias), or
@@ -490,13 +493,16 @@ def trace(model: nn.Module, name: str, input_shape: tuple[int, ...] | list[int],
     The pass runs on meta tensors (shapes only, nothing allocated); a model whose code needs
     values gets a real batch of at most REAL_BATCH_BYTES.
     """
+    if loss != "cross_entropy" and (loss not in LOSSES or input_dtype != "float32"):
+        raise UsageError(f"loss {loss!r} for a {input_dtype} input: poet has cross_entropy, and "
+                         f"{', '.join(LOSSES)} of a float32 output against the input")
     shape = (batch, *input_shape)
     _check_batch(name, shape, input_dtype)
     labels = torch.zeros(batch, dtype=torch.long)
     x = _example_batch(batch, tuple(input_shape), input_dtype, device="meta")
     try:
         return _trace_step(model, name, x, labels.to("meta"), classes, input_dtype, train, False, set(),
-                           meta=True).graph
+                           meta=True, loss=loss).graph
     except _NeedsValues as exc:
         need = numel(list(shape)) * x.element_size()
         if need > REAL_BATCH_BYTES:
@@ -506,7 +512,7 @@ def trace(model: nn.Module, name: str, input_shape: tuple[int, ...] | list[int],
                              f"shape {list(shape)} takes {_gib(need)}; poet traces on real batches up to "
                              f"{_gib(REAL_BATCH_BYTES)}: use a smaller --input-shape or --batch") from exc
     return _trace_step(model, name, _example_batch(batch, tuple(input_shape), input_dtype), labels, classes,
-                       input_dtype, train, False, set(), meta=False).graph
+                       input_dtype, train, False, set(), meta=False, loss=loss).graph
 
 
 @dataclass
@@ -522,23 +528,24 @@ class Traced:
 
 
 def trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tensor, classes: int,
-               input_dtype: str = "float32", train: str = "all", real_step: bool = False) -> Traced:
+               input_dtype: str = "float32", train: str = "all", real_step: bool = False,
+               loss: str = "cross_entropy") -> Traced:
     """Trace one step on batch `x`. With `real_step`, run it as PyTorch trains it (autograd on, only
     the mode's parameters requiring grad, backward run) and record its ATen ops and saved tensors
     too. Either way the model's parameters, gradients, buffers and flags are left as they were."""
     frozen: set[str] = set()
     if real_step:  # the frozen set depends on the forward order, known from a first, plain trace
-        frozen = set(trace_step(model, name, x, labels, classes, input_dtype, train).graph.frozen)
+        frozen = set(trace_step(model, name, x, labels, classes, input_dtype, train, loss=loss).graph.frozen)
     else:
         # Shapes are all a graph needs: a pass on meta tensors costs no arithmetic (BERT-base in
         # well under a second). Models whose code needs values (data-dependent control flow) fall
         # back to a real pass.
         try:
             return _trace_step(model, name, x.to("meta"), labels.to("meta"), classes, input_dtype, train,
-                               False, frozen, meta=True)
+                               False, frozen, meta=True, loss=loss)
         except _NeedsValues:
             pass
-    return _trace_step(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta=False)
+    return _trace_step(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta=False, loss=loss)
 
 
 class _NeedsValues(Exception):
@@ -546,7 +553,8 @@ class _NeedsValues(Exception):
 
 
 def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tensor, classes: int,
-                input_dtype: str, train: str, real_step: bool, frozen: set[str], meta: bool) -> Traced:
+                input_dtype: str, train: str, real_step: bool, frozen: set[str], meta: bool,
+                loss: str = "cross_entropy") -> Traced:
     """One traced step; fine-tuning part of the model, its frozen batch norms use running statistics.
 
     A batch norm in training mode none of whose parameters trains (`--train last:N`, `bias` on a
@@ -555,12 +563,12 @@ def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
     then computes the same function every step, its statistics stay read-only in flash instead of
     taking RAM to be moved, and a batch of one is well defined. The PyTorch reference does the same
     (reference.as_graph)."""
-    t = _trace_once(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta, frozenset())
+    t = _trace_once(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta, frozenset(), loss)
     norms = _norms_to_freeze(t.graph) if train != "all" else frozenset()
     # only a batch norm module switches (a functional call inside a larger module keeps its mode)
     norms = frozenset(n for n in norms if isinstance(_module(model, n), nn.modules.batchnorm._BatchNorm))
     return t if not norms else _trace_once(model, name, x, labels, classes, input_dtype, train, real_step,
-                                           frozen, meta, norms)
+                                           frozen, meta, norms, loss)
 
 
 def _norms_to_freeze(g: TrainingGraph) -> frozenset[str]:
@@ -576,7 +584,7 @@ def _module(model: nn.Module, path: str) -> nn.Module:
 
 def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tensor, classes: int,
                 input_dtype: str, train: str, real_step: bool, frozen: set[str], meta: bool,
-                eval_norms: frozenset[str]) -> Traced:
+                eval_norms: frozenset[str], loss: str = "cross_entropy") -> Traced:
     batch = x.shape[0]
     params = list(model.named_parameters())
     before = [(p.requires_grad, p.grad) for _, p in params]
@@ -610,13 +618,16 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
                 msg = str(exc).splitlines()[0] if str(exc) else ""
                 raise PoetError(f"model {name!r} fails on a batch of shape {list(x.shape)} ({input_dtype}): "
                                 f"{type(exc).__name__}: {msg}") from exc
-            if not isinstance(logits, torch.Tensor) or list(logits.shape) != [batch, classes]:
+            want = [batch, classes] if loss == "cross_entropy" else list(x.shape)
+            if not isinstance(logits, torch.Tensor) or list(logits.shape) != want:
                 got = list(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-                raise PoetError(f"model {name!r} returns {got}, expected logits [{batch}, {classes}]")
+                raise PoetError(f"model {name!r} returns {got}, expected " + (
+                    f"logits [{batch}, {classes}]" if loss == "cross_entropy" else
+                    f"a reconstruction of its input {want} (--loss {loss} compares the output with the input)"))
             n_model_calls = len(ins.calls)
-            loss = F.cross_entropy(logits, labels)
+            step_loss = F.cross_entropy(logits, labels) if loss == "cross_entropy" else LOSSES[loss](logits, x)
             if real_step:
-                loss.backward()
+                step_loss.backward()
         for call in ins.calls[:n_model_calls]:
             tr.add_call(call)
     finally:
@@ -631,12 +642,13 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
         raise tr.poison[id(logits)]
     if id(logits) not in tr.node_of:
         raise PoetError(f"model {name!r}: its output is not computed from its input by traced ops")
-    g = _build(tr, name, batch, tuple(x.shape[1:]), classes, input_dtype, tr.node_of[id(logits)])
+    g = _build(tr, name, batch, tuple(x.shape[1:]), classes, input_dtype, tr.node_of[id(logits)], loss)
     loss_call = ins.calls[n_model_calls].id
     return Traced(g, ins, tr.node_of_call | {loss_call: len(tr.fwd) + 1}, tr.const_calls, x, labels)
 
 
 TRAIN_MODES = "give all, bias, or last:N (N >= 1), or bias+last:N (a sparse update)"
+
 
 
 def _trainable(tr: _Tracer, train: str) -> set[int]:
@@ -686,7 +698,7 @@ def _names(tr: _Tracer) -> list[str]:
 
 
 def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], classes: int, input_dtype: str,
-           logits_id: int) -> TrainingGraph:
+           logits_id: int, loss: str = "cross_entropy") -> TrainingGraph:
     trainable = _trainable(tr, tr.train)
     nodes: list[GraphNode] = []
     shape0 = [batch, *input_shape]
@@ -709,13 +721,21 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
     if not any(rg):
         raise PoetError(f"--train {tr.train}: no parameter of model {name!r} would be trained")
 
-    ce = {"B": batch, "classes": classes}
     lshape = nodes[logits_id].shape
-    nodes.append(GraphNode(len(nodes), "loss/forward", "loss", "loss", "cross_entropy", [logits_id], 4, [1], ce,
-                           5 * batch * classes))
-    b = _Backward(nodes, rg, trainable)
-    b.grads[logits_id] = [b.add("loss/backward", "loss", "cross_entropy_bwd", [], [logits_id], lshape, ce,
-                                4 * batch * classes)]
+    if loss == "cross_entropy":
+        ce = {"B": batch, "classes": classes}
+        nodes.append(GraphNode(len(nodes), "loss/forward", "loss", "loss", "cross_entropy", [logits_id], 4, [1], ce,
+                               5 * batch * classes))
+        b = _Backward(nodes, rg, trainable)
+        b.grads[logits_id] = [b.add("loss/backward", "loss", "cross_entropy_bwd", [], [logits_id], lshape, ce,
+                                    4 * batch * classes)]
+    else:  # the output against the input (node 0), which gets no gradient
+        reg = {"n": numel(lshape)}
+        nodes.append(GraphNode(len(nodes), "loss/forward", "loss", "loss", loss, [logits_id, 0], 4, [1], reg,
+                               3 * numel(lshape)))
+        b = _Backward(nodes, rg, trainable)
+        b.grads[logits_id] = [b.add("loss/backward", "loss", f"{loss}_bwd", [], [logits_id, 0], lshape, reg,
+                                    3 * numel(lshape))]
     for nid in range(len(nodes) - 2, 0, -1):
         b.differentiate(nid)
     n_train = sum(numel(list(tr.params[i][1].shape)) for i in trainable)
@@ -727,7 +747,7 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
         raise UsageError(graphfile.too_many_nodes(f"model {name!r}", len(nodes),
                                                   "trace fewer layers (bert: --layers) or a smaller model"))
     return TrainingGraph(name, batch, list(input_shape), classes, params, nodes, frozen=frozen, train=tr.train,
-                         input_dtype=input_dtype)
+                         input_dtype=input_dtype, loss=loss)
 
 
 # What each op's backward reads, by what it needs: "x" its input(s), "y" its output.

@@ -51,6 +51,9 @@ class TrainingGraph:
     # the optimizer node's settings: {"name": "sgd"}, {"name": "momentum", "momentum": m} or
     # {"name": "adam", "beta1": b1, "beta2": b2, "eps": e}; the learning rate comes with each step
     optimizer: dict[str, Any] = field(default_factory=lambda: {"name": "sgd"})
+    # the loss node's op: cross_entropy (logits against the staged labels), or mse / l1 (the output
+    # against the input: an autoencoder)
+    loss: str = "cross_entropy"
 
     @property
     def param_elems(self) -> list[int]:

@@ -96,6 +96,10 @@ OP_BN_RELU_MEAN = 71
 OP_BN_RELU_MEAN_BWD = 72
 OP_AVGPOOL2D = 73
 OP_AVGPOOL2D_BWD = 74
+OP_MSE = 75
+OP_MSE_BWD = 76
+OP_L1 = 77
+OP_L1_BWD = 78
 Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
 
 
