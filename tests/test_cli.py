@@ -219,6 +219,31 @@ def test_user_model_from_module_factory(tmp_path):
     one_line_error(r, 2, "--input-shape is needed for mynet:build")
 
 
+def test_a_user_model_that_says_its_input_shape_needs_no_flag(tmp_path):
+    (tmp_path / "described.py").write_text(
+        "from torch import nn\n"
+        "class Net(nn.Sequential):\n"
+        "    input_shape = (1, 4, 4)\n"
+        "    classes = 3\n"
+        "    def __init__(self):\n"
+        "        super().__init__(nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(32, 3))\n"
+        "def bad():\n"
+        "    m = Net()\n"
+        "    m.input_shape = 'x'\n"
+        "    return m\n")
+    out = tmp_path / "g.json"
+    r = subprocess.run([sys.executable, "-m", "poet", "graph", "--model", "described:Net", "--batch", "2", "-o",
+                        str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    from poet.graph.training_graph import TrainingGraph
+
+    g = TrainingGraph.from_json(out)
+    assert g.input_shape == [1, 4, 4] and g.classes == 3
+    r = subprocess.run([sys.executable, "-m", "poet", "graph", "--model", "described:bad"], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=120)
+    one_line_error(r, 2, "described:bad: its input_shape attribute 'x' is not one sample's shape")
+
+
 def test_argparse_mistakes_are_one_line_too():
     one_line_error(poet("graph", "--batch", "x"), 2, "--batch: 'x' is not a whole number from 1 to 65535",
                    "poet graph --help")

@@ -460,8 +460,10 @@ def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") 
                    + (f"; default {default}" if default else ""))
     p.add_argument("--batch", type=_whole(1, MAX_BATCH), default=16,
                    help=f"samples per training step, 1 to {MAX_BATCH} (default 16)")
-    p.add_argument("--input-shape", type=_shape, help="shape of one sample for a module:factory model, e.g. 1,8,8")
-    p.add_argument("--classes", type=_whole(1, 1_000_000), help="classes of a module:factory model (default 10)")
+    p.add_argument("--input-shape", type=_shape, help="shape of one sample for a module:factory model, e.g. 1,8,8 "
+                   "(default: the model's input_shape attribute)")
+    p.add_argument("--classes", type=_whole(1, 1_000_000),
+                   help="classes of a module:factory model (default: its classes attribute, else 10)")
     # numpy's generators (the data order) take no negative seed, torch's none above 2**64 - 1
     p.add_argument("--seed", type=_whole(0, 2**32 - 1), default=0,
                    help="weight initialisation and data order seed, 0 to 4294967295 (default 0)")

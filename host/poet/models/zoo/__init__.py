@@ -8,7 +8,7 @@ import os
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -180,6 +180,8 @@ def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = No
         raise UsageError(f"building model {name!r} failed: {type(exc).__name__}: {msg}") from exc
     if not isinstance(model, nn.Module):
         raise UsageError(f"{name} returned {type(model).__name__}, not a torch.nn.Module")
+    if ":" in name:
+        spec = _described(name, spec, model, input_shape, classes)
     return model, spec
 
 
@@ -220,6 +222,27 @@ def _user_model(name: str, input_shape: tuple[int, ...] | None, classes: int | N
         raise UsageError(f"cannot load model {name!r}: {exc}") from exc
     if not callable(factory):
         raise UsageError(f"{name} is not callable; give a function or class that builds the model")
+    return ZooModel(name, factory, tuple(input_shape or ()), classes or 10, f"user model {name}")
+
+
+def _described(name: str, spec: ZooModel, model: nn.Module, input_shape: tuple[int, ...] | None,
+               classes: int | None) -> ZooModel:
+    """A user's model as it describes itself where the command line does not: its `input_shape` (one
+    sample) and `classes` attributes, as models written for a framework often carry them."""
     if not input_shape:
-        raise UsageError(f"--input-shape is needed for {name}: the shape of one sample, e.g. --input-shape 1,8,8")
-    return ZooModel(name, factory, tuple(input_shape), classes or 10, f"user model {name}")
+        shape = getattr(model, "input_shape", None)
+        if shape is None:
+            raise UsageError(f"--input-shape is needed for {name}: the shape of one sample, e.g. --input-shape "
+                             "1,8,8 (or give the model an input_shape attribute)")
+        if not (isinstance(shape, tuple | list | torch.Size) and shape
+                and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+            raise UsageError(f"{name}: its input_shape attribute {shape!r} is not one sample's shape (positive "
+                             "ints, e.g. (1, 8, 8)); give --input-shape")
+        spec = replace(spec, input_shape=tuple(shape))
+    if classes is None:
+        n = getattr(model, "classes", None)
+        if n is not None:
+            if not (isinstance(n, int) and not isinstance(n, bool) and n > 0):
+                raise UsageError(f"{name}: its classes attribute {n!r} is not a positive int; give --classes")
+            spec = replace(spec, classes=n)
+    return spec
