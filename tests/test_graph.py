@@ -19,7 +19,7 @@ ZOO_PARAMS = [pytest.param(n, marks=pytest.mark.slow) if n == "bert-base" else n
 @pytest.mark.parametrize("name", ZOO_PARAMS)
 def test_graph_keeps_what_pytorch_saves_and_accounts_for_every_op(name, mode):
     model, spec = get_model(name)
-    t = real_step(model, name, spec.input_shape, spec.classes, 2, spec.input_dtype, mode)
+    t = real_step(model, name, spec.input_shape, spec.classes, 2, spec.input_dtype, mode, loss=spec.loss)
     saved = saved_check(model, t)
     assert not saved.unexplained, saved.render()
     # the differences reconcile the two totals exactly
@@ -35,7 +35,7 @@ def test_graph_keeps_what_pytorch_saves_and_accounts_for_every_op(name, mode):
             out = call.outputs[0]
             assert t.graph.nodes[nid].shape == list(out.shape)
     # the plain trace (no autograd) gives the same graph as the real step's
-    plain = trace(model, name, spec.input_shape, spec.classes, 2, spec.input_dtype, mode)
+    plain = trace(model, name, spec.input_shape, spec.classes, 2, spec.input_dtype, mode, spec.loss)
     assert plain.nodes == t.graph.nodes
 
 

@@ -138,7 +138,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     if args.check:
         from poet.graph.check import op_check, real_step, saved_check
         say("checking against a real PyTorch step ...")
-        t = real_step(model, g.model, tuple(g.input_shape), g.classes, g.batch, g.input_dtype, g.train)
+        t = real_step(model, g.model, tuple(g.input_shape), g.classes, g.batch, g.input_dtype, g.train, loss=g.loss)
         saved = saved_check(model, t)
         say(saved.render())
         ops = op_check(t)

@@ -89,13 +89,13 @@ class SavedReport:
 
 
 def real_step(model: nn.Module, name: str, input_shape: tuple[int, ...], classes: int, batch: int,
-              input_dtype: str = "float32", train: str = "all", seed: int = 0) -> Traced:
+              input_dtype: str = "float32", train: str = "all", seed: int = 0, loss: str = "cross_entropy") -> Traced:
     """Trace the step and run it for real on a random batch (token ids 0/1 for int inputs)."""
     g = torch.Generator().manual_seed(seed)
     shape = (batch, *input_shape)
     x = (torch.randint(0, 2, shape, generator=g) if input_dtype == "int64" else torch.randn(shape, generator=g))
     labels = torch.randint(0, classes, (batch,), generator=g)
-    return trace_step(model, name, x, labels, classes, input_dtype, train, real_step=True)
+    return trace_step(model, name, x, labels, classes, input_dtype, train, real_step=True, loss=loss)
 
 
 def _storage(t: torch.Tensor) -> int:

@@ -477,7 +477,7 @@ def traced(choice: ModelChoice) -> tuple[nn.Module, TrainingGraph]:
         raise UsageError(f"--batch {choice.batch}: must be at least 1")
     model, spec = choice.build()
     return model, trace(model, spec.name, spec.input_shape, spec.classes, choice.batch, spec.input_dtype,
-                        choice.train)
+                        choice.train, spec.loss)
 
 
 def trace(model: nn.Module, name: str, input_shape: tuple[int, ...] | list[int], classes: int, batch: int,

@@ -17,6 +17,7 @@ from torch import nn
 from poet.errors import UsageError
 from poet.models.zoo.bert import bert
 from poet.models.zoo.lenet import lenet5
+from poet.models.zoo.mlperf_tiny import AutoEncoder, MobileNetV1, ResNet8
 from poet.models.zoo.mobilenetv2 import mobilenetv2_cifar
 from poet.models.zoo.resnet import resnet18_cifar
 from poet.models.zoo.transformer import transformer_block
@@ -33,6 +34,8 @@ class ZooModel:
     # dtype of the input tensor: "float32" for images and features, "int64" for token ids
     # (then input_shape is (S,)). Last and defaulted so positional ZooModel(...) calls keep working.
     input_dtype: str = "float32"
+    # the loss it trains with (TrainingGraph.loss): cross_entropy, or mse / l1 of its output against its input
+    loss: str = "cross_entropy"
 
 
 def _mlp() -> nn.Module:
@@ -84,6 +87,12 @@ ZOO: dict[str, ZooModel] = {
                  "BERT L2 H128 A2, 64 tokens of 1000", input_dtype="int64"),
         ZooModel("bert-base", lambda: bert(12, 768, 12, 128, 30522, 10), (128,), 10,
                  "BERT-base L12 H768 A12, 128 tokens of 30522 (110M parameters)", input_dtype="int64"),
+        # MLPerf Tiny's reference networks (models/zoo/mlperf_tiny.py)
+        ZooModel("mlperf-ic", ResNet8, (3, 32, 32), 10, "MLPerf Tiny image classification: ResNet-8 on 32x32 CIFAR-10"),
+        ZooModel("mlperf-vww", MobileNetV1, (3, 96, 96), 2,
+                 "MLPerf Tiny visual wake words: MobileNetV1 width 0.25 on 96x96, person or not"),
+        ZooModel("mlperf-ad", AutoEncoder, (640,), 640,
+                 "MLPerf Tiny anomaly detection: dense autoencoder 640-128x4-8-128x4-640, MSE", loss="mse"),
     )
 }
 
