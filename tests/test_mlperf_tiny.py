@@ -1,0 +1,42 @@
+"""MLPerf Tiny's reference networks fine-tune on the emulated small boards (issue 19): `poet train` runs
+them on the real firmware image in QEMU and the board's weights after its steps equal PyTorch's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import needs_qemu
+from poet.cli import main
+from poet.graph.reference import state_tensors, train_steps, weights_of
+from poet.graph.tracer import traced
+from poet.models.datasets import load_dataset
+from poet.models.zoo import ModelChoice
+from poet.train import read_back
+
+
+@needs_qemu
+@pytest.mark.slow
+def test_resnet8_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ResNet-8 (mlperf-ic) on the nRF52840's QEMU image at 256k, its last three layers trained (all
+    layers need 345 KiB of fixed RAM: 78K fp32 parameters), digits upsampled to 32x32x3. About 40 s."""
+    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
+    run_dir, lr, limit = tmp_path / "run", 0.05, 3
+    choice = ModelChoice("mlperf-ic", batch=1, train="last:3")
+    assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", choice.name, "--batch", "1",
+                 "--train", choice.train, "--epochs", "1", "--data-limit", str(limit), "--lr", str(lr),
+                 "--run-dir", str(run_dir)]) == 0
+    model, g = traced(choice)
+    names = [n for n, _ in state_tensors(model)]
+    before = dict(zip(names, weights_of(model), strict=True))
+    data = load_dataset("digits", limit).fitted(tuple(g.input_shape), g.classes, g.model)
+    train_steps(model, data.epoch_batches(1, 0, 0), lr, frozen=g.frozen, graph=g)
+    host = dict(zip(names, weights_of(model), strict=True))
+    board = dict(zip(names, read_back(run_dir, g), strict=True))
+    trained = [n for n in names if n not in g.frozen]
+    assert trained == ["stack3.bn2.weight", "stack3.bn2.bias", "stack3.shortcut.weight", "stack3.shortcut.bias",
+                       "fc.weight", "fc.bias"], trained
+    for name in trained:
+        assert np.linalg.norm(board[name] - host[name]) <= 1e-5 * np.linalg.norm(host[name]), name
+    assert any(not np.array_equal(host[n], before[n]) for n in trained)  # the steps moved them
