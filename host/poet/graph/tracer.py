@@ -563,7 +563,22 @@ def _trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
     then computes the same function every step, its statistics stay read-only in flash instead of
     taking RAM to be moved, and a batch of one is well defined. The PyTorch reference does the same
     (reference.as_graph)."""
-    t = _trace_once(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta, frozenset(), loss)
+    try:
+        t = _trace_once(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta, frozenset(),
+                        loss)
+    except PoetError:
+        if train == "all":
+            raise
+        # a batch norm that cannot run in training mode here (BatchNorm1d on a batch of one) may be one
+        # the mode freezes: learn which parameters train with every batch norm on running statistics
+        every = frozenset(p.replace(".", "/") for p, m in model.named_modules()
+                          if isinstance(m, nn.modules.batchnorm._BatchNorm))
+        t = _trace_once(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta, every, loss)
+        fixed = set(t.graph.frozen)
+        norms = frozenset(n.module for n in t.graph.nodes if n.op == "batchnorm_eval" and all(
+            t.graph.params[n.attrs[k]][0] in fixed for k in ("w", "b") if n.attrs.get(k, -1) >= 0))
+        return _trace_once(model, name, x, labels, classes, input_dtype, train, real_step, frozen, meta, norms,
+                           loss)
     norms = _norms_to_freeze(t.graph) if train != "all" else frozenset()
     # only a batch norm module switches (a functional call inside a larger module keeps its mode)
     norms = frozenset(n for n in norms if isinstance(_module(model, n), nn.modules.batchnorm._BatchNorm))
