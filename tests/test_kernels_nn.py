@@ -63,6 +63,8 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_gelu_fwd": [INT, INT, F32P, F32P],
     "poet_gelu_bwd": [INT, INT, F32P, F32P, F32P],
     "poet_tanh_fwd": [INT, F32P, F32P],
+    **{f"poet_{a}_{d}": [INT] + [F32P] * (2 if d == "fwd" else 3) for a in ("silu", "hardswish", "hardsigmoid")
+       for d in ("fwd", "bwd")},
     "poet_tanh_bwd": [INT, F32P, F32P, F32P],
     "poet_sigmoid_fwd": [INT, F32P, F32P],
     "poet_sigmoid_bwd": [INT, F32P, F32P, F32P],
@@ -309,7 +311,7 @@ def test_conv2d_comparison_detects_a_wrong_weight(lib: ctypes.CDLL) -> None:
 
 # ---- pointwise ------------------------------------------------------------------------------------
 
-ACTIVATIONS = ["gelu", "gelu_tanh", "tanh", "sigmoid", "hardtanh", "relu6"]
+ACTIVATIONS = ["gelu", "gelu_tanh", "tanh", "sigmoid", "hardtanh", "relu6", "silu", "hardswish", "hardsigmoid"]
 
 
 @pytest.mark.parametrize("name", ACTIVATIONS)
@@ -322,9 +324,12 @@ def test_activation(lib: ctypes.CDLL, name: str, seed: int) -> None:
     if name in ("hardtanh", "relu6"):
         x[:2] = [lo, hi]  # torch passes no gradient at the bounds themselves
         x *= 1.0 if name == "hardtanh" else 3.0
+    if name in ("hardswish", "hardsigmoid"):
+        x[:4] = [-3.0, 3.0, -2.5, 2.5]  # the corners, where each takes PyTorch's side
     ref: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "tanh": torch.tanh,
         "sigmoid": torch.sigmoid, "hardtanh": lambda t: F.hardtanh(t, lo, hi), "relu6": F.relu6,
+        "silu": F.silu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
     }
     x64 = leaf(x)
     y_ref = ref[name](x64)
@@ -338,6 +343,9 @@ def test_activation(lib: ctypes.CDLL, name: str, seed: int) -> None:
     elif name in ("tanh", "sigmoid"):
         getattr(lib, f"poet_{name}_fwd")(n, fp(x), fp(y))
         getattr(lib, f"poet_{name}_bwd")(n, fp(g), fp(y), fp(gx))  # reads the output
+    elif name in ("silu", "hardswish", "hardsigmoid"):
+        getattr(lib, f"poet_{name}_fwd")(n, fp(x), fp(y))
+        getattr(lib, f"poet_{name}_bwd")(n, fp(g), fp(x), fp(gx))  # reads the input
     else:
         lib.poet_hardtanh_fwd(n, lo, hi, fp(x), fp(y))
         lib.poet_hardtanh_bwd(n, lo, hi, fp(g), fp(x), fp(gx))  # reads the input

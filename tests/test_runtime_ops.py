@@ -275,3 +275,30 @@ def test_mlperf_tiny_networks_train_like_pytorch(tmp_path: Path, name: str, batc
     (PyTorch's CPU kernels sum in other orders), 4e-4 apart on the 96x96 stem; a kernel's error would
     be of the gradient's own size."""
     _check(tmp_path, name, batch, steps=steps, tol=tol)
+
+
+class _MobileActivations(torch.nn.Module):
+    """SiLU, hardswish and hardsigmoid as EfficientNet and MobileNetV3 use them, functional and as modules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.act = nn.Hardswish()
+        self.fc1, self.fc2 = nn.Linear(4 * 6 * 6, 16), nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.flatten(self.act(self.conv(x)), 1)
+        h = torch.nn.functional.silu(self.fc1(h))
+        return self.fc2(torch.nn.functional.hardsigmoid(h) * h)
+
+
+def test_silu_hardswish_hardsigmoid_train_like_pytorch(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _MobileActivations()
+    g = trace(model, "acts", (2, 6, 6), 3, 2)
+    assert {"silu", "hardswish", "hardsigmoid"} <= {n.op for n in g.nodes}
+    rng = np.random.default_rng(5)
+    data = [(rng.standard_normal((2, 2, 6, 6)).astype(np.float32) * 2, rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "acts", model, g, data)

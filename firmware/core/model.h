@@ -92,7 +92,13 @@ enum {
     POET_OP_MSE = 75,
     POET_OP_MSE_BWD = 76,
     POET_OP_L1 = 77,
-    POET_OP_L1_BWD = 78
+    POET_OP_L1_BWD = 78,
+    POET_OP_SILU = 79,
+    POET_OP_SILU_BWD = 80,
+    POET_OP_HARDSWISH = 81,
+    POET_OP_HARDSWISH_BWD = 82,
+    POET_OP_HARDSIGMOID = 83,
+    POET_OP_HARDSIGMOID_BWD = 84
 };
 
 /* avgpool2d's a6 packs padding and strides (docs/spec.md section 2). */

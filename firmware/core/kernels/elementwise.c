@@ -89,6 +89,61 @@ void poet_sigmoid_bwd(int n, const float *g, const float *y, float *gx)
         gx[i] = g[i] * y[i] * (1.0f - y[i]);
 }
 
+void poet_silu_fwd(int n, const float *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void poet_silu_bwd(int n, const float *g, const float *x, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + expf(-x[i]));
+        gx[i] = g[i] * s * (1.0f + x[i] * (1.0f - s));
+    }
+}
+
+/* relu6(x + 3) / 6, the hard sigmoid MobileNetV3 uses */
+static float hard_sigmoid(float x)
+{
+    float r = x + 3.0f;
+    r = r < 0.0f ? 0.0f : r > 6.0f ? 6.0f : r;
+    return r / 6.0f;
+}
+
+void poet_hardswish_fwd(int n, const float *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++) {
+        float r = x[i] + 3.0f;
+        r = r < 0.0f ? 0.0f : r > 6.0f ? 6.0f : r;
+        y[i] = x[i] * r / 6.0f;
+    }
+}
+
+void poet_hardswish_bwd(int n, const float *g, const float *x, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        gx[i] = x[i] <= -3.0f ? 0.0f : x[i] < 3.0f ? g[i] * (x[i] / 3.0f + 0.5f) : g[i];
+}
+
+void poet_hardsigmoid_fwd(int n, const float *x, float *y)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        y[i] = hard_sigmoid(x[i]);
+}
+
+void poet_hardsigmoid_bwd(int n, const float *g, const float *x, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        gx[i] = x[i] > -3.0f && x[i] < 3.0f ? g[i] / 6.0f : 0.0f;
+}
+
 void poet_hardtanh_fwd(int n, float lo, float hi, const float *x, float *y)
 {
     int i;

@@ -110,6 +110,16 @@ void poet_tanh_fwd(int n, const float *x, float *y);
 void poet_tanh_bwd(int n, const float *g, const float *y, float *gx);
 void poet_sigmoid_fwd(int n, const float *x, float *y);
 void poet_sigmoid_bwd(int n, const float *g, const float *y, float *gx);
+/* SiLU x sigmoid(x), hardswish x relu6(x + 3) / 6 and hardsigmoid relu6(x + 3) / 6, as PyTorch's
+ * CPU kernels compute them; the backwards read the INPUT x, and hardswish's and hardsigmoid's
+ * take PyTorch's sides at the corners (hardswish: the slope x / 3 + 1/2 strictly inside (-3, 3), 0
+ * at and below -3, 1 at and above 3; hardsigmoid: 1/6 strictly inside, else 0). */
+void poet_silu_fwd(int n, const float *x, float *y);
+void poet_silu_bwd(int n, const float *g, const float *x, float *gx);
+void poet_hardswish_fwd(int n, const float *x, float *y);
+void poet_hardswish_bwd(int n, const float *g, const float *x, float *gx);
+void poet_hardsigmoid_fwd(int n, const float *x, float *y);
+void poet_hardsigmoid_bwd(int n, const float *g, const float *x, float *gx);
 /* clamp(x, lo, hi); ReLU6 is lo = 0, hi = 6. The backward reads the INPUT x and, like torch,
  * passes the gradient only strictly inside (lo, hi). */
 void poet_hardtanh_fwd(int n, float lo, float hi, const float *x, float *y);

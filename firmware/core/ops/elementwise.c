@@ -29,7 +29,8 @@ int op_two_floats_check(const poet_model_t *m, const poet_node_t *n)
            io1(m, n, f32s((uint64_t)a[N]), f32s((uint64_t)a[N]));
 }
 
-/* relu, tanh and sigmoid backward: dL/dy and the forward's output y, all of one shape. */
+/* relu, tanh and sigmoid backward: dL/dy and the forward's output y, all of one shape; silu,
+ * hardswish and hardsigmoid backward: dL/dy and the forward's input x. */
 int op_pointwise_bwd_check(const poet_model_t *m, const poet_node_t *n)
 {
     uint64_t x = f32s((uint64_t)n->a[N]);
@@ -57,6 +58,13 @@ void op_tanh_run(const poet_exec_t *e) { poet_tanh_fwd(e->a[N], e->in[0], e->out
 void op_tanh_bwd_run(const poet_exec_t *e) { poet_tanh_bwd(e->a[N], e->in[0], e->in[1], e->out); }
 void op_sigmoid_run(const poet_exec_t *e) { poet_sigmoid_fwd(e->a[N], e->in[0], e->out); }
 void op_sigmoid_bwd_run(const poet_exec_t *e) { poet_sigmoid_bwd(e->a[N], e->in[0], e->in[1], e->out); }
+/* silu, hardswish, hardsigmoid: their backwards read the forward's input x (op_pointwise_bwd_check) */
+void op_silu_run(const poet_exec_t *e) { poet_silu_fwd(e->a[N], e->in[0], e->out); }
+void op_silu_bwd_run(const poet_exec_t *e) { poet_silu_bwd(e->a[N], e->in[0], e->in[1], e->out); }
+void op_hardswish_run(const poet_exec_t *e) { poet_hardswish_fwd(e->a[N], e->in[0], e->out); }
+void op_hardswish_bwd_run(const poet_exec_t *e) { poet_hardswish_bwd(e->a[N], e->in[0], e->in[1], e->out); }
+void op_hardsigmoid_run(const poet_exec_t *e) { poet_hardsigmoid_fwd(e->a[N], e->in[0], e->out); }
+void op_hardsigmoid_bwd_run(const poet_exec_t *e) { poet_hardsigmoid_bwd(e->a[N], e->in[0], e->in[1], e->out); }
 void op_gelu_run(const poet_exec_t *e) { poet_gelu_fwd(e->a[N], e->a[GELU_TANH], e->in[0], e->out); }
 
 void op_gelu_bwd_run(const poet_exec_t *e)

@@ -52,6 +52,12 @@ typedef void (*poet_run_fn)(const poet_exec_t *e);
     X(TANH_BWD, BACKWARD, NONE, op_pointwise_bwd_check, op_tanh_bwd_run) \
     X(SIGMOID, FORWARD, NONE, op_same_check, op_sigmoid_run) \
     X(SIGMOID_BWD, BACKWARD, NONE, op_pointwise_bwd_check, op_sigmoid_bwd_run) \
+    X(SILU, FORWARD, NONE, op_same_check, op_silu_run) \
+    X(SILU_BWD, BACKWARD, NONE, op_pointwise_bwd_check, op_silu_bwd_run) \
+    X(HARDSWISH, FORWARD, NONE, op_same_check, op_hardswish_run) \
+    X(HARDSWISH_BWD, BACKWARD, NONE, op_pointwise_bwd_check, op_hardswish_bwd_run) \
+    X(HARDSIGMOID, FORWARD, NONE, op_same_check, op_hardsigmoid_run) \
+    X(HARDSIGMOID_BWD, BACKWARD, NONE, op_pointwise_bwd_check, op_hardsigmoid_bwd_run) \
     X(GELU, FORWARD, NONE, op_gelu_check, op_gelu_run) \
     X(GELU_BWD, BACKWARD, NONE, op_gelu_bwd_check, op_gelu_bwd_run) \
     X(HARDTANH, FORWARD, NONE, op_two_floats_check, op_hardtanh_run) \
@@ -133,8 +139,8 @@ typedef struct {
     poet_run_fn run;
 } poet_op_t;
 
-/* Indexed by opcode: the highest is POET_OP_L1_BWD. */
-#define POET_N_OPCODES 79u
+/* Indexed by opcode: the highest is POET_OP_HARDSIGMOID_BWD. */
+#define POET_N_OPCODES 85u
 extern const poet_op_t poet_ops[POET_N_OPCODES];
 
 /* The whole check of node i of m (decoded as n): its opcode, kind, input types and place, then

@@ -343,6 +343,8 @@ FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
     "relu": _pointwise("relu"), "relu_": _pointwise("relu"), "gelu": _pointwise("gelu", 8),
     "tanh": _pointwise("tanh", 6), "sigmoid": _pointwise("sigmoid", 4), "hardtanh": _hardtanh,
     "hardtanh_": _hardtanh, "relu6": _relu6, "relu6_": _relu6,
+    **{f"{op}{inplace}": _pointwise(op, flops) for op, flops in (("silu", 5), ("hardswish", 4), ("hardsigmoid", 3))
+       for inplace in ("", "_")},
     **{n: _clamp for n in ("clamp", "clamp_", "clip", "clip_")},
     "max_pool2d": _max_pool2d, "_max_pool2d": _max_pool2d, "adaptive_avg_pool2d": _adaptive_avg_pool2d,
     "avg_pool2d": _avg_pool2d,
@@ -352,7 +354,8 @@ FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
     "matmul": _matmul, "__matmul__": _matmul, "bmm": _matmul, "softmax": _softmax, "embedding": _embedding,
     "__getitem__": _getitem,
 }
-SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid, hardtanh, relu6, clamp (both "
+SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid, silu, hardswish, hardsigmoid, "
+             "hardtanh, relu6, clamp (both "
              "bounds, or min=0), max_pool2d, avg_pool2d, adaptive_avg_pool2d(1), mean, flatten, view/reshape, "
              "transpose/permute, + - * / (two activations or a scalar), matmul, softmax, embedding, x[:, i], "
              "contiguous, dropout(p=0), cross_entropy loss")
@@ -768,7 +771,7 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
 # What each op's backward reads, by what it needs: "x" its input(s), "y" its output.
 # A parameterised op reads its input for the weight gradient; see docs/graph.md, "Backward".
 SAVES_OUTPUT = {"relu", "tanh", "sigmoid", "softmax"}
-SAVES_INPUT = {"gelu", "hardtanh", "maxpool2d"}
+SAVES_INPUT = {"gelu", "hardtanh", "maxpool2d", "silu", "hardswish", "hardsigmoid"}
 NO_SAVES = {"mean", "avgpool2d", "flatten", "reshape", "permute", "select", "scale", "add", "sub"}
 
 

@@ -100,6 +100,12 @@ OP_MSE = 75
 OP_MSE_BWD = 76
 OP_L1 = 77
 OP_L1_BWD = 78
+OP_SILU = 79
+OP_SILU_BWD = 80
+OP_HARDSWISH = 81
+OP_HARDSWISH_BWD = 82
+OP_HARDSIGMOID = 83
+OP_HARDSIGMOID_BWD = 84
 Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
 
 
