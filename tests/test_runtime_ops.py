@@ -302,3 +302,36 @@ def test_silu_hardswish_hardsigmoid_train_like_pytorch(tmp_path: Path) -> None:
     data = [(rng.standard_normal((2, 2, 6, 6)).astype(np.float32) * 2, rng.integers(0, 3, 2).astype(np.int32))
             for _ in range(STEPS)]
     _check_model(tmp_path, "acts", model, g, data)
+
+
+class _Concat(torch.nn.Module):
+    """torch.cat along channels (an inception-style block: two branches joined) and along features (a
+    tensor with a scaled copy of itself: the same node's gradient summed from both parts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.a, self.b = nn.Conv2d(2, 3, 3, padding=1), nn.Conv2d(2, 5, 1)
+        self.fc = nn.Linear(2 * 8 * 4 * 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.cat([torch.relu(self.a(x)), self.b(x)], dim=1)
+        h = torch.flatten(h, 1)
+        return self.fc(torch.cat((h, h * 2), -1))
+
+
+def test_cat_trains_like_pytorch(tmp_path: Path) -> None:
+    from poet.graph.check import op_check, real_step, saved_check
+
+    torch.manual_seed(0)
+    model = _Concat()
+    t = real_step(model, "cat", (2, 4, 4), 3, 2)
+    assert not saved_check(model, t).unexplained and not op_check(t).unaccounted
+    g = trace(model, "cat", (2, 4, 4), 3, 2)
+    cats = [n for n in g.nodes if n.op == "cat"]
+    assert [(n.attrs["outer"], n.attrs["l0"], n.attrs["l1"]) for n in cats] == [(2, 48, 80), (2, 128, 128)]
+    assert sum(1 for n in g.nodes if n.op == "cat_bwd") == 4
+    rng = np.random.default_rng(6)
+    data = [(rng.standard_normal((2, 2, 4, 4)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "cat", model, g, data)

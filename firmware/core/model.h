@@ -98,7 +98,9 @@ enum {
     POET_OP_HARDSWISH = 81,
     POET_OP_HARDSWISH_BWD = 82,
     POET_OP_HARDSIGMOID = 83,
-    POET_OP_HARDSIGMOID_BWD = 84
+    POET_OP_HARDSIGMOID_BWD = 84,
+    POET_OP_CAT = 85,
+    POET_OP_CAT_BWD = 86
 };
 
 /* avgpool2d's a6 packs padding and strides (docs/spec.md section 2). */

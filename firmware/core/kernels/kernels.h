@@ -231,6 +231,11 @@ void poet_l1_bwd(int n, const float *p, const float *t, float *gp);
 
 /* ---- layout.c: copies, gathers, permutes ---------------------------------------------------- */
 
+/* torch.cat of k tensors along one dim: each viewed as x_i[outer, len_i] (len_i = its size along the
+ * dim times the elements after it), y[outer, sum len] their rows side by side. The backward gives
+ * one input's gradient, g[outer, total]'s columns offset .. offset + len. */
+void poet_cat_fwd(int outer, int k, const int *len, const float *const *x, float *y);
+void poet_cat_bwd(int outer, int total, int offset, int len, const float *g, float *gx);
 /* y[i, :] = w[ids[i], :] for w[V, D]; an id outside [0, V) (torch raises) gives a zero row in the
  * forward and is skipped in the backward, so a bad batch cannot write outside the weights. */
 void poet_embedding_fwd(int n, int V, int D, const int32_t *ids, const float *w, float *y);

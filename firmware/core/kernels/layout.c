@@ -56,6 +56,25 @@ void poet_select_bwd(int B, int S, int D, int index, const float *g, float *gx)
         }
 }
 
+/* ---- concatenation ------------------------------------------------------------------------- */
+
+void poet_cat_fwd(int outer, int k, const int *len, const float *const *x, float *y)
+{
+    int o, i;
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < k; i++) {
+            poet_copy(len[i], x[i] + (long)o * len[i], y);
+            y += len[i];
+        }
+}
+
+void poet_cat_bwd(int outer, int total, int offset, int len, const float *g, float *gx)
+{
+    int o;
+    for (o = 0; o < outer; o++)
+        poet_copy(len, g + (long)o * total + offset, gx + (long)o * len);
+}
+
 /* ---- permutes ------------------------------------------------------------------------------- */
 
 /* Walks y (the permuted layout) in order and x through its strides; the backward is the same walk

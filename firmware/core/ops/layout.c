@@ -79,6 +79,50 @@ void op_select_bwd_run(const poet_exec_t *e)
     poet_select_bwd(e->a[N], e->a[S], e->a[D], e->a[INDEX], e->in[0], e->out);
 }
 
+/* ---- cat --------------------------------------------------------------------------------------- */
+
+/* a0 OUTER, a1..a4 each dep's row length (0 past n_deps) -> y[OUTER, sum]. The backward, one
+ * input's gradient: a0 OUTER, a1 TOTAL (the output's row), a2 OFFSET, a3 LEN; dep 0 is dL/dy. */
+enum { OUTER = 0, TOTAL = 1, OFFSET = 2, LEN = 3 };
+
+int op_cat_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    uint64_t sum = 0;
+    int k;
+    if (!pos(a[OUTER]))
+        return 0;
+    if (n->op == POET_OP_CAT_BWD)
+        return pos(a[TOTAL]) && pos(a[LEN]) && a[OFFSET] >= 0 && a[OFFSET] <= a[TOTAL] - a[LEN] &&
+               io1(m, n, f32s(mul((uint64_t)a[OUTER], (uint64_t)a[TOTAL])),
+                   f32s(mul((uint64_t)a[OUTER], (uint64_t)a[LEN])));
+    if (n->n_deps < 2)
+        return 0;
+    for (k = 0; k < 4; k++) {
+        if (k < n->n_deps ? !pos(a[1 + k]) || dep_bytes(m, n, k) != f32s(mul((uint64_t)a[OUTER], (uint64_t)a[1 + k]))
+                          : a[1 + k] != 0)
+            return 0;
+        sum += (uint64_t)a[1 + k];
+    }
+    return sum <= 0x7FFFFFFFu && n->bytes == f32s(mul((uint64_t)a[OUTER], sum));
+}
+
+void op_cat_run(const poet_exec_t *e)
+{
+    int len[4], k;
+    const float *x[4];
+    for (k = 0; k < e->n_deps; k++) {
+        len[k] = e->a[1 + k];
+        x[k] = e->in[k];
+    }
+    poet_cat_fwd(e->a[OUTER], e->n_deps, len, x, e->out);
+}
+
+void op_cat_bwd_run(const poet_exec_t *e)
+{
+    poet_cat_bwd(e->a[OUTER], e->a[TOTAL], e->a[OFFSET], e->a[LEN], e->in[0], e->out);
+}
+
 /* ---- embedding -------------------------------------------------------------------------------- */
 
 /* N ids -> y[N, EMB_D] = table[ids], table[V, EMB_D] the parameter TABLE. IDS says where the ids

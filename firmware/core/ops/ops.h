@@ -116,6 +116,8 @@ typedef void (*poet_run_fn)(const poet_exec_t *e);
     X(PERMUTE_BWD, BACKWARD, NONE, op_permute_check, op_permute_bwd_run) \
     X(SELECT, FORWARD, NONE, op_select_check, op_select_run) \
     X(SELECT_BWD, BACKWARD, NONE, op_select_check, op_select_bwd_run) \
+    X(CAT, FORWARD, NONE, op_cat_check, op_cat_run) \
+    X(CAT_BWD, BACKWARD, NONE, op_cat_check, op_cat_bwd_run) \
     X(EMBEDDING, FORWARD, NONE, op_embedding_check, op_embedding_run) \
     X(EMBEDDING_BWD, BACKWARD, NONE, op_embedding_check, op_embedding_bwd_run) \
     /* cast.c */ \
@@ -139,8 +141,8 @@ typedef struct {
     poet_run_fn run;
 } poet_op_t;
 
-/* Indexed by opcode: the highest is POET_OP_HARDSIGMOID_BWD. */
-#define POET_N_OPCODES 85u
+/* Indexed by opcode: the highest is POET_OP_CAT_BWD. */
+#define POET_N_OPCODES 87u
 extern const poet_op_t poet_ops[POET_N_OPCODES];
 
 /* The whole check of node i of m (decoded as n): its opcode, kind, input types and place, then

@@ -329,6 +329,18 @@ def _embedding(c: _Ctx) -> Fwd:
     return Fwd("embedding", [ids] if c.live(ids) else [], attrs, c.call.result, 0, {"w": w})
 
 
+def _cat(c: _Ctx) -> Fwd:
+    """torch.cat of two to four activations along one dim: rows of [outer, size x inner] side by side."""
+    xs, dim = list(c.call.args[0]), _arg(c.call, 1, "dim", 0)
+    if not 2 <= len(xs) <= 4 or not all(c.live(t) for t in xs):
+        raise c.fail(f"cat of {len(xs)} tensors: the runtime joins two to four activations")
+    d = dim % xs[0].dim()
+    outer = numel(list(xs[0].shape[:d]))
+    lens = [numel(list(t.shape[d:])) for t in xs]
+    attrs = {"outer": outer, **{f"l{i}": (lens[i] if i < len(lens) else 0) for i in range(4)}}
+    return Fwd("cat", xs, attrs, c.call.result, 0)
+
+
 def _getitem(c: _Ctx) -> Fwd:
     x, idx = c.call.args[0], c.call.args[1]
     if not (isinstance(idx, tuple) and len(idx) == 2 and idx[0] == slice(None) and isinstance(idx[1], int)
@@ -352,12 +364,13 @@ FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
     "transpose": _permute, "permute": _permute, "t": _permute,
     **{n: _binary for n in BINARY},
     "matmul": _matmul, "__matmul__": _matmul, "bmm": _matmul, "softmax": _softmax, "embedding": _embedding,
-    "__getitem__": _getitem,
+    "__getitem__": _getitem, "cat": _cat, "concat": _cat, "concatenate": _cat,
 }
 SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid, silu, hardswish, hardsigmoid, "
              "hardtanh, relu6, clamp (both "
              "bounds, or min=0), max_pool2d, avg_pool2d, adaptive_avg_pool2d(1), mean, flatten, view/reshape, "
              "transpose/permute, + - * / (two activations or a scalar), matmul, softmax, embedding, x[:, i], "
+             "cat (2 to 4 activations), "
              "contiguous, dropout(p=0), cross_entropy loss")
 
 
@@ -825,6 +838,15 @@ class _Backward:
             elif need[1]:  # negate and/or sum the gradient over the broadcast dimensions
                 s = self.add(name, mod, f"{op}_bwd", [g], [], self.nodes[x[1]].shape, attrs, attrs["n"])
                 self._give(x[1], s)
+            return
+        if op == "cat":  # each input's gradient is its columns of g's rows
+            total, offset = sum(attrs[f"l{i}"] for i in range(4)), 0
+            for i, d in enumerate(x):
+                length = attrs[f"l{i}"]
+                if need[i]:
+                    cut = {"outer": attrs["outer"], "total": total, "offset": offset, "len": length}
+                    self._give(d, self.add(f"{name}_{i}", mod, "cat_bwd", [g], [], self.nodes[d].shape, cut, 0))
+                offset += length
             return
         if op in ("mul", "matmul"):
             for i in (0, 1):

@@ -59,6 +59,7 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "softmax": (mb.OP_SOFTMAX, ("rows", "D")),
     "embedding": (mb.OP_EMBEDDING, _EMB),
     "select": (mb.OP_SELECT, ("B", "S", "D", "index")),
+    "cat": (mb.OP_CAT, ("outer", "l0", "l1", "l2", "l3")),  # each input's row length (0: no such input)
     # low precision: "w" is the parameter a cast or absmax reads instead of dep 0 (-1: none); "from"
     # and "to" are element types (fp32, fp16, bf16, int8); the int8 layers keep their fp32 layouts
     "cast": (mb.OP_CAST, ("n", "from", "to", "w")),
@@ -105,6 +106,7 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "softmax_bwd": (mb.OP_SOFTMAX_BWD, ("rows", "D")),
     "embedding_bwd": (mb.OP_EMBEDDING_BWD, (*_EMB, "need_grad_input")),
     "select_bwd": (mb.OP_SELECT_BWD, ("B", "S", "D", "index")),
+    "cat_bwd": (mb.OP_CAT_BWD, ("outer", "total", "offset", "len")),
     "sgd": (mb.OP_SGD, ("opt", "f:p1", "f:p2", "f:p3", "in_backward")),
 }
 

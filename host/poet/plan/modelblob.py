@@ -106,6 +106,8 @@ OP_HARDSWISH = 81
 OP_HARDSWISH_BWD = 82
 OP_HARDSIGMOID = 83
 OP_HARDSIGMOID_BWD = 84
+OP_CAT = 85
+OP_CAT_BWD = 86
 Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
 
 
