@@ -335,3 +335,35 @@ def test_cat_trains_like_pytorch(tmp_path: Path) -> None:
     data = [(rng.standard_normal((2, 2, 4, 4)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
             for _ in range(STEPS)]
     _check_model(tmp_path, "cat", model, g, data)
+
+
+class _Upsample(torch.nn.Module):
+    """Nearest upsampling as small segmentation and detection heads use it: by 2 (a module) and by 3x2
+    (a size), a skip joined by cat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.down = nn.Conv2d(2, 4, 3, stride=2, padding=1)
+        self.up = nn.Upsample(scale_factor=2)
+        self.fc = nn.Linear(6 * 12 * 8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.cat([self.up(torch.relu(self.down(x))), x], dim=1)  # 6 channels at 4x4
+        h = torch.nn.functional.interpolate(h, size=(12, 8), mode="nearest")
+        return self.fc(torch.flatten(h, 1))
+
+
+def test_nearest_upsampling_trains_like_pytorch(tmp_path: Path) -> None:
+    from poet.graph.check import op_check, real_step, saved_check
+
+    torch.manual_seed(0)
+    model = _Upsample()
+    t = real_step(model, "up", (2, 4, 4), 3, 2)
+    assert not saved_check(model, t).unexplained and not op_check(t).unaccounted
+    g = trace(model, "up", (2, 4, 4), 3, 2)
+    assert [(n.attrs["sh"], n.attrs["sw"]) for n in g.nodes if n.op == "upsample"] == [(2, 2), (3, 2)]
+    rng = np.random.default_rng(7)
+    data = [(rng.standard_normal((2, 2, 4, 4)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "up", model, g, data)

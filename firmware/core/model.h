@@ -100,7 +100,9 @@ enum {
     POET_OP_HARDSIGMOID = 83,
     POET_OP_HARDSIGMOID_BWD = 84,
     POET_OP_CAT = 85,
-    POET_OP_CAT_BWD = 86
+    POET_OP_CAT_BWD = 86,
+    POET_OP_UPSAMPLE = 87, /* nearest, by whole factors */
+    POET_OP_UPSAMPLE_BWD = 88
 };
 
 /* avgpool2d's a6 packs padding and strides (docs/spec.md section 2). */

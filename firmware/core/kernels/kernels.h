@@ -167,6 +167,10 @@ void poet_avgpool2d_fwd(int B, int C, int H, int W, int kh, int kw, int sh, int 
                         int include_pad, const float *x, float *y);
 void poet_avgpool2d_bwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw,
                         int include_pad, const float *g, float *gx);
+/* Nearest upsampling by whole factors: y[B,C,H sh,W sw], y[.., i, j] = x[.., i / sh, j / sw]
+ * (F.interpolate mode "nearest"); the backward sums g over each sh x sw block. */
+void poet_upsample_nearest_fwd(int B, int C, int H, int W, int sh, int sw, const float *x, float *y);
+void poet_upsample_nearest_bwd(int B, int C, int H, int W, int sh, int sw, const float *g, float *gx);
 /* adaptive_avg_pool2d(x, 1) of x[B,C,H,W] with HW = H*W -> y[B,C] (= poet_mean(B*C, HW, 1)). */
 void poet_global_avgpool2d_fwd(int B, int C, int HW, const float *x, float *y);
 void poet_global_avgpool2d_bwd(int B, int C, int HW, const float *g, float *gx);

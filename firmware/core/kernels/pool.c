@@ -139,3 +139,29 @@ void poet_avgpool2d_bwd(int B, int C, int H, int W, int kh, int kw, int sh, int 
             }
     }
 }
+
+/* ---- nearest upsampling --------------------------------------------------------------------- */
+
+void poet_upsample_nearest_fwd(int B, int C, int H, int W, int sh, int sw, const float *x, float *y)
+{
+    int Ho = H * sh, Wo = W * sw, bc, i, j;
+    for (bc = 0; bc < B * C; bc++)
+        for (i = 0; i < Ho; i++)
+            for (j = 0; j < Wo; j++)
+                y[((long)bc * Ho + i) * Wo + j] = x[((long)bc * H + i / sh) * W + j / sw];
+}
+
+void poet_upsample_nearest_bwd(int B, int C, int H, int W, int sh, int sw, const float *g, float *gx)
+{
+    int Wo = W * sw, bc, i, j, u, v;
+    for (bc = 0; bc < B * C; bc++)
+        for (i = 0; i < H; i++)
+            for (j = 0; j < W; j++) {
+                const float *p = g + ((long)bc * H * sh + (long)i * sh) * Wo + (long)j * sw;
+                float acc = 0.0f;
+                for (u = 0; u < sh; u++)
+                    for (v = 0; v < sw; v++)
+                        acc += p[(long)u * Wo + v];
+                gx[((long)bc * H + i) * W + j] = acc;
+            }
+}

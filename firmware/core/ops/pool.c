@@ -67,6 +67,36 @@ static void avgpool2d(const poet_exec_t *e, int bwd)
 void op_avgpool2d_run(const poet_exec_t *e) { avgpool2d(e, 0); }
 void op_avgpool2d_bwd_run(const poet_exec_t *e) { avgpool2d(e, 1); }
 
+/* ---- upsample (nearest) ------------------------------------------------------------------------ */
+
+/* a0..a3 B, C, H, W of the input; a4 SH, a5 SW the whole factors. The backward reads dL/dy alone. */
+enum { SH = 4, SW = 5 };
+
+int op_upsample_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    uint64_t x, y;
+    if (!pos(a[B]) || !pos(a[C]) || !pos(a[H]) || !pos(a[W]) || !pos(a[SH]) || !pos(a[SW]) || a[SH] > 0xFFFF ||
+        a[SW] > 0xFFFF || mul((uint64_t)a[H], (uint64_t)a[SH]) > 0x7FFFFFFFu ||
+        mul((uint64_t)a[W], (uint64_t)a[SW]) > 0x7FFFFFFFu)
+        return 0;
+    x = f32s(mul(mul((uint64_t)a[B], (uint64_t)a[C]), mul((uint64_t)a[H], (uint64_t)a[W])));
+    y = mul(x, mul((uint64_t)a[SH], (uint64_t)a[SW]));
+    return n->op == POET_OP_UPSAMPLE ? io1(m, n, x, y) : io1(m, n, y, x);
+}
+
+void op_upsample_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_upsample_nearest_fwd(a[B], a[C], a[H], a[W], a[SH], a[SW], e->in[0], e->out);
+}
+
+void op_upsample_bwd_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_upsample_nearest_bwd(a[B], a[C], a[H], a[W], a[SH], a[SW], e->in[0], e->out);
+}
+
 /* ---- mean ------------------------------------------------------------------------------------- */
 
 /* x[outer, r, inner] -> y[outer, inner] */

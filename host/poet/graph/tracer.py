@@ -211,6 +211,20 @@ def _avg_pool2d(c: _Ctx) -> Fwd:
     return Fwd("avgpool2d", [x], attrs, c.call.result, c.call.result.numel() * k[0] * k[1])
 
 
+def _interpolate(c: _Ctx) -> Fwd:
+    """F.interpolate / nn.Upsample in mode nearest by whole factors (given as factors or as a size)."""
+    x = c.call.args[0]
+    if _arg(c.call, 3, "mode", "nearest") != "nearest" or x.dim() != 4:
+        raise c.fail(f"mode {_arg(c.call, 3, 'mode', 'nearest')!r} on a {x.dim()}-d tensor: the runtime upsamples "
+                     "4-d maps in mode 'nearest'")
+    H, W = x.shape[2], x.shape[3]
+    Ho, Wo = c.call.result.shape[2], c.call.result.shape[3]
+    if Ho % H or Wo % W:
+        raise c.fail(f"{H}x{W} -> {Ho}x{Wo}: the runtime upsamples by whole factors")
+    attrs = {"B": x.shape[0], "C": x.shape[1], "H": H, "W": W, "sh": Ho // H, "sw": Wo // W}
+    return Fwd("upsample", [x], attrs, c.call.result, 0)
+
+
 def _adaptive_avg_pool2d(c: _Ctx) -> Fwd:
     x, size = c.call.args[0], _arg(c.call, 1, "output_size")
     if size not in (1, (1, 1), [1, 1]) or x.dim() != 4:
@@ -359,7 +373,7 @@ FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
        for inplace in ("", "_")},
     **{n: _clamp for n in ("clamp", "clamp_", "clip", "clip_")},
     "max_pool2d": _max_pool2d, "_max_pool2d": _max_pool2d, "adaptive_avg_pool2d": _adaptive_avg_pool2d,
-    "avg_pool2d": _avg_pool2d,
+    "avg_pool2d": _avg_pool2d, "interpolate": _interpolate,
     "mean": _mean, "flatten": _reshape("flatten"), "view": _reshape("reshape"), "reshape": _reshape("reshape"),
     "transpose": _permute, "permute": _permute, "t": _permute,
     **{n: _binary for n in BINARY},
@@ -370,7 +384,7 @@ SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid,
              "hardtanh, relu6, clamp (both "
              "bounds, or min=0), max_pool2d, avg_pool2d, adaptive_avg_pool2d(1), mean, flatten, view/reshape, "
              "transpose/permute, + - * / (two activations or a scalar), matmul, softmax, embedding, x[:, i], "
-             "cat (2 to 4 activations), "
+             "cat (2 to 4 activations), interpolate (nearest, whole factors), "
              "contiguous, dropout(p=0), cross_entropy loss")
 
 
@@ -785,7 +799,7 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
 # A parameterised op reads its input for the weight gradient; see docs/graph.md, "Backward".
 SAVES_OUTPUT = {"relu", "tanh", "sigmoid", "softmax"}
 SAVES_INPUT = {"gelu", "hardtanh", "maxpool2d", "silu", "hardswish", "hardsigmoid"}
-NO_SAVES = {"mean", "avgpool2d", "flatten", "reshape", "permute", "select", "scale", "add", "sub"}
+NO_SAVES = {"mean", "avgpool2d", "upsample", "flatten", "reshape", "permute", "select", "scale", "add", "sub"}
 
 
 class _Backward:

@@ -108,6 +108,8 @@ OP_HARDSIGMOID = 83
 OP_HARDSIGMOID_BWD = 84
 OP_CAT = 85
 OP_CAT_BWD = 86
+OP_UPSAMPLE = 87
+OP_UPSAMPLE_BWD = 88
 Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
 
 
