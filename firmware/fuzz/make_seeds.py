@@ -103,9 +103,31 @@ class BroadcastNet(nn.Module):
 
 
 def traced(name: str, build: Callable[[], nn.Module], shape: tuple[int, ...], classes: int, batch: int,
-           dtype: str = "float32", train: str = "all", optimizer: str = "sgd") -> TrainingGraph:
+           dtype: str = "float32", train: str = "all", optimizer: str = "sgd",
+           loss: str = "cross_entropy") -> TrainingGraph:
     torch.manual_seed(0)
-    return with_optimizer(trace(build(), name, shape, classes, batch, input_dtype=dtype, train=train), optimizer)
+    return with_optimizer(trace(build(), name, shape, classes, batch, input_dtype=dtype, train=train, loss=loss),
+                          optimizer)
+
+
+class SmallOps(nn.Module):
+    """The ops small models use besides convs and dense layers: average pooling with padding, nearest
+    upsampling, a cat of two branches, SiLU, hardswish and hardsigmoid."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(1, 2, 3, padding=1), nn.Conv2d(1, 2, 1)
+        self.pool, self.up = nn.AvgPool2d(3, 2, 1, count_include_pad=False), nn.Upsample(scale_factor=2)
+        self.fc = nn.Linear(4 * 6 * 6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.cat([nn.functional.silu(self.a(x)), nn.functional.hardswish(self.b(x))], dim=1)
+        h = self.up(self.pool(h))
+        return self.fc(nn.functional.hardsigmoid(torch.flatten(h, 1)))
+
+
+def autoencoder() -> nn.Module:
+    return nn.Sequential(nn.Linear(6, 3), nn.ReLU(), nn.Linear(3, 6))
 
 
 def zoo(name: str, batch: int, train: str = "all", optimizer: str = "sgd") -> TrainingGraph:
@@ -237,7 +259,10 @@ def main() -> None:
     assert model_blob(qhead_sd).aux_bytes > 0
     extra = [model_blob(g) for g in (zoo("lenet", 1, optimizer="adam"), zoo("cnn-digits", 1),
                                      zoo("cnn-digits", 1, train="bias+last:1"),
-                                     traced("conv-bn-eval", conv_bn_eval_net, (2, 8, 8), 3, 1), qhead, qhead_sd)]
+                                     traced("conv-bn-eval", conv_bn_eval_net, (2, 8, 8), 3, 1), qhead, qhead_sd,
+                                     traced("small-ops", SmallOps, (1, 6, 6), 3, 2),
+                                     traced("ae-mse", autoencoder, (6,), 6, 2, loss="mse"),
+                                     traced("ae-l1", autoencoder, (6,), 6, 2, loss="l1"))]
     for blob in [b for b, _ in fixed] + extra:
         write("model", blob.encode())
 
