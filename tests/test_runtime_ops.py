@@ -320,14 +320,19 @@ class _Concat(torch.nn.Module):
         return self.fc(torch.cat((h, h * 2), -1))
 
 
-def test_cat_trains_like_pytorch(tmp_path: Path) -> None:
+def _checked_trace(model: torch.nn.Module, name: str, shape: tuple[int, ...]) -> TrainingGraph:
+    """model's graph (3 classes, batch 2), which keeps what PyTorch saves and accounts for every ATen op."""
     from poet.graph.check import op_check, real_step, saved_check
 
+    t = real_step(model, name, shape, 3, 2)
+    assert not saved_check(model, t).unexplained and not op_check(t).unaccounted
+    return trace(model, name, shape, 3, 2)
+
+
+def test_cat_trains_like_pytorch(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = _Concat()
-    t = real_step(model, "cat", (2, 4, 4), 3, 2)
-    assert not saved_check(model, t).unexplained and not op_check(t).unaccounted
-    g = trace(model, "cat", (2, 4, 4), 3, 2)
+    g = _checked_trace(model, "cat", (2, 4, 4))
     cats = [n for n in g.nodes if n.op == "cat"]
     assert [(n.attrs["outer"], n.attrs["l0"], n.attrs["l1"]) for n in cats] == [(2, 48, 80), (2, 128, 128)]
     assert sum(1 for n in g.nodes if n.op == "cat_bwd") == 4
@@ -355,13 +360,9 @@ class _Upsample(torch.nn.Module):
 
 
 def test_nearest_upsampling_trains_like_pytorch(tmp_path: Path) -> None:
-    from poet.graph.check import op_check, real_step, saved_check
-
     torch.manual_seed(0)
     model = _Upsample()
-    t = real_step(model, "up", (2, 4, 4), 3, 2)
-    assert not saved_check(model, t).unexplained and not op_check(t).unaccounted
-    g = trace(model, "up", (2, 4, 4), 3, 2)
+    g = _checked_trace(model, "up", (2, 4, 4))
     assert [(n.attrs["sh"], n.attrs["sw"]) for n in g.nodes if n.op == "upsample"] == [(2, 2), (3, 2)]
     rng = np.random.default_rng(7)
     data = [(rng.standard_normal((2, 2, 4, 4)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))

@@ -16,7 +16,6 @@ conv2d_q node's `stream` attribute), so `poet solve` and `poet train` make the s
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 from poet.boards import Board
@@ -31,10 +30,8 @@ def streamed(g: TrainingGraph, params: set[str]) -> TrainingGraph:
     """g with the static-int8 convs whose weights are `params` streaming them from aux storage."""
     if not params:
         return g
-    out = copy.copy(g)
-    out.nodes = [replace(n, attrs={**n.attrs, "stream": 1})
-                 if n.op == "conv2d_q" and g.params[n.attrs["w"]][0] in params else n for n in g.nodes]
-    return out
+    return replace(g, nodes=[replace(n, attrs={**n.attrs, "stream": 1})
+                             if n.op == "conv2d_q" and g.params[n.attrs["w"]][0] in params else n for n in g.nodes])
 
 
 def place(g: TrainingGraph, board: Board) -> TrainingGraph:
