@@ -43,6 +43,7 @@ from poet.plan.modelblob import (  # noqa: E402
     OP_SGD,
     BlobNode,
     ModelBlob,
+    conv_kernel,
 )
 from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule  # noqa: E402
 
@@ -82,7 +83,7 @@ def build_net(batch: int, in_shape: tuple[int, ...], layers: list[tuple], classe
             filters, k, pad = spec[1], spec[2], spec[3]
             w, b = len(params), len(params) + 1
             params += [(filters, C, k, k), (filters,)]
-            attrs = (B, C, H, W, filters, k, pad, w, b)
+            attrs = (B, C, H, W, filters, conv_kernel(k, k, pad), pad, w, b)
             oshape = (filters, H + 2 * pad - k + 1, W + 2 * pad - k + 1)
             op = OP_CONV2D
         elif kind == "relu":

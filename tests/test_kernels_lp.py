@@ -45,6 +45,7 @@ from poet.plan.modelblob import (
     BlobNode,
     ModelBlob,
     conv_geometry,
+    conv_kernel,
     encode_batch,
 )
 
@@ -59,6 +60,14 @@ U16P = ctypes.POINTER(ctypes.c_uint16)
 I8P = ctypes.POINTER(ctypes.c_int8)
 INT, FLT = ctypes.c_int, ctypes.c_float
 
+class Conv(ctypes.Structure):
+    """kernels.h poet_conv_t: a convolution's shape."""
+
+    _fields_ = [(n, INT) for n in ("B", "C", "H", "W", "O", "kh", "kw", "stride", "ph", "pw", "groups")]
+
+
+CONVP = ctypes.POINTER(Conv)
+
 SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "poet_cast_f32_f16": ([INT, F32P, U16P], None),
     "poet_cast_f16_f32": ([INT, U16P, F32P], None),
@@ -68,9 +77,9 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "poet_quantize_i8": ([INT, FLT, F32P, I8P], None),
     "poet_dequantize_i8": ([INT, FLT, I8P, F32P], None),
     "poet_linear_i8_fwd": ([INT, INT, INT, I8P, FLT, I8P, FLT, F32P, F32P], None),
-    "poet_conv2d_i8_fwd": ([INT] * 9 + [I8P, FLT, I8P, FLT, F32P, F32P], None),
+    "poet_conv2d_i8_fwd": ([CONVP, I8P, FLT, I8P, FLT, F32P, F32P], None),
     "poet_linear_fwd": ([INT, INT, INT, F32P, F32P, F32P, F32P], None),
-    "poet_conv2d_ex_fwd": ([INT] * 9 + [F32P] * 4, None),
+    "poet_conv2d_ex_fwd": ([CONVP] + [F32P] * 4, None),
 }
 
 
@@ -279,18 +288,18 @@ def test_linear_i8(lib: ctypes.CDLL, seed: int) -> None:
     assert (np.abs(y - ref) <= bound).all()
 
 
-def _conv_int_ref(xq: np.ndarray, wq: np.ndarray, stride: int, pad: int, groups: int) -> np.ndarray:
+def _conv_int_ref(xq: np.ndarray, wq: np.ndarray, stride: int, ph: int, pw: int, groups: int) -> np.ndarray:
     B, C, H, W = xq.shape
-    oc, Cg, k, _ = wq.shape
-    Ho, Wo = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
-    xp = np.zeros((B, C, H + 2 * pad, W + 2 * pad), np.int64)
-    xp[:, :, pad:pad + H, pad:pad + W] = xq
+    oc, Cg, kh, kw = wq.shape
+    Ho, Wo = (H + 2 * ph - kh) // stride + 1, (W + 2 * pw - kw) // stride + 1
+    xp = np.zeros((B, C, H + 2 * ph, W + 2 * pw), np.int64)
+    xp[:, :, ph:ph + H, pw:pw + W] = xq
     out = np.zeros((B, oc, Ho, Wo), np.int64)
     Og = oc // groups
     for o in range(oc):
         g = o // Og
-        for ky in range(k):
-            for kx in range(k):
+        for ky in range(kh):
+            for kx in range(kw):
                 patch = xp[:, g * Cg:(g + 1) * Cg, ky:ky + stride * Ho:stride, kx:kx + stride * Wo:stride]
                 out[:, o] += np.einsum("bchw,c->bhw", patch, wq[o, :, ky, kx].astype(np.int64))
     return out
@@ -301,25 +310,25 @@ def test_conv2d_i8(lib: ctypes.CDLL, seed: int) -> None:
     rng = np.random.default_rng(30 + seed)
     groups = int(rng.choice([1, 1, 2, 3]))
     C, oc = groups * int(rng.integers(1, 4)), groups * int(rng.integers(1, 4))
-    k, stride, pad = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(0, 2))
-    B, H, W = int(rng.integers(1, 3)), int(rng.integers(k, 9)), int(rng.integers(k, 9))
+    kh, stride, ph = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(0, 2))
+    kw, pw = (kh, ph) if seed < 4 else (int(rng.integers(1, 5)), int(rng.integers(0, 3)))  # then rectangles
+    B, H, W = int(rng.integers(1, 3)), int(rng.integers(kh, 9)), int(rng.integers(kw, 9))
     x = rng.standard_normal((B, C, H, W)).astype(np.float32)
-    w = rng.standard_normal((oc, C // groups, k, k)).astype(np.float32)
+    w = rng.standard_normal((oc, C // groups, kh, kw)).astype(np.float32)
     b = rng.standard_normal(oc).astype(np.float32) if seed % 2 else None
     xq, xs = _quantised(lib, x)
     wq, ws = _quantised(lib, w)
-    Ho, Wo = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    Ho, Wo = (H + 2 * ph - kh) // stride + 1, (W + 2 * pw - kw) // stride + 1
     y = np.empty((B, oc, Ho, Wo), np.float32)
-    lib.poet_conv2d_i8_fwd(B, C, H, W, oc, k, stride, pad, groups, ptr(xq, I8P), float(xs), ptr(wq, I8P), float(ws),
-                           ptr(b, F32P), ptr(y, F32P))
-    want = _conv_int_ref(xq, wq, stride, pad, groups).astype(np.float32) * np.float32(xs * ws)
+    cv = ctypes.byref(Conv(B, C, H, W, oc, kh, kw, stride, ph, pw, groups))
+    lib.poet_conv2d_i8_fwd(cv, ptr(xq, I8P), float(xs), ptr(wq, I8P), float(ws), ptr(b, F32P), ptr(y, F32P))
+    want = _conv_int_ref(xq, wq, stride, ph, pw, groups).astype(np.float32) * np.float32(xs * ws)
     if b is not None:
         want = want + b[None, :, None, None]
     assert np.array_equal(y.view(np.uint32), want.view(np.uint32))
     yf = np.empty_like(y)
-    lib.poet_conv2d_ex_fwd(B, C, H, W, oc, k, stride, pad, groups, ptr(x, F32P), ptr(w, F32P), ptr(b, F32P),
-                           ptr(yf, F32P))
-    terms = (C // groups) * k * k
+    lib.poet_conv2d_ex_fwd(cv, ptr(x, F32P), ptr(w, F32P), ptr(b, F32P), ptr(yf, F32P))
+    terms = (C // groups) * kh * kw
     # |x| <= xs * 127 and |w| <= ws * 127 bound each product's error; the fp32 kernel's own rounding is far below
     bound = terms * (127 * xs * ws / 2 * 2 + xs * ws / 4) * 1.001 + 1e-4
     assert (np.abs(y - yf) <= bound).all()
@@ -401,7 +410,7 @@ def _i8_nodes(B: int, conv: bool) -> tuple[ModelBlob, list[np.ndarray]]:
         C, H, W, oc, k, geom = 2, 5, 5, 3, 3, conv_geometry(1, 2, 1)
         Ho = (H + 2 - k) // 2 + 1
         xe, ye, we = B * C * H * W, B * oc * Ho * Ho, oc * C * k * k
-        attrs: tuple[int, ...] = (B, C, H, W, oc, k, geom, 0, 1)
+        attrs: tuple[int, ...] = (B, C, H, W, oc, conv_kernel(k, k, 1), geom, 0, 1)
         op, bwd_op = OP_CONV2D_I8, OP_CONV2D_BWD
         shapes = [(oc, C, k, k), (oc,)]
     else:
@@ -438,7 +447,7 @@ def test_int8_forward_ops_on_the_runtime(tmp_path: Path, conv: bool) -> None:
     wq = quantise(w0[0], ws := absmax_scale(w0[0]))
     if conv:
         a = blob.nodes[5].attrs
-        acc = _conv_int_ref(xq.reshape(B, a[1], a[2], a[3]), wq, 2, 1, 1).reshape(B, -1)
+        acc = _conv_int_ref(xq.reshape(B, a[1], a[2], a[3]), wq, 2, 1, 1, 1).reshape(B, -1)
         bias = np.repeat(w0[1], acc.shape[1] // w0[1].size)
     else:
         acc, bias = xq.astype(np.int64) @ wq.astype(np.int64).T, w0[1]

@@ -28,6 +28,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from poet.device import firmware
+from test_kernels_lp import CONVP, Conv
 
 FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
 LIB = FIRMWARE / "build" / "libpoetkernels.so"
@@ -57,8 +58,8 @@ UPDP, GRADP = ctypes.POINTER(Update), ctypes.POINTER(Grad)
 # name -> argument types (every kernel returns void but poet_conv2d_out)
 SIGNATURES: dict[str, list[Any]] = {
     "poet_conv2d_out": [INT] * 4,
-    "poet_conv2d_ex_fwd": [INT] * 9 + [F32P] * 4,
-    "poet_conv2d_ex_bwd": [INT] * 9 + [F32P] * 3 + [GRADP] * 2 + [F32P],
+    "poet_conv2d_ex_fwd": [CONVP] + [F32P] * 4,
+    "poet_conv2d_ex_bwd": [CONVP] + [F32P] * 3 + [GRADP] * 2 + [F32P],
     "poet_linear_bwd": [INT] * 3 + [F32P] * 3 + [GRADP] * 2 + [F32P],
     "poet_gelu_fwd": [INT, INT, F32P, F32P],
     "poet_gelu_bwd": [INT, INT, F32P, F32P, F32P],
@@ -104,6 +105,8 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_add_bcast_bwd": [INT, INT, INT, F32P, F32P, F32P],
     "poet_sub_bcast_bwd": [INT, INT, INT, F32P, F32P, F32P],
     "poet_scale_fwd": [INT, FLT, FLT, F32P, F32P],
+    "poet_dropout": [INT, ctypes.c_uint32, ctypes.c_uint32, FLT, F32P, F32P],
+    "poet_dropout_key": [ctypes.c_uint32, ctypes.c_uint32],
     "poet_scale_bwd": [INT, FLT, F32P, F32P],
     "poet_embedding_fwd": [INT, INT, INT, I32P, F32P, F32P],
     "poet_embedding_bwd": [INT, INT, INT, I32P, F32P, F32P],
@@ -137,7 +140,8 @@ def lib() -> ctypes.CDLL:
     for name, args in SIGNATURES.items():
         fn = getattr(dll, name)
         fn.argtypes = args
-        fn.restype = INT if name == "poet_conv2d_out" else FLT if name in ("poet_mse_fwd", "poet_l1_fwd") else None
+        fn.restype = INT if name == "poet_conv2d_out" else FLT if name in ("poet_mse_fwd", "poet_l1_fwd") else \
+            ctypes.c_uint32 if name == "poet_dropout_key" else None
     return dll
 
 
@@ -234,36 +238,40 @@ SEEDS = range(4)
 # ---- convolution ----------------------------------------------------------------------------------
 
 
-def conv_case(rng: np.random.Generator, kind: str) -> dict[str, Any]:
-    k = ints(rng, 1, 5)
+def conv_case(rng: np.random.Generator, kind: str) -> Conv:
+    """A random convolution of one kind; "rectangular" has its own kernel height and width and its own
+    padding of rows and of columns (DS-CNN's first layer is 10x4, padded 5 and 1)."""
+    kh = ints(rng, 1, 5)
+    kw = ints(rng, 1, 5) if kind == "rectangular" else kh
     stride = ints(rng, 1, 3)
-    pad = ints(rng, 0, k // 2 + 1)
-    if kind == "plain":
+    ph = ints(rng, 0, kh // 2 + 1)
+    pw = ints(rng, 0, kw // 2 + 1) if kind == "rectangular" else ph
+    if kind in ("plain", "rectangular"):
         groups, C, Co = 1, ints(rng, 1, 4), ints(rng, 1, 4)
     elif kind == "grouped":
         groups = ints(rng, 2, 3)
         C, Co = groups * ints(rng, 1, 3), groups * ints(rng, 1, 3)
     else:  # depthwise
         C = Co = groups = ints(rng, 1, 5)
-    lo = max(1, k - 2 * pad)
-    return dict(B=ints(rng, 1, 3), C=C, H=ints(rng, lo, lo + 7), W=ints(rng, lo, lo + 7), Co=Co, k=k, stride=stride,
-                pad=pad, groups=groups)
+    lo_h, lo_w = max(1, kh - 2 * ph), max(1, kw - 2 * pw)
+    return Conv(ints(rng, 1, 3), C, ints(rng, lo_h, lo_h + 7), ints(rng, lo_w, lo_w + 7), Co, kh, kw, stride, ph, pw,
+                groups)
 
 
-@pytest.mark.parametrize("kind", ["plain", "grouped", "depthwise"])
+@pytest.mark.parametrize("kind", ["plain", "grouped", "depthwise", "rectangular"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_conv2d(lib: ctypes.CDLL, kind: str, seed: int) -> None:
     rng = np.random.default_rng([1, seed, len(kind)])
-    s = conv_case(rng, kind)
-    B, C, H, W, Co, k, stride, pad, groups = (s[n] for n in ("B", "C", "H", "W", "Co", "k", "stride", "pad", "groups"))
-    dims = (B, C, H, W, Co, k, stride, pad, groups)
+    cv = conv_case(rng, kind)
+    B, C, H, W, Co, stride, groups = cv.B, cv.C, cv.H, cv.W, cv.O, cv.stride, cv.groups
+    dims = (ctypes.byref(cv),)
     bias = seed % 2 == 0
-    x, w = randn(rng, B, C, H, W), randn(rng, Co, C // groups, k, k)
+    x, w = randn(rng, B, C, H, W), randn(rng, Co, C // groups, cv.kh, cv.kw)
     b = randn(rng, Co) if bias else None
     x64, w64 = leaf(x), leaf(w)
     b64 = leaf(b) if b is not None else None
-    y_ref = F.conv2d(x64, w64, b64, stride=stride, padding=pad, groups=groups)
-    Ho, Wo = lib.poet_conv2d_out(H, k, stride, pad), lib.poet_conv2d_out(W, k, stride, pad)
+    y_ref = F.conv2d(x64, w64, b64, stride=stride, padding=(cv.ph, cv.pw), groups=groups)
+    Ho, Wo = lib.poet_conv2d_out(H, cv.kh, stride, cv.ph), lib.poet_conv2d_out(W, cv.kw, stride, cv.pw)
     assert (B, Co, Ho, Wo) == tuple(y_ref.shape)
 
     y = nan(B, Co, Ho, Wo)
@@ -296,10 +304,17 @@ def test_conv2d_comparison_detects_a_wrong_weight(lib: ctypes.CDLL) -> None:
     bad = w.copy()
     bad[1, 0, 2, 1] *= 1.01
     y = nan(*y_ref.shape)
-    lib.poet_conv2d_ex_fwd(B, C, H, W, Co, k, stride, pad, groups, fp(x), fp(bad), None, fp(y))
+    cv = Conv(B, C, H, W, Co, k, k, stride, pad, pad, groups)
+    lib.poet_conv2d_ex_fwd(ctypes.byref(cv), fp(x), fp(bad), None, fp(y))
     assert rel_err(y, y_ref) > 10 * REL_TOL
-    lib.poet_conv2d_ex_fwd(B, C, H, W, Co, k, stride, pad, groups, fp(x), fp(w), None, fp(y))
+    lib.poet_conv2d_ex_fwd(ctypes.byref(cv), fp(x), fp(w), None, fp(y))
     assert rel_err(y, y_ref) <= REL_TOL
+    # the kernel read transposed (kw x kh: a kernel mixing up the two) does not pass
+    flat = Conv(B, C, H, W, Co, 1, k * k, stride, 0, 0, groups)
+    y_flat = nan(B, Co, (H - 1) // stride + 1, (W - k * k) // stride + 1)
+    lib.poet_conv2d_ex_fwd(ctypes.byref(flat), fp(x), fp(w), None, fp(y_flat))
+    assert_close(y_flat, F.conv2d(t64(x), t64(w.reshape(Co, C // groups, 1, k * k)), stride=stride, groups=groups),
+                 "a 1 x k*k kernel")
     # the same weights read as if ungrouped (a kernel ignoring groups) do not pass either
     wide = np.zeros((Co, C, k, k), np.float32)
     for o in range(Co):
@@ -724,6 +739,34 @@ def test_scale(lib: ctypes.CDLL, form: str, seed: int) -> None:
     check_backward(lambda bf: lib.poet_scale_bwd(n, mul, fp(g), fp(bf["gx"])), {}, {"gx": x64.grad})
 
 
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_dropout(lib: ctypes.CDLL, p: float, seed: int) -> None:
+    """poet_dropout against PyTorch's dropout with graph/dropout.py's mask: the C and Python masks
+    agree bit for bit, forward and backward, and drop about a share p."""
+    from poet.graph import dropout
+
+    rng = np.random.default_rng([17, seed])
+    n, salt, step = ints(rng, 1, 5000), ints(rng, 0, 40), ints(rng, 1, 10**6)
+    assert lib.poet_dropout_key(salt, step) == dropout.key(salt, step)
+    keep = dropout.keep(n, salt, step, p)
+    x = randn(rng, n)
+    x64 = leaf(x)
+    y_ref = torch.where(torch.from_numpy(keep), x64 * float(dropout.scale(p)), torch.zeros((), dtype=torch.float64))
+    y = nan(n)
+    lib.poet_dropout(n, dropout.key(salt, step), dropout.threshold(p), dropout.scale(p), fp(x), fp(y))
+    assert_close(y, y_ref, "y")
+    assert np.array_equal(y == 0, ~keep)
+    g = randn(rng, n)
+    y_ref.backward(t64(g))
+    check_backward(lambda bf: lib.poet_dropout(n, dropout.key(salt, step), dropout.threshold(p), dropout.scale(p),
+                                               fp(g), fp(bf["gx"])), {}, {"gx": x64.grad})
+    if n >= 2000:
+        assert abs(float((~keep).mean()) - p) < 0.05
+    # another step, another mask
+    assert not np.array_equal(keep, dropout.keep(n, salt, step + 1, p)) or n < 8
+
+
 # ---- embedding, select, layout --------------------------------------------------------------------
 
 
@@ -947,8 +990,8 @@ def weighted_backward(lib: ctypes.CDLL, rng: np.random.Generator,
         B, C, H, Co, k = ints(rng, 1, 3), 2, ints(rng, 3, 7), 4, 3  # two groups, padding 1
         Ho = lib.poet_conv2d_out(H, k, 1, 1)
         shapes = {"g": (B, Co, Ho, Ho), "x": (B, C, H, H), "w": (Co, C // 2, k, k), "b": (Co,), "gx": (B, C, H, H)}
-        return shapes, lambda g, x, w, b, dw, db, gx: lib.poet_conv2d_ex_bwd(B, C, H, H, Co, k, 1, 1, 2, g, x, w,
-                                                                           dw, db, gx)
+        cv = ctypes.byref(Conv(B, C, H, H, Co, k, k, 1, 1, 1, 2))
+        return shapes, lambda g, x, w, b, dw, db, gx: lib.poet_conv2d_ex_bwd(cv, g, x, w, dw, db, gx)
     B, C, HW = ints(rng, 1, 3), ints(rng, 1, 5), ints(rng, 2, 9)
     shapes = {"g": (B, C, HW), "x": (B, C, HW), "w": (C,), "b": (C,), "gx": (B, C, HW)}
     eps = f32(1e-5)

@@ -327,10 +327,14 @@ def test_markers_recover_energy_per_kind(trace: Trace, run: Path, marked_recordi
         assert source == "measured"
         got[kind] += float(energy_j)
     assert truth["page_in"] > 0 and truth["page_out"] > 0 and truth["overhead"] > 0
-    # edges exact to the sample: every op kind within 0.1% (2% noise averages out; a marker read one sample
-    # late is off by 0.06-1.1% per kind, 55% on overhead), the overhead (2-sample stretches) within 1%
+    # edges exact to the sample: every op kind within 0.1%, or within what the 2% sample noise leaves of a kind
+    # of few samples (4 sigma: a 3-sample optimizer pass varies by 1.2%); a marker read one sample late is off
+    # by a whole sample of each record (0.06-1.1% on the big kinds, a third of a 3-sample one, 55% on overhead);
+    # the overhead (2-sample stretches) within 1%
     for kind, j in truth.items():
-        assert got[kind] == pytest.approx(j, rel=0.01 if kind == "overhead" else 1e-3, abs=1e-12), (kind, got[kind], j)
+        samples = j / (MARK_IDLE_W if kind == "overhead" else LEVEL_W[kind]) / MARK_PERIOD_S
+        rel = 0.01 if kind == "overhead" else max(1e-3, 4 * 0.02 / np.sqrt(max(samples, 1.0)))
+        assert got[kind] == pytest.approx(j, rel=rel, abs=1e-12), (kind, got[kind], j, samples)
     assert sum(got.values()) == pytest.approx(sum(truth.values()), rel=1e-3)
     # D0 spelled as the PPK2 labels it; the same account
     rc, out2, err = report(capsys, run / "trace.json", "--meter", p, "--markers", "D0")

@@ -304,6 +304,57 @@ def test_silu_hardswish_hardsigmoid_train_like_pytorch(tmp_path: Path) -> None:
     _check_model(tmp_path, "acts", model, g, data)
 
 
+class _Dropouts(torch.nn.Module):
+    """Dropout after a conv and twice in a dense head (module and functional), as DS-CNN and most
+    classifiers use it: the board's masks are the reference's (graph/dropout.py), step by step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv, self.drop = nn.Conv2d(2, 4, (3, 2), padding=(1, 0)), nn.Dropout(0.2)
+        self.fc1, self.fc2 = nn.Linear(4 * 6 * 5, 16), nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.flatten(self.drop(torch.relu(self.conv(x))), 1)
+        h = torch.nn.functional.dropout(torch.relu(self.fc1(h)), 0.5, self.training)
+        return self.fc2(h)
+
+
+def test_dropout_trains_like_pytorch_with_the_boards_masks(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _Dropouts()
+    g = trace(model, "dropouts", (2, 6, 6), 3, 2)
+    drops = [n for n in g.nodes if n.op == "dropout"]
+    assert [(n.attrs["p"], n.attrs["salt"]) for n in drops] == [(0.2, 0), (0.5, 1)]
+    assert {n.op for n in g.nodes} >= {"dropout_bwd"}
+    # the backward makes the mask again: it reads only the gradient, nothing of the forward
+    assert all(len(n.deps) == 1 for n in g.nodes if n.op == "dropout_bwd")
+    rng = np.random.default_rng(6)
+    data = [(rng.standard_normal((2, 2, 6, 6)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "dropouts", model, g, data)
+
+
+def test_the_reference_drops_what_the_board_drops_and_differs_by_step() -> None:
+    """PoetDropout's masks: a share p dropped, the kept scaled by 1 / (1 - p), a new mask each step,
+    the same one for the same step; eval mode is the identity."""
+    from poet.graph.reference import PoetDropout
+
+    x = torch.ones(4000)
+    drop = PoetDropout()
+    with drop:
+        drop.begin(1)
+        a = torch.nn.functional.dropout(x, 0.25)
+        drop.begin(1)
+        again = torch.nn.functional.dropout(x, 0.25)
+        drop.begin(2)
+        b = torch.nn.functional.dropout(x, 0.25)
+        ident = torch.nn.functional.dropout(x, 0.25, training=False)
+    assert torch.equal(a, again) and not torch.equal(a, b) and torch.equal(ident, x)
+    assert set(a.unique().tolist()) == {0.0, float(np.float32(1 / 0.75))}
+    assert abs(float((a == 0).float().mean()) - 0.25) < 0.03
+
+
 class _Concat(torch.nn.Module):
     """torch.cat along channels (an inception-style block: two branches joined) and along features (a
     tensor with a scaled copy of itself: the same node's gradient summed from both parts)."""

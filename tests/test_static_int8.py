@@ -36,12 +36,13 @@ from poet.plan.modelblob import (
     BlobNode,
     ModelBlob,
     conv_geometry,
+    conv_kernel,
     q_epilogue,
 )
-from test_kernels_lp import F32P, FLT, I8P, INT, _train, ptr
+from test_kernels_lp import CONVP, F32P, FLT, I8P, INT, Conv, _train, ptr
 
 SIGNATURES: dict[str, tuple[list[Any], Any]] = {
-    "poet_conv2d_q_fwd": ([INT] * 9 + [I8P, FLT, I8P, FLT, F32P, INT, F32P, ctypes.c_void_p], None),
+    "poet_conv2d_q_fwd": ([CONVP, I8P, FLT, I8P, FLT, F32P, INT, F32P, ctypes.c_void_p], None),
     "poet_add_q_fwd": ([INT, I8P, FLT, I8P, FLT, INT, F32P, ctypes.c_void_p], None),
 }
 
@@ -69,20 +70,22 @@ def test_conv2d_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     C = int(rng.integers(1, 6))
     groups = C if depthwise else 1
     oc = C if depthwise else int(rng.integers(1, 6))
-    k, stride, pad = int(rng.choice([1, 3])), int(rng.integers(1, 3)), int(rng.integers(0, 2))
-    B, H, W = int(rng.integers(1, 3)), int(rng.integers(k, 9)), int(rng.integers(k, 9))
+    kh, stride, ph = int(rng.choice([1, 3])), int(rng.integers(1, 3)), int(rng.integers(0, 2))
+    kw, pw = (kh, ph) if seed < 6 else (int(rng.integers(1, 5)), int(rng.integers(0, 3)))  # then rectangles
+    B, H, W = int(rng.integers(1, 3)), int(rng.integers(kh, 9)), int(rng.integers(kw, 9))
     xq = rng.integers(-127, 128, (B, C, H, W)).astype(np.int8)
-    wq = rng.integers(-127, 128, (oc, C // groups, k, k)).astype(np.int8)
+    wq = rng.integers(-127, 128, (oc, C // groups, kh, kw)).astype(np.int8)
     xs, ws = np.float32(rng.uniform(1e-3, 0.1)), np.float32(rng.uniform(1e-3, 0.1))
     b = rng.standard_normal(oc).astype(np.float32) if seed % 2 else None
     relu, i8 = bool(seed % 4 < 2), bool(seed % 5 != 4)
     ys = np.float32(rng.uniform(0.01, 0.5)) if i8 else None
-    Ho, Wo = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    Ho, Wo = (H + 2 * ph - kh) // stride + 1, (W + 2 * pw - kw) // stride + 1
     y = _out((B, oc, Ho, Wo), i8)
     ysa = None if ys is None else np.array([ys], np.float32)
-    qlib.poet_conv2d_q_fwd(B, C, H, W, oc, k, stride, pad, groups, ptr(xq, I8P), float(xs), ptr(wq, I8P), float(ws),
+    cv = Conv(B, C, H, W, oc, kh, kw, stride, ph, pw, groups)
+    qlib.poet_conv2d_q_fwd(ctypes.byref(cv), ptr(xq, I8P), float(xs), ptr(wq, I8P), float(ws),
                            ptr(b, F32P), int(relu), ptr(ysa, F32P), y.ctypes.data)
-    want = conv2d_q(xq, xs, wq, ws, b, stride, pad, groups, relu, ys)
+    want = conv2d_q(xq, xs, wq, ws, b, stride, (ph, pw), groups, relu, ys)
     assert want.dtype == y.dtype and np.array_equal(y.view(np.uint8), want.view(np.uint8))
     if i8:  # saturation and rounding really happen, so the comparison is not of zeros
         assert np.abs(y.astype(int)).max() > 0
@@ -123,16 +126,17 @@ INT8 = [True, False, True, True] + [False] * 6
 def _prefix_nodes() -> list[BlobNode]:
     """input -> quantize -> conv 3x3 + ReLU -> depthwise 3x3 + ReLU -> add (the conv's output) + ReLU
     -> conv 1x1 (fp32 out) -> linear -> CE, and the trained linear's backward only."""
-    c3 = conv_geometry(1, 1, 1)
+    c3, k3 = conv_geometry(1, 1, 1), conv_kernel(3, 3, 1)
     return [BlobNode(OP_INPUT, KIND_INPUT, (), 4 * XE, (XE,)),
             BlobNode(OP_QUANTIZE, KIND_FORWARD, (0,), XE, (XE, P_S_IN)),
             BlobNode(OP_CONV2D_Q, KIND_FORWARD, (1,), FE,
-                     (B, CIN, HW, HW, C1, 3, c3, P_W1, P_B1, q_epilogue(P_S1, True))),
+                     (B, CIN, HW, HW, C1, k3, c3, P_W1, P_B1, q_epilogue(P_S1, True))),
             BlobNode(OP_CONV2D_Q, KIND_FORWARD, (2,), FE,
-                     (B, C1, HW, HW, C1, 3, conv_geometry(1, 1, C1), P_WDW, -1, q_epilogue(P_S2, True))),
+                     (B, C1, HW, HW, C1, k3, conv_geometry(1, 1, C1), P_WDW, -1, q_epilogue(P_S2, True))),
             BlobNode(OP_ADD_Q, KIND_FORWARD, (2, 3), FE, (FE, q_epilogue(P_S3, True))),
             BlobNode(OP_CONV2D_Q, KIND_FORWARD, (4,), 4 * FE,
-                     (B, C1, HW, HW, C1, 1, conv_geometry(0, 1, 1), P_W3, -1, q_epilogue(-1, False))),
+                     (B, C1, HW, HW, C1, conv_kernel(1, 1, 0), conv_geometry(0, 1, 1), P_W3, -1,
+                      q_epilogue(-1, False))),
             BlobNode(OP_LINEAR, KIND_FORWARD, (5,), 4 * B * CLASSES, (B, FE // B, CLASSES, P_LW, P_LB)),
             BlobNode(OP_CROSS_ENTROPY, KIND_LOSS, (6,), 4, (B, CLASSES)),
             BlobNode(OP_CROSS_ENTROPY_BWD, KIND_BACKWARD, (6,), 4 * B * CLASSES, (B, CLASSES)),

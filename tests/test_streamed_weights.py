@@ -92,7 +92,7 @@ def test_streamed_weights_give_the_bits_of_weights_in_flash(tmp_path: Path) -> N
 
 
 def test_stream_reads_follow_the_buffer() -> None:
-    assert stream_row(8, 8, 3) == 9 and stream_row(512, 1, 3) == 4608
+    assert stream_row(8, 8, 3, 3) == 9 and stream_row(512, 1, 3, 3) == 4608 and stream_row(1, 1, 10, 4) == 40
     assert stream_reads(8, 9, 72) == [4, 72]  # the scale, then eight channels in one read
     assert stream_reads(5, 8, 18) == [4, 16, 16, 8]
     assert stream_reads(512, 4608, 4608) == [4] + [4608] * 512

@@ -37,6 +37,7 @@ PARAMS = {
     "bert-base": 109_489_930,
     # MLPerf Tiny (models/zoo/mlperf_tiny.py): the Keras models' totals less their batch norms' running
     # statistics (two per channel, buffers in PyTorch). ResNet-8: Keras 78,666, 240 BN channels.
+    "mlperf-kws": 23_756,  # Keras 24,908 - 2 x 576
     "mlperf-ic": 78_186,
     # MobileNetV1 0.25 at 96x96, 2 classes, convs with bias: Keras 221,794, 2,736 BN channels
     "mlperf-vww": 216_322,

@@ -96,6 +96,7 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
     m->frozen_words = (uint32_t)frozen;
     m->aux_words = (uint32_t)aux;
     m->stream_bytes = 0;
+    m->x_bytes = 4u * m->x_elems;
     m->train_elems = (uint32_t)(ram - state);
     m->state_elems = (uint32_t)state;
     m->min_classes = 0xFFFFFFFFu;
@@ -119,13 +120,16 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
         if ((n.op == POET_OP_CROSS_ENTROPY || n.op == POET_OP_CROSS_ENTROPY_BWD) &&
             (uint32_t)n.a[1] < m->min_classes)
             m->min_classes = (uint32_t)n.a[1];
+        if (n.op == POET_OP_INPUT && n.a[1] == 1)
+            m->x_bytes = m->x_elems;
         m->swap_off[i] = (uint32_t)swap;
         swap += n.bytes;
         if (swap > 0xFFFFFFFFull)
             return POET_E_MODEL;
         if (n.op == POET_OP_CONV2D_Q && poet_param_aux(m, (uint16_t)n.a[7])) {
-            /* checked: C divides into groups, and C/groups k k fits the int8 kernels' reduction */
-            uint32_t row = (uint32_t)(n.a[1] / POET_CONV_GROUPS(n.a[6]) * n.a[5] * n.a[5]);
+            /* checked: C divides into groups, and C/groups kh kw fits the int8 kernels' reduction */
+            uint32_t row = (uint32_t)(n.a[1] / POET_CONV_GROUPS(n.a[6]) * POET_CONV_KH(n.a[5]) *
+                                      POET_CONV_KW(n.a[5]));
             if (row > m->stream_bytes)
                 m->stream_bytes = row;
         }

@@ -102,7 +102,9 @@ enum {
     POET_OP_CAT = 85,
     POET_OP_CAT_BWD = 86,
     POET_OP_UPSAMPLE = 87, /* nearest, by whole factors */
-    POET_OP_UPSAMPLE_BWD = 88
+    POET_OP_UPSAMPLE_BWD = 88,
+    POET_OP_DROPOUT = 89, /* a mask made from the step count, never stored */
+    POET_OP_DROPOUT_BWD = 90
 };
 
 /* avgpool2d's a6 packs padding and strides (docs/spec.md section 2). */
@@ -111,8 +113,12 @@ enum {
 #define POET_POOL_STRIDE_H(a6) ((((a6) >> 16) & 0xFF) + 1)
 #define POET_POOL_STRIDE_W(a6) ((((a6) >> 24) & 0xFF) + 1)
 
-/* conv2d's a6 packs the geometry that does not fit the ten attributes (docs/spec.md section 2). */
-#define POET_CONV_PAD(a6) ((a6) & 0xFF)
+/* conv2d's a5 packs its kernel window and width padding, a6 the rest of the geometry that does not
+ * fit the ten attributes (docs/spec.md section 2). */
+#define POET_CONV_KH(a5) ((a5) & 0xFF)
+#define POET_CONV_KW(a5) (((a5) >> 8) & 0xFF)
+#define POET_CONV_PAD_W(a5) (((a5) >> 16) & 0xFF)
+#define POET_CONV_PAD_H(a6) ((a6) & 0xFF)
 #define POET_CONV_STRIDE(a6) ((((a6) >> 8) & 0xFF) + 1)
 #define POET_CONV_GROUPS(a6) ((((a6) >> 16) & 0xFFFF) + 1)
 
@@ -174,6 +180,9 @@ typedef struct {
     uint16_t n_params;
     uint16_t batch;
     uint32_t x_elems;
+    /* The staged inputs' bytes: 4 x_elems (fp32), or x_elems when the input node stages them int8
+     * (a static-int8 first layer: the host quantises with the input's fixed scale). */
+    uint32_t x_bytes;
     /* param p's element offset: in the trained params area (and the gradients at the same
      * offset) for a trained one, in the same area past the trained ones for a state one; its word
      * offset in the frozen weights blob for a frozen one, in the aux weights for an aux one */

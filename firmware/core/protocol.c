@@ -68,7 +68,9 @@ static uint32_t tables_bytes(void) { return st.tables; }
 static uint32_t params_bytes(void) { return 4u * (model.train_elems + model.state_elems); }
 static uint32_t grads_bytes(void) { return model.in_backward ? 0u : 4u * model.train_elems; }
 static uint32_t opt_bytes(void) { return model.opt_words ? 4u + 4u * model.opt_words * model.train_elems : 0u; }
-static uint32_t batch_bytes(void) { return 4u * model.x_elems + 4u * model.batch; }
+/* the inputs (fp32, or int8 padded to 4 bytes), then one i32 label per sample */
+static uint32_t labels_at(void) { return (model.x_bytes + 3u) & ~3u; }
+static uint32_t batch_bytes(void) { return labels_at() + 4u * model.batch; }
 static uint32_t params_at(void) { return tables_bytes(); }
 static uint32_t grads_at(void) { return params_at() + align8(params_bytes()); }
 static uint32_t opt_at(void) { return grads_at() + align8(grads_bytes()); }
@@ -415,7 +417,7 @@ static void end_blob(const uint8_t *p, uint16_t len)
     case POET_BLOB_OPT_STATE:
         break;
     case POET_BLOB_BATCH: {
-        const int32_t *labels = (const int32_t *)(const void *)(pool_batch() + 4u * model.x_elems);
+        const int32_t *labels = (const int32_t *)(const void *)(pool_batch() + labels_at());
         for (i = 0; i < model.batch; i++) {
             if (labels[i] < 0 || (uint32_t)labels[i] >= model.min_classes) {
                 status = POET_E_RANGE;
@@ -509,7 +511,7 @@ static void step(const uint8_t *p, uint16_t len)
     buf.opt_state = (float *)(void *)(pool_opt() + 4u);
     buf.opt_step = opt_step();
     buf.x = (const float *)(const void *)pool_batch();
-    buf.labels = (const int32_t *)(const void *)(pool_batch() + 4u * model.x_elems);
+    buf.labels = (const int32_t *)(const void *)(pool_batch() + labels_at());
     buf.stream = port_pool() + stream_at();
     buf.arena = pool_arena();
     if (port_pager_open() != 0) {

@@ -126,6 +126,22 @@ class SmallOps(nn.Module):
         return self.fc(nn.functional.hardsigmoid(torch.flatten(h, 1)))
 
 
+class TinyKws(nn.Module):
+    """DS-CNN's shape in miniature: a rectangular strided conv padded unevenly per axis, dropout in
+    training mode (the mask made from the step), a depthwise-separable block, a rectangular pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.drop = nn.Conv2d(1, 3, (5, 2), 2, (2, 0)), nn.Dropout(0.25)
+        self.dw, self.pw = nn.Conv2d(3, 3, 3, padding=1, groups=3), nn.Conv2d(3, 4, 1)
+        self.pool, self.fc = nn.AvgPool2d((5, 2)), nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.drop(torch.relu(self.stem(x)))
+        h = nn.functional.dropout(torch.relu(self.pw(torch.relu(self.dw(h)))), 0.5, self.training)
+        return self.fc(torch.flatten(self.pool(h), 1))
+
+
 def autoencoder() -> nn.Module:
     return nn.Sequential(nn.Linear(6, 3), nn.ReLU(), nn.Linear(3, 6))
 
@@ -257,18 +273,20 @@ def main() -> None:
     # the same with its int8 conv weights on the aux storage, streamed through the stream buffer
     qhead_sd = streamed(qhead, {qhead.params[n.attrs["w"]][0] for n in qhead.nodes if n.op == "conv2d_q"})
     assert model_blob(qhead_sd).aux_bytes > 0
+    kws = traced("tiny-kws", TinyKws, (1, 10, 5), 3, 2, optimizer="momentum")
     extra = [model_blob(g) for g in (zoo("lenet", 1, optimizer="adam"), zoo("cnn-digits", 1),
                                      zoo("cnn-digits", 1, train="bias+last:1"),
                                      traced("conv-bn-eval", conv_bn_eval_net, (2, 8, 8), 3, 1), qhead, qhead_sd,
                                      traced("small-ops", SmallOps, (1, 6, 6), 3, 2),
                                      traced("ae-mse", autoencoder, (6,), 6, 2, loss="mse"),
-                                     traced("ae-l1", autoencoder, (6,), 6, 2, loss="l1"))]
+                                     traced("ae-l1", autoencoder, (6,), 6, 2, loss="l1"), kws)]
     for blob in [b for b, _ in fixed] + extra:
         write("model", blob.encode())
 
     # protocol sessions on nets that fit fuzz_port's 64 KiB pool, in both input modes; the last is the
     # static-int8 ones, their frozen weights int8 in nv storage or on the aux storage
-    sessions = [*fixed, (model_blob(qhead), graph_schedules(qhead)), (model_blob(qhead_sd), graph_schedules(qhead_sd))]
+    sessions = [*fixed, (model_blob(qhead), graph_schedules(qhead)), (model_blob(qhead_sd), graph_schedules(qhead_sd)),
+                (model_blob(kws), graph_schedules(kws))]
     for k, (blob, scheds) in enumerate(sessions):
         vocab = {3: 20, 7: 10}.get(k, 0)
         if (blob.pool.fixed + max(s.arena_bytes for s in scheds) > PROTOCOL_POOL

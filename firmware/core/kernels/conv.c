@@ -1,4 +1,4 @@
-/* 2-d convolution (fp32): square kernels, zero padding, stride and groups. Conventions are in kernels.h. */
+/* 2-d convolution (fp32): kh x kw kernels, zero padding, one stride, groups. Conventions are in kernels.h. */
 #include "kernels.h"
 
 int poet_conv2d_out(int H, int k, int stride, int pad)
@@ -8,11 +8,12 @@ int poet_conv2d_out(int H, int k, int stride, int pad)
 
 /* The loop orders are those of the original stride-1 kernels, so a stride-1 ungrouped convolution
  * rounds exactly as before and schedules stay bit-identical across firmware versions. */
-void poet_conv2d_ex_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                        const float *x, const float *w, const float *b, float *y)
+void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, const float *b, float *y)
 {
-    int Ho = poet_conv2d_out(H, k, stride, pad), Wo = poet_conv2d_out(W, k, stride, pad);
-    int Cg = C / groups, Og = O / groups;
+    const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
+    const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
+    int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    int Cg = C / cv->groups, Og = O / cv->groups;
     int n, o, oy, ox, c, ky, kx;
     for (n = 0; n < B; n++)
         for (o = 0; o < O; o++) {
@@ -22,16 +23,16 @@ void poet_conv2d_ex_fwd(int B, int C, int H, int W, int O, int k, int stride, in
                     float acc = 0.0f;
                     for (c = 0; c < Cg; c++) {
                         const float *xc = xg + (long)c * H * W;
-                        const float *wc = w + ((long)o * Cg + c) * k * k;
-                        for (ky = 0; ky < k; ky++) {
-                            int iy = oy * stride + ky - pad;
+                        const float *wc = w + ((long)o * Cg + c) * kh * kw;
+                        for (ky = 0; ky < kh; ky++) {
+                            int iy = oy * stride + ky - ph;
                             if (iy < 0 || iy >= H)
                                 continue;
-                            for (kx = 0; kx < k; kx++) {
-                                int ix = ox * stride + kx - pad;
+                            for (kx = 0; kx < kw; kx++) {
+                                int ix = ox * stride + kx - pw;
                                 if (ix < 0 || ix >= W)
                                     continue;
-                                acc += xc[(long)iy * W + ix] * wc[ky * k + kx];
+                                acc += xc[(long)iy * W + ix] * wc[ky * kw + kx];
                             }
                         }
                     }
@@ -40,12 +41,13 @@ void poet_conv2d_ex_fwd(int B, int C, int H, int W, int O, int k, int stride, in
         }
 }
 
-void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                        const float *g, const float *x, const float *w, const poet_grad_t *dw,
-                        const poet_grad_t *db, float *gx)
+void poet_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *x, const float *w,
+                        const poet_grad_t *dw, const poet_grad_t *db, float *gx)
 {
-    int Ho = poet_conv2d_out(H, k, stride, pad), Wo = poet_conv2d_out(W, k, stride, pad);
-    int Cg = C / groups, Og = O / groups;
+    const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
+    const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
+    int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    int Cg = C / cv->groups, Og = O / cv->groups;
     int n, o, oy, ox, c, ky, kx, iy, ix;
     if (gx) {
         /* Before the weight gradient, whose update in backward changes w. Gathered per input pixel
@@ -61,22 +63,22 @@ void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, in
                         float acc = 0.0f;
                         for (o = o0; o < o0 + Og; o++) {
                             const float *gn = g + ((long)n * O + o) * Ho * Wo;
-                            const float *wc = w + ((long)o * Cg + (c - grp * Cg)) * k * k;
-                            for (ky = 0; ky < k; ky++) {
-                                int ty = iy - ky + pad;
+                            const float *wc = w + ((long)o * Cg + (c - grp * Cg)) * kh * kw;
+                            for (ky = 0; ky < kh; ky++) {
+                                int ty = iy - ky + ph;
                                 if (ty < 0 || ty % stride != 0)
                                     continue;
                                 oy = ty / stride;
                                 if (oy >= Ho)
                                     continue;
-                                for (kx = 0; kx < k; kx++) {
-                                    int tx = ix - kx + pad;
+                                for (kx = 0; kx < kw; kx++) {
+                                    int tx = ix - kx + pw;
                                     if (tx < 0 || tx % stride != 0)
                                         continue;
                                     ox = tx / stride;
                                     if (ox >= Wo)
                                         continue;
-                                    acc += gn[(long)oy * Wo + ox] * wc[ky * k + kx];
+                                    acc += gn[(long)oy * Wo + ox] * wc[ky * kw + kx];
                                 }
                             }
                         }
@@ -87,25 +89,25 @@ void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, in
     for (o = 0; o < O; o++) {
         /* dW[o,c,ky,kx] = sum_{n,oy,ox} g[n,o,oy,ox] x[n, group(o) + c, oy s+ky-p, ox s+kx-p] */
         for (c = 0; dw && c < Cg; c++)
-            for (ky = 0; ky < k; ky++)
-                for (kx = 0; kx < k; kx++) {
+            for (ky = 0; ky < kh; ky++)
+                for (kx = 0; kx < kw; kx++) {
                     float acc = 0.0f;
                     for (n = 0; n < B; n++) {
                         const float *gn = g + ((long)n * O + o) * Ho * Wo;
                         const float *xc = x + ((long)n * C + (long)(o / Og) * Cg + c) * H * W;
                         for (oy = 0; oy < Ho; oy++) {
-                            iy = oy * stride + ky - pad;
+                            iy = oy * stride + ky - ph;
                             if (iy < 0 || iy >= H)
                                 continue;
                             for (ox = 0; ox < Wo; ox++) {
-                                ix = ox * stride + kx - pad;
+                                ix = ox * stride + kx - pw;
                                 if (ix < 0 || ix >= W)
                                     continue;
                                 acc += gn[(long)oy * Wo + ox] * xc[(long)iy * W + ix];
                             }
                         }
                     }
-                    poet_grad_put(dw, (uint32_t)((((long)o * Cg + c) * k + ky) * k + kx), acc);
+                    poet_grad_put(dw, (uint32_t)((((long)o * Cg + c) * kh + ky) * kw + kx), acc);
                 }
         if (db) {
             float acc = 0.0f;

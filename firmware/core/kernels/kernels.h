@@ -85,16 +85,18 @@ void poet_matmul_bwd_b(int batch, int M, int K, int N, const float *g, const flo
 
 /* Output height (or width) of a convolution: floor((H + 2 pad - k) / stride) + 1. */
 int poet_conv2d_out(int H, int k, int stride, int pad);
-/* x[B,C,H,W] * w[O, C/groups, k, k] (+ b[O]) -> y[B,O,Ho,Wo], square kernel, zero padding, no
- * dilation. C and O must be multiples of groups; groups = C = O is a depthwise convolution.
- * b may be NULL. */
-void poet_conv2d_ex_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                        const float *x, const float *w, const float *b, float *y);
+/* A convolution's shape: x[B,C,H,W] * w[O, C/groups, kh, kw] -> y[B,O,Ho,Wo], zero padding of ph
+ * rows above and below and pw columns left and right, one stride on both axes, no dilation. C and O
+ * must be multiples of groups; groups = C = O is a depthwise convolution. */
+typedef struct {
+    int B, C, H, W, O, kh, kw, stride, ph, pw, groups;
+} poet_conv_t;
+/* y = conv(x, w) (+ b[O]); b may be NULL. */
+void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, const float *b, float *y);
 /* g is dL/dy [B,O,Ho,Wo]. dw gets dL/dw (may be NULL: then x may be NULL), db dL/db (may be NULL),
  * gx = dL/dx (may be NULL: then w may be NULL). */
-void poet_conv2d_ex_bwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                        const float *g, const float *x, const float *w, const poet_grad_t *dw,
-                        const poet_grad_t *db, float *gx);
+void poet_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *x, const float *w,
+                        const poet_grad_t *dw, const poet_grad_t *db, float *gx);
 
 /* ---- elementwise.c: activations and arithmetic ---------------------------------------------- */
 
@@ -147,6 +149,13 @@ void poet_sub_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, 
  * y may alias x, gx may alias g. */
 void poet_scale_fwd(int n, float mul, float add, const float *x, float *y);
 void poet_scale_bwd(int n, float mul, const float *g, float *gx);
+/* Dropout with a mask no buffer holds: element i is kept when the top 24 bits of a hash of i and key
+ * are at least threshold (p 2^24, so a share p is dropped), then y = x * scale (1 / (1 - p)), else
+ * 0. The forward, its recomputation and the backward (g in, gx out) make the same mask from the same
+ * key. y may alias x. */
+void poet_dropout(int n, uint32_t key, uint32_t threshold, float scale, const float *x, float *y);
+/* The key of one dropout layer (salt: which) in one training step (step: the optimizer's count). */
+uint32_t poet_dropout_key(uint32_t salt, uint32_t step);
 
 /* ---- pool.c: pooling and reductions --------------------------------------------------------- */
 
@@ -286,28 +295,26 @@ void poet_quantize_i8(int n, float scale, const float *x, int8_t *q);
 void poet_dequantize_i8(int n, float scale, const int8_t *q, float *y);
 
 /* int8 forward kernels: the products summed exactly in int32 (the caller keeps the reduction length,
- * in or C/groups * k * k, at most 133143 = 2^31 / 127^2, so the sum cannot overflow), then
+ * in or C/groups * kh * kw, at most 133143 = 2^31 / 127^2, so the sum cannot overflow), then
  * y = acc * (x_scale * w_scale) (+ b) in fp32, in that order. Weights are quantised per tensor
  * (w_scale is one number). Layouts, geometry and b (NULL: none) as poet_linear_fwd and
  * poet_conv2d_ex_fwd. */
 void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale, const int8_t *wq,
                         float w_scale, const float *b, float *y);
-void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                        const int8_t *xq, float x_scale, const int8_t *wq, float w_scale,
-                        const float *b, float *y);
+void poet_conv2d_i8_fwd(const poet_conv_t *cv, const int8_t *xq, float x_scale, const int8_t *wq,
+                        float w_scale, const float *b, float *y);
 
 /* Static int8 (a frozen prefix, scales fixed on the host): the int8 conv above with its epilogue,
  * v = acc * (x_scale * w_scale) (+ b), then ReLU if relu, then y fp32 (y_scale NULL) or int8
  * q8(v * (1 / *y_scale)). add: v = a * a_scale + b * b_scale (each product rounded), same epilogue. */
-void poet_conv2d_q_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                       const int8_t *xq, float x_scale, const int8_t *wq, float w_scale, const float *b,
-                       int relu, const float *y_scale, void *y);
-/* The same for output channels o_begin..o_end-1 only, wq holding just their weights (C/groups k k
+void poet_conv2d_q_fwd(const poet_conv_t *cv, const int8_t *xq, float x_scale, const int8_t *wq,
+                       float w_scale, const float *b, int relu, const float *y_scale, void *y);
+/* The same for output channels o_begin..o_end-1 only, wq holding just their weights (C/groups kh kw
  * each): a layer whose weights stream from aux storage runs this on each read (ops/quant.c), and
  * every output element comes out as the whole layer's would. */
-void poet_conv2d_q_fwd_rows(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                            int o_begin, int o_end, const int8_t *xq, float x_scale, const int8_t *wq,
-                            float w_scale, const float *b, int relu, const float *y_scale, void *y);
+void poet_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float x_scale,
+                            const int8_t *wq, float w_scale, const float *b, int relu, const float *y_scale,
+                            void *y);
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
                     const float *y_scale, void *y);
 

@@ -265,12 +265,14 @@ static void put(void *y, long i, float v, int relu, int i8, float inv)
 
 /* The loop order of poet_conv2d_ex_fwd; integer sums are exact, so the order only matters for
  * speed here. */
-void poet_conv2d_q_fwd_rows(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                            int o_begin, int o_end, const int8_t *xq, float x_scale, const int8_t *wq,
-                            float w_scale, const float *b, int relu, const float *y_scale, void *y)
+void poet_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float x_scale,
+                            const int8_t *wq, float w_scale, const float *b, int relu, const float *y_scale,
+                            void *y)
 {
-    int Ho = poet_conv2d_out(H, k, stride, pad), Wo = poet_conv2d_out(W, k, stride, pad);
-    int Cg = C / groups, Og = O / groups;
+    const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
+    const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
+    int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    int Cg = C / cv->groups, Og = O / cv->groups;
     int n, o, oy, ox, c, ky, kx;
     float s = x_scale * w_scale, inv = y_scale ? 1.0f / *y_scale : 0.0f;
     for (n = 0; n < B; n++)
@@ -282,16 +284,16 @@ void poet_conv2d_q_fwd_rows(int B, int C, int H, int W, int O, int k, int stride
                     float v;
                     for (c = 0; c < Cg; c++) {
                         const int8_t *xc = xg + (long)c * H * W;
-                        const int8_t *wc = wq + ((long)(o - o_begin) * Cg + c) * k * k;
-                        for (ky = 0; ky < k; ky++) {
-                            int iy = oy * stride + ky - pad;
+                        const int8_t *wc = wq + ((long)(o - o_begin) * Cg + c) * kh * kw;
+                        for (ky = 0; ky < kh; ky++) {
+                            int iy = oy * stride + ky - ph;
                             if (iy < 0 || iy >= H)
                                 continue;
-                            for (kx = 0; kx < k; kx++) {
-                                int ix = ox * stride + kx - pad;
+                            for (kx = 0; kx < kw; kx++) {
+                                int ix = ox * stride + kx - pw;
                                 if (ix < 0 || ix >= W)
                                     continue;
-                                acc += (int32_t)xc[(long)iy * W + ix] * (int32_t)wc[ky * k + kx];
+                                acc += (int32_t)xc[(long)iy * W + ix] * (int32_t)wc[ky * kw + kx];
                             }
                         }
                     }
@@ -304,19 +306,16 @@ void poet_conv2d_q_fwd_rows(int B, int C, int H, int W, int O, int k, int stride
         }
 }
 
-void poet_conv2d_q_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                       const int8_t *xq, float x_scale, const int8_t *wq, float w_scale, const float *b,
-                       int relu, const float *y_scale, void *y)
+void poet_conv2d_q_fwd(const poet_conv_t *cv, const int8_t *xq, float x_scale, const int8_t *wq, float w_scale,
+                       const float *b, int relu, const float *y_scale, void *y)
 {
-    poet_conv2d_q_fwd_rows(B, C, H, W, O, k, stride, pad, groups, 0, O, xq, x_scale, wq, w_scale, b, relu,
-                           y_scale, y);
+    poet_conv2d_q_fwd_rows(cv, 0, cv->O, xq, x_scale, wq, w_scale, b, relu, y_scale, y);
 }
 
-void poet_conv2d_i8_fwd(int B, int C, int H, int W, int O, int k, int stride, int pad, int groups,
-                        const int8_t *xq, float x_scale, const int8_t *wq, float w_scale,
+void poet_conv2d_i8_fwd(const poet_conv_t *cv, const int8_t *xq, float x_scale, const int8_t *wq, float w_scale,
                         const float *b, float *y)
 {
-    poet_conv2d_q_fwd(B, C, H, W, O, k, stride, pad, groups, xq, x_scale, wq, w_scale, b, 0, 0, y);
+    poet_conv2d_q_fwd(cv, xq, x_scale, wq, w_scale, b, 0, 0, y);
 }
 
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,

@@ -1,8 +1,8 @@
 /* 2-d convolution (fp32 forward and backward, int8 forward; kernels/conv.c, kernels/lowp.c). */
 #include "op_util.h"
 
-/* x[B, C, H, W] * weight[O, C/groups, K, K] (+ bias[O]) -> y[B, O, Ho, Wo]. GEOM packs padding,
- * stride and groups (POET_CONV_* in model.h). conv2d_i8 reads its weight from dep 2, quantised from
+/* x[B, C, H, W] * weight[O, C/groups, kh, kw] (+ bias[O]) -> y[B, O, Ho, Wo]. K packs the kernel
+ * window and the width padding, GEOM the height padding, stride and groups (POET_CONV_* in model.h). conv2d_i8 reads its weight from dep 2, quantised from
  * the parameter WEIGHT, or, with two deps, WEIGHT itself stored int8 (a frozen one, in nv storage). */
 enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8, NEED_GX = 9 };
 
@@ -29,18 +29,17 @@ int op_conv2d_check(const poet_model_t *m, const poet_node_t *n)
 void op_conv2d_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
-    poet_conv2d_ex_fwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]),
-                       POET_CONV_PAD(a[GEOM]), POET_CONV_GROUPS(a[GEOM]), e->in[0], param(e, a[WEIGHT]),
-                       param(e, a[BIAS]), e->out);
+    poet_conv_t cv = conv_shape(a);
+    poet_conv2d_ex_fwd(&cv, e->in[0], param(e, a[WEIGHT]), param(e, a[BIAS]), e->out);
 }
 
 void op_conv2d_bwd_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
     poet_grad_t gw, gb;
-    poet_conv2d_ex_bwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]),
-                       POET_CONV_PAD(a[GEOM]), POET_CONV_GROUPS(a[GEOM]), e->in[0], e->in[1],
-                       param(e, a[WEIGHT]), grad(e, a[WEIGHT], &gw), grad(e, a[BIAS], &gb), a[NEED_GX] ? e->out : 0);
+    poet_conv_t cv = conv_shape(a);
+    poet_conv2d_ex_bwd(&cv, e->in[0], e->in[1], param(e, a[WEIGHT]), grad(e, a[WEIGHT], &gw), grad(e, a[BIAS], &gb),
+                       a[NEED_GX] ? e->out : 0);
 }
 
 void op_conv2d_i8_run(const poet_exec_t *e)
@@ -48,7 +47,6 @@ void op_conv2d_i8_run(const poet_exec_t *e)
     const int32_t *a = e->a;
     float ws;
     const int8_t *wq = i8_weight(e, a[WEIGHT], &ws);
-    poet_conv2d_i8_fwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]),
-                       POET_CONV_PAD(a[GEOM]), POET_CONV_GROUPS(a[GEOM]),
-                       (const int8_t *)(const void *)e->in[0], e->in[1][0], wq, ws, param(e, a[BIAS]), e->out);
+    poet_conv_t cv = conv_shape(a);
+    poet_conv2d_i8_fwd(&cv, (const int8_t *)(const void *)e->in[0], e->in[1][0], wq, ws, param(e, a[BIAS]), e->out);
 }

@@ -9,6 +9,7 @@ enum { N = 0 };
 enum { GELU_TANH = 1 };        /* gelu: 0 exact erf, 1 approximate='tanh' */
 enum { LO = 1, HI = 2 };       /* hardtanh: the clamp's bounds (f32) */
 enum { S_MUL = 1, S_ADD = 2 }; /* scale: y = x * mul + add (f32) */
+enum { D_THRESHOLD = 1, D_SCALE = 2, D_SALT = 3 }; /* dropout: p 2^24, 1 / (1 - p) (f32), which layer */
 enum { M = 1 };                /* add, sub, mul: b's elements, broadcast over a's leading dims;
                                   mul_bwd_a/b: the other operand's elements */
 
@@ -159,4 +160,22 @@ void op_scale_run(const poet_exec_t *e)
 void op_scale_bwd_run(const poet_exec_t *e)
 {
     poet_scale_bwd(e->a[N], poet_attr_f32(e->a[S_MUL]), e->in[0], e->out);
+}
+
+/* ---- dropout ---------------------------------------------------------------------------------- */
+
+/* dropout and dropout_bwd: x (or dL/dy) in, one shape out; the mask is made again from the step's
+ * count (upd->step) wherever it is needed, so it is never stored and a recompute makes the same one. */
+int op_dropout_check(const poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    return pos(a[N]) && a[D_THRESHOLD] >= 0 && a[D_THRESHOLD] < (1 << 24) && finite_attr(a[D_SCALE]) &&
+           io1(m, n, f32s((uint64_t)a[N]), f32s((uint64_t)a[N]));
+}
+
+void op_dropout_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_dropout(a[N], poet_dropout_key((uint32_t)a[D_SALT], e->upd->step), (uint32_t)a[D_THRESHOLD],
+                 poet_attr_f32(a[D_SCALE]), e->in[0], e->out);
 }

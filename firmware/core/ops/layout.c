@@ -1,5 +1,7 @@
 /* Data movement: the input, the reshapes (flatten, reshape: copies; their check is ops.c's
  * op_same_check), permute, select and embedding, forward and backward (kernels/layout.c). */
+#include <string.h>
+
 #include "op_util.h"
 
 /* a0 of every op here but permute: elements (input, the reshapes) or the leading dim. */
@@ -7,15 +9,27 @@ enum { N = 0 };
 
 /* ---- input and reshapes ----------------------------------------------------------------------- */
 
-/* The staged batch's x, all of it. */
+/* The staged batch's x, all of it: fp32 (a1 0), or int8 (a1 1) quantised by the host with the
+ * frozen scale parameter a2, for a static-int8 first layer (its input's quantize node folded in). */
+enum { I8 = 1, I8_SCALE = 2 };
+
 int op_input_check(const poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
-    return n->n_deps == 0 && (uint32_t)a[N] == m->x_elems && a[N] > 0 &&
-           (uint64_t)n->bytes == 4ull * m->x_elems;
+    if (n->n_deps != 0 || (uint32_t)a[N] != m->x_elems || a[N] <= 0)
+        return 0;
+    if (a[I8] == 1)
+        return q_scale_ok(m, a[I8_SCALE]) && (uint64_t)n->bytes == (uint64_t)m->x_elems;
+    return a[I8] == 0 && (uint64_t)n->bytes == 4ull * m->x_elems;
 }
 
-void op_input_run(const poet_exec_t *e) { poet_copy(e->a[N], e->buf->x, e->out); }
+void op_input_run(const poet_exec_t *e)
+{
+    if (e->a[I8] == 1)
+        memcpy(e->out, e->buf->x, (size_t)e->a[N]);
+    else
+        poet_copy(e->a[N], e->buf->x, e->out);
+}
 void op_copy_run(const poet_exec_t *e) { poet_copy(e->a[N], e->in[0], e->out); }
 
 /* ---- permute ---------------------------------------------------------------------------------- */

@@ -53,6 +53,8 @@ int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, u
  * positive sizes within the kernels' ranges, groups dividing C and O, the kernel within the padded
  * input. Gives the input's and output's element counts and the reduction length C/groups K K. */
 int conv_geometry_ok(const int32_t *a, uint64_t *x_elems, uint64_t *y_elems, uint64_t *reduce);
+/* The kernels' view of a conv2d node's attributes a0..a6 (checked by conv_geometry_ok). */
+poet_conv_t conv_shape(const int32_t *a);
 /* A backward that adds into parameter p's gradient once per row (grad_buf) runs only where gradients
  * are stored: p is absent or untrained, or the model does not update in backward. */
 int grad_buf_ok(const poet_model_t *m, int32_t p);

@@ -73,6 +73,8 @@ int32_t q_scale_of(const poet_model_t *m, uint16_t d)
     switch (p[0]) {
     case POET_OP_QUANTIZE:
         return (int32_t)poet_rd32(p + 16 + 4 * 1);
+    case POET_OP_INPUT: /* staged int8: a1 1, its scale a2 */
+        return poet_rd32(p + 16 + 4 * 1) == 1u ? (int32_t)poet_rd32(p + 16 + 4 * 2) : -1;
     case POET_OP_ADD_Q:
         return q_epi_scale((int32_t)poet_rd32(p + 16 + 4 * 1));
     case POET_OP_CONV2D_Q:
@@ -133,19 +135,38 @@ int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, u
 
 int conv_geometry_ok(const int32_t *a, uint64_t *x_elems, uint64_t *y_elems, uint64_t *reduce)
 {
-    int32_t s = POET_CONV_STRIDE(a[6]), gr = POET_CONV_GROUPS(a[6]), p = POET_CONV_PAD(a[6]);
+    poet_conv_t cv = conv_shape(a);
     int k;
-    for (k = 0; k < 6; k++)
+    for (k = 0; k < 5; k++)
         if (!pos(a[k]))
             return 0;
-    if (a[6] < 0 || p > 64 || s > 64 || a[2] > 65535 || a[3] > 65535 || a[5] > 64 || a[1] % gr || a[4] % gr ||
-        a[2] + 2 * p < a[5] || a[3] + 2 * p < a[5])
+    if (a[5] < 0 || a[5] > 0xFFFFFF || a[6] < 0 || cv.kh < 1 || cv.kw < 1 || cv.kh > 64 || cv.kw > 64 ||
+        cv.ph > 64 || cv.pw > 64 || cv.stride > 64 || cv.H > 65535 || cv.W > 65535 || cv.C % cv.groups ||
+        cv.O % cv.groups || cv.H + 2 * cv.ph < cv.kh || cv.W + 2 * cv.pw < cv.kw)
         return 0;
-    *x_elems = mul(mul((uint64_t)a[0], (uint64_t)a[1]), mul((uint64_t)a[2], (uint64_t)a[3]));
-    *y_elems = mul(mul((uint64_t)a[0], (uint64_t)a[4]), mul((uint64_t)((a[2] + 2 * p - a[5]) / s + 1),
-                                                            (uint64_t)((a[3] + 2 * p - a[5]) / s + 1)));
-    *reduce = mul((uint64_t)(a[1] / gr), mul((uint64_t)a[5], (uint64_t)a[5]));
+    *x_elems = mul(mul((uint64_t)cv.B, (uint64_t)cv.C), mul((uint64_t)cv.H, (uint64_t)cv.W));
+    *y_elems = mul(mul((uint64_t)cv.B, (uint64_t)cv.O),
+                   mul((uint64_t)poet_conv2d_out(cv.H, cv.kh, cv.stride, cv.ph),
+                       (uint64_t)poet_conv2d_out(cv.W, cv.kw, cv.stride, cv.pw)));
+    *reduce = mul((uint64_t)(cv.C / cv.groups), mul((uint64_t)cv.kh, (uint64_t)cv.kw));
     return 1;
+}
+
+poet_conv_t conv_shape(const int32_t *a)
+{
+    poet_conv_t cv;
+    cv.B = a[0];
+    cv.C = a[1];
+    cv.H = a[2];
+    cv.W = a[3];
+    cv.O = a[4];
+    cv.kh = POET_CONV_KH(a[5]);
+    cv.kw = POET_CONV_KW(a[5]);
+    cv.pw = POET_CONV_PAD_W(a[5]);
+    cv.ph = POET_CONV_PAD_H(a[6]);
+    cv.stride = POET_CONV_STRIDE(a[6]);
+    cv.groups = POET_CONV_GROUPS(a[6]);
+    return cv;
 }
 
 int grad_buf_ok(const poet_model_t *m, int32_t p)

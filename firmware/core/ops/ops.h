@@ -89,6 +89,8 @@ typedef void (*poet_run_fn)(const poet_exec_t *e);
     X(AVGPOOL2D_BWD, BACKWARD, NONE, op_avgpool2d_check, op_avgpool2d_bwd_run) \
     X(UPSAMPLE, FORWARD, NONE, op_upsample_check, op_upsample_run) \
     X(UPSAMPLE_BWD, BACKWARD, NONE, op_upsample_check, op_upsample_bwd_run) \
+    X(DROPOUT, FORWARD, NONE, op_dropout_check, op_dropout_run) \
+    X(DROPOUT_BWD, BACKWARD, NONE, op_dropout_check, op_dropout_run) \
     X(MEAN, FORWARD, NONE, op_mean_check, op_mean_run) \
     X(MEAN_BWD, BACKWARD, NONE, op_mean_check, op_mean_bwd_run) \
     /* norm.c */ \
@@ -143,8 +145,8 @@ typedef struct {
     poet_run_fn run;
 } poet_op_t;
 
-/* Indexed by opcode: the highest is POET_OP_UPSAMPLE_BWD. */
-#define POET_N_OPCODES 89u
+/* Indexed by opcode: the highest is POET_OP_DROPOUT_BWD. */
+#define POET_N_OPCODES 91u
 extern const poet_op_t poet_ops[POET_N_OPCODES];
 
 /* The whole check of node i of m (decoded as n): its opcode, kind, input types and place, then

@@ -58,7 +58,8 @@ static void conv2d_q_streamed(const poet_exec_t *e)
     const int32_t *a = e->a;
     const poet_model_t *m = e->m;
     uint32_t at = m->aux_at + 4u * m->param_off[a[WEIGHT]];
-    uint32_t row = (uint32_t)(a[C] / POET_CONV_GROUPS(a[GEOM]) * a[K] * a[K]), per = m->stream_bytes / row;
+    poet_conv_t cv = conv_shape(a);
+    uint32_t row = (uint32_t)(cv.C / cv.groups * cv.kh * cv.kw), per = m->stream_bytes / row;
     int32_t o, n;
     float ws;
     if (port_pager_read(at, &ws, 4u) != 0) {
@@ -71,9 +72,7 @@ static void conv2d_q_streamed(const poet_exec_t *e)
             *e->err = POET_E_PAGER;
             return;
         }
-        poet_conv2d_q_fwd_rows(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]),
-                               POET_CONV_PAD(a[GEOM]), POET_CONV_GROUPS(a[GEOM]), o, o + n,
-                               (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
+        poet_conv2d_q_fwd_rows(&cv, o, o + n, (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
                                (const int8_t *)e->buf->stream, ws, param(e, a[BIAS]), Q_RELU(a[EPI]),
                                q_out_scale(e, a[EPI]), e->out);
     }
@@ -83,13 +82,14 @@ void op_conv2d_q_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
     const float *ws;
+    poet_conv_t cv;
     if (poet_param_aux(e->m, (uint16_t)a[WEIGHT])) {
         conv2d_q_streamed(e);
         return;
     }
     ws = param(e, a[WEIGHT]);
-    poet_conv2d_q_fwd(a[B], a[C], a[H], a[W], a[O], a[K], POET_CONV_STRIDE(a[GEOM]), POET_CONV_PAD(a[GEOM]),
-                      POET_CONV_GROUPS(a[GEOM]), (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
+    cv = conv_shape(a);
+    poet_conv2d_q_fwd(&cv, (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
                       (const int8_t *)(const void *)(ws + 1), ws[0], param(e, a[BIAS]), Q_RELU(a[EPI]),
                       q_out_scale(e, a[EPI]), e->out);
 }

@@ -39,6 +39,8 @@ DOCUMENTED: dict[str, tuple[str, set[str]]] = {
     "maxpool2d": ("PyTorch keeps the argmax indices (int64); the runtime finds the max again in x", {"internal"}),
     "l1": ("PyTorch keeps the difference output - target; the runtime keeps the output and subtracts again",
            {"internal", "graph"}),
+    "dropout": ("PyTorch keeps the mask it drew; the runtime makes it again from the layer's salt and the step "
+                "(graph/dropout.py)", {"internal"}),
     "mean": ("PyTorch's adaptive_avg_pool2d keeps its input only for its shape; the runtime keeps nothing",
              {"output"}),
     "avgpool2d": ("PyTorch's avg_pool2d keeps its input only for its shape; the runtime keeps nothing",

@@ -267,13 +267,17 @@ def _check_attrs(at: _Place, n: dict[str, Any]) -> None:
     slots = OPS[op][1] if isinstance(op, str) and op in OPS and n.get("kind") != "optimizer" else ()
     floats = [a[2:] for a in slots if a.startswith("f:")]
     params = ("w", "b", "rm", "rv")  # parameter indices; absent means -1, no such parameter
-    needed = [a[2:] if a.startswith("f:") else "pad" if a == "geom" else a for a in slots if a not in params]
+    # slots made from other attributes (lower._attr): conv2d's packed geometry, dropout's mask from p
+    packed = {"geom": "pad", "kernel": "k", "keep_from": "p", "keep_scale": "p"}
+    needed = [a[2:] if a.startswith("f:") else packed.get(a, a) for a in slots if a not in params]
     missing = [a for a in needed if a not in attrs]
     if missing:
         raise at.bad(f"attrs has no \"{missing[0]}\"; op {op} needs {', '.join(needed)} (docs/graph.md, the op set)")
-    geom = {"pad": (0, 255), "stride": (1, 256), "groups": (1, 2**15)} if "geom" in slots else {}
+    # packed into two i32 slots (modelblob.conv_kernel, conv_geometry), within the firmware's limits
+    geom = {"k": (1, 64), "kw": (1, 64), "pad": (0, 64), "padw": (0, 64), "stride": (1, 64),
+            "groups": (1, 2**15)} if "geom" in slots else {}
     for key, v in attrs.items():
-        if key in geom:  # packed into one i32 slot, 8 + 8 + 15 bits (modelblob.conv_geometry)
+        if key in geom:
             at.whole_value(f"attrs.{key}", v, *geom[key])
         elif key in ("from", "to") and key in slots:
             if not (isinstance(v, str) and v in ELEMENT_TYPES):
@@ -282,6 +286,8 @@ def _check_attrs(at: _Place, n: dict[str, Any]) -> None:
             at.f32_value(f"attrs.{key}", v)
         elif key in slots or not isinstance(v, str):  # a name in an attribute lowering skips is harmless
             at.whole_value(f"attrs.{key}", v, -I32, I32 - 1, " (the board's attributes are i32)")
+    if "keep_from" in slots and not 0 <= attrs["p"] < 1:
+        raise at.bad(f"attrs.p is {_show(attrs['p'])}; dropout drops a share p with 0 <= p < 1")
 
 
 def read_graph(path: str | Path, reference: bool = False) -> TrainingGraph | CostedGraph:

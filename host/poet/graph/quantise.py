@@ -59,8 +59,10 @@ def _epilogue(v: np.ndarray, relu: bool, y_scale: np.float32 | None) -> np.ndarr
     return v if y_scale is None else quantise(v, y_scale)
 
 
-def conv2d_int_sum(xq: np.ndarray, wq: np.ndarray, stride: int, pad: int, groups: int) -> np.ndarray:
-    """The exact integer sums of an int8 conv2d (NCHW, weight [O, C/groups, k, k]) as int64."""
+def conv2d_int_sum(xq: np.ndarray, wq: np.ndarray, stride: int, pad: int | tuple[int, int],
+                   groups: int) -> np.ndarray:
+    """The exact integer sums of an int8 conv2d (NCHW, weight [O, C/groups, kh, kw], padding of rows
+    and columns) as int64."""
     import torch
 
     x = torch.from_numpy(np.asarray(xq, dtype=np.float64))
@@ -71,7 +73,8 @@ def conv2d_int_sum(xq: np.ndarray, wq: np.ndarray, stride: int, pad: int, groups
 
 
 def conv2d_q(xq: np.ndarray, x_scale: np.float32, wq: np.ndarray, w_scale: np.float32, b: np.ndarray | None,
-             stride: int, pad: int, groups: int, relu: bool, y_scale: np.float32 | None) -> np.ndarray:
+             stride: int, pad: int | tuple[int, int], groups: int, relu: bool,
+             y_scale: np.float32 | None) -> np.ndarray:
     """poet_conv2d_q_fwd bit for bit: v = acc * (x_scale * w_scale) (+ b) in fp32, the epilogue."""
     acc = conv2d_int_sum(xq, wq, stride, pad, groups).astype(np.float32)
     v = acc * (np.float32(x_scale) * np.float32(w_scale))

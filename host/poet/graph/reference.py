@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from poet.graph import dropout
 from poet.graph.quantise import absmax_scale, quantise
 from poet.graph.training_graph import TrainingGraph
 
@@ -100,6 +101,35 @@ class Fed(TorchFunctionMode):
         return torch.from_numpy(np.ascontiguousarray(self._given[(name, k)], dtype=np.float32))
 
 
+class PoetDropout(TorchFunctionMode):
+    """Dropout with the board's masks (graph/dropout.py): the k-th dropout call of a forward has salt
+    k, as the tracer numbers them, and `step` is the optimizer step it belongs to. Eval-mode and p = 0
+    calls count too (so do the tracer's) and stay identities."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = 1
+        self._calls = 0
+
+    def begin(self, step: int) -> None:
+        """The next forward is the one of optimizer step `step` (1: the first after weights are loaded)."""
+        self.step, self._calls = step, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") != "dropout" or torch._C._current_autograd_node() is not None:
+            return func(*args, **kwargs)
+        salt = self._calls
+        self._calls += 1
+        x = args[0]
+        p = float(args[1] if len(args) > 1 else kwargs.get("p", 0.5))
+        training = bool(args[2] if len(args) > 2 else kwargs.get("training", True))
+        if not training or p == 0.0:
+            return func(*args, **kwargs)
+        keep = torch.from_numpy(dropout.keep(x.numel(), salt, self.step, p).reshape(x.shape))
+        return torch.where(keep, x * float(dropout.scale(p)), torch.zeros((), dtype=x.dtype))
+
+
 def forward(model: nn.Module, x: np.ndarray, fed: Fed | None = None) -> torch.Tensor:
     """model(x), with the calls `fed` gives fed."""
     if fed is None:
@@ -111,17 +141,20 @@ def forward(model: nn.Module, x: np.ndarray, fed: Fed | None = None) -> torch.Te
 
 def train_steps(model: nn.Module, batches: Iterable[tuple[np.ndarray, np.ndarray]], lr: float,
                 optimizer: dict[str, Any] | None = None, frozen: Collection[str] = (),
-                graph: TrainingGraph | None = None, fed: Fed | None = None) -> list[float]:
+                graph: TrainingGraph | None = None, fed: Fed | None = None, first_step: int = 1) -> list[float]:
     """The graph's mean loss (cross-entropy without a graph), one optimizer step per batch, `frozen`
     parameters left alone (as the graph's optimizer and frozen list say); returns the losses. Given
     the `graph` the board runs, the model computes as it does (as_graph): frozen batch norms on
     running statistics, int8 layers in int8, and a static-int8 prefix's outputs as `fed` gives them
-    (the traced `graph` it was rewritten from)."""
+    (the traced `graph` it was rewritten from). Dropout drops what the board's does in the steps
+    first_step, first_step + 1, ... (counted from the last upload of weights)."""
     opt = torch_optimizer([p for n, p in model.named_parameters() if n not in frozen], lr, optimizer)
     losses = []
     kind = graph.loss if graph is not None else "cross_entropy"
-    with as_graph(model, graph):
-        for x, y in batches:
+    drop = PoetDropout()
+    with as_graph(model, graph), drop:
+        for step, (x, y) in enumerate(batches, first_step):
+            drop.begin(step)
             opt.zero_grad()
             out = forward(model, x, fed)
             loss = (nn.functional.cross_entropy(out, torch.from_numpy(y).long()) if kind == "cross_entropy"
@@ -198,3 +231,14 @@ def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray, fed: Fed | None = N
     board computes it (a static-int8 prefix)."""
     with torch.no_grad(), as_graph(model, graph) if graph is not None else nullcontext():
         return float((forward(model, x, fed).argmax(1).numpy() == y).mean())
+
+
+def reconstruction_errors(model: nn.Module, x: np.ndarray, loss: str, fed: Fed | None = None,
+                          graph: TrainingGraph | None = None) -> np.ndarray:
+    """Each sample's `loss` (mse or l1) of the model's output against its input: an autoencoder's
+    anomaly score, the mean of which over a batch is its training loss."""
+    with torch.no_grad(), as_graph(model, graph) if graph is not None else nullcontext():
+        out = forward(model, x, fed).reshape(len(x), -1).double()
+    diff = out - torch.from_numpy(x).reshape(len(x), -1).double()
+    per = diff * diff if loss == "mse" else diff.abs()
+    return per.mean(dim=1).numpy()

@@ -6,7 +6,7 @@ every call its code makes into the torch API (`F.linear`, `x + y`,
 the runtime's op set (the `FORWARD` table below; docs/graph.md lists it with what
 each backward reads). Calls that only make constants (`torch.arange`) or read
 metadata (`x.shape`) make no node; views that the runtime needs no kernel for
-(`contiguous`, `dropout(p=0)`) alias their input. Any other call is an error
+(`contiguous`, `dropout` with p=0 or in eval mode) alias their input. Any other call is an error
 naming the call, its module path and the supported set: nothing is dropped.
 
 The backward pass is then built from the forward nodes, not traced: one backward
@@ -103,15 +103,18 @@ def _conv2d(c: _Ctx) -> Fwd:
     pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)  # noqa: E731
     stride, pad, dil = pair(stride), pair(pad), pair(dil)
     k = tuple(w.shape[2:])
-    if x.dim() != 4 or k[0] != k[1] or stride[0] != stride[1] or pad[0] != pad[1] or dil != (1, 1) \
-            or isinstance(pad[0], str):
+    if x.dim() != 4 or stride[0] != stride[1] or dil != (1, 1) or isinstance(pad[0], str) \
+            or max(k) > 64 or max(pad) > 64 or stride[0] > 64:
         raise c.fail(f"kernel {k} stride {stride} padding {pad} dilation {dil}: the runtime supports "
-                     f"square kernels, equal strides, symmetric zero padding, no dilation")
+                     f"kernels up to 64x64, one stride on both axes (up to 64), zero padding up to 64 on "
+                     f"each side, no dilation")
     y = c.call.result
     attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "O": w.shape[0], "k": k[0],
              "pad": int(pad[0]), "stride": int(stride[0]), "groups": int(groups)}
+    if k[1] != k[0] or pad[1] != pad[0]:  # a rectangle: training_graph.conv_window reads both
+        attrs |= {"kw": k[1], "padw": int(pad[1])}
     params = {"w": w} | ({"b": b} if b is not None else {})
-    return Fwd("conv2d", [x], attrs, y, 2 * y.numel() * (x.shape[1] // groups) * k[0] * k[0], params)
+    return Fwd("conv2d", [x], attrs, y, 2 * y.numel() * (x.shape[1] // groups) * k[0] * k[1], params)
 
 
 def _batch_norm(c: _Ctx) -> Fwd:
@@ -154,6 +157,17 @@ def _pointwise(op: str, flops_per: int = 1) -> Callable[[_Ctx], Fwd]:
             attrs["tanh"] = int(_arg(c.call, 1, "approximate", "none") == "tanh")
         return Fwd(op, [x], attrs, c.call.result, flops_per * x.numel())
     return handler
+
+
+def _dropout(c: _Ctx) -> Fwd:
+    """Training-mode dropout with p > 0 (p = 0 and eval mode are aliases): the board makes the mask
+    from the layer's salt, which dropout call of the model's forward this is (graph/dropout.py), and
+    the step; the PyTorch reference drops with the same mask."""
+    x, p = c.call.args[0], float(_arg(c.call, 1, "p", 0.5))
+    if not 0.0 < p < 1.0:
+        raise c.fail(f"p={p}: the runtime drops a share 0 < p < 1")
+    return Fwd("dropout", [x], {"n": x.numel(), "p": p, "salt": c.tracer.dropout_calls[c.call.id]}, c.call.result,
+               2 * x.numel())
 
 
 def _hardtanh(c: _Ctx) -> Fwd:
@@ -378,14 +392,14 @@ FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
     "transpose": _permute, "permute": _permute, "t": _permute,
     **{n: _binary for n in BINARY},
     "matmul": _matmul, "__matmul__": _matmul, "bmm": _matmul, "softmax": _softmax, "embedding": _embedding,
-    "__getitem__": _getitem, "cat": _cat, "concat": _cat, "concatenate": _cat,
+    "__getitem__": _getitem, "cat": _cat, "concat": _cat, "concatenate": _cat, "dropout": _dropout,
 }
 SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid, silu, hardswish, hardsigmoid, "
              "hardtanh, relu6, clamp (both "
              "bounds, or min=0), max_pool2d, avg_pool2d, adaptive_avg_pool2d(1), mean, flatten, view/reshape, "
              "transpose/permute, + - * / (two activations or a scalar), matmul, softmax, embedding, x[:, i], "
              "cat (2 to 4 activations), interpolate (nearest, whole factors), "
-             "contiguous, dropout(p=0), cross_entropy loss")
+             "contiguous, dropout, mse and l1 losses, cross_entropy loss")
 
 
 # ---------------------------------------------------------------- the tracer
@@ -406,6 +420,7 @@ class _Tracer:
         self.consts: dict[int, tuple[str, CallEvent]] = {}
         self.fwd: list[tuple[Fwd, CallEvent]] = []
         self.train = train
+        self.dropout_calls: dict[int, int] = {}  # CallEvent id -> which dropout call of the forward (its salt)
 
     def const_index(self, t: torch.Tensor) -> int | None:
         """Index tensors the model makes itself: 1 = arange(n), 2 = zeros(n); None = anything else."""
@@ -420,6 +435,8 @@ class _Tracer:
         return None
 
     def add_call(self, call: CallEvent) -> None:
+        if call.name == "dropout":  # numbered as reference.PoetDropout numbers them: every call counts
+            self.dropout_calls[call.id] = len(self.dropout_calls)
         outs = call.outputs
         if call.name in IGNORED or not outs:
             self.const_calls.add(call.id)
@@ -799,7 +816,8 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
 # A parameterised op reads its input for the weight gradient; see docs/graph.md, "Backward".
 SAVES_OUTPUT = {"relu", "tanh", "sigmoid", "softmax"}
 SAVES_INPUT = {"gelu", "hardtanh", "maxpool2d", "silu", "hardswish", "hardsigmoid"}
-NO_SAVES = {"mean", "avgpool2d", "upsample", "flatten", "reshape", "permute", "select", "scale", "add", "sub"}
+NO_SAVES = {"mean", "avgpool2d", "upsample", "flatten", "reshape", "permute", "select", "scale", "add", "sub",
+            "dropout"}
 
 
 class _Backward:

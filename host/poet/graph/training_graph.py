@@ -210,6 +210,13 @@ def readers(g: TrainingGraph) -> dict[int, list[int]]:
     return out
 
 
+def conv_window(attrs: dict[str, Any]) -> tuple[int, int, int, int]:
+    """A conv node's kernel height and width and its padding of rows and of columns. A square kernel
+    with the same padding on both axes has only k and pad; kw and padw are given where they differ."""
+    k, pad = int(attrs["k"]), int(attrs["pad"])
+    return k, int(attrs.get("kw", k)), pad, int(attrs.get("padw", pad))
+
+
 def numel(shape: list[int]) -> int:
     n = 1
     for d in shape:

@@ -12,20 +12,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from poet.errors import PoetError
-from poet.graph.training_graph import TrainingGraph
+from poet.graph import dropout
+from poet.graph.training_graph import TrainingGraph, conv_window
 from poet.plan import modelblob as mb
 from poet.plan.modelblob import BlobNode, ModelBlob
 from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
 from poet.plan.types import Plan
 
 # runtime op -> (op code, the graph attributes that become a0.. in docs/spec.md section 2).
-# "f:eps" is a float attribute (stored as its binary32 bits); "geom" is conv2d's packed
-# pad/stride/groups; a missing "w"/"b" (no such parameter) is -1.
-_CONV = ("B", "C", "H", "W", "O", "k", "geom", "w", "b")
+# "f:eps" is a float attribute (stored as its binary32 bits); "kernel" and "geom" are conv2d's packed
+# window (k, kw, padw) and pad/stride/groups; a missing "w"/"b" (no such parameter) is -1.
+_CONV = ("B", "C", "H", "W", "O", "kernel", "geom", "w", "b")
 _BN = ("B", "C", "HW", "f:eps", "f:momentum", "w", "b", "rm", "rv")  # rm/rv: running statistics
 _LN = ("rows", "D", "f:eps", "w", "b")
 _PERM = ("d0", "d1", "d2", "d3", "p0", "p1", "p2", "p3")
 _EMB = ("n", "V", "D", "ids", "w")
+_DROP = ("n", "keep_from", "keep_scale", "salt")  # the mask's bound and scale, made from p (graph/dropout.py)
 _POOL = ("B", "C", "H", "W", "kh", "kw", "pgeom", "include_pad")  # pgeom: avgpool2d's packed padding and strides
 OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "input": (mb.OP_INPUT, ("n",)),
@@ -46,6 +48,7 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "tanh": (mb.OP_TANH, ("n",)),
     "sigmoid": (mb.OP_SIGMOID, ("n",)),
     "silu": (mb.OP_SILU, ("n",)),
+    "dropout": (mb.OP_DROPOUT, _DROP),
     "hardswish": (mb.OP_HARDSWISH, ("n",)),
     "hardsigmoid": (mb.OP_HARDSIGMOID, ("n",)),
     "gelu": (mb.OP_GELU, ("n", "tanh")),
@@ -92,6 +95,7 @@ OPS: dict[str, tuple[int, tuple[str, ...]]] = {
     "tanh_bwd": (mb.OP_TANH_BWD, ("n",)),
     "sigmoid_bwd": (mb.OP_SIGMOID_BWD, ("n",)),
     "silu_bwd": (mb.OP_SILU_BWD, ("n",)),
+    "dropout_bwd": (mb.OP_DROPOUT_BWD, _DROP),
     "hardswish_bwd": (mb.OP_HARDSWISH_BWD, ("n",)),
     "hardsigmoid_bwd": (mb.OP_HARDSIGMOID_BWD, ("n",)),
     "gelu_bwd": (mb.OP_GELU_BWD, ("n", "tanh")),
@@ -147,6 +151,13 @@ def check_runtime(g: TrainingGraph) -> None:
 
 def _attr(attrs: dict[str, Any], name: str) -> int:
     """One a-slot of docs/spec.md section 2 from the graph node's attributes."""
+    if name == "keep_from":
+        return dropout.threshold(float(attrs["p"]))
+    if name == "keep_scale":
+        return mb.f32_bits(float(dropout.scale(float(attrs["p"]))))
+    if name == "kernel":
+        kh, kw, _, pw = conv_window(attrs)
+        return mb.conv_kernel(kh, kw, pw)
     if name == "geom":
         return mb.conv_geometry(int(attrs["pad"]), int(attrs.get("stride", 1)), int(attrs.get("groups", 1)))
     if name == "pgeom":

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from poet.errors import UsageError
 from poet.graph.dtypes import F32, I32
 from poet.graph.quantise import i8_bytes
+from poet.graph.training_graph import conv_window
 from poet.units import format_size
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class Pool:
 def pool_for(g: TrainingGraph) -> Pool:
     """The pool a training graph needs on the board (the model blob lowered from it asks the same)."""
     frozen, moved, i8, aux = set(g.frozen), g.moved, g.int8_params, g.streamed_params
-    stream = max((stream_row(n.attrs["C"], n.attrs["groups"], n.attrs["k"]) for n in g.nodes
+    stream = max((conv_stream_row(n.attrs) for n in g.nodes
                   if n.op == "conv2d_q" and n.attrs.get("stream")), default=0)
     return Pool.of(g.param_elems, [name not in frozen for name, _ in g.params], g.optimizer["name"], g.batch,
                    g.x_elems, len(g.nodes), [name in moved for name, _ in g.params],
@@ -125,9 +126,14 @@ def pool_for(g: TrainingGraph) -> Pool:
                    [name in aux for name, _ in g.params], stream)
 
 
-def stream_row(channels: int, groups: int, k: int) -> int:
+def stream_row(channels: int, groups: int, kh: int, kw: int) -> int:
     """One output channel's int8 weights of a conv: what a streamed conv's buffer holds at least."""
-    return channels // groups * k * k
+    return channels // groups * kh * kw
+
+
+def conv_stream_row(conv: dict[str, int]) -> int:
+    """stream_row of a conv node (its attrs)."""
+    return stream_row(conv["C"], conv["groups"], *conv_window(conv)[:2])
 
 
 def stream_reads(out_channels: int, row: int, stream: int) -> list[int]:
@@ -141,7 +147,7 @@ def stream_reads(out_channels: int, row: int, stream: int) -> list[int]:
 def streamed_reads(g: TrainingGraph) -> dict[int, list[int]]:
     """Each node that streams its weight from aux storage (poet.plan.placement), by id: its reads' bytes."""
     stream = pool_for(g).stream
-    return {n.id: stream_reads(n.attrs["O"], stream_row(n.attrs["C"], n.attrs["groups"], n.attrs["k"]), stream)
+    return {n.id: stream_reads(n.attrs["O"], conv_stream_row(n.attrs), stream)
             for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("stream")}
 
 

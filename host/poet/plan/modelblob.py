@@ -110,6 +110,8 @@ OP_CAT = 85
 OP_CAT_BWD = 86
 OP_UPSAMPLE = 87
 OP_UPSAMPLE_BWD = 88
+OP_DROPOUT = 89
+OP_DROPOUT_BWD = 90
 Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
 
 
@@ -144,9 +146,18 @@ def f32_bits(v: float) -> int:
 
 
 def conv_geometry(pad: int, stride: int, groups: int) -> int:
-    """conv2d's a6: pad, stride and groups in one attribute (zero-based, so a dense stride-1 conv's
-    a6 is its padding, as before stride and groups were supported)."""
+    """conv2d's a6: the padding of rows, stride and groups in one attribute (firmware/core/model.h
+    POET_CONV_*; zero-based, so a dense stride-1 conv's a6 is its padding)."""
     return pad | (stride - 1) << 8 | (groups - 1) << 16
+
+
+def conv_kernel(kh: int, kw: int, pad_w: int) -> int:
+    """conv2d's a5: the kernel's height and width and the padding of columns (firmware/core/model.h)."""
+    for v, lo, hi in ((kh, 1, 64), (kw, 1, 64), (pad_w, 0, 64)):
+        if not lo <= v <= hi:
+            raise ValueError(f"conv kernel {kh}x{kw}, column padding {pad_w}: the blob holds kernels up to "
+                             f"64x64 and padding up to 64")
+    return kh | kw << 8 | pad_w << 16
 
 
 def pool_geometry(pad_h: int, pad_w: int, stride_h: int, stride_w: int) -> int:
@@ -270,9 +281,10 @@ class ModelBlob:
     def pool(self) -> Pool:
         """The board's pool for this model (poet.plan.memory): tables, weights, gradients, optimizer state, batch."""
         ps = range(len(self.param_elems))
-        # the stream buffer as the firmware sizes it (firmware/core/model.c): conv2d_q's a1 C, a5 k,
+        # the stream buffer as the firmware sizes it (firmware/core/model.c): conv2d_q's a1 C, a5 kernel,
         # a6 geometry, a7 weight
-        stream = max((stream_row(n.attrs[1], (n.attrs[6] >> 16) + 1, n.attrs[5]) for n in self.nodes
+        stream = max((stream_row(n.attrs[1], (n.attrs[6] >> 16) + 1, n.attrs[5] & 0xFF, n.attrs[5] >> 8 & 0xFF)
+                      for n in self.nodes
                       if n.op == OP_CONV2D_Q and self.aux(n.attrs[7])), default=0)
         return Pool.of(self.param_elems, [self.trained(p) for p in ps], self.optimizer, self.batch, self.x_elems,
                        len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps], self.in_backward,

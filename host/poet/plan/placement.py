@@ -72,7 +72,7 @@ def place(g: TrainingGraph, board: Board) -> TrainingGraph:
 
 def stream_lines(g: TrainingGraph) -> list[str]:
     """What `poet solve` says of the weights on the SD card: which layers, how big, how they are read."""
-    from poet.plan.memory import stream_reads, stream_row
+    from poet.plan.memory import conv_stream_row, stream_reads
 
     pool = pool_for(g)
     nodes = [n for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("stream")]
@@ -82,6 +82,6 @@ def stream_lines(g: TrainingGraph) -> list[str]:
            f"{format_size(pool.flash.aux)}, each read through a {format_size(pool.stream)} stream buffer in RAM:"]
     for n in nodes:
         a = n.attrs
-        reads = stream_reads(a["O"], stream_row(a["C"], a["groups"], a["k"]), pool.stream)
+        reads = stream_reads(a["O"], conv_stream_row(a), pool.stream)
         out.append(f"  {n.name:<30} {format_size(i8_bytes(numel(g.params[a['w']][1]))):>10} in {len(reads)} reads")
     return out

@@ -11,13 +11,15 @@ from pathlib import Path
 from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph.quantise import i8_bytes
-from poet.graph.training_graph import TrainingGraph, numel
+from poet.graph.training_graph import TrainingGraph, conv_window, numel
 from poet.paths import schedule_file, shown, write_output
 from poet.plan.memory import pool_for
 from poet.plan.pipeline import Planned, plan_step
 from poet.plan.placement import place, stream_lines
 from poet.plan.static_int8 import Int8Prefix, rewrite
+from poet.plan.strategies import MILP
 from poet.plan.types import CostedGraph, Plan
+from poet.progress import above, ticker
 from poet.units import format_size, parse_deadline
 
 Say = Callable[[str], None]
@@ -47,11 +49,13 @@ def costed_for(g: TrainingGraph, board: Board, request: PlanRequest, say: Say) -
 
 
 def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board, runtime_static: int,
-                  deadline_s: float, say: Say, out: Path | None = None, need_schedule: bool = True) -> Planned:
+                  deadline_s: float, say: Say, out: Path | None = None, need_schedule: bool = True,
+                  bars: bool = False) -> Planned:
     """Plan, print the plan, write the schedule (default workspace/schedules/<model>.<board>.poet).
 
     need_schedule=False (plain `poet solve`): a graph the C runtime cannot run yet is
-    planned and printed, and the reason no schedule is written is said.
+    planned and printed, and the reason no schedule is written is said. bars: the solve's elapsed
+    time against its time limit, on stderr when it is a terminal (poet.progress).
     """
     from poet.plan.lower import check_runtime
 
@@ -85,9 +89,12 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         g = placed
         cg = with_stream_costs(cg, g, board, load_profile(board.name, request.profile))
     def plan(g: TrainingGraph, cg: CostedGraph) -> Planned:
-        return plan_step(g, cg, board, ram, runtime_static, deadline_s, solver=request.solver,
-                         time_limit_s=request.time_limit_s, progress=lambda m: say(f"  {m}"),
-                         strategy=request.strategy, gap=request.gap, lower_plan=runnable)
+        # the solver reports nothing while it works: a ticker shows it is alive (heuristics have no time limit)
+        limit = request.time_limit_s if request.strategy in MILP else None
+        with ticker(f"solving ({request.strategy})", limit, shown=bars) as clock:
+            return plan_step(g, cg, board, ram, runtime_static, deadline_s, solver=request.solver,
+                             time_limit_s=request.time_limit_s, progress=above(clock, lambda m: say(f"  {m}")),
+                             strategy=request.strategy, gap=request.gap, lower_plan=runnable)
 
     try:
         p = plan(g, cg)
@@ -174,7 +181,9 @@ def layer_lines(prefix: Int8Prefix) -> list[str]:
             made += " + " + fold.bn[2].rsplit(".", 1)[0]
         dw = " depthwise" if a["groups"] == a["C"] == a["O"] and a["groups"] > 1 else ""
         shapes = f"{a['C']}x{a['H']}x{a['W']} -> {'x'.join(map(str, n.shape[1:]))}"
-        out.append(f"{n.name:<30} conv2d_q  {shapes:<22} k{a['k']} s{a['stride']}{dw}, {made}{relu}, "
+        kh, kw, _, _ = conv_window(a)
+        window = kh if kh == kw else f"{kh}x{kw}"
+        out.append(f"{n.name:<30} conv2d_q  {shapes:<22} k{window} s{a['stride']}{dw}, {made}{relu}, "
                    f"{format_size(i8_bytes(numel(g.params[a['w']][1])))} weights, {dest}")
     return out
 

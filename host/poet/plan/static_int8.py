@@ -23,7 +23,7 @@ import numpy as np
 
 from poet.graph.dtypes import F32
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, dequantise, quantise
-from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, numel
+from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, conv_window, numel
 from poet.graph.training_graph import readers as reader_map
 from poet.plan.fuse import fuse_heads
 
@@ -154,7 +154,7 @@ class Int8Prefix:
                 y = xs[0] if scales is None else dequantise(xs[0], scale_of[n.deps[0]])
             elif n.op == "conv2d_q":
                 wt, bias = w[names[a["w"]]], (w[names[a["b"]]] if a.get("b", -1) >= 0 else None)
-                geo = (int(a.get("stride", 1)), int(a["pad"]), int(a.get("groups", 1)))
+                geo = (int(a.get("stride", 1)), conv_window(a)[2:], int(a.get("groups", 1)))
                 if scales is None:
                     t = F.conv2d(torch.from_numpy(xs[0]), torch.from_numpy(wt),
                                  None if bias is None else torch.from_numpy(bias), stride=geo[0], padding=geo[1],
@@ -273,7 +273,7 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
             if n.op == "conv2d":
                 bn = next((c for c in chain if c.op == "batchnorm_eval"), None)
                 w, b = n.attrs["w"], n.attrs.get("b", -1)
-                attrs = {k: n.attrs[k] for k in ("B", "C", "H", "W", "O", "k", "pad", "stride", "groups")
+                attrs = {k: n.attrs[k] for k in ("B", "C", "H", "W", "O", "k", "kw", "pad", "padw", "stride", "groups")
                          if k in n.attrs}
                 if bn is not None:
                     ba = bn.attrs

@@ -17,7 +17,7 @@ from torch import nn
 from poet.errors import UsageError
 from poet.models.zoo.bert import bert
 from poet.models.zoo.lenet import lenet5
-from poet.models.zoo.mlperf_tiny import AutoEncoder, MobileNetV1, ResNet8
+from poet.models.zoo.mlperf_tiny import DSCNN, AutoEncoder, MobileNetV1, ResNet8
 from poet.models.zoo.mobilenetv2 import mobilenetv2_cifar
 from poet.models.zoo.resnet import resnet18_cifar
 from poet.models.zoo.transformer import transformer_block
@@ -88,6 +88,8 @@ ZOO: dict[str, ZooModel] = {
         ZooModel("bert-base", lambda: bert(12, 768, 12, 128, 30522, 10), (128,), 10,
                  "BERT-base L12 H768 A12, 128 tokens of 30522 (110M parameters)", input_dtype="int64"),
         # MLPerf Tiny's reference networks (models/zoo/mlperf_tiny.py)
+        ZooModel("mlperf-kws", DSCNN, (1, 49, 10), 12,
+                 "MLPerf Tiny keyword spotting: DS-CNN-S on 49x10 MFCC, 12 keywords"),
         ZooModel("mlperf-ic", ResNet8, (3, 32, 32), 10, "MLPerf Tiny image classification: ResNet-8 on 32x32 CIFAR-10"),
         ZooModel("mlperf-vww", MobileNetV1, (3, 96, 96), 2,
                  "MLPerf Tiny visual wake words: MobileNetV1 width 0.25 on 96x96, person or not"),

@@ -3,8 +3,9 @@ Benchmarks; the mlcommons/tiny repository's Keras models), written here from the
 architectures: what embedded-ML engineers deploy, and would fine-tune on the device.
 
 Differences from the Keras originals, none of which changes a shape or a parameter count: PyTorch's
-symmetric padding where Keras pads "same" on the bottom/right only (a stride-2 3x3 conv on an even
-map), and PyTorch's parameter initialisation. Keras counts a batch norm's running statistics among
+symmetric padding where Keras pads "same" unevenly (a stride-2 3x3 conv on an even map; DS-CNN's
+10x4 stride-2 conv on 49x10, which Keras pads 4 above and 5 below, is padded 5 and 5 here: the same
+25x5 output), and PyTorch's parameter initialisation. Keras counts a batch norm's running statistics among
 its parameters; PyTorch keeps them as buffers, so each count here is the Keras total minus two per
 batch-norm channel.
 """
@@ -95,3 +96,24 @@ class AutoEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+
+class DSCNN(nn.Module):
+    """Keyword spotting (Speech Commands, 12 classes, 49 frames x 10 MFCC features, one channel):
+    DS-CNN-S, a 10x4 stride-2 conv(64) - BN - ReLU - dropout 0.2, four depthwise-separable blocks
+    (depthwise 3x3 - BN - ReLU - pointwise 1x1 - BN - ReLU, 64 channels, 25x5 maps), dropout 0.4, a
+    24x5 average pool, dense 12. Keras 24,908 parameters; 23,756 here (576 batch-norm channels)."""
+
+    def __init__(self, classes: int = 12, filters: int = 64) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(1, filters, (10, 4), 2, (5, 1)), nn.BatchNorm2d(filters), nn.ReLU(),
+                                   nn.Dropout(0.2)]
+        for _ in range(4):
+            layers += _conv_bn_relu(filters, filters, 3, groups=filters) + _conv_bn_relu(filters, filters, 1)
+        layers.append(nn.Dropout(0.4))
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AvgPool2d((24, 5))
+        self.fc = nn.Linear(filters, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.features(x)), 1))
