@@ -1,7 +1,7 @@
 """The smallest --ram at which poet fine-tunes each zoo model, per --train mode, on the small boards.
 
-For every zoo model (batch 1) and train mode: trace the training step, lay out the board's memory
-(plan/memory.py: what RAM holds, what flash holds), find the smallest activation arena any plan
+For every zoo model (batch 1 unless told) and train mode: trace the training step, lay out the board's
+memory (plan/memory.py: what RAM holds, what flash holds), find the smallest activation arena any plan
 meeting a 3x-one-pass deadline needs (the POET MILP, `min_arena_budget`), plan at that --ram, and
 print the table docs/benchmarks.md keeps: smallest --ram, energy and time per step of that plan
 (modelled from the shipped profile; ops it lacks are estimated), and where the bytes live. A row
@@ -14,13 +14,25 @@ plan pays their reads. Both update in backward where the graph allows (no gradie
 only: no board runs.
 
     python benchmarks/smallest_ram.py [--boards nrf52840 mkr1000 esp32c3] [--models ...]
+    python benchmarks/smallest_ram.py --models mlperf-kws mlperf-ic mlperf-vww mlperf-ad \\
+        --modes all last:1 last:2 last:3 bias bias+last:1 --batch 1 --batch-for mlperf-ad=2 --one-table
+
+--batch: the batches every model is planned at; --batch-for MODEL=N[,N...]: that model's instead (a
+model whose trained batch norm cannot see a batch of one). --one-table: one table for every board,
+with the batch and the lowered schedule's length against the board images' schedule buffer
+(POET_SCHEDULE_BLOB_MAX, firmware/ports/*/port.mk); a plan longer than that cannot be loaded.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from poet.boards import Board, load_board
 from poet.errors import PoetError, UsageError
@@ -29,9 +41,10 @@ from poet.graph.training_graph import TrainingGraph
 from poet.models.zoo import ZOO, ModelChoice
 from poet.plan.costs import load_profile
 from poet.plan.memory import pool_for
-from poet.plan.pipeline import plan_step
+from poet.plan.pipeline import Planned, plan_step
 from poet.plan.placement import place
 from poet.plan.precision import apply_storage, costed_storage, flash_fit
+from poet.plan.schedule import CRC_BYTES, HEADER_BYTES, INSTR_BYTES, SCHEDULE_BLOB_MAX
 from poet.plan.static_int8 import rewrite
 from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.units import format_size
@@ -39,6 +52,7 @@ from poet.units import format_size
 MODES = ("all", "last:1", "last:2", "bias+last:1")
 DEADLINE = 3.0  # x one plain pass, `poet solve`'s default
 TIME_LIMIT_S = 60.0
+PORTS = Path(__file__).resolve().parents[1] / "firmware" / "ports"
 
 
 @dataclass
@@ -51,6 +65,44 @@ class Fit:
     why: str = ""
 
 
+@dataclass
+class Row:
+    """One model, batch and mode on one board: the smallest --ram's plan, or why there is none."""
+
+    board: str
+    model: str
+    batch: int
+    mode: str
+    ram: str = "-"
+    energy: str = "-"
+    time: str = "-"
+    schedule: str = "-"
+    where: str = ""
+    seconds: float = 0.0
+
+
+def reason(e: BaseException) -> str:
+    """One line saying why, for a table cell: no exception class, no shape dump, no newline."""
+    msg = " ".join(str(e).split())
+    if "Expected more than 1 value per channel" in msg:
+        return "does not trace: a batch norm that trains needs a batch of 2 or more (one value per channel)"
+    msg = re.sub(r"^model '[^']*' fails on a batch of shape \[[^\]]*\] \([^)]*\): ", "does not trace: ", msg)
+    msg = re.sub(r"\b[A-Z]\w*(Error|Exception): ", "", msg)
+    return msg if len(msg) <= 240 else msg[:237] + "..."
+
+
+def schedule_max(board: Board) -> int:
+    """The most instructions a schedule can hold on the board's images, real and emulated: their PSCH
+    buffer, POET_SCHEDULE_BLOB_MAX (a port.mk's -D, else firmware/core/schedule.h's default), less the
+    header and the CRC."""
+    blobs = []
+    for target in {board.firmware_target, board.emulator_target}:
+        mk = PORTS / target / "port.mk"
+        m = re.search(r"-DPOET_SCHEDULE_BLOB_MAX=(\d+)", mk.read_text()) if mk.exists() else None
+        blobs.append(int(m.group(1)) if m else SCHEDULE_BLOB_MAX)
+    return (min(blobs) - HEADER_BYTES - CRC_BYTES) // INSTR_BYTES
+
+
 def smallest(board: Board, prof: dict, label: str, g: TrainingGraph) -> Fit:
     static = int(prof["runtime_static_bytes"])
     pool = pool_for(g)
@@ -60,28 +112,41 @@ def smallest(board: Board, prof: dict, label: str, g: TrainingGraph) -> Fit:
                                     f"{format_size(board.model_flash_bytes)}")
     if fixed >= board.ram_bytes:
         return Fit(label, None, why=f"RAM: fixed part {format_size(fixed)} > {format_size(board.ram_bytes)}")
-    cg = costed_storage(g, board, prof, estimate=True)
     try:
+        cg = costed_storage(g, board, prof, estimate=True)
         arena = min_arena_budget(cg, DEADLINE * cg.one_pass_s, time_limit_s=TIME_LIMIT_S)
     except PoetError as e:
-        return Fit(label, None, why=str(e))
+        return Fit(label, None, why=reason(e))
     if arena is None:
         return Fit(label, None, why="no plan meets the deadline")
     return Fit(label, g, fixed + arena)
 
 
-def row(board_name: str, model: str, mode: str) -> str:
+def row(board_name: str, model: str, mode: str, batch: int = 1) -> Row:
     """The fp32 graph (frozen weights int8 where flash needs it, precision.flash_fit) and the frozen prefix
     in static int8 (static_int8.rewrite, with the head fused), as `poet solve` plans them: the smaller
     --ram of the two."""
-    board = load_board(board_name)
+    t0 = time.monotonic()
+    r = Row(board_name, model, batch, mode)
+    try:
+        _fill(r)
+    except Exception as e:  # noqa: BLE001 - a bug in poet or here: one row says so, the others still run
+        traceback.print_exc(file=sys.stderr)
+        r.ram = r.energy = r.time = r.schedule = "-"
+        r.where = f"error ({type(e).__name__}, not a planning result): {reason(e)}"
+    r.seconds = time.monotonic() - t0
+    return r
+
+
+def _fill(r: Row) -> None:
+    board = load_board(r.board)
     prof = load_profile(board.name)
     static = int(prof["runtime_static_bytes"])
-    head = f"| {model} | {mode} |"
     try:
-        _, g = traced(ModelChoice(model, 1, train=mode))
+        _, g = traced(ModelChoice(r.model, r.batch, train=r.mode))
     except PoetError as e:  # e.g. a batch norm that trains cannot see a batch of one
-        return f"{head} - | - | - | {str(e).split(': ', 1)[-1][:120]} |"
+        r.where = reason(e)
+        return
     fits = []
     int8 = flash_fit(g, board.model_flash_bytes)
     try:
@@ -102,49 +167,113 @@ def row(board_name: str, model: str, mode: str) -> str:
             fits.append(smallest(board, prof, label,
                                  place(apply_storage(q, {}, set(flash_fit(q, board.model_flash_bytes))), board)))
         except UsageError as e:
-            fits.append(Fit(label, None, why=str(e)))
+            fits.append(Fit(label, None, why=reason(e)))
     found = sorted((f for f in fits if f.ram is not None), key=lambda f: f.ram or 0)
     if not found:
-        return f"{head} - | - | - | " + "; ".join(f"{f.label}: {f.why}" for f in fits) + " |"
+        r.where = "; ".join(f"{f.label}: {f.why}" for f in fits)
+        return
     best = found[0]
     assert best.g is not None and best.ram is not None
     pool = pool_for(best.g)
     sd = f"; SD {format_size(pool.flash.aux)} (streamed)" if pool.flash.aux else ""
-    where = (f"{best.label}: RAM {format_size(static + pool.fixed)} fixed + arena; flash "
-             f"{format_size(pool.flash.total)} (frozen {format_size(pool.flash.frozen)}){sd}")
+    r.where = (f"{best.label}: RAM {format_size(static + pool.fixed)} fixed + arena; flash "
+               f"{format_size(pool.flash.total)} (frozen {format_size(pool.flash.frozen)}){sd}")
     if best.ram > board.ram_bytes:
-        return f"{head} {format_size(best.ram)} (> board) | - | - | {where} |"
+        r.ram = f"{format_size(best.ram)} (> board)"
+        return
     cg = costed_storage(best.g, board, prof, estimate=True)
     deadline = DEADLINE * cg.one_pass_s
     ram = best.ram
+    p: Planned
     try:  # the smallest budget's own plan; placing tensors may need a little more (fragmentation)
         p = plan_step(best.g, cg, board, ram, static, deadline, progress=lambda _m: None, time_limit_s=TIME_LIMIT_S)
     except PoetError:
-        p = plan_step(best.g, cg, board, min(board.ram_bytes, ram + ram // 20), static, deadline,
-                      progress=lambda _m: None, time_limit_s=TIME_LIMIT_S)
+        try:
+            p = plan_step(best.g, cg, board, min(board.ram_bytes, ram + ram // 20), static, deadline,
+                          progress=lambda _m: None, time_limit_s=TIME_LIMIT_S)
+        except PoetError as e:
+            r.ram = f"{format_size(ram)} (arena bound; no plan placed: {reason(e)})"
+            return
         ram = p.budget.ram_bytes
-    return (f"{head} {format_size(ram)} | {p.plan.energy_j * 1e6:,.1f} uJ | {p.plan.time_s * 1e3:,.2f} ms | "
-            f"{where} |")
+    r.ram = format_size(ram)
+    r.energy = f"{p.plan.energy_j * 1e6:,.1f} uJ"
+    r.time = f"{p.plan.time_s * 1e3:,.2f} ms"
+    if p.lowered is not None:
+        n, most = len(p.lowered.schedule.instrs), schedule_max(board)
+        r.schedule = f"{n} of {most}" if n <= most else f"{n} (> {most}: too long)"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--boards", nargs="+", default=["nrf52840", "mkr1000", "esp32c3"])
     ap.add_argument("--models", nargs="+", default=list(ZOO))
+    ap.add_argument("--modes", nargs="+", default=list(MODES), help=f"--train modes (default {' '.join(MODES)})")
+    ap.add_argument("--batch", nargs="+", type=int, default=[1], help="batches every model is planned at (default 1)")
+    ap.add_argument("--batch-for", action="append", default=[], metavar="MODEL=N[,N...]",
+                    help="this model's batches instead of --batch (repeatable)")
+    ap.add_argument("--one-table", action="store_true",
+                    help="one table for all boards, with the batch and the schedule's length")
+    ap.add_argument("--jobs", type=int, default=1, help="rows planned at once (processes; default 1)")
     args = ap.parse_args()
-    for board in args.boards:
+    batches = {m: list(args.batch) for m in args.models}
+    for item in args.batch_for:
+        name, _, ns = item.partition("=")
+        if name not in batches or not re.fullmatch(r"\d+(,\d+)*", ns):
+            ap.error(f"--batch-for {item}: MODEL=N[,N...] with MODEL one of --models")
+        batches[name] = [int(n) for n in ns.split(",")]
+    if min(b for bs in batches.values() for b in bs) < 1:
+        ap.error("batches must be at least 1")
+    one_batch = len({b for bs in batches.values() for b in bs}) == 1
+    work = [(board, model, mode, batch) for board in args.boards for model in args.models
+            for batch in batches[model] for mode in args.modes]
+
+    def header(board: str) -> None:
+        if args.one_table:
+            if board == args.boards[0]:
+                print("| board | model | batch | --train | smallest --ram | energy / step | time / step | schedule "
+                      "(instructions of the images' most) | where the bytes live |")
+                print("|---|---|---|---|---|---|---|---|---|")
+            return
         b = load_board(board)
         print(f"\n### {board}: {format_size(b.ram_bytes)} RAM, {format_size(b.model_flash_bytes)} of flash for "
               "the model and frozen weights\n")
-        print("| model (batch 1) | --train | smallest --ram | energy / step | time / step | where the bytes live |")
-        print("|---|---|---|---|---|---|")
-        for model in args.models:
-            for mode in MODES:
-                t0 = time.monotonic()
-                line = row(board, model, mode)
-                print(line, flush=True)
-                if time.monotonic() - t0 > 120:
-                    print(f"<!-- {model} {mode}: {time.monotonic() - t0:.0f} s -->", flush=True)
+        if one_batch:
+            print(f"| model (batch {work[0][3]}) | --train | smallest --ram | energy / step | time / step | "
+                  "where the bytes live |")
+            print("|---|---|---|---|---|---|")
+        else:
+            print("| model | batch | --train | smallest --ram | energy / step | time / step | where the bytes live |")
+            print("|---|---|---|---|---|---|---|")
+
+    def line(r: Row) -> str:
+        if args.one_table:
+            return (f"| {r.board} | {r.model} | {r.batch} | {r.mode} | {r.ram} | {r.energy} | {r.time} | "
+                    f"{r.schedule} | {r.where} |")
+        model = f"{r.model} |" if one_batch else f"{r.model} | {r.batch} |"
+        return f"| {model} {r.mode} | {r.ram} | {r.energy} | {r.time} | {r.where} |"
+
+    with ProcessPoolExecutor(args.jobs) if args.jobs > 1 else _Serial() as ex:
+        board = None
+        for r in ex.map(row, *zip(*work, strict=True)):
+            if r.board != board:
+                board = r.board
+                header(board)
+            print(line(r), flush=True)
+            if r.seconds > 120:
+                print(f"<!-- {r.model} batch {r.batch} {r.mode}: {r.seconds:.0f} s -->", flush=True)
+
+
+class _Serial:
+    """ProcessPoolExecutor's map and context, in this process (--jobs 1)."""
+
+    def __enter__(self) -> _Serial:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def map(self, fn, *iterables):  # noqa: ANN001, ANN201
+        return map(fn, *iterables)
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         elif prev is not None:
             say(f"resuming {shown(path)} (firmware {prev['firmware']}): what it has is skipped")
         prof = profile_graphs(dev, graphs, repeats=args.repeats, max_repeats=args.max_repeats, spread=args.spread,
-                              progress=say, existing=prev, save=path)
+                              progress=say, existing=prev, save=path, bars=True)
         if not args.no_paging:
             profile_paging(dev, prof, say, save=path)
         if args.casts:
@@ -252,7 +252,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     check_ram(ram, board.ram_bytes, board.name)
     cg, prof = costed_for(g, board, request, say)
     solve_request(request, g, cg, board, int(prof["runtime_static_bytes"]), _deadline(args.deadline, cg), say,
-                  out=_path(args.output), need_schedule=bool(args.output))
+                  out=_path(args.output), need_schedule=bool(args.output), bars=True)
     return 0
 
 
@@ -263,6 +263,7 @@ def _solve_costed(args: argparse.Namespace, cg, ram: int) -> int:
     from poet.plan.strategies.checkpoint_all import keep_all
     from poet.plan.strategies.poet_milp import min_arena_budget
     from poet.plan.types import POET, REFERENCE
+    from poet.progress import above, ticker
 
     if args.output:
         raise UsageError(f"{args.graph} is a costed graph (no ops to run): it can be planned, not lowered to a "
@@ -278,8 +279,10 @@ def _solve_costed(args: argparse.Namespace, cg, ram: int) -> int:
     say(f"[solve] {args.strategy} for {cg.name} ({len(cg)} nodes): arena {arena} B"
         + (f" (--ram {ram} B - parameters and gradients {fixed} B)" if fixed else "")
         + f", deadline {deadline_s:.6g} s ({deadline_s / cg.one_pass_s:.3g}x one pass), {args.semantics} semantics")
-    plan = plan_with(args.strategy, cg, arena, deadline_s, solver=args.solver, time_limit_s=args.time_limit,
-                     gap=args.gap, progress=lambda m: say(f"  {m}"), semantics=semantics)
+    limit = args.time_limit if args.strategy in MILP else None
+    with ticker(f"solving ({args.strategy})", limit, shown=True) as clock:
+        plan = plan_with(args.strategy, cg, arena, deadline_s, solver=args.solver, time_limit_s=args.time_limit,
+                         gap=args.gap, progress=above(clock, lambda m: say(f"  {m}")), semantics=semantics)
     ka = keep_all(cg).peak_bytes
     say(plan_line(plan))
     if not found(plan):
@@ -383,7 +386,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         args = _resumed(args)
     elif args.ram is None:
         raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
-    train(_run_config(args), say, port=args.port, resume=_path(args.resume))
+    train(_run_config(args), say, port=args.port, resume=_path(args.resume), bars=True)
     return 0
 
 
@@ -424,7 +427,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from poet.demo import demo
 
-    demo(_run_config(args), args.steps, say, port=args.port)
+    demo(_run_config(args), args.steps, say, port=args.port, bars=True)
     return 0
 
 
@@ -730,7 +733,9 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
                    help="start from these weights (a state_dict: torch.save(model.state_dict(), FILE.pt)) instead of "
                    "--seed's: fine-tune a pretrained model; only tensors are read, no code")
     p.add_argument("--data", default="digits", help="digits (scikit-learn's 8x8, bundled; upsampled for square image "
-                   "models, e.g. 3x32x32), a folder with train_x.npy "
+                   "models, e.g. 3x32x32), mfcc (synthetic keyword clips, 1x49x10 MFCCs, 12 classes: for mlperf-kws), "
+                   "machine-sound (synthetic 5x128 log-mel machine sounds, normal to train, normal and anomalous to "
+                   "test: for mlperf-ad), a folder with train_x.npy "
                    "and train_y.npy (test_x.npy/test_y.npy optional), or module:factory returning a torch Dataset "
                    "(or a (train, test) pair); default digits")
     p.add_argument("--data-limit", type=_whole(1, 10**9), help="use only the first N training samples")

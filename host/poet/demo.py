@@ -46,9 +46,10 @@ def demo_folder(given: Path | None) -> Path:
     return folder
 
 
-def demo(cfg: RunConfig, steps: int, say: Say = print, port: str | None = None) -> Path:
+def demo(cfg: RunConfig, steps: int, say: Say = print, port: str | None = None, bars: bool = False) -> Path:
     """Profile, budget, then train cfg (a digits run; plan.ram None: the demo's budget) for `steps`
-    steps of one epoch; returns the run's folder."""
+    steps of one epoch; returns the run's folder. bars: progress bars as `poet train` and `poet profile`
+    draw them (poet.progress)."""
     from poet.device.connect import open_device
     from poet.device.profile import profile_graphs, write_profile
     from poet.plan.costs import load_profile
@@ -75,7 +76,8 @@ def demo(cfg: RunConfig, steps: int, say: Say = print, port: str | None = None) 
         # the profile there (if this firmware made it) is resumed, so its paging fit and cast costs stay
         path, start = profile_file(board.name), profile_to_read(board.name)
         existing = load_profile(board.name, start) if start.exists() else None
-        prof = profile_graphs(dev, graphs, repeats=REPEATS, progress=lambda m: say(f"  {m}"), existing=existing)
+        prof = profile_graphs(dev, graphs, repeats=REPEATS, progress=lambda m: say(f"  {m}"), existing=existing,
+                              bars=bars)
         if dev.emulated and path.exists() and (existing or {}).get("source") == "measured":
             say(f"  kept {shown(path)} (measured on a real {board.name}): the demo's emulated costs are not saved")
         else:
@@ -85,7 +87,7 @@ def demo(cfg: RunConfig, steps: int, say: Say = print, port: str | None = None) 
         ram = cfg.plan.ram or auto_budget(g, board, prof, dev.runtime_static, cfg.plan.deadline, say)
     cfg = dataclasses.replace(cfg, plan=dataclasses.replace(cfg.plan, ram=ram), run_dir=run_dir, epochs=1,
                               data="digits", data_limit=steps * cfg.model.batch, made_by="demo")
-    train(cfg, say, port=port)
+    train(cfg, say, port=port, bars=bars)
     _check(cfg, run_dir, steps, say)
     return run_dir
 

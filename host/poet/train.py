@@ -15,7 +15,9 @@ all written gets them on --resume.
 
 Plans are cached (runs/plans/<key>/) by graph, board, profile, budget, deadline and strategy: a
 second run of the same configuration skips the solver. Test accuracy is measured after every
-epoch on the host, with the weights read back from the board.
+epoch on the host, with the weights read back from the board; for an autoencoder (a loss of its
+output against its input) the mean reconstruction error instead, and with 0/1 anomaly labels the
+ROC AUC of that error as the anomaly score.
 """
 
 from __future__ import annotations
@@ -52,14 +54,17 @@ from poet.energy.meters.window import recorded
 from poet.energy.predict import Comparison, Epoch, Prediction, RunPredictor, plan_prediction
 from poet.energy.tracefile import Trace
 from poet.errors import PoetError, UsageError
-from poet.graph.reference import Fed, accuracy, state_tensors, weights_of
+from poet.graph.reference import Fed, accuracy, reconstruction_errors, state_tensors, weights_of
 from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
 from poet.models.datasets import Dataset, load_dataset
+from poet.models.metrics import anomaly_labels, roc_auc
+from poet.models.synthetic import NAMED
 from poet.models.zoo import ModelChoice
 from poet.paths import runs_dir, shown
 from poet.plan.memory import check_ram, pool_for
 from poet.plan.request import PlanRequest
+from poet.progress import bar
 from poet.units import parse_deadline
 
 if TYPE_CHECKING:
@@ -84,7 +89,7 @@ class RunConfig:
     board: str = "nrf52840"
     model: ModelChoice = ModelChoice()
     plan: PlanRequest = PlanRequest()
-    data: str = "digits"  # digits, a folder of .npy arrays, or module:factory
+    data: str = "digits"  # digits, mfcc, machine-sound, a folder of .npy arrays, or module:factory
     data_limit: int | None = None  # the first N training samples
     epochs: int = 3
     lr: float = 0.1
@@ -109,7 +114,8 @@ class RunState:
     global_step: int = 0
     finished: bool = False  # every step done
     complete: bool = False  # and every file a finished run has written (report, weights, plots, emissions)
-    history: list[dict[str, float]] = field(default_factory=list)  # per finished epoch
+    # per finished epoch: loss, energy_j, time_s and the test metrics (_evaluate)
+    history: list[dict[str, float]] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)  # the steps of the epoch in progress: its mean survives a resume
 
 
@@ -127,7 +133,9 @@ def _well_typed(s: RunState) -> bool:
             and isinstance(s.finished, bool) and isinstance(s.complete, bool)
             and isinstance(s.losses, list) and all(_is_real(v) for v in s.losses)
             and isinstance(s.history, list)
-            and all(isinstance(h, dict) and all(_is_real(h.get(k)) for k in ("loss", "accuracy", "energy_j", "time_s"))
+            and all(isinstance(h, dict) and all(_is_real(h.get(k)) for k in ("loss", "energy_j", "time_s"))
+                    and any(_is_real(h.get(k)) for k in ("accuracy", "reconstruction_error"))
+                    and all(_is_real(h[k]) for k in ("roc_auc",) if k in h)
                     for h in s.history))
 
 
@@ -289,7 +297,7 @@ def _config_from(cfg: RunConfig) -> dict[str, Any]:
     for key in ("profile", "schedule", "precision_rules", "weights"):
         if flat[key]:
             flat[key] = str(Path(flat[key]).resolve())
-    if flat["data"] and flat["data"] != "digits" and Path(flat["data"]).exists():
+    if flat["data"] and flat["data"] != "digits" and flat["data"] not in NAMED and Path(flat["data"]).exists():
         flat["data"] = str(Path(flat["data"]).resolve())
     meter = flat["meter"]
     if isinstance(meter, str) and meter.startswith("file:"):
@@ -440,7 +448,8 @@ def _given_schedule(path: Path, run: Run, say: Say) -> dict:
     return info
 
 
-def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, say: Say) -> dict:
+def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, say: Say,
+          bars: bool = False) -> dict:
     """The plan and schedule for this run: from the cache when the same configuration was solved before."""
     if cfg.schedule:
         return _given_schedule(cfg.schedule, run, say)
@@ -463,7 +472,8 @@ def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run,
             cg = costed(g, board, prof, estimate=True)
             deadline_s = parse_deadline(request.deadline, cg.one_pass_s)
             # plan.json, written last, marks the entry whole: a schedule without it is solved again
-            p = solve_request(request, g, cg, board, dev.runtime_static, deadline_s, say, out=cache / "schedule.poet")
+            p = solve_request(request, g, cg, board, dev.runtime_static, deadline_s, say, out=cache / "schedule.poet",
+                              bars=bars)
             if p.lowered is None:
                 raise PoetError(f"model {g.model} cannot run on the board yet")
             info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
@@ -576,21 +586,42 @@ def _epoch_energy(tr: Trace, board: Board, first_step: int) -> tuple[float, floa
 
 
 def _evaluate(model: torch.nn.Module, g: TrainingGraph, weights: list[np.ndarray], data: Dataset,
-              fed: Fed | None) -> float:
+              fed: Fed | None) -> dict[str, float]:
+    """The test metrics with the board's weights: a classifier's accuracy; an autoencoder's mean
+    reconstruction error (its loss, per sample), and its ROC AUC as an anomaly score when the test
+    labels say normal (0) or anomaly (1)."""
     _to_model(model, g, weights)
     was = model.training
     model.eval()
     try:
-        return accuracy(model, data.x_test, data.y_test, fed) if len(data.y_test) else float("nan")
+        if g.loss == "cross_entropy":
+            return {"accuracy": accuracy(model, data.x_test, data.y_test, fed) if len(data.y_test) else float("nan")}
+        if not len(data.y_test):
+            return {"reconstruction_error": float("nan")}
+        errors = reconstruction_errors(model, data.x_test, g.loss, fed)
+        metrics = {"reconstruction_error": float(errors.mean())}
+        if anomaly_labels(data.y_test):
+            metrics["roc_auc"] = roc_auc(errors, data.y_test)
+        return metrics
     finally:
         model.train(was)
 
 
-def train(cfg: RunConfig, say: Say = print, port: str | None = None, resume: Path | None = None) -> Path:
+def _metrics_line(h: dict[str, float], loss: str) -> str:
+    """An epoch's test metrics as the epoch and final lines say them."""
+    if "accuracy" in h:
+        return f"test accuracy {h['accuracy']:.1%}"
+    line = f"test reconstruction error ({loss}) {h['reconstruction_error']:.4f}"
+    return line + (f", anomaly ROC AUC {h['roc_auc']:.3f}" if "roc_auc" in h else "")
+
+
+def train(cfg: RunConfig, say: Say = print, port: str | None = None, resume: Path | None = None,
+          bars: bool = False) -> Path:
     """Run a fine-tuning run on the board at `port` (None: its emulated stand-in), or resume the one in
-    the folder `resume` (whose config cfg must be, as cli reads it); returns the run's folder."""
+    the folder `resume` (whose config cfg must be, as cli reads it); returns the run's folder. bars:
+    progress bars (solve, uploads, each epoch's steps) on stderr when it is a terminal (poet.progress)."""
     with contextlib.ExitStack() as held:  # the run's lock, released however the run ends
-        return _train(cfg, say, port, resume, held)
+        return _train(cfg, say, port, resume, held, bars)
 
 
 def _check_request(cfg: RunConfig, say: Say) -> None:
@@ -612,7 +643,8 @@ def _check_request(cfg: RunConfig, say: Say) -> None:
             load_rules(cfg.plan.precision_rules)
 
 
-def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held: contextlib.ExitStack) -> Path:
+def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held: contextlib.ExitStack,
+           bars: bool = False) -> Path:
     _check_request(cfg, say)
     ckpt = None
     if resume:
@@ -633,7 +665,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
     assert cfg.plan.ram is not None
     check_ram(cfg.plan.ram, board.ram_bytes, board.name)
     model, g = _graph(cfg)
-    data = load_dataset(cfg.data, cfg.data_limit).fitted(tuple(g.input_shape), g.classes, g.model)
+    data = load_dataset(cfg.data, cfg.data_limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss)
     per_epoch = len(data.epoch_batches(g.batch, 0, cfg.model.seed))
     if per_epoch == 0:
         raise UsageError(f"--data {cfg.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
@@ -656,7 +688,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
         if port:
             _ensure_firmware(board, port, run.dir, say)
         with open_device(board, port, workdir=run.dir) as dev:
-            plan = _plan(cfg, g, board, dev, run, say)
+            plan = _plan(cfg, g, board, dev, run, say, bars)
             prefix = _int8_prefix(g, plan)
             w0, fed = _initial_weights(model, prefix, data, say)
             g = _graph_for(g, plan, prefix)
@@ -669,10 +701,10 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
                 Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
             tr.plan = plan
             tr.steps = tr.steps[:state.global_step]  # a step traced but not checkpointed runs again
-            dev.load_model(g, w0)
+            dev.load_model(g, w0, bars=bars)
             if ckpt is not None:
                 weights, opt_state, _ = ckpt
-                dev.load_model(g, weights)
+                dev.load_model(g, weights, bars=bars)
                 dev.link.upload(OPT_STATE, opt_state)
             dev.load_schedule((run.dir / "schedule.poet").read_bytes(), planned_peak=plan.get("peak_bytes"),
                               planned_time_s=plan.get("time_s"))
@@ -682,7 +714,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
             try:
                 # the meter records the steps on the host clock; `poet report trace.json --meter meter.csv` aligns
                 with recorded(meter, run.dir / "meter.csv", say) if meter else contextlib.nullcontext():
-                    _epochs(cfg, g, board, dev, run, state, tr, data, model, fed, per_epoch, pred, say)
+                    _epochs(cfg, g, board, dev, run, state, tr, data, model, fed, per_epoch, pred, say, bars)
             except (LinkError, KeyboardInterrupt) as exc:
                 ctrl_c = isinstance(exc, KeyboardInterrupt)
                 why = "stopped by Ctrl-C" if ctrl_c else f"lost the board: {exc}"
@@ -747,7 +779,7 @@ def _check_resumable(run: Run, state: RunState, g: TrainingGraph, ckpt: tuple[li
 
 def _epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, state: RunState,
             tr: Trace, data: Dataset, model: torch.nn.Module, fed: Fed | None, per_epoch: int,
-            plan_pred: Prediction, say: Say) -> None:
+            plan_pred: Prediction, say: Say, bars: bool = False) -> None:
     opt_bytes = pool_for(g).optimizer_state
     every = max(1, cfg.checkpoint_every or 1)
     predictor = RunPredictor(cfg.epochs, per_epoch * cfg.epochs, plan_pred.grid)
@@ -758,40 +790,49 @@ def _epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Ru
         batches = data.epoch_batches(g.batch, state.epoch, cfg.model.seed)
         epoch_start = state.global_step - state.step
         del state.losses[state.step:]  # the saved state has exactly the steps its checkpoint has
-        while state.step < per_epoch:
-            x, y = batches[state.step]
-            res = dev.step(x, y, cfg.lr)
-            if not math.isfinite(res.loss):
-                _diverged(run, state, f"the loss is {res.loss}", cfg.lr)
-            tr.add_step(res, cfg.lr)
-            state.losses.append(float(res.loss))
-            state.step += 1
-            state.global_step += 1
-            if state.global_step % every == 0 or state.step == per_epoch:
-                # checkpoint, trace, then state: a crash between them leaves state behind, never ahead
-                weights = dev.read_weights(g)
-                if not all(np.isfinite(w).all() for w in weights):
-                    state.global_step -= 1  # the step that broke them, for the message
-                    state.step -= 1
-                    _diverged(run, state, "the weights are NaN or infinite", cfg.lr)
-                opt_state = dev.link.read_blob(OPT_STATE, opt_bytes) if opt_bytes else b""
-                run.save_checkpoint(weights, opt_state, state)
-                tr.save(run.dir / "trace.json")
-                run.save_state(state)
-            step_j, step_s = _step_energy(tr, board)
-            say(f"  epoch {state.epoch + 1}/{cfg.epochs} step {state.step:3d}/{per_epoch}  loss {res.loss:.4f}  "
-                f"{step_j * 1e3:.3f} mJ  {step_s * 1e3:.2f} ms (modelled)")
+        # cleared when the epoch ends (or stops): its one summary line below takes the bar's place
+        with bar(per_epoch, f"epoch {state.epoch + 1}/{cfg.epochs}", shown=bars, unit="step",
+                 initial=state.step) as steps:
+            while state.step < per_epoch:
+                x, y = batches[state.step]
+                if g.loss != "cross_entropy":  # the target is the input: the board ignores labels, send valid ones
+                    y = np.zeros_like(y)
+                res = dev.step(x, y, cfg.lr)
+                if not math.isfinite(res.loss):
+                    _diverged(run, state, f"the loss is {res.loss}", cfg.lr)
+                tr.add_step(res, cfg.lr)
+                state.losses.append(float(res.loss))
+                state.step += 1
+                state.global_step += 1
+                if state.global_step % every == 0 or state.step == per_epoch:
+                    # checkpoint, trace, then state: a crash between them leaves state behind, never ahead
+                    weights = dev.read_weights(g)
+                    if not all(np.isfinite(w).all() for w in weights):
+                        state.global_step -= 1  # the step that broke them, for the message
+                        state.step -= 1
+                        _diverged(run, state, "the weights are NaN or infinite", cfg.lr)
+                    opt_state = dev.link.read_blob(OPT_STATE, opt_bytes) if opt_bytes else b""
+                    run.save_checkpoint(weights, opt_state, state)
+                    tr.save(run.dir / "trace.json")
+                    run.save_state(state)
+                step_j, step_s = _step_energy(tr, board)
+                if steps.disable:  # no bar (not a terminal): the step's line, as before
+                    say(f"  epoch {state.epoch + 1}/{cfg.epochs} step {state.step:3d}/{per_epoch}  loss "
+                        f"{res.loss:.4f}  {step_j * 1e3:.3f} mJ  {step_s * 1e3:.2f} ms (modelled)")
+                else:
+                    steps.set_postfix_str(f"loss {res.loss:.4f}, {step_j * 1e3:.3f} mJ/step", refresh=False)
+                    steps.update()
         e_j, t_s = _epoch_energy(tr, board, epoch_start)
-        acc = _evaluate(model, g, weights, data, fed)
+        metrics = _evaluate(model, g, weights, data, fed)
         losses = state.losses
         state.history.append({"epoch": state.epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan"),
-                              "accuracy": acc, "energy_j": e_j, "time_s": t_s})
+                              **metrics, "energy_j": e_j, "time_s": t_s})
         state.epoch += 1
         state.step = 0
         state.losses = []
         run.save_state(state)
-        say(f"epoch {state.epoch}/{cfg.epochs}: mean loss {state.history[-1]['loss']:.4f}, test accuracy "
-            f"{acc:.1%}, {e_j * 1e3:.3f} mJ, {t_s:.3f} s of board time (modelled)")
+        say(f"epoch {state.epoch}/{cfg.epochs}: mean loss {state.history[-1]['loss']:.4f}, "
+            f"{_metrics_line(metrics, g.loss)}, {e_j * 1e3:.3f} mJ, {t_s:.3f} s of board time (modelled)")
         made = predictor.add(Epoch(per_epoch, e_j, t_s))
         if made is not None and cfg.epochs > 1:
             say(f"  {made.line()}")
@@ -891,7 +932,7 @@ def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace
     pngs = plot(account(tr, board), tr, board, run.dir, "energy")
     h = state.history
     say(report)
-    say(f"\n[done] {state.global_step} steps; final test accuracy {h[-1]['accuracy']:.1%}; "
+    say(f"\n[done] {state.global_step} steps; final {_metrics_line(h[-1], g.loss)}; "
         f"{sum(e['energy_j'] for e in h):.3f} J and {sum(e['time_s'] for e in h):.2f} s of board time (modelled)")
     say(f"  weights: {shown(run.dir / 'weights.pt')} (a state_dict: model.load_state_dict(torch.load(...)))")
     say(f"  plots: {', '.join(shown(p) for p in pngs)} (module tree, top tensors, power timeline)")

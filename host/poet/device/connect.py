@@ -73,12 +73,12 @@ class Device:
     def runtime_static(self) -> int:
         return self.hello.static_bytes
 
-    def load_model(self, g: TrainingGraph, weights: list[np.ndarray]) -> None:
+    def load_model(self, g: TrainingGraph, weights: list[np.ndarray], bars: bool = False) -> None:
         """The model and its weights onto the board. Weights streamed from the SD card (poet.plan.placement)
         go onto an emulated board's card image directly, as a card reader would put them on a real card
         (megabytes over the emulator's serial take minutes), and the board checks them (VERIFY); on a
-        board they cross the link unless its card holds them already."""
-        self.link.load_model(model_blob(g), weights, self.card)
+        board they cross the link unless its card holds them already. bars: a bar over the bytes sent."""
+        self.link.load_model(model_blob(g), weights, self.card, bars=bars)
 
     def load_schedule(self, data: bytes, planned_peak: int | None = None, planned_time_s: float | None = None) -> None:
         """Upload a schedule; with planned_peak, every step after is checked against the plan's peak; with

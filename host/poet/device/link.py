@@ -32,6 +32,7 @@ from poet.device.framing import PAYLOAD_MAX, FrameReader, encode_frame
 from poet.errors import PoetError
 from poet.plan.schedule import ERRORS as SCHEDULE_ERRORS
 from poet.plan.schedule import MEANINGS as SCHEDULE_MEANINGS
+from poet.progress import bar, sent_bytes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -553,21 +554,28 @@ class Link:
     def read_weights(self, n_bytes: int) -> bytes:
         return self.read_blob(WEIGHTS, n_bytes)
 
-    def load_model(self, blob: ModelBlob, params: Sequence[np.ndarray], card: Path | None = None) -> None:
+    def load_model(self, blob: ModelBlob, params: Sequence[np.ndarray], card: Path | None = None,
+                   bars: bool = False) -> None:
         """Upload a model and every parameter: the model blob and the frozen ones to the board's flash,
         the streamed ones to its aux storage (unless it holds them already: VERIFY), the trained ones
-        to its RAM. `card`: an emulated board's SD card image, written first as a card reader would."""
+        to its RAM. `card`: an emulated board's SD card image, written first as a card reader would.
+        bars: a bar over the bytes sent, on stderr when it is a terminal (poet.progress)."""
         weights, frozen, aux = blob.split_weights(params)
-        self.upload(MODEL, blob.encode())
-        if frozen:
-            self.upload(FROZEN, frozen)
-        if aux:
-            if card is not None:
-                write_card(card, blob.aux_at, aux)
-            if not self.verify_aux(aux):
-                self.upload(AUX, aux)
-        self.aux_uploaded = (blob.hash(), aux)
-        self.upload(WEIGHTS, weights)
+        model = blob.encode()
+        # drawn only after a second: a small model's upload is over before a bar would say anything
+        with bar(len(model) + len(frozen) + len(weights), "upload", shown=bars, unit="B", unit_scale=True,
+                 unit_divisor=1024, delay=1.0) as sent:
+            self.upload(MODEL, model, sent_bytes(sent))
+            if frozen:
+                self.upload(FROZEN, frozen, sent_bytes(sent))
+            if aux:
+                if card is not None:
+                    write_card(card, blob.aux_at, aux)
+                if not self.verify_aux(aux):
+                    sent.total += len(aux)  # counted only once the card is known to lack them
+                    self.upload(AUX, aux, sent_bytes(sent))
+            self.aux_uploaded = (blob.hash(), aux)
+            self.upload(WEIGHTS, weights, sent_bytes(sent))
 
     def verify_aux(self, aux: bytes) -> bool:
         """Whether the board's aux storage already holds these aux weights (it CRC-32s its copy); then they

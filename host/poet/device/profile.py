@@ -50,6 +50,7 @@ from poet.plan.modelblob import (
     ModelBlob,
 )
 from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
+from poet.progress import bar
 
 Say = Callable[[str], None]
 COMPUTE_KINDS = ("forward", "backward", "optimizer")
@@ -320,12 +321,13 @@ def _done_key(g: TrainingGraph) -> str:
 
 def profile_graphs(device: Any, graphs: list[tuple[TrainingGraph, list[np.ndarray]]], repeats: int = 3,
                    progress: Say = print, existing: dict[str, Any] | None = None, max_repeats: int = 10,
-                   spread: float = 0.02, save: Path | None = None) -> dict[str, Any]:
+                   spread: float = 0.02, save: Path | None = None, bars: bool = False) -> dict[str, Any]:
     """Measure every op of every graph; returns the profile (also written to `save` after each graph).
 
     `repeats` is the least number of steps per graph; a graph the resumable `existing` profile
     already has is skipped. On LinkClosed/LinkTimeout/Ctrl-C raises ProfileInterrupted with the
-    one line to print, the finished graphs saved.
+    one line to print, the finished graphs saved. bars: a bar per graph over its ops, counting those
+    whose ticks have settled, on stderr when it is a terminal (poet.progress), in place of a line per run.
     """
     settings = Settings(max(1, repeats), max(repeats, max_repeats), spread)
     prof = resumable(existing, device) or new_profile(device)
@@ -339,7 +341,7 @@ def profile_graphs(device: Any, graphs: list[tuple[TrainingGraph, list[np.ndarra
             progress(f"profile {g.model}: already in the profile (firmware {prof['firmware']}), skipped")
             continue
         try:
-            summary = _profile_graph(device, g, weights, settings, prof, progress)
+            summary = _profile_graph(device, g, weights, settings, prof, progress, bars)
         except (LinkClosed, LinkTimeout, KeyboardInterrupt) as exc:
             saved = False
             # with no op measured yet, writing would only replace another firmware's profile with an empty one
@@ -366,7 +368,7 @@ def _status(exc: BaseException) -> int:
 
 
 def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: Settings, prof: dict[str, Any],
-                   progress: Say) -> str:
+                   progress: Say, bars: bool = False) -> str:
     """Measure one graph into prof; returns the line that says it is done."""
     from poet.plan.lower import lower
     from poet.plan.strategies.checkpoint_all import keep_all
@@ -379,17 +381,27 @@ def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: 
     rng = np.random.default_rng(0)  # the same inputs on every board and every resume
     samples: dict[int, list[int]] = {}
     measured = {n.id for n in measured_nodes(g, device.emulated)}
-    for r in range(s.max_repeats):
-        x = rng.random((g.batch, *g.input_shape), dtype=np.float32)
-        y = rng.integers(0, g.classes, g.batch)
-        res = device.step(x, y, lr=0.0)  # lr 0: the weights, hence the inputs of every op, stay put
-        for rec in res.records:
-            if rec.kind in COMPUTE_KINDS and rec.node in measured:
-                samples.setdefault(rec.node, []).append(rec.ticks)
-        worst = max((_spread(t) for t in samples.values()), default=0.0)
-        progress(f"  run {r + 1}: {res.step_ticks} ticks, worst op spread {worst:.2%}")
-        if r + 1 >= s.min_repeats and worst < s.spread:
-            break
+    # cleared when the graph is done (or stops): its done line takes the bar's place. A count of settled ops,
+    # not a rate: an op settles when its spread does, not at a pace
+    fmt = "{l_bar}{bar}| {n_fmt}/{total_fmt} ops settled [{elapsed}{postfix}]"
+    with bar(len(measured), f"profile {g.model}", shown=bars, unit="op", bar_format=fmt) as ops:
+        for r in range(s.max_repeats):
+            x = rng.random((g.batch, *g.input_shape), dtype=np.float32)
+            y = rng.integers(0, g.classes, g.batch)
+            res = device.step(x, y, lr=0.0)  # lr 0: the weights, hence the inputs of every op, stay put
+            for rec in res.records:
+                if rec.kind in COMPUTE_KINDS and rec.node in measured:
+                    samples.setdefault(rec.node, []).append(rec.ticks)
+            worst = max((_spread(t) for t in samples.values()), default=0.0)
+            if ops.disable:  # no bar (not a terminal): a line per run, as before
+                progress(f"  run {r + 1}: {res.step_ticks} ticks, worst op spread {worst:.2%}")
+            else:
+                # settled by the rule that ends the loop: the least runs done and the op's spread below the bound
+                ops.total = len(samples)  # the ops that report ticks (an input node has none)
+                ops.n = sum(_spread(t) < s.spread for t in samples.values()) if r + 1 >= s.min_repeats else 0
+                ops.set_postfix_str(f"run {r + 1}/{s.max_repeats}, worst spread {worst:.2%}")
+            if r + 1 >= s.min_repeats and worst < s.spread:
+                break
     runs = r + 1
     by_key: dict[str, list[int]] = {}  # nodes of one shape (two ReLUs of one width) pool their samples
     for nid, ticks in samples.items():

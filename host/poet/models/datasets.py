@@ -1,6 +1,8 @@
-"""Training data for `poet train --data`: scikit-learn's digits, a folder of .npy arrays, or any
-torch Dataset made by `module:factory`. Each becomes fixed train/test arrays the host batches and
-streams to the board one batch per step; the board never holds more than the staged batch.
+"""Training data for `poet train --data`: scikit-learn's digits, the synthetic `mfcc` and
+`machine-sound` sets (models/synthetic.py: stand-ins for Speech Commands and ToyADMOS, made from a
+seed), a folder of .npy arrays, or any torch Dataset made by `module:factory`. Each becomes fixed
+train/test arrays the host batches and streams to the board one batch per step; the board never
+holds more than the staged batch.
 
 The digits are scikit-learn's bundled 8x8 digits (1,797 images, 10 classes), shipped inside poet:
 no download. data/digits.csv.gz is copied unchanged from scikit-learn 1.9.1 (BSD-3-Clause, see
@@ -19,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from poet.errors import UsageError
+from poet.models.synthetic import NAMED, SAMPLE_SHAPES
 
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:
@@ -45,19 +48,22 @@ class Dataset:
     x_test: np.ndarray
     y_test: np.ndarray
 
-    def fitted(self, input_shape: tuple[int, ...], classes: int, model: str) -> Dataset:
-        """The data reshaped to the model's sample shape; refuse data the model cannot take."""
+    def fitted(self, input_shape: tuple[int, ...], classes: int, model: str, loss: str = "cross_entropy") -> Dataset:
+        """The data reshaped to the model's sample shape; refuse data the model cannot take. A model whose
+        loss is not cross_entropy reconstructs its input: its labels are no classes (anomaly labels, or none)."""
         for split, x, y in (("training", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
             _check_values(self.name, split, x, y)
         want = int(np.prod(input_shape))
         got = int(np.prod(self.x_train.shape[1:]))
         if self.name == "digits" and got == 64 and got != want and _digits_scale(input_shape):
-            return self._upsampled(input_shape).fitted(input_shape, classes, model)
+            return self._upsampled(input_shape).fitted(input_shape, classes, model, loss)
         if got != want:
+            fits = [n for n, shape in SAMPLE_SHAPES.items() if int(np.prod(shape)) == want and n != self.name]
             raise UsageError(f"--data {self.name}: samples of shape {tuple(self.x_train.shape[1:])} ({got} values) "
-                             f"do not fit model {model}, which takes {tuple(input_shape)} ({want} values)")
+                             f"do not fit model {model}, which takes {tuple(input_shape)} ({want} values)"
+                             + (f"; --data {fits[0]} does" if fits else ""))
         for split, y in (("training", self.y_train), ("test", self.y_test)):
-            if len(y) and (y.min() < 0 or y.max() >= classes):
+            if loss == "cross_entropy" and len(y) and (y.min() < 0 or y.max() >= classes):
                 raise UsageError(f"--data {self.name}: {split} labels span {int(y.min())}..{int(y.max())}, "
                                  f"model {model} has {classes} classes (0..{classes - 1})")
         return Dataset(self.name, *(a.reshape((len(a), *input_shape)).astype(np.float32) if i % 2 == 0
@@ -122,9 +128,12 @@ def _check_values(name: str, split: str, x: np.ndarray, y: np.ndarray) -> None:
 
 
 def load_dataset(spec: str, limit: int | None = None) -> Dataset:
-    """`digits`, a folder with train_x.npy/train_y.npy (test_x.npy/test_y.npy optional), or `module:factory`."""
+    """`digits`, `mfcc`, `machine-sound`, a folder with train_x.npy/train_y.npy (test_x.npy/test_y.npy
+    optional), or `module:factory`."""
     if spec == "digits":
         ds = Dataset("digits", *digits_split())
+    elif spec in NAMED:
+        ds = Dataset(spec, *NAMED[spec]())
     elif ":" in spec and not Path(spec).exists():
         ds = _from_factory(spec)
     else:
@@ -145,7 +154,8 @@ def _split(name: str, x: np.ndarray, y: np.ndarray) -> Dataset:
 
 def _from_folder(folder: Path) -> Dataset:
     if not folder.is_dir():
-        raise UsageError(f"--data {folder}: not `digits`, a folder of .npy arrays, or module:factory")
+        raise UsageError(f"--data {folder}: not `digits`, {', '.join(f'`{n}`' for n in NAMED)}, a folder of .npy "
+                         "arrays, or module:factory")
     arrays = {}
     for part in ("train_x", "train_y", "test_x", "test_y"):
         f = folder / f"{part}.npy"
