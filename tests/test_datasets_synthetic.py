@@ -162,3 +162,15 @@ def test_reconstruction_errors_are_the_loss_of_each_sample() -> None:
     assert np.allclose(reconstruction_errors(zeros, x, "mse"), (flat ** 2).mean(axis=1))
     assert np.allclose(reconstruction_errors(zeros, x, "l1"), np.abs(flat).mean(axis=1))
     assert not reconstruction_errors(nn.Identity(), x, "mse").any()
+
+
+def test_digits_fold_into_a_model_of_fewer_classes() -> None:
+    """Visual wake words has 2 classes: the digits become even (0) against odd (1), upsampled to its
+    96x96x3; a model of 10 or more classes keeps the digits' labels."""
+    from poet.models.datasets import load_dataset
+
+    ds = load_dataset("digits", 40)
+    two = ds.fitted((3, 96, 96), 2, "mlperf-vww")
+    assert two.x_train.shape == (40, 3, 96, 96)
+    assert np.array_equal(two.y_train, ds.y_train % 2) and set(two.y_test.tolist()) == {0, 1}
+    assert np.array_equal(ds.fitted((64,), 10, "mlp").y_train, ds.y_train)

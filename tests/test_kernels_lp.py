@@ -371,7 +371,7 @@ def _train(tmp_path: Path, blob: ModelBlob, w0: list[np.ndarray], data: list[tup
         link.load_model(blob, w0)
         link.upload(SCHEDULE, sched.encode())
         for x, y in data:
-            link.upload(BATCH, encode_batch(x, y))
+            link.upload(BATCH, encode_batch(x, y, blob.x_scale(w0)))
             res = link.step(lr)
             losses.append(res.loss)
         flat = link.read_params(blob)

@@ -72,3 +72,31 @@ def test_ds_cnn_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, monkeypatch: 
     for name in trained:
         assert np.linalg.norm(board[name] - host[name]) <= 1e-5 * np.linalg.norm(host[name]), name
     assert any(not np.array_equal(host[n], before[n]) for n in trained)  # the steps moved them
+
+
+@needs_qemu
+@pytest.mark.slow
+def test_visual_wake_words_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """MobileNetV1-0.25 at 96x96 (mlperf-vww) `last:1` on the nRF52840's QEMU image at 256k: the frozen
+    backbone out of RAM (27 static-int8 layers, their weights in flash), the input staged int8 (27 KiB
+    where fp32 took 108 KiB), digits upsampled to 96x96x3. Two steps against PyTorch fed the same int8
+    prefix."""
+    from test_train_int8 import _board_and_host
+
+    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
+    run_dir, lr, limit = tmp_path / "run", 0.05, 2
+    choice = ModelChoice("mlperf-vww", batch=1, train="last:1")
+    assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", choice.name, "--batch", "1",
+                 "--train", choice.train, "--epochs", "1", "--data-limit", str(limit), "--lr", str(lr),
+                 "--run-dir", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "staged batch                                    27.0 KiB" in out, out
+    model, g, board, host = _board_and_host(run_dir, choice, limit, lr)
+    names = [n for n, _ in state_tensors(model)]
+    trained = [n for n in names if n not in g.frozen]
+    assert trained == ["fc.weight", "fc.bias"], trained
+    before = dict(zip(names, weights_of(traced(choice)[0]), strict=True))
+    for name in trained:
+        assert np.linalg.norm(board[name] - host[name]) <= 1e-5 * np.linalg.norm(host[name]), name
+        assert not np.array_equal(host[name], before[name]), name

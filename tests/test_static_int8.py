@@ -290,7 +290,10 @@ def test_rewrite_folds_fuses_and_quantises_the_frozen_prefix() -> None:
     assert prefix is not None
     q = prefix.graph
     fwd = [n.op for n in q.nodes if n.kind in ("input", "forward")]
-    assert fwd == ["input", "quantize", "conv2d_q", "conv2d_q", "conv2d_q", "add_q", "conv2d_q", "flatten", "linear"]
+    # only int8 layers read the input: it is staged int8 (the host quantises each batch), no quantize node
+    assert fwd == ["input", "conv2d_q", "conv2d_q", "conv2d_q", "add_q", "conv2d_q", "flatten", "linear"]
+    staged = q.nodes[0]
+    assert staged.attrs["i8"] == 1 and staged.bytes == 2 * 64 and q.params[staged.attrs["scale"]][0].endswith("#scale")
     convs = [n for n in q.nodes if n.op == "conv2d_q"]
     # int8 inside, fp32 where the trained part reads it; ReLU fused where the fp32 graph had one
     assert [n.bytes for n in convs] == [2 * 8 * 64, 2 * 8 * 64, 2 * 8 * 64, 4 * 2 * 4 * 64]
@@ -307,6 +310,7 @@ def test_rewrite_folds_fuses_and_quantises_the_frozen_prefix() -> None:
     # the activations the trained part needs are the same; the prefix's flash and arena shrink
     assert pool_for(q).params == pool_for(g).params
     assert pool_for(q).flash.frozen < pool_for(g).flash.frozen
+    assert pool_for(q).staging == 2 * 64 + 4 * 2 and pool_for(g).staging == 4 * 2 * 64 + 4 * 2
     assert max(n.bytes for n in q.nodes if n.op == "conv2d_q" and n.attrs["out_scale"] >= 0) * 4 == \
         max(n.bytes for n in g.nodes if n.op == "conv2d")
 

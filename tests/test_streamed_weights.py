@@ -172,7 +172,7 @@ def test_the_account_charges_the_reads_to_the_layer_that_made_them(tmp_path: Pat
     with native_link(tmp_path) as link:
         link.load_model(blob, w)
         link.upload(SCHEDULE, keep_all(blob).encode())
-        link.upload(BATCH, encode_batch(x, np.array([0, 1], np.int32)))
+        link.upload(BATCH, encode_batch(x, np.array([0, 1], np.int32), blob.x_scale(w)))
         result = link.step(0.05)
     board = load_board("nrf52840")
     for provenance in ("emulated", "measured"):
@@ -256,7 +256,7 @@ def test_a_card_that_fails_mid_step_fails_the_step_not_the_board(tmp_path: Path)
     with native_link(tmp_path) as link:
         link.load_model(blob, w)
         link.upload(SCHEDULE, keep_all(blob).encode())
-        link.upload(BATCH, encode_batch(x, np.array([0, 1], np.int32)))
+        link.upload(BATCH, encode_batch(x, np.array([0, 1], np.int32), blob.x_scale(w)))
         whole = card.read_bytes()
         card.write_bytes(whole[:blob.aux_at + 4])  # the scale is there, the channels are not
         with pytest.raises(DeviceError, match="PAGER"):

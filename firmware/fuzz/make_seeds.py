@@ -212,7 +212,7 @@ def session(blob: ModelBlob, sched: Schedule, seed: int, token_vocab: int = 0) -
         check = (VERIFY, struct.pack("<BI", AUX, zlib.crc32(aux)))
         reqs += [check, *upload(AUX, aux), check]
     reqs += upload(WEIGHTS, trained)
-    reqs += upload(SCHEDULE, sched.encode()) + upload(BATCH, encode_batch(x, labels))
+    reqs += upload(SCHEDULE, sched.encode()) + upload(BATCH, encode_batch(x, labels, blob.x_scale(weights)))
     reqs += [(STEP, struct.pack("<fH", 0.05, 60)), (STEP, struct.pack("<fH", 0.05, 3))]
     reqs.append((READ, struct.pack("<BIH", WEIGHTS, 0, min(blob.param_bytes, 64))))
     if frozen:

@@ -733,7 +733,8 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
                    help="start from these weights (a state_dict: torch.save(model.state_dict(), FILE.pt)) instead of "
                    "--seed's: fine-tune a pretrained model; only tensors are read, no code")
     p.add_argument("--data", default="digits", help="digits (scikit-learn's 8x8, bundled; upsampled for square image "
-                   "models, e.g. 3x32x32), mfcc (synthetic keyword clips, 1x49x10 MFCCs, 12 classes: for mlperf-kws), "
+                   "models, e.g. 3x32x32; folded into a model's fewer classes, e.g. even/odd for 2), "
+                   "mfcc (synthetic keyword clips, 1x49x10 MFCCs, 12 classes: for mlperf-kws), "
                    "machine-sound (synthetic 5x128 log-mel machine sounds, normal to train, normal and anomalous to "
                    "test: for mlperf-ad), a folder with train_x.npy "
                    "and train_y.npy (test_x.npy/test_y.npy optional), or module:factory returning a torch Dataset "

@@ -64,6 +64,7 @@ class Device:
     planned_peak: int | None = None
     planned_time_s: float | None = None  # the plan's time per step: a step is waited for that long and more
     steps_done: int = 0
+    x_scale: float | None = None  # the loaded model's input staged int8 with this scale (memory.staged_input_scale)
 
     @property
     def provenance(self) -> str:
@@ -78,7 +79,9 @@ class Device:
         go onto an emulated board's card image directly, as a card reader would put them on a real card
         (megabytes over the emulator's serial take minutes), and the board checks them (VERIFY); on a
         board they cross the link unless its card holds them already. bars: a bar over the bytes sent."""
-        self.link.load_model(model_blob(g), weights, self.card, bars=bars)
+        blob = model_blob(g)
+        self.link.load_model(blob, weights, self.card, bars=bars)
+        self.x_scale = blob.x_scale(weights)  # an input staged int8: each batch is quantised with it
 
     def load_schedule(self, data: bytes, planned_peak: int | None = None, planned_time_s: float | None = None) -> None:
         """Upload a schedule; with planned_peak, every step after is checked against the plan's peak; with
@@ -88,7 +91,7 @@ class Device:
         self.planned_time_s = planned_time_s
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> TimedStep:
-        self.link.upload(BATCH, encode_batch(x, y))
+        self.link.upload(BATCH, encode_batch(x, y, self.x_scale))
         # The batch upload stays outside the window: the window should hold the step and as little
         # link time as the protocol allows (STEP, its ACK, the trace frames and DONE).
         t0 = time.time()

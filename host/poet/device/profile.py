@@ -638,6 +638,7 @@ def fit_cycles(n: list[int], cycles: list[float]) -> dict[str, Any]:
 
 def _stage(device: Any, blob: ModelBlob, sched: Schedule, weights: Sequence[np.ndarray] = ()) -> None:
     device.link.load_model(blob, list(weights))
+    device.x_scale = blob.x_scale(list(weights))  # how device.step stages this model's inputs
     device.link.upload(SCHEDULE, sched.encode())
 
 

@@ -268,7 +268,7 @@ def _check_attrs(at: _Place, n: dict[str, Any]) -> None:
     floats = [a[2:] for a in slots if a.startswith("f:")]
     params = ("w", "b", "rm", "rv")  # parameter indices; absent means -1, no such parameter
     # slots made from other attributes (lower._attr): conv2d's packed geometry, dropout's mask from p
-    packed = {"geom": "pad", "kernel": "k", "keep_from": "p", "keep_scale": "p"}
+    packed = {"geom": "pad", "kernel": "k", "keep_from": "p", "keep_scale": "p", "staged_i8": "n", "staged_scale": "n"}
     needed = [a[2:] if a.startswith("f:") else packed.get(a, a) for a in slots if a not in params]
     missing = [a for a in needed if a not in attrs]
     if missing:

@@ -30,7 +30,7 @@ _EMB = ("n", "V", "D", "ids", "w")
 _DROP = ("n", "keep_from", "keep_scale", "salt")  # the mask's bound and scale, made from p (graph/dropout.py)
 _POOL = ("B", "C", "H", "W", "kh", "kw", "pgeom", "include_pad")  # pgeom: avgpool2d's packed padding and strides
 OPS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "input": (mb.OP_INPUT, ("n",)),
+    "input": (mb.OP_INPUT, ("n", "staged_i8", "staged_scale")),
     "linear": (mb.OP_LINEAR, ("B", "in", "out", "w", "b")),
     "conv2d": (mb.OP_CONV2D, _CONV),
     "relu": (mb.OP_RELU, ("n",)),
@@ -151,6 +151,10 @@ def check_runtime(g: TrainingGraph) -> None:
 
 def _attr(attrs: dict[str, Any], name: str) -> int:
     """One a-slot of docs/spec.md section 2 from the graph node's attributes."""
+    if name == "staged_i8":  # an input staged int8 (memory.staged_input_scale), its scale parameter
+        return int(bool(attrs.get("i8")))
+    if name == "staged_scale":
+        return int(attrs["scale"]) if attrs.get("i8") else 0
     if name == "keep_from":
         return dropout.threshold(float(attrs["p"]))
     if name == "keep_scale":

@@ -79,12 +79,13 @@ class Pool:
     def of(cls, param_elems: Sequence[int], trained: Sequence[bool], optimizer: str, batch: int,
            x_elems: int, n_nodes: int, moved: Sequence[bool] | None = None,
            int8: Sequence[bool] | None = None, in_backward: bool = False, aux: Sequence[bool] | None = None,
-           stream: int = 0) -> Pool:
+           stream: int = 0, x_int8: bool = False) -> Pool:
         """From what a model is: its parameters' element counts (upload order), which are trained and
         which, untrained, the forward pass moves (`moved`: kept in RAM too), which frozen ones are
         stored int8 (`int8`) and of those which on aux storage (`aux`), the optimizer's name, the batch
         and its input elements, its node count, whether it updates in backward
-        (TrainingGraph.updates_in_backward: then no gradients) and its stream buffer (stream_row)."""
+        (TrainingGraph.updates_in_backward: then no gradients), its stream buffer (stream_row) and
+        whether its input is staged int8 (x_int8: a static-int8 first layer; staged_input_scale)."""
         trained_bytes = F32 * sum(n for n, t in zip(param_elems, trained, strict=True) if t)
         moved = moved or [False] * len(param_elems)
         int8 = int8 or [False] * len(param_elems)
@@ -100,7 +101,8 @@ class Pool:
         blob = MODEL_HEADER_BYTES + 4 * len(param_elems) + MODEL_NODE_BYTES * n_nodes
         return cls(tables=TABLE_PARAM_BYTES * len(param_elems) + TABLE_NODE_BYTES * n_nodes,
                    params=trained_bytes + state_bytes, grads=0 if in_backward else trained_bytes,
-                   optimizer_state=state, staging=F32 * x_elems + I32 * batch,  # inputs fp32, an i32 label each
+                   # the inputs, fp32 or int8 padded to a word, then an i32 label each
+                   optimizer_state=state, staging=_align(x_elems if x_int8 else F32 * x_elems, I32) + I32 * batch,
                    flash=Flash(model_blob=blob, frozen=frozen, aux=on_aux), in_backward=in_backward,
                    stream=stream)
 
@@ -123,7 +125,14 @@ def pool_for(g: TrainingGraph) -> Pool:
     return Pool.of(g.param_elems, [name not in frozen for name, _ in g.params], g.optimizer["name"], g.batch,
                    g.x_elems, len(g.nodes), [name in moved for name, _ in g.params],
                    [name in i8 for name, _ in g.params], g.updates_in_backward,
-                   [name in aux for name, _ in g.params], stream)
+                   [name in aux for name, _ in g.params], stream, staged_input_scale(g) is not None)
+
+
+def staged_input_scale(g: TrainingGraph) -> int | None:
+    """The scale parameter of an input staged int8 (the host quantises each batch with it), or None
+    for fp32 inputs."""
+    staged = next((n for n in g.nodes if n.op == "input"), None)
+    return staged.attrs["scale"] if staged is not None and staged.attrs.get("i8") else None
 
 
 def stream_row(channels: int, groups: int, kh: int, kw: int) -> int:

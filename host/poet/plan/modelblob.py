@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
-from poet.graph.quantise import decode_i8, encode_i8, i8_bytes
+from poet.graph.quantise import decode_i8, encode_i8, i8_bytes, quantise
 from poet.plan.memory import AUX_ALIGN, Pool, stream_row
 from poet.plan.memory import MODEL_HEADER_BYTES as HEADER_BYTES
 from poet.plan.memory import MODEL_NODE_BYTES as NODE_BYTES
@@ -286,9 +286,16 @@ class ModelBlob:
         stream = max((stream_row(n.attrs[1], (n.attrs[6] >> 16) + 1, n.attrs[5] & 0xFF, n.attrs[5] >> 8 & 0xFF)
                       for n in self.nodes
                       if n.op == OP_CONV2D_Q and self.aux(n.attrs[7])), default=0)
+        x_int8 = any(n.op == OP_INPUT and len(n.attrs) > 1 and n.attrs[1] == 1 for n in self.nodes)
         return Pool.of(self.param_elems, [self.trained(p) for p in ps], self.optimizer, self.batch, self.x_elems,
                        len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps], self.in_backward,
-                       [self.aux(p) for p in ps], stream)
+                       [self.aux(p) for p in ps], stream, x_int8)
+
+    def x_scale(self, weights: Sequence[np.ndarray]) -> float | None:
+        """The scale its input is staged int8 with (encode_batch's x_scale), read from its weights; None
+        for an fp32 input."""
+        staged = next((n for n in self.nodes if n.op == OP_INPUT and len(n.attrs) > 2 and n.attrs[1] == 1), None)
+        return None if staged is None else float(np.asarray(weights[staged.attrs[2]]).reshape(-1)[0])
 
     @property
     def param_bytes(self) -> int:
@@ -377,7 +384,13 @@ def decode_weights(data: bytes, param_elems: list[int]) -> list[np.ndarray]:
     return out
 
 
-def encode_batch(x: np.ndarray, labels: np.ndarray) -> bytes:
-    """The staged batch: every input as fp32, then one i32 class label per sample."""
-    return (np.ascontiguousarray(x, dtype="<f4").tobytes()
-            + np.ascontiguousarray(labels, dtype="<i4").tobytes())
+def encode_batch(x: np.ndarray, labels: np.ndarray, x_scale: float | None = None) -> bytes:
+    """The staged batch: every input as fp32, or, given the input's fixed scale (an input staged int8:
+    memory.staged_input_scale), quantised with it as the model's quantize node would (the bytes padded
+    to a word); then one i32 class label per sample."""
+    if x_scale is None:
+        xb = np.ascontiguousarray(x, dtype="<f4").tobytes()
+    else:
+        xb = quantise(np.asarray(x, np.float32), np.float32(x_scale)).tobytes()
+        xb += bytes(-len(xb) % 4)
+    return xb + np.ascontiguousarray(labels, dtype="<i4").tobytes()

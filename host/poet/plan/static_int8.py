@@ -139,6 +139,10 @@ class Int8Prefix:
         batch = len(x)  # any batch, not only the graph's: the reference evaluates test sets with it
         vals: dict[int, np.ndarray] = {0: np.asarray(x, np.float32).reshape(batch, *g.nodes[0].shape[1:])}
         scale_of: dict[int, np.float32] = {}
+        staged = g.nodes[0].attrs.get("i8")  # the input staged int8: quantised as the host sends it
+        if staged and scales is not None:
+            scale_of[0] = scales[names[g.nodes[0].attrs["scale"]]]
+            vals[0] = quantise(vals[0], scale_of[0])
         for n in g.nodes:
             if n.op not in Q_OPS:
                 continue
@@ -267,7 +271,8 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
             relu = int(last.op == "relu")
             i8 = last.id in int8_out
             if n.op == "conv2d" and n.deps[0] not in q_new:  # the input: quantized once, first
-                _quantize(g, n.deps[0], nodes, new, q_new, scale_param)
+                _quantize(g, n.deps[0], nodes, new, q_new, scale_param,
+                          staged=all(r in chains and g.nodes[r].op == "conv2d" for r in readers[n.deps[0]]))
             nid = len(nodes)
             out_scale = scale_param(last.name, nid) if i8 else -1
             if n.op == "conv2d":
@@ -310,10 +315,18 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
 
 
 def _quantize(g: TrainingGraph, i: int, nodes: list[GraphNode], new: dict[int, int], q_new: dict[int, int],
-              scale_param: Any) -> int:
-    """The int8 form of fp32 tensor i (the input): a quantize node after it, made once."""
+              scale_param: Any, staged: bool = False) -> int:
+    """The int8 form of fp32 tensor i (the input): a quantize node after it, made once; or, `staged`
+    (only int8 layers read the model's input), the input itself staged int8: the host quantises each
+    batch with the scale, so the board holds a quarter of the bytes in its staging area and arena."""
     src = g.nodes[i]
     elems = numel(src.shape)
+    if staged and src.op == "input":
+        nid = new[i]
+        nodes[nid] = replace(nodes[nid], bytes=elems, attrs=nodes[nid].attrs | {"i8": 1, "scale": scale_param(
+            src.name, nid)})
+        q_new[i] = nid
+        return nid
     nid = len(nodes)
     p = scale_param(src.name, nid)
     nodes.append(GraphNode(nid, f"{src.name}/int8", src.module, "forward", "quantize", [new[i]], elems,
