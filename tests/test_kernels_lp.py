@@ -79,6 +79,9 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "poet_linear_i8_fwd": ([INT, INT, INT, I8P, FLT, I8P, FLT, F32P, F32P], None),
     "poet_conv2d_i8_fwd": ([CONVP, I8P, FLT, I8P, FLT, F32P, F32P], None),
     "poet_linear_fwd": ([INT, INT, INT, F32P, F32P, F32P, F32P], None),
+    "poet_linear_bwd": ([INT, INT, INT, F32P, F32P, F32P, ctypes.c_void_p, ctypes.c_void_p, F32P], None),
+    "poet_linear_w8_fwd": ([INT, INT, INT, F32P, I8P, FLT, F32P, F32P], None),
+    "poet_linear_w8_bwd_gx": ([INT, INT, INT, F32P, I8P, FLT, F32P], None),
     "poet_conv2d_ex_fwd": ([CONVP] + [F32P] * 4, None),
 }
 
@@ -264,6 +267,37 @@ def _i8_bound(xq: np.ndarray, xs: np.float32, wq: np.ndarray, ws: np.float32, te
               x_abs: np.ndarray, w_abs: np.ndarray) -> np.ndarray:
     """|y_int8 - y_fp32| per output: each product's error is below |x| ws/2 + |w| xs/2 + xs ws/4."""
     return (x_abs * ws / 2 + w_abs * xs / 2 + terms * xs * ws / 4) * 1.001 + 1e-5
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_linear_with_its_weight_stored_int8(lib: ctypes.CDLL, seed: int) -> None:
+    """Weight-only int8 (poet.plan.placement w8): the forward and the input gradient are the fp32
+    kernels' on the dequantised weight q * scale, bit for bit, and match PyTorch's on it."""
+    import torch
+
+    rng = np.random.default_rng(90 + seed)
+    B, fin, fout = int(rng.integers(1, 5)), int(rng.integers(1, 40)), int(rng.integers(1, 20))
+    x = rng.standard_normal((B, fin)).astype(np.float32)
+    w = rng.standard_normal((fout, fin)).astype(np.float32)
+    b = rng.standard_normal(fout).astype(np.float32) if seed % 2 else None
+    g = rng.standard_normal((B, fout)).astype(np.float32)
+    wq, ws = _quantised(lib, w)
+    wd = (wq.astype(np.float32) * np.float32(ws)).astype(np.float32)
+    y8, y = np.empty((B, fout), np.float32), np.empty((B, fout), np.float32)
+    lib.poet_linear_w8_fwd(B, fin, fout, ptr(x, F32P), ptr(wq, I8P), float(ws), ptr(b, F32P), ptr(y8, F32P))
+    lib.poet_linear_fwd(B, fin, fout, ptr(x, F32P), ptr(wd, F32P), ptr(b, F32P), ptr(y, F32P))
+    assert np.array_equal(y8.view(np.uint32), y.view(np.uint32))
+    gx8, gx = np.empty((B, fin), np.float32), np.empty((B, fin), np.float32)
+    lib.poet_linear_w8_bwd_gx(B, fin, fout, ptr(g, F32P), ptr(wq, I8P), float(ws), ptr(gx8, F32P))
+    lib.poet_linear_bwd(B, fin, fout, ptr(g, F32P), None, ptr(wd, F32P), None, None, ptr(gx, F32P))
+    assert np.array_equal(gx8.view(np.uint32), gx.view(np.uint32))
+    xt = torch.from_numpy(x.astype(np.float64)).requires_grad_()
+    yt = torch.nn.functional.linear(xt, torch.from_numpy(wd.astype(np.float64)),
+                                    None if b is None else torch.from_numpy(b.astype(np.float64)))
+    yt.backward(torch.from_numpy(g.astype(np.float64)))
+    assert np.allclose(y8, yt.detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert np.allclose(gx8, xt.grad.numpy(), rtol=1e-5, atol=1e-5)
+    assert not np.array_equal(wd, w)  # the stored weight is not the fp32 one: the check is of q * scale
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -419,3 +419,49 @@ def test_nearest_upsampling_trains_like_pytorch(tmp_path: Path) -> None:
     data = [(rng.standard_normal((2, 2, 4, 4)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
             for _ in range(STEPS)]
     _check_model(tmp_path, "up", model, g, data)
+
+
+def test_dense_weights_stored_int8_train_like_pytorch_given_them(tmp_path: Path) -> None:
+    """Weight-only int8 (poet.plan.placement, the autoencoder's way into a small flash): the frozen dense
+    weights sit int8 in the board's nv storage and compute in fp32 on q x scale, forward and for the input
+    gradient; with `--train bias` the biases train like PyTorch's given those weights (as_graph swaps them
+    in), and every plan gives the same bits."""
+    from poet.graph.quantise import absmax_scale, dequantise, quantise
+    from poet.plan.placement import w8_candidates, weight_only_int8
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(12, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 12))
+    g0 = trace(model, "ae-w8", (12,), 12, 4, train="bias", loss="mse")
+    big = w8_candidates(g0)
+    assert big[:2] == ["0.weight", "5.weight"]  # the largest first; batch-norm and bias tensors never
+    g = weight_only_int8(g0, set(big[:2]))
+    assert g.int8_params == {"0.weight", "5.weight"} and pool_for(g).flash.frozen < pool_for(g0).flash.frozen
+    assert any(n.op == "linear_bwd" and n.attrs.get("w8") and n.attrs["need_grad_input"] for n in g.nodes)
+    rng = np.random.default_rng(8)
+    data = [(rng.standard_normal((4, 12)).astype(np.float32), np.zeros(4, np.int32)) for _ in range(STEPS)]
+    w0 = weights_of(model)
+    full_plan = keep_all(uncosted(g))
+    tight = _poet_plans(g)
+    assert tight
+    with native_link(tmp_path, "linux", timeout_s=60.0) as link:
+        losses, weights = _run(link, g, w0, full_plan, data)
+        for plan in tight:
+            t_losses, t_weights = _run(link, g, w0, plan, data)
+            assert t_losses == losses and all(np.array_equal(a, b) for a, b in zip(t_weights, weights, strict=True))
+    host_losses = train_steps(model, data, LR, frozen=g.frozen, graph=g)
+    ref = dict(zip([n for n, _ in g.params], weights_of(model), strict=True))
+    board = dict(zip([n for n, _ in g.params], weights, strict=True))
+    trained = [n for n, _ in g.params if n not in g.frozen]
+    assert trained and all(n.endswith(".bias") for n in trained)
+    for name in trained:
+        assert np.linalg.norm(board[name] - ref[name]) <= 1e-5 * np.linalg.norm(ref[name]), name
+    assert np.allclose(losses, host_losses, rtol=1e-5)
+    w = ref["0.weight"]  # the reference was given q x scale only while it computed as the board does
+    assert np.array_equal(dequantise(quantise(w, absmax_scale(w)), absmax_scale(w)).reshape(-1),
+                          board["0.weight"].reshape(-1))
+    # without them the reference differs: the check can fail
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(12, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4), nn.ReLU(),
+                          nn.Linear(4, 12))
+    assert not np.allclose(train_steps(plain, data, LR, frozen=g.frozen, graph=g0), losses, rtol=1e-6, atol=0)

@@ -370,7 +370,7 @@ def _graph_for(g: TrainingGraph, plan: dict, prefix: Int8Prefix | None = None) -
     """The graph the plan's schedule runs on: g, its frozen prefix in static int8 (`prefix` when the caller
     has it), or with --precision greedy|auto its narrow-stored form; with the weights the plan streams from
     the SD card marked."""
-    from poet.plan.placement import streamed
+    from poet.plan.placement import streamed, weight_only_int8
 
     prefix = prefix or _int8_prefix(g, plan)
     if prefix is not None:
@@ -382,9 +382,10 @@ def _graph_for(g: TrainingGraph, plan: dict, prefix: Int8Prefix | None = None) -
     else:
         run = g
     names = plan.get("streamed") or []
-    if not set(names) <= {name for name, _ in run.params}:
-        raise PoetError(f"the plan streams weights {g.model} does not have: the plan is of another graph")
-    return streamed(run, set(names))
+    dense = plan.get("w8") or []  # and these frozen dense weights stored int8 (weight-only)
+    if not set(names) | set(dense) <= {name for name, _ in run.params}:
+        raise PoetError(f"the plan places weights {g.model} does not have: the plan is of another graph")
+    return weight_only_int8(streamed(run, set(names)), set(dense))
 
 
 def _int8_prefix(g: TrainingGraph, plan: dict) -> Int8Prefix | None:
@@ -487,6 +488,8 @@ def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run,
                 info["int8_prefix"] = True
             if getattr(p, "streamed", None):  # and these weights on the SD card (poet.plan.placement)
                 info["streamed"] = p.streamed
+            if getattr(p, "w8", None):  # and these frozen dense weights stored int8 (poet.plan.placement)
+                info["w8"] = p.w8
             _write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())  # last: it marks the entry whole
         shutil.copy(cache / "plan.json", run.dir / "plan.json")
         shutil.copy(cache / "schedule.poet", run.dir / "schedule.poet")

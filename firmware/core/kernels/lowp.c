@@ -251,6 +251,34 @@ void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale,
     }
 }
 
+void poet_linear_w8_fwd(int B, int in, int out, const float *x, const int8_t *wq, float w_scale, const float *b,
+                        float *y)
+{
+    int i, o, k;
+    for (i = 0; i < B; i++) {
+        const float *xr = x + (long)i * in;
+        for (o = 0; o < out; o++) {
+            const int8_t *wr = wq + (long)o * in;
+            float acc = 0.0f;
+            for (k = 0; k < in; k++)
+                acc += xr[k] * ((float)wr[k] * w_scale);
+            y[(long)i * out + o] = b ? acc + b[o] : acc;
+        }
+    }
+}
+
+void poet_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t *wq, float w_scale, float *gx)
+{
+    int i, o, k;
+    for (i = 0; i < B; i++)
+        for (k = 0; k < in; k++) {
+            float acc = 0.0f;
+            for (o = 0; o < out; o++)
+                acc += g[(long)i * out + o] * ((float)wq[(long)o * in + k] * w_scale);
+            gx[(long)i * in + k] = acc;
+        }
+}
+
 /* A static-int8 layer's output element: v with ReLU if asked, then q8(v * inv) into int8 y, or v
  * into fp32 y. Which, the node's attributes decide (q8), never a value read from flash. */
 static void put(void *y, long i, float v, int relu, int i8, float inv)

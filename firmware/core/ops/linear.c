@@ -6,7 +6,8 @@
 
 /* x[B, in] @ weight[out, in]^T (+ bias[out]) -> y[B, out]. linear_i8 reads its weight from dep 2,
  * quantised from the parameter a3, or, with two deps, a3 itself stored int8 (a frozen one, in nv
- * storage); its bias (fp32) from a4. */
+ * storage); its bias (fp32) from a4. linear and linear_bwd read a3 fp32, or stored int8 when it is a
+ * frozen POET_PARAM_I8 one (weight-only int8: fp32 arithmetic on w = q * scale). */
 enum { B = 0, IN = 1, OUT = 2, WEIGHT = 3, BIAS = 4, NEED_GX = 5 };
 
 /* linear, linear_bwd and linear_i8: the same shapes and parameters, then each op's deps and output.
@@ -21,7 +22,8 @@ int op_linear_check(const poet_model_t *m, const poet_node_t *n)
     x = f32s(mul((uint64_t)a[B], (uint64_t)a[IN]));
     y = f32s(mul((uint64_t)a[B], (uint64_t)a[OUT]));
     w = mul((uint64_t)a[IN], (uint64_t)a[OUT]);
-    if (!(n->op == POET_OP_LINEAR_I8 ? i8_weight_ok(m, n, a[WEIGHT], w) : param_ok(m, a[WEIGHT], w)) ||
+    if (!(n->op == POET_OP_LINEAR_I8 ? i8_weight_ok(m, n, a[WEIGHT], w)
+                                      : param_ok(m, a[WEIGHT], w) || w8_weight_ok(m, a[WEIGHT], w)) ||
         !opt_param_ok(m, a[BIAS], (uint64_t)a[OUT]))
         return 0;
     if (n->op == POET_OP_LINEAR_I8)
@@ -32,6 +34,12 @@ int op_linear_check(const poet_model_t *m, const poet_node_t *n)
 void op_linear_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
+    float ws;
+    if (poet_param_i8(e->m, (uint16_t)a[WEIGHT])) {
+        const int8_t *wq = i8_weight(e, a[WEIGHT], &ws);
+        poet_linear_w8_fwd(a[B], a[IN], a[OUT], e->in[0], wq, ws, param(e, a[BIAS]), e->out);
+        return;
+    }
     poet_linear_fwd(a[B], a[IN], a[OUT], e->in[0], param(e, a[WEIGHT]), param(e, a[BIAS]), e->out);
 }
 
@@ -39,6 +47,14 @@ void op_linear_bwd_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
     poet_grad_t gw, gb;
+    float ws;
+    if (poet_param_i8(e->m, (uint16_t)a[WEIGHT])) { /* frozen (checked): the input gradient and the bias's */
+        const int8_t *wq = i8_weight(e, a[WEIGHT], &ws);
+        if (a[NEED_GX])
+            poet_linear_w8_bwd_gx(a[B], a[IN], a[OUT], e->in[0], wq, ws, e->out);
+        poet_linear_bwd(a[B], a[IN], a[OUT], e->in[0], 0, 0, 0, grad(e, a[BIAS], &gb), 0);
+        return;
+    }
     poet_linear_bwd(a[B], a[IN], a[OUT], e->in[0], e->in[1], param(e, a[WEIGHT]), grad(e, a[WEIGHT], &gw),
                     grad(e, a[BIAS], &gb), a[NEED_GX] ? e->out : 0);
 }

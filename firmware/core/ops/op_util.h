@@ -61,6 +61,8 @@ int grad_buf_ok(const poet_model_t *m, int32_t p);
 /* An int8 layer's deps: the quantised input (xe elements) and its scale, the quantised weight (we
  * elements) and its scale; reduce is the kernel's reduction length; the output is y bytes of fp32. */
 int i8_weight_ok(const poet_model_t *m, const poet_node_t *n, int32_t p, uint64_t elems);
+/* A weight-only int8 weight of an fp32 layer: frozen, stored int8 in nv storage (not streamed). */
+int w8_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems);
 int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we, uint64_t reduce,
           uint64_t y);
 

@@ -176,6 +176,12 @@ int grad_buf_ok(const poet_model_t *m, int32_t p)
 
 /* An int8 layer reads its weight quantised by the step (deps 2 and 3: a cast and an absmax node of
  * the fp32 parameter) or, with two deps, stored int8 in nv storage (a frozen POET_PARAM_I8 one). */
+int w8_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems)
+{
+    return p >= 0 && (uint32_t)p < m->n_params && poet_param_elems(m, (uint16_t)p) == elems &&
+           poet_param_i8(m, (uint16_t)p) && !poet_param_aux(m, (uint16_t)p) && !poet_param_trained(m, (uint16_t)p);
+}
+
 int i8_weight_ok(const poet_model_t *m, const poet_node_t *n, int32_t p, uint64_t elems)
 {
     if (n->n_deps != 2)

@@ -207,6 +207,17 @@ def as_graph(model: nn.Module, g: TrainingGraph | None) -> Iterator[None]:
     norms = [model.get_submodule(path.replace("/", ".")) for path in running_stat_norms(g)]
     modes = [m.training for m in norms]
     hooks = []
+    # frozen dense weights the board stores int8 (weight-only, poet.plan.placement): the model computes
+    # with the weights the board does, q x scale, for as long as it computes as the graph
+    w8 = {g.params[n.attrs["w"]][0] for n in g.nodes if n.op == "linear" and n.attrs.get("w8")}
+    swapped = []
+    for name, p in model.named_parameters():
+        if name in w8:
+            w = p.detach().cpu().numpy().astype(np.float32)
+            s = absmax_scale(w)
+            swapped.append((p, p.detach().clone()))
+            with torch.no_grad():
+                p.copy_(torch.from_numpy(quantise(w, s).astype(np.float32) * np.float32(s)))
     for n in g.nodes:
         if n.op in ("linear_i8", "conv2d_i8"):
             mod = model.get_submodule(n.module.replace("/", "."))
@@ -223,6 +234,9 @@ def as_graph(model: nn.Module, g: TrainingGraph | None) -> Iterator[None]:
             m.training = mode
         for h in hooks:
             h.remove()
+        with torch.no_grad():
+            for p, was in swapped:
+                p.copy_(was)
 
 
 def accuracy(model: nn.Module, x: np.ndarray, y: np.ndarray, fed: Fed | None = None,

@@ -103,9 +103,11 @@ class TrainingGraph:
     @property
     def int8_params(self) -> set[str]:
         """Frozen weights stored int8 (one fp32 scale each): those an int8 layer reads from the parameter
-        itself (two deps, poet.plan.precision), which nothing else reads, and every static-int8 conv's."""
+        itself (two deps, poet.plan.precision), which nothing else reads, every static-int8 conv's, and
+        the weight-only int8 ones of fp32 linear layers (`w8`, poet.plan.placement)."""
         return {self.params[n.attrs["w"]][0] for n in self.nodes
-                if (n.op in ("linear_i8", "conv2d_i8") and len(n.deps) == 2) or n.op == "conv2d_q"}
+                if (n.op in ("linear_i8", "conv2d_i8") and len(n.deps) == 2) or n.op == "conv2d_q"
+                or (n.op in ("linear", "linear_bwd") and n.attrs.get("w8"))}
 
     @property
     def streamed_params(self) -> set[str]:

@@ -1,5 +1,5 @@
 """Where each frozen weight lives: the board's flash, read in place, or its aux storage (the SD card),
-streamed.
+streamed; and which frozen dense weights flash keeps int8.
 
 Flash holds the model blob and the frozen weights while they fit (poet.plan.memory). When they
 do not, even stored int8, the largest static-int8 convolution weights move to the aux storage,
@@ -10,8 +10,15 @@ before the next read (firmware/core/ops/quant.c), so the RAM cost is that buffer
 cost the reads, which the planner charges to the node (poet.plan.costs) and the report to its
 layer (poet.energy.accounting).
 
+A model with no such convs (an autoencoder: dense layers only) whose frozen fp32 weights still
+overflow flash keeps its largest frozen dense weights int8 instead (weight-only int8, `w8`): the
+layer still computes in fp32, on w = q * scale made as each element is read, forward and for the
+input gradient (firmware/core/kernels/lowp.c poet_linear_w8_*), so it is the fp32 layer of a
+slightly different frozen weight, the one the PyTorch reference is given (graph/reference.as_graph).
+
 The placement is a function of the graph and the board alone, recorded in the graph (a
-conv2d_q node's `stream` attribute), so `poet solve` and `poet train` make the same model blob.
+conv2d_q node's `stream` attribute, a linear's `w8`), so `poet solve` and `poet train` make the
+same model blob.
 """
 
 from __future__ import annotations
@@ -34,10 +41,31 @@ def streamed(g: TrainingGraph, params: set[str]) -> TrainingGraph:
                              if n.op == "conv2d_q" and g.params[n.attrs["w"]][0] in params else n for n in g.nodes])
 
 
+def weight_only_int8(g: TrainingGraph, params: set[str]) -> TrainingGraph:
+    """g with the frozen dense weights `params` stored int8 (its linear and linear_bwd nodes marked `w8`)."""
+    if not params:
+        return g
+    return replace(g, nodes=[replace(n, attrs={**n.attrs, "w8": 1})
+                             if n.op in ("linear", "linear_bwd") and g.params[n.attrs["w"]][0] in params else n
+                             for n in g.nodes])
+
+
+def w8_candidates(g: TrainingGraph) -> list[str]:
+    """Frozen fp32 dense weights that could be stored int8, largest first: read by linear and
+    linear_bwd nodes only, never written (not trained, not moved), not int8 already."""
+    fixed = set(g.frozen) - g.moved - g.int8_params
+    readers: dict[int, set[str]] = {}
+    for n in g.nodes:
+        if n.attrs.get("w", -1) >= 0 and n.kind != "optimizer":
+            readers.setdefault(n.attrs["w"], set()).add(n.op)
+    ok = [i for i, ops in readers.items() if ops <= {"linear", "linear_bwd"} and g.params[i][0] in fixed]
+    return [g.params[i][0] for i in sorted(ok, key=lambda i: (-numel(g.params[i][1]), i))]
+
+
 def place(g: TrainingGraph, board: Board) -> TrainingGraph:
     """g with its frozen weights placed for `board`: unchanged when flash holds them, else with the
-    largest static-int8 conv weights streamed from aux storage until it does. A model whose frozen
-    weights fit neither is one clear line."""
+    largest static-int8 conv weights streamed from aux storage until it does, then the largest frozen
+    dense weights stored int8 (weight-only). A model whose frozen weights fit neither is one clear line."""
     flash = board.model_flash_bytes
     if pool_for(g).flash.total <= flash:
         return g
@@ -50,6 +78,15 @@ def place(g: TrainingGraph, board: Board) -> TrainingGraph:
         out = streamed(g, chosen)
         if pool_for(out).flash.total <= flash:
             break
+    dense: set[str] = set()
+    for name in w8_candidates(out) if pool_for(out).flash.total > flash else []:
+        dense.add(name)
+        out2 = weight_only_int8(out, dense)
+        if pool_for(out2).flash.total <= flash:
+            out = out2
+            break
+    else:
+        out = weight_only_int8(out, dense)
     f = pool_for(out).flash
     if f.total > flash:
         n = len(chosen)
@@ -57,6 +94,8 @@ def place(g: TrainingGraph, board: Board) -> TrainingGraph:
                if chosen
                else "and only static-int8 convolutions can stream their weights from the SD card (this model has "
                     "none: its frozen layers are read by a layer that trains, or have no int8 form)")
+        if dense:
+            why += f", and {len(dense)} frozen dense weight{'s' if len(dense) != 1 else ''} stored int8"
         raise UsageError(f"the model's frozen weights fit neither {board.name}'s flash nor its SD card: flash would "
                          f"need {format_size(f.total)} of the {format_size(flash)} the firmware leaves, {why}; "
                          "choose a smaller model or train more of it")
@@ -68,6 +107,16 @@ def place(g: TrainingGraph, board: Board) -> TrainingGraph:
                          f"swap area is more than the firmware's {format_size(room)} of it (boards/{board.name}.yaml "
                          "aux_storage bytes); choose a smaller model")
     return out
+
+
+def w8_lines(g: TrainingGraph) -> list[str]:
+    """What `poet solve` says of the frozen dense weights flash keeps int8 (weight-only)."""
+    names = sorted({g.params[n.attrs["w"]][0] for n in g.nodes if n.op == "linear" and n.attrs.get("w8")})
+    if not names:
+        return []
+    nbytes = sum(i8_bytes(numel(shape)) for name, shape in g.params if name in names)
+    return [f"frozen dense weights stored int8 in flash (fp32 cannot fit it; computed in fp32 on q x scale, "
+            f"forward and input gradient): {len(names)} layer(s), {format_size(nbytes)}: {', '.join(names)}"]
 
 
 def stream_lines(g: TrainingGraph) -> list[str]:

@@ -15,7 +15,7 @@ from poet.graph.training_graph import TrainingGraph, conv_window, numel
 from poet.paths import schedule_file, shown, write_output
 from poet.plan.memory import pool_for
 from poet.plan.pipeline import Planned, plan_step
-from poet.plan.placement import place, stream_lines
+from poet.plan.placement import place, stream_lines, w8_lines
 from poet.plan.static_int8 import Int8Prefix, rewrite
 from poet.plan.strategies import MILP
 from poet.plan.types import CostedGraph, Plan
@@ -121,7 +121,8 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         for line in prefix_lines(prefix):
             say(f"  {line}")
     p.streamed = sorted(g.streamed_params)  # type: ignore[attr-defined]
-    for line in stream_lines(g):
+    p.w8 = sorted({g.params[n.attrs["w"]][0] for n in g.nodes if n.attrs.get("w8")})  # type: ignore[attr-defined]
+    for line in stream_lines(g) + w8_lines(g):
         say(f"  {line}")
     if p.plan.peak_bytes >= p.keep_all_peak:
         say("  note: this budget holds every activation; nothing needs recomputing or paging")
