@@ -52,7 +52,7 @@ from poet.units import format_size
 MODES = ("all", "last:1", "last:2", "bias+last:1")
 DEADLINE = 3.0  # x one plain pass, `poet solve`'s default
 TIME_LIMIT_S = 60.0
-PORTS = Path(__file__).resolve().parents[1] / "firmware" / "ports"
+FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
 
 
 @dataclass
@@ -93,13 +93,16 @@ def reason(e: BaseException) -> str:
 
 def schedule_max(board: Board) -> int:
     """The most instructions a schedule can hold on the board's images, real and emulated: their PSCH
-    buffer, POET_SCHEDULE_BLOB_MAX (a port.mk's -D, else firmware/core/schedule.h's default), less the
-    header and the CRC."""
+    buffer, POET_SCHEDULE_BLOB_MAX (a port.mk's -D, else firmware/core/schedule.h's default; the host's
+    SCHEDULE_BLOB_MAX without a firmware tree), less the header and the CRC."""
+    h = FIRMWARE / "core" / "schedule.h"
+    m = re.search(r"#define POET_SCHEDULE_BLOB_MAX (\d+)", h.read_text()) if h.exists() else None
+    default = int(m.group(1)) if m else SCHEDULE_BLOB_MAX
     blobs = []
     for target in {board.firmware_target, board.emulator_target}:
-        mk = PORTS / target / "port.mk"
+        mk = FIRMWARE / "ports" / target / "port.mk"
         m = re.search(r"-DPOET_SCHEDULE_BLOB_MAX=(\d+)", mk.read_text()) if mk.exists() else None
-        blobs.append(int(m.group(1)) if m else SCHEDULE_BLOB_MAX)
+        blobs.append(int(m.group(1)) if m else default)
     return (min(blobs) - HEADER_BYTES - CRC_BYTES) // INSTR_BYTES
 
 
@@ -138,6 +141,12 @@ def row(board_name: str, model: str, mode: str, batch: int = 1) -> Row:
     return r
 
 
+def _w8(g: TrainingGraph) -> str:
+    """The frozen dense weights placement stored int8 (weight-only, computed in fp32), for a label."""
+    n = len({n.attrs["w"] for n in g.nodes if n.op == "linear" and n.attrs.get("w8")})
+    return f", {n} frozen dense weight(s) int8 (weight-only)" if n else ""
+
+
 def _fill(r: Row) -> None:
     board = load_board(r.board)
     prof = load_profile(board.name)
@@ -150,12 +159,17 @@ def _fill(r: Row) -> None:
     fits = []
     int8 = flash_fit(g, board.model_flash_bytes)
     try:
-        fits.append(smallest(board, prof, f"fp32, {len(int8)} frozen weight(s) int8" if int8 else "fp32",
-                             place(apply_storage(g, {}, set(int8)), board)))
-    except UsageError:
+        placed = place(apply_storage(g, {}, set(int8)), board)
+        fits.append(smallest(board, prof, ("fp32" + (f", {len(int8)} frozen weight(s) int8" if int8 else "")
+                                           + _w8(placed)), placed))
+    except UsageError as e:
         total = pool_for(apply_storage(g, {}, set(int8))).flash.total
-        fits.append(Fit("fp32", None, why=f"flash: needs {format_size(total)} with every storable frozen weight "
-                                          f"int8, of {format_size(board.model_flash_bytes)}"))
+        need = re.search(r"flash would need (.+?) of the", str(e))  # placement's own count, with dense weights int8
+        dense = re.search(r"and (\d+) frozen dense weights? stored int8", str(e))
+        fits.append(Fit("fp32", None, why=f"flash: needs {need.group(1) if need else format_size(total)} with every "
+                                          f"storable frozen weight int8"
+                                          f"{f' ({dense.group(1)} dense, weight-only)' if dense else ''}, of "
+                                          f"{format_size(board.model_flash_bytes)}"))
     prefix = rewrite(g)
     if prefix is not None:
         n_q = sum(1 for n in prefix.graph.nodes if n.op in ("conv2d_q", "add_q"))
@@ -164,8 +178,8 @@ def _fill(r: Row) -> None:
         q = prefix.graph
         try:  # as poet solve: what is left fp32 int8 where flash needs it, then the largest int8 conv weights
             # on the SD card where flash still cannot hold them all (placement.place)
-            fits.append(smallest(board, prof, label,
-                                 place(apply_storage(q, {}, set(flash_fit(q, board.model_flash_bytes))), board)))
+            placed = place(apply_storage(q, {}, set(flash_fit(q, board.model_flash_bytes))), board)
+            fits.append(smallest(board, prof, label + _w8(placed), placed))
         except UsageError as e:
             fits.append(Fit(label, None, why=reason(e)))
     found = sorted((f for f in fits if f.ram is not None), key=lambda f: f.ram or 0)
@@ -184,17 +198,30 @@ def _fill(r: Row) -> None:
     cg = costed_storage(best.g, board, prof, estimate=True)
     deadline = DEADLINE * cg.one_pass_s
     ram = best.ram
-    p: Planned
-    try:  # the smallest budget's own plan; placing tensors may need a little more (fragmentation)
-        p = plan_step(best.g, cg, board, ram, static, deadline, progress=lambda _m: None, time_limit_s=TIME_LIMIT_S)
-    except PoetError:
+    # the smallest budget's own plan; placing tensors at offsets may need more (fragmentation): then 5%,
+    # 10%, 20%, 50% more, up to the board's RAM, and the least that places found to within 1 KiB
+    def planned(budget: int) -> Planned | str:
         try:
-            p = plan_step(best.g, cg, board, min(board.ram_bytes, ram + ram // 20), static, deadline,
-                          progress=lambda _m: None, time_limit_s=TIME_LIMIT_S)
+            return plan_step(best.g, cg, board, budget, static, deadline, progress=lambda _m: None,
+                             time_limit_s=TIME_LIMIT_S)
         except PoetError as e:
-            r.ram = f"{format_size(ram)} (arena bound; no plan placed: {reason(e)})"
-            return
-        ram = p.budget.ram_bytes
+            return reason(e)
+
+    tries = sorted({min(board.ram_bytes, ram + ram * k // 20) for k in (0, 1, 2, 4, 10)})
+    low, p = ram - 1, planned(tries[0])  # low: the largest budget known not to place
+    for failed, budget in zip(tries, tries[1:], strict=False):
+        if not isinstance(p, str):
+            break
+        low, p = failed, planned(budget)
+    if isinstance(p, str):
+        r.ram = f"{format_size(ram)} (arena bound; no plan placed up to {format_size(tries[-1])}: {p})"
+        return
+    high = p.budget.ram_bytes
+    while high - low > 1024:  # low fails, high places
+        mid = (low + high) // 2
+        q = planned(mid)
+        low, high, p = (mid, high, p) if isinstance(q, str) else (low, mid, q)
+    ram = p.budget.ram_bytes
     r.ram = format_size(ram)
     r.energy = f"{p.plan.energy_j * 1e6:,.1f} uJ"
     r.time = f"{p.plan.time_s * 1e3:,.2f} ms"

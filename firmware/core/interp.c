@@ -11,7 +11,6 @@
 #define POET_TRACE 1
 #endif
 
-#if POET_TRACE
 static uint8_t trace_kind(uint8_t node_kind, uint8_t op)
 {
     switch (op) {
@@ -27,10 +26,22 @@ static uint8_t trace_kind(uint8_t node_kind, uint8_t op)
         return POET_TRACE_FORWARD;
     }
 }
-#endif
+
+void poet_trace_record(const poet_model_t *m, const uint8_t *schedule, uint16_t i, uint32_t ticks,
+                       poet_trace_t *r)
+{
+    const uint8_t *p = schedule + POET_SCHED_HDR + 8u * i;
+    uint16_t node = poet_rd16(p + 2);
+    r->instr = i;
+    r->node = node;
+    r->kind = trace_kind(poet_node_kind(m, node), p[0]);
+    r->op = poet_node_op(m, node);
+    r->ticks = ticks;
+    r->bytes = poet_node_bytes(m, node);
+}
 
 void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet_buffers_t *buf,
-                      float lr, poet_trace_t *trace, poet_step_result_t *res)
+                      float lr, uint32_t *ticks, poet_step_result_t *res)
 {
     /* The interpreter's only per-node state: where each resident tensor sits in the arena. */
     uint32_t *offset = m->arena_off;
@@ -43,7 +54,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
 #if POET_TRACE
     uint32_t t0;
 #else
-    (void)trace;
+    (void)ticks;
 #endif
 
     res->status = POET_OK;
@@ -112,17 +123,9 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
             break;
         }
 #if POET_TRACE
-        {
-            poet_trace_t *r = &trace[i];
-            r->ticks = port_ticks() - t0;
-            port_mark(0); /* before the error check below, so a failed step leaves the pin low too */
-            r->instr = i;
-            r->node = node;
-            r->kind = trace_kind(poet_node_kind(m, node), op);
-            r->op = poet_node_op(m, node);
-            r->bytes = bytes;
-            res->n_records = (uint16_t)(i + 1u);
-        }
+        ticks[i] = port_ticks() - t0;
+        port_mark(0); /* before the error check below, so a failed step leaves the pin low too */
+        res->n_records = (uint16_t)(i + 1u);
 #endif
         if (err) {
             res->status = POET_E_PAGER;

@@ -48,8 +48,15 @@ typedef struct {
     uint16_t n_records;
 } poet_step_result_t;
 
-/* Run one step. trace must hold POET_SCHED_MAX_INSTR records. */
+/* Run one step. ticks (POET_SCHED_MAX_INSTR of them) gets each instruction's duration: the one part
+ * of its trace record the schedule and the model do not already say (poet_trace_record). */
 void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet_buffers_t *buf,
-                      float lr, poet_trace_t *trace, poet_step_result_t *res);
+                      float lr, uint32_t *ticks, poet_step_result_t *res);
+
+/* Instruction i's trace record, rebuilt from the schedule and model it ran with and its ticks: 4
+ * bytes a record in RAM rather than 16, so a buffer that held 254 records holds 1019 (and schedules
+ * twice as long fit the MCUs at the same RAM). */
+void poet_trace_record(const poet_model_t *m, const uint8_t *schedule, uint16_t i, uint32_t ticks,
+                       poet_trace_t *r);
 
 #endif

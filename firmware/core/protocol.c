@@ -11,7 +11,7 @@
 
 static uint8_t schedule_blob[POET_SCHEDULE_BLOB_MAX];
 static poet_model_t model;
-static poet_trace_t trace[POET_SCHED_MAX_INSTR];
+static uint32_t trace_ticks[POET_SCHED_MAX_INSTR]; /* the records' ticks; the rest is rebuilt to send */
 static uint8_t rx[POET_PACKET_MAX];
 static uint8_t tx[POET_PACKET_MAX]; /* [type][seq] payload [crc32], COBS-encoded as it is written */
 
@@ -463,7 +463,10 @@ static void send_step_result(void)
         uint32_t n = step_res.n_records - i < trace_per_frame ? step_res.n_records - i : trace_per_frame;
         uint8_t *q = tx + 2;
         for (k = 0; k < n; k++, q += 16) {
-            const poet_trace_t *t = &trace[i + k];
+            /* the model and schedule the step ran with: any upload in between would have been the
+             * last request, so a STEP after it is a new step, not a retransmission replayed here */
+            poet_trace_t rec, *t = &rec;
+            poet_trace_record(&model, schedule_blob, (uint16_t)(i + k), trace_ticks[i + k], t);
             poet_wr16(q, t->instr);
             poet_wr16(q + 2, t->node);
             q[4] = t->kind;
@@ -520,7 +523,7 @@ static void step(const uint8_t *p, uint16_t len)
     }
     /* Accepted: the host now knows the step runs and waits for it rather than retransmitting. */
     ack(POET_OK, 0);
-    poet_interp_step(&model, schedule_blob, &buf, lr, trace, &step_res);
+    poet_interp_step(&model, schedule_blob, &buf, lr, trace_ticks, &step_res);
     step_status = step_res.status;
     steps_done++;
     /* Trace after the step, so sending it never perturbs the measured ticks. */

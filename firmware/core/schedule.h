@@ -7,7 +7,7 @@
 #include "model.h"
 
 #ifndef POET_SCHEDULE_BLOB_MAX
-#define POET_SCHEDULE_BLOB_MAX 2048u
+#define POET_SCHEDULE_BLOB_MAX 4096u
 #endif
 #define POET_SCHED_HDR 24u
 #define POET_SCHED_MAX_INSTR ((POET_SCHEDULE_BLOB_MAX - POET_SCHED_HDR - 4u) / 8u)

@@ -57,7 +57,7 @@ uint32_t fuzz_keep_all(const poet_model_t *m, uint8_t *out, uint32_t cap, uint32
     return len;
 }
 
-static poet_trace_t trace[POET_SCHED_MAX_INSTR];
+static uint32_t trace[POET_SCHED_MAX_INSTR];
 
 int fuzz_step(const poet_model_t *m, const uint8_t *sched)
 {

@@ -39,7 +39,7 @@ from poet.models.zoo.transformer import TransformerClassifier  # noqa: E402
 from poet.plan.costs import costed, load_profile, uncosted  # noqa: E402
 from poet.plan.lower import lower, model_blob  # noqa: E402
 from poet.plan.modelblob import ModelBlob, encode_batch, f32_bits  # noqa: E402
-from poet.plan.placement import streamed  # noqa: E402
+from poet.plan.placement import streamed, w8_candidates, weight_only_int8  # noqa: E402
 from poet.plan.schedule import Schedule  # noqa: E402
 from poet.plan.static_int8 import rewrite  # noqa: E402
 from poet.plan.strategies import plan_with  # noqa: E402
@@ -201,7 +201,7 @@ def session(blob: ModelBlob, sched: Schedule, seed: int, token_vocab: int = 0) -
         x = rng.integers(0, token_vocab, size=blob.x_elems).astype(np.float32)
     else:
         x = rng.standard_normal(blob.x_elems).astype(np.float32)
-    classes = min(n.attrs[1] for n in blob.nodes if n.op == fwhelpers.OP_CROSS_ENTROPY)
+    classes = min((n.attrs[1] for n in blob.nodes if n.op == fwhelpers.OP_CROSS_ENTROPY), default=1)
     labels = rng.integers(0, classes, size=blob.batch).astype(np.int32)
     reqs = [(HELLO, b"")]
     trained, frozen, aux = blob.split_weights(weights)
@@ -274,19 +274,23 @@ def main() -> None:
     qhead_sd = streamed(qhead, {qhead.params[n.attrs["w"]][0] for n in qhead.nodes if n.op == "conv2d_q"})
     assert model_blob(qhead_sd).aux_bytes > 0
     kws = traced("tiny-kws", TinyKws, (1, 10, 5), 3, 2, optimizer="momentum")
+    # an autoencoder fine-tuning its biases, its two dense weights stored int8 (weight-only, fp32 compute)
+    ae_bias = traced("ae-bias", autoencoder, (6,), 6, 2, train="bias", loss="mse")
+    ae_w8 = weight_only_int8(ae_bias, set(w8_candidates(ae_bias)))
+    assert len(ae_w8.int8_params) == 2
     extra = [model_blob(g) for g in (zoo("lenet", 1, optimizer="adam"), zoo("cnn-digits", 1),
                                      zoo("cnn-digits", 1, train="bias+last:1"),
                                      traced("conv-bn-eval", conv_bn_eval_net, (2, 8, 8), 3, 1), qhead, qhead_sd,
                                      traced("small-ops", SmallOps, (1, 6, 6), 3, 2),
                                      traced("ae-mse", autoencoder, (6,), 6, 2, loss="mse"),
-                                     traced("ae-l1", autoencoder, (6,), 6, 2, loss="l1"), kws)]
+                                     traced("ae-l1", autoencoder, (6,), 6, 2, loss="l1"), kws, ae_w8)]
     for blob in [b for b, _ in fixed] + extra:
         write("model", blob.encode())
 
     # protocol sessions on nets that fit fuzz_port's 64 KiB pool, in both input modes; the last is the
     # static-int8 ones, their frozen weights int8 in nv storage or on the aux storage
     sessions = [*fixed, (model_blob(qhead), graph_schedules(qhead)), (model_blob(qhead_sd), graph_schedules(qhead_sd)),
-                (model_blob(kws), graph_schedules(kws))]
+                (model_blob(kws), graph_schedules(kws)), (model_blob(ae_w8), graph_schedules(ae_w8))]
     for k, (blob, scheds) in enumerate(sessions):
         vocab = {3: 20, 7: 10}.get(k, 0)
         if (blob.pool.fixed + max(s.arena_bytes for s in scheds) > PROTOCOL_POOL

@@ -18,7 +18,7 @@ MKR_ARCH := -mcpu=cortex-m0plus -mthumb -mfloat-abi=soft
 # The SD driver's 512 B sector buffer and the card state, and port_nv_write's 256 B row buffer, come
 # out of the stack's share: about 2.5 KiB left, above linker.ld's 1.5 KiB MIN_STACK. The model blob and
 # frozen weights are in flash (linker.ld NV), as on the stand-in.
-MKR_LIMITS := -DPOET_SCHEDULE_BLOB_MAX=1024u -DPOOL_BYTES=23552u
+MKR_LIMITS := -DPOET_SCHEDULE_BLOB_MAX=2048u -DPOOL_BYTES=23552u
 MKR_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
               $(MKR_ARCH) $(MKR_LIMITS)
 MKR_LDFLAGS := $(MKR_ARCH) -nostartfiles --specs=nano.specs -T ports/mkr1000/linker.ld \

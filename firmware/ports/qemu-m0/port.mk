@@ -26,7 +26,7 @@ M0_ARCH := -mcpu=cortex-m0plus -mthumb -mfloat-abi=soft
 #    parameters, gradients, the batch and the arena (HELLO reports it; the planner plans within
 #    it). The stack gets the remainder (3.3 KiB).
 #  - NV_ERASE_BYTES: the SAMD21's flash row (256 B), which shared/nv_ram.c erases as the board does.
-M0_LIMITS := -DPOET_SCHEDULE_BLOB_MAX=1024u -DNV_ERASE_BYTES=256u \
+M0_LIMITS := -DPOET_SCHEDULE_BLOB_MAX=2048u -DNV_ERASE_BYTES=256u \
              -DPOOL_BYTES=23552u
 M0_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
              $(M0_ARCH) $(M0_LIMITS)

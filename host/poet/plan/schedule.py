@@ -19,7 +19,7 @@ VERSION = 1
 HEADER_BYTES = 24
 INSTR_BYTES = 8
 CRC_BYTES = 4
-SCHEDULE_BLOB_MAX = 2048  # the firmware's static schedule buffer
+SCHEDULE_BLOB_MAX = 4096  # the firmware's static schedule buffer (2048 on the Cortex-M0+ images)
 NO_DETAIL = 0xFFFFFFFF
 
 COMPUTE = 1
