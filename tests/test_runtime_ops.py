@@ -465,3 +465,53 @@ def test_dense_weights_stored_int8_train_like_pytorch_given_them(tmp_path: Path)
     plain = nn.Sequential(nn.Linear(12, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4), nn.ReLU(),
                           nn.Linear(4, 12))
     assert not np.allclose(train_steps(plain, data, LR, frozen=g.frozen, graph=g0), losses, rtol=1e-6, atol=0)
+
+
+def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> None:
+    """The model validator's checks of this issue's node forms: each well-formed blob loads, and one
+    attribute out of range is MODEL with the node's index (docs/spec.md 2)."""
+    from dataclasses import replace as dc_replace
+
+    from poet.device.link import MODEL, DeviceError
+    from poet.plan import modelblob as mb
+    from poet.plan.placement import w8_candidates, weight_only_int8
+    from poet.plan.static_int8 import rewrite
+
+    torch.manual_seed(0)
+    drops = model_blob(trace(_Dropouts(), "dropouts", (2, 6, 6), 3, 2))
+    nn = torch.nn
+    ae = trace(nn.Sequential(nn.Linear(6, 3), nn.ReLU(), nn.Linear(3, 6)), "ae", (6,), 6, 2, train="bias", loss="mse")
+    w8 = model_blob(weight_only_int8(ae, set(w8_candidates(ae))))
+    conv_net = nn.Sequential(nn.Conv2d(1, 2, (3, 2), padding=(1, 0)), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 4 * 3, 3))
+    prefix = rewrite(trace(conv_net, "q", (1, 4, 4), 3, 2, train="last:1"))
+    assert prefix is not None and prefix.graph.nodes[0].attrs.get("i8") == 1
+    staged = model_blob(prefix.graph)
+
+    def at(blob: mb.ModelBlob, op: int) -> int:
+        return next(i for i, n in enumerate(blob.nodes) if n.op == op)
+
+    def with_attr(blob: mb.ModelBlob, i: int, slot: int, value: int) -> mb.ModelBlob:
+        a = list(blob.nodes[i].attrs)
+        a[slot] = value
+        return dc_replace(blob, nodes=[*blob.nodes[:i], dc_replace(blob.nodes[i], attrs=tuple(a)), *blob.nodes[i + 1:]])
+
+    d, c, lin, inp = at(drops, mb.OP_DROPOUT), at(drops, mb.OP_CONV2D), at(w8, mb.OP_LINEAR), at(staged, mb.OP_INPUT)
+    stored = w8.nodes[lin].attrs[3]
+    assert w8.param_i8[stored] and w8.param_frozen[stored]
+    bad = [
+        (with_attr(drops, d, 1, 1 << 24), d),  # keep-from past 2^24: would drop everything
+        (with_attr(drops, d, 2, 0x7F800000), d),  # an infinite scale
+        (with_attr(drops, c, 5, drops.nodes[c].attrs[5] & ~0xFF00 | 65 << 8), c),  # a kernel 65 wide
+        (with_attr(drops, c, 5, drops.nodes[c].attrs[5] | 0x3F << 16), c),  # 63 columns of padding
+        (with_attr(staged, inp, 1, 2), inp),  # no such input type
+        (with_attr(staged, inp, 2, -1), inp),  # staged int8 without a scale
+        # a stored-int8 dense weight on the SD card: only a static-int8 conv streams its weight
+        (dc_replace(w8, param_aux=[i == stored for i in range(len(w8.param_elems))]), lin),
+    ]
+    with native_link(tmp_path) as link:
+        for good in (drops, w8, staged):
+            link.upload(MODEL, good.encode())
+        for blob, node in bad:
+            with pytest.raises(DeviceError) as e:
+                link.upload(MODEL, blob.encode())
+            assert e.value.name == "MODEL" and e.value.detail == node, (e.value, node)
