@@ -3,6 +3,7 @@ them on the real firmware image in QEMU and the board's weights after its steps 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,45 @@ from conftest import needs_qemu
 from poet.cli import main
 from poet.graph.reference import state_tensors, train_steps, weights_of
 from poet.graph.tracer import traced
+from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
-from poet.train import read_back
+from poet.train import _graph_for, read_back
+
+Weights = dict[str, np.ndarray]
+
+
+def _train_and_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, choice: ModelChoice, data: str, limit: int,
+                      lr: float, *extra: str) -> tuple[TrainingGraph, Weights, Weights, Weights]:
+    """`poet train` of `choice` on the emulated nRF52840 at 256k for one epoch of `limit` samples, then
+    PyTorch's same steps on the graph the run's plan ran (its frozen dense weights as the board stores
+    them): the graph, and the weights before, after PyTorch's steps and after the board's, by name."""
+    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
+    run_dir = tmp_path / "run"
+    assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", choice.name, "--batch", str(choice.batch),
+                 "--train", choice.train, "--data", data, "--epochs", "1", "--data-limit", str(limit), "--lr", str(lr),
+                 "--run-dir", str(run_dir), *extra]) == 0
+    model, g = traced(choice)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert not plan.get("int8_prefix")  # fed by no int8 prefix: test_train_int8's _board_and_host is for those
+    g = _graph_for(g, plan)
+    names = [n for n, _ in state_tensors(model)]
+    before = dict(zip(names, weights_of(model), strict=True))
+    batches = load_dataset(data, limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss)
+    train_steps(model, batches.epoch_batches(choice.batch, 0, 0), lr, frozen=g.frozen, graph=g)
+    return (g, before, dict(zip(names, weights_of(model), strict=True)),
+            dict(zip(names, read_back(run_dir, g), strict=True)))
+
+
+def _updates_agree(names: list[str], before: Weights, host: Weights, board: Weights) -> None:
+    """The weights `names` together to 1e-5 of PyTorch's, each tensor's update to 1e-3 of itself: a
+    batch norm's bias starts at 0 and is all update, and fp32 sums over a layer and a batch-norm
+    backward (a difference of means) differ from PyTorch's by ~1e-4 of such a small update."""
+    whole = np.concatenate([host[n].ravel() for n in names])
+    assert np.linalg.norm(np.concatenate([board[n].ravel() for n in names]) - whole) <= 1e-5 * np.linalg.norm(whole)
+    for name in names:
+        step = np.linalg.norm(host[name] - before[name])
+        assert np.linalg.norm(board[name] - host[name]) <= max(1e-3 * step, 1e-5 * np.linalg.norm(host[name])), name
 
 
 @needs_qemu
@@ -21,20 +58,9 @@ from poet.train import read_back
 def test_resnet8_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ResNet-8 (mlperf-ic) on the nRF52840's QEMU image at 256k, its last three layers trained (all
     layers need 345 KiB of fixed RAM: 78K fp32 parameters), digits upsampled to 32x32x3. About 40 s."""
-    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
-    run_dir, lr, limit = tmp_path / "run", 0.05, 3
     choice = ModelChoice("mlperf-ic", batch=1, train="last:3")
-    assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", choice.name, "--batch", "1",
-                 "--train", choice.train, "--epochs", "1", "--data-limit", str(limit), "--lr", str(lr),
-                 "--run-dir", str(run_dir)]) == 0
-    model, g = traced(choice)
-    names = [n for n, _ in state_tensors(model)]
-    before = dict(zip(names, weights_of(model), strict=True))
-    data = load_dataset("digits", limit).fitted(tuple(g.input_shape), g.classes, g.model)
-    train_steps(model, data.epoch_batches(1, 0, 0), lr, frozen=g.frozen, graph=g)
-    host = dict(zip(names, weights_of(model), strict=True))
-    board = dict(zip(names, read_back(run_dir, g), strict=True))
-    trained = [n for n in names if n not in g.frozen]
+    g, before, host, board = _train_and_replay(tmp_path, monkeypatch, choice, "digits", 3, 0.05)
+    trained = [n for n in host if n not in g.frozen]
     assert trained == ["stack3.bn2.weight", "stack3.bn2.bias", "stack3.shortcut.weight", "stack3.shortcut.bias",
                        "fc.weight", "fc.bias"], trained
     for name in trained:
@@ -50,22 +76,11 @@ def test_ds_cnn_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, monkeypatch: 
     norm, dropout 0.4, the pool and the classifier) trained at batch 2 on the synthetic MFCC clips; the
     plan recomputes (keep-all needs 320,000 B of arena), and the board's dropout masks are the
     reference's. About a minute."""
-    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
-    run_dir, lr, limit, batch = tmp_path / "run", 0.05, 6, 2
-    choice = ModelChoice("mlperf-kws", batch=batch, train="last:3")
-    assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", choice.name, "--batch", str(batch),
-                 "--train", choice.train, "--data", "mfcc", "--epochs", "1", "--data-limit", str(limit),
-                 "--lr", str(lr), "--time-limit", "20", "--run-dir", str(run_dir)]) == 0
-    model, g = traced(choice)
+    choice = ModelChoice("mlperf-kws", batch=2, train="last:3")
+    g, before, host, board = _train_and_replay(tmp_path, monkeypatch, choice, "mfcc", 6, 0.05, "--time-limit", "20")
     assert {"dropout", "dropout_bwd", "avgpool2d"} <= {n.op for n in g.nodes}
     assert any(n.attrs.get("kw") == 4 for n in g.nodes if n.op == "conv2d")
-    names = [n for n, _ in state_tensors(model)]
-    before = dict(zip(names, weights_of(model), strict=True))
-    data = load_dataset("mfcc", limit).fitted(tuple(g.input_shape), g.classes, g.model)
-    train_steps(model, data.epoch_batches(batch, 0, 0), lr, frozen=g.frozen, graph=g)
-    host = dict(zip(names, weights_of(model), strict=True))
-    board = dict(zip(names, read_back(run_dir, g), strict=True))
-    trained = [n for n in names if n not in g.frozen]
+    trained = [n for n in host if n not in g.frozen]
     assert trained == ["features.25.weight", "features.25.bias", "features.26.weight", "features.26.bias",
                        "fc.weight", "fc.bias"], trained
     for name in trained:
@@ -81,25 +96,10 @@ def test_ds_cnn_trains_all_its_layers_on_the_nrf52840_at_256k(tmp_path: Path,
     658 KiB of arena, the plan recomputes to fit 131 KiB, and its ~280 instructions fit the 4 KiB
     schedule buffer (trace records rebuilt from ticks). Two steps; the board's dropout masks are the
     reference's. About two minutes."""
-    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
-    run_dir, lr, limit = tmp_path / "run", 0.02, 2
     choice = ModelChoice("mlperf-kws", batch=1, train="all")
-    assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", choice.name, "--batch", "1",
-                 "--data", "mfcc", "--epochs", "1", "--data-limit", str(limit), "--lr", str(lr),
-                 "--time-limit", "30", "--run-dir", str(run_dir)]) == 0
-    model, g = traced(choice)
-    names = [n for n, _ in state_tensors(model)]
-    before = dict(zip(names, weights_of(model), strict=True))
-    data = load_dataset("mfcc", limit).fitted(tuple(g.input_shape), g.classes, g.model)
-    train_steps(model, data.epoch_batches(1, 0, 0), lr, graph=g)
-    host = dict(zip(names, weights_of(model), strict=True))
-    board = dict(zip(names, read_back(run_dir, g), strict=True))
+    g, before, host, board = _train_and_replay(tmp_path, monkeypatch, choice, "mfcc", 2, 0.02, "--time-limit", "30")
     assert all(n.endswith(("running_mean", "running_var")) for n in g.frozen)  # every parameter trains
-    whole = np.concatenate([host[n].ravel() for n in names])
-    assert np.linalg.norm(np.concatenate([board[n].ravel() for n in names]) - whole) <= 1e-5 * np.linalg.norm(whole)
-    for name in names:  # each tensor's update to 1e-3 of itself (batch norms' biases start at 0: all update)
-        step = np.linalg.norm(host[name] - before[name])
-        assert np.linalg.norm(board[name] - host[name]) <= max(1e-3 * step, 1e-5 * np.linalg.norm(host[name])), name
+    _updates_agree(list(host), before, host, board)
     assert not np.array_equal(host["features.0.weight"], before["features.0.weight"])  # the first conv trained
 
 
@@ -140,37 +140,16 @@ def test_autoencoder_fine_tunes_its_biases_on_the_nrf52840_at_256k(tmp_path: Pat
     last:1 alone 322 KiB), its two largest frozen dense weights stored int8 in flash so the rest fits
     (weight-only: fp32 arithmetic on q x scale), at batch 8 on the synthetic machine sounds. The biases
     equal PyTorch's given the same stored weights."""
-    import json
-
-    from poet.train import _graph_for
-
-    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
-    run_dir, lr, limit, batch = tmp_path / "run", 0.01, 16, 8
-    choice = ModelChoice("mlperf-ad", batch=batch, train="bias")
-    assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", choice.name, "--batch", str(batch),
-                 "--train", choice.train, "--data", "machine-sound", "--epochs", "1", "--data-limit", str(limit),
-                 "--lr", str(lr), "--run-dir", str(run_dir)]) == 0
+    choice = ModelChoice("mlperf-ad", batch=8, train="bias")
+    g, before, host, board = _train_and_replay(tmp_path, monkeypatch, choice, "machine-sound", 16, 0.01)
     out = capsys.readouterr().out
     assert "frozen dense weights stored int8 in flash" in out and "anomaly ROC AUC" in out, out
-    model, g0 = traced(choice)
-    g = _graph_for(g0, json.loads((run_dir / "plan.json").read_text()))
     assert g.int8_params == {"net.0.weight", "net.27.weight"}, g.int8_params
-    names = [n for n, _ in state_tensors(model)]
-    before = dict(zip(names, weights_of(model), strict=True))
-    data = load_dataset("machine-sound", limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss)
-    train_steps(model, data.epoch_batches(batch, 0, 0), lr, frozen=g.frozen, graph=g)
-    host = dict(zip(names, weights_of(model), strict=True))
-    board = dict(zip(names, read_back(run_dir, g), strict=True))
-    trained = [n for n in names if n not in g.frozen]
+    trained = [n for n in host if n not in g.frozen]
     assert len(trained) == 19 and all(n.endswith(".bias") for n in trained), trained  # 10 dense, 9 batch norms
-    # the trained weights together to 1e-5; each tensor's update to 1e-3 of itself. The batch norms' biases
-    # start at 0, so they are all update: fp32 sums over 640 features and a batch-norm backward (a difference
-    # of means) differ from PyTorch's by ~1e-4 of such a small update. The biases ahead of a batch norm get
-    # no gradient (rounding noise on both sides): they are left to the whole-set check.
+    # the biases ahead of a batch norm get no gradient (rounding noise on both sides): the whole-set check only
+    feeds_norm = {f"net.{i}.bias" for i in range(0, 27, 3)}
+    _updates_agree([n for n in trained if n not in feeds_norm], before, host, board)
     whole = np.concatenate([host[n].ravel() for n in trained])
     assert np.linalg.norm(np.concatenate([board[n].ravel() for n in trained]) - whole) <= 1e-5 * np.linalg.norm(whole)
-    feeds_norm = {f"net.{i}.bias" for i in range(0, 27, 3)}
-    for name in trained:
-        step = np.linalg.norm(host[name] - before[name])
-        if name not in feeds_norm:
-            assert step > 0 and np.linalg.norm(board[name] - host[name]) <= 1e-3 * step, name
+    assert all(not np.array_equal(host[n], before[n]) for n in trained if n not in feeds_norm)
