@@ -2,25 +2,29 @@
 
 For every zoo model (batch 1 unless told) and train mode: trace the training step, lay out the board's
 memory (plan/memory.py: what RAM holds, what flash holds), find the smallest activation arena any plan
-meeting a 3x-one-pass deadline needs (the POET MILP, `min_arena_budget`), plan at that --ram, and
+meeting a 3x-one-pass deadline needs (the POET MILP, `min_arena_budget`), plan at that --ram (or the
+least --ram, to within 1 KiB, whose plan's tensors can be placed at offsets: fragmentation), and
 print the table docs/benchmarks.md keeps: smallest --ram, energy and time per step of that plan
 (modelled from the shipped profile; ops it lacks are estimated), and where the bytes live. A row
 whose fixed part or frozen weights do not fit the board says which. Two ways are tried, as `poet
 solve` tries them, and the smaller budget wins: fp32, with the frozen layers with the largest weights
 in int8 where the fp32 ones do not fit the board's flash (precision.flash_fit); and the frozen prefix
 in static int8 with the trained head fused (static_int8.rewrite). Where flash still cannot hold the
-frozen weights, the largest int8 conv weights stream from the SD card (placement.place) and the
-plan pays their reads. Both update in backward where the graph allows (no gradients kept). Planning
-only: no board runs.
+frozen weights, the largest int8 conv weights stream from the SD card and then the largest frozen
+dense weights are stored int8, weight-only (placement.place), and the plan pays their reads. Both
+update in backward where the graph allows (no gradients kept). Planning only: no board runs.
 
     python benchmarks/smallest_ram.py [--boards nrf52840 mkr1000 esp32c3] [--models ...]
     python benchmarks/smallest_ram.py --models mlperf-kws mlperf-ic mlperf-vww mlperf-ad \\
-        --modes all last:1 last:2 last:3 bias bias+last:1 --batch 1 --batch-for mlperf-ad=2 --one-table
+        --modes all last:1 last:2 last:3 bias bias+last:1 --batch 1 2 --batch-for mlperf-ad=2,4 \\
+        --one-table --jobs 2
 
---batch: the batches every model is planned at; --batch-for MODEL=N[,N...]: that model's instead (a
-model whose trained batch norm cannot see a batch of one). --one-table: one table for every board,
-with the batch and the lowered schedule's length against the board images' schedule buffer
-(POET_SCHEDULE_BLOB_MAX, firmware/ports/*/port.mk); a plan longer than that cannot be loaded.
+--modes: the --train modes (default: all last:1 last:2 bias+last:1). --batch: the batches every model
+is planned at (default 1); --batch-for MODEL=N[,N...]: that model's instead (a model whose trained
+batch norm cannot see a batch of one). --one-table: one table for every board, with the batch and the
+lowered schedule's length against the most the board's images load (their schedule buffer,
+POET_SCHEDULE_BLOB_MAX, read from firmware/core/schedule.h and firmware/ports/*/port.mk). --jobs:
+rows planned in parallel processes, printed in order.
 """
 
 from __future__ import annotations
