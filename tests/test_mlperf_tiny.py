@@ -42,6 +42,15 @@ def _train_and_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, choice: M
             dict(zip(names, read_back(run_dir, g), strict=True)))
 
 
+def _trained_equal(g: TrainingGraph, before: Weights, host: Weights, board: Weights, names: list[str]) -> None:
+    """The trained tensors are `names`, each the board's equal to PyTorch's to 1e-5, and the steps moved them."""
+    trained = [n for n in host if n not in g.frozen]
+    assert trained == names, trained
+    for name in trained:
+        assert np.linalg.norm(board[name] - host[name]) <= 1e-5 * np.linalg.norm(host[name]), name
+    assert any(not np.array_equal(host[n], before[n]) for n in trained)  # the steps moved them
+
+
 def _updates_agree(names: list[str], before: Weights, host: Weights, board: Weights) -> None:
     """The weights `names` together to 1e-5 of PyTorch's, each tensor's update to 1e-3 of itself: a
     batch norm's bias starts at 0 and is all update, and fp32 sums over a layer and a batch-norm
@@ -60,12 +69,8 @@ def test_resnet8_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, monkeypatch:
     layers need 345 KiB of fixed RAM: 78K fp32 parameters), digits upsampled to 32x32x3. About 40 s."""
     choice = ModelChoice("mlperf-ic", batch=1, train="last:3")
     g, before, host, board = _train_and_replay(tmp_path, monkeypatch, choice, "digits", 3, 0.05)
-    trained = [n for n in host if n not in g.frozen]
-    assert trained == ["stack3.bn2.weight", "stack3.bn2.bias", "stack3.shortcut.weight", "stack3.shortcut.bias",
-                       "fc.weight", "fc.bias"], trained
-    for name in trained:
-        assert np.linalg.norm(board[name] - host[name]) <= 1e-5 * np.linalg.norm(host[name]), name
-    assert any(not np.array_equal(host[n], before[n]) for n in trained)  # the steps moved them
+    _trained_equal(g, before, host, board, ["stack3.bn2.weight", "stack3.bn2.bias", "stack3.shortcut.weight",
+                                            "stack3.shortcut.bias", "fc.weight", "fc.bias"])
 
 
 @needs_qemu
@@ -80,12 +85,8 @@ def test_ds_cnn_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, monkeypatch: 
     g, before, host, board = _train_and_replay(tmp_path, monkeypatch, choice, "mfcc", 6, 0.05, "--time-limit", "20")
     assert {"dropout", "dropout_bwd", "avgpool2d"} <= {n.op for n in g.nodes}
     assert any(n.attrs.get("kw") == 4 for n in g.nodes if n.op == "conv2d")
-    trained = [n for n in host if n not in g.frozen]
-    assert trained == ["features.25.weight", "features.25.bias", "features.26.weight", "features.26.bias",
-                       "fc.weight", "fc.bias"], trained
-    for name in trained:
-        assert np.linalg.norm(board[name] - host[name]) <= 1e-5 * np.linalg.norm(host[name]), name
-    assert any(not np.array_equal(host[n], before[n]) for n in trained)  # the steps moved them
+    _trained_equal(g, before, host, board, ["features.25.weight", "features.25.bias", "features.26.weight",
+                                            "features.26.bias", "fc.weight", "fc.bias"])
 
 
 @needs_qemu
