@@ -201,7 +201,8 @@ def plan_for(g: TrainingGraph, board: Board, request: PlanRequest, say: Say = pr
 def plan_line(plan: Plan) -> str:
     """How a plan was made and what the maker says of it: one line."""
     return (f"  plan: {plan.strategy} via {plan.solver}, status {plan.status}, made in {plan.solve_time_s:.2f} s"
-            + (f", gap {plan.gap:.2%}" if plan.status == "feasible" and plan.solver != "heuristic" else "")
+            + (f", within {plan.gap:.2%} of the lower bound {plan.bound_j:.6g} J"
+               if plan.status == "feasible" and plan.bound_j is not None else "")
             + (f" ({plan.note})" if plan.note else ""))
 
 

@@ -154,6 +154,7 @@ class Plan:
     gap: float = 0.0
     solver: str = ""
     note: str = ""  # why a strategy found no plan, or what it chose (e.g. its checkpoint count)
+    bound_j: float | None = None  # no plan for this budget and deadline costs less (None: not known)
 
     @property
     def recomputes(self) -> int:

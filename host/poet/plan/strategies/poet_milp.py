@@ -67,6 +67,7 @@ import pulp
 
 from poet.errors import PoetError
 from poet.plan import milp
+from poet.plan.bound import relax
 from poet.plan.simulate import simulate
 from poet.plan.strategies.base import Progress
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Semantics, Stage, rule_stage
@@ -91,6 +92,10 @@ def _last_need(graph: CostedGraph) -> list[int]:
 # Above this many binaries the MILP takes minutes and gigabytes to build and HiGHS finds no
 # bound in any sensible time (BERT-base, T=646); the best baseline plan is returned instead.
 MAX_MILP_VARIABLES = 150_000  # in milp_size() units: mobilenetv2 ~86k builds in 30 s
+
+
+# The gap relaxation's share of the time limit: a second or less on the zoo's graphs.
+RELAX_LIMIT_S = 20.0
 
 
 # Above this many (milp_size) the build takes seconds and is announced before it starts.
@@ -518,31 +523,38 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     from, so a time-limited solve returns nothing worse than it.
     """
     say = progress or (lambda _msg: None)
-    plain_j = sum(n.compute_j for n in graph.nodes)
     start = warm_start if warm_start is not None and warm_start.stages else None
+    rel = relax(graph, arena_budget, deadline_s, semantics, recompute, paging, min(time_limit_s, RELAX_LIMIT_S))
+    if rel.status == "infeasible":
+        plan = Plan(strategy=strategy, stages=[], status="infeasible", arena_budget=arena_budget,
+                    deadline_s=deadline_s, solver="bound", solve_time_s=rel.solve_time_s,
+                    note="no plan fits the budget and deadline: the gap relaxation (plan/bound.py) has no solution")
+        say(plan.note)
+        return plan
+    bound_j = rel.bound_j  # every plan computes every node once, so it is at least one plain pass
+    say(f"lower bound {bound_j:.6g} J (the gap relaxation, {rel.status} in {rel.solve_time_s:.2f} s)")
 
-    def adopt(start: Plan, status: str, solver_name: str, gap_: float, note: str) -> Plan:
+    def adopt(start: Plan, status: str, solver_name: str, note: str) -> Plan:
         """The warm start as this strategy's plan; it must fit and meet the deadline, whoever made it."""
         simulate(graph, start, arena_budget, deadline_s, semantics)
         return Plan(strategy=strategy, stages=start.stages, status=status, energy_j=start.energy_j,
                     time_s=start.time_s, peak_bytes=start.peak_bytes, arena_budget=arena_budget,
-                    deadline_s=deadline_s, solver=solver_name, gap=gap_, note=note)
+                    deadline_s=deadline_s, solver=solver_name, gap=milp.relative_gap(start.energy_j, bound_j),
+                    note=note, bound_j=bound_j)
 
-    if start is not None and start.energy_j <= plain_j * (1 + 1e-12):
-        # every plan computes every node at least once: a plan that costs exactly that is optimal
-        say(f"{start.strategy}'s plan costs one plain pass ({plain_j:.6g} J), the least any plan can: "
-            f"optimal without a solve")
-        return adopt(start, "optimal", "bound", 0.0, f"the {start.strategy} plan")
+    if start is not None and milp.proven(start.energy_j, bound_j):
+        say(f"{start.strategy}'s plan costs {start.energy_j:.6g} J, the lower bound: optimal without a solve")
+        return adopt(start, "optimal", "bound", f"the {start.strategy} plan, at the lower bound")
     size = milp_size(graph)
     if size > MAX_MILP_VARIABLES:
         note = f"the MILP would have about {size:,} variables (> {MAX_MILP_VARIABLES:,}): not built"
-        if start is not None:  # the best baseline stands in, with its distance to the bound no plan can beat
-            gap_ = 1 - plain_j / start.energy_j
-            plan = adopt(start, "feasible", start.solver, gap_,
-                         f"{note}; the {start.strategy} plan, gap to one plain pass {gap_:.1%}")
+        if start is not None:  # the best heuristic stands in, said to be one, with its distance to the bound
+            gap_ = milp.relative_gap(start.energy_j, bound_j)
+            plan = adopt(start, "feasible", "heuristic",
+                         f"{note}; a heuristic's plan ({start.strategy}), within {gap_:.2%} of the lower bound")
         else:
             plan = Plan(strategy=strategy, stages=[], status="no-solution", arena_budget=arena_budget,
-                        deadline_s=deadline_s, solver="none", gap=math.inf, note=note)
+                        deadline_s=deadline_s, solver="none", gap=math.inf, note=note, bound_j=bound_j)
         say(plan.note)
         return plan
     if size > SAY_BUILD_ABOVE:
@@ -558,7 +570,7 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     plan = _outcome_plan(out, strategy, arena_budget, deadline_s)
     if out.status in ("optimal", "feasible"):
         plan.stages = _extract(graph, m)
-        _account(plan, m, graph, graph, out, semantics)
+        _account(plan, m, graph, graph, out, semantics, bound_j)
     say(_solved_line(out, plan))
     return plan
 
@@ -569,16 +581,20 @@ def _outcome_plan(out: milp.Outcome, strategy: str, arena_budget: int, deadline_
 
 
 def _account(plan: Plan, m: _Milp, graph: CostedGraph, realised: CostedGraph, out: milp.Outcome,
-             semantics: Semantics = POET) -> None:
+             semantics: Semantics = POET, bound_j: float | None = None) -> None:
     """Replay the plan, check its energy is the MILP objective, and state its gap in joules:
-    1 - (the least energy the solver's bound allows) / (the plan's energy)."""
+    1 - (the least energy the solver's bound, or `bound_j` if higher, allows) / (the plan's energy)."""
     sim = simulate(realised, plan, plan.arena_budget, plan.deadline_s, semantics)
     objective = m.fixed_j(graph) + _value(m.energy_terms(graph))
     if not math.isclose(sim.energy_j, objective, rel_tol=1e-9, abs_tol=1e-15):
         raise AssertionError(f"simulated energy {sim.energy_j!r} J != MILP objective {objective!r} J")
     plan.energy_j, plan.time_s, plan.peak_bytes = sim.energy_j, sim.time_s, sim.peak_bytes
-    bound_j = None if out.bound is None else m.fixed_j(graph) + out.bound * m.scale
-    plan.gap = 0.0 if out.status == "optimal" else milp.relative_gap(plan.energy_j, bound_j)
+    solver_j = None if out.bound is None else m.fixed_j(graph) + out.bound * m.scale
+    best = max((b for b in (solver_j, bound_j) if b is not None), default=None)
+    plan.bound_j = min(best, plan.energy_j) if best is not None else None
+    if out.status != "optimal" and best is not None and milp.proven(plan.energy_j, best):
+        plan.status, plan.note = "optimal", "; ".join(x for x in (plan.note, "proven by the lower bound") if x)
+    plan.gap = 0.0 if plan.status == "optimal" else milp.relative_gap(plan.energy_j, best)
 
 
 def _solved_line(out: milp.Outcome, plan: Plan) -> str:

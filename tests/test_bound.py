@@ -1,0 +1,121 @@
+"""The gap relaxation's bound (plan/bound.py): never above any plan's energy, and proofs of infeasibility.
+
+Checked against the brute force of test_planner.py (every plan, by dynamic programming) on the
+small hand-made graphs, and against the POET MILP's proven optima on random training-shaped
+graphs, the POET reference's linear.m0 and small zoo models. A bound above an optimum would make
+poet call a plan optimal that is not, so every one of these must hold exactly, not on average.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from poet.plan.bound import gaps_of, relax
+from poet.plan.strategies import plan_with
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
+from poet.plan.types import POET, REFERENCE, CostedGraph, CostedNode
+
+from test_planner import LINEAR_M0, brute_force, chain, deep, linear_m0, node, tiny
+
+TOL = 1e-9
+
+
+def _budgets(g: CostedGraph, n: int = 6) -> list[int]:
+    """From the smallest any op needs to the keep-everything peak."""
+    lo, hi = lower_bound_bytes(g), keep_all(g).peak_bytes
+    return sorted({lo + (hi - lo) * k // n for k in range(n + 1)} | {lo - 1})
+
+
+@pytest.mark.parametrize("make", [tiny, deep], ids=["tiny", "deep"])
+def test_bound_never_exceeds_the_brute_force_optimum(make) -> None:  # type: ignore[no-untyped-def]
+    g = make()
+    for budget in _budgets(g):
+        for factor in (1.0, 1.05, 1.3, 2.0):
+            deadline = factor * g.one_pass_s
+            best = brute_force(g, budget, deadline)
+            rel = relax(g, budget, deadline)
+            if rel.status == "infeasible":
+                assert best is None, f"relaxation says no plan at {budget} B, {factor}x; brute force found {best}"
+                continue
+            assert rel.status == "optimal"
+            if best is not None:
+                assert rel.bound_j <= best * (1 + TOL), (budget, factor, rel.bound_j, best)
+
+
+def _random_graph(seed: int) -> CostedGraph:
+    """A training-shaped DAG: forward ops reading one or two earlier ones (skips), a loss, then a
+    backward op per forward op, in reverse, reading the running gradient and some of the op's
+    forward tensors; sizes, speeds and paging power drawn at random."""
+    rng = random.Random(seed)
+    w = rng.choice([0.02, 0.2, 2.0])
+    n_fwd = rng.randint(4, 9)
+    nodes: list[CostedNode] = [node(0, "input", (), rng.randint(1, 8), 0.0, w)]
+    for k in range(1, n_fwd + 1):
+        deps = {k - 1} | ({rng.randrange(k)} if k > 1 and rng.random() < 0.4 else set())
+        nodes.append(node(k, "forward", tuple(sorted(deps)), rng.randint(1, 12), rng.uniform(0.001, 0.05), w))
+    nodes.append(node(n_fwd + 1, "loss", (n_fwd,), 1, 0.001, w))
+    grad = n_fwd + 1
+    for k in range(n_fwd, 0, -1):
+        reads = {k} | set(nodes[k].deps) if rng.random() < 0.5 else set(nodes[k].deps)
+        i = len(nodes)
+        nodes.append(node(i, "backward", (grad, *sorted(reads)), rng.randint(0, 10), rng.uniform(0.001, 0.08), w))
+        grad = i
+    nodes.append(node(len(nodes), "optimizer", (), 0, 0.01, w))
+    return CostedGraph(tuple(nodes), name=f"random{seed}")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_bound_never_exceeds_the_milp_optimum_on_random_graphs(seed: int) -> None:
+    g = _random_graph(seed)
+    lo, hi = lower_bound_bytes(g), keep_all(g).peak_bytes
+    proven = 0
+    for budget in (lo, (lo + hi) // 2, lo + (hi - lo) // 4):
+        for factor in (1.02, 1.5):
+            deadline = factor * g.one_pass_s
+            rel = relax(g, budget, deadline)
+            opt = solve_poet(g, budget, deadline, time_limit_s=60)
+            if rel.status == "infeasible":
+                assert opt.status == "infeasible", f"relaxation infeasible, MILP found {opt.energy_j} J"
+                continue
+            if opt.status == "optimal":
+                proven += 1
+                assert rel.bound_j <= opt.energy_j * (1 + TOL), (budget, factor, rel.bound_j, opt.energy_j)
+    assert proven, "no instance of this graph was solved to a proof: the check checked nothing"
+
+
+@pytest.mark.parametrize("semantics", [POET, REFERENCE], ids=["poet", "reference"])
+def test_bound_on_the_reference_linear_m0(semantics) -> None:  # type: ignore[no-untyped-def]
+    g = linear_m0()
+    if semantics is REFERENCE:
+        g = CostedGraph.from_json(LINEAR_M0, reference=True)
+    for factor in (1.01, 1.2):
+        deadline = factor * g.one_pass_s
+        rel = relax(g, 3300, deadline, semantics)
+        opt = plan_with("poet", g, 3300, deadline, semantics=semantics)
+        assert opt.status == "optimal"
+        assert rel.bound_j <= opt.energy_j * (1 + TOL)
+        # and tight: linear.m0's optimum recomputes two tensors and pages two, all of it priced here
+        assert rel.bound_j >= opt.energy_j * (1 - 1e-3)
+
+
+def test_gaps_are_the_stretches_between_reads() -> None:
+    g = tiny()
+    # tensor 1 is made at 1, read by 2 and by 7: one gap (1 read at 2, next at 7)
+    assert [(x.after, x.until) for x in gaps_of(g) if x.tensor == 1] == [(2, 7)]
+    # tensor 0 (the batch) is read at 1 and 8
+    assert [(x.after, x.until) for x in gaps_of(g) if x.tensor == 0] == [(1, 8)]
+
+
+def test_bound_is_one_plain_pass_with_room_to_spare() -> None:
+    g = chain()
+    rel = relax(g, keep_all(g).peak_bytes, 1.5 * g.one_pass_s)
+    assert rel.status == "optimal" and rel.binding_stages == 0
+    assert rel.bound_j == pytest.approx(sum(n.compute_j for n in g.nodes))
+
+
+def test_an_impossible_deadline_or_budget_is_proven_infeasible() -> None:
+    g = chain()
+    assert relax(g, lower_bound_bytes(g) - 1, 10 * g.one_pass_s).status == "infeasible"
+    assert relax(g, keep_all(g).peak_bytes, 0.99 * g.one_pass_s).status == "infeasible"
