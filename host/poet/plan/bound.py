@@ -34,6 +34,7 @@ resident), which is what docs/benchmarks.md measures ("Planner on the zoo").
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from dataclasses import dataclass, field
@@ -102,6 +103,22 @@ def stage_floor(graph: CostedGraph) -> list[int]:
     """Per stage, the bytes its main compute always holds: its output and its inputs."""
     nodes = graph.nodes
     return [n.bytes + sum(nodes[d].bytes for d in dict.fromkeys(n.deps)) for n in nodes]
+
+
+def shortfall(graph: CostedGraph, arena_budget: int) -> np.ndarray:
+    """Per stage, the bytes its main compute holds beyond the budget if every tensor is kept
+    between its reads (> 0: the stage's RAM row can bind)."""
+    nodes = graph.nodes
+    inner = np.zeros(len(nodes) + 1, dtype=np.int64)
+    for g in gaps_of(graph):
+        inner[g.after + 1] += nodes[g.tensor].bytes
+        inner[g.until] -= nodes[g.tensor].bytes
+    return np.cumsum(inner)[: len(nodes)] + np.array(stage_floor(graph), dtype=np.int64) - arena_budget
+
+
+def binding_rows(graph: CostedGraph, arena_budget: int) -> list[int]:
+    """The stages whose RAM rows can bind (shortfall > 0)."""
+    return [int(t) for t in np.flatnonzero(shortfall(graph, arena_budget) > 0)]
 
 
 def relax(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics = POET,
@@ -293,3 +310,209 @@ def relax(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: S
     objective = plain_j + sum(cost[v] for v, val in enumerate(x) if val > 0.5)
     return Relaxation("optimal" if status == ms.kOptimal else "feasible",
                       plain_j + max(0.0, min(dual, objective - plain_j)), gaps, choice, objective, dt, len(rows))
+
+
+@dataclass
+class RowRelaxation:
+    """The row relaxation's answer (relax_rows)."""
+
+    status: str
+    bound_j: float
+    rows: list[int] = field(default_factory=list)  # the stages with a RAM row, ascending
+    resident: dict[int, set[int]] = field(default_factory=dict)  # row stage -> tensors resident at it
+    remade: dict[int, set[int]] = field(default_factory=dict)  # row index k -> tensors made again after row k
+    paged: set[int] = field(default_factory=set)  # tensors paged out
+    objective_j: float = math.inf
+    solve_time_s: float = 0.0
+    variables: int = 0
+
+
+class _Lp:
+    """Columns and rows gathered in arrays, handed to HiGHS at once."""
+
+    def __init__(self) -> None:
+        self.cost: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.starts: list[int] = []
+        self.index: list[int] = []
+        self.value: list[float] = []
+
+    def var(self, cost: float) -> int:
+        self.cost.append(cost)
+        return len(self.cost) - 1
+
+    def row(self, lo: float, hi: float, cols: list[int], vals: list[float]) -> None:
+        self.lo.append(lo)
+        self.hi.append(hi)
+        self.starts.append(len(self.index))
+        self.index += cols
+        self.value += vals
+
+
+def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics = POET,
+               recompute: bool = True, paging: bool = True, time_limit_s: float = 30.0,
+               rows: list[int] | None = None, integer: bool = True) -> RowRelaxation:
+    """The relaxation at RAM-row granularity (docs/planner.md, "The bound").
+
+    rows: the binding stages to write RAM rows for (default: every stage whose keep-everything
+    RAM is over the budget); fewer rows give a weaker bound, still a bound, from a smaller model.
+    Per tensor d and row k: res[d,k] resident at row k's main compute, ev[d,k] = evr + evp made
+    again (recomputed, paged in) between row k and row k+1 ("window k").
+    """
+    import highspy
+
+    t0 = time.perf_counter()
+    nodes, n_nodes = graph.nodes, len(graph)
+    plain_j = sum(n.compute_j for n in nodes)
+    floor = stage_floor(graph)
+    if max(floor, default=0) > arena_budget or deadline_s < graph.one_pass_s * (1 - 1e-12):
+        return RowRelaxation("infeasible", math.inf, solve_time_s=time.perf_counter() - t0)
+    gaps = gaps_of(graph)
+    if rows is None:
+        rows = binding_rows(graph, arena_budget)
+    if not rows:
+        return RowRelaxation("optimal", plain_j, [], objective_j=plain_j, solve_time_s=time.perf_counter() - t0)
+    n_rows = len(rows)
+    reads: list[list[int]] = [[] for _ in nodes]
+    for c in nodes:
+        for d in dict.fromkeys(c.deps):
+            if nodes[d].bytes > 0:
+                reads[d].append(c.id)
+    # per tensor, the sorted stages where it is resident for free: made, read
+    points = [[i, *reads[i]] if nodes[i].bytes > 0 else [] for i in range(n_nodes)]
+    point_set = [set(p) for p in points]
+
+    def window_of(stage: int) -> int:
+        """k such that rows[k] < stage <= rows[k+1] (-1: at or before the first row)."""
+        return bisect.bisect_left(rows, stage) - 1
+
+    def touched_in(d: int, k: int) -> bool:
+        """Tensor d is made or read in window k: resident there with no cost."""
+        lo = rows[k] if k >= 0 else -1
+        hi = rows[k + 1] if k + 1 < n_rows else n_nodes
+        p = points[d]
+        at = bisect.bisect_right(p, lo)
+        return at < len(p) and p[at] <= hi
+
+    lp = _Lp()
+    res: dict[tuple[int, int], int] = {}
+    evr: dict[tuple[int, int], int] = {}
+    evp: dict[tuple[int, int], int] = {}
+    po: dict[int, int] = {}
+    secs: dict[int, float] = {}
+    at_row: list[list[tuple[int, int]]] = [[] for _ in rows]  # (res variable, bytes)
+    can_rec = [recompute and n.recomputable and n.kind in PURE_KINDS for n in nodes]
+
+    # Variables are made on first use and their rows written from a worklist (a recursion would be
+    # as deep as the longest chain of recomputes times the rows it spans).
+    todo: list[tuple[str, int, int]] = []
+
+    def state(d: int, k: int) -> list[int] | None:
+        """Variables one of which is 1 if d is resident at row k's main compute; None: always is."""
+        t = rows[k]
+        if t < d:
+            return []  # not made yet
+        if t in point_set[d]:
+            return None
+        key = (d, k)
+        if key not in res:
+            res[key] = lp.var(0.0)
+            at_row[k].append((res[key], nodes[d].bytes))
+            todo.append(("res", d, k))
+        return [res[key]]
+
+    def made(d: int, k: int) -> list[int]:
+        """The variables of d being made again in window k."""
+        key = (d, k)
+        if key not in evr and key not in evp:
+            n = nodes[d]
+            if paging:
+                evp[key] = lp.var(n.page_in_j)
+                secs[evp[key]] = n.page_in_s if semantics.paging_in_deadline else 0.0
+                if d not in po:
+                    po[d] = lp.var(n.page_out_j)
+                    secs[po[d]] = n.page_out_s if semantics.paging_in_deadline else 0.0
+                lp.row(-math.inf, 0.0, [evp[key], po[d]], [1.0, -1.0])
+            if can_rec[d]:
+                evr[key] = lp.var(n.compute_j)
+                secs[evr[key]] = n.compute_s
+                todo.append(("made", d, k))
+        return [v[key] for v in (evr, evp) if key in v]
+
+    def needs(v: int, d: int, k: int) -> None:
+        """Row: v <= (d resident at row k) + (d made again in window k), unless d always is."""
+        st = state(d, k)
+        if st is not None:
+            ways = [*st, *made(d, k)]
+            lp.row(-math.inf, 0.0, [v, *ways], [1.0] + [-1.0] * len(ways))
+
+    def drain() -> None:
+        while todo:
+            what, d, k = todo.pop()
+            if what == "res":  # resident at row k: resident at row k-1 too, or made again in between
+                if k > 0 and not touched_in(d, k - 1):
+                    needs(res[d, k], d, k - 1)
+            else:  # recomputed in window k: each input resident then
+                for e in dict.fromkeys(nodes[d].deps):
+                    if nodes[e].bytes > 0 and not touched_in(e, k):
+                        needs(evr[d, k], e, k)
+
+    # every tensor inside a gap at a row: a variable, and present again at the read ending the gap
+    for g in gaps:
+        lo, hi = bisect.bisect_right(rows, g.after), bisect.bisect_left(rows, g.until)
+        for k in range(lo, hi):
+            state(g.tensor, k)
+        if hi > lo:
+            k = hi - 1  # the last row inside the gap: resident there, or made again before the read
+            ways = [*(state(g.tensor, k) or []), *made(g.tensor, k)]
+            lp.row(1.0, math.inf, ways, [1.0] * len(ways))
+        drain()
+    # RAM rows
+    for k, t in enumerate(rows):
+        cols = [v for v, _ in at_row[k]]
+        lp.row(-math.inf, float(arena_budget - floor[t]), cols, [float(b) for _, b in at_row[k]])
+    slack = deadline_s - graph.one_pass_s
+    if secs:
+        scale = max(slack, 1e-30)
+        cols = list(secs)
+        lp.row(-math.inf, slack / scale, cols, [secs[c] / scale for c in cols])
+    nv = len(lp.cost)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    for option, value in (("mip_rel_gap", 0.0), ("mip_abs_gap", 0.0), ("primal_feasibility_tolerance", 1e-9),
+                          ("mip_feasibility_tolerance", 1e-9)):
+        h.setOptionValue(option, value)
+    cscale = max(lp.cost, default=0.0) or 1.0
+    h.addVars(nv, np.zeros(nv), np.ones(nv))
+    idx = np.arange(nv, dtype=np.int32)
+    h.changeColsCost(nv, idx, np.array(lp.cost) / cscale)
+    if integer:
+        h.changeColsIntegrality(nv, idx, np.array([highspy.HighsVarType.kInteger] * nv))
+    h.addRows(len(lp.lo), np.array(lp.lo), np.array(lp.hi), len(lp.index), np.array(lp.starts, dtype=np.int32),
+              np.array(lp.index, dtype=np.int32), np.array(lp.value, dtype=np.float64))
+    h.run()
+    status, info = h.getModelStatus(), h.getInfo()
+    ms = highspy.HighsModelStatus
+    dt = time.perf_counter() - t0
+    if status == ms.kInfeasible:
+        return RowRelaxation("infeasible", math.inf, rows, solve_time_s=dt, variables=nv)
+    raw = info.mip_dual_bound if integer else info.objective_function_value
+    dual = raw * cscale * (1 - BOUND_MARGIN) if math.isfinite(raw) else 0.0
+    if info.primal_solution_status != 2:
+        return RowRelaxation("no-solution", plain_j + max(dual, 0.0), rows, solve_time_s=dt, variables=nv)
+    x = h.getSolution().col_value
+    on = {v for v in range(nv) if x[v] > 0.5}
+    resident: dict[int, set[int]] = {t: set() for t in rows}
+    for (d, k), v in res.items():
+        if v in on:
+            resident[rows[k]].add(d)
+    remade: dict[int, set[int]] = {}
+    for (d, k), v in [*evr.items(), *evp.items()]:
+        if v in on:
+            remade.setdefault(k, set()).add(d)
+    objective = plain_j + sum(lp.cost[v] for v in on)
+    return RowRelaxation("optimal" if status == ms.kOptimal else "feasible",
+                         plain_j + max(0.0, min(dual, objective - plain_j)), rows, resident, remade,
+                         {d for d, v in po.items() if v in on}, objective, dt, nv)

@@ -46,6 +46,11 @@ class Policy:
             return read_later
         return {i for i in read_later if self.retain(b, i, t)}
 
+    def page_out(self, b: Builder, t: int, present: set[int]) -> set[int]:
+        """Tensors of `present` to page out at the end of stage t, whatever the budget (a plan
+        made in advance, strategies/gaps.py); the others page out only when evicted."""
+        return set()
+
     def evict(self, b: Builder, t: int, candidates: list[int]) -> tuple[int, bool] | None:
         """Stage t is over budget: a tensor from `candidates` (resident, unused in stage t) to
         evict and whether to page it out (else it is dropped); None gives up."""
@@ -157,11 +162,16 @@ class Builder:
             present = resident | pin | {c for c in order if nodes[c].bytes > 0}
             last_read = self.last_read
             keep = self.policy.retain_all(self, {i for i in present if last_read[i] > t}, t)
-            while self.peak(resident | pin, order, keep) > self.budget:
+            pout = self.policy.page_out(self, t, present) - self.aux
+            for x in pout:
+                self.aux.add(x)
+                self.extra_s += nodes[x].page_out_s
+            # a tensor paged out at the end of the stage is resident until then (spec section 1)
+            while self.peak(resident | pin, order, keep | pout) > self.budget:
                 cands = sorted(i for i in resident if i not in used_here)
                 choice = self.policy.evict(self, t, cands) if cands else None
                 if choice is None:
-                    raise Stuck(f"stage {t} ({nodes[t].name}) needs {self.peak(resident | pin, order, keep)} B "
+                    raise Stuck(f"stage {t} ({nodes[t].name}) needs {self.peak(resident | pin, order, keep | pout)} B "
                                  f"> {self.budget} B with nothing left to evict")
                 x, page = choice
                 resident.discard(x)
@@ -171,7 +181,7 @@ class Builder:
                     self.aux.add(x)
                     self.extra_s += nodes[x].page_out_s
             self.kept[t + 1] = keep
-            self.drafts.append(_StageDraft(computes, pin, set()))
+            self.drafts.append(_StageDraft(computes, pin, pout))
             if t > 0:  # stage t-1 is final now: stage t's evictions change its page-outs and what it keeps
                 stages.append(self._stage(t - 1))
         if nodes:

@@ -59,6 +59,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,9 +68,9 @@ import pulp
 
 from poet.errors import PoetError
 from poet.plan import milp
-from poet.plan.bound import relax
 from poet.plan.simulate import simulate
-from poet.plan.strategies.base import Progress
+from poet.plan.strategies.base import Options, Progress
+from poet.plan.strategies.relaxed import relaxed
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Semantics, Stage, rule_stage
 
 Key = tuple[int, int]  # (stage t, tensor i)
@@ -94,8 +95,8 @@ def _last_need(graph: CostedGraph) -> list[int]:
 MAX_MILP_VARIABLES = 150_000  # in milp_size() units: mobilenetv2 ~86k builds in 30 s
 
 
-# The gap relaxation's share of the time limit: a second or less on the zoo's graphs.
-RELAX_LIMIT_S = 20.0
+# The relaxations' share of the time limit when the MILP follows (strategies/relaxed.py).
+RELAXED_SHARE = 0.5
 
 
 # Above this many (milp_size) the build takes seconds and is announced before it starts.
@@ -516,47 +517,65 @@ def _value(terms: list[tuple[pulp.LpVariable, float]]) -> float:
 def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str = "highs",
                time_limit_s: float = 60.0, gap: float = 0.0, progress: Progress = None,
                recompute: bool = True, paging: bool = True, strategy: str = "poet",
-               warm_start: Plan | None = None, semantics: Semantics = POET) -> Plan:
+               warm_start: Plan | None = None, semantics: Semantics = POET, bound: bool = True) -> Plan:
     """The least-energy plan that fits `arena_budget` bytes and meets `deadline_s`.
 
     warm_start: a plan (any strategy's, it must fit and meet the deadline) the solver starts
-    from, so a time-limited solve returns nothing worse than it.
+    from, so a time-limited solve returns nothing worse than it. bound=False: the MILP alone,
+    without the relaxations' bounds (what tests of those bounds check them against).
     """
     say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
     start = warm_start if warm_start is not None and warm_start.stages else None
-    rel = relax(graph, arena_budget, deadline_s, semantics, recompute, paging, min(time_limit_s, RELAX_LIMIT_S))
-    if rel.status == "infeasible":
-        plan = Plan(strategy=strategy, stages=[], status="infeasible", arena_budget=arena_budget,
-                    deadline_s=deadline_s, solver="bound", solve_time_s=rel.solve_time_s,
-                    note="no plan fits the budget and deadline: the gap relaxation (plan/bound.py) has no solution")
-        say(plan.note)
-        return plan
-    bound_j = rel.bound_j  # every plan computes every node once, so it is at least one plain pass
-    say(f"lower bound {bound_j:.6g} J (the gap relaxation, {rel.status} in {rel.solve_time_s:.2f} s)")
+    size = milp_size(graph)
+    buildable = size <= MAX_MILP_VARIABLES
+    if bound:
+        # the relaxations (plan/bound.py) first: a bound, often a plan at it; half the time if the
+        # MILP follows, all of it if it cannot be built
+        share = time_limit_s * (RELAXED_SHARE if buildable else 1.0)
+        opts = Options(time_limit_s=share, gap=gap, progress=progress)
+        rel = relaxed(graph, arena_budget, deadline_s, semantics, opts, recompute, paging, start)
+        if rel.status == "infeasible" and rel.bound_j is None:
+            plan = Plan(strategy=strategy, stages=[], status="infeasible", arena_budget=arena_budget,
+                        deadline_s=deadline_s, solver="bound", solve_time_s=time.perf_counter() - t0,
+                        note=f"no plan fits the budget and deadline: {rel.note.removeprefix('no plan fits: ')}")
+            say(plan.note)
+            return plan
+        bound_j = rel.bound_j if rel.bound_j is not None else 0.0
+        if rel.status in ("optimal", "feasible") and rel.stages and (start is None or rel.energy_j < start.energy_j):
+            start = rel
+    else:  # every plan computes every node once
+        bound_j = sum(n.compute_j for n in graph.nodes)
 
     def adopt(start: Plan, status: str, solver_name: str, note: str) -> Plan:
-        """The warm start as this strategy's plan; it must fit and meet the deadline, whoever made it."""
+        """The best plan so far as this strategy's; it must fit and meet the deadline, whoever made it."""
         simulate(graph, start, arena_budget, deadline_s, semantics)
         return Plan(strategy=strategy, stages=start.stages, status=status, energy_j=start.energy_j,
                     time_s=start.time_s, peak_bytes=start.peak_bytes, arena_budget=arena_budget,
                     deadline_s=deadline_s, solver=solver_name, gap=milp.relative_gap(start.energy_j, bound_j),
-                    note=note, bound_j=bound_j)
+                    note=note, bound_j=bound_j, solve_time_s=time.perf_counter() - t0)
+
+    def maker(p: Plan) -> str:
+        return "the row relaxation's plan" if p.strategy == "relaxed" else f"a heuristic's plan ({p.strategy})"
 
     if start is not None and milp.proven(start.energy_j, bound_j):
-        say(f"{start.strategy}'s plan costs {start.energy_j:.6g} J, the lower bound: optimal without a solve")
-        return adopt(start, "optimal", "bound", f"the {start.strategy} plan, at the lower bound")
-    size = milp_size(graph)
-    if size > MAX_MILP_VARIABLES:
+        say(f"{start.strategy}'s plan costs {start.energy_j:.6g} J, the lower bound: optimal without the MILP")
+        return adopt(start, "optimal", "bound", f"{maker(start)}, at the lower bound")
+    if start is not None and start.energy_j - bound_j <= gap * start.energy_j:
+        return adopt(start, "feasible", start.solver, f"{maker(start)}, within the requested gap of the lower bound")
+    if not buildable:
         note = f"the MILP would have about {size:,} variables (> {MAX_MILP_VARIABLES:,}): not built"
-        if start is not None:  # the best heuristic stands in, said to be one, with its distance to the bound
+        if start is not None:  # the best plan found stands in, said to be one, with its distance to the bound
             gap_ = milp.relative_gap(start.energy_j, bound_j)
-            plan = adopt(start, "feasible", "heuristic",
-                         f"{note}; a heuristic's plan ({start.strategy}), within {gap_:.2%} of the lower bound")
+            plan = adopt(start, "feasible", start.solver or "heuristic",
+                         f"{note}; {maker(start)}, within {gap_:.2%} of the lower bound")
         else:
             plan = Plan(strategy=strategy, stages=[], status="no-solution", arena_budget=arena_budget,
                         deadline_s=deadline_s, solver="none", gap=math.inf, note=note, bound_j=bound_j)
         say(plan.note)
         return plan
+    warm_start = start
+    time_limit_s = max(1.0, time_limit_s - (time.perf_counter() - t0))
     if size > SAY_BUILD_ABOVE:
         say(f"building the MILP: about {size:,} variables (up to a minute at {MAX_MILP_VARIABLES:,})")
     m = _build(graph, arena_budget, deadline_s, recompute=recompute, paging=paging, semantics=semantics)
@@ -571,6 +590,7 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     if out.status in ("optimal", "feasible"):
         plan.stages = _extract(graph, m)
         _account(plan, m, graph, graph, out, semantics, bound_j)
+    plan.solve_time_s = time.perf_counter() - t0
     say(_solved_line(out, plan))
     return plan
 
