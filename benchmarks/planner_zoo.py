@@ -1,14 +1,16 @@
-"""Solve time and gap of the POET MILP on every zoo model at 50% and 25% of its checkpoint-all peak.
+"""The POET planner on every zoo model: a plan and a proven lower bound within a time limit, beside
+the MILP alone (the formulation before plan/bound.py) and the best heuristic.
 
-(and at a quarter of the way from the smallest feasible arena to the peak, since a small model's first
-layer alone may need more than half its peak)
+Usage: .venv/bin/python benchmarks/planner_zoo.py [--time-limit 60] [--boards nrf52840 rpi4]
+           [--batches 1 16] [--models a b ...] [--no-milp-alone] [--deadline 1.5]
 
-Usage: .venv/bin/python benchmarks/planner_zoo.py [--time-limit S] [--deadline 1.5] [--models a,b]
-
-Graphs are traced at batch 1 and costed for the nRF52840 (ops the shipped profile has
-not measured are estimated from FLOPs, see poet.costs.costed), budgets count the
-activation arena only. For each budget: the best baseline (all of them, same cost
-model and simulator), then POET warm-started from it.
+Graphs are traced at each batch and costed for each board with its shipped profile (ops the
+profile has not measured are estimated: poet.plan.costs.costed(estimate=True)); budgets count the
+activation arena only: 50% and 25% of the keep-everything peak, and a quarter of the way from
+the smallest feasible (one op's inputs and output) to the peak where those are below it. Per row:
+POET (the relaxations of plan/bound.py, their plan, then the MILP where it can be built, all within
+--time-limit), its status and gap to the best bound proven; the MILP alone (warm-started from the
+best heuristic, the same limit); the best heuristic and its gap to POET's bound.
 """
 
 from __future__ import annotations
@@ -21,49 +23,83 @@ from poet.boards import load_board
 from poet.graph.tracer import trace
 from poet.models.zoo import ZOO, get_model
 from poet.plan.costs import costed, load_profile
-from poet.plan.strategies import BASELINES, found, plan_with
+from poet.plan.strategies import best_heuristic, found
 from poet.plan.strategies.checkpoint_all import keep_all
-from poet.plan.strategies.poet_milp import lower_bound_bytes
+from poet.plan.strategies.poet_milp import MAX_MILP_VARIABLES, lower_bound_bytes, milp_size, solve_poet
+from poet.plan.types import CostedGraph, Plan
+
+
+def _status(p: Plan) -> str:
+    if p.status == "optimal":
+        return "optimal"
+    if found(p):
+        return f"{p.gap:.2%}" if p.bound_j is not None or p.gap < 1 else "feasible"
+    return p.status
+
+
+def _row(label: str, cg: CostedGraph, budget: int, deadline: float, limit: float, alone: bool) -> str:
+    best = best_heuristic(cg, budget, deadline)
+    t0 = time.perf_counter()
+    p = solve_poet(cg, budget, deadline, time_limit_s=limit, warm_start=best)
+    wall = time.perf_counter() - t0
+    bound = p.bound_j
+    if not found(p):
+        return f"| {label} | {budget:,} | {p.status} | - | - | {wall:.1f} | {p.note[:60]} | - | - |"
+    how = "MILP" if p.solver in ("highs", "cbc") else p.solver
+    poet = f"| {label} | {budget:,} | {_status(p)} | {p.energy_j:.6g} | {bound:.6g} | {wall:.1f} | {how} |"
+    if not alone:
+        old = "not run"
+    elif milp_size(cg) > MAX_MILP_VARIABLES:
+        old = "not built (too large)"
+    else:
+        t0 = time.perf_counter()
+        q = solve_poet(cg, budget, deadline, time_limit_s=limit, warm_start=best, bound=False)
+        old = (f"{q.status}" + (f", gap {q.gap:.1%}" if q.status == "feasible" else "")
+               + f", {time.perf_counter() - t0:.0f} s")
+    heur = (f"{best.strategy} {best.energy_j:.6g} J, {1 - bound / best.energy_j:.2%}" if best is not None and bound
+            else "none fits")
+    return f"{poet} {old} | {heur} |"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--deadline", type=float, default=1.5, help="multiple of one plain pass (default 1.5)")
-    ap.add_argument("--models", help="comma-separated zoo models (default all)")
+    ap.add_argument("--boards", nargs="+", default=["nrf52840", "rpi4"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
+    ap.add_argument("--models", nargs="+", help="zoo models (default all)")
+    ap.add_argument("--no-milp-alone", action="store_true", help="skip the MILP-alone column (halves the run)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
-    board, prof = load_board("nrf52840"), load_profile("nrf52840")
-    names = args.models.split(",") if args.models else list(ZOO)
-    print(f"| model | T | budget | arena B | best baseline | its energy J | POET status | POET energy J | gap | "
-          f"vs baseline | solve s (highs, limit {args.time_limit:g} s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in names:
-        model, spec = get_model(name)
-        g = trace(model, name, spec.input_shape, spec.classes, 1, spec.input_dtype)
-        cg = costed(g, board, prof, estimate=True)
-        peak, floor = keep_all(cg).peak_bytes, lower_bound_bytes(cg)
-        deadline = args.deadline * cg.one_pass_s
-        # the issue's 50% and 25% of the peak; small models' first op alone needs more, so also a
-        # budget a quarter of the way from the smallest possible (one op's inputs and output) to the peak
-        for label, budget in (("50%", peak // 2), ("25%", peak // 4), ("floor+25%", floor + (peak - floor) // 4)):
-            if budget < floor:
-                print(f"| {name} | {len(cg)} | {label} | {budget:,} | - | - | infeasible (one op needs "
-                      f"{floor:,} B) | - | - | - | - |", flush=True)
-                continue
-            base = [plan_with(s, cg, budget, deadline) for s in BASELINES if s not in ("checkmate", "remat-only",
-                                                                                     "page-only")]
-            ok = [p for p in base if found(p)]
-            best = min(ok, key=lambda p: p.energy_j) if ok else None
-            t0 = time.perf_counter()
-            p = plan_with("poet", cg, budget, deadline, time_limit_s=args.time_limit)
-            wall = time.perf_counter() - t0
-            energy = f"{p.energy_j:.6g}" if found(p) else "-"
-            gap = f"{p.gap:.1%}" if p.status == "feasible" else ("0" if p.status == "optimal" else "-")
-            vs = (f"{100 * (p.energy_j / best.energy_j - 1):+.1f}%" if best and found(p) else "-")
-            print(f"| {name} | {len(cg)} | {label} | {budget:,} | {best.strategy if best else 'none'} | "
-                  f"{f'{best.energy_j:.6g}' if best else '-'} | {p.status} | {energy} | {gap} | {vs} | {wall:.1f} |",
-                  flush=True)
+    for board_name in args.boards:
+        board, prof = load_board(board_name), load_profile(board_name)
+        print(f"\n### {board_name}, deadline {args.deadline:g}x one plain pass, time limit {args.time_limit:g} s\n")
+        print("| model | batch | T | budget | arena B | POET | energy J | bound J | s | plan by | MILP alone | "
+              "best heuristic, gap to the bound |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for name in args.models or list(ZOO):
+            model, spec = get_model(name)
+            for batch in args.batches:
+                try:
+                    g = trace(model, name, spec.input_shape, spec.classes, batch, spec.input_dtype)
+                except Exception as exc:  # noqa: BLE001 - a model that cannot train at this batch (batch norm at 1)
+                    print(f"| {name} | {batch} | - | - | - | cannot trace: {str(exc).splitlines()[0][:70]} "
+                          f"| | | | | | |", flush=True)
+                    continue
+                cg = costed(g, board, prof, estimate=True)
+                peak, floor = keep_all(cg).peak_bytes, lower_bound_bytes(cg)
+                deadline = args.deadline * cg.one_pass_s
+                budgets = [("50%", peak // 2), ("25%", peak // 4)]
+                if any(b < floor for _, b in budgets):
+                    budgets.append(("floor+25%", floor + (peak - floor) // 4))
+                for label, budget in budgets:
+                    head = f"| {name} | {batch} | {len(cg)}"
+                    if budget < floor:
+                        print(f"{head} | {label} | {budget:,} | infeasible: one op needs {floor:,} B | | | | | | |",
+                              flush=True)
+                        continue
+                    print(f"{head} {_row(label, cg, budget, deadline, args.time_limit, not args.no_milp_alone)}",
+                          flush=True)
 
 
 if __name__ == "__main__":

@@ -53,11 +53,9 @@ class Gap:
     until: int
 
 
-KEEP, RECOMPUTE, PAGE = "keep", "recompute", "page"
-
-# The solver's bound is lowered by this much (relative) before it is used: HiGHS works to 1e-9
-# feasibility and 1e-7 dual tolerances.
-BOUND_MARGIN = 1e-6
+# The solver's bound is lowered by this much (relative) before it is used, a hair for HiGHS's
+# 1e-9 feasibility tolerance; well below milp.PROVEN_REL_TOL, so a plan at the bound is proven.
+BOUND_MARGIN = 1e-9
 
 # Above this many (gap, RAM row) pairs the relaxation is not built (a 10,000-node chain has
 # 25 million): its bound is then one plain pass. The zoo's largest, BERT-base, has about 100,000.
@@ -66,18 +64,17 @@ MAX_ENTRIES = 2_000_000
 
 @dataclass
 class Relaxation:
-    """What the relaxation established (module docstring).
+    """What the gap relaxation established (module docstring).
 
     status: optimal (bound_j is the relaxation's optimum), feasible (stopped by its time limit:
-    bound_j is the solver's proven bound, choice its best solution), infeasible (no plan fits
-    the budget and deadline: a proof), no-solution (nothing found in the time limit).
+    bound_j is the solver's proven bound), infeasible (no plan fits the budget and deadline: a
+    proof), no-solution (nothing found in the time limit, or the relaxation was too large to
+    build: bound_j is still a bound, at least one plain pass).
     """
 
     status: str
-    bound_j: float  # no plan's energy is below this (-inf if nothing was proven)
-    gaps: list[Gap] = field(default_factory=list)
-    choice: list[str] = field(default_factory=list)  # per gap: keep | recompute | page
-    objective_j: float = math.inf  # the relaxation's energy of `choice`
+    bound_j: float  # no plan's energy is below this
+    objective_j: float = math.inf  # the relaxation's best solution
     solve_time_s: float = 0.0
     binding_stages: int = 0  # stages whose keep-everything RAM is over the budget (one row each)
 
@@ -105,228 +102,6 @@ def stage_floor(graph: CostedGraph) -> list[int]:
     return [n.bytes + sum(nodes[d].bytes for d in dict.fromkeys(n.deps)) for n in nodes]
 
 
-def shortfall(graph: CostedGraph, arena_budget: int) -> np.ndarray:
-    """Per stage, the bytes its main compute holds beyond the budget if every tensor is kept
-    between its reads (> 0: the stage's RAM row can bind)."""
-    nodes = graph.nodes
-    inner = np.zeros(len(nodes) + 1, dtype=np.int64)
-    for g in gaps_of(graph):
-        inner[g.after + 1] += nodes[g.tensor].bytes
-        inner[g.until] -= nodes[g.tensor].bytes
-    return np.cumsum(inner)[: len(nodes)] + np.array(stage_floor(graph), dtype=np.int64) - arena_budget
-
-
-def binding_rows(graph: CostedGraph, arena_budget: int) -> list[int]:
-    """The stages whose RAM rows can bind (shortfall > 0)."""
-    return [int(t) for t in np.flatnonzero(shortfall(graph, arena_budget) > 0)]
-
-
-def relax(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics = POET,
-          recompute: bool = True, paging: bool = True, time_limit_s: float = 30.0,
-          recompute_j: dict[int, float] | None = None, raise_rows: dict[int, int] | None = None) -> Relaxation:
-    """Solve the relaxation (module docstring) with HiGHS.
-
-    recompute_j and raise_rows change it into a heuristic's model and void its bound (the caller,
-    strategies/gaps.py, keeps the bound of the unchanged one): recompute_j[g] is gap g's cost of
-    recomputing, raise_rows[t] bytes more to free at stage t.
-    """
-    import highspy
-
-    t0 = time.perf_counter()
-    nodes, n_nodes = graph.nodes, len(graph)
-    plain_j = sum(n.compute_j for n in nodes)
-    gaps = gaps_of(graph)
-    floor = stage_floor(graph)
-    keep = [KEEP] * len(gaps)
-    if max(floor, default=0) > arena_budget:
-        return Relaxation("infeasible", math.inf, gaps, keep, solve_time_s=time.perf_counter() - t0)
-    inner = np.zeros(n_nodes + 1, dtype=np.int64)  # keep-everything bytes inside gaps, per stage
-    for g in gaps:
-        inner[g.after + 1] += nodes[g.tensor].bytes
-        inner[g.until] -= nodes[g.tensor].bytes
-    inner = np.cumsum(inner)[:n_nodes]
-    need = inner + np.array(floor, dtype=np.int64) - arena_budget  # bytes each stage must shed
-    if raise_rows:
-        for t, extra in raise_rows.items():
-            need[t] += extra
-    rows = [t for t in range(n_nodes) if need[t] > 0]
-    if not rows and deadline_s >= graph.one_pass_s:
-        return Relaxation("optimal", plain_j, gaps, keep, plain_j, time.perf_counter() - t0)
-    entries = sum(int(np.searchsorted(rows, g.until) - np.searchsorted(rows, g.after + 1)) for g in gaps)
-    if entries > MAX_ENTRIES:  # one plain pass is still a bound
-        return Relaxation("no-solution", plain_j, gaps, keep, solve_time_s=time.perf_counter() - t0,
-                          binding_stages=len(rows))
-
-    cost: list[float] = []
-    xr: dict[int, int] = {}
-    xp: dict[int, int] = {}
-    po: dict[int, int] = {}
-    for k, g in enumerate(gaps):
-        n = nodes[g.tensor]
-        if recompute and n.recomputable and n.kind in PURE_KINDS:
-            xr[k] = len(cost)
-            cost.append(recompute_j[k] if recompute_j and k in recompute_j else n.compute_j)
-        if paging:
-            xp[k] = len(cost)
-            cost.append(n.page_in_j)
-            if g.tensor not in po:
-                po[g.tensor] = len(cost)
-                cost.append(n.page_out_j)
-    # A recompute in gap g happens after a RAM row inside g, so after the first one, F. Each input d
-    # it reads is resident then: if d's own reads ended before F, d was resident at F's main compute
-    # (tail[d, F], counted in F's row) or was made again after F (ev: recomputed, which needs d's
-    # inputs the same way, or paged in). Shared by every recompute after F that needs d: a bound
-    # whatever the plan shares.
-    last_read = list(range(n_nodes))
-    for c in nodes:
-        for d in c.deps:
-            last_read[d] = max(last_read[d], c.id)
-    tail: dict[tuple[int, int], int] = {}
-    evr: dict[tuple[int, int], int] = {}
-    evp: dict[tuple[int, int], int] = {}
-    secs: dict[int, float] = {}  # extra seconds of a variable, for the deadline row
-    needs: list[tuple[int, list[int]]] = []  # (variable, what it needs one of)
-
-    def resident_after(d: int, first: int) -> list[int]:
-        """The variables one of which holds if tensor d is resident at some stage after `first`."""
-        key = (d, first)
-        if key not in tail:
-            nd = nodes[d]
-            tail[key] = len(cost)
-            cost.append(0.0)
-            if paging:
-                evp[key] = len(cost)
-                cost.append(nd.page_in_j)
-                secs[evp[key]] = nd.page_in_s if semantics.paging_in_deadline else 0.0
-                if d not in po:
-                    po[d] = len(cost)
-                    cost.append(nd.page_out_j)
-                needs.append((evp[key], [po[d]]))
-            if recompute and nd.recomputable and nd.kind in PURE_KINDS:
-                evr[key] = len(cost)
-                cost.append(nd.compute_j)
-                secs[evr[key]] = nd.compute_s
-                for e in dict.fromkeys(nd.deps):
-                    if nodes[e].bytes > 0 and last_read[e] < first:
-                        needs.append((evr[key], resident_after(e, first)))
-        return [v[key] for v in (tail, evr, evp) if key in v]
-
-    for k, v in xr.items():
-        g = gaps[k]
-        at = int(np.searchsorted(rows, g.after + 1))
-        if at == len(rows) or rows[at] >= g.until:
-            continue  # no RAM row inside the gap: dropping it sheds nothing
-        first = rows[at]
-        for d in dict.fromkeys(nodes[g.tensor].deps):
-            if nodes[d].bytes > 0 and last_read[d] < first:
-                needs.append((v, resident_after(d, first)))
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    for option, value in (("mip_rel_gap", 0.0), ("mip_abs_gap", 0.0), ("primal_feasibility_tolerance", 1e-9),
-                          ("mip_feasibility_tolerance", 1e-9)):
-        h.setOptionValue(option, value)
-    nv = len(cost)
-    # costs scaled to at most 1: at joules (1e-5 J a page-in) HiGHS took choices 1e-6 J apart for equal
-    scale = max(cost, default=0.0) or 1.0
-    inf = highspy.kHighsInf
-    if nv:
-        idx = np.arange(nv, dtype=np.int32)
-        h.addVars(nv, np.zeros(nv), np.ones(nv))
-        h.changeColsCost(nv, idx, np.array(cost) / scale)
-        h.changeColsIntegrality(nv, idx, np.array([highspy.HighsVarType.kInteger] * nv))
-
-    def row(lo: float, hi: float, cols: list[int], vals: list[float]) -> None:
-        h.addRow(lo, hi, len(cols), np.array(cols, dtype=np.int32), np.array(vals, dtype=np.float64))
-
-    for k in range(len(gaps)):
-        if k in xr and k in xp:
-            row(-inf, 1.0, [xr[k], xp[k]], [1.0, 1.0])
-        if k in xp:
-            row(-inf, 0.0, [xp[k], po[gaps[k].tensor]], [1.0, -1.0])
-    for v, ways in needs:
-        row(-inf, 0.0, [v, *ways], [1.0] + [-1.0] * len(ways))
-    tails_at: dict[int, list[tuple[int, int]]] = {}
-    for (d, t), tv in tail.items():
-        tails_at.setdefault(t, []).append((tv, d))
-    # the RAM rows: sum of bytes(i) x[g] over the gaps open at t >= what stage t must shed
-    open_at: dict[int, list[int]] = {t: [] for t in rows}
-    for k, g in enumerate(gaps):
-        lo, hi = np.searchsorted(rows, g.after + 1), np.searchsorted(rows, g.until)
-        for t in rows[lo:hi]:
-            open_at[t].append(k)
-    for t in rows:
-        cols, vals = [], []
-        for k in open_at[t]:
-            for v in (xr.get(k), xp.get(k)):
-                if v is not None:
-                    cols.append(v)
-                    vals.append(float(nodes[gaps[k].tensor].bytes))
-        if not cols:  # nothing can shed these bytes
-            return Relaxation("infeasible", math.inf, gaps, keep, solve_time_s=time.perf_counter() - t0,
-                              binding_stages=len(rows))
-        for tv, d in tails_at.get(t, []):
-            cols.append(tv)
-            vals.append(-float(nodes[d].bytes))
-        row(float(need[t]), inf, cols, vals)
-    cols, vals = [], []
-    for k, g in enumerate(gaps):
-        n = nodes[g.tensor]
-        if k in xr:
-            cols.append(xr[k])
-            vals.append(n.compute_s)
-        if k in xp and semantics.paging_in_deadline:
-            cols.append(xp[k])
-            vals.append(n.page_in_s)
-    for v, sec in secs.items():
-        cols.append(v)
-        vals.append(sec)
-    if semantics.paging_in_deadline:
-        for i, v in po.items():
-            cols.append(v)
-            vals.append(nodes[i].page_out_s)
-    slack = deadline_s - graph.one_pass_s
-    if slack < 0:
-        return Relaxation("infeasible", math.inf, gaps, keep, solve_time_s=time.perf_counter() - t0,
-                          binding_stages=len(rows))
-    if cols:  # scaled to 1 so the solver's tolerance is relative to the slack
-        scale = max(slack, 1e-30)
-        row(-inf, slack / scale, cols, [v / scale for v in vals])
-    h.run()
-    status, info = h.getModelStatus(), h.getInfo()
-    ms = highspy.HighsModelStatus
-    dt = time.perf_counter() - t0
-    if status == ms.kInfeasible:
-        return Relaxation("infeasible", math.inf, gaps, keep, solve_time_s=dt, binding_stages=len(rows))
-    # the solver's bound less its own tolerance: a bound a hair above the optimum would call a plan
-    # proven that is not
-    dual = info.mip_dual_bound * scale * (1 - BOUND_MARGIN) if math.isfinite(info.mip_dual_bound) else -math.inf
-    if info.primal_solution_status != 2:  # no solution in the time limit
-        return Relaxation("no-solution", plain_j + max(dual, 0.0), gaps, keep, solve_time_s=dt,
-                          binding_stages=len(rows))
-    x = h.getSolution().col_value
-    choice = [RECOMPUTE if k in xr and x[xr[k]] > 0.5 else PAGE if k in xp and x[xp[k]] > 0.5 else KEEP
-              for k in range(len(gaps))]
-    objective = plain_j + sum(cost[v] for v, val in enumerate(x) if val > 0.5)
-    return Relaxation("optimal" if status == ms.kOptimal else "feasible",
-                      plain_j + max(0.0, min(dual, objective - plain_j)), gaps, choice, objective, dt, len(rows))
-
-
-@dataclass
-class RowRelaxation:
-    """The row relaxation's answer (relax_rows)."""
-
-    status: str
-    bound_j: float
-    rows: list[int] = field(default_factory=list)  # the stages with a RAM row, ascending
-    resident: dict[int, set[int]] = field(default_factory=dict)  # row stage -> tensors resident at it
-    remade: dict[int, set[int]] = field(default_factory=dict)  # row index k -> tensors made again after row k
-    paged: set[int] = field(default_factory=set)  # tensors paged out
-    objective_j: float = math.inf
-    solve_time_s: float = 0.0
-    variables: int = 0
-
-
 class _Lp:
     """Columns and rows gathered in arrays, handed to HiGHS at once."""
 
@@ -349,6 +124,197 @@ class _Lp:
         self.index += cols
         self.value += vals
 
+    def solve(self, time_limit_s: float, integer: bool = True) -> tuple[str, float, list[float] | None]:
+        """Minimise over binaries (or their LP relaxation) with HiGHS: (status, bound, values).
+
+        status: optimal | feasible (stopped by the time limit) | infeasible | no-solution; bound:
+        no solution costs less (the solver's, lowered by BOUND_MARGIN; 0 if it gave none);
+        values: the best solution's, or None.
+        """
+        import highspy
+
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", float(max(time_limit_s, 0.01)))
+        for option, value in (("mip_rel_gap", 0.0), ("mip_abs_gap", 0.0), ("primal_feasibility_tolerance", 1e-9),
+                              ("mip_feasibility_tolerance", 1e-9)):
+            h.setOptionValue(option, value)
+        nv = len(self.cost)
+        # costs scaled to at most 1: at joules (1e-5 J a page-in) HiGHS took choices 1e-6 J apart for equal
+        scale = max(self.cost, default=0.0) or 1.0
+        if nv:
+            idx = np.arange(nv, dtype=np.int32)
+            h.addVars(nv, np.zeros(nv), np.ones(nv))
+            h.changeColsCost(nv, idx, np.array(self.cost) / scale)
+            if integer:
+                h.changeColsIntegrality(nv, idx, np.array([highspy.HighsVarType.kInteger] * nv))
+        if self.lo:
+            h.addRows(len(self.lo), np.array(self.lo), np.array(self.hi), len(self.index),
+                      np.array(self.starts, dtype=np.int32), np.array(self.index, dtype=np.int32),
+                      np.array(self.value, dtype=np.float64))
+        h.run()
+        status, info = h.getModelStatus(), h.getInfo()
+        ms = highspy.HighsModelStatus
+        if status == ms.kInfeasible:
+            return "infeasible", math.inf, None
+        raw = info.mip_dual_bound if integer else info.objective_function_value
+        bound = max(0.0, raw * scale * (1 - BOUND_MARGIN)) if math.isfinite(raw) else 0.0
+        if info.primal_solution_status != 2:  # nothing found in the time limit
+            return "no-solution", bound, None
+        x = list(h.getSolution().col_value)
+        value = sum(c for c, v in zip(self.cost, x, strict=True) if v > 0.5)
+        return ("optimal" if status == ms.kOptimal else "feasible"), min(bound, value), x
+
+
+def shortfall(graph: CostedGraph, arena_budget: int) -> np.ndarray:
+    """Per stage, the bytes its main compute holds beyond the budget if every tensor is kept
+    between its reads (> 0: the stage's RAM row can bind)."""
+    nodes = graph.nodes
+    inner = np.zeros(len(nodes) + 1, dtype=np.int64)
+    for g in gaps_of(graph):
+        inner[g.after + 1] += nodes[g.tensor].bytes
+        inner[g.until] -= nodes[g.tensor].bytes
+    return np.cumsum(inner)[: len(nodes)] + np.array(stage_floor(graph), dtype=np.int64) - arena_budget
+
+
+def binding_rows(graph: CostedGraph, arena_budget: int) -> list[int]:
+    """The stages whose RAM rows can bind (shortfall > 0)."""
+    return [int(t) for t in np.flatnonzero(shortfall(graph, arena_budget) > 0)]
+
+
+def relax(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics = POET,
+          recompute: bool = True, paging: bool = True, time_limit_s: float = 30.0) -> Relaxation:
+    """Solve the gap relaxation (module docstring) with HiGHS."""
+    t0 = time.perf_counter()
+    nodes, n_nodes = graph.nodes, len(graph)
+    plain_j = sum(n.compute_j for n in nodes)
+    gaps = gaps_of(graph)
+
+    def out(status: str, bound: float, objective: float = math.inf, rows: int = 0) -> Relaxation:
+        return Relaxation(status, bound, objective, time.perf_counter() - t0, rows)
+
+    floor = stage_floor(graph)
+    slack = deadline_s - graph.one_pass_s
+    if max(floor, default=0) > arena_budget or slack < -1e-12 * graph.one_pass_s:
+        return out("infeasible", math.inf)
+    need = shortfall(graph, arena_budget)
+    rows = [int(t) for t in np.flatnonzero(need > 0)]
+    if not rows:
+        return out("optimal", plain_j, plain_j)
+    entries = sum(int(np.searchsorted(rows, g.until) - np.searchsorted(rows, g.after + 1)) for g in gaps)
+    if entries > MAX_ENTRIES:  # one plain pass is still a bound
+        return out("no-solution", plain_j, rows=len(rows))
+
+    lp = _Lp()
+    secs: dict[int, float] = {}  # extra seconds of a variable, for the deadline row
+    xr: dict[int, int] = {}
+    xp: dict[int, int] = {}
+    po: dict[int, int] = {}
+
+    def page_out(d: int) -> int:
+        if d not in po:
+            po[d] = lp.var(nodes[d].page_out_j)
+            secs[po[d]] = nodes[d].page_out_s if semantics.paging_in_deadline else 0.0
+        return po[d]
+
+    for k, g in enumerate(gaps):
+        n = nodes[g.tensor]
+        if recompute and n.recomputable and n.kind in PURE_KINDS:
+            xr[k] = lp.var(n.compute_j)
+            secs[xr[k]] = n.compute_s
+        if paging:
+            xp[k] = lp.var(n.page_in_j)
+            secs[xp[k]] = n.page_in_s if semantics.paging_in_deadline else 0.0
+            lp.row(-math.inf, 0.0, [xp[k], page_out(g.tensor)], [1.0, -1.0])  # a page-in needs the page-out
+        if k in xr and k in xp:
+            lp.row(-math.inf, 1.0, [xr[k], xp[k]], [1.0, 1.0])
+    # A recompute in gap g happens after a RAM row inside g, so after the first one, F. Each input d
+    # it reads is resident then: if d's own reads ended before F, d was resident at F's main compute
+    # (tail[d, F], counted in F's row) or was made again after F (recomputed, which needs d's
+    # inputs the same way, or paged in). Shared by every recompute after F that needs d: a bound
+    # whatever the plan shares.
+    last_read = list(range(n_nodes))
+    for c in nodes:
+        for d in c.deps:
+            last_read[d] = max(last_read[d], c.id)
+    tail: dict[tuple[int, int], int] = {}
+    ways_of: dict[tuple[int, int], list[int]] = {}
+    todo: list[tuple[int, int, int]] = []  # (recompute variable, tensor it makes, first row)
+
+    def resident_after(d: int, first: int) -> list[int]:
+        """Variables one of which holds if tensor d is resident at some stage after row `first`."""
+        key = (d, first)
+        if key not in ways_of:
+            nd = nodes[d]
+            tail[key] = lp.var(0.0)
+            ways = [tail[key]]
+            if paging:
+                v = lp.var(nd.page_in_j)
+                secs[v] = nd.page_in_s if semantics.paging_in_deadline else 0.0
+                lp.row(-math.inf, 0.0, [v, page_out(d)], [1.0, -1.0])
+                ways.append(v)
+            if recompute and nd.recomputable and nd.kind in PURE_KINDS:
+                v = lp.var(nd.compute_j)
+                secs[v] = nd.compute_s
+                ways.append(v)
+                todo.append((v, d, first))
+            ways_of[key] = ways
+        return ways_of[key]
+
+    for k, v in xr.items():
+        g = gaps[k]
+        at = int(np.searchsorted(rows, g.after + 1))
+        if at < len(rows) and rows[at] < g.until:  # else no RAM row inside the gap: dropping sheds nothing
+            todo.append((v, g.tensor, rows[at]))
+    while todo:  # a worklist, not a recursion: chains of recomputes run as deep as the graph
+        v, i, first = todo.pop()
+        for d in dict.fromkeys(nodes[i].deps):
+            if nodes[d].bytes > 0 and last_read[d] < first:
+                ways = resident_after(d, first)
+                lp.row(-math.inf, 0.0, [v, *ways], [1.0] + [-1.0] * len(ways))
+    # the RAM rows: sum of bytes(i) x[g] over the gaps open at t, less the tails kept to t, >= what t must shed
+    shed: dict[int, list[tuple[int, float]]] = {t: [] for t in rows}
+    for k, g in enumerate(gaps):
+        b = float(nodes[g.tensor].bytes)
+        for t in rows[int(np.searchsorted(rows, g.after + 1)):int(np.searchsorted(rows, g.until))]:
+            shed[t] += [(x[k], b) for x in (xr, xp) if k in x]
+    for (d, t), v in tail.items():
+        shed[t].append((v, -float(nodes[d].bytes)))
+    for t in rows:
+        if not any(b > 0 for _, b in shed[t]):  # nothing can shed these bytes
+            return out("infeasible", math.inf, rows=len(rows))
+        lp.row(float(need[t]), math.inf, [v for v, _ in shed[t]], [b for _, b in shed[t]])
+    _deadline_row(lp, secs, slack)
+    status, bound, x = lp.solve(time_limit_s)
+    if status == "infeasible":
+        return out("infeasible", math.inf, rows=len(rows))
+    objective = plain_j + sum(c for c, v in zip(lp.cost, x, strict=True) if v > 0.5) if x is not None else math.inf
+    return out(status, plain_j + bound, objective, len(rows))
+
+
+def _deadline_row(lp: _Lp, secs: dict[int, float], slack: float) -> None:
+    """The extra seconds within the deadline's slack, scaled to 1 so the solver's tolerance is
+    relative to the slack."""
+    cols = [v for v, sec in secs.items() if sec]
+    if cols:
+        scale = max(slack, 1e-30)
+        lp.row(-math.inf, max(slack, 0.0) / scale, cols, [secs[c] / scale for c in cols])
+
+
+@dataclass
+class RowRelaxation:
+    """The row relaxation's answer (relax_rows)."""
+
+    status: str
+    bound_j: float
+    rows: list[int] = field(default_factory=list)  # the stages with a RAM row, ascending
+    resident: dict[int, set[int]] = field(default_factory=dict)  # row stage -> tensors resident at it
+    remade: dict[int, set[int]] = field(default_factory=dict)  # row index k -> tensors made again after row k
+    paged: set[int] = field(default_factory=set)  # tensors paged out
+    objective_j: float = math.inf
+    solve_time_s: float = 0.0
+    variables: int = 0
+
 
 def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics = POET,
                recompute: bool = True, paging: bool = True, time_limit_s: float = 30.0,
@@ -360,7 +326,6 @@ def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semanti
     Per tensor d and row k: res[d,k] resident at row k's main compute, ev[d,k] = evr + evp made
     again (recomputed, paged in) between row k and row k+1 ("window k").
     """
-    import highspy
 
     t0 = time.perf_counter()
     nodes, n_nodes = graph.nodes, len(graph)
@@ -472,37 +437,13 @@ def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semanti
     for k, t in enumerate(rows):
         cols = [v for v, _ in at_row[k]]
         lp.row(-math.inf, float(arena_budget - floor[t]), cols, [float(b) for _, b in at_row[k]])
-    slack = deadline_s - graph.one_pass_s
-    if secs:
-        scale = max(slack, 1e-30)
-        cols = list(secs)
-        lp.row(-math.inf, slack / scale, cols, [secs[c] / scale for c in cols])
-    nv = len(lp.cost)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    for option, value in (("mip_rel_gap", 0.0), ("mip_abs_gap", 0.0), ("primal_feasibility_tolerance", 1e-9),
-                          ("mip_feasibility_tolerance", 1e-9)):
-        h.setOptionValue(option, value)
-    cscale = max(lp.cost, default=0.0) or 1.0
-    h.addVars(nv, np.zeros(nv), np.ones(nv))
-    idx = np.arange(nv, dtype=np.int32)
-    h.changeColsCost(nv, idx, np.array(lp.cost) / cscale)
-    if integer:
-        h.changeColsIntegrality(nv, idx, np.array([highspy.HighsVarType.kInteger] * nv))
-    h.addRows(len(lp.lo), np.array(lp.lo), np.array(lp.hi), len(lp.index), np.array(lp.starts, dtype=np.int32),
-              np.array(lp.index, dtype=np.int32), np.array(lp.value, dtype=np.float64))
-    h.run()
-    status, info = h.getModelStatus(), h.getInfo()
-    ms = highspy.HighsModelStatus
-    dt = time.perf_counter() - t0
-    if status == ms.kInfeasible:
+    _deadline_row(lp, secs, deadline_s - graph.one_pass_s)
+    status, bound, x = lp.solve(time_limit_s, integer)
+    dt, nv = time.perf_counter() - t0, len(lp.cost)
+    if status == "infeasible":
         return RowRelaxation("infeasible", math.inf, rows, solve_time_s=dt, variables=nv)
-    raw = info.mip_dual_bound if integer else info.objective_function_value
-    dual = raw * cscale * (1 - BOUND_MARGIN) if math.isfinite(raw) else 0.0
-    if info.primal_solution_status != 2:
-        return RowRelaxation("no-solution", plain_j + max(dual, 0.0), rows, solve_time_s=dt, variables=nv)
-    x = h.getSolution().col_value
+    if x is None:
+        return RowRelaxation(status, plain_j + bound, rows, solve_time_s=dt, variables=nv)
     on = {v for v in range(nv) if x[v] > 0.5}
     resident: dict[int, set[int]] = {t: set() for t in rows}
     for (d, k), v in res.items():
@@ -513,6 +454,5 @@ def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semanti
         if v in on:
             remade.setdefault(k, set()).add(d)
     objective = plain_j + sum(lp.cost[v] for v in on)
-    return RowRelaxation("optimal" if status == ms.kOptimal else "feasible",
-                         plain_j + max(0.0, min(dual, objective - plain_j)), rows, resident, remade,
+    return RowRelaxation(status, plain_j + bound, rows, resident, remade,
                          {d for d, v in po.items() if v in on}, objective, dt, nv)

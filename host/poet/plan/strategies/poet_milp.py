@@ -575,7 +575,7 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
         say(plan.note)
         return plan
     warm_start = start
-    time_limit_s = max(1.0, time_limit_s - (time.perf_counter() - t0))
+    t_end = t0 + time_limit_s
     if size > SAY_BUILD_ABOVE:
         say(f"building the MILP: about {size:,} variables (up to a minute at {MAX_MILP_VARIABLES:,})")
     m = _build(graph, arena_budget, deadline_s, recompute=recompute, paging=paging, semantics=semantics)
@@ -585,7 +585,8 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
             + ("" if warm else ": its decisions are outside this MILP's variables, not used"))
     say(f"{solver}: solving {graph.name} (T={len(graph)}, {len(m.prob.variables())} variables, "
         f"{m.prob.numConstraints()} constraints), budget {arena_budget} B, deadline {deadline_s:.6g} s")
-    out = milp.solve(m.prob, solver, time_limit_s, gap, warm, say)
+    # what is left of the limit after the relaxations and the build (a minute's MILP takes seconds to build)
+    out = milp.solve(m.prob, solver, max(1.0, t_end - time.perf_counter()), gap, warm, say)
     plan = _outcome_plan(out, strategy, arena_budget, deadline_s)
     if out.status in ("optimal", "feasible"):
         plan.stages = _extract(graph, m)
