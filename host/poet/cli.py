@@ -39,7 +39,7 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def _size(n: int) -> str:
     """256 KiB, 4 MiB: whole units where the size is one (every board's is), else format_size."""
-    for unit, scale in (("MiB", 1024**2), ("KiB", 1024)):
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if n >= scale and n % scale == 0:
             return f"{n // scale} {unit}"
     return format_size(n)
@@ -53,9 +53,9 @@ def cmd_boards(args: argparse.Namespace) -> int:
     say("boards poet knows (boards/*.yaml):")
     rows = [["board", "core", "RAM", "flash", "flasher", "stand-in when none is attached", "description"]]
     for b in boards:
-        # a Linux board's ram_bytes is the runtime's pool, not the board's memory (boards/rpi4.yaml)
-        ram = _size(b.ram_bytes) + (" pool" if b.raw.get("flasher") == "linux" else "")
-        rows.append([b.name, str(b.raw.get("core", "-")), ram, _size(b.flash_bytes) if b.flash_bytes else "-",
+        # a Linux board's "flash" (the runtime's nv storage) is RAM too: what its runtime may use of each
+        flash = _size(b.model_flash_bytes) + " nv (RAM)" if b.linux else _size(b.flash_bytes) if b.flash_bytes else "-"
+        rows.append([b.name, str(b.raw.get("core", "-")), _size(b.ram_bytes), flash,
                      str(b.raw.get("flasher", "-")),
                      stand_in(b), b.description])
     for line in _table(rows):
@@ -600,7 +600,8 @@ def _board_or_stand_in(p: argparse.ArgumentParser, port_help: str, emulate_help:
 
 def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--ram", required=required,
-                   help="RAM the training step may use in all: 256k = 256 KiB, 1m, or bytes"
+                   help="RAM the training step may use in all: 256k = 256 KiB, 1m, or bytes (a Linux board's "
+                   "runtime, rpi4 or jetson, starts with a pool of this size)"
                    + ("" if required else "; default: a quarter of the way from the smallest feasible budget "
                       "to what keeping every activation needs"))
     p.add_argument("--deadline", default="3x", help="time per step: a multiple of one plain pass (1.5x) "
@@ -609,9 +610,10 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                    help="how to plan: " + "; ".join(f"{k}: {v}" for k, v in STRATEGIES.items())
                    + " (default poet)")
     p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
-    p.add_argument("--time-limit", type=_positive, default=60.0, help="solver time limit in seconds (default 60)")
+    p.add_argument("--time-limit", type=_positive, default=60.0,
+                   help="planner time limit in seconds, lower-bound relaxations and MILP together (default 60)")
     p.add_argument("--gap", type=_fraction, default=0.0,
-                   help="stop the MILP once its plan is proven within this relative gap, e.g. 0.01 (default 0)")
+                   help="stop once the plan is proven within this relative gap of a lower bound, e.g. 0.01 (default 0)")
     p.add_argument("--profile", type=_input_file, help=PROFILE_HELP)
     p.add_argument("--precision", default="fp32", choices=["fp32", "greedy", "auto"],
                    help="fp32 keeps every value (default); greedy stores every allowed saved activation in 16 "
@@ -733,7 +735,8 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
                    help="start from these weights (a state_dict: torch.save(model.state_dict(), FILE.pt)) instead of "
                    "--seed's: fine-tune a pretrained model; only tensors are read, no code")
     p.add_argument("--data", default="digits", help="digits (scikit-learn's 8x8, bundled; upsampled for square image "
-                   "models, e.g. 3x32x32; folded into a model's fewer classes, e.g. even/odd for 2), "
+                   "models, e.g. 3x32x32; folded into a model's fewer classes, e.g. even/odd for 2; 64 tokens, each "
+                   "pixel's intensity 0..16, for a model of token ids such as bert-tiny), "
                    "mfcc (synthetic keyword clips, 1x49x10 MFCCs, 12 classes: for mlperf-kws), "
                    "machine-sound (synthetic 5x128 log-mel machine sounds, normal to train, normal and anomalous to "
                    "test: for mlperf-ad), a folder with train_x.npy "

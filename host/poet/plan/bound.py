@@ -201,7 +201,7 @@ def relax(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: S
     rows = [int(t) for t in np.flatnonzero(need > 0)]
     if not rows:
         return out("optimal", plain_j, plain_j)
-    entries = sum(int(np.searchsorted(rows, g.until) - np.searchsorted(rows, g.after + 1)) for g in gaps)
+    entries = sum(int(bisect.bisect_left(rows, g.until) - bisect.bisect_left(rows, g.after + 1)) for g in gaps)
     if entries > MAX_ENTRIES:  # one plain pass is still a bound
         return out("no-solution", plain_j, rows=len(rows))
 
@@ -263,7 +263,7 @@ def relax(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: S
 
     for k, v in xr.items():
         g = gaps[k]
-        at = int(np.searchsorted(rows, g.after + 1))
+        at = int(bisect.bisect_left(rows, g.after + 1))
         if at < len(rows) and rows[at] < g.until:  # else no RAM row inside the gap: dropping sheds nothing
             todo.append((v, g.tensor, rows[at]))
     while todo:  # a worklist, not a recursion: chains of recomputes run as deep as the graph
@@ -276,7 +276,7 @@ def relax(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: S
     shed: dict[int, list[tuple[int, float]]] = {t: [] for t in rows}
     for k, g in enumerate(gaps):
         b = float(nodes[g.tensor].bytes)
-        for t in rows[int(np.searchsorted(rows, g.after + 1)):int(np.searchsorted(rows, g.until))]:
+        for t in rows[int(bisect.bisect_left(rows, g.after + 1)):int(bisect.bisect_left(rows, g.until))]:
             shed[t] += [(x[k], b) for x in (xr, xp) if k in x]
     for (d, t), v in tail.items():
         shed[t].append((v, -float(nodes[d].bytes)))
