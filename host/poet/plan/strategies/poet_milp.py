@@ -99,6 +99,11 @@ MAX_MILP_VARIABLES = 150_000  # in milp_size() units: mobilenetv2 ~86k builds in
 RELAXED_SHARE = 0.5
 
 
+# How fast the MILP builds (milp_size units per second; mobilenetv2's 86k take 30 s on the 2-core
+# machine): POET builds it only if at least as much time would be left to solve it.
+BUILD_VARS_PER_S = 2_500
+
+
 # Above this many (milp_size) the build takes seconds and is announced before it starts.
 SAY_BUILD_ABOVE = 20_000
 
@@ -563,8 +568,14 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
         return adopt(start, "optimal", "bound", f"{maker(start)}, at the lower bound")
     if start is not None and start.energy_j - bound_j <= gap * start.energy_j:
         return adopt(start, "feasible", start.solver, f"{maker(start)}, within the requested gap of the lower bound")
-    if not buildable:
+    left = t0 + time_limit_s - time.perf_counter()
+    if buildable and start is not None and left < 2 * size / BUILD_VARS_PER_S:
+        buildable = False  # the rest of the limit would go to building it, none to solving
+        note = (f"the MILP (about {size:,} variables, {size / BUILD_VARS_PER_S:.0f} s to build) was not built: "
+                f"{max(left, 0):.0f} s of --time-limit left")
+    else:
         note = f"the MILP would have about {size:,} variables (> {MAX_MILP_VARIABLES:,}): not built"
+    if not buildable:
         if start is not None:  # the best plan found stands in, said to be one, with its distance to the bound
             gap_ = milp.relative_gap(start.energy_j, bound_j)
             plan = adopt(start, "feasible", start.solver or "heuristic",
@@ -585,8 +596,8 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
             + ("" if warm else ": its decisions are outside this MILP's variables, not used"))
     say(f"{solver}: solving {graph.name} (T={len(graph)}, {len(m.prob.variables())} variables, "
         f"{m.prob.numConstraints()} constraints), budget {arena_budget} B, deadline {deadline_s:.6g} s")
-    # what is left of the limit after the relaxations and the build (a minute's MILP takes seconds to build)
-    out = milp.solve(m.prob, solver, max(1.0, t_end - time.perf_counter()), gap, warm, say)
+    # what is left of the limit after the relaxations and the build, less a margin for reading the plan back
+    out = milp.solve(m.prob, solver, max(1.0, t_end - time.perf_counter() - 0.05 * time_limit_s), gap, warm, say)
     plan = _outcome_plan(out, strategy, arena_budget, deadline_s)
     if out.status in ("optimal", "feasible"):
         plan.stages = _extract(graph, m)
