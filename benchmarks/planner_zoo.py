@@ -45,7 +45,8 @@ def _row(label: str, cg: CostedGraph, budget: int, deadline: float, limit: float
     bound = p.bound_j
     if not found(p):
         return f"| {label} | {budget:,} | {p.status} | - | - | {wall:.1f} | {p.note[:60]} | - | - |"
-    how = "MILP" if p.solver in ("highs", "cbc") else p.solver
+    how = ("row relaxation" if "row relaxation's plan" in p.note
+           else p.note.split("heuristic's plan (")[1].split(")")[0] if "heuristic's plan (" in p.note else "MILP")
     poet = f"| {label} | {budget:,} | {_status(p)} | {p.energy_j:.6g} | {bound:.6g} | {wall:.1f} | {how} |"
     if not alone:
         old = "not run"

@@ -225,8 +225,11 @@ class MemoryBudget:
 
 
 def check_ram(ram_bytes: int, board_ram_bytes: int, board: str) -> int:
+    """Refuse a --ram over the board's ram_bytes: on a Linux board, what its runtime may have of the board's
+    memory (the yaml says what Linux keeps, and which memory variant it is)."""
     if ram_bytes > board_ram_bytes:
-        raise UsageError(f"--ram {format_size(ram_bytes)} is more than {board} has ({format_size(board_ram_bytes)})")
+        raise UsageError(f"--ram {format_size(ram_bytes)} is more than {board} has ({format_size(board_ram_bytes)}: "
+                         f"ram_bytes in boards/{board}.yaml)")
     return ram_bytes
 
 

@@ -534,10 +534,12 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     start = warm_start if warm_start is not None and warm_start.stages else None
     size = milp_size(graph)
     buildable = size <= MAX_MILP_VARIABLES
+    # the MILP follows only if the time it leaves would build it and solve it as long
+    milp_after = buildable and 2 * size / BUILD_VARS_PER_S <= time_limit_s * (1 - RELAXED_SHARE)
     if bound:
         # the relaxations (plan/bound.py) first: a bound, often a plan at it; half the time if the
-        # MILP follows, all of it if it cannot be built
-        share = time_limit_s * (RELAXED_SHARE if buildable else 1.0)
+        # MILP follows, all of it if not
+        share = time_limit_s * (RELAXED_SHARE if milp_after else 1.0)
         opts = Options(time_limit_s=share, gap=gap, progress=progress)
         rel = relaxed(graph, arena_budget, deadline_s, semantics, opts, recompute, paging, start)
         if rel.status == "infeasible" and rel.bound_j is None:
@@ -568,11 +570,10 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
         return adopt(start, "optimal", "bound", f"{maker(start)}, at the lower bound")
     if start is not None and start.energy_j - bound_j <= gap * start.energy_j:
         return adopt(start, "feasible", start.solver, f"{maker(start)}, within the requested gap of the lower bound")
-    left = t0 + time_limit_s - time.perf_counter()
-    if buildable and start is not None and left < 2 * size / BUILD_VARS_PER_S:
-        buildable = False  # the rest of the limit would go to building it, none to solving
-        note = (f"the MILP (about {size:,} variables, {size / BUILD_VARS_PER_S:.0f} s to build) was not built: "
-                f"{max(left, 0):.0f} s of --time-limit left")
+    if buildable and start is not None and not milp_after:
+        buildable = False  # the limit would go to building it, none to solving
+        note = (f"the MILP (about {size:,} variables, {size / BUILD_VARS_PER_S:.0f} s to build) was not built "
+                f"within --time-limit {time_limit_s:g} s")
     else:
         note = f"the MILP would have about {size:,} variables (> {MAX_MILP_VARIABLES:,}): not built"
     if not buildable:

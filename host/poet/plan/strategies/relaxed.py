@@ -135,7 +135,7 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
         policy = Rows(graph, rel, deadline_s, semantics)
         plan = build(graph, budget, deadline_s, policy, semantics=semantics)
         if plan.status == "feasible" and (best.status not in ("optimal", "feasible") or plan.energy_j < best.energy_j):
-            best = plan
+            best = replace(plan, strategy="relaxed", solver="row relaxation")
         gap = 1 - bound / best.energy_j if best.status in ("optimal", "feasible") and best.energy_j > 0 else math.inf
         say(f"row relaxation, round {n_round + 1}: {len(rows)} RAM rows, bound {bound:.6g} J ({rel.status} in "
             f"{rel.solve_time_s:.1f} s), plan "
