@@ -11,7 +11,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,10 +262,10 @@ def make_batches(net: Net, n: int, seed: int) -> list[tuple[np.ndarray, np.ndarr
 
 @contextlib.contextmanager
 def native_link(workdir: Path, target: str = "linux", timeout_s: float = 10.0,
-                env: dict[str, str] | None = None) -> Iterator[Link]:
+                env: dict[str, str] | None = None, args: Sequence[str] = ()) -> Iterator[Link]:
     """The native runtime as a child process speaking the protocol on stdin/stdout; `env` adds to
-    the inherited environment (e.g. POET_MARK_LOG)."""
-    cmd = firmware.command(target)
+    the inherited environment (e.g. POET_MARK_LOG); `args` to its command line (--pool, --nv)."""
+    cmd = [*firmware.command(target), *args]
     proc = subprocess.Popen(cmd, cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env=None if env is None else {**os.environ, **env})
     link = Link(ProcessPort(proc), timeout_s=timeout_s)

@@ -77,7 +77,8 @@ def test_boards_lists_boards_and_matched_ports(monkeypatch, capsys):
     for cell in ("cortex-m4f", "256 KiB", "1 MiB", "nrfutil", "QEMU mps2-an386 (qemu-m4 image)", "Nordic nRF52840"):
         assert cell in row, row
     row = next(line for line in lines if line.split()[:1] == ["rpi4"])
-    assert "4 MiB pool" in row and "linux" in row and "process: the linux-aarch64 runtime under qemu-aarch64" in row
+    assert "2 GiB" in row and "1 GiB nv (RAM)" in row and "linux" in row
+    assert "process: the linux-aarch64 runtime under qemu-aarch64" in row
     for name in board_names():
         assert any(line.split()[:1] == [name] for line in lines), name
     port_rows = {line.split()[0]: line for line in lines if line.strip().startswith("/dev/")}

@@ -29,6 +29,12 @@ class Board:
     raw: dict[str, Any]
 
     @property
+    def linux(self) -> bool:
+        """A Linux board (rpi4, jetson): its runtime is a process whose pool and nv storage are sized when it
+        starts (firmware.runtime_args), not a firmware image with a static pool."""
+        return self.raw.get("flasher") == "linux"
+
+    @property
     def aux_bytes(self) -> int | None:
         """The firmware's area of the aux storage (swap slots, then streamed weights); None: a file, unbounded."""
         n = self.storage.get("bytes")

@@ -96,7 +96,7 @@ def _check(cfg: RunConfig, run_dir: Path, steps: int, say: Say) -> None:
     """The board's weights against the same steps (same batches, same order) in PyTorch on the host."""
     model, g = traced(cfg.model)
     final = read_back(run_dir, g)
-    data = load_dataset(cfg.data, cfg.data_limit).fitted(tuple(g.input_shape), g.classes, g.model)
+    data = load_dataset(cfg.data, cfg.data_limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss, g.vocab)
     ref, _ = traced(cfg.model)
     train_steps(ref, data.epoch_batches(g.batch, 0, cfg.model.seed), cfg.lr)
     worst = max(float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))

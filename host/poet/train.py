@@ -668,7 +668,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
     assert cfg.plan.ram is not None
     check_ram(cfg.plan.ram, board.ram_bytes, board.name)
     model, g = _graph(cfg)
-    data = load_dataset(cfg.data, cfg.data_limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss)
+    data = load_dataset(cfg.data, cfg.data_limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss, g.vocab)
     per_epoch = len(data.epoch_batches(g.batch, 0, cfg.model.seed))
     if per_epoch == 0:
         raise UsageError(f"--data {cfg.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
@@ -690,7 +690,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
     try:
         if port:
             _ensure_firmware(board, port, run.dir, say)
-        with open_device(board, port, workdir=run.dir) as dev:
+        with open_device(board, port, workdir=run.dir, ram=cfg.plan.ram) as dev:
             plan = _plan(cfg, g, board, dev, run, say, bars)
             prefix = _int8_prefix(g, plan)
             w0, fed = _initial_weights(model, prefix, data, say)

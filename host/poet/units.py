@@ -25,6 +25,8 @@ def parse_size(text: str) -> int:
 
 
 def format_size(n: int) -> str:
+    if n >= 1024**3:  # a Linux board's RAM and nv storage
+        return f"{n / 1024**3:.2f} GiB"
     if n >= 1024**2:
         return f"{n / 1024**2:.2f} MiB"
     if n >= 1024:

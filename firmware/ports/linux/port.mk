@@ -1,17 +1,17 @@
-# linux: the native runtime (host, Raspberry Pi 4, Jetson), its sanitizer and big-graph builds,
-# the schedule validator harness and the kernels as a shared library for ctypes tests.
+# linux: the native runtime (host, Raspberry Pi 4, Jetson), its sanitizer build, the schedule
+# validator harness and the kernels as a shared library for ctypes tests.
 CC ?= cc
 HOST_CFLAGS := $(WARN) -O2 -g -MMD -MP
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-LINUX_SRC := $(CORE_SRC) ports/linux/main.c ports/shared/pool.c ports/shared/nv_ram.c
-# The pool, 4 MiB (shared/pool.c), and 64 MiB of nv storage for the model and its frozen weights
-# (shared/nv_ram.c: on Linux boards "flash" is RAM too); linux-big has a 256 MiB pool and 512 MiB
-# of nv storage for the zoo's larger graphs (BIG_FLAGS; BERT-base's frozen weights are 418 MiB).
-LINUX_POOL := -DPOOL_BYTES=4194304u -DNV_BYTES=67108864u
+LINUX_SRC := $(CORE_SRC) ports/linux/main.c ports/shared/nv_ram.c
+# The pool and the nv storage for the model and its frozen weights (shared/nv_ram.c: on Linux boards
+# "flash" is RAM too) are mapped at start-up, sized by `--pool` and `--nv` (main.c); these are the
+# sizes without them: a 4 MiB pool and 64 MiB of nv storage. The schedule buffer is the largest
+# schedule the format can state (65535 instructions, docs/spec.md 5: 524,308 bytes, and 256 KiB of
+# their ticks), so no schedule is too long here; untouched, its pages cost no memory.
+LINUX_POOL := -DPOOL_BYTES=4194304u -DNV_DEFAULT_BYTES=67108864u -DPOET_SCHEDULE_BLOB_MAX=524308u
 LINUX_OBJ := $(patsubst %.c,$(BUILD)/linux/%.o,$(LINUX_SRC))
 ASAN_OBJ := $(patsubst %.c,$(BUILD)/linux-asan/%.o,$(LINUX_SRC))
-BIG_OBJ := $(patsubst %.c,$(BUILD)/linux-big/%.o,$(LINUX_SRC))
-BIG_FLAGS := -DPOET_SCHEDULE_BLOB_MAX=32768u -DPOOL_BYTES=268435456u -DNV_BYTES=536870912u
 # The model parser checks each node with its op's check, which sits beside the op's run: the
 # validator links the ops and their kernels too.
 VALIDATE_SRC := core/util.c core/model.c core/schedule.c $(OPS_SRC) $(KERNEL_SRC) tests/validate_main.c
@@ -20,13 +20,12 @@ VALIDATE_OBJ := $(patsubst %.c,$(BUILD)/linux/%.o,$(VALIDATE_SRC))
 SO_OBJ := $(patsubst %.c,$(BUILD)/so/%.o,$(KERNEL_SRC))
 LINUX_DEPS := Makefile ports/linux/port.mk
 
-PORTS += linux linux-asan linux-big validate kernels-so
-DEPS += $(LINUX_OBJ:.o=.d) $(ASAN_OBJ:.o=.d) $(BIG_OBJ:.o=.d) $(VALIDATE_OBJ:.o=.d) $(SO_OBJ:.o=.d)
-.PHONY: linux linux-asan linux-big validate kernels-so
+PORTS += linux linux-asan validate kernels-so
+DEPS += $(LINUX_OBJ:.o=.d) $(ASAN_OBJ:.o=.d) $(VALIDATE_OBJ:.o=.d) $(SO_OBJ:.o=.d)
+.PHONY: linux linux-asan validate kernels-so
 
 linux: $(BUILD)/linux/poet
 linux-asan: $(BUILD)/linux-asan/poet
-linux-big: $(BUILD)/linux-big/poet
 validate: $(BUILD)/linux/validate
 kernels-so: $(BUILD)/libpoetkernels.so
 
@@ -46,13 +45,6 @@ $(BUILD)/linux-asan/poet: $(ASAN_OBJ)
 $(BUILD)/linux-asan/%.o: %.c $(LINUX_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(HOST_CFLAGS) $(LINUX_POOL) $(ASAN_FLAGS) -c -o $@ $<
-
-$(BUILD)/linux-big/poet: $(BIG_OBJ)
-	$(CC) -o $@ $^ -lm
-
-$(BUILD)/linux-big/%.o: %.c $(LINUX_DEPS)
-	@mkdir -p $(dir $@)
-	$(CC) $(HOST_CFLAGS) $(BIG_FLAGS) -c -o $@ $<
 
 $(BUILD)/libpoetkernels.so: $(SO_OBJ)
 	$(CC) -shared -o $@ $^ -lm

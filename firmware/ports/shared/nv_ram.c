@@ -4,9 +4,15 @@
  * erase, and programming can only clear bits (a word programmed twice without an erase between
  * ends up as the AND of both).
  *
- * The region: NV_BYTES (a static array, Linux) or the linker script's __nv_start/__nv_end (the
- * boards: the same addresses and size as the real board's NV region). NV_ERASE_BYTES is the real
- * board's erase unit (nRF52840 page 4096, SAMD21 row 256). */
+ * The region: NV_BYTES (a static array: the fuzz harnesses), mapped at start-up by nv_ram_map (the
+ * Linux runtime, sized by its command line: ports/linux/main.c), or the linker script's
+ * __nv_start/__nv_end (the boards: the same addresses and size as the real board's NV region).
+ * NV_ERASE_BYTES is the real board's erase unit (nRF52840 page 4096, SAMD21 row 256). */
+#if defined(__linux__)
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#endif
+#include "nv_ram.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -16,12 +22,12 @@
 #define NV_ERASE_BYTES 4096u
 #endif
 
-#ifdef NV_BYTES
-/* On Linux the array is read-only except while port_nv_write programs it, as flash is to the CPU's
- * stores on a board: a kernel that wrote through a pointer into nv storage (a frozen tensor, a
- * running statistic) faults here instead of passing on the stand-in and failing on silicon. */
 #if defined(__linux__)
 #include <sys/mman.h>
+#endif
+
+#ifdef NV_BYTES
+#if defined(__linux__)
 #define NV_ALIGN __attribute__((aligned(4096)))
 #else
 #define NV_ALIGN
@@ -32,15 +38,40 @@ static union {
 } nv_array NV_ALIGN;
 #define NV_BASE (nv_array.bytes)
 #define NV_SIZE ((uint32_t)(NV_BYTES))
+#elif defined(__linux__)
+static uint8_t *nv_base;
+static uint32_t nv_size;
+#define NV_BASE (nv_base)
+#define NV_SIZE (nv_size)
+
+int nv_ram_map(uint32_t bytes)
+{
+    /* read-only from the start, as flash is to the CPU's stores; untouched pages cost no memory */
+    void *p = mmap(0, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return 1;
+    nv_base = (uint8_t *)p;
+    nv_size = bytes;
+    return 0;
+}
+#else
+extern uint8_t __nv_start[], __nv_end[];
+#define NV_BASE (__nv_start)
+#define NV_SIZE ((uint32_t)(__nv_end - __nv_start))
+#endif
+
 #if defined(__linux__)
-/* Only the pages a write touches change protection (the whole array, tens of MiB, once): changing
- * the whole array's for every chunk made each upload several times slower. */
+/* On Linux the region is read-only except while port_nv_write programs it, as flash is to the CPU's
+ * stores on a board: a kernel that wrote through a pointer into nv storage (a frozen tensor, a
+ * running statistic) faults here instead of passing on the stand-in and failing on silicon. Only
+ * the pages a write touches change protection (the whole region, tens of MiB, once): changing the
+ * whole region's for every chunk made each upload several times slower. */
 static int nv_protect(uint32_t off, uint32_t n, int prot)
 {
     static int locked;
     uintptr_t lo, hi;
     if (!locked) {
-        if (mprotect(nv_array.bytes, NV_BYTES, PROT_READ))
+        if (mprotect(NV_BASE, NV_SIZE, PROT_READ))
             return 1;
         locked = 1;
     }
@@ -51,12 +82,6 @@ static int nv_protect(uint32_t off, uint32_t n, int prot)
 #define NV_PROTECT(off, n, prot) nv_protect((off), (n), (prot))
 #else
 #define NV_PROTECT(off, n, prot) 0
-#endif
-#else
-#define NV_PROTECT(off, n, prot) 0
-extern uint8_t __nv_start[], __nv_end[];
-#define NV_BASE (__nv_start)
-#define NV_SIZE ((uint32_t)(__nv_end - __nv_start))
 #endif
 
 const uint8_t *port_nv(void) { return NV_BASE; }

@@ -1,6 +1,7 @@
-/* The pool (params, grads, staged batch, arena) of every board port: one static array, so its size
- * is fixed at link time and the link fails when RAM cannot hold it. How large is the port's choice,
- * POOL_BYTES in its port.mk, where its RAM budget is written down. */
+/* The pool (params, grads, staged batch, arena) of every microcontroller port: one static array, so
+ * its size is fixed at link time and the link fails when RAM cannot hold it. How large is the port's
+ * choice, POOL_BYTES in its port.mk, where its RAM budget is written down. (The Linux runtime maps
+ * its pool at start-up instead, sized on its command line: ports/linux/main.c.) */
 #include <stdint.h>
 
 #include "../../core/port.h"

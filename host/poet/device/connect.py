@@ -37,8 +37,13 @@ from poet.errors import PoetError
 from poet.graph.training_graph import TrainingGraph
 from poet.plan.lower import model_blob
 from poet.plan.modelblob import encode_batch
+from poet.units import format_size
 
 SWAP_FILE = "poet-swap.bin"  # the stand-ins' pager file in their working directory: the emulated SD card
+# The aarch64 runtime under qemu-user runs a step several times slower than the Cortex-A72 the plan's
+# times model (5-10x on a 2-core x86-64 host: docs/benchmarks.md), so its first step, before the link has timed
+# one, is waited for this many times the plan's time (a hung stand-in is still given up)
+STAND_IN_SLOWDOWN = 30.0
 
 
 @dataclass
@@ -65,6 +70,9 @@ class Device:
     planned_time_s: float | None = None  # the plan's time per step: a step is waited for that long and more
     steps_done: int = 0
     x_scale: float | None = None  # the loaded model's input staged int8 with this scale (memory.staged_input_scale)
+    # how many times slower than the board the plan models a step may run here: a Linux board's stand-in
+    # (qemu-user) runs at the emulator's speed, not the board's (STAND_IN_SLOWDOWN)
+    slowdown: float = 1.0
 
     @property
     def provenance(self) -> str:
@@ -95,7 +103,7 @@ class Device:
         # The batch upload stays outside the window: the window should hold the step and as little
         # link time as the protocol allows (STEP, its ACK, the trace frames and DONE).
         t0 = time.time()
-        res = self.link.step(lr, self.planned_time_s)
+        res = self.link.step(lr, self.planned_time_s and self.planned_time_s * self.slowdown)
         t1 = time.time()
         self.steps_done += 1
         if self.planned_peak is not None and res.peak_live_bytes != self.planned_peak:
@@ -123,17 +131,20 @@ def log(msg: str) -> None:
 
 @contextlib.contextmanager
 def open_device(board: Board, port: str | None = None, workdir: Path | None = None,
-                quiet: bool = False) -> Iterator[Device]:
-    """Yield a Device; an emulator started here is stopped on every exit path, Ctrl-C included."""
+                quiet: bool = False, ram: int | None = None) -> Iterator[Device]:
+    """Yield a Device; an emulator started here is stopped on every exit path, Ctrl-C included. ram: the
+    request's --ram; a Linux board's runtime started here gets it as its pool (firmware.runtime_args), and
+    a board whose pool cannot hold it (a Linux runtime started by hand) is refused in one line."""
     say = (lambda _m: None) if quiet else log
+    slowdown = 1.0
     with contextlib.ExitStack() as stack:
         if port and port.startswith("ssh://"):
             # a Linux board over ssh: the runtime `poet flash` installed there, on ssh's stdin/stdout
             from poet.device.ssh import runtime_over_ssh
 
             # ssh dies with poet too: its remote runtime then sees the link close, as on a pulled cable
-            proc = subprocess.Popen(runtime_over_ssh(port, board.name), stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, preexec_fn=die_with_poet())
+            proc = subprocess.Popen(runtime_over_ssh(port, board.name, firmware.runtime_args(board, ram)),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=die_with_poet())
             stack.callback(_reap, proc)
             ser = ProcessPort(proc)
             emulated, card = False, None
@@ -142,14 +153,14 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             emulated, card = False, None
         elif board.emulator.get("kind") == "process":
             # a Linux board's stand-in: the runtime as a child process (a cross build under qemu-user)
-            cmd = [*firmware.command(board.emulator_target), board.name]
+            cmd = [*firmware.command(board.emulator_target), board.name, *firmware.runtime_args(board, ram)]
             say(f"no --port given: using the emulated {board.name} ({' '.join(cmd)}, numbers are 'emulated')")
             wd = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="poet-run-")))
             proc = subprocess.Popen(cmd, cwd=wd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     preexec_fn=die_with_poet())  # a killed poet's runtime may be mid-step
             stack.callback(_reap, proc)
             ser = ProcessPort(proc)
-            emulated, card = True, wd / SWAP_FILE
+            emulated, card, slowdown = True, wd / SWAP_FILE, STAND_IN_SLOWDOWN
         else:
             say(f"no --port given: using the emulated {board.name} "
                 f"(QEMU {board.emulator.get('machine')}, numbers are 'emulated')")
@@ -177,4 +188,17 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
                             f"not {board.name!r}; pass the right --board")
         say(f"connected: {hello.board} firmware {hello.fw_version}, RAM {hello.ram_bytes} B "
             f"(pool {hello.pool_bytes} B), timer {hello.tick_hz / 1e6:g} MHz")
-        yield Device(link, hello, board, emulated, card)
+        if ram is not None and ram - hello.static_bytes > hello.pool_bytes:
+            raise PoetError(_small_pool(board, port, hello, ram), status=2)
+        yield Device(link, hello, board, emulated, card, slowdown=slowdown)
+
+
+def _small_pool(board: Board, port: str | None, hello: Hello, ram: int) -> str:
+    """Why a board's pool cannot hold --ram (what the firmware keeps for itself aside), and what to do:
+    on a Linux board, whose runtime was started by hand, start it with a pool that can."""
+    msg = (f"the {board.name} on {port or 'the emulator'} has a {format_size(hello.pool_bytes)} pool, less than "
+           f"--ram {format_size(ram)} needs")
+    if board.linux:
+        return msg + (f": restart the runtime there with --pool (`.poet/poet {board.name} --pty --pool {ram}`), "
+                      "or lower --ram")
+    return msg + ": lower --ram"

@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from poet.boards import Board
 from poet.errors import PoetError
 
 FIRMWARE_DIR = Path(__file__).resolve().parents[3] / "firmware"
@@ -46,7 +47,6 @@ TARGETS: dict[str, Target] = {
                         "ESP32-C3 stand-in: rv32imc + picolibc on QEMU virt"),
     "linux": Target(Path("build/linux/poet"), "cc", "native runtime (host; RPi 4 and Jetson build the same)"),
     "linux-asan": Target(Path("build/linux-asan/poet"), "cc", "native runtime under ASan + UBSan"),
-    "linux-big": Target(Path("build/linux-big/poet"), "cc", "native runtime sized for the zoo's big graphs"),
     "linux-aarch64": Target(Path("build/linux-aarch64/poet"), "aarch64-linux-gnu-gcc",
                             "RPi 4 / Jetson cross build, run here under qemu-user",
                             runner=("qemu-aarch64",)),
@@ -91,6 +91,15 @@ def build(target: str, quiet: bool = True) -> Path:
     if not quiet:
         print(f"firmware image: firmware/{t.image} ({target}, built by make, incremental)", flush=True)
     return FIRMWARE_DIR / t.image
+
+
+def runtime_args(board: Board, ram: int | None = None) -> list[str]:
+    """How a Linux board's runtime is started (firmware/ports/linux/main.c): its pool is the request's --ram,
+    all of it, since the Linux runtime keeps no other RAM of --ram (HELLO reports the pool as its RAM, so
+    the firmware's static part is 0); with no request (flash, profile), all the board's ram_bytes. Its nv
+    storage, where the model blob and the frozen weights live, is the board's model_flash_bytes. Both are
+    mapped once at start-up and cost only the pages a run touches."""
+    return ["--pool", str(ram if ram is not None else board.ram_bytes), "--nv", str(board.model_flash_bytes)]
 
 
 def command(target: str) -> list[str]:

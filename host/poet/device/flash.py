@@ -191,7 +191,7 @@ def emulated_commands(board: Board) -> list[list[str]]:
     image = firmware.FIRMWARE_DIR / firmware.TARGETS[target].image
     make = ["make", "-C", str(firmware.FIRMWARE_DIR), target]
     if board.emulator.get("kind") == "process":
-        return [make, [*firmware.TARGETS[target].runner, str(image), board.name]]
+        return [make, [*firmware.TARGETS[target].runner, str(image), board.name, *firmware.runtime_args(board)]]
     boot = emulator.qemu_command(image, 0, emulator.QemuSpec.from_board(board.emulator))
     return [make, [a.replace("127.0.0.1:0,", "127.0.0.1:<free port>,") for a in boot]]
 
@@ -334,7 +334,7 @@ def _flash_linux(board: Board, port: str, say: Say, dry_run: bool, build_on_targ
     cmds = linux_commands(target, image, build_on_target)
     _run_or_show(cmds, say, dry_run)
     if dry_run:
-        say(f"# then the link is: {shlex.join(runtime_over_ssh(port, board.name))}")
+        say(f"# then the link is: {shlex.join(runtime_over_ssh(port, board.name, firmware.runtime_args(board)))}")
         return
     from poet.device.connect import open_device
 

@@ -164,6 +164,17 @@ class TraceRecord:
     bytes: int
 
 
+TICK_WRAP = 1 << 32  # the board's tick counter is 32 bits (port.h)
+
+
+def unwrapped(step_ticks: int, covered: int) -> int:
+    """A step's ticks from DONE's 32-bit count: a counter wraps within a long step (the Linux runtime's
+    1 GHz one every 4.29 s: a BERT-base step), so the step took the count plus as many whole wraps as its
+    records' ticks, `covered`, need. Exact while each op, and what lies between the ops, is shorter than
+    a wrap (each record's ticks are one op's, and within a wrap themselves)."""
+    return step_ticks + max(0, -(-(covered - step_ticks) // TICK_WRAP)) * TICK_WRAP
+
+
 @dataclass
 class StepResult:
     loss: float
@@ -536,7 +547,8 @@ class Link:
                     raise _Resend()  # trace frames were lost: the board replays the whole step's result
                 if set(records) != set(range(n_records)):
                     raise LinkError(f"the device reported {n_records} trace records but sent others")
-                return StepResult(loss, live, extent, ticks, [records[i] for i in range(n_records)])
+                recs = [records[i] for i in range(n_records)]
+                return StepResult(loss, live, extent, unwrapped(ticks, sum(r.ticks for r in recs)), recs)
             if t == ACK and len(p) == 6:
                 status, detail = struct.unpack("<HI", p)
                 if status:

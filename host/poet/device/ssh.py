@@ -4,6 +4,7 @@ so neither imports the other."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -41,9 +42,10 @@ def parse_ssh(url: str) -> SshTarget:
 REMOTE_DIR = ".poet"   # in the login's home directory
 
 
-def runtime_over_ssh(url: str, board: str) -> list[str]:
-    """The link to a Linux board: the installed runtime speaking on ssh's stdin/stdout. BatchMode
-    because stdin carries the protocol: a password prompt could never be answered."""
+def runtime_over_ssh(url: str, board: str, args: Sequence[str] = ()) -> list[str]:
+    """The link to a Linux board: the installed runtime speaking on ssh's stdin/stdout, started with
+    `args` (its sizes: firmware.runtime_args). BatchMode because stdin carries the protocol: a password
+    prompt could never be answered."""
     t = parse_ssh(url)
     return ["ssh", "-T", "-o", "BatchMode=yes", *(["-p", str(t.port)] if t.port else []), t.dest,
-            f"{REMOTE_DIR}/poet", board]
+            f"{REMOTE_DIR}/poet", board, *args]

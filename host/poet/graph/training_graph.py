@@ -56,6 +56,13 @@ class TrainingGraph:
     loss: str = "cross_entropy"
 
     @property
+    def vocab(self) -> int | None:
+        """How many token ids an int64 input may hold (0..vocab-1): the smallest table an embedding looks
+        the input up in. None for a float input."""
+        tables = [n.attrs["V"] for n in self.nodes if n.op == "embedding" and n.attrs["ids"] == 0]
+        return min(tables) if self.input_dtype == "int64" and tables else None
+
+    @property
     def param_elems(self) -> list[int]:
         return [numel(shape) for _, shape in self.params]
 

@@ -48,11 +48,17 @@ class Dataset:
     x_test: np.ndarray
     y_test: np.ndarray
 
-    def fitted(self, input_shape: tuple[int, ...], classes: int, model: str, loss: str = "cross_entropy") -> Dataset:
+    def fitted(self, input_shape: tuple[int, ...], classes: int, model: str, loss: str = "cross_entropy",
+               vocab: int | None = None) -> Dataset:
         """The data reshaped to the model's sample shape; refuse data the model cannot take. A model whose
-        loss is not cross_entropy reconstructs its input: its labels are no classes (anomaly labels, or none)."""
+        loss is not cross_entropy reconstructs its input: its labels are no classes (anomaly labels, or none).
+        vocab: the model reads token ids 0..vocab-1 (TrainingGraph.vocab): the samples must be such ids, and
+        stay int64 (PyTorch's embedding takes no floats); the digits are read as 64 tokens, each pixel's
+        intensity 0..16."""
         for split, x, y in (("training", self.x_train, self.y_train), ("test", self.x_test, self.y_test)):
             _check_values(self.name, split, x, y)
+        if vocab is not None:
+            return self._as_tokens(vocab, model)._shaped(input_shape, classes, model, loss, np.int64)
         want = int(np.prod(input_shape))
         got = int(np.prod(self.x_train.shape[1:]))
         if self.name == "digits" and got == 64 and got != want and _digits_scale(input_shape):
@@ -63,6 +69,13 @@ class Dataset:
             # even against odd, a balanced task
             return Dataset(self.name, self.x_train, self.y_train % classes, self.x_test,
                            self.y_test % classes).fitted(input_shape, classes, model, loss)
+        return self._shaped(input_shape, classes, model, loss, np.float32)
+
+    def _shaped(self, input_shape: tuple[int, ...], classes: int, model: str, loss: str,
+                x_type: type[np.generic]) -> Dataset:
+        """The samples reshaped to input_shape as x_type, the labels int64, once they fit the model."""
+        want = int(np.prod(input_shape))
+        got = int(np.prod(self.x_train.shape[1:]))
         if got != want:
             fits = [n for n, shape in SAMPLE_SHAPES.items() if int(np.prod(shape)) == want and n != self.name]
             raise UsageError(f"--data {self.name}: samples of shape {tuple(self.x_train.shape[1:])} ({got} values) "
@@ -72,9 +85,24 @@ class Dataset:
             if loss == "cross_entropy" and len(y) and (y.min() < 0 or y.max() >= classes):
                 raise UsageError(f"--data {self.name}: {split} labels span {int(y.min())}..{int(y.max())}, "
                                  f"model {model} has {classes} classes (0..{classes - 1})")
-        return Dataset(self.name, *(a.reshape((len(a), *input_shape)).astype(np.float32) if i % 2 == 0
+        return Dataset(self.name, *(a.reshape((len(a), *input_shape)).astype(x_type) if i % 2 == 0
                                     else a.astype(np.int64)
                                     for i, a in enumerate((self.x_train, self.y_train, self.x_test, self.y_test))))
+
+    def _as_tokens(self, vocab: int, model: str) -> Dataset:
+        """The samples as token ids below vocab, refused when they are not such ids (the board would look
+        a fraction or an id past the table up as another token, or past the table's end)."""
+        ds = self
+        if self.name == "digits":  # the pixels' intensities 0..16, as digits_split read them
+            ds = Dataset(self.name, np.rint(self.x_train * 16.0), self.y_train, np.rint(self.x_test * 16.0),
+                         self.y_test)
+        for split, x in (("training", ds.x_train), ("test", ds.x_test)):
+            bad = (x != np.round(x)) | (x < 0) | (x >= vocab)
+            if bad.any():
+                at = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise UsageError(f"--data {self.name}: {split} sample {at[0]} holds {x[at]!r}, not a token id of model "
+                                 f"{model} (whole numbers 0..{vocab - 1})")
+        return ds
 
     def _upsampled(self, input_shape: tuple[int, ...]) -> Dataset:
         """The 8x8 digits at the image model's size: each pixel repeated into a square (nearest
