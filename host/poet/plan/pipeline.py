@@ -36,8 +36,10 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
     """Plan with `strategy` for the arena left by --ram, lower it, and make sure the placed arena fits.
 
     A plan bounds the bytes resident at once; placing tensors at offsets can need a
-    little more (fragmentation). If it does, the plan is made again with the arena
-    budget lowered by the overshoot, until the placed arena fits.
+    little more (fragmentation). If it does, the plan is made again with its live
+    bytes bounded by its own peak less the overshoot, so each attempt's peak is
+    strictly lower (lowering only the budget can return the same plan forever when
+    the plan's peak sat below it).
     """
     check_ram(ram_bytes, board.ram_bytes, board.name)
     budget = budget_for(g, ram_bytes, runtime_static, board.model_flash_bytes, board.name)
@@ -72,5 +74,5 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
         over = lowered.extent_bytes - budget.arena
         progress(f"placed arena {lowered.extent_bytes} B overshoots {budget.arena} B by {over} B "
                  f"(fragmentation); re-solving with a tighter live-bytes bound")
-        arena -= over
+        arena = min(arena, plan.peak_bytes or arena) - over
     raise PoetError("could not place the plan's tensors within the arena after 8 attempts; raise --ram")
