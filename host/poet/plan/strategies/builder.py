@@ -23,7 +23,12 @@ from poet.plan.types import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Sem
 
 
 class Stuck(Exception):
-    """The builder cannot go on: a tensor is lost, or a stage cannot fit whatever is evicted."""
+    """The builder cannot go on: a tensor is lost, or a stage cannot fit whatever is evicted
+    (then `stage` is that stage and `recomputed` what it recomputes, for a policy to repair)."""
+
+    def __init__(self, msg: str, stage: int | None = None, recomputed: frozenset[int] = frozenset()) -> None:
+        super().__init__(msg)
+        self.stage, self.recomputed = stage, recomputed
 
 
 def recomputable(node: CostedNode) -> bool:
@@ -172,7 +177,7 @@ class Builder:
                 choice = self.policy.evict(self, t, cands) if cands else None
                 if choice is None:
                     raise Stuck(f"stage {t} ({nodes[t].name}) needs {self.peak(resident | pin, order, keep | pout)} B "
-                                 f"> {self.budget} B with nothing left to evict")
+                                f"> {self.budget} B with nothing left to evict", t, frozenset(computes - {t}))
                 x, page = choice
                 resident.discard(x)
                 keep.discard(x)

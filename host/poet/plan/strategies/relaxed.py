@@ -10,6 +10,12 @@ stage becomes a row of the next round (cutting planes: the relaxation sees RAM w
 broke). Every round's relaxation, whatever its rows, bounds every plan: the best plan comes
 with the highest of those bounds.
 
+The relaxation does not see RAM inside a stage: a tensor "made again between rows" may need a
+long recompute chain, and made where it is read that chain can overflow the stage whatever is
+evicted (ResNet-18 at 25% of keep-everything). The builder then keeps a link of that chain from
+where it was first made (Rows.hold) and builds again. An evicted tensor is priced at its whole
+recompute chain, not its own op.
+
 Starting rows: evenly spread over the binding stages, few enough that the first solve takes
 seconds (bert-base at 50% of its keep-everything RAM: 11 rows, proven in 4 s).
 """
@@ -26,11 +32,12 @@ import numpy as np
 from poet.plan.bound import RowRelaxation, relax, relax_rows, shortfall
 from poet.plan.milp import PROVEN_REL_TOL
 from poet.plan.strategies.base import Options, Strategy
-from poet.plan.strategies.builder import Builder, Policy, build, recomputable
+from poet.plan.strategies.builder import Builder, Policy, Stuck, checked, recomputable
 from poet.plan.types import POET, CostedGraph, Plan, Semantics
 
 FIRST_ROWS = 16  # rows of the first round
 ROUNDS = 12
+HOLDS = 64  # links of recompute chains held per plan before giving up
 
 
 class Rows(Policy):
@@ -52,8 +59,38 @@ class Rows(Policy):
             self.outs.setdefault(d if semantics.page_out_when_made else d + 1, set()).add(d)
         self.slack = deadline_s - graph.one_pass_s if semantics.paging_in_deadline else math.inf
         self.evicted_at: set[int] = set()  # stages over the budget the relaxation did not see
+        self.held: dict[int, int] = {}  # tensor -> the stage it is kept for (see hold)
+
+    def hold(self, stuck: Stuck) -> bool:
+        """A stage that cannot fit even with everything unused evicted recomputes a chain whose
+        live tensors are too many at once (the relaxation does not see RAM inside a stage: it
+        makes a tensor again "between rows", however long the chain). Keep one link of the chain
+        from where it was made until that stage: the one saving the most recompute energy per
+        byte-stage held. False: nothing left to hold."""
+        t, nodes = stuck.stage, self.nodes
+        if t is None:
+            return False
+        chain = stuck.recomputed
+        best: tuple[float, int] | None = None
+        for x in chain:
+            if x in self.held or nodes[x].bytes == 0:
+                continue
+            saved, todo, seen = 0.0, [x], {x}
+            while todo:  # x and what the stage recomputes only to make x
+                y = todo.pop()
+                saved += nodes[y].compute_j
+                todo += [d for d in nodes[y].deps if d in chain and d not in seen and not seen.add(d)]
+            score = saved
+            if best is None or score > best[0]:
+                best = (score, x)
+        if best is None:
+            return False
+        self.held[best[1]] = t
+        return True
 
     def retain(self, b: Builder, i: int, t: int) -> bool:
+        if t < self.held.get(i, -1):
+            return True
         k = bisect.bisect_left(self.rows, t + 1)
         if k == len(self.rows):
             return True  # past the last row: kept until read
@@ -69,19 +106,37 @@ class Rows(Policy):
 
     def evict(self, b: Builder, t: int, candidates: list[int]) -> tuple[int, bool] | None:
         """Over the budget where the relaxation has no row (or its choice did not fit): evict what
-        frees bytes cheapest, and remember the stage."""
+        frees bytes cheapest, and remember the stage. A held tensor may be paged, not dropped: its
+        recompute chain is what did not fit."""
         self.evicted_at.add(t)
         nodes = self.nodes
         best: tuple[float, int, bool] | None = None
+        resident = b.kept[t]
         for i in candidates:
             n = nodes[i]
-            ways = [(n.compute_j, False)] if recomputable(n) else []
+            ways = ([(self._remake_j(b, i, resident), False)] if recomputable(n) and t >= self.held.get(i, -1)
+                    else [])
             if i in b.aux or b.extra_s + n.page_out_s + n.page_in_s <= self.slack:
                 ways.append((n.page_in_j + (0.0 if i in b.aux else n.page_out_j), True))
             for cost, page in ways:
                 if best is None or cost / max(n.bytes, 1) < best[0]:
                     best = (cost / max(n.bytes, 1), i, page)
         return None if best is None else (best[1], best[2])
+
+
+    def _remake_j(self, b: Builder, i: int, resident: set[int]) -> float:
+        """What recomputing i costs from `resident`: i and each missing input it needs, recursively
+        (a cheap op at the end of a dropped chain is not cheap to make again)."""
+        nodes, total, todo, seen = self.nodes, 0.0, [i], {i}
+        while todo:
+            y = todo.pop()
+            total += nodes[y].compute_j
+            for d in nodes[y].deps:
+                if d not in seen and d not in resident and d not in b.aux and nodes[d].bytes > 0:
+                    seen.add(d)
+                    if recomputable(nodes[d]):
+                        todo.append(d)
+        return total
 
 
 def _spread(rows: list[int], n: int) -> list[int]:
@@ -133,7 +188,7 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
         if rel.status == "no-solution":
             break
         policy = Rows(graph, rel, deadline_s, semantics)
-        plan = build(graph, budget, deadline_s, policy, semantics=semantics)
+        plan = _build(graph, budget, deadline_s, policy, semantics)
         if plan.status == "feasible" and (best.status not in ("optimal", "feasible") or plan.energy_j < best.energy_j):
             best = replace(plan, strategy="relaxed", solver="row relaxation")
         gap = 1 - bound / best.energy_j if best.status in ("optimal", "feasible") and best.energy_j > 0 else math.inf
@@ -148,6 +203,23 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
             break
         rows = sorted(set(rows) | set(more[:: max(1, len(more) // FIRST_ROWS)]))
     return _as_relaxed(best, bound)
+
+
+def _build(graph: CostedGraph, budget: int, deadline_s: float, policy: Rows, semantics: Semantics) -> Plan:
+    """The builder's plan under `policy`, holding links of recompute chains that do not fit."""
+    for _ in range(HOLDS):
+        try:
+            stages = Builder(graph, budget, policy).run()
+        except Stuck as exc:
+            if policy.hold(exc):
+                continue
+            return Plan(strategy=policy.name, stages=[], status="infeasible", arena_budget=budget,
+                        deadline_s=deadline_s, solver="heuristic", note=str(exc))
+        plan = Plan(strategy=policy.name, stages=stages, status="infeasible", arena_budget=budget,
+                    deadline_s=deadline_s, solver="heuristic")
+        return checked(graph, plan, budget, deadline_s, semantics)
+    return Plan(strategy=policy.name, stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline_s,
+                solver="heuristic", note=f"recompute chains still too long after {HOLDS} held tensors")
 
 
 def _within(plan: Plan, bound_j: float, gap: float) -> bool:
