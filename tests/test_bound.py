@@ -154,3 +154,22 @@ def test_the_relaxations_plan_holds_a_link_of_a_chain_too_long_to_recompute_in_o
     assert p.status == "feasible" or p.status == "optimal"
     assert p.bound_j is not None and p.bound_j <= p.energy_j * (1 + TOL)
     simulate(g, p, budget, deadline)  # raises if it does not fit or is late
+
+
+def test_rounds_with_rows_where_the_plan_did_not_break_reach_the_bound_of_every_row() -> None:
+    """When the plan breaks nowhere the rows do not see, only the bound is loose: the relaxed
+    strategy adds rows on a finer grid each round (densify) until every binding stage has one,
+    and its bound is then the full row relaxation's."""
+    from poet.plan.strategies.base import Options
+    from poet.plan.strategies.relaxed import relaxed
+
+    g = deep((4,) * 12)
+    budget, deadline = lower_bound_bytes(g), 1.5 * g.one_pass_s
+    every_row = relax_rows(g, budget, deadline)
+    assert every_row.status == "optimal"
+    first = relaxed(g, budget, deadline, options=Options(gap=0.0), densify=0)
+    finer = relaxed(g, budget, deadline, options=Options(gap=0.0))
+    assert first.bound_j is not None and finer.bound_j is not None
+    assert first.bound_j < every_row.bound_j * (1 - 1e-3)  # 16 rows of 26: a looser bound
+    assert finer.bound_j >= every_row.bound_j * (1 - TOL)
+    assert finer.energy_j <= first.energy_j

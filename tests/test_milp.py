@@ -125,3 +125,30 @@ def test_finish_calls_optimal_only_what_the_bound_proves(objective, bound, gap, 
     assert out.status == status
     if status == "feasible":
         assert out.note and out.gap == (1 - bound / objective if bound is not None else float("inf"))
+
+
+def _knapsacks(n: int = 60, m: int = 25, seed: int = 3):  # type: ignore[no-untyped-def]
+    """Pick items of most value under m random capacity rows: a few thousand HiGHS nodes to prove."""
+    import random
+
+    import pulp
+
+    rng = random.Random(seed)
+    prob = pulp.LpProblem("knapsacks", pulp.LpMinimize)
+    x = [pulp.LpVariable(f"x{j}", cat="Binary") for j in range(n)]
+    prob += pulp.lpSum(-rng.randint(10, 100) * v for v in x)
+    for _ in range(m):
+        w = [rng.randint(5, 60) for _ in range(n)]
+        prob += pulp.lpSum(wj * v for wj, v in zip(w, x, strict=True)) <= sum(w) / 4
+    return prob
+
+
+def test_highs_stops_at_an_objective_known_from_outside() -> None:
+    """stop_at (a relaxation's bound): HiGHS returns the first incumbent at or below it, unproven
+    by its own bound (the caller proves it by the outside one); without it, HiGHS proves."""
+    proved = milp.solve(_knapsacks(), "highs", 60)
+    assert proved.status == "optimal" and proved.objective is not None
+    loose = 0.9 * proved.objective  # objectives are negative: 10% short of the optimum
+    stopped = milp.solve(_knapsacks(), "highs", 60, stop_at=loose)
+    assert stopped.status == "feasible" and stopped.objective is not None
+    assert stopped.objective <= loose and stopped.objective >= proved.objective

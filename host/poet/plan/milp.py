@@ -80,19 +80,27 @@ def objective_value(prob: pulp.LpProblem) -> float:
 
 
 def solve(prob: pulp.LpProblem, solver: str, time_limit_s: float, gap: float = 0.0, warm: bool = False,
-          say: Say | None = None) -> Outcome:
-    """Solve `prob` (minimising); warm: start from the values the variables hold (setInitialValue)."""
+          say: Say | None = None, stop_at: float | None = None) -> Outcome:
+    """Solve `prob` (minimising); warm: start from the values the variables hold (setInitialValue).
+
+    stop_at: an objective no solution can beat, known from elsewhere (a relaxation's bound): HiGHS
+    stops as soon as its incumbent reaches it (objective_target), instead of proving it with its
+    own bound; CBC runs on. The caller proves the plan by the outside bound either way."""
     say = say or (lambda _msg: None)
     if solver not in ("highs", "cbc"):
         raise ValueError(f"unknown solver {solver!r} (highs or cbc)")
     start = {v.name: v.varValue for v in prob.variables()} if warm else {}
     start_obj = objective_value(prob) if warm else math.inf
     t0 = time.perf_counter()
-    run = _highs if solver == "highs" else _cbc
-    out = run(prob, time_limit_s, gap, warm)
+    def run(warm: bool) -> Outcome:
+        if solver == "highs":
+            return _highs(prob, time_limit_s, gap, warm, stop_at)
+        return _cbc(prob, time_limit_s, gap, warm)
+
+    out = run(warm)
     if warm and out.note.startswith("inconsistent"):
         say(f"{out.solver}: {out.note}; solving again without the start")
-        out = run(prob, time_limit_s, gap, False)
+        out = run(False)
         out.note = f"{solver} mis-read the start (poet/milp.py: highspy 1.16.0 does); solved again without it"
     if warm and (out.objective is None or out.objective > start_obj):
         # a cold solve stopped by its time limit: the start is still the best plan known
@@ -155,8 +163,11 @@ class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
         lp.solverModel.run()
 
 
-def _highs(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool) -> Outcome:
+def _highs(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool,
+           stop_at: float | None = None) -> Outcome:
     opts = {"mip_abs_gap": 0.0, "primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9}
+    if stop_at is not None:  # HiGHS stops with kObjectiveTarget once its incumbent is at or below it
+        opts["objective_target"] = stop_at
     api = _Highs(warm, msg=False, timeLimit=time_limit_s, gapRel=gap, **opts)
     if not api.available():  # fallback: the highs executable through PuLP, no start, no bound
         prob.solve(pulp.HiGHS_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap))

@@ -70,7 +70,7 @@ from poet.errors import PoetError
 from poet.plan import milp
 from poet.plan.simulate import simulate
 from poet.plan.strategies.base import Options, Progress
-from poet.plan.strategies.relaxed import relaxed
+from poet.plan.strategies.relaxed import ROUNDS, relaxed
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Semantics, Stage, rule_stage
 
 Key = tuple[int, int]  # (stage t, tensor i)
@@ -541,7 +541,8 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
         # MILP follows, all of it if not
         share = time_limit_s * (RELAXED_SHARE if milp_after else 1.0)
         opts = Options(time_limit_s=share, gap=gap, progress=progress)
-        rel = relaxed(graph, arena_budget, deadline_s, semantics, opts, recompute, paging, start)
+        rel = relaxed(graph, arena_budget, deadline_s, semantics, opts, recompute, paging, start,
+                      densify=0 if milp_after else ROUNDS)
         if rel.status == "infeasible" and rel.bound_j is None:
             plan = Plan(strategy=strategy, stages=[], status="infeasible", arena_budget=arena_budget,
                         deadline_s=deadline_s, solver="bound", solve_time_s=time.perf_counter() - t0,
@@ -598,7 +599,10 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     say(f"{solver}: solving {graph.name} (T={len(graph)}, {len(m.prob.variables())} variables, "
         f"{m.prob.numConstraints()} constraints), budget {arena_budget} B, deadline {deadline_s:.6g} s")
     # what is left of the limit after the relaxations and the build, less a margin for reading the plan back
-    out = milp.solve(m.prob, solver, max(1.0, t_end - time.perf_counter() - 0.05 * time_limit_s), gap, warm, say)
+    # a plan at the relaxations' bound is optimal: the solver need not prove it with its own
+    stop_at = (bound_j * (1 + milp.PROVEN_REL_TOL / 2) - m.fixed_j(graph)) / m.scale if bound else None
+    out = milp.solve(m.prob, solver, max(1.0, t_end - time.perf_counter() - 0.05 * time_limit_s), gap, warm, say,
+                     stop_at)
     plan = _outcome_plan(out, strategy, arena_budget, deadline_s)
     if out.status in ("optimal", "feasible"):
         plan.stages = _extract(graph, m)
