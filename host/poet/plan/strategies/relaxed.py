@@ -225,19 +225,19 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
 
 def _build(graph: CostedGraph, budget: int, deadline_s: float, policy: Rows, semantics: Semantics) -> Plan:
     """The builder's plan under `policy`, holding links of recompute chains that do not fit."""
+    plan = Plan(strategy=policy.name, stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline_s,
+                solver="heuristic", note=f"recompute chains still too long after {HOLDS} held tensors")
     for _ in range(HOLDS):
         try:
-            stages = Builder(graph, budget, policy).run()
+            plan.stages = Builder(graph, budget, policy).run()
         except Stuck as exc:
             if policy.hold(exc):
                 continue
-            return Plan(strategy=policy.name, stages=[], status="infeasible", arena_budget=budget,
-                        deadline_s=deadline_s, solver="heuristic", note=str(exc))
-        plan = Plan(strategy=policy.name, stages=stages, status="infeasible", arena_budget=budget,
-                    deadline_s=deadline_s, solver="heuristic")
+            plan.note = str(exc)
+            return plan
+        plan.note = ""
         return checked(graph, plan, budget, deadline_s, semantics)
-    return Plan(strategy=policy.name, stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline_s,
-                solver="heuristic", note=f"recompute chains still too long after {HOLDS} held tensors")
+    return plan
 
 
 def _within(plan: Plan, bound_j: float, gap: float) -> bool:
