@@ -135,7 +135,7 @@ def _knapsacks(n: int = 60, m: int = 25, seed: int = 3):  # type: ignore[no-unty
 
     rng = random.Random(seed)
     prob = pulp.LpProblem("knapsacks", pulp.LpMinimize)
-    x = [pulp.LpVariable(f"x{j}", cat="Binary") for j in range(n)]
+    x = [prob.add_variable(f"x{j}", cat=pulp.LpBinary) for j in range(n)]
     prob += pulp.lpSum(-rng.randint(10, 100) * v for v in x)
     for _ in range(m):
         w = [rng.randint(5, 60) for _ in range(n)]

@@ -57,7 +57,8 @@ class Rows(Policy):
         self.outs: dict[int, set[int]] = {}
         for d in rel.paged:
             self.outs.setdefault(d if semantics.page_out_when_made else d + 1, set()).add(d)
-        self.slack = deadline_s - graph.one_pass_s if semantics.paging_in_deadline else math.inf
+        self.time_slack = deadline_s - graph.one_pass_s  # for recomputes and, if it counts, paging
+        self.slack = self.time_slack if semantics.paging_in_deadline else math.inf
         self.evicted_at: set[int] = set()  # stages over the budget the relaxation did not see
         self.held: dict[int, int] = {}  # tensor -> the stage it is kept for (see hold)
 
@@ -106,37 +107,41 @@ class Rows(Policy):
 
     def evict(self, b: Builder, t: int, candidates: list[int]) -> tuple[int, bool] | None:
         """Over the budget where the relaxation has no row (or its choice did not fit): evict what
-        frees bytes cheapest, and remember the stage. A held tensor may be paged, not dropped: its
-        recompute chain is what did not fit."""
+        frees bytes cheapest, and remember the stage. A held tensor is paged rather than dropped
+        (its recompute chain is what did not fit), and dropped only when nothing else frees bytes."""
         self.evicted_at.add(t)
         nodes = self.nodes
-        best: tuple[float, int, bool] | None = None
+        best: tuple[bool, float, int, bool] | None = None  # (drops a held tensor, J per byte, tensor, page)
         resident = b.kept[t]
         for i in candidates:
             n = nodes[i]
-            ways = ([(self._remake_j(b, i, resident), False)] if recomputable(n) and t >= self.held.get(i, -1)
-                    else [])
+            held = t < self.held.get(i, -1)
+            ways = []
+            if recomputable(n):
+                remake_j, remake_s = self._remake(b, i, resident)
+                if b.extra_s + remake_s <= self.time_slack:
+                    ways.append((held, remake_j, False))
             if i in b.aux or b.extra_s + n.page_out_s + n.page_in_s <= self.slack:
-                ways.append((n.page_in_j + (0.0 if i in b.aux else n.page_out_j), True))
-            for cost, page in ways:
-                if best is None or cost / max(n.bytes, 1) < best[0]:
-                    best = (cost / max(n.bytes, 1), i, page)
-        return None if best is None else (best[1], best[2])
+                ways.append((False, n.page_in_j + (0.0 if i in b.aux else n.page_out_j), True))
+            for last_resort, cost, page in ways:
+                key = (last_resort, cost / max(n.bytes, 1), i, page)
+                if best is None or key[:2] < best[:2]:
+                    best = key
+        return None if best is None else (best[2], best[3])
 
-
-    def _remake_j(self, b: Builder, i: int, resident: set[int]) -> float:
-        """What recomputing i costs from `resident`: i and each missing input it needs, recursively
-        (a cheap op at the end of a dropped chain is not cheap to make again)."""
-        nodes, total, todo, seen = self.nodes, 0.0, [i], {i}
+    def _remake(self, b: Builder, i: int, resident: set[int]) -> tuple[float, float]:
+        """What recomputing i costs from `resident`, in joules and seconds: i and each missing input
+        it needs, recursively (a cheap op at the end of a dropped chain is not cheap to make again)."""
+        nodes, joules, seconds, todo, seen = self.nodes, 0.0, 0.0, [i], {i}
         while todo:
             y = todo.pop()
-            total += nodes[y].compute_j
+            joules, seconds = joules + nodes[y].compute_j, seconds + nodes[y].compute_s
             for d in nodes[y].deps:
                 if d not in seen and d not in resident and d not in b.aux and nodes[d].bytes > 0:
                     seen.add(d)
                     if recomputable(nodes[d]):
                         todo.append(d)
-        return total
+        return joules, seconds
 
 
 def _denser(rows: list[int], every: list[int]) -> list[int]:
