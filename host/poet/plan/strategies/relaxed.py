@@ -66,8 +66,9 @@ class Rows(Policy):
         """A stage that cannot fit even with everything unused evicted recomputes a chain whose
         live tensors are too many at once (the relaxation does not see RAM inside a stage: it
         makes a tensor again "between rows", however long the chain). Keep one link of the chain
-        from where it was made until that stage: the one saving the most recompute energy per
-        byte-stage held. False: nothing left to hold."""
+        from where it was made until that stage: the one whose own chain in the stage costs most
+        (usually the stage's missing input itself; a cheaper link left the rest of the chain in
+        place on ResNet-18). False: nothing left to hold."""
         t, nodes = stuck.stage, self.nodes
         if t is None:
             return False
@@ -77,13 +78,15 @@ class Rows(Policy):
             if x in self.held or nodes[x].bytes == 0:
                 continue
             saved, todo, seen = 0.0, [x], {x}
-            while todo:  # x and what the stage recomputes only to make x
+            while todo:  # x and what the stage recomputes to make x
                 y = todo.pop()
                 saved += nodes[y].compute_j
-                todo += [d for d in nodes[y].deps if d in chain and d not in seen and not seen.add(d)]
-            score = saved
-            if best is None or score > best[0]:
-                best = (score, x)
+                for d in nodes[y].deps:
+                    if d in chain and d not in seen:
+                        seen.add(d)
+                        todo.append(d)
+            if best is None or saved > best[0]:
+                best = (saved, x)
         if best is None:
             return False
         self.held[best[1]] = t
