@@ -17,7 +17,7 @@ ASAN_OBJ := $(patsubst %.c,$(BUILD)/linux-asan/%.o,$(LINUX_SRC))
 VALIDATE_SRC := core/util.c core/model.c core/schedule.c $(OPS_SRC) $(KERNEL_SRC) tests/validate_main.c
 VALIDATE_OBJ := $(patsubst %.c,$(BUILD)/linux/%.o,$(VALIDATE_SRC))
 # Position-independent objects of their own: the linux port's objects are not built with -fPIC.
-SO_OBJ := $(patsubst %.c,$(BUILD)/so/%.o,$(KERNEL_SRC))
+SO_OBJ := $(patsubst %.c,$(BUILD)/so/%.o,$(KERNEL_SRC) $(REF_SRC))
 LINUX_DEPS := Makefile ports/linux/port.mk
 
 PORTS += linux linux-asan validate kernels-so

@@ -1,0 +1,165 @@
+/* Instructions per kernel call on the emulated Cortex-M4F (QEMU mps2-an386, -icount shift=0: one
+ * instruction per virtual ns, and the CMSDK timer ticks at 25 MHz, so a tick is 40 instructions).
+ * Each kernel runs on the shapes of the zoo's small models, the optimised kernel beside its reference
+ * (kernels/reference/), and each line says: kernel, shape, multiply-adds, instructions per call.
+ * benchmarks/kernels_peer.py builds this image, runs it and prints the table (docs/benchmarks.md). */
+#include <stdint.h>
+
+#include "../core/kernels/kernels.h"
+#include "../core/kernels/reference/reference.h"
+#include "../ports/shared/cm_reset.h"
+
+#define REG(a) (*(volatile uint32_t *)(a))
+#define TIMER_CTRL REG(0x40000000u)
+#define TIMER_VALUE REG(0x40000004u)
+#define TIMER_RELOAD REG(0x40000008u)
+#define INSTR_PER_TICK 40u
+#define MIN_TICKS 25000u /* a million instructions per measurement: 0.004% resolution */
+
+extern uint32_t __stack_top;
+void Reset_Handler(void);
+void Fault_Handler(void);
+void Default_Handler(void);
+
+static void semihost(uint32_t op, const void *arg)
+{
+    register uint32_t r0 __asm__("r0") = op;
+    register const void *r1 __asm__("r1") = arg;
+    __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
+}
+
+void Fault_Handler(void)
+{
+    semihost(0x18u, (const void *)(uintptr_t)0x20023u); /* SYS_EXIT, ADP_Stopped_RunTimeErrorUnknown */
+    for (;;)
+        __asm__ volatile("wfi");
+}
+
+void Default_Handler(void) { Fault_Handler(); }
+
+__attribute__((section(".vectors"), used)) static void (*const vectors[16])(void) = {
+    (void (*)(void))(uintptr_t)&__stack_top, Reset_Handler, Fault_Handler, Fault_Handler, Fault_Handler,
+    Fault_Handler, Fault_Handler, 0, 0, 0, 0, Default_Handler, Default_Handler, 0, Default_Handler,
+    Default_Handler,
+};
+
+void Reset_Handler(void)
+{
+    *(volatile uint32_t *)0xE000ED88u |= 0xFu << 20; /* CPACR: CP10, CP11 full access */
+    __asm__ volatile("dsb\n\tisb" ::: "memory");
+    cm_start();
+}
+
+static void say(const char *s) { semihost(0x04u, s); } /* SYS_WRITE0 */
+
+static char *put_u(char *p, uint32_t v)
+{
+    char tmp[10];
+    int n = 0;
+    do
+        tmp[n++] = (char)('0' + v % 10u);
+    while (v /= 10u);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+static char *put_s(char *p, const char *s)
+{
+    while (*s)
+        *p++ = *s++;
+    return p;
+}
+
+static uint32_t ticks(void) { return 0xFFFFFFFFu - TIMER_VALUE; }
+
+/* Big enough for the largest shape below. */
+static float X[16 * 256], W[256 * 64], G[16 * 256], Y[16 * 256], DW[256 * 64], DB[256];
+static poet_grad_t gw = {DW, 0, 0, 0, 0}, gb = {DB, 0, 0, 0, 0};
+
+static void fill(float *p, uint32_t n, uint32_t seed)
+{
+    uint32_t i;
+    for (i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = (float)(int32_t)(seed >> 8) / 8388608.0f - 1.0f;
+    }
+}
+
+typedef struct {
+    int B, in, out;
+} shape_t;
+
+static shape_t S; /* the shape the case functions read */
+
+static void lin_fwd(void) { poet_linear_fwd(S.B, S.in, S.out, X, W, DB, Y); }
+static void lin_fwd_ref(void) { poet_ref_linear_fwd(S.B, S.in, S.out, X, W, DB, Y); }
+static void lin_gx(void) { poet_linear_bwd(S.B, S.in, S.out, G, X, W, 0, 0, Y); }
+static void lin_gx_ref(void) { poet_ref_linear_bwd(S.B, S.in, S.out, G, X, W, 0, 0, Y); }
+static void lin_dw(void) { poet_linear_bwd(S.B, S.in, S.out, G, X, W, &gw, &gb, 0); }
+static void lin_dw_ref(void) { poet_ref_linear_bwd(S.B, S.in, S.out, G, X, W, &gw, &gb, 0); }
+static void mm_fwd(void) { poet_matmul_fwd(1, S.B, S.in, S.out, X, W, Y); }
+static void mm_fwd_ref(void) { poet_ref_matmul_fwd(1, S.B, S.in, S.out, X, W, Y); }
+
+typedef struct {
+    const char *name;
+    void (*run)(void);
+    void (*ref)(void);
+} case_t;
+
+static const case_t CASES[] = {
+    {"linear_fwd", lin_fwd, lin_fwd_ref},
+    {"linear_grad_input", lin_gx, lin_gx_ref},
+    {"linear_dw_db", lin_dw, lin_dw_ref},
+    {"matmul_fwd", mm_fwd, mm_fwd_ref},
+};
+
+static const shape_t SHAPES[] = {{16, 64, 32}, {16, 32, 10}, {1, 64, 32}, {16, 256, 64}, {4, 30, 7}};
+
+static uint32_t instructions(void (*run)(void))
+{
+    uint32_t reps = 0, t0 = ticks(), t;
+    do {
+        run();
+        reps++;
+        t = ticks() - t0;
+    } while (t < MIN_TICKS);
+    return (uint32_t)(((uint64_t)t * INSTR_PER_TICK + reps / 2) / reps);
+}
+
+int main(void)
+{
+    unsigned c, s;
+    char line[160];
+    TIMER_CTRL = 0;
+    TIMER_RELOAD = 0xFFFFFFFFu;
+    TIMER_VALUE = 0xFFFFFFFFu;
+    TIMER_CTRL = 1u;
+    fill(X, sizeof X / sizeof X[0], 1u);
+    fill(W, sizeof W / sizeof W[0], 2u);
+    fill(G, sizeof G / sizeof G[0], 3u);
+    for (s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++)
+        for (c = 0; c < sizeof CASES / sizeof CASES[0]; c++) {
+            char *p = line;
+            S = SHAPES[s];
+            p = put_s(p, "poet ");
+            p = put_s(p, CASES[c].name);
+            p = put_s(p, " B=");
+            p = put_u(p, (uint32_t)S.B);
+            p = put_s(p, " in=");
+            p = put_u(p, (uint32_t)S.in);
+            p = put_s(p, " out=");
+            p = put_u(p, (uint32_t)S.out);
+            p = put_s(p, " macs=");
+            p = put_u(p, (uint32_t)(S.B * S.in * S.out));
+            p = put_s(p, " instr=");
+            p = put_u(p, instructions(CASES[c].run));
+            p = put_s(p, " ref_instr=");
+            p = put_u(p, instructions(CASES[c].ref));
+            *p++ = '\n';
+            *p = 0;
+            say(line);
+        }
+    semihost(0x18u, (const void *)(uintptr_t)0x20026u); /* SYS_EXIT, ADP_Stopped_ApplicationExit */
+    return 0;
+}

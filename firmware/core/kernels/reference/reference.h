@@ -1,0 +1,17 @@
+/* The reference kernels: the plain loops each optimised kernel of core/kernels/ must match bit for
+ * bit (same arguments and conventions as kernels.h, named poet_ref_*). They are the specification,
+ * kept beside the optimised twins as TFLM keeps reference_ops; the firmware images do not link them. */
+#ifndef POET_REFERENCE_H
+#define POET_REFERENCE_H
+
+#include "../kernels.h"
+
+void poet_ref_linear_fwd(int B, int in, int out, const float *x, const float *w, const float *b,
+                         float *y);
+void poet_ref_linear_bwd(int B, int in, int out, const float *g, const float *x, const float *w,
+                         const poet_grad_t *dw, const poet_grad_t *db, float *gx);
+void poet_ref_matmul_fwd(int batch, int M, int K, int N, const float *a, const float *bm, float *y);
+void poet_ref_matmul_bwd_a(int batch, int M, int K, int N, const float *g, const float *bm, float *ga);
+void poet_ref_matmul_bwd_b(int batch, int M, int K, int N, const float *g, const float *a, float *gb);
+
+#endif

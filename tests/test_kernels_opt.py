@@ -1,0 +1,131 @@
+"""The optimised fp32 kernels (firmware/core/kernels/*.c) against their specification, the reference
+loops of firmware/core/kernels/reference/, bit for bit, through ctypes on the native kernel library.
+
+Bits, not a tolerance: every plan must give the same weights (recompute, paging and tiling must not
+change a sum's order), so an optimised kernel must sum each element exactly as the reference does.
+The shapes cover full 4x4 register tiles, their edges (sizes not a multiple of 4) and sizes below
+one tile (batch 1, the common fine-tuning case). Agreement with PyTorch is test_kernels_nn.py's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from test_kernels_nn import F32P, INT, SIGNATURES, Grad, Update, fp, gp, lib  # noqa: F401
+
+SHAPES = [(1, 1, 1), (1, 64, 32), (3, 5, 7), (4, 4, 4), (5, 9, 6), (16, 64, 32), (16, 32, 10), (8, 3, 12),
+          (7, 13, 4), (4, 30, 7), (2, 8, 8)]
+REFERENCE = {f"poet_ref_{k.removeprefix('poet_')}": v for k, v in SIGNATURES.items()
+             if k.startswith(("poet_linear_", "poet_matmul_"))}
+REFERENCE["poet_ref_linear_fwd"] = [INT] * 3 + [F32P] * 4
+REFERENCE["poet_linear_fwd"] = [INT] * 3 + [F32P] * 4
+
+
+@pytest.fixture(scope="module")
+def both(lib: ctypes.CDLL) -> ctypes.CDLL:  # noqa: F811
+    for name, args in REFERENCE.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, None
+    return lib
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint32)
+
+
+def run_both(kernel: Callable[[str, dict[str, np.ndarray]], None], outs: dict[str, np.ndarray]) -> None:
+    """kernel(prefix, buffers) on a copy of `outs` each for poet_ and poet_ref_; the same bits out."""
+    got = {k: v.copy() for k, v in outs.items()}
+    want = {k: v.copy() for k, v in outs.items()}
+    kernel("poet_", got)
+    kernel("poet_ref_", want)
+    for k in outs:
+        assert np.array_equal(bits(got[k]), bits(want[k])), f"{k}: {np.abs(got[k] - want[k]).max()} off"
+
+
+def rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_linear_forward_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, int, int]) -> None:
+    B, n_in, n_out = shape
+    rng = np.random.default_rng(sum(shape))
+    x, w, b = rand(rng, B, n_in), rand(rng, n_out, n_in), rand(rng, n_out)
+    for bias in (b, None):
+        run_both(lambda p, o, bias=bias: getattr(both, p + "linear_fwd")(B, n_in, n_out, fp(x), fp(w), fp(bias),
+                                                                       fp(o["y"])),
+                 {"y": np.full((B, n_out), np.nan, np.float32)})
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_linear_backward_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, int, int]) -> None:
+    B, n_in, n_out = shape
+    rng = np.random.default_rng(100 + sum(shape))
+    g, x, w = rand(rng, B, n_out), rand(rng, B, n_in), rand(rng, n_out, n_in)
+    for want_gx, want_dw, want_db in itertools.product((True, False), repeat=3):
+        def kernel(p: str, o: dict[str, np.ndarray], want_gx: bool = want_gx, want_dw: bool = want_dw,
+                   want_db: bool = want_db) -> None:
+            getattr(both, p + "linear_bwd")(B, n_in, n_out, fp(g), fp(x), fp(w), gp(o["dw"] if want_dw else None),
+                                            gp(o["db"] if want_db else None), fp(o["gx"] if want_gx else None))
+        # gradients accumulate into what is there already
+        run_both(kernel, {"gx": np.full((B, n_in), np.nan, np.float32), "dw": rand(rng, n_out, n_in),
+                          "db": rand(rng, n_out)})
+
+
+@pytest.mark.parametrize("shape", [(16, 64, 32), (3, 5, 7), (1, 64, 32)])
+def test_linear_update_in_backward_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, int, int]) -> None:
+    """The update in backward (no gradient kept: each finished element updates its weight with Adam)
+    reads each weight before it updates it, in the optimised kernel as in the reference."""
+    B, n_in, n_out = shape
+    rng = np.random.default_rng(7 + sum(shape))
+    g, x = rand(rng, B, n_out), rand(rng, B, n_in)
+    w0, b0 = rand(rng, n_out, n_in), rand(rng, n_out)
+    u = Update()
+    both.poet_update_init(ctypes.byref(u), 2, 1e-2, 0.9, 0.999, 1e-8, 3)
+
+    def kernel(p: str, o: dict[str, np.ndarray]) -> None:
+        sinks = [Grad(g=None, w=fp(o[k]), s0=fp(o[k + "m"]), s1=fp(o[k + "v"]), u=ctypes.pointer(u))
+                 for k in ("w", "b")]
+        getattr(both, p + "linear_bwd")(B, n_in, n_out, fp(g), fp(x), fp(o["w"]), ctypes.pointer(sinks[0]),
+                                        ctypes.pointer(sinks[1]), fp(o["gx"]))
+    run_both(kernel, {"w": w0, "wm": rand(rng, n_out, n_in) * 0.1, "wv": np.abs(rand(rng, n_out, n_in)) * 0.01,
+                      "b": b0, "bm": rand(rng, n_out) * 0.1, "bv": np.abs(rand(rng, n_out)) * 0.01,
+                      "gx": np.full((B, n_in), np.nan, np.float32)})
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 4, 8, 4), (1, 5, 9, 6), (3, 7, 13, 4), (1, 16, 64, 32),
+                                   (2, 1, 7, 9)])
+def test_matmul_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, int, int, int]) -> None:
+    batch, M, K, N = shape
+    rng = np.random.default_rng(sum(shape))
+    a, bm, g = rand(rng, batch, M, K), rand(rng, batch, K, N), rand(rng, batch, M, N)
+    run_both(lambda p, o: getattr(both, p + "matmul_fwd")(batch, M, K, N, fp(a), fp(bm), fp(o["y"])),
+             {"y": np.full((batch, M, N), np.nan, np.float32)})
+    run_both(lambda p, o: getattr(both, p + "matmul_bwd_a")(batch, M, K, N, fp(g), fp(bm), fp(o["ga"])),
+             {"ga": np.full((batch, M, K), np.nan, np.float32)})
+    run_both(lambda p, o: getattr(both, p + "matmul_bwd_b")(batch, M, K, N, fp(g), fp(a), fp(o["gb"])),
+             {"gb": np.full((batch, K, N), np.nan, np.float32)})
+
+
+def test_the_bit_comparison_sees_a_different_summation_order(both: ctypes.CDLL) -> None:
+    """What the comparison guards against: the same products summed in another order (here k
+    descending) differ in the last bits, on these very inputs."""
+    rng = np.random.default_rng(0)
+    B, n_in, n_out = 16, 64, 32
+    x, w = rand(rng, B, n_in), rand(rng, n_out, n_in)
+    y = np.empty((B, n_out), np.float32)
+    both.poet_linear_fwd(B, n_in, n_out, fp(x), fp(w), None, fp(y))
+    backwards = np.zeros((B, n_out), np.float32)
+    for k in reversed(range(n_in)):
+        backwards += x[:, k:k + 1] * w[:, k][None, :]
+    forwards = np.zeros((B, n_out), np.float32)
+    for k in range(n_in):
+        forwards += x[:, k:k + 1] * w[:, k][None, :]
+    assert np.array_equal(bits(y), bits(forwards))
+    assert not np.array_equal(bits(y), bits(backwards))
+
