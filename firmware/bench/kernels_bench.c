@@ -8,6 +8,9 @@
 #include "../core/kernels/kernels.h"
 #include "../core/kernels/reference/reference.h"
 #include "../ports/shared/cm_reset.h"
+#ifdef POET_BENCH_PEER
+#include "peers.h"
+#endif
 
 #define REG(a) (*(volatile uint32_t *)(a))
 #define TIMER_CTRL REG(0x40000000u)
@@ -101,17 +104,28 @@ static void lin_dw_ref(void) { poet_ref_linear_bwd(S.B, S.in, S.out, G, X, W, &g
 static void mm_fwd(void) { poet_matmul_fwd(1, S.B, S.in, S.out, X, W, Y); }
 static void mm_fwd_ref(void) { poet_ref_matmul_fwd(1, S.B, S.in, S.out, X, W, Y); }
 
+#ifdef POET_BENCH_PEER
+static void lin_fwd_peer(void) { peer_linear_fwd(S.B, S.in, S.out, X, W, DB, Y); }
+static void lin_gx_peer(void) { peer_linear_gx(S.B, S.in, S.out, G, W, Y); }
+static void lin_dw_peer(void) { peer_linear_dw(S.B, S.in, S.out, G, X, DW); }
+static void mm_fwd_peer(void) { peer_matmul_fwd(S.B, S.in, S.out, X, W, Y); }
+#define PEER(f) f
+#else
+#define PEER(f) 0
+#endif
+
 typedef struct {
     const char *name;
     void (*run)(void);
     void (*ref)(void);
+    void (*peer)(void);
 } case_t;
 
 static const case_t CASES[] = {
-    {"linear_fwd", lin_fwd, lin_fwd_ref},
-    {"linear_grad_input", lin_gx, lin_gx_ref},
-    {"linear_dw_db", lin_dw, lin_dw_ref},
-    {"matmul_fwd", mm_fwd, mm_fwd_ref},
+    {"linear_fwd", lin_fwd, lin_fwd_ref, PEER(lin_fwd_peer)},
+    {"linear_grad_input", lin_gx, lin_gx_ref, PEER(lin_gx_peer)},
+    {"linear_dw_db", lin_dw, lin_dw_ref, PEER(lin_dw_peer)},
+    {"matmul_fwd", mm_fwd, mm_fwd_ref, PEER(mm_fwd_peer)},
 };
 
 static const shape_t SHAPES[] = {{16, 64, 32}, {16, 32, 10}, {1, 64, 32}, {16, 256, 64}, {4, 30, 7}};
@@ -156,6 +170,10 @@ int main(void)
             p = put_u(p, instructions(CASES[c].run));
             p = put_s(p, " ref_instr=");
             p = put_u(p, instructions(CASES[c].ref));
+            if (CASES[c].peer) {
+                p = put_s(p, " peer_instr=");
+                p = put_u(p, instructions(CASES[c].peer));
+            }
             *p++ = '\n';
             *p = 0;
             say(line);

@@ -1,0 +1,72 @@
+"""The kernel benchmark image (firmware/bench/): build it, run it on the emulated Cortex-M4F, read its lines.
+
+Each line is one kernel at one shape: its multiply-adds and the instructions one call takes, for poet's
+kernel, its reference loop and, in an image built with a peer library, the peer's. Under QEMU's
+`-icount shift=0` these are instruction counts of the emulated core (not cycles: docs/benchmarks.md says
+what they leave out), the same on every machine: a test may compare them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from poet.device.emulator import qemu_binary
+from poet.device.firmware import FIRMWARE_DIR, run_make
+
+RUN_TIMEOUT_S = 600
+
+
+class BenchError(RuntimeError):
+    """The image did not build or run; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    kernel: str
+    shape: tuple[int, int, int]  # B, in, out
+    macs: int
+    poet: int  # instructions per call
+    reference: int
+    peer: int | None = None
+
+    def per_instr(self, which: str) -> float | None:
+        n = getattr(self, which)
+        return None if not n else self.macs / n
+
+
+def run(cmsis_dsp: Path | None = None) -> list[KernelTiming]:
+    """Build the M4F benchmark image (with CMSIS-DSP beside poet's kernels if given its sources) and run it."""
+    for tool in ("make", "arm-none-eabi-gcc", qemu_binary()):
+        if shutil.which(tool) is None:
+            raise BenchError(f"{tool} not found: run `make setup` to install the firmware toolchains and QEMU")
+    args = ["bench-m4"] + ([f"CMSIS_DSP={cmsis_dsp}"] if cmsis_dsp else [])
+    proc = run_make(*args)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
+        raise BenchError("the kernel benchmark image did not build:\n" + "\n".join(tail))
+    elf = FIRMWARE_DIR / "build" / ("bench-m4-cmsis-dsp" if cmsis_dsp else "bench-m4") / "kernels_bench.elf"
+    with tempfile.TemporaryDirectory() as work:
+        out = Path(work) / "bench.out"
+        cmd = [qemu_binary(), "-M", "mps2-an386", "-nographic", "-monitor", "none", "-serial", "none",
+               "-icount", "shift=0", "-chardev", f"file,id=sh,path={out}",
+               "-semihosting-config", "enable=on,target=native,chardev=sh", "-kernel", str(elf)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            raise BenchError(f"the kernel benchmark image did not finish in {RUN_TIMEOUT_S} s") from exc
+        text = out.read_text() if out.exists() else ""
+    if done.returncode != 0 or not text:
+        raise BenchError(f"the kernel benchmark image exited with {done.returncode}: {done.stderr.strip()[-300:]}")
+    return [_parse(line) for line in text.splitlines() if line.startswith("poet ")]
+
+
+def _parse(line: str) -> KernelTiming:
+    """`poet KERNEL B=.. in=.. out=.. macs=.. instr=.. ref_instr=.. [peer_instr=..]`"""
+    _, kernel, *fields = line.split()
+    v = {k: int(x) for k, x in (f.split("=") for f in fields)}
+    return KernelTiming(kernel, (v["B"], v["in"], v["out"]), v["macs"], v["instr"], v["ref_instr"],
+                        v.get("peer_instr"))

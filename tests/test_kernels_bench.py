@@ -1,0 +1,40 @@
+"""The optimised dense kernels on the emulated Cortex-M4F take fewer instructions than their reference
+loops (firmware/bench/, run under QEMU -icount shift=0: counts of emulated instructions, the same on every
+machine, so no timing enters the verdict). The full table, with CMSIS-DSP beside, is
+benchmarks/kernels_peer.py's (docs/benchmarks.md, "Kernels")."""
+
+from __future__ import annotations
+
+import pytest
+from poet.device import kernel_bench
+
+
+@pytest.fixture(scope="module")
+def timings() -> list[kernel_bench.KernelTiming]:
+    try:
+        return kernel_bench.run()
+    except kernel_bench.BenchError as exc:
+        if "not found" in str(exc):
+            pytest.skip(str(exc))
+        raise
+
+
+def test_every_kernel_and_shape_is_measured(timings: list[kernel_bench.KernelTiming]) -> None:
+    kernels = {t.kernel for t in timings}
+    assert kernels == {"linear_fwd", "linear_grad_input", "linear_dw_db", "matmul_fwd"}
+    assert all(t.macs == t.shape[0] * t.shape[1] * t.shape[2] for t in timings)
+    assert all(t.peer is None for t in timings)  # no peer library in this image
+
+
+def test_the_tiled_kernels_do_twice_the_reference_s_work_per_instruction(
+        timings: list[kernel_bench.KernelTiming]) -> None:
+    """mlp-digits' first layer at batch 16, the shape of issue 21's table: at least 1.8x the reference."""
+    for t in timings:
+        if t.shape == (16, 64, 32):
+            assert t.poet * 1.8 < t.reference, f"{t.kernel}: {t.poet} instructions, reference {t.reference}"
+
+
+def test_no_kernel_is_slower_than_its_reference_at_any_shape(timings: list[kernel_bench.KernelTiming]) -> None:
+    """Batch 1 and sizes below one tile included (they run the 1x4 strips and single dot products)."""
+    slower = [(t.kernel, t.shape, t.poet, t.reference) for t in timings if t.poet > t.reference]
+    assert not slower
