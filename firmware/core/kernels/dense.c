@@ -88,22 +88,44 @@ static void tile_cc(int K, const float *a, long lda, const float *b, long ldb, f
     TILE_STORE(c);
 }
 
-/* One vector (v[k*sv]) against four: rows of b (rows = 1) or columns (rows = 0); c[0..3]. */
+/* One step of a strip: x against the four values B0..B3 (k ascending, as everywhere). */
+#define STRIP_STEP(X, B0, B1, B2, B3)                                                                 \
+    do {                                                                                              \
+        float x_ = (X);                                                                               \
+        c0 += x_ * (B0); c1 += x_ * (B1); c2 += x_ * (B2); c3 += x_ * (B3);                           \
+    } while (0)
+
+/* One vector (v[k*sv]) against four: rows of b (rows = 1) or columns (rows = 0); c[0..3]. A
+ * contiguous vector (sv = 1, batch 1's forward) is unrolled by 4 like the tiles. */
 static void strip(int K, const float *v, long sv, const float *b, long ldb, int rows, float *c)
 {
     float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
-    int k;
+    int k = 0;
     if (rows) {
         const float *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
-        for (k = 0; k < K; k++, v += sv) {
-            float x = *v;
-            c0 += x * *b0++; c1 += x * *b1++; c2 += x * *b2++; c3 += x * *b3++;
-        }
+        if (sv == 1)
+            for (; k + 4 <= K; k += 4, v += 4, b0 += 4, b1 += 4, b2 += 4, b3 += 4) {
+                STRIP_STEP(v[0], b0[0], b1[0], b2[0], b3[0]);
+                STRIP_STEP(v[1], b0[1], b1[1], b2[1], b3[1]);
+                STRIP_STEP(v[2], b0[2], b1[2], b2[2], b3[2]);
+                STRIP_STEP(v[3], b0[3], b1[3], b2[3], b3[3]);
+            }
+        for (; k < K; k++, v += sv)
+            STRIP_STEP(*v, *b0++, *b1++, *b2++, *b3++);
     } else {
-        for (k = 0; k < K; k++, v += sv, b += ldb) {
-            float x = *v;
-            c0 += x * b[0]; c1 += x * b[1]; c2 += x * b[2]; c3 += x * b[3];
-        }
+        if (sv == 1)
+            for (; k + 4 <= K; k += 4, v += 4) {
+                STRIP_STEP(v[0], b[0], b[1], b[2], b[3]);
+                b += ldb;
+                STRIP_STEP(v[1], b[0], b[1], b[2], b[3]);
+                b += ldb;
+                STRIP_STEP(v[2], b[0], b[1], b[2], b[3]);
+                b += ldb;
+                STRIP_STEP(v[3], b[0], b[1], b[2], b[3]);
+                b += ldb;
+            }
+        for (; k < K; k++, v += sv, b += ldb)
+            STRIP_STEP(*v, b[0], b[1], b[2], b[3]);
     }
     c[0] = c0; c[1] = c1; c[2] = c2; c[3] = c3;
 }

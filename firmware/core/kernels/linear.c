@@ -15,10 +15,17 @@ static void store(void *ctx, int m, int n, int nr, int ns, const float *c)
 {
     const store_t *o = (const store_t *)ctx;
     int r, s;
-    for (r = 0; r < nr; r++) {
+    for (r = 0; r < nr; r++, c += 4) {
         float *y = o->y + (long)(m + r) * o->ld + n;
-        for (s = 0; s < ns; s++)
-            y[s] = o->bias ? c[4 * r + s] + o->bias[n + s] : c[4 * r + s];
+        if (ns == 4 && o->bias) {
+            const float *b = o->bias + n;
+            y[0] = c[0] + b[0]; y[1] = c[1] + b[1]; y[2] = c[2] + b[2]; y[3] = c[3] + b[3];
+        } else if (ns == 4) {
+            y[0] = c[0]; y[1] = c[1]; y[2] = c[2]; y[3] = c[3];
+        } else {
+            for (s = 0; s < ns; s++)
+                y[s] = o->bias ? c[s] + o->bias[n + s] : c[s];
+        }
     }
 }
 
@@ -32,15 +39,19 @@ static void grad_store(void *ctx, int m, int n, int nr, int ns, const float *c)
 {
     const grad_store_t *o = (const grad_store_t *)ctx;
     int r, s;
-    for (r = 0; r < nr; r++) {
+    for (r = 0; r < nr; r++, c += 4) {
         uint32_t at = (uint32_t)((long)(m + r) * o->ld + n);
         if (o->d->g) { /* the common case, without poet_grad_put's test per element */
             float *g = o->d->g + at;
-            for (s = 0; s < ns; s++)
-                g[s] += c[4 * r + s];
+            if (ns == 4) {
+                g[0] += c[0]; g[1] += c[1]; g[2] += c[2]; g[3] += c[3];
+            } else {
+                for (s = 0; s < ns; s++)
+                    g[s] += c[s];
+            }
         } else {
             for (s = 0; s < ns; s++)
-                poet_grad_apply(o->d, at + (uint32_t)s, c[4 * r + s]);
+                poet_grad_apply(o->d, at + (uint32_t)s, c[s]);
         }
     }
 }
