@@ -9,7 +9,8 @@ the sum of those is the interpreter's own work (decoding instructions, writing t
 bookkeeping): an upper bound on dispatch + tracing, printed as a share of the step. Tracing
 alone is measured against the same image built with POET_TRACE=0 (qemu-m4-notrace): the
 difference of the two step counts, and the bytes the trace adds to the link after each step.
-MACs per executed instruction come from each linear/conv2d node's FLOPs (2 per MAC) and its ticks.
+MACs per executed instruction come from each linear/conv2d node's FLOPs (2 per MAC) and its ticks;
+the whole step's, from all of them over every instruction of the step.
 """
 
 from __future__ import annotations
@@ -69,10 +70,15 @@ def main() -> None:
           f"{100 * (step - bare) / bare:.3f}% | {16 * n_instr:,} ({-(-n_instr // 60)} frames) |")
     print()
     macs: dict[str, list[float]] = defaultdict(list)
+    total = 0.0
     for rec in results[-1].records:
         node = g.nodes[rec.node]
         if node.op in ("linear", "conv2d", "linear_bwd", "conv2d_bwd") and rec.ticks and rec.kind != "free":
             macs[node.op].append((node.flops / 2) / (rec.ticks * INSTR_PER_TICK))
+            total += node.flops / 2
+    print(f"whole step: {total:,.0f} multiply-adds (linear and conv2d, forward and backward) in "
+          f"{step * INSTR_PER_TICK:,.0f} instructions: {total / (step * INSTR_PER_TICK):.3f} MACs per instruction")
+    print()
     print("| kernel | nodes | MACs per executed instruction (median) |")
     print("|---|---|---|")
     for op in ("linear", "linear_bwd", "conv2d", "conv2d_bwd"):
