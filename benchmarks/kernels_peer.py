@@ -69,12 +69,12 @@ def main() -> int:
         return "-" if v is None else f"{v:.3f}"
 
     print("\nQEMU mps2-an386 (Cortex-M4F), -icount shift=0: multiply-adds per emulated instruction, one call each\n")
-    print(f"| kernel | B, in, out | MACs | reference | poet | CMSIS-DSP {CMSIS_DSP_VERSION if peer else ''} "
+    print(f"| kernel | shape | MACs | reference | poet | CMSIS-DSP {CMSIS_DSP_VERSION if peer else ''} "
           "| poet / reference | poet / CMSIS-DSP |")
     print("|---|---|---|---|---|---|---|---|")
     for t in rows:
         vs_peer = f"{t.peer / t.poet:.2f}x" if t.peer else "-"
-        print(f"| {t.kernel} | {', '.join(map(str, t.shape))} | {t.macs:,} | {cell(t, 'reference')} | "
+        print(f"| {t.kernel} | {' '.join(f'{k}={v}' for k, v in t.shape.items())} | {t.macs:,} | {cell(t, 'reference')} | "
               f"{cell(t, 'poet')} | {cell(t, 'peer')} | {t.reference / t.poet:.2f}x | {vs_peer} |")
     return 0
 

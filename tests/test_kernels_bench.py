@@ -21,8 +21,9 @@ def timings() -> list[kernel_bench.KernelTiming]:
 
 def test_every_kernel_and_shape_is_measured(timings: list[kernel_bench.KernelTiming]) -> None:
     kernels = {t.kernel for t in timings}
-    assert kernels == {"linear_fwd", "linear_grad_input", "linear_dw_db", "matmul_fwd"}
-    assert all(t.macs == t.shape[0] * t.shape[1] * t.shape[2] for t in timings)
+    assert kernels == {"linear_fwd", "linear_grad_input", "linear_dw_db", "matmul_fwd", "conv2d_fwd",
+                       "conv2d_grad_input", "conv2d_dw_db"}
+    assert all(t.macs == t.shape["B"] * t.shape["in"] * t.shape["out"] for t in timings if "in" in t.shape)
     assert all(t.peer is None for t in timings)  # no peer library in this image
 
 
@@ -30,7 +31,7 @@ def test_the_tiled_kernels_do_twice_the_reference_s_work_per_instruction(
         timings: list[kernel_bench.KernelTiming]) -> None:
     """mlp-digits' first layer at batch 16, the shape of issue 21's table: at least 1.8x the reference."""
     for t in timings:
-        if t.shape == (16, 64, 32):
+        if t.shape == {"B": 16, "in": 64, "out": 32}:
             assert t.poet * 1.8 < t.reference, f"{t.kernel}: {t.poet} instructions, reference {t.reference}"
 
 

@@ -15,12 +15,13 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from test_kernels_lp import Conv
 from test_kernels_nn import F32P, INT, SIGNATURES, Grad, Update, fp, gp, lib  # noqa: F401
 
 SHAPES = [(1, 1, 1), (1, 64, 32), (3, 5, 7), (4, 4, 4), (5, 9, 6), (16, 64, 32), (16, 32, 10), (8, 3, 12),
           (7, 13, 4), (4, 30, 7), (2, 8, 8)]
 REFERENCE = {f"poet_ref_{k.removeprefix('poet_')}": v for k, v in SIGNATURES.items()
-             if k.startswith(("poet_linear_", "poet_matmul_"))}
+             if k.startswith(("poet_linear_", "poet_matmul_", "poet_conv2d_ex_"))}
 REFERENCE["poet_ref_linear_fwd"] = [INT] * 3 + [F32P] * 4
 REFERENCE["poet_linear_fwd"] = [INT] * 3 + [F32P] * 4
 
@@ -110,6 +111,34 @@ def test_matmul_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, int,
              {"ga": np.full((batch, M, K), np.nan, np.float32)})
     run_both(lambda p, o: getattr(both, p + "matmul_bwd_b")(batch, M, K, N, fp(g), fp(a), fp(o["gb"])),
              {"gb": np.full((batch, K, N), np.nan, np.float32)})
+
+
+# (B, C, H, W, O, kh, kw, stride, ph, pw, groups): cnn-digits' conv, channel counts that leave a block of
+# fewer than 4, strides with padding, 1x1, depthwise and grouped, a kernel wider than the input's padding
+CONVS = [(2, 1, 8, 8, 8, 3, 3, 1, 1, 1, 1), (1, 3, 7, 6, 6, 3, 3, 1, 1, 1, 1), (2, 5, 9, 9, 7, 3, 3, 2, 1, 1, 1),
+         (1, 8, 5, 5, 12, 1, 1, 1, 0, 0, 1), (2, 8, 6, 6, 8, 3, 3, 1, 1, 1, 8), (1, 8, 7, 7, 8, 3, 3, 2, 1, 1, 8),
+         (1, 8, 6, 5, 16, 3, 2, 1, 0, 1, 2), (1, 4, 5, 5, 4, 5, 5, 1, 2, 2, 1), (1, 2, 6, 6, 4, 3, 3, 3, 0, 2, 1),
+         (3, 6, 4, 4, 9, 2, 2, 2, 1, 0, 3)]
+
+
+@pytest.mark.parametrize("shape", CONVS)
+def test_conv2d_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, ...]) -> None:
+    B, C, H, W, n_out, kh, kw, s, ph, pw, groups = shape
+    cv = Conv(*shape)
+    Ho, Wo = (H + 2 * ph - kh) // s + 1, (W + 2 * pw - kw) // s + 1
+    rng = np.random.default_rng(sum(shape))
+    x, w, b = rand(rng, B, C, H, W), rand(rng, n_out, C // groups, kh, kw), rand(rng, n_out)
+    g = rand(rng, B, n_out, Ho, Wo)
+    for bias in (b, None):
+        run_both(lambda p, o, bias=bias: getattr(both, p + "conv2d_ex_fwd")(ctypes.byref(cv), fp(x), fp(w), fp(bias),
+                                                                          fp(o["y"])),
+                 {"y": np.full((B, n_out, Ho, Wo), np.nan, np.float32)})
+    for want_gx, want_dw in itertools.product((True, False), repeat=2):
+        def kernel(p: str, o: dict[str, np.ndarray], want_gx: bool = want_gx, want_dw: bool = want_dw) -> None:
+            getattr(both, p + "conv2d_ex_bwd")(ctypes.byref(cv), fp(g), fp(x), fp(w), gp(o["dw"] if want_dw else None),
+                                               gp(o["db"]), fp(o["gx"] if want_gx else None))
+        run_both(kernel, {"gx": np.full((B, C, H, W), np.nan, np.float32), "dw": rand(rng, *w.shape),
+                          "db": rand(rng, n_out)})
 
 
 def test_the_bit_comparison_sees_a_different_summation_order(both: ctypes.CDLL) -> None:

@@ -77,7 +77,7 @@ static char *put_s(char *p, const char *s)
 static uint32_t ticks(void) { return 0xFFFFFFFFu - TIMER_VALUE; }
 
 /* Big enough for the largest shape below. */
-static float X[16 * 256], W[256 * 64], G[16 * 256], Y[16 * 256], DW[256 * 64], DB[256];
+static float X[16 * 256], W[256 * 64], G[8192], Y[8192], DW[256 * 64], DB[256];
 static poet_grad_t gw = {DW, 0, 0, 0, 0}, gb = {DB, 0, 0, 0, 0};
 
 static void fill(float *p, uint32_t n, uint32_t seed)
@@ -130,6 +130,28 @@ static const case_t CASES[] = {
 
 static const shape_t SHAPES[] = {{16, 64, 32}, {16, 32, 10}, {1, 64, 32}, {16, 256, 64}, {4, 30, 7}};
 
+/* Convolutions: cnn-digits' (8x8 digits, 3x3, 1 -> 8 channels, padding 1), an ordinary 3x3 layer and a
+ * depthwise one of a small MobileNet on 16x16 maps. */
+static poet_conv_t CV;
+static const poet_conv_t CONVS[] = {
+    {16, 1, 8, 8, 8, 3, 3, 1, 1, 1, 1},
+    {1, 16, 16, 16, 16, 3, 3, 1, 1, 1, 1},
+    {1, 16, 16, 16, 16, 3, 3, 1, 1, 1, 16},
+};
+
+static void cv_fwd(void) { poet_conv2d_ex_fwd(&CV, X, W, DB, Y); }
+static void cv_fwd_ref(void) { poet_ref_conv2d_ex_fwd(&CV, X, W, DB, Y); }
+static void cv_gx(void) { poet_conv2d_ex_bwd(&CV, G, X, W, 0, 0, Y); }
+static void cv_gx_ref(void) { poet_ref_conv2d_ex_bwd(&CV, G, X, W, 0, 0, Y); }
+static void cv_dw(void) { poet_conv2d_ex_bwd(&CV, G, X, W, &gw, &gb, 0); }
+static void cv_dw_ref(void) { poet_ref_conv2d_ex_bwd(&CV, G, X, W, &gw, &gb, 0); }
+
+static const case_t CONV_CASES[] = {
+    {"conv2d_fwd", cv_fwd, cv_fwd_ref, 0},
+    {"conv2d_grad_input", cv_gx, cv_gx_ref, 0},
+    {"conv2d_dw_db", cv_dw, cv_dw_ref, 0},
+};
+
 static uint32_t instructions(void (*run)(void))
 {
     uint32_t reps = 0, t0 = ticks(), t;
@@ -174,6 +196,37 @@ int main(void)
                 p = put_s(p, " peer_instr=");
                 p = put_u(p, instructions(CASES[c].peer));
             }
+            *p++ = '\n';
+            *p = 0;
+            say(line);
+        }
+    for (s = 0; s < sizeof CONVS / sizeof CONVS[0]; s++)
+        for (c = 0; c < sizeof CONV_CASES / sizeof CONV_CASES[0]; c++) {
+            char *p = line;
+            int Ho, Wo;
+            CV = CONVS[s];
+            Ho = poet_conv2d_out(CV.H, CV.kh, CV.stride, CV.ph);
+            Wo = poet_conv2d_out(CV.W, CV.kw, CV.stride, CV.pw);
+            p = put_s(p, "poet ");
+            p = put_s(p, CONV_CASES[c].name);
+            p = put_s(p, " B=");
+            p = put_u(p, (uint32_t)CV.B);
+            p = put_s(p, " C=");
+            p = put_u(p, (uint32_t)CV.C);
+            p = put_s(p, " HW=");
+            p = put_u(p, (uint32_t)CV.H);
+            p = put_s(p, " O=");
+            p = put_u(p, (uint32_t)CV.O);
+            p = put_s(p, " k=");
+            p = put_u(p, (uint32_t)CV.kh);
+            p = put_s(p, " groups=");
+            p = put_u(p, (uint32_t)CV.groups);
+            p = put_s(p, " macs=");
+            p = put_u(p, (uint32_t)(CV.B * CV.O * Ho * Wo * (CV.C / CV.groups) * CV.kh * CV.kw));
+            p = put_s(p, " instr=");
+            p = put_u(p, instructions(CONV_CASES[c].run));
+            p = put_s(p, " ref_instr=");
+            p = put_u(p, instructions(CONV_CASES[c].ref));
             *p++ = '\n';
             *p = 0;
             say(line);

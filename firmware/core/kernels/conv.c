@@ -1,4 +1,12 @@
-/* 2-d convolution (fp32): kh x kw kernels, zero padding, one stride, groups. Conventions are in kernels.h. */
+/* 2-d convolution (fp32): kh x kw kernels, zero padding, one stride, groups. Conventions are in
+ * kernels.h; the specification is reference/conv.c, whose bits these give exactly: each output (and
+ * each gradient element) sums the same terms in the same order, and only these two things differ:
+ *  - the padding's terms are skipped as ranges of taps (or of outputs) computed once, not tested per
+ *    term, so the innermost loops are plain;
+ *  - four channels that share their other operand are computed together: one load of it per four
+ *    multiply-adds (output channels of one group forward and for the weight gradient, input channels
+ *    of one group for the input gradient). A depthwise convolution has one channel per group and
+ *    runs the one-channel loops. */
 #include "kernels.h"
 
 int poet_conv2d_out(int H, int k, int stride, int pad)
@@ -6,117 +14,200 @@ int poet_conv2d_out(int H, int k, int stride, int pad)
     return (H + 2 * pad - k) / stride + 1;
 }
 
-/* The loop orders are those of the original stride-1 kernels, so a stride-1 ungrouped convolution
- * rounds exactly as before and schedules stay bit-identical across firmware versions. */
+/* The taps k < K whose input i*stride + k - pad lies in [0, H): [*k0, *k1). */
+static void taps(int i, int stride, int pad, int K, int H, int *k0, int *k1)
+{
+    int first = pad - i * stride, end = H + pad - i * stride;
+    *k0 = first > 0 ? first : 0;
+    *k1 = end < K ? end : K;
+    if (*k1 < *k0)
+        *k1 = *k0;
+}
+
+/* The outputs o < n whose input o*stride + k - pad lies in [0, H) for tap k: [*o0, *o1). */
+static void outputs(int k, int stride, int pad, int H, int n, int *o0, int *o1)
+{
+    int lo = pad - k, hi = H - 1 + pad - k; /* lo <= o*stride <= hi */
+    *o0 = lo <= 0 ? 0 : (lo + stride - 1) / stride;
+    *o1 = hi < 0 ? 0 : hi / stride + 1;
+    if (*o1 > n)
+        *o1 = n;
+    if (*o1 < *o0)
+        *o1 = *o0;
+}
+
+/* The taps k < K that input i feeds, (i + pad - k) = o*stride for an output o < n, ascending with step
+ * stride: from the return value while below *end. */
+static int taps_from(int i, int stride, int pad, int K, int n, int *end)
+{
+    int t = i + pad, lo = t - (n - 1) * stride, k0 = t % stride;
+    if (lo > k0)
+        k0 += (lo - k0 + stride - 1) / stride * stride;
+    *end = (t < K - 1 ? t : K - 1) + 1;
+    return k0;
+}
+
 void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, const float *b, float *y)
 {
     const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
     const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
-    int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
-    int Cg = C / cv->groups, Og = O / cv->groups;
-    int n, o, oy, ox, c, ky, kx;
+    const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    const int Cg = C / cv->groups, Og = O / cv->groups;
+    const long HW = (long)H * W, kk = (long)kh * kw, wo = (long)Cg * kk; /* wo: one output channel's weights */
+    int n, o, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1;
     for (n = 0; n < B; n++)
-        for (o = 0; o < O; o++) {
-            const float *xg = x + ((long)n * C + (long)(o / Og) * Cg) * H * W;
-            for (oy = 0; oy < Ho; oy++)
+        for (o = 0; o < O;) {
+            const int grp = o / Og, four = o + 4 <= (grp + 1) * Og;
+            const float *xg = x + ((long)n * C + (long)grp * Cg) * HW;
+            for (oy = 0; oy < Ho; oy++) {
+                taps(oy, stride, ph, kh, H, &ky0, &ky1);
                 for (ox = 0; ox < Wo; ox++) {
-                    float acc = 0.0f;
-                    for (c = 0; c < Cg; c++) {
-                        const float *xc = xg + (long)c * H * W;
-                        const float *wc = w + ((long)o * Cg + c) * kh * kw;
-                        for (ky = 0; ky < kh; ky++) {
-                            int iy = oy * stride + ky - ph;
-                            if (iy < 0 || iy >= H)
-                                continue;
-                            for (kx = 0; kx < kw; kx++) {
-                                int ix = ox * stride + kx - pw;
-                                if (ix < 0 || ix >= W)
-                                    continue;
-                                acc += xc[(long)iy * W + ix] * wc[ky * kw + kx];
+                    float *yo = y + (((long)n * O + o) * Ho + oy) * Wo + ox;
+                    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+                    taps(ox, stride, pw, kw, W, &kx0, &kx1);
+                    for (c = 0; c < Cg; c++)
+                        for (ky = ky0; ky < ky1; ky++) {
+                            const float *xr = xg + c * HW + (long)(oy * stride + ky - ph) * W + ox * stride - pw;
+                            const float *w0 = w + (long)o * wo + c * kk + (long)ky * kw;
+                            if (four) {
+                                const float *w1 = w0 + wo, *w2 = w1 + wo, *w3 = w2 + wo;
+                                for (kx = kx0; kx < kx1; kx++) {
+                                    float v = xr[kx];
+                                    a0 += v * w0[kx]; a1 += v * w1[kx]; a2 += v * w2[kx]; a3 += v * w3[kx];
+                                }
+                            } else {
+                                for (kx = kx0; kx < kx1; kx++)
+                                    a0 += xr[kx] * w0[kx];
+                            }
+                        }
+                    yo[0] = b ? a0 + b[o] : a0;
+                    if (four) {
+                        const long step = (long)Ho * Wo;
+                        yo[step] = b ? a1 + b[o + 1] : a1;
+                        yo[2 * step] = b ? a2 + b[o + 2] : a2;
+                        yo[3 * step] = b ? a3 + b[o + 3] : a3;
+                    }
+                }
+            }
+            o += four ? 4 : 1;
+        }
+}
+
+/* gx[n,c,iy,ix] = sum over o of c's group, ky, kx with (iy - ky + ph) = oy s and (ix - kx + pw) = ox s of
+ * g[n,o,oy,ox] w[o, c mod Cg, ky, kx]: gathered per input pixel, so every element is written once. */
+static void conv_grad_input(const poet_conv_t *cv, const float *g, const float *w, float *gx)
+{
+    const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
+    const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
+    const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    const int Cg = C / cv->groups, Og = O / cv->groups;
+    const long HoWo = (long)Ho * Wo, kk = (long)kh * kw, HW = (long)H * W;
+    int n, c, o, iy, ix, ky, kx, ky0, ky1, kx0, kx1;
+    for (n = 0; n < B; n++)
+        for (c = 0; c < C;) {
+            const int grp = c / Cg, o0 = grp * Og, four = c + 4 <= (grp + 1) * Cg;
+            for (iy = 0; iy < H; iy++) {
+                ky0 = taps_from(iy, stride, ph, kh, Ho, &ky1);
+                for (ix = 0; ix < W; ix++) {
+                    float *gxo = gx + (((long)n * C + c) * H + iy) * W + ix;
+                    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+                    kx0 = taps_from(ix, stride, pw, kw, Wo, &kx1);
+                    for (o = o0; o < o0 + Og; o++) {
+                        /* each tap step moves the output a row (a column) back: no division per term */
+                        const float *gr = g + ((long)n * O + o) * HoWo + (long)((iy - ky0 + ph) / stride) * Wo +
+                                          (ix - kx0 + pw) / stride;
+                        const float *wr = w + ((long)o * Cg + (c - grp * Cg)) * kk + (long)ky0 * kw;
+                        for (ky = ky0; ky < ky1; ky += stride, gr -= Wo, wr += (long)stride * kw) {
+                            const float *gv = gr;
+                            if (four) {
+                                for (kx = kx0; kx < kx1; kx += stride, gv--) {
+                                    float v = *gv;
+                                    a0 += v * wr[kx]; a1 += v * wr[kx + kk]; a2 += v * wr[kx + 2 * kk];
+                                    a3 += v * wr[kx + 3 * kk];
+                                }
+                            } else {
+                                for (kx = kx0; kx < kx1; kx += stride, gv--)
+                                    a0 += *gv * wr[kx];
                             }
                         }
                     }
-                    y[(((long)n * O + o) * Ho + oy) * Wo + ox] = b ? acc + b[o] : acc;
+                    gxo[0] = a0;
+                    if (four) {
+                        gxo[HW] = a1;
+                        gxo[2 * HW] = a2;
+                        gxo[3 * HW] = a3;
+                    }
                 }
+            }
+            c += four ? 4 : 1;
         }
+}
+
+/* dW[o,c,ky,kx] = sum over n, oy, ox of g[n,o,oy,ox] x[n, group(o) + c, oy s + ky - ph, ox s + kx - pw] */
+static void conv_grad_weight(const poet_conv_t *cv, const float *g, const float *x, const poet_grad_t *dw)
+{
+    const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
+    const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
+    const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    const int Cg = C / cv->groups, Og = O / cv->groups;
+    const long HoWo = (long)Ho * Wo, HW = (long)H * W, wo = (long)Cg * kh * kw;
+    int n, o, c, ky, kx, oy, ox, oy0, oy1, ox0, ox1;
+    for (o = 0; o < O;) {
+        const int grp = o / Og, four = o + 4 <= (grp + 1) * Og;
+        for (c = 0; c < Cg; c++)
+            for (ky = 0; ky < kh; ky++) {
+                outputs(ky, stride, ph, H, Ho, &oy0, &oy1);
+                for (kx = 0; kx < kw; kx++) {
+                    float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+                    uint32_t at = (uint32_t)((((long)o * Cg + c) * kh + ky) * kw + kx);
+                    outputs(kx, stride, pw, W, Wo, &ox0, &ox1);
+                    for (n = 0; n < B; n++) {
+                        const float *xc = x + ((long)n * C + (long)grp * Cg + c) * HW + kx - pw;
+                        const float *gn = g + ((long)n * O + o) * HoWo;
+                        for (oy = oy0; oy < oy1; oy++) {
+                            const float *xr = xc + (long)(oy * stride + ky - ph) * W;
+                            const float *g0 = gn + (long)oy * Wo;
+                            if (four) {
+                                const float *g1 = g0 + HoWo, *g2 = g1 + HoWo, *g3 = g2 + HoWo;
+                                for (ox = ox0; ox < ox1; ox++) {
+                                    float v = xr[ox * stride];
+                                    a0 += g0[ox] * v; a1 += g1[ox] * v; a2 += g2[ox] * v; a3 += g3[ox] * v;
+                                }
+                            } else {
+                                for (ox = ox0; ox < ox1; ox++)
+                                    a0 += g0[ox] * xr[ox * stride];
+                            }
+                        }
+                    }
+                    poet_grad_put(dw, at, a0);
+                    if (four) {
+                        poet_grad_put(dw, at + (uint32_t)wo, a1);
+                        poet_grad_put(dw, at + 2u * (uint32_t)wo, a2);
+                        poet_grad_put(dw, at + 3u * (uint32_t)wo, a3);
+                    }
+                }
+            }
+        o += four ? 4 : 1;
+    }
 }
 
 void poet_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *x, const float *w,
                         const poet_grad_t *dw, const poet_grad_t *db, float *gx)
 {
-    const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
-    const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
-    int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
-    int Cg = C / cv->groups, Og = O / cv->groups;
-    int n, o, oy, ox, c, ky, kx, iy, ix;
-    if (gx) {
-        /* Before the weight gradient, whose update in backward changes w. Gathered per input pixel
-         * rather than scattered per output pixel, so every gx element is
-         * written once from a register and gx needs no zeroing pass:
-         * gx[n,c,iy,ix] = sum over o of c's group, ky, kx with (iy - ky + p) = oy s and
-         * (ix - kx + p) = ox s of g[n,o,oy,ox] W[o, c mod Cg, ky, kx]. */
-        for (n = 0; n < B; n++)
-            for (c = 0; c < C; c++) {
-                int grp = c / Cg, o0 = grp * Og;
-                for (iy = 0; iy < H; iy++)
-                    for (ix = 0; ix < W; ix++) {
-                        float acc = 0.0f;
-                        for (o = o0; o < o0 + Og; o++) {
-                            const float *gn = g + ((long)n * O + o) * Ho * Wo;
-                            const float *wc = w + ((long)o * Cg + (c - grp * Cg)) * kh * kw;
-                            for (ky = 0; ky < kh; ky++) {
-                                int ty = iy - ky + ph;
-                                if (ty < 0 || ty % stride != 0)
-                                    continue;
-                                oy = ty / stride;
-                                if (oy >= Ho)
-                                    continue;
-                                for (kx = 0; kx < kw; kx++) {
-                                    int tx = ix - kx + pw;
-                                    if (tx < 0 || tx % stride != 0)
-                                        continue;
-                                    ox = tx / stride;
-                                    if (ox >= Wo)
-                                        continue;
-                                    acc += gn[(long)oy * Wo + ox] * wc[ky * kw + kx];
-                                }
-                            }
-                        }
-                        gx[(((long)n * C + c) * H + iy) * W + ix] = acc;
-                    }
-            }
-    }
-    for (o = 0; o < O; o++) {
-        /* dW[o,c,ky,kx] = sum_{n,oy,ox} g[n,o,oy,ox] x[n, group(o) + c, oy s+ky-p, ox s+kx-p] */
-        for (c = 0; dw && c < Cg; c++)
-            for (ky = 0; ky < kh; ky++)
-                for (kx = 0; kx < kw; kx++) {
-                    float acc = 0.0f;
-                    for (n = 0; n < B; n++) {
-                        const float *gn = g + ((long)n * O + o) * Ho * Wo;
-                        const float *xc = x + ((long)n * C + (long)(o / Og) * Cg + c) * H * W;
-                        for (oy = 0; oy < Ho; oy++) {
-                            iy = oy * stride + ky - ph;
-                            if (iy < 0 || iy >= H)
-                                continue;
-                            for (ox = 0; ox < Wo; ox++) {
-                                ix = ox * stride + kx - pw;
-                                if (ix < 0 || ix >= W)
-                                    continue;
-                                acc += gn[(long)oy * Wo + ox] * xc[(long)iy * W + ix];
-                            }
-                        }
-                    }
-                    poet_grad_put(dw, (uint32_t)((((long)o * Cg + c) * kh + ky) * kw + kx), acc);
-                }
-        if (db) {
-            float acc = 0.0f;
-            for (n = 0; n < B; n++) {
-                const float *gn = g + ((long)n * O + o) * Ho * Wo;
-                for (oy = 0; oy < Ho * Wo; oy++)
-                    acc += gn[oy];
-            }
-            poet_grad_put(db, (uint32_t)o, acc);
+    const int O = cv->O, HoWo = poet_conv2d_out(cv->H, cv->kh, cv->stride, cv->ph) *
+                                poet_conv2d_out(cv->W, cv->kw, cv->stride, cv->pw);
+    int n, o, i;
+    if (gx) /* before the weight gradient, whose update in backward changes w */
+        conv_grad_input(cv, g, w, gx);
+    if (dw)
+        conv_grad_weight(cv, g, x, dw);
+    for (o = 0; db && o < O; o++) {
+        float acc = 0.0f;
+        for (n = 0; n < cv->B; n++) {
+            const float *gn = g + ((long)n * O + o) * HoWo;
+            for (i = 0; i < HoWo; i++)
+                acc += gn[i];
         }
+        poet_grad_put(db, (uint32_t)o, acc);
     }
 }

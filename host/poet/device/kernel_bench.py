@@ -27,8 +27,8 @@ class BenchError(RuntimeError):
 @dataclass(frozen=True)
 class KernelTiming:
     kernel: str
-    shape: tuple[int, int, int]  # B, in, out
-    macs: int
+    shape: dict[str, int]  # B, in, out for the dense kernels; B, C, HW, O, k, groups for conv2d
+    macs: int  # a convolution's counts its padding's taps too
     poet: int  # instructions per call
     reference: int
     peer: int | None = None
@@ -65,8 +65,8 @@ def run(cmsis_dsp: Path | None = None) -> list[KernelTiming]:
 
 
 def _parse(line: str) -> KernelTiming:
-    """`poet KERNEL B=.. in=.. out=.. macs=.. instr=.. ref_instr=.. [peer_instr=..]`"""
+    """`poet KERNEL DIM=.. ... macs=.. instr=.. ref_instr=.. [peer_instr=..]`"""
     _, kernel, *fields = line.split()
     v = {k: int(x) for k, x in (f.split("=") for f in fields)}
-    return KernelTiming(kernel, (v["B"], v["in"], v["out"]), v["macs"], v["instr"], v["ref_instr"],
-                        v.get("peer_instr"))
+    counts = {k: v.pop(k) for k in ("macs", "instr", "ref_instr", "peer_instr") if k in v}
+    return KernelTiming(kernel, v, counts["macs"], counts["instr"], counts["ref_instr"], counts.get("peer_instr"))

@@ -13,5 +13,8 @@ void poet_ref_linear_bwd(int B, int in, int out, const float *g, const float *x,
 void poet_ref_matmul_fwd(int batch, int M, int K, int N, const float *a, const float *bm, float *y);
 void poet_ref_matmul_bwd_a(int batch, int M, int K, int N, const float *g, const float *bm, float *ga);
 void poet_ref_matmul_bwd_b(int batch, int M, int K, int N, const float *g, const float *a, float *gb);
+void poet_ref_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, const float *b, float *y);
+void poet_ref_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *x, const float *w,
+                            const poet_grad_t *dw, const poet_grad_t *db, float *gx);
 
 #endif
