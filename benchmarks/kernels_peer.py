@@ -74,7 +74,8 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for t in rows:
         vs_peer = f"{t.peer / t.poet:.2f}x" if t.peer else "-"
-        print(f"| {t.kernel} | {' '.join(f'{k}={v}' for k, v in t.shape.items())} | {t.macs:,} | {cell(t, 'reference')} | "
+        shape = " ".join(f"{k}={v}" for k, v in t.shape.items())
+        print(f"| {t.kernel} | {shape} | {t.macs:,} | {cell(t, 'reference')} | "
               f"{cell(t, 'poet')} | {cell(t, 'peer')} | {t.reference / t.poet:.2f}x | {vs_peer} |")
     return 0
 
