@@ -9,6 +9,15 @@
  *    runs the one-channel loops. */
 #include "kernels.h"
 
+/* Whether four channels from c, all of one group ending before end, run together. POET_UNTILED (the
+ * ESP32-C3, whose code runs from the SRAM its pool would have): never, and the blocked loops' code is
+ * left out. */
+#ifdef POET_UNTILED
+#define FOUR(c, end) 0
+#else
+#define FOUR(c, end) ((c) + 4 <= (end))
+#endif
+
 int poet_conv2d_out(int H, int k, int stride, int pad)
 {
     return (H + 2 * pad - k) / stride + 1;
@@ -57,7 +66,7 @@ void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, c
     int n, o, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1;
     for (n = 0; n < B; n++)
         for (o = 0; o < O;) {
-            const int grp = o / Og, four = o + 4 <= (grp + 1) * Og;
+            const int grp = o / Og, four = FOUR(o, (grp + 1) * Og);
             const float *xg = x + ((long)n * C + (long)grp * Cg) * HW;
             for (oy = 0; oy < Ho; oy++) {
                 taps(oy, stride, ph, kh, H, &ky0, &ky1);
@@ -105,7 +114,7 @@ static void conv_grad_input(const poet_conv_t *cv, const float *g, const float *
     int n, c, o, iy, ix, ky, kx, ky0, ky1, kx0, kx1;
     for (n = 0; n < B; n++)
         for (c = 0; c < C;) {
-            const int grp = c / Cg, o0 = grp * Og, four = c + 4 <= (grp + 1) * Cg;
+            const int grp = c / Cg, o0 = grp * Og, four = FOUR(c, (grp + 1) * Cg);
             for (iy = 0; iy < H; iy++) {
                 ky0 = taps_from(iy, stride, ph, kh, Ho, &ky1);
                 for (ix = 0; ix < W; ix++) {
@@ -153,7 +162,7 @@ static void conv_grad_weight(const poet_conv_t *cv, const float *g, const float 
     const long HoWo = (long)Ho * Wo, HW = (long)H * W, wo = (long)Cg * kh * kw;
     int n, o, c, ky, kx, oy, ox, oy0, oy1, ox0, ox1;
     for (o = 0; o < O;) {
-        const int grp = o / Og, four = o + 4 <= (grp + 1) * Og;
+        const int grp = o / Og, four = FOUR(o, (grp + 1) * Og);
         for (c = 0; c < Cg; c++)
             for (ky = 0; ky < kh; ky++) {
                 outputs(ky, stride, ph, H, Ho, &oy0, &oy1);
