@@ -22,7 +22,7 @@ def timings() -> list[kernel_bench.KernelTiming]:
 def test_every_kernel_and_shape_is_measured(timings: list[kernel_bench.KernelTiming]) -> None:
     kernels = {t.kernel for t in timings}
     assert kernels == {"linear_fwd", "linear_grad_input", "linear_dw_db", "matmul_fwd", "conv2d_fwd",
-                       "conv2d_grad_input", "conv2d_dw_db"}
+                       "conv2d_grad_input", "conv2d_dw_db", "conv2d_q_fwd"}
     assert all(t.macs == t.shape["B"] * t.shape["in"] * t.shape["out"] for t in timings if "in" in t.shape)
     assert all(t.peer is None for t in timings)  # no peer library in this image
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from test_kernels_lp import Conv
+from test_kernels_lp import CONVP, I8P, Conv
 from test_kernels_nn import F32P, INT, SIGNATURES, Grad, Update, fp, gp, lib  # noqa: F401
 
 SHAPES = [(1, 1, 1), (1, 64, 32), (3, 5, 7), (4, 4, 4), (5, 9, 6), (16, 64, 32), (16, 32, 10), (8, 3, 12),
@@ -23,6 +23,8 @@ SHAPES = [(1, 1, 1), (1, 64, 32), (3, 5, 7), (4, 4, 4), (5, 9, 6), (16, 64, 32),
 REFERENCE = {f"poet_ref_{k.removeprefix('poet_')}": v for k, v in SIGNATURES.items()
              if k.startswith(("poet_linear_", "poet_matmul_", "poet_conv2d_ex_"))}
 REFERENCE["poet_ref_linear_fwd"] = [INT] * 3 + [F32P] * 4
+for _name in ("poet_conv2d_q_fwd_rows", "poet_ref_conv2d_q_fwd_rows"):
+    REFERENCE[_name] = [CONVP, INT, INT, I8P, ctypes.c_float, I8P, ctypes.c_float, F32P, INT, F32P, ctypes.c_void_p]
 REFERENCE["poet_linear_fwd"] = [INT] * 3 + [F32P] * 4
 
 
@@ -35,7 +37,7 @@ def both(lib: ctypes.CDLL) -> ctypes.CDLL:  # noqa: F811
 
 
 def bits(a: np.ndarray) -> np.ndarray:
-    return a.view(np.uint32)
+    return a.view(np.uint32) if a.dtype == np.float32 else a
 
 
 def run_both(kernel: Callable[[str, dict[str, np.ndarray]], None], outs: dict[str, np.ndarray]) -> None:
@@ -139,6 +141,32 @@ def test_conv2d_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, ...]
                                                gp(o["db"]), fp(o["gx"] if want_gx else None))
         run_both(kernel, {"gx": np.full((B, C, H, W), np.nan, np.float32), "dw": rand(rng, *w.shape),
                           "db": rand(rng, n_out)})
+
+
+@pytest.mark.parametrize("shape", CONVS + [(1, 16, 4, 4, 12, 1, 1, 1, 0, 0, 1), (2, 12, 5, 3, 8, 1, 1, 2, 0, 0, 2)])
+def test_int8_conv2d_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, ...]) -> None:
+    """The static-int8 convolution (lowp.c) against reference/conv_q.c: fp32 and int8 outputs, ReLU,
+    and rows of output channels from inside a group (a streamed layer's slices); 1x1 shapes run its
+    pointwise loop."""
+    B, C, H, W, n_out, kh, kw, s, ph, pw, groups = shape
+    cv = Conv(*shape)
+    Ho, Wo = (H + 2 * ph - kh) // s + 1, (W + 2 * pw - kw) // s + 1
+    rng = np.random.default_rng(sum(shape))
+    xq = rng.integers(-127, 128, (B, C, H, W), dtype=np.int8)
+    wq = rng.integers(-127, 128, (n_out, C // groups, kh, kw), dtype=np.int8)
+    b = rand(rng, n_out)
+    ys = np.array([0.37], np.float32)
+    for (o0, o1), relu, y_scale in itertools.product([(0, n_out), (1, n_out - 1)], (0, 1), (ys, None)):
+        dtype = np.int8 if y_scale is not None else np.float32
+        wrows = np.ascontiguousarray(wq[o0:o1])
+
+        def kernel(p: str, o: dict[str, np.ndarray], o0: int = o0, o1: int = o1, relu: int = relu,
+                   y_scale: np.ndarray | None = y_scale, wrows: np.ndarray = wrows) -> None:
+            getattr(both, p + "conv2d_q_fwd_rows")(ctypes.byref(cv), o0, o1, xq.ctypes.data_as(I8P), 0.02,
+                                                   wrows.ctypes.data_as(I8P), 0.01, fp(b), relu,
+                                                   fp(y_scale), o["y"].ctypes.data_as(ctypes.c_void_p))
+        out = np.zeros((B, n_out, Ho, Wo), dtype)
+        run_both(kernel, {"y": out if dtype == np.float32 else out.view(np.int8)})
 
 
 def test_the_bit_comparison_sees_a_different_summation_order(both: ctypes.CDLL) -> None:

@@ -130,13 +130,14 @@ static const case_t CASES[] = {
 
 static const shape_t SHAPES[] = {{16, 64, 32}, {16, 32, 10}, {1, 64, 32}, {16, 256, 64}, {4, 30, 7}};
 
-/* Convolutions: cnn-digits' (8x8 digits, 3x3, 1 -> 8 channels, padding 1), an ordinary 3x3 layer and a
- * depthwise one of a small MobileNet on 16x16 maps. */
+/* Convolutions: cnn-digits' (8x8 digits, 3x3, 1 -> 8 channels, padding 1), an ordinary 3x3 layer, a
+ * depthwise and a pointwise (1x1) one of a small MobileNet on 16x16 maps. */
 static poet_conv_t CV;
 static const poet_conv_t CONVS[] = {
     {16, 1, 8, 8, 8, 3, 3, 1, 1, 1, 1},
     {1, 16, 16, 16, 16, 3, 3, 1, 1, 1, 1},
     {1, 16, 16, 16, 16, 3, 3, 1, 1, 1, 16},
+    {1, 16, 16, 16, 32, 1, 1, 1, 0, 0, 1},
 };
 
 static void cv_fwd(void) { poet_conv2d_ex_fwd(&CV, X, W, DB, Y); }
@@ -146,10 +147,21 @@ static void cv_gx_ref(void) { poet_ref_conv2d_ex_bwd(&CV, G, X, W, 0, 0, Y); }
 static void cv_dw(void) { poet_conv2d_ex_bwd(&CV, G, X, W, &gw, &gb, 0); }
 static void cv_dw_ref(void) { poet_ref_conv2d_ex_bwd(&CV, G, X, W, &gw, &gb, 0); }
 
+/* The static-int8 convolution (a frozen layer of a plan's int8 prefix), int8 in and out. */
+static void cq_fwd(void)
+{
+    poet_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, DB, 1, DB, Y);
+}
+static void cq_fwd_ref(void)
+{
+    poet_ref_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, DB, 1, DB, Y);
+}
+
 static const case_t CONV_CASES[] = {
     {"conv2d_fwd", cv_fwd, cv_fwd_ref, 0},
     {"conv2d_grad_input", cv_gx, cv_gx_ref, 0},
     {"conv2d_dw_db", cv_dw, cv_dw_ref, 0},
+    {"conv2d_q_fwd", cq_fwd, cq_fwd_ref, 0},
 };
 
 static uint32_t instructions(void (*run)(void))

@@ -7,53 +7,12 @@
  *    multiply-adds (output channels of one group forward and for the weight gradient, input channels
  *    of one group for the input gradient). A depthwise convolution has one channel per group and
  *    runs the one-channel loops. */
+#include "conv_taps.h"
 #include "kernels.h"
-
-/* Whether four channels from c, all of one group ending before end, run together. POET_UNTILED (the
- * ESP32-C3, whose code runs from the SRAM its pool would have): never, and the blocked loops' code is
- * left out. */
-#ifdef POET_UNTILED
-#define FOUR(c, end) 0
-#else
-#define FOUR(c, end) ((c) + 4 <= (end))
-#endif
 
 int poet_conv2d_out(int H, int k, int stride, int pad)
 {
     return (H + 2 * pad - k) / stride + 1;
-}
-
-/* The taps k < K whose input i*stride + k - pad lies in [0, H): [*k0, *k1). */
-static void taps(int i, int stride, int pad, int K, int H, int *k0, int *k1)
-{
-    int first = pad - i * stride, end = H + pad - i * stride;
-    *k0 = first > 0 ? first : 0;
-    *k1 = end < K ? end : K;
-    if (*k1 < *k0)
-        *k1 = *k0;
-}
-
-/* The outputs o < n whose input o*stride + k - pad lies in [0, H) for tap k: [*o0, *o1). */
-static void outputs(int k, int stride, int pad, int H, int n, int *o0, int *o1)
-{
-    int lo = pad - k, hi = H - 1 + pad - k; /* lo <= o*stride <= hi */
-    *o0 = lo <= 0 ? 0 : (lo + stride - 1) / stride;
-    *o1 = hi < 0 ? 0 : hi / stride + 1;
-    if (*o1 > n)
-        *o1 = n;
-    if (*o1 < *o0)
-        *o1 = *o0;
-}
-
-/* The taps k < K that input i feeds, (i + pad - k) = o*stride for an output o < n, ascending with step
- * stride: from the return value while below *end. */
-static int taps_from(int i, int stride, int pad, int K, int n, int *end)
-{
-    int t = i + pad, lo = t - (n - 1) * stride, k0 = t % stride;
-    if (lo > k0)
-        k0 += (lo - k0 + stride - 1) / stride * stride;
-    *end = (t < K - 1 ? t : K - 1) + 1;
-    return k0;
 }
 
 void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, const float *b, float *y)
@@ -61,7 +20,7 @@ void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, c
     const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
     const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
     const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
-    const int Cg = C / cv->groups, Og = O / cv->groups;
+    const int Cg = C / cv->groups, Og = O / cv->groups, pointwise = BLOCKED(kh == 1 && kw == 1 && ph == 0 && pw == 0);
     const long HW = (long)H * W, kk = (long)kh * kw, wo = (long)Cg * kk; /* wo: one output channel's weights */
     int n, o, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1;
     for (n = 0; n < B; n++)
@@ -74,7 +33,20 @@ void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, c
                     float *yo = y + (((long)n * O + o) * Ho + oy) * Wo + ox;
                     float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
                     taps(ox, stride, pw, kw, W, &kx0, &kx1);
-                    for (c = 0; c < Cg; c++)
+                    if (pointwise) { /* a 1x1 kernel without padding: one plain loop over the channels */
+                        const float *xp = xg + (long)oy * stride * W + (long)ox * stride, *w0 = w + (long)o * wo;
+                        if (four) {
+                            const float *w1 = w0 + wo, *w2 = w1 + wo, *w3 = w2 + wo;
+                            for (c = 0; c < Cg; c++, xp += HW) {
+                                float v = *xp;
+                                a0 += v * w0[c]; a1 += v * w1[c]; a2 += v * w2[c]; a3 += v * w3[c];
+                            }
+                        } else {
+                            for (c = 0; c < Cg; c++, xp += HW)
+                                a0 += *xp * w0[c];
+                        }
+                    }
+                    for (c = 0; !pointwise && c < Cg; c++)
                         for (ky = ky0; ky < ky1; ky++) {
                             const float *xr = xg + c * HW + (long)(oy * stride + ky - ph) * W + ox * stride - pw;
                             const float *w0 = w + (long)o * wo + c * kk + (long)ky * kw;

@@ -289,7 +289,9 @@ void poet_cast_bf16_f32(int n, const uint16_t *x, float *y);
  * finite |x| (NaN and inf are skipped), or 1 when that is below the smallest normal float (an
  * all-zero tensor). */
 float poet_absmax_scale(int n, const float *x);
-/* q = x * (1 / scale) rounded half to even, saturated to [-127, 127] (inf saturates), NaN -> 0. */
+/* v rounded half to even and saturated to [-127, 127] (inf saturates), NaN -> 0. */
+int8_t poet_q8(float v);
+/* q = poet_q8(x * (1 / scale)). */
 void poet_quantize_i8(int n, float scale, const float *x, int8_t *q);
 /* y = q * scale. */
 void poet_dequantize_i8(int n, float scale, const int8_t *q, float *y);

@@ -5,6 +5,7 @@
  * Cortex-M0+ and RV32 builds have no _Float16, and the M4F's FPU has no half-precision
  * arithmetic worth relying on for exact IEEE rounding of subnormals. The integer paths also cost
  * the soft-float boards no library calls, which is the point of storing at half size there. */
+#include "conv_taps.h"
 #include "kernels.h"
 
 #include <string.h>
@@ -156,7 +157,7 @@ float poet_absmax_scale(int n, const float *x)
 /* v rounded half to even and saturated to [-127, 127]; NaN gives 0. Done on v's bit pattern (its
  * mantissa shifted to the binary point), which is exact, independent of the rounding mode, and
  * a few integer instructions where float compares and conversions are library calls. */
-static int8_t q8(float v)
+int8_t poet_q8(float v)
 {
     uint32_t u = f32_bits(v), a = u & 0x7FFFFFFFu, m, s, q, rem, half;
     if (a > 0x7F800000u) /* NaN */
@@ -181,7 +182,7 @@ void poet_quantize_i8(int n, float scale, const float *x, int8_t *q)
     /* one division per tensor, a multiply per element: the M0 and RV32 divide in software */
     float inv = 1.0f / scale;
     for (i = 0; i < n; i++)
-        q[i] = q8(x[i] * inv);
+        q[i] = poet_q8(x[i] * inv);
 }
 
 #if POET_SOFT_FLOAT
@@ -279,58 +280,83 @@ void poet_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t 
         }
 }
 
-/* A static-int8 layer's output element: v with ReLU if asked, then q8(v * inv) into int8 y, or v
+/* A static-int8 layer's output element: v with ReLU if asked, then poet_q8(v * inv) into int8 y, or v
  * into fp32 y. Which, the node's attributes decide (q8), never a value read from flash. */
 static void put(void *y, long i, float v, int relu, int i8, float inv)
 {
     if (relu && v < 0.0f)
         v = 0.0f;
     if (i8)
-        ((int8_t *)y)[i] = q8(v * inv);
+        ((int8_t *)y)[i] = poet_q8(v * inv);
     else
         ((float *)y)[i] = v;
 }
 
-/* The loop order of poet_conv2d_ex_fwd; integer sums are exact, so the order only matters for
- * speed here. */
+/* The fp32 convolution's loops (conv.c: tap ranges instead of a test per term, four output channels of
+ * a group per input load), and a 1x1 kernel without padding as one plain loop over the channels.
+ * Integer sums are exact, so the order only matters for speed; the epilogue is the reference's
+ * (reference/conv_q.c), so are the bits. */
 void poet_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float x_scale,
                             const int8_t *wq, float w_scale, const float *b, int relu, const float *y_scale,
                             void *y)
 {
     const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
     const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
-    int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
-    int Cg = C / cv->groups, Og = O / cv->groups;
-    int n, o, oy, ox, c, ky, kx;
-    float s = x_scale * w_scale, inv = y_scale ? 1.0f / *y_scale : 0.0f;
+    const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    const int Cg = C / cv->groups, Og = O / cv->groups, pointwise = BLOCKED(kh == 1 && kw == 1 && ph == 0 && pw == 0);
+    const long HW = (long)H * W, kk = (long)kh * kw, wo = (long)Cg * kk, HoWo = (long)Ho * Wo;
+    const float s = x_scale * w_scale, inv = y_scale ? 1.0f / *y_scale : 0.0f;
+    int n, o, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1, j;
     for (n = 0; n < B; n++)
-        for (o = o_begin; o < o_end; o++) {
-            const int8_t *xg = xq + ((long)n * C + (long)(o / Og) * Cg) * H * W;
-            for (oy = 0; oy < Ho; oy++)
+        for (o = o_begin; o < o_end;) {
+            const int grp = o / Og, end = (grp + 1) * Og < o_end ? (grp + 1) * Og : o_end;
+            const int four = FOUR(o, end), nch = four ? 4 : 1;
+            const int8_t *xg = xq + ((long)n * C + (long)grp * Cg) * HW;
+            const int8_t *w0 = wq + (long)(o - o_begin) * wo, *w1 = w0 + wo, *w2 = w1 + wo, *w3 = w2 + wo;
+            for (oy = 0; oy < Ho; oy++) {
+                taps(oy, stride, ph, kh, H, &ky0, &ky1);
                 for (ox = 0; ox < Wo; ox++) {
-                    int32_t acc = 0;
-                    float v;
-                    for (c = 0; c < Cg; c++) {
-                        const int8_t *xc = xg + (long)c * H * W;
-                        const int8_t *wc = wq + ((long)(o - o_begin) * Cg + c) * kh * kw;
-                        for (ky = 0; ky < kh; ky++) {
-                            int iy = oy * stride + ky - ph;
-                            if (iy < 0 || iy >= H)
-                                continue;
-                            for (kx = 0; kx < kw; kx++) {
-                                int ix = ox * stride + kx - pw;
-                                if (ix < 0 || ix >= W)
-                                    continue;
-                                acc += (int32_t)xc[(long)iy * W + ix] * (int32_t)wc[ky * kw + kx];
+                    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+                    long at = (((long)n * O + o) * Ho + oy) * Wo + ox;
+                    if (pointwise) {
+                        const int8_t *xp = xg + (long)oy * stride * W + (long)ox * stride;
+                        if (four) {
+                            for (c = 0; c < Cg; c++, xp += HW) {
+                                int32_t v = *xp;
+                                a0 += v * w0[c]; a1 += v * w1[c]; a2 += v * w2[c]; a3 += v * w3[c];
                             }
+                        } else {
+                            for (c = 0; c < Cg; c++, xp += HW)
+                                a0 += (int32_t)*xp * w0[c];
                         }
+                    } else {
+                        taps(ox, stride, pw, kw, W, &kx0, &kx1);
+                        for (c = 0; c < Cg; c++)
+                            for (ky = ky0; ky < ky1; ky++) {
+                                const int8_t *xr = xg + c * HW + (long)(oy * stride + ky - ph) * W + ox * stride - pw;
+                                const long wk = c * kk + (long)ky * kw;
+                                if (four) {
+                                    for (kx = kx0; kx < kx1; kx++) {
+                                        int32_t v = xr[kx];
+                                        a0 += v * w0[wk + kx]; a1 += v * w1[wk + kx];
+                                        a2 += v * w2[wk + kx]; a3 += v * w3[wk + kx];
+                                    }
+                                } else {
+                                    for (kx = kx0; kx < kx1; kx++)
+                                        a0 += (int32_t)xr[kx] * w0[wk + kx];
+                                }
+                            }
                     }
-                    /* one rounding for the scale, one for the bias: the reference does the same */
-                    v = (float)acc * s;
-                    if (b)
-                        v = v + b[o];
-                    put(y, (((long)n * O + o) * Ho + oy) * Wo + ox, v, relu, y_scale != 0, inv);
+                    for (j = 0; j < nch; j++) {
+                        /* one rounding for the scale, one for the bias: the reference does the same */
+                        float v = (float)(j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3) * s;
+                        if (b)
+                            v = v + b[o + j];
+                        put(y, at + j * HoWo, v, relu, y_scale != 0, inv);
+                    }
                 }
+            }
+            o += nch;
         }
 }
 
