@@ -398,7 +398,9 @@ def test_recompute_run_frees_as_it_goes() -> None:
 def test_real_model_recomputes_and_pages() -> None:
     """mlp-digits at batch 16 on the nRF52840's measured costs: with frees inside stages some
     optimal plans both recompute and page (v1's never did); one such plan needs more than its
-    budget without them."""
+    budget without them. The deadline is the loosest of 2x, 3x, 4x one pass that the first such plan
+    needs: paging (the SD card's datasheet model) is slow next to the measured compute, and since
+    firmware 2.1's faster kernels no plan pages within 2x."""
     from poet.boards import load_board
     from poet.graph.tracer import trace
     from poet.models.zoo import get_model
@@ -407,13 +409,16 @@ def test_real_model_recomputes_and_pages() -> None:
     model, spec = get_model("mlp-digits")
     g = costed(trace(model, "mlp-digits", spec.input_shape, spec.classes, 16), load_board("nrf52840"),
                load_profile("nrf52840"))
-    deadline = 2 * g.one_pass_s
     mixed = []
-    for budget in range(lower_bound_bytes(g), keep_all(g).peak_bytes + 1, 1024):
-        plan = solve_poet(g, budget, deadline)
-        if plan.status == "optimal" and plan.recomputes and plan.page_ins:
-            simulate(g, plan, budget, deadline)
-            mixed.append((budget, plan))
+    for mult in (2, 3, 4):
+        deadline = mult * g.one_pass_s
+        for budget in range(lower_bound_bytes(g), keep_all(g).peak_bytes + 1, 1024):
+            plan = solve_poet(g, budget, deadline)
+            if plan.status == "optimal" and plan.recomputes and plan.page_ins:
+                simulate(g, plan, budget, deadline)
+                mixed.append((budget, plan))
+        if mixed:
+            break
     assert mixed, "no budget where the optimal plan both recomputes and pages"
     assert any(v1_peak(g, plan) > budget for budget, plan in mixed)
 

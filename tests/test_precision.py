@@ -122,7 +122,9 @@ def test_rules_keep_softmax_loss_and_norm_inputs_fp32(tmp_path: Path) -> None:
 
 def test_modes_at_a_tight_and_a_roomy_budget() -> None:
     """auto is never worse than greedy or fp32; with room for every activation the casts only cost, so
-    greedy is worse than fp32; at a tight budget half-size storage pays."""
+    greedy is worse than fp32; at a tight budget lower precision pays (auto beats fp32), though not
+    necessarily everywhere: since firmware 2.1's faster fp32 kernels, mlp-digits' all-bf16 plan (greedy)
+    costs more than fp32's recomputes, while cnn-digits' still costs less."""
     prof = _profile()
     for name in ("mlp-digits", "cnn-digits"):
         _, g = _graph(name, 16)
@@ -144,7 +146,7 @@ def test_modes_at_a_tight_and_a_roomy_budget() -> None:
             if arena == roomy:
                 assert energy["greedy"] > energy["fp32"]
             else:
-                assert energy["greedy"] < energy["fp32"]
+                assert energy["auto"] < energy["fp32"] * (1 - 1e-6)
 
 
 def test_a_node_costs_the_same_whatever_casts_the_graph_holds() -> None:

@@ -175,10 +175,37 @@ static uint32_t instructions(void (*run)(void))
     return (uint32_t)(((uint64_t)t * INSTR_PER_TICK + reps / 2) / reps);
 }
 
+/* One line: the case's name, its dimensions, multiply-adds and instructions per call of each version. */
+static void report(const case_t *k, const char *const *names, const uint32_t *dims, int n, uint32_t macs)
+{
+    char line[200], *p = line;
+    int i;
+    p = put_s(p, "poet ");
+    p = put_s(p, k->name);
+    for (i = 0; i < n; i++) {
+        *p++ = ' ';
+        p = put_s(p, names[i]);
+        *p++ = '=';
+        p = put_u(p, dims[i]);
+    }
+    p = put_s(p, " macs=");
+    p = put_u(p, macs);
+    p = put_s(p, " instr=");
+    p = put_u(p, instructions(k->run));
+    p = put_s(p, " ref_instr=");
+    p = put_u(p, instructions(k->ref));
+    if (k->peer) {
+        p = put_s(p, " peer_instr=");
+        p = put_u(p, instructions(k->peer));
+    }
+    *p++ = '\n';
+    *p = 0;
+    say(line);
+}
+
 int main(void)
 {
     unsigned c, s;
-    char line[160];
     TIMER_CTRL = 0;
     TIMER_RELOAD = 0xFFFFFFFFu;
     TIMER_VALUE = 0xFFFFFFFFu;
@@ -186,63 +213,26 @@ int main(void)
     fill(X, sizeof X / sizeof X[0], 1u);
     fill(W, sizeof W / sizeof W[0], 2u);
     fill(G, sizeof G / sizeof G[0], 3u);
-    for (s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++)
-        for (c = 0; c < sizeof CASES / sizeof CASES[0]; c++) {
-            char *p = line;
-            S = SHAPES[s];
-            p = put_s(p, "poet ");
-            p = put_s(p, CASES[c].name);
-            p = put_s(p, " B=");
-            p = put_u(p, (uint32_t)S.B);
-            p = put_s(p, " in=");
-            p = put_u(p, (uint32_t)S.in);
-            p = put_s(p, " out=");
-            p = put_u(p, (uint32_t)S.out);
-            p = put_s(p, " macs=");
-            p = put_u(p, (uint32_t)(S.B * S.in * S.out));
-            p = put_s(p, " instr=");
-            p = put_u(p, instructions(CASES[c].run));
-            p = put_s(p, " ref_instr=");
-            p = put_u(p, instructions(CASES[c].ref));
-            if (CASES[c].peer) {
-                p = put_s(p, " peer_instr=");
-                p = put_u(p, instructions(CASES[c].peer));
-            }
-            *p++ = '\n';
-            *p = 0;
-            say(line);
-        }
-    for (s = 0; s < sizeof CONVS / sizeof CONVS[0]; s++)
-        for (c = 0; c < sizeof CONV_CASES / sizeof CONV_CASES[0]; c++) {
-            char *p = line;
-            int Ho, Wo;
-            CV = CONVS[s];
-            Ho = poet_conv2d_out(CV.H, CV.kh, CV.stride, CV.ph);
-            Wo = poet_conv2d_out(CV.W, CV.kw, CV.stride, CV.pw);
-            p = put_s(p, "poet ");
-            p = put_s(p, CONV_CASES[c].name);
-            p = put_s(p, " B=");
-            p = put_u(p, (uint32_t)CV.B);
-            p = put_s(p, " C=");
-            p = put_u(p, (uint32_t)CV.C);
-            p = put_s(p, " HW=");
-            p = put_u(p, (uint32_t)CV.H);
-            p = put_s(p, " O=");
-            p = put_u(p, (uint32_t)CV.O);
-            p = put_s(p, " k=");
-            p = put_u(p, (uint32_t)CV.kh);
-            p = put_s(p, " groups=");
-            p = put_u(p, (uint32_t)CV.groups);
-            p = put_s(p, " macs=");
-            p = put_u(p, (uint32_t)(CV.B * CV.O * Ho * Wo * (CV.C / CV.groups) * CV.kh * CV.kw));
-            p = put_s(p, " instr=");
-            p = put_u(p, instructions(CONV_CASES[c].run));
-            p = put_s(p, " ref_instr=");
-            p = put_u(p, instructions(CONV_CASES[c].ref));
-            *p++ = '\n';
-            *p = 0;
-            say(line);
-        }
+    for (s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {
+        const char *names[] = {"B", "in", "out"};
+        uint32_t dims[3];
+        S = SHAPES[s];
+        dims[0] = (uint32_t)S.B, dims[1] = (uint32_t)S.in, dims[2] = (uint32_t)S.out;
+        for (c = 0; c < sizeof CASES / sizeof CASES[0]; c++)
+            report(&CASES[c], names, dims, 3, dims[0] * dims[1] * dims[2]);
+    }
+    for (s = 0; s < sizeof CONVS / sizeof CONVS[0]; s++) {
+        const char *names[] = {"B", "C", "HW", "O", "k", "groups"};
+        uint32_t dims[6], outs;
+        CV = CONVS[s];
+        dims[0] = (uint32_t)CV.B, dims[1] = (uint32_t)CV.C, dims[2] = (uint32_t)CV.H, dims[3] = (uint32_t)CV.O;
+        dims[4] = (uint32_t)CV.kh, dims[5] = (uint32_t)CV.groups;
+        outs = (uint32_t)(poet_conv2d_out(CV.H, CV.kh, CV.stride, CV.ph) *
+                          poet_conv2d_out(CV.W, CV.kw, CV.stride, CV.pw));
+        for (c = 0; c < sizeof CONV_CASES / sizeof CONV_CASES[0]; c++)
+            report(&CONV_CASES[c], names, dims, 6,
+                   (uint32_t)CV.B * (uint32_t)CV.O * outs * (uint32_t)(CV.C / CV.groups * CV.kh * CV.kw));
+    }
     semihost(0x18u, (const void *)(uintptr_t)0x20026u); /* SYS_EXIT, ADP_Stopped_ApplicationExit */
     return 0;
 }

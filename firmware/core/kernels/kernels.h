@@ -318,6 +318,9 @@ void poet_conv2d_i8_fwd(const poet_conv_t *cv, const int8_t *xq, float x_scale, 
  * q8(v * (1 / *y_scale)). add: v = a * a_scale + b * b_scale (each product rounded), same epilogue. */
 void poet_conv2d_q_fwd(const poet_conv_t *cv, const int8_t *xq, float x_scale, const int8_t *wq,
                        float w_scale, const float *b, int relu, const float *y_scale, void *y);
+/* That epilogue for one element: v with ReLU if relu, then poet_q8(v * inv) into int8 y[i] (i8), or v
+ * into fp32 y[i]. */
+void poet_q_put(void *y, long i, float v, int relu, int i8, float inv);
 /* The same for output channels o_begin..o_end-1 only, wq holding just their weights (C/groups kh kw
  * each): a layer whose weights stream from aux storage runs this on each read (ops/quant.c), and
  * every output element comes out as the whole layer's would. */

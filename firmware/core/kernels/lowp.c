@@ -282,7 +282,7 @@ void poet_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t 
 
 /* A static-int8 layer's output element: v with ReLU if asked, then poet_q8(v * inv) into int8 y, or v
  * into fp32 y. Which, the node's attributes decide (q8), never a value read from flash. */
-static void put(void *y, long i, float v, int relu, int i8, float inv)
+void poet_q_put(void *y, long i, float v, int relu, int i8, float inv)
 {
     if (relu && v < 0.0f)
         v = 0.0f;
@@ -352,7 +352,7 @@ void poet_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const
                         float v = (float)(j == 0 ? a0 : j == 1 ? a1 : j == 2 ? a2 : a3) * s;
                         if (b)
                             v = v + b[o + j];
-                        put(y, at + j * HoWo, v, relu, y_scale != 0, inv);
+                        poet_q_put(y, at + j * HoWo, v, relu, y_scale != 0, inv);
                     }
                 }
             }
@@ -379,6 +379,6 @@ void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, floa
     float inv = y_scale ? 1.0f / *y_scale : 0.0f;
     for (i = 0; i < n; i++) {
         float va = (float)a[i] * a_scale, vb = (float)b[i] * b_scale;
-        put(y, i, va + vb, relu, y_scale != 0, inv);
+        poet_q_put(y, i, va + vb, relu, y_scale != 0, inv);
     }
 }

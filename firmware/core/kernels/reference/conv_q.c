@@ -4,17 +4,6 @@
 #include "../kernels.h"
 #include "reference.h"
 
-/* A static-int8 layer's output element, as kernels/lowp.c puts it. */
-static void put(void *y, long i, float v, int relu, int i8, float inv)
-{
-    if (relu && v < 0.0f)
-        v = 0.0f;
-    if (i8)
-        ((int8_t *)y)[i] = poet_q8(v * inv);
-    else
-        ((float *)y)[i] = v;
-}
-
 void poet_ref_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float x_scale,
                                 const int8_t *wq, float w_scale, const float *b, int relu, const float *y_scale,
                                 void *y)
@@ -51,7 +40,7 @@ void poet_ref_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, c
                     v = (float)acc * s;
                     if (b)
                         v = v + b[o];
-                    put(y, (((long)n * O + o) * Ho + oy) * Wo + ox, v, relu, y_scale != 0, inv);
+                    poet_q_put(y, (((long)n * O + o) * Ho + oy) * Wo + ox, v, relu, y_scale != 0, inv);
                 }
         }
 }
