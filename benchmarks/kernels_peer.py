@@ -1,10 +1,11 @@
-"""poet's fp32 kernels beside their reference loops and CMSIS-DSP, on the emulated Cortex-M4F.
+"""poet's kernels beside their reference loops and CMSIS-DSP, on the emulated cores.
 
-Usage: .venv/bin/python benchmarks/kernels_peer.py [--cmsis-dsp DIR] [--no-peers]
+Usage: .venv/bin/python benchmarks/kernels_peer.py [--cores m4 m0 rv32] [--cmsis-dsp DIR] [--no-peers]
 
-Builds firmware/bench/'s image (`make -C firmware bench-m4`), runs it under QEMU mps2-an386 with
--icount shift=0 and prints multiply-adds per instruction for each kernel and shape (emulated
-instructions, not cycles: docs/benchmarks.md, "Kernels", says what they leave out). CMSIS-DSP is built
+Builds firmware/bench/'s image for each core (`make -C firmware bench-m4`, `bench-m0`, `bench-rv32`),
+runs it under QEMU with -icount shift=0 and prints multiply-adds per instruction for each kernel and
+shape (emulated instructions, not cycles: docs/benchmarks.md, "Kernels", says what they leave out).
+CMSIS-DSP, on the Cortex-M4F only, is built
 from the sources in its PyPI sdist, pinned below by version and SHA-256 and kept in
 ~/.cache/poet/peers (or --cmsis-dsp DIR, an unpacked copy); where it cannot be had, its column is
 left out and a line says why. CMSIS-NN and AIfES are not in this image yet.
@@ -50,6 +51,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cmsis-dsp", type=Path, help="an unpacked CMSIS-DSP source tree (default: the pinned sdist)")
     ap.add_argument("--no-peers", action="store_true", help="poet and its reference loops only")
+    ap.add_argument("--cores", nargs="+", choices=sorted(kernel_bench.CORES), default=["m4", "m0", "rv32"],
+                    help="emulated cores to run on (default all three)")
     args = ap.parse_args()
     peer: Path | None = None
     if not args.no_peers:
@@ -58,18 +61,23 @@ def main() -> int:
         except (OSError, ValueError, tarfile.TarError) as exc:
             print(f"CMSIS-DSP {CMSIS_DSP_VERSION}: not available ({exc}); its column is left out")
     print("CMSIS-NN, AIfES: not in this image yet")
-    try:
-        rows = kernel_bench.run(peer)
-    except kernel_bench.BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    for core in args.cores:
+        try:
+            rows = kernel_bench.run(peer if core == "m4" else None, core)
+        except kernel_bench.BenchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        _table(kernel_bench.CORES[core], rows, peer is not None and core == "m4")
+    return 0
 
+
+def _table(core: kernel_bench.Core, rows: list[kernel_bench.KernelTiming], with_peer: bool) -> None:
     def cell(t: kernel_bench.KernelTiming, which: str) -> str:
         v = t.per_instr(which)
         return "-" if v is None else f"{v:.3f}"
 
-    print("\nQEMU mps2-an386 (Cortex-M4F), -icount shift=0: multiply-adds per emulated instruction, one call each\n")
-    print(f"| kernel | shape | MACs | reference | poet | CMSIS-DSP {CMSIS_DSP_VERSION if peer else ''} "
+    print(f"\n{core.what}, -icount shift=0: multiply-adds per emulated instruction, one call each\n")
+    print(f"| kernel | shape | MACs | reference | poet | CMSIS-DSP {CMSIS_DSP_VERSION if with_peer else ''} "
           "| poet / reference | poet / CMSIS-DSP |")
     print("|---|---|---|---|---|---|---|---|")
     for t in rows:
@@ -77,7 +85,6 @@ def main() -> int:
         shape = " ".join(f"{k}={v}" for k, v in t.shape.items())
         print(f"| {t.kernel} | {shape} | {t.macs:,} | {cell(t, 'reference')} | "
               f"{cell(t, 'poet')} | {cell(t, 'peer')} | {t.reference / t.poet:.2f}x | {vs_peer} |")
-    return 0
 
 
 if __name__ == "__main__":

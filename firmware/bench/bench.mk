@@ -42,3 +42,38 @@ $(BUILD)/$(BENCH_M4)/bench/peer_%.o: bench/peer_%.c bench/bench.mk
 $(BUILD)/$(BENCH_M4)/%.o: %.c Makefile bench/bench.mk ports/qemu-m4/port.mk
 	@mkdir -p $(dir $@)
 	$(ARM_CC) $(M4_CFLAGS) $(BENCH_M4_DEFS) -c -o $@ $<
+
+# The same image for the Cortex-M0+ build (soft float, POET_UNTILED as the MKR1000's; on mps2-an385, whose
+# memory map is the an386's, so the qemu-m4 linker script serves) and for RV32IMC (the qemu-rv32 stand-in's reset and linker script,
+# and its kernels, as the ESP32-C3 builds them).
+#   make bench-m0   -> build/bench-m0/kernels_bench.elf
+#   make bench-rv32 -> build/bench-rv32/kernels_bench.elf
+BENCH_SRC := bench/kernels_bench.c $(KERNEL_SRC) $(REF_SRC)
+BENCH_M0_OBJ := $(patsubst %.c,$(BUILD)/bench-m0/%.o,$(BENCH_SRC))
+BENCH_RV_OBJ := $(patsubst %.c,$(BUILD)/bench-rv32/%.o,$(BENCH_SRC)) $(BUILD)/bench-rv32/ports/qemu-rv32/startup.o
+DEPS += $(BENCH_M0_OBJ:.o=.d) $(BENCH_RV_OBJ:.o=.d)
+.PHONY: bench-m0 bench-rv32
+
+bench-m0: $(BUILD)/bench-m0/kernels_bench.elf
+bench-rv32: $(BUILD)/bench-rv32/kernels_bench.elf
+
+$(BUILD)/bench-m0/kernels_bench.elf: $(BENCH_M0_OBJ) ports/qemu-m4/linker.ld
+	$(M0_CC) $(M0_ARCH) -nostartfiles --specs=nano.specs -T ports/qemu-m4/linker.ld -Wl,--gc-sections \
+	    -o $@ $(BENCH_M0_OBJ) -lm -lc -lgcc
+
+$(BUILD)/bench-m0/%.o: %.c Makefile bench/bench.mk ports/qemu-m0/port.mk
+	@mkdir -p $(dir $@)
+	$(M0_CC) $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP $(M0_ARCH) \
+	    -DPOET_UNTILED -c -o $@ $<
+
+$(BUILD)/bench-rv32/kernels_bench.elf: $(BENCH_RV_OBJ) ports/qemu-rv32/linker.ld
+	$(RV_CC) $(RV32_LDFLAGS:$(BUILD)/qemu-rv32/poet.map=$(BUILD)/bench-rv32/kernels_bench.map) -o $@ $(BENCH_RV_OBJ) \
+	    -lm -lc -lgcc
+
+$(BUILD)/bench-rv32/%.o: %.c Makefile bench/bench.mk ports/qemu-rv32/port.mk
+	@mkdir -p $(dir $@)
+	$(RV_CC) $(RV32_CFLAGS) -c -o $@ $<
+
+$(BUILD)/bench-rv32/%.o: %.S Makefile bench/bench.mk ports/qemu-rv32/port.mk
+	@mkdir -p $(dir $@)
+	$(RV_CC) $(RV32_ARCH) -g -MMD -MP -c -o $@ $<

@@ -1,23 +1,43 @@
-/* Instructions per kernel call on the emulated Cortex-M4F (QEMU mps2-an386, -icount shift=0: one
- * instruction per virtual ns, and the CMSDK timer ticks at 25 MHz, so a tick is 40 instructions).
+/* Instructions per kernel call on an emulated core: the Cortex-M4F (QEMU mps2-an386), the Cortex-M0+
+ * build (mps2-an385, ARMv6-M soft-float code on QEMU's M3, as the MKR1000 stand-in runs) and RV32IMC
+ * (virt, as the ESP32-C3 stand-in). Under -icount shift=0 QEMU retires one instruction per virtual ns;
+ * the MPS2 CMSDK timer ticks at 25 MHz (40 instructions a tick), the virt CLINT's mtime at 10 MHz (100).
  * Each kernel runs on the shapes of the zoo's small models, the optimised kernel beside its reference
  * (kernels/reference/), and each line says: kernel, shape, multiply-adds, instructions per call.
- * benchmarks/kernels_peer.py builds this image, runs it and prints the table (docs/benchmarks.md). */
+ * benchmarks/kernels_peer.py builds these images, runs them and prints the tables (docs/benchmarks.md). */
 #include <stdint.h>
 
 #include "../core/kernels/kernels.h"
 #include "../core/kernels/reference/reference.h"
-#include "../ports/shared/cm_reset.h"
 #ifdef POET_BENCH_PEER
 #include "peers.h"
 #endif
 
 #define REG(a) (*(volatile uint32_t *)(a))
+#define MIN_INSTR 1000000u /* per measurement: a tick is then at most 0.01% */
+
+#if defined(__riscv)
+#include "../ports/shared/semihost.h" /* port_semihost: ports/qemu-rv32/startup.S */
+#define INSTR_PER_TICK 100u
+static uint32_t ticks(void) { return REG(0x0200BFF8u); } /* CLINT mtime, low word */
+
+static void semihost(uint32_t op, const void *arg) { port_semihost(op, (void *)(uintptr_t)arg); }
+
+/* startup.S points mtvec here: any trap ends the run. */
+__attribute__((interrupt("machine"), aligned(4))) void trap_handler(void);
+void trap_handler(void)
+{
+    semihost(SEMIHOST_SYS_EXIT, (const void *)(uintptr_t)0x20023u); /* ADP_Stopped_RunTimeErrorUnknown */
+    for (;;)
+        __asm__ volatile("wfi");
+}
+#else
+#include "../ports/shared/cm_reset.h"
 #define TIMER_CTRL REG(0x40000000u)
 #define TIMER_VALUE REG(0x40000004u)
 #define TIMER_RELOAD REG(0x40000008u)
 #define INSTR_PER_TICK 40u
-#define MIN_TICKS 25000u /* a million instructions per measurement: 0.004% resolution */
+static uint32_t ticks(void) { return 0xFFFFFFFFu - TIMER_VALUE; }
 
 extern uint32_t __stack_top;
 void Reset_Handler(void);
@@ -48,10 +68,13 @@ __attribute__((section(".vectors"), used)) static void (*const vectors[16])(void
 
 void Reset_Handler(void)
 {
+#if defined(__ARM_FP)
     *(volatile uint32_t *)0xE000ED88u |= 0xFu << 20; /* CPACR: CP10, CP11 full access */
     __asm__ volatile("dsb\n\tisb" ::: "memory");
+#endif
     cm_start();
 }
+#endif
 
 static void say(const char *s) { semihost(0x04u, s); } /* SYS_WRITE0 */
 
@@ -73,8 +96,6 @@ static char *put_s(char *p, const char *s)
         *p++ = *s++;
     return p;
 }
-
-static uint32_t ticks(void) { return 0xFFFFFFFFu - TIMER_VALUE; }
 
 /* Big enough for the largest shape below. */
 static float X[16 * 256], W[256 * 64], G[8192], Y[8192], DW[256 * 64], DB[256];
@@ -171,7 +192,7 @@ static uint32_t instructions(void (*run)(void))
         run();
         reps++;
         t = ticks() - t0;
-    } while (t < MIN_TICKS);
+    } while (t < MIN_INSTR / INSTR_PER_TICK);
     return (uint32_t)(((uint64_t)t * INSTR_PER_TICK + reps / 2) / reps);
 }
 
@@ -206,10 +227,12 @@ static void report(const case_t *k, const char *const *names, const uint32_t *di
 int main(void)
 {
     unsigned c, s;
+#if !defined(__riscv)
     TIMER_CTRL = 0;
     TIMER_RELOAD = 0xFFFFFFFFu;
     TIMER_VALUE = 0xFFFFFFFFu;
     TIMER_CTRL = 1u;
+#endif
     fill(X, sizeof X / sizeof X[0], 1u);
     fill(W, sizeof W / sizeof W[0], 2u);
     fill(G, sizeof G / sizeof G[0], 3u);

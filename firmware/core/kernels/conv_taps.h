@@ -4,12 +4,19 @@
 #ifndef POET_CONV_TAPS_H
 #define POET_CONV_TAPS_H
 
-/* A blocked loop's condition. POET_UNTILED (the ESP32-C3, whose code runs from the SRAM its pool would
- * have): never, and the blocked loops' code is left out. */
+/* A blocked loop's condition, fp32 and integer. POET_UNTILED (the cores without an FPU, linear.c): no
+ * fp32 blocks, a float multiply-add being a library call there. POET_SMALL_CODE (the ESP32-C3, whose code
+ * runs from the SRAM its pool would have, and its stand-in): no integer blocks either. What is left out
+ * is left out as code. */
 #ifdef POET_UNTILED
 #define BLOCKED(x) ((void)(x), 0)
 #else
 #define BLOCKED(x) (x)
+#endif
+#ifdef POET_SMALL_CODE
+#define BLOCKED_INT(x) ((void)(x), 0)
+#else
+#define BLOCKED_INT(x) (x)
 #endif
 /* Whether four channels from c, all of one group ending before end, run together. */
 #define FOUR(c, end) BLOCKED((c) + 4 <= (end))

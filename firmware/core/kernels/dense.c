@@ -140,18 +140,9 @@ static const float *vec(poet_operand_t x, int i, long *step)
 /* Four vectors of x from i: the start strip() and the tiles take. */
 static const float *four(poet_operand_t x, int i) { return x.rows ? x.p + (long)i * x.ld : x.p + i; }
 
-/* How much of n the tiles cover: all but n % 4. POET_UNTILED (the ESP32-C3, whose code runs from
- * the SRAM the pool would have, and which has no FPU for the tiles to feed) leaves it all to the
- * corner's single dot products: the reference's loops, and the tiles' code is left out. */
-#ifdef POET_UNTILED
-#define TILED(n) 0
-#else
-#define TILED(n) ((n) & ~3)
-#endif
-
 void poet_dense(int M, int N, int K, poet_operand_t a, poet_operand_t b, poet_dense_put_t put, void *ctx)
 {
-    int m, n, r, M4 = TILED(M), N4 = TILED(N);
+    int m, n, r, M4 = M & ~3, N4 = N & ~3;
     float c[16], t[16];
     long sv;
     for (m = 0; m < M4; m += 4)

@@ -1,8 +1,15 @@
 /* Dense layers and batched matrix products (fp32). Conventions are in kernels.h; the specification
  * is reference/linear.c, whose bits these give exactly: each is one dense product (dense.h, in
  * register tiles) and a way to store its results. */
-#include "dense.h"
 #include "kernels.h"
+
+#ifdef POET_UNTILED
+/* The cores without an FPU (dense.c) build the specification itself as their kernels: a float
+ * multiply-add is a library call there, and neither tiles nor the dense product's stores would speed it. */
+#define POET_REF_NAME(f) poet_##f
+#include "reference/linear.c"
+#else
+#include "dense.h"
 
 /* A row-major output: y[m, n] at y + m*ld + n, plus bias[n] when there is one. */
 typedef struct {
@@ -128,3 +135,5 @@ void poet_matmul_bwd_b(int batch, int M, int K, int N, const float *g, const flo
         poet_dense(K, N, M, cols(a + (long)t * M * K, K), cols(g + (long)t * M * N, N), store, &o);
     }
 }
+
+#endif

@@ -303,14 +303,14 @@ void poet_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const
     const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
     const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
     const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
-    const int Cg = C / cv->groups, Og = O / cv->groups, pointwise = BLOCKED(kh == 1 && kw == 1 && ph == 0 && pw == 0);
+    const int Cg = C / cv->groups, Og = O / cv->groups, pointwise = BLOCKED_INT(kh == 1 && kw == 1 && ph == 0 && pw == 0);
     const long HW = (long)H * W, kk = (long)kh * kw, wo = (long)Cg * kk, HoWo = (long)Ho * Wo;
     const float s = x_scale * w_scale, inv = y_scale ? 1.0f / *y_scale : 0.0f;
     int n, o, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1, j;
     for (n = 0; n < B; n++)
         for (o = o_begin; o < o_end;) {
             const int grp = o / Og, end = (grp + 1) * Og < o_end ? (grp + 1) * Og : o_end;
-            const int four = FOUR(o, end), nch = four ? 4 : 1;
+            const int four = BLOCKED_INT(o + 4 <= end), nch = four ? 4 : 1;
             const int8_t *xg = xq + ((long)n * C + (long)grp * Cg) * HW;
             const int8_t *w0 = wq + (long)(o - o_begin) * wo, *w1 = w0 + wo, *w2 = w1 + wo, *w3 = w2 + wo;
             for (oy = 0; oy < Ho; oy++) {

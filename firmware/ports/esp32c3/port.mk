@@ -22,10 +22,11 @@ C3_LINK_ARCH := -march=rv32imc -mabi=ilp32
 # sits in "flash", code runs from the same SRAM here), the core's static buffers (~8 KB; the model blob and
 # frozen weights are in flash, linker.ld NV), this port's receive ring, the SD driver's sector buffer and
 # nv's 256 B write buffer, and an 8 KB stack. The link fails if it does not fit;
-# tests/test_port_esp32c3.py checks the margin. POET_UNTILED: the dense kernels without their register
-# tiles (core/kernels/linear.c), which would cost the pool 4.6 KB and speed little on a core without an FPU.
+# tests/test_port_esp32c3.py checks the margin. POET_UNTILED: the fp32 kernels' plain loops (a core without an
+# FPU); POET_SMALL_CODE: the int8 convolution without its channel blocks, which would cost the pool 700 B
+# (core/kernels/conv_taps.h).
 C3_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
-             $(C3_ARCH) --specs=picolibc.specs -DPOOL_BYTES=292864u -DPOET_UNTILED
+             $(C3_ARCH) --specs=picolibc.specs -DPOOL_BYTES=292864u -DPOET_UNTILED -DPOET_SMALL_CODE
 # max-page-size=16: the program headers start at the sections themselves; with 4 KB pages the
 # DRAM one would start a page early, its file bytes (ELF headers) aliasing the end of the code.
 C3_LDFLAGS := $(C3_LINK_ARCH) --specs=picolibc.specs -nostartfiles -T ports/esp32c3/linker.ld \

@@ -19,8 +19,11 @@ MKR_ARCH := -mcpu=cortex-m0plus -mthumb -mfloat-abi=soft
 # out of the stack's share: about 2.5 KiB left, above linker.ld's 1.5 KiB MIN_STACK. The model blob and
 # frozen weights are in flash (linker.ld NV), as on the stand-in.
 MKR_LIMITS := -DPOET_SCHEDULE_BLOB_MAX=2048u -DPOOL_BYTES=23552u
+# POET_UNTILED: the fp32 kernels' plain loops (core/kernels/linear.c, conv_taps.h): on a core without an
+# FPU a float multiply-add is a library call, and register tiles around it save nothing (docs/benchmarks.md,
+# "Kernels", the M0+ table).
 MKR_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
-              $(MKR_ARCH) $(MKR_LIMITS)
+              $(MKR_ARCH) $(MKR_LIMITS) -DPOET_UNTILED
 MKR_LDFLAGS := $(MKR_ARCH) -nostartfiles --specs=nano.specs -T ports/mkr1000/linker.ld \
                -Wl,--gc-sections -Wl,-Map,$(BUILD)/mkr1000/poet.map
 MKR_SRC := $(CORE_SRC) ports/mkr1000/startup.c ports/mkr1000/port.c ports/shared/pool.c ports/shared/sd_pager.c \

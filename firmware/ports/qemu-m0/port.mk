@@ -28,8 +28,11 @@ M0_ARCH := -mcpu=cortex-m0plus -mthumb -mfloat-abi=soft
 #  - NV_ERASE_BYTES: the SAMD21's flash row (256 B), which shared/nv_ram.c erases as the board does.
 M0_LIMITS := -DPOET_SCHEDULE_BLOB_MAX=2048u -DNV_ERASE_BYTES=256u \
              -DPOOL_BYTES=23552u
+# POET_UNTILED: the fp32 kernels' plain loops (core/kernels/linear.c, conv_taps.h): on a core without an
+# FPU a float multiply-add is a library call, and register tiles around it save nothing (docs/benchmarks.md,
+# "Kernels", the M0+ table).
 M0_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
-             $(M0_ARCH) $(M0_LIMITS)
+             $(M0_ARCH) $(M0_LIMITS) -DPOET_UNTILED
 M0_LDFLAGS := $(M0_ARCH) -nostartfiles --specs=nano.specs -T ports/qemu-m0/linker.ld \
               -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-m0/poet.map
 M0_SRC := $(CORE_SRC) ports/qemu-m0/startup.c ports/qemu-m0/port.c ports/shared/mps2.c ports/shared/semihost_pager.c \

@@ -10,9 +10,9 @@ RV32_ARCH := -march=rv32imc_zicsr -mabi=ilp32
 RV32_LINK_ARCH := -march=rv32imc -mabi=ilp32
 # The pool (356 KiB): what the 384 KB of RAM (linker.ld) leave after the static buffers and the stack;
 # code sits in "flash" on this stand-in, so it gets more than the C3 itself (esp32c3/port.mk). Its kernels
-# are the C3's (POET_UNTILED), so what it profiles is what the C3 runs.
+# are the C3's (POET_UNTILED, POET_SMALL_CODE), so what it profiles is what the C3 runs.
 RV32_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
-               $(RV32_ARCH) --specs=picolibc.specs -DPOOL_BYTES=367616u -DPOET_UNTILED
+               $(RV32_ARCH) --specs=picolibc.specs -DPOOL_BYTES=367616u -DPOET_UNTILED -DPOET_SMALL_CODE
 RV32_LDFLAGS := $(RV32_LINK_ARCH) --specs=picolibc.specs -nostartfiles -T ports/qemu-rv32/linker.ld \
                 -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-rv32/poet.map
 RV32_SRC := $(CORE_SRC) ports/qemu-rv32/port.c ports/shared/semihost_pager.c ports/shared/no_marker.c ports/shared/pool.c ports/shared/nv_ram.c

@@ -1,4 +1,4 @@
-"""The kernel benchmark image (firmware/bench/): build it, run it on the emulated Cortex-M4F, read its lines.
+"""The kernel benchmark images (firmware/bench/): build one, run it on its emulated core, read its lines.
 
 Each line is one kernel at one shape: its multiply-adds and the instructions one call takes, for poet's
 kernel, its reference loop and, in an image built with a peer library, the peer's. Under QEMU's
@@ -20,6 +20,27 @@ from poet.device.firmware import FIRMWARE_DIR, run_make
 RUN_TIMEOUT_S = 600
 
 
+@dataclass(frozen=True)
+class Core:
+    """An emulated core the benchmark image is built for and run on."""
+
+    name: str
+    what: str  # for a table's title
+    target: str  # make target; its image is build/<target>/kernels_bench.elf
+    compiler: str
+    qemu: tuple[str, ...]  # the QEMU binary, machine and CPU arguments
+
+
+CORES = {
+    "m4": Core("m4", "Cortex-M4F, QEMU mps2-an386", "bench-m4", "arm-none-eabi-gcc",
+               ("qemu-system-arm", "-M", "mps2-an386")),
+    "m0": Core("m0", "Cortex-M0+ build (soft float), QEMU mps2-an385", "bench-m0", "arm-none-eabi-gcc",
+               ("qemu-system-arm", "-M", "mps2-an385")),
+    "rv32": Core("rv32", "RV32IMC (soft float), QEMU virt", "bench-rv32", "riscv64-unknown-elf-gcc",
+                 ("qemu-system-riscv32", "-M", "virt", "-cpu", "rv32,a=false,f=false,d=false", "-bios", "none")),
+}
+
+
 class BenchError(RuntimeError):
     """The image did not build or run; the message says what to do."""
 
@@ -38,20 +59,25 @@ class KernelTiming:
         return None if not n else self.macs / n
 
 
-def run(cmsis_dsp: Path | None = None) -> list[KernelTiming]:
-    """Build the M4F benchmark image (with CMSIS-DSP beside poet's kernels if given its sources) and run it."""
-    for tool in ("make", "arm-none-eabi-gcc", qemu_binary()):
+def run(cmsis_dsp: Path | None = None, core: str = "m4") -> list[KernelTiming]:
+    """Build the benchmark image for `core` (on the M4F with CMSIS-DSP beside poet's kernels if given its
+    sources) and run it."""
+    c = CORES[core]
+    if cmsis_dsp and core != "m4":
+        raise BenchError("CMSIS-DSP is benchmarked on the Cortex-M4F only")
+    qemu = qemu_binary() if c.qemu[0] == "qemu-system-arm" else c.qemu[0]
+    for tool in ("make", c.compiler, qemu):
         if shutil.which(tool) is None:
             raise BenchError(f"{tool} not found: run `make setup` to install the firmware toolchains and QEMU")
-    args = ["bench-m4"] + ([f"CMSIS_DSP={cmsis_dsp}"] if cmsis_dsp else [])
+    args = [c.target] + ([f"CMSIS_DSP={cmsis_dsp}"] if cmsis_dsp else [])
     proc = run_make(*args)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
         raise BenchError("the kernel benchmark image did not build:\n" + "\n".join(tail))
-    elf = FIRMWARE_DIR / "build" / ("bench-m4-cmsis-dsp" if cmsis_dsp else "bench-m4") / "kernels_bench.elf"
+    elf = FIRMWARE_DIR / "build" / (c.target + ("-cmsis-dsp" if cmsis_dsp else "")) / "kernels_bench.elf"
     with tempfile.TemporaryDirectory() as work:
         out = Path(work) / "bench.out"
-        cmd = [qemu_binary(), "-M", "mps2-an386", "-nographic", "-monitor", "none", "-serial", "none",
+        cmd = [qemu, *c.qemu[1:], "-nographic", "-monitor", "none", "-serial", "none",
                "-icount", "shift=0", "-chardev", f"file,id=sh,path={out}",
                "-semihosting-config", "enable=on,target=native,chardev=sh", "-kernel", str(elf)]
         try:

@@ -4,7 +4,13 @@
 #include "../kernels.h"
 #include "reference.h"
 
-void poet_ref_linear_fwd(int B, int in, int out, const float *x, const float *w, const float *b,
+/* The names these loops are built under: poet_ref_* as the specification; poet_* where linear.c builds
+ * them as the kernels themselves (POET_UNTILED). */
+#ifndef POET_REF_NAME
+#define POET_REF_NAME(f) poet_ref_##f
+#endif
+
+void POET_REF_NAME(linear_fwd)(int B, int in, int out, const float *x, const float *w, const float *b,
                          float *y)
 {
     int i, o, k;
@@ -20,7 +26,7 @@ void poet_ref_linear_fwd(int B, int in, int out, const float *x, const float *w,
     }
 }
 
-void poet_ref_linear_bwd(int B, int in, int out, const float *g, const float *x, const float *w,
+void POET_REF_NAME(linear_bwd)(int B, int in, int out, const float *g, const float *x, const float *w,
                          const poet_grad_t *dw, const poet_grad_t *db, float *gx)
 {
     int i, o, k;
@@ -54,7 +60,7 @@ void poet_ref_linear_bwd(int B, int in, int out, const float *g, const float *x,
 
 /* ---- matmul --------------------------------------------------------------------------------- */
 
-void poet_ref_matmul_fwd(int batch, int M, int K, int N, const float *a, const float *bm, float *y)
+void POET_REF_NAME(matmul_fwd)(int batch, int M, int K, int N, const float *a, const float *bm, float *y)
 {
     int t, i, j, k;
     for (t = 0; t < batch; t++) {
@@ -70,7 +76,7 @@ void poet_ref_matmul_fwd(int batch, int M, int K, int N, const float *a, const f
     }
 }
 
-void poet_ref_matmul_bwd_a(int batch, int M, int K, int N, const float *g, const float *bm, float *ga)
+void POET_REF_NAME(matmul_bwd_a)(int batch, int M, int K, int N, const float *g, const float *bm, float *ga)
 {
     int t, i, j, k;
     for (t = 0; t < batch; t++) {
@@ -86,7 +92,7 @@ void poet_ref_matmul_bwd_a(int batch, int M, int K, int N, const float *g, const
     }
 }
 
-void poet_ref_matmul_bwd_b(int batch, int M, int K, int N, const float *g, const float *a, float *gb)
+void POET_REF_NAME(matmul_bwd_b)(int batch, int M, int K, int N, const float *g, const float *a, float *gb)
 {
     int t, i, j, k;
     for (t = 0; t < batch; t++) {
