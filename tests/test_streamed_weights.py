@@ -154,6 +154,27 @@ def test_the_planner_charges_each_streamed_read() -> None:
     assert with_stream_costs(base, s, board, prof).nodes == cs.nodes
 
 
+def test_a_streamed_conv_costs_its_streaming_compute_where_the_profile_measured_it() -> None:
+    """A streamed conv runs one stream buffer of output channels per read, so its loops cannot block
+    channels: its compute is the profile's stream=1 entry, not the same conv's unstreamed one (ResNet-18
+    last:1 on the nRF52840: 6.2 s against 3.2 s per 3x3 512-channel conv, firmware 2.1)."""
+    from poet.plan.costs import costed, load_profile, op_key, with_stream_costs
+
+    _, _, prefix = _prefix()
+    q = prefix.graph
+    board = load_board("nrf52840")
+    prof = load_profile(board.name)
+    s = streamed(q, {_convs(q)[1]})
+    node = next(n for n in s.nodes if n.op == "conv2d_q" and n.attrs.get("stream"))
+    base = costed(q, board, prof, estimate=True)
+    measured = {"time_s": 2.5, "energy_j": 0.025}
+    timed = {**prof, "ops": {**prof["ops"], op_key(node): measured}}
+    reads_s = sum(board.page_cost(b, "in")[0] for b in stream_reads(8, 72, 72))
+    got = with_stream_costs(base, s, board, timed).nodes[node.id]
+    assert got.compute_s == pytest.approx(2.5 + reads_s)
+    assert base.nodes[node.id].compute_s < 1.0  # the unstreamed conv's cost, which it no longer takes
+
+
 @needs_tools("cc", "make")
 def test_the_account_charges_the_reads_to_the_layer_that_made_them(tmp_path: Path) -> None:
     from fwhelpers import keep_all, native_link

@@ -96,7 +96,8 @@ def test_resnet18_fine_tunes_on_the_nrf52840_with_its_weights_streamed_from_the_
     prefix in static int8 is 10.7 MiB: flash keeps 693 KiB of it, the nine largest conv weights (9.98 MiB)
     stream from the emulated SD card through a 4.5 KiB buffer. One step, against PyTorch fed the same
     int8 prefix; the board's peak equals the plan's (poet.device.connect checks it). About 100 s here
-    (the step's 9.9 G emulated instructions; 170 s of modelled board time, 15 s of it the card's reads)."""
+    (the step's 4.4 G emulated instructions with firmware 2.1; 84.4 s of modelled board time, 15.4 s of it the
+    card's reads)."""
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
     run_dir, lr, limit = tmp_path / "run", 0.05, 1
     assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", "resnet18-cifar", "--batch", "1",

@@ -297,12 +297,18 @@ def stream_cost(board: Board, profile: dict[str, Any], g: TrainingGraph) -> dict
 
 
 def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: dict[str, Any]) -> CostedGraph:
-    """cg with the aux-storage reads of g's streamed weights added to their nodes' compute costs (cg's
-    costs are of g without them, e.g. before its frozen weights were placed)."""
+    """cg with g's streamed weights costed as they run (cg's costs are of g before its frozen weights were
+    placed): a streamed conv's compute as the profile measured it streaming, where it has that (its key
+    says stream=1: it runs a few output channels per read, which its loops cannot block), plus its reads."""
     cost = stream_cost(board, profile, g)
-    nodes = tuple(replace(n, compute_s=n.compute_s + cost[n.id][0], compute_j=n.compute_j + cost[n.id][1])
-                  if n.id in cost else n for n in cg.nodes)
-    return replace(cg, nodes=nodes)
+    ops = profile.get("ops", {})
+
+    def placed(n: CostedNode) -> CostedNode:
+        key = op_key(g.nodes[n.id])
+        s, j = (float(ops[key]["time_s"]), float(ops[key]["energy_j"])) if key in ops else (n.compute_s, n.compute_j)
+        return replace(n, compute_s=s + cost[n.id][0], compute_j=j + cost[n.id][1])
+
+    return replace(cg, nodes=tuple(placed(n) if n.id in cost else n for n in cg.nodes))
 
 
 def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bool = False,
