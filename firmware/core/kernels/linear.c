@@ -4,7 +4,7 @@
 #include "kernels.h"
 
 #ifdef POET_UNTILED
-/* The cores without an FPU (dense.c) build the specification itself as their kernels: a float
+/* The cores without an FPU (POET_UNTILED) build the specification itself as their kernels: a float
  * multiply-add is a library call there, and neither tiles nor the dense product's stores would speed it. */
 #define POET_REF_NAME(f) poet_##f
 #include "reference/linear.c"
