@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 from poet.device import kernel_bench
 
+FP32_DENSE = {"linear_fwd", "linear_grad_input", "linear_dw_db", "matmul_fwd"}
+
 
 @pytest.fixture(scope="module")
 def timings() -> list[kernel_bench.KernelTiming]:
@@ -21,17 +23,18 @@ def timings() -> list[kernel_bench.KernelTiming]:
 
 def test_every_kernel_and_shape_is_measured(timings: list[kernel_bench.KernelTiming]) -> None:
     kernels = {t.kernel for t in timings}
-    assert kernels == {"linear_fwd", "linear_grad_input", "linear_dw_db", "matmul_fwd", "conv2d_fwd",
-                       "conv2d_grad_input", "conv2d_dw_db", "conv2d_q_fwd"}
+    assert kernels == {"linear_fwd", "linear_grad_input", "linear_dw_db", "matmul_fwd", "linear_i8_fwd",
+                       "linear_w8_fwd", "conv2d_fwd", "conv2d_grad_input", "conv2d_dw_db", "conv2d_q_fwd"}
     assert all(t.macs == t.shape["B"] * t.shape["in"] * t.shape["out"] for t in timings if "in" in t.shape)
     assert all(t.peer is None for t in timings)  # no peer library in this image
 
 
 def test_the_tiled_kernels_do_twice_the_reference_s_work_per_instruction(
         timings: list[kernel_bench.KernelTiming]) -> None:
-    """mlp-digits' first layer at batch 16, the shape of issue 21's table: at least 1.8x the reference."""
+    """mlp-digits' first layer at batch 16, the shape of issue 21's table: the fp32 dense kernels at least
+    1.8x the reference."""
     for t in timings:
-        if t.shape == {"B": 16, "in": 64, "out": 32}:
+        if t.shape == {"B": 16, "in": 64, "out": 32} and t.kernel in FP32_DENSE:
             assert t.poet * 1.8 < t.reference, f"{t.kernel}: {t.poet} instructions, reference {t.reference}"
 
 

@@ -23,6 +23,10 @@ SHAPES = [(1, 1, 1), (1, 64, 32), (3, 5, 7), (4, 4, 4), (5, 9, 6), (16, 64, 32),
 REFERENCE = {f"poet_ref_{k.removeprefix('poet_')}": v for k, v in SIGNATURES.items()
              if k.startswith(("poet_linear_", "poet_matmul_", "poet_conv2d_ex_"))}
 REFERENCE["poet_ref_linear_fwd"] = [INT] * 3 + [F32P] * 4
+for _p in ("poet_", "poet_ref_"):
+    REFERENCE[_p + "linear_i8_fwd"] = [INT] * 3 + [I8P, ctypes.c_float, I8P, ctypes.c_float, F32P, F32P]
+    REFERENCE[_p + "linear_w8_fwd"] = [INT] * 3 + [F32P, I8P, ctypes.c_float, F32P, F32P]
+    REFERENCE[_p + "linear_w8_bwd_gx"] = [INT] * 3 + [F32P, I8P, ctypes.c_float, F32P]
 for _name in ("poet_conv2d_q_fwd_rows", "poet_ref_conv2d_q_fwd_rows"):
     REFERENCE[_name] = [CONVP, INT, INT, I8P, ctypes.c_float, I8P, ctypes.c_float, F32P, INT, F32P, ctypes.c_void_p]
 REFERENCE["poet_linear_fwd"] = [INT] * 3 + [F32P] * 4
@@ -99,6 +103,28 @@ def test_linear_update_in_backward_is_the_references_bits(both: ctypes.CDLL, sha
     run_both(kernel, {"w": w0, "wm": rand(rng, n_out, n_in) * 0.1, "wv": np.abs(rand(rng, n_out, n_in)) * 0.01,
                       "b": b0, "bm": rand(rng, n_out) * 0.1, "bv": np.abs(rand(rng, n_out)) * 0.01,
                       "gx": np.full((B, n_in), np.nan, np.float32)})
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_int8_linear_kernels_are_the_references_bits(both: ctypes.CDLL, shape: tuple[int, int, int]) -> None:
+    """The int8 linear and the int8-weight (w8) forward and input gradient: four outputs per input load,
+    each summed (and each weight dequantised) as reference/linear_q.c does."""
+    B, n_in, n_out = shape
+    rng = np.random.default_rng(200 + sum(shape))
+    xq = rng.integers(-127, 128, (B, n_in), dtype=np.int8)
+    wq = rng.integers(-127, 128, (n_out, n_in), dtype=np.int8)
+    x, g, b = rand(rng, B, n_in), rand(rng, B, n_out), rand(rng, n_out)
+    i8p = ctypes.POINTER(ctypes.c_int8)
+    for bias in (b, None):
+        run_both(lambda p, o, bias=bias: getattr(both, p + "linear_i8_fwd")(
+            B, n_in, n_out, xq.ctypes.data_as(i8p), 0.02, wq.ctypes.data_as(i8p), 0.013, fp(bias), fp(o["y"])),
+            {"y": np.full((B, n_out), np.nan, np.float32)})
+        run_both(lambda p, o, bias=bias: getattr(both, p + "linear_w8_fwd")(
+            B, n_in, n_out, fp(x), wq.ctypes.data_as(i8p), 0.013, fp(bias), fp(o["y"])),
+            {"y": np.full((B, n_out), np.nan, np.float32)})
+    run_both(lambda p, o: getattr(both, p + "linear_w8_bwd_gx")(B, n_in, n_out, fp(g), wq.ctypes.data_as(i8p), 0.013,
+                                                               fp(o["gx"])),
+             {"gx": np.full((B, n_in), np.nan, np.float32)})
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 4, 8, 4), (1, 5, 9, 6), (3, 7, 13, 4), (1, 16, 64, 32),

@@ -125,6 +125,17 @@ static void lin_dw_ref(void) { poet_ref_linear_bwd(S.B, S.in, S.out, G, X, W, &g
 static void mm_fwd(void) { poet_matmul_fwd(1, S.B, S.in, S.out, X, W, Y); }
 static void mm_fwd_ref(void) { poet_ref_matmul_fwd(1, S.B, S.in, S.out, X, W, Y); }
 
+static void li8_fwd(void)
+{
+    poet_linear_i8_fwd(S.B, S.in, S.out, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, DB, Y);
+}
+static void li8_fwd_ref(void)
+{
+    poet_ref_linear_i8_fwd(S.B, S.in, S.out, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, DB, Y);
+}
+static void lw8_fwd(void) { poet_linear_w8_fwd(S.B, S.in, S.out, X, (const int8_t *)W, 0.01f, DB, Y); }
+static void lw8_fwd_ref(void) { poet_ref_linear_w8_fwd(S.B, S.in, S.out, X, (const int8_t *)W, 0.01f, DB, Y); }
+
 #ifdef POET_BENCH_PEER
 static void lin_fwd_peer(void) { peer_linear_fwd(S.B, S.in, S.out, X, W, DB, Y); }
 static void lin_gx_peer(void) { peer_linear_gx(S.B, S.in, S.out, G, W, Y); }
@@ -147,6 +158,8 @@ static const case_t CASES[] = {
     {"linear_grad_input", lin_gx, lin_gx_ref, PEER(lin_gx_peer)},
     {"linear_dw_db", lin_dw, lin_dw_ref, PEER(lin_dw_peer)},
     {"matmul_fwd", mm_fwd, mm_fwd_ref, PEER(mm_fwd_peer)},
+    {"linear_i8_fwd", li8_fwd, li8_fwd_ref, 0},
+    {"linear_w8_fwd", lw8_fwd, lw8_fwd_ref, 0},
 };
 
 static const shape_t SHAPES[] = {{16, 64, 32}, {16, 32, 10}, {1, 64, 32}, {16, 256, 64}, {4, 30, 7}};

@@ -234,20 +234,36 @@ void poet_dequantize_i8(int n, float scale, const int8_t *q, float *y)
 
 /* ---- int8 linear and conv2d forward ----------------------------------------------------------- */
 
+/* Four outputs that share their input run together (one input load per four multiply-adds), each
+ * summed in the reference's order (reference/linear_q.c): the int8 sums are exact anyway, and the
+ * int8-weight ones dequantise each weight as the reference does, term by term. */
 void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale, const int8_t *wq,
                         float w_scale, const float *b, float *y)
 {
-    int i, o, k;
+    int i, o, k, j;
     float s = x_scale * w_scale;
     for (i = 0; i < B; i++) {
         const int8_t *xr = xq + (long)i * in;
-        for (o = 0; o < out; o++) {
-            const int8_t *wr = wq + (long)o * in;
-            int32_t acc = 0;
-            for (k = 0; k < in; k++)
-                acc += (int32_t)xr[k] * (int32_t)wr[k];
+        float *yr = y + (long)i * out;
+        for (o = 0; o < out;) {
+            const int8_t *w0 = wq + (long)o * in;
+            int32_t a[4] = {0, 0, 0, 0};
+            const int n = BLOCKED_INT(o + 4 <= out) ? 4 : 1;
+            if (n == 4) {
+                const int8_t *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+                int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+                for (k = 0; k < in; k++) {
+                    int32_t v = xr[k];
+                    a0 += v * w0[k]; a1 += v * w1[k]; a2 += v * w2[k]; a3 += v * w3[k];
+                }
+                a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3;
+            } else {
+                for (k = 0; k < in; k++)
+                    a[0] += (int32_t)xr[k] * (int32_t)w0[k];
+            }
             /* one rounding for the scale, one for the bias: the reference does the same */
-            y[(long)i * out + o] = b ? (float)acc * s + b[o] : (float)acc * s;
+            for (j = 0; j < n; j++, o++)
+                yr[o] = b ? (float)a[j] * s + b[o] : (float)a[j] * s;
         }
     }
 }
@@ -255,29 +271,58 @@ void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale,
 void poet_linear_w8_fwd(int B, int in, int out, const float *x, const int8_t *wq, float w_scale, const float *b,
                         float *y)
 {
-    int i, o, k;
+    int i, o, k, j;
     for (i = 0; i < B; i++) {
         const float *xr = x + (long)i * in;
-        for (o = 0; o < out; o++) {
-            const int8_t *wr = wq + (long)o * in;
-            float acc = 0.0f;
-            for (k = 0; k < in; k++)
-                acc += xr[k] * ((float)wr[k] * w_scale);
-            y[(long)i * out + o] = b ? acc + b[o] : acc;
+        float *yr = y + (long)i * out;
+        for (o = 0; o < out;) {
+            const int8_t *w0 = wq + (long)o * in;
+            float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const int n = BLOCKED(o + 4 <= out) ? 4 : 1;
+            if (n == 4) {
+                const int8_t *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+                float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+                for (k = 0; k < in; k++) {
+                    float v = xr[k];
+                    a0 += v * ((float)w0[k] * w_scale); a1 += v * ((float)w1[k] * w_scale);
+                    a2 += v * ((float)w2[k] * w_scale); a3 += v * ((float)w3[k] * w_scale);
+                }
+                a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3;
+            } else {
+                for (k = 0; k < in; k++)
+                    a[0] += xr[k] * ((float)w0[k] * w_scale);
+            }
+            for (j = 0; j < n; j++, o++)
+                yr[o] = b ? a[j] + b[o] : a[j];
         }
     }
 }
 
 void poet_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t *wq, float w_scale, float *gx)
 {
-    int i, o, k;
-    for (i = 0; i < B; i++)
-        for (k = 0; k < in; k++) {
-            float acc = 0.0f;
-            for (o = 0; o < out; o++)
-                acc += g[(long)i * out + o] * ((float)wq[(long)o * in + k] * w_scale);
-            gx[(long)i * in + k] = acc;
+    int i, o, k, j;
+    for (i = 0; i < B; i++) {
+        const float *gr = g + (long)i * out;
+        for (k = 0; k < in;) {
+            float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const int n = BLOCKED(k + 4 <= in) ? 4 : 1;
+            if (n == 4) {
+                float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+                const int8_t *wc = wq + k;
+                for (o = 0; o < out; o++, wc += in) {
+                    float v = gr[o];
+                    a0 += v * ((float)wc[0] * w_scale); a1 += v * ((float)wc[1] * w_scale);
+                    a2 += v * ((float)wc[2] * w_scale); a3 += v * ((float)wc[3] * w_scale);
+                }
+                a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3;
+            } else {
+                for (o = 0; o < out; o++)
+                    a[0] += gr[o] * ((float)wq[(long)o * in + k] * w_scale);
+            }
+            for (j = 0; j < n; j++, k++)
+                gx[(long)i * in + k] = a[j];
         }
+    }
 }
 
 /* A static-int8 layer's output element: v with ReLU if asked, then poet_q8(v * inv) into int8 y, or v

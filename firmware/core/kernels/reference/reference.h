@@ -19,5 +19,11 @@ void poet_ref_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *
 void poet_ref_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float x_scale,
                                 const int8_t *wq, float w_scale, const float *b, int relu, const float *y_scale,
                                 void *y);
+void poet_ref_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale, const int8_t *wq,
+                            float w_scale, const float *b, float *y);
+void poet_ref_linear_w8_fwd(int B, int in, int out, const float *x, const int8_t *wq, float w_scale,
+                            const float *b, float *y);
+void poet_ref_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t *wq, float w_scale,
+                               float *gx);
 
 #endif
