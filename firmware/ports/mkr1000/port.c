@@ -349,10 +349,13 @@ static uint32_t clock_init(void)
         gclk_sync();
     }
 
-    /* SAM D21 errata (DFLL48M): a DFLL register write while the DFLL is not requested can freeze
-     * the device; clearing ONDEMAND first (here with ENABLE, nothing runs from it now) is the
-     * workaround Arduino applies. Erratum number not cited here (unverified). */
-    SYSCTRL_DFLLCTRL = 0;
+    /* SAM D21 erratum 9905 (DFLL48M): a write to DFLLVAL or DFLLMUL while the DFLL is not running can
+     * freeze the device. The workaround, as in Arduino's SystemInit (cores/arduino/startup.c, "Remove
+     * the OnDemand mode, Bug ... 9905") and ASF's _system_clock_source_dfll_set_config_errata_9905
+     * (sam0/drivers/system/clock/clock_samd21_r21/clock.c): ONDEMAND cleared and the DFLL enabled
+     * (open loop) before those registers are touched, each write followed by DFLLRDY. Nothing runs
+     * from the DFLL yet (GCLK0 is back on OSC8M since the GCLK reset), so restarting it is harmless. */
+    SYSCTRL_DFLLCTRL = DFLLCTRL_ENABLE;
     dfll_sync();
     /* Start from the factory coarse calibration (DS 10.3.2) and the middle fine value, so the open
      * loop is near 48 MHz and the closed loop locks sooner. 0x3F is an unprogrammed row. */
@@ -364,16 +367,17 @@ static uint32_t clock_init(void)
     if (closed) {
         SYSCTRL_DFLLMUL = DFLLMUL_VALUE;
         dfll_sync();
+        /* Closed loop on the running DFLL: Arduino's `DFLLCTRL |= MODE | WAITLOCK | QLDIS` as one write.
+         * WAITLOCK (output gated until lock) is left out: nothing is switched to the DFLL before the
+         * lock flags below are seen. */
         SYSCTRL_DFLLCTRL = DFLLCTRL_MODE | DFLLCTRL_QLDIS | DFLLCTRL_ENABLE;
         dfll_sync();
         /* Coarse then fine lock (PCLKSR.DFLLLCKC/F) before the CPU switches to it. */
         for (i = 0; i < CLOCK_POLLS && (SYSCTRL_PCLKSR & (PCLKSR_DFLLLCKC | PCLKSR_DFLLLCKF)) !=
                                            (PCLKSR_DFLLLCKC | PCLKSR_DFLLLCKF); i++)
             ;
-    } else {
-        SYSCTRL_DFLLCTRL = DFLLCTRL_ENABLE; /* open loop, factory calibration */
-        dfll_sync();
     }
+    /* else: the DFLL stays in open loop on its factory calibration */
 
     /* Generator 0 (GCLK_MAIN) = DFLL48M, undivided; CPU and APB buses undivided (DS 16.8). */
     GCLK_GENDIV = GENDIV(0u, 0u);
