@@ -1,24 +1,63 @@
 # Kernel benchmarks on the emulated cores (firmware/bench/): images that time each kernel beside its
 # reference and print instructions per call over semihosting. benchmarks/kernels_peer.py runs them.
-#   make bench-m4                      -> build/bench-m4/kernels_bench.elf (Cortex-M4F, QEMU mps2-an386)
-#   make bench-m4 CMSIS_DSP=<sources>  -> build/bench-m4-cmsis-dsp/kernels_bench.elf, CMSIS-DSP beside poet
-# CMSIS-DSP is built from the sources of its PyPI sdist (kernels_peer.py fetches a pinned one) with its
-# own defaults: GNU C (so GCC may fuse multiply-adds), loop unrolling on, no CMSIS-Core
-# (__GNUC_PYTHON__: its fp32 functions have no Cortex-M4-specific code either way).
+#   make bench-m4 -> build/bench-m4/kernels_bench.elf (Cortex-M4F, QEMU mps2-an386)
+# On the M4F, peer libraries beside poet, each given by its source tree (kernels_peer.py fetches pinned ones):
+#   CMSIS_DSP=<sources>                    CMSIS-DSP's fp32 functions, from its PyPI sdist, with its own
+#                                          defaults: -O2, loop unrolling on, no CMSIS-Core (__GNUC_PYTHON__:
+#                                          its fp32 functions have no Cortex-M4-specific code either way)
+#   CMSIS_NN=<sources> CMSIS_CORE=<dir>    CMSIS-NN's s8 and f32 operators, with its default -Ofast, and the
+#                                          CMSIS-Core headers it needs (CMSIS_6's CMSIS/Core/Include)
+#   AIFES=<sources>                        AIfES for Arduino's src/, its default (fp32) implementations
+# The image is then build/bench-m4[-dsp][-nn][-aifes]/kernels_bench.elf. GCC may fuse multiply-adds in the
+# peers (GNU C, -Ofast) where poet's -std=c99 does not.
 BENCH_M4_SRC := bench/kernels_bench.c $(KERNEL_SRC) $(REF_SRC)
-ifdef CMSIS_DSP
-BENCH_M4 := bench-m4-cmsis-dsp
-PEER_SRC := $(addprefix $(CMSIS_DSP)/Source/,BasicMathFunctions/arm_dot_prod_f32.c \
-              MatrixFunctions/arm_mat_mult_f32.c MatrixFunctions/arm_mat_trans_f32.c MatrixFunctions/arm_mat_init_f32.c)
-PEER_OBJ := $(patsubst $(CMSIS_DSP)/%.c,$(BUILD)/$(BENCH_M4)/cmsis-dsp/%.o,$(PEER_SRC))
-PEER_CFLAGS := -O2 -ffunction-sections -fdata-sections $(M4_ARCH) -D__GNUC_PYTHON__ -DARM_MATH_LOOPUNROLL \
-               -I$(CMSIS_DSP)/Include -I$(CMSIS_DSP)/PrivateInclude
-BENCH_M4_DEFS := -DPOET_BENCH_PEER=cmsis_dsp
-BENCH_M4_SRC += bench/peer_cmsis_dsp.c
-else
-BENCH_M4 := bench-m4
-PEER_OBJ :=
+BENCH_M4 := bench-m4$(if $(CMSIS_DSP),-dsp)$(if $(CMSIS_NN),-nn)$(if $(AIFES),-aifes)
 BENCH_M4_DEFS :=
+PEER_OBJ :=
+PEER_WRAP_CFLAGS :=
+ifdef CMSIS_DSP
+DSP_SRC := $(addprefix $(CMSIS_DSP)/Source/,BasicMathFunctions/arm_dot_prod_f32.c \
+             MatrixFunctions/arm_mat_mult_f32.c MatrixFunctions/arm_mat_trans_f32.c MatrixFunctions/arm_mat_init_f32.c)
+DSP_CFLAGS := -O2 -ffunction-sections -fdata-sections $(M4_ARCH) -D__GNUC_PYTHON__ -DARM_MATH_LOOPUNROLL \
+              -I$(CMSIS_DSP)/Include -I$(CMSIS_DSP)/PrivateInclude
+PEER_OBJ += $(patsubst $(CMSIS_DSP)/%.c,$(BUILD)/$(BENCH_M4)/cmsis-dsp/%.o,$(DSP_SRC))
+BENCH_M4_DEFS += -DPOET_PEER_CMSIS_DSP
+BENCH_M4_SRC += bench/peer_cmsis_dsp.c
+PEER_WRAP_CFLAGS += $(DSP_CFLAGS)
+
+$(BUILD)/$(BENCH_M4)/cmsis-dsp/%.o: $(CMSIS_DSP)/%.c bench/bench.mk
+	@mkdir -p $(dir $@)
+	$(ARM_CC) $(DSP_CFLAGS) -c -o $@ $<
+endif
+ifdef CMSIS_NN
+ifndef CMSIS_CORE
+$(error CMSIS_NN needs CMSIS_CORE=<dir with cmsis_compiler.h> (CMSIS_6's CMSIS/Core/Include))
+endif
+# its int8 and fp32 operators and their support functions; the linker keeps what the image calls
+NN_SRC := $(filter-out %_f16.c,$(wildcard $(CMSIS_NN)/Source/*/*.c))
+NN_CFLAGS := -Ofast -ffunction-sections -fdata-sections $(M4_ARCH) -DARM_NN_ENABLE_F32=1 \
+             -I$(CMSIS_NN)/Include -I$(CMSIS_CORE)
+PEER_OBJ += $(patsubst $(CMSIS_NN)/%.c,$(BUILD)/$(BENCH_M4)/cmsis-nn/%.o,$(NN_SRC))
+BENCH_M4_DEFS += -DPOET_PEER_CMSIS_NN
+BENCH_M4_SRC += bench/peer_cmsis_nn.c
+PEER_WRAP_CFLAGS += $(NN_CFLAGS)
+
+$(BUILD)/$(BENCH_M4)/cmsis-nn/%.o: $(CMSIS_NN)/%.c bench/bench.mk
+	@mkdir -p $(dir $@)
+	$(ARM_CC) $(NN_CFLAGS) -c -o $@ $<
+endif
+ifdef AIFES
+AIFES_SRC := $(wildcard $(AIFES)/basic/base/*/*.c $(AIFES)/basic/default/*/*.c $(AIFES)/cnn/base/*/*.c \
+                        $(AIFES)/cnn/default/*/*.c)
+AIFES_CFLAGS := -O2 -ffunction-sections -fdata-sections $(M4_ARCH) -I$(AIFES)
+PEER_OBJ += $(patsubst $(AIFES)/%.c,$(BUILD)/$(BENCH_M4)/aifes/%.o,$(AIFES_SRC))
+BENCH_M4_DEFS += -DPOET_PEER_AIFES
+BENCH_M4_SRC += bench/peer_aifes.c
+PEER_WRAP_CFLAGS += $(AIFES_CFLAGS)
+
+$(BUILD)/$(BENCH_M4)/aifes/%.o: $(AIFES)/%.c bench/bench.mk
+	@mkdir -p $(dir $@)
+	$(ARM_CC) $(AIFES_CFLAGS) -c -o $@ $<
 endif
 BENCH_M4_OBJ := $(patsubst %.c,$(BUILD)/$(BENCH_M4)/%.o,$(BENCH_M4_SRC))
 DEPS += $(BENCH_M4_OBJ:.o=.d)
@@ -26,18 +65,15 @@ DEPS += $(BENCH_M4_OBJ:.o=.d)
 
 bench-m4: $(BUILD)/$(BENCH_M4)/kernels_bench.elf
 
-$(BUILD)/$(BENCH_M4)/kernels_bench.elf: $(BENCH_M4_OBJ) $(PEER_OBJ) ports/qemu-m4/linker.ld
-	$(ARM_CC) $(subst qemu-m4/poet.map,$(BENCH_M4)/kernels_bench.map,$(M4_LDFLAGS)) -o $@ $(BENCH_M4_OBJ) $(PEER_OBJ) \
-	    -lm -lc -lgcc
+# bench/m4.ld: the qemu-m4 memory map with 1 MiB of the board's 4 MiB SSRAM, room for the peers' buffers
+$(BUILD)/$(BENCH_M4)/kernels_bench.elf: $(BENCH_M4_OBJ) $(PEER_OBJ) bench/m4.ld
+	$(ARM_CC) $(M4_ARCH) -nostartfiles --specs=nano.specs -T bench/m4.ld -Wl,--gc-sections \
+	    -Wl,-Map=$(BUILD)/$(BENCH_M4)/kernels_bench.map -o $@ $(BENCH_M4_OBJ) $(PEER_OBJ) -lm -lc -lgcc
 
-$(BUILD)/$(BENCH_M4)/cmsis-dsp/%.o: $(CMSIS_DSP)/%.c bench/bench.mk
+# the peers' headers are not -Wall clean under -std=c99: only their own wrappers include them
+$(BUILD)/$(BENCH_M4)/bench/peer_%.o: bench/peer_%.c bench/peers.h bench/bench.mk
 	@mkdir -p $(dir $@)
-	$(ARM_CC) $(PEER_CFLAGS) -c -o $@ $<
-
-# the peer's headers are not -Wall clean under -std=c99: only its own wrapper includes them
-$(BUILD)/$(BENCH_M4)/bench/peer_%.o: bench/peer_%.c bench/bench.mk
-	@mkdir -p $(dir $@)
-	$(ARM_CC) $(PEER_CFLAGS) -MMD -MP -c -o $@ $<
+	$(ARM_CC) $(PEER_WRAP_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(BUILD)/$(BENCH_M4)/%.o: %.c Makefile bench/bench.mk ports/qemu-m4/port.mk
 	@mkdir -p $(dir $@)
@@ -57,8 +93,8 @@ DEPS += $(BENCH_M0_OBJ:.o=.d) $(BENCH_RV_OBJ:.o=.d)
 bench-m0: $(BUILD)/bench-m0/kernels_bench.elf
 bench-rv32: $(BUILD)/bench-rv32/kernels_bench.elf
 
-$(BUILD)/bench-m0/kernels_bench.elf: $(BENCH_M0_OBJ) ports/qemu-m4/linker.ld
-	$(M0_CC) $(M0_ARCH) -nostartfiles --specs=nano.specs -T ports/qemu-m4/linker.ld -Wl,--gc-sections \
+$(BUILD)/bench-m0/kernels_bench.elf: $(BENCH_M0_OBJ) bench/m4.ld
+	$(M0_CC) $(M0_ARCH) -nostartfiles --specs=nano.specs -T bench/m4.ld -Wl,--gc-sections \
 	    -o $@ $(BENCH_M0_OBJ) -lm -lc -lgcc
 
 $(BUILD)/bench-m0/%.o: %.c Makefile bench/bench.mk ports/qemu-m0/port.mk

@@ -9,9 +9,7 @@
 
 #include "../core/kernels/kernels.h"
 #include "../core/kernels/reference/reference.h"
-#ifdef POET_BENCH_PEER
 #include "peers.h"
-#endif
 
 #define REG(a) (*(volatile uint32_t *)(a))
 #define MIN_INSTR 1000000u /* per measurement: a tick is then at most 0.01% */
@@ -136,30 +134,53 @@ static void li8_fwd_ref(void)
 static void lw8_fwd(void) { poet_linear_w8_fwd(S.B, S.in, S.out, X, (const int8_t *)W, 0.01f, DB, Y); }
 static void lw8_fwd_ref(void) { poet_ref_linear_w8_fwd(S.B, S.in, S.out, X, (const int8_t *)W, 0.01f, DB, Y); }
 
-#ifdef POET_BENCH_PEER
-static void lin_fwd_peer(void) { peer_linear_fwd(S.B, S.in, S.out, X, W, DB, Y); }
-static void lin_gx_peer(void) { peer_linear_gx(S.B, S.in, S.out, G, W, Y); }
-static void lin_dw_peer(void) { peer_linear_dw(S.B, S.in, S.out, G, X, DW); }
-static void mm_fwd_peer(void) { peer_matmul_fwd(S.B, S.in, S.out, X, W, Y); }
-#define PEER(f) f
+/* The peers' versions (peers.h), in the order of PEER_NAMES. */
+#define N_PEERS 3
+static const char *const PEER_NAMES[N_PEERS] = {"cmsis_dsp", "cmsis_nn", "aifes"};
+typedef int (*peer_fn)(void);
+
+#ifdef POET_PEER_CMSIS_DSP
+static int lin_fwd_dsp(void) { return peer_linear_fwd(S.B, S.in, S.out, X, W, DB, Y), 0; }
+static int lin_gx_dsp(void) { return peer_linear_gx(S.B, S.in, S.out, G, W, Y), 0; }
+static int lin_dw_dsp(void) { return peer_linear_dw(S.B, S.in, S.out, G, X, DW), 0; }
+static int mm_fwd_dsp(void) { return peer_matmul_fwd(S.B, S.in, S.out, X, W, Y), 0; }
+#define DSP(f) f
 #else
-#define PEER(f) 0
+#define DSP(f) 0
+#endif
+
+#ifdef POET_PEER_CMSIS_NN
+static int lin_fwd_nn(void) { return peer_nn_linear_fwd(S.B, S.in, S.out, X, W, DB, Y); }
+static int mm_fwd_nn(void) { return peer_nn_matmul_fwd(S.B, S.in, S.out, X, W, Y); }
+static int li8_fwd_nn(void)
+{
+    return peer_nn_linear_s8_fwd(S.B, S.in, S.out, (const int8_t *)X, (const int8_t *)W, (int8_t *)Y);
+}
+#define NN(f) f
+#else
+#define NN(f) 0
+#endif
+
+#ifdef POET_PEER_AIFES
+#define AIFES(f) f
+#else
+#define AIFES(f) 0
 #endif
 
 typedef struct {
     const char *name;
     void (*run)(void);
     void (*ref)(void);
-    void (*peer)(void);
+    peer_fn peer[N_PEERS];
 } case_t;
 
 static const case_t CASES[] = {
-    {"linear_fwd", lin_fwd, lin_fwd_ref, PEER(lin_fwd_peer)},
-    {"linear_grad_input", lin_gx, lin_gx_ref, PEER(lin_gx_peer)},
-    {"linear_dw_db", lin_dw, lin_dw_ref, PEER(lin_dw_peer)},
-    {"matmul_fwd", mm_fwd, mm_fwd_ref, PEER(mm_fwd_peer)},
-    {"linear_i8_fwd", li8_fwd, li8_fwd_ref, 0},
-    {"linear_w8_fwd", lw8_fwd, lw8_fwd_ref, 0},
+    {"linear_fwd", lin_fwd, lin_fwd_ref, {DSP(lin_fwd_dsp), NN(lin_fwd_nn), AIFES(lin_fwd_aifes)}},
+    {"linear_grad_input", lin_gx, lin_gx_ref, {DSP(lin_gx_dsp), 0, AIFES(lin_gx_aifes)}},
+    {"linear_dw_db", lin_dw, lin_dw_ref, {DSP(lin_dw_dsp), 0, AIFES(lin_dw_aifes)}},
+    {"matmul_fwd", mm_fwd, mm_fwd_ref, {DSP(mm_fwd_dsp), NN(mm_fwd_nn), AIFES(mm_fwd_aifes)}},
+    {"linear_i8_fwd", li8_fwd, li8_fwd_ref, {0, NN(li8_fwd_nn), 0}},
+    {"linear_w8_fwd", lw8_fwd, lw8_fwd_ref, {0, 0, 0}},
 };
 
 static const shape_t SHAPES[] = {{16, 64, 32}, {16, 32, 10}, {1, 64, 32}, {16, 256, 64}, {4, 30, 7}};
@@ -191,12 +212,20 @@ static void cq_fwd_ref(void)
     poet_ref_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, DB, 1, DB, Y);
 }
 
+#ifdef POET_PEER_CMSIS_NN
+static int cv_fwd_nn(void) { return peer_nn_conv2d_fwd(&CV, X, W, DB, Y); }
+static int cq_fwd_nn(void) { return peer_nn_conv2d_s8_fwd(&CV, (const int8_t *)X, (const int8_t *)W, (int8_t *)Y); }
+#endif
+
 static const case_t CONV_CASES[] = {
-    {"conv2d_fwd", cv_fwd, cv_fwd_ref, 0},
-    {"conv2d_grad_input", cv_gx, cv_gx_ref, 0},
-    {"conv2d_dw_db", cv_dw, cv_dw_ref, 0},
-    {"conv2d_q_fwd", cq_fwd, cq_fwd_ref, 0},
+    {"conv2d_fwd", cv_fwd, cv_fwd_ref, {0, NN(cv_fwd_nn), AIFES(cv_fwd_aifes)}},
+    {"conv2d_grad_input", cv_gx, cv_gx_ref, {0, 0, AIFES(cv_gx_aifes)}},
+    {"conv2d_dw_db", cv_dw, cv_dw_ref, {0, 0, AIFES(cv_dw_aifes)}},
+    {"conv2d_q_fwd", cq_fwd, cq_fwd_ref, {0, NN(cq_fwd_nn), 0}},
 };
+
+static peer_fn PEER_RUN; /* the peer function instructions() times through peer_call */
+static void peer_call(void) { (void)PEER_RUN(); }
 
 static uint32_t instructions(void (*run)(void))
 {
@@ -212,7 +241,7 @@ static uint32_t instructions(void (*run)(void))
 /* One line: the case's name, its dimensions, multiply-adds and instructions per call of each version. */
 static void report(const case_t *k, const char *const *names, const uint32_t *dims, int n, uint32_t macs)
 {
-    char line[200], *p = line;
+    char line[240], *p = line;
     int i;
     p = put_s(p, "poet ");
     p = put_s(p, k->name);
@@ -228,9 +257,14 @@ static void report(const case_t *k, const char *const *names, const uint32_t *di
     p = put_u(p, instructions(k->run));
     p = put_s(p, " ref_instr=");
     p = put_u(p, instructions(k->ref));
-    if (k->peer) {
-        p = put_s(p, " peer_instr=");
-        p = put_u(p, instructions(k->peer));
+    for (i = 0; i < N_PEERS; i++) {
+        if (!k->peer[i] || k->peer[i]() != 0) /* not in this image, or no such kernel for the shape */
+            continue;
+        PEER_RUN = k->peer[i];
+        *p++ = ' ';
+        p = put_s(p, PEER_NAMES[i]);
+        *p++ = '=';
+        p = put_u(p, instructions(peer_call));
     }
     *p++ = '\n';
     *p = 0;

@@ -20,7 +20,7 @@ DEPS += $(M4_OBJ:.o=.d)
 qemu-m4: $(BUILD)/qemu-m4/poet.elf
 	@$(ARM_SIZE) $<
 
-$(BUILD)/qemu-m4/poet.elf: $(M4_OBJ) ports/qemu-m4/linker.ld
+$(BUILD)/qemu-m4/poet.elf: $(M4_OBJ) ports/qemu-m4/linker.ld ports/qemu-m4/sections.ld
 	$(ARM_CC) $(M4_LDFLAGS) -o $@ $(M4_OBJ) -lm -lc -lgcc
 
 $(BUILD)/qemu-m4/%.o: %.c Makefile ports/qemu-m4/port.mk
@@ -36,7 +36,7 @@ DEPS += $(NT_OBJ:.o=.d)
 
 qemu-m4-notrace: $(BUILD)/qemu-m4-notrace/poet.elf
 
-$(BUILD)/qemu-m4-notrace/poet.elf: $(NT_OBJ) ports/qemu-m4/linker.ld
+$(BUILD)/qemu-m4-notrace/poet.elf: $(NT_OBJ) ports/qemu-m4/linker.ld ports/qemu-m4/sections.ld
 	$(ARM_CC) $(subst qemu-m4/poet.map,qemu-m4-notrace/poet.map,$(M4_LDFLAGS)) -o $@ $(NT_OBJ) -lm -lc -lgcc
 
 $(BUILD)/qemu-m4-notrace/%.o: %.c Makefile ports/qemu-m4/port.mk

@@ -1,7 +1,8 @@
 """The kernel benchmark images (firmware/bench/): build one, run it on its emulated core, read its lines.
 
 Each line is one kernel at one shape: its multiply-adds and the instructions one call takes, for poet's
-kernel, its reference loop and, in an image built with a peer library, the peer's. Under QEMU's
+kernel, its reference loop and, in an image built with peer libraries (Cortex-M4F only), each peer's that
+has such a kernel. Under QEMU's
 `-icount shift=0` these are instruction counts of the emulated core (not cycles: docs/benchmarks.md says
 what they leave out), the same on every machine: a test may compare them.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from poet.device.emulator import qemu_binary
@@ -52,29 +53,38 @@ class KernelTiming:
     macs: int  # a convolution's counts its padding's taps too
     poet: int  # instructions per call
     reference: int
-    peer: int | None = None
+    peers: dict[str, int] = field(default_factory=dict)  # PEERS name -> instructions per call
 
     def per_instr(self, which: str) -> float | None:
-        n = getattr(self, which)
+        """MACs per instruction of 'poet', 'reference' or a peer (None where that peer has no such kernel)."""
+        n = self.peers.get(which) if which in PEERS else getattr(self, which)
         return None if not n else self.macs / n
 
 
-def run(cmsis_dsp: Path | None = None, core: str = "m4") -> list[KernelTiming]:
-    """Build the benchmark image for `core` (on the M4F with CMSIS-DSP beside poet's kernels if given its
-    sources) and run it."""
+# The peer libraries an M4F image can hold: name in the image's lines -> the make variables of its sources
+# (firmware/bench/bench.mk says what each is built from and how).
+PEERS = {"cmsis_dsp": ("CMSIS_DSP",), "cmsis_nn": ("CMSIS_NN", "CMSIS_CORE"), "aifes": ("AIFES",)}
+_SUFFIX = {"cmsis_dsp": "-dsp", "cmsis_nn": "-nn", "aifes": "-aifes"}
+
+
+def run(peers: dict[str, tuple[Path, ...]] | None = None, core: str = "m4") -> list[KernelTiming]:
+    """Build the benchmark image for `core` (on the M4F with the given peer libraries beside poet's kernels:
+    name -> its source directories, in the order of PEERS' make variables) and run it."""
     c = CORES[core]
-    if cmsis_dsp and core != "m4":
-        raise BenchError("CMSIS-DSP is benchmarked on the Cortex-M4F only")
+    peers = peers or {}
+    if peers and core != "m4":
+        raise BenchError("the peer libraries are benchmarked on the Cortex-M4F only")
     qemu = qemu_binary() if c.qemu[0] == "qemu-system-arm" else c.qemu[0]
     for tool in ("make", c.compiler, qemu):
         if shutil.which(tool) is None:
             raise BenchError(f"{tool} not found: run `make setup` to install the firmware toolchains and QEMU")
-    args = [c.target] + ([f"CMSIS_DSP={cmsis_dsp}"] if cmsis_dsp else [])
+    args = [c.target] + [f"{var}={d}" for name in PEERS if name in peers
+                         for var, d in zip(PEERS[name], peers[name], strict=True)]
     proc = run_make(*args)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
         raise BenchError("the kernel benchmark image did not build:\n" + "\n".join(tail))
-    elf = FIRMWARE_DIR / "build" / (c.target + ("-cmsis-dsp" if cmsis_dsp else "")) / "kernels_bench.elf"
+    elf = FIRMWARE_DIR / "build" / (c.target + "".join(_SUFFIX[n] for n in PEERS if n in peers)) / "kernels_bench.elf"
     with tempfile.TemporaryDirectory() as work:
         out = Path(work) / "bench.out"
         cmd = [qemu, *c.qemu[1:], "-nographic", "-monitor", "none", "-serial", "none",
@@ -91,8 +101,9 @@ def run(cmsis_dsp: Path | None = None, core: str = "m4") -> list[KernelTiming]:
 
 
 def _parse(line: str) -> KernelTiming:
-    """`poet KERNEL DIM=.. ... macs=.. instr=.. ref_instr=.. [peer_instr=..]`"""
+    """`poet KERNEL DIM=.. ... macs=.. instr=.. ref_instr=.. [cmsis_dsp=..] [cmsis_nn=..] [aifes=..]`"""
     _, kernel, *fields = line.split()
     v = {k: int(x) for k, x in (f.split("=") for f in fields)}
-    counts = {k: v.pop(k) for k in ("macs", "instr", "ref_instr", "peer_instr") if k in v}
-    return KernelTiming(kernel, v, counts["macs"], counts["instr"], counts["ref_instr"], counts.get("peer_instr"))
+    counts = {k: v.pop(k) for k in ("macs", "instr", "ref_instr")}
+    peers = {k: v.pop(k) for k in PEERS if k in v}
+    return KernelTiming(kernel, v, counts["macs"], counts["instr"], counts["ref_instr"], peers)
