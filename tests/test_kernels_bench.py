@@ -24,7 +24,8 @@ def timings() -> list[kernel_bench.KernelTiming]:
 def test_every_kernel_and_shape_is_measured(timings: list[kernel_bench.KernelTiming]) -> None:
     kernels = {t.kernel for t in timings}
     assert kernels == {"linear_fwd", "linear_grad_input", "linear_dw_db", "matmul_fwd", "linear_i8_fwd",
-                       "linear_w8_fwd", "conv2d_fwd", "conv2d_grad_input", "conv2d_dw_db", "conv2d_q_fwd"}
+                       "linear_w8_fwd", "quantize_i8", "conv2d_fwd", "conv2d_grad_input", "conv2d_dw_db",
+                       "conv2d_q_fwd"}
     assert all(t.macs == t.shape["B"] * t.shape["in"] * t.shape["out"] for t in timings if "in" in t.shape)
     assert all(not t.peers for t in timings)  # no peer library in this image
 
@@ -42,3 +43,18 @@ def test_no_kernel_is_slower_than_its_reference_at_any_shape(timings: list[kerne
     """Batch 1 and sizes below one tile included (they run the 1x4 strips and single dot products)."""
     slower = [(t.kernel, t.shape, t.poet, t.reference) for t in timings if t.poet > t.reference]
     assert not slower
+
+
+@pytest.mark.parametrize("core", sorted(kernel_bench.CORES))
+def test_every_kernel_gives_its_references_bits_on_the_emulated_core(core: str) -> None:
+    """The image runs each kernel and its reference on the same inputs and compares every output bit: on
+    the M4F this covers what the host's tests/test_kernels_opt.py cannot run (the SMLAD int8 kernels, the
+    FPU's q8 rounding), on the M0+ and RV32 the soft-float builds."""
+    try:
+        rows = kernel_bench.run(None, core)
+    except kernel_bench.BenchError as exc:
+        if "not found" in str(exc):
+            pytest.skip(str(exc))
+        raise
+    assert len(rows) > 40
+    assert [(t.kernel, t.shape) for t in rows if not t.same_bits] == []

@@ -142,11 +142,13 @@ def test_matmul_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, int,
 
 
 # (B, C, H, W, O, kh, kw, stride, ph, pw, groups): cnn-digits' conv, channel counts that leave a block of
-# fewer than 4, strides with padding, 1x1, depthwise and grouped, a kernel wider than the input's padding
+# fewer than 4, strides with padding, 1x1, depthwise (with and without padding, 5x5, stride 2, a map too small
+# for a whole window) and grouped, a kernel wider than the input's padding
 CONVS = [(2, 1, 8, 8, 8, 3, 3, 1, 1, 1, 1), (1, 3, 7, 6, 6, 3, 3, 1, 1, 1, 1), (2, 5, 9, 9, 7, 3, 3, 2, 1, 1, 1),
          (1, 8, 5, 5, 12, 1, 1, 1, 0, 0, 1), (2, 8, 6, 6, 8, 3, 3, 1, 1, 1, 8), (1, 8, 7, 7, 8, 3, 3, 2, 1, 1, 8),
          (1, 8, 6, 5, 16, 3, 2, 1, 0, 1, 2), (1, 4, 5, 5, 4, 5, 5, 1, 2, 2, 1), (1, 2, 6, 6, 4, 3, 3, 3, 0, 2, 1),
-         (3, 6, 4, 4, 9, 2, 2, 2, 1, 0, 3)]
+         (3, 6, 4, 4, 9, 2, 2, 2, 1, 0, 3), (1, 4, 9, 11, 4, 3, 3, 1, 0, 0, 4), (1, 3, 8, 8, 3, 5, 5, 1, 2, 2, 3),
+         (2, 2, 10, 9, 2, 3, 3, 2, 1, 1, 2), (1, 2, 3, 3, 2, 3, 3, 1, 1, 1, 2)]
 
 
 @pytest.mark.parametrize("shape", CONVS)

@@ -6,6 +6,7 @@
  * (kernels/reference/), and each line says: kernel, shape, multiply-adds, instructions per call.
  * benchmarks/kernels_peer.py builds these images, runs them and prints the tables (docs/benchmarks.md). */
 #include <stdint.h>
+#include <string.h>
 
 #include "../core/kernels/kernels.h"
 #include "../core/kernels/reference/reference.h"
@@ -95,8 +96,9 @@ static char *put_s(char *p, const char *s)
     return p;
 }
 
-/* Big enough for the largest shape below. */
-static float X[16 * 256], W[256 * 64], G[8192], Y[8192], DW[256 * 64], DB[256];
+/* Big enough for the largest shape below. BIAS is every forward kernel's bias; Y, DW and DB are the outputs. */
+static float X[16 * 256], W[256 * 64], G[8192], BIAS[256], Y[8192], DW[256 * 64], DB[256];
+static const float Y_SCALE = 0.37f; /* the int8 convolution's output scale */
 static poet_grad_t gw = {DW, 0, 0, 0, 0}, gb = {DB, 0, 0, 0, 0};
 
 static void fill(float *p, uint32_t n, uint32_t seed)
@@ -114,8 +116,8 @@ typedef struct {
 
 static shape_t S; /* the shape the case functions read */
 
-static void lin_fwd(void) { poet_linear_fwd(S.B, S.in, S.out, X, W, DB, Y); }
-static void lin_fwd_ref(void) { poet_ref_linear_fwd(S.B, S.in, S.out, X, W, DB, Y); }
+static void lin_fwd(void) { poet_linear_fwd(S.B, S.in, S.out, X, W, BIAS, Y); }
+static void lin_fwd_ref(void) { poet_ref_linear_fwd(S.B, S.in, S.out, X, W, BIAS, Y); }
 static void lin_gx(void) { poet_linear_bwd(S.B, S.in, S.out, G, X, W, 0, 0, Y); }
 static void lin_gx_ref(void) { poet_ref_linear_bwd(S.B, S.in, S.out, G, X, W, 0, 0, Y); }
 static void lin_dw(void) { poet_linear_bwd(S.B, S.in, S.out, G, X, W, &gw, &gb, 0); }
@@ -125,14 +127,14 @@ static void mm_fwd_ref(void) { poet_ref_matmul_fwd(1, S.B, S.in, S.out, X, W, Y)
 
 static void li8_fwd(void)
 {
-    poet_linear_i8_fwd(S.B, S.in, S.out, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, DB, Y);
+    poet_linear_i8_fwd(S.B, S.in, S.out, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, BIAS, Y);
 }
 static void li8_fwd_ref(void)
 {
-    poet_ref_linear_i8_fwd(S.B, S.in, S.out, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, DB, Y);
+    poet_ref_linear_i8_fwd(S.B, S.in, S.out, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, BIAS, Y);
 }
-static void lw8_fwd(void) { poet_linear_w8_fwd(S.B, S.in, S.out, X, (const int8_t *)W, 0.01f, DB, Y); }
-static void lw8_fwd_ref(void) { poet_ref_linear_w8_fwd(S.B, S.in, S.out, X, (const int8_t *)W, 0.01f, DB, Y); }
+static void lw8_fwd(void) { poet_linear_w8_fwd(S.B, S.in, S.out, X, (const int8_t *)W, 0.01f, BIAS, Y); }
+static void lw8_fwd_ref(void) { poet_ref_linear_w8_fwd(S.B, S.in, S.out, X, (const int8_t *)W, 0.01f, BIAS, Y); }
 
 /* The peers' versions (peers.h), in the order of PEER_NAMES. */
 #define N_PEERS 3
@@ -140,7 +142,7 @@ static const char *const PEER_NAMES[N_PEERS] = {"cmsis_dsp", "cmsis_nn", "aifes"
 typedef int (*peer_fn)(void);
 
 #ifdef POET_PEER_CMSIS_DSP
-static int lin_fwd_dsp(void) { return peer_linear_fwd(S.B, S.in, S.out, X, W, DB, Y), 0; }
+static int lin_fwd_dsp(void) { return peer_linear_fwd(S.B, S.in, S.out, X, W, BIAS, Y), 0; }
 static int lin_gx_dsp(void) { return peer_linear_gx(S.B, S.in, S.out, G, W, Y), 0; }
 static int lin_dw_dsp(void) { return peer_linear_dw(S.B, S.in, S.out, G, X, DW), 0; }
 static int mm_fwd_dsp(void) { return peer_matmul_fwd(S.B, S.in, S.out, X, W, Y), 0; }
@@ -150,7 +152,7 @@ static int mm_fwd_dsp(void) { return peer_matmul_fwd(S.B, S.in, S.out, X, W, Y),
 #endif
 
 #ifdef POET_PEER_CMSIS_NN
-static int lin_fwd_nn(void) { return peer_nn_linear_fwd(S.B, S.in, S.out, X, W, DB, Y); }
+static int lin_fwd_nn(void) { return peer_nn_linear_fwd(S.B, S.in, S.out, X, W, BIAS, Y); }
 static int mm_fwd_nn(void) { return peer_nn_matmul_fwd(S.B, S.in, S.out, X, W, Y); }
 static int li8_fwd_nn(void)
 {
@@ -183,6 +185,29 @@ static const case_t CASES[] = {
     {"linear_w8_fwd", lw8_fwd, lw8_fwd_ref, {0, 0, 0}},
 };
 
+/* int8 quantisation of a tensor (the casts of a plan's int8 layers): every rounding case, halves and
+ * saturation and inf and NaN included, then the random fill's values. */
+static int QN;
+static float QX[8192];
+static void quant(void) { poet_quantize_i8(QN, 1.0f, QX, (int8_t *)Y); }
+static void quant_ref(void) { poet_ref_quantize_i8(QN, 1.0f, QX, (int8_t *)Y); }
+static const case_t QUANT = {"quantize_i8", quant, quant_ref, {0, 0, 0}};
+
+static void quant_fill(void)
+{
+    union {
+        uint32_t u;
+        float f;
+    } special[] = {{0x7F800000u}, {0xFF800000u}, {0x7FC00000u}, {0x00000001u}, {0x80000000u}};
+    int i;
+    for (i = 0; i < 1024; i++) /* -128 .. 127.75 in quarters: exact halves, and past the saturation */
+        QX[i] = (float)(i - 512) * 0.25f;
+    for (i = 0; i < 5; i++)
+        QX[1024 + i] = special[i].f;
+    for (i = 1029; i < 8192; i++)
+        QX[i] = G[i] * 200.0f;
+}
+
 static const shape_t SHAPES[] = {{16, 64, 32}, {16, 32, 10}, {1, 64, 32}, {16, 256, 64}, {4, 30, 7}};
 
 /* Convolutions: cnn-digits' (8x8 digits, 3x3, 1 -> 8 channels, padding 1), an ordinary 3x3 layer, a
@@ -195,8 +220,8 @@ static const poet_conv_t CONVS[] = {
     {1, 16, 16, 16, 32, 1, 1, 1, 0, 0, 1},
 };
 
-static void cv_fwd(void) { poet_conv2d_ex_fwd(&CV, X, W, DB, Y); }
-static void cv_fwd_ref(void) { poet_ref_conv2d_ex_fwd(&CV, X, W, DB, Y); }
+static void cv_fwd(void) { poet_conv2d_ex_fwd(&CV, X, W, BIAS, Y); }
+static void cv_fwd_ref(void) { poet_ref_conv2d_ex_fwd(&CV, X, W, BIAS, Y); }
 static void cv_gx(void) { poet_conv2d_ex_bwd(&CV, G, X, W, 0, 0, Y); }
 static void cv_gx_ref(void) { poet_ref_conv2d_ex_bwd(&CV, G, X, W, 0, 0, Y); }
 static void cv_dw(void) { poet_conv2d_ex_bwd(&CV, G, X, W, &gw, &gb, 0); }
@@ -205,15 +230,15 @@ static void cv_dw_ref(void) { poet_ref_conv2d_ex_bwd(&CV, G, X, W, &gw, &gb, 0);
 /* The static-int8 convolution (a frozen layer of a plan's int8 prefix), int8 in and out. */
 static void cq_fwd(void)
 {
-    poet_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, DB, 1, DB, Y);
+    poet_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, BIAS, 1, &Y_SCALE, Y);
 }
 static void cq_fwd_ref(void)
 {
-    poet_ref_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, DB, 1, DB, Y);
+    poet_ref_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, BIAS, 1, &Y_SCALE, Y);
 }
 
 #ifdef POET_PEER_CMSIS_NN
-static int cv_fwd_nn(void) { return peer_nn_conv2d_fwd(&CV, X, W, DB, Y); }
+static int cv_fwd_nn(void) { return peer_nn_conv2d_fwd(&CV, X, W, BIAS, Y); }
 static int cq_fwd_nn(void) { return peer_nn_conv2d_s8_fwd(&CV, (const int8_t *)X, (const int8_t *)W, (int8_t *)Y); }
 #endif
 
@@ -223,6 +248,22 @@ static const case_t CONV_CASES[] = {
     {"conv2d_dw_db", cv_dw, cv_dw_ref, {0, 0, AIFES(cv_dw_aifes)}},
     {"conv2d_q_fwd", cq_fwd, cq_fwd_ref, {0, NN(cq_fwd_nn), 0}},
 };
+
+/* Whether poet's kernel gives its reference's bits here, on this core's build (the M4F's SIMD paths
+ * included, which the host's tests/test_kernels_opt.py cannot run): a hash of every output after each. */
+static uint32_t outputs_after(void (*run)(void))
+{
+    static float *const OUT[] = {Y, DW, DB};
+    static const uint32_t LEN[] = {sizeof Y, sizeof DW, sizeof DB};
+    uint32_t h = 2166136261u, i, j;
+    for (i = 0; i < 3; i++)
+        memset(OUT[i], 0, LEN[i]);
+    run();
+    for (i = 0; i < 3; i++)
+        for (j = 0; j < LEN[i]; j++)
+            h = (h ^ ((const uint8_t *)OUT[i])[j]) * 16777619u; /* FNV-1a */
+    return h;
+}
 
 static peer_fn PEER_RUN; /* the peer function instructions() times through peer_call */
 static void peer_call(void) { (void)PEER_RUN(); }
@@ -251,6 +292,7 @@ static void report(const case_t *k, const char *const *names, const uint32_t *di
         *p++ = '=';
         p = put_u(p, dims[i]);
     }
+    p = put_s(p, outputs_after(k->run) == outputs_after(k->ref) ? " bits=same" : " bits=DIFF");
     p = put_s(p, " macs=");
     p = put_u(p, macs);
     p = put_s(p, " instr=");
@@ -283,6 +325,7 @@ int main(void)
     fill(X, sizeof X / sizeof X[0], 1u);
     fill(W, sizeof W / sizeof W[0], 2u);
     fill(G, sizeof G / sizeof G[0], 3u);
+    fill(BIAS, sizeof BIAS / sizeof BIAS[0], 4u);
     for (s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++) {
         const char *names[] = {"B", "in", "out"};
         uint32_t dims[3];
@@ -290,6 +333,13 @@ int main(void)
         dims[0] = (uint32_t)S.B, dims[1] = (uint32_t)S.in, dims[2] = (uint32_t)S.out;
         for (c = 0; c < sizeof CASES / sizeof CASES[0]; c++)
             report(&CASES[c], names, dims, 3, dims[0] * dims[1] * dims[2]);
+    }
+    quant_fill();
+    for (QN = 1024; QN <= 8192; QN *= 8) {
+        const char *names[] = {"n"};
+        uint32_t dims[1];
+        dims[0] = (uint32_t)QN;
+        report(&QUANT, names, dims, 1, dims[0]); /* one multiply each */
     }
     for (s = 0; s < sizeof CONVS / sizeof CONVS[0]; s++) {
         const char *names[] = {"B", "C", "HW", "O", "k", "groups"};

@@ -5,14 +5,77 @@
  *    term, so the innermost loops are plain;
  *  - four channels that share their other operand are computed together: one load of it per four
  *    multiply-adds (output channels of one group forward and for the weight gradient, input channels
- *    of one group for the input gradient). A depthwise convolution has one channel per group and
- *    runs the one-channel loops. */
+ *    of one group for the input gradient). A depthwise convolution's forward runs a plane at a time
+ *    (depthwise_fwd); its backward runs the one-channel loops. */
 #include "conv_taps.h"
 #include "kernels.h"
 
 int poet_conv2d_out(int H, int k, int stride, int pad)
 {
     return (H + 2 * pad - k) / stride + 1;
+}
+
+/* One depthwise output from the taps [ky0, ky1) x [kx0, kx1) of the window at xr (its row ky0, column 0)
+ * and wr (the channel's kernel row ky0). */
+static inline float dw_one(const float *xr, const float *wr, int W, int kw, int ky0, int ky1, int kx0, int kx1)
+{
+    float a = 0.0f;
+    int ky, kx;
+    for (ky = ky0; ky < ky1; ky++, xr += W, wr += kw)
+        for (kx = kx0; kx < kx1; kx++)
+            a += xr[kx] * wr[kx];
+    return a;
+}
+
+/* A depthwise convolution (one input and one output channel per group, the MobileNet kind), a plane at a
+ * time. Where a 3x3 window lies wholly inside the input (all but the border), its nine taps come from
+ * registers and its sum is one straight run; the border outputs sum the taps that reach inside. The
+ * terms and their order are the reference's (ky, then kx, ascending; the bias last). */
+static void depthwise_fwd(const poet_conv_t *cv, const float *x, const float *w, const float *b, float *y)
+{
+    const int C = cv->C, H = cv->H, W = cv->W, kh = cv->kh, kw = cv->kw, stride = cv->stride;
+    const int ph = cv->ph, pw = cv->pw;
+    const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    const long HW = (long)H * W, kk = (long)kh * kw;
+    /* the columns whose window is whole: ox * stride - pw >= 0 and ox * stride - pw + kw <= W */
+    const int lo = (pw + stride - 1) / stride, hi0 = W - kw + pw < 0 ? 0 : (W - kw + pw) / stride + 1;
+    const int hi = hi0 > Wo ? Wo : hi0 < lo ? lo : hi0;
+    int n, c, oy, ox, ky0, ky1, kx0, kx1;
+    for (n = 0; n < cv->B; n++)
+        for (c = 0; c < C; c++) {
+            const float *xc = x + ((long)n * C + c) * HW, *wc = w + c * kk;
+            const float bias = b ? b[c] : 0.0f;
+            float *yo = y + ((long)n * C + c) * Ho * Wo;
+            for (oy = 0; oy < Ho; oy++, yo += Wo) {
+                const float *xrow;
+                int whole;
+                taps(oy, stride, ph, kh, H, &ky0, &ky1);
+                xrow = xc + (long)(oy * stride + ky0 - ph) * W - pw;
+                whole = kh == 3 && kw == 3 && ky0 == 0 && ky1 == 3;
+                for (ox = 0; ox < Wo; ox++) {
+                    const float *xr = xrow + (long)ox * stride;
+                    float a;
+                    if (whole && ox == lo) { /* the inside of the row, in one run */
+                        const float w0 = wc[0], w1 = wc[1], w2 = wc[2], w3 = wc[3], w4 = wc[4], w5 = wc[5];
+                        const float w6 = wc[6], w7 = wc[7], w8 = wc[8];
+                        for (; ox < hi; ox++, xr += stride) {
+                            const float *r1 = xr + W, *r2 = r1 + W;
+                            a = 0.0f;
+                            a += xr[0] * w0; a += xr[1] * w1; a += xr[2] * w2;
+                            a += r1[0] * w3; a += r1[1] * w4; a += r1[2] * w5;
+                            a += r2[0] * w6; a += r2[1] * w7; a += r2[2] * w8;
+                            yo[ox] = b ? a + bias : a;
+                        }
+                        if (ox == Wo)
+                            break;
+                        xr = xrow + (long)ox * stride;
+                    }
+                    taps(ox, stride, pw, kw, W, &kx0, &kx1);
+                    a = dw_one(xr, wc + (long)ky0 * kw, W, kw, ky0, ky1, kx0, kx1);
+                    yo[ox] = b ? a + bias : a;
+                }
+            }
+        }
 }
 
 void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, const float *b, float *y)
@@ -23,6 +86,10 @@ void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, c
     const int Cg = C / cv->groups, Og = O / cv->groups, pointwise = BLOCKED(kh == 1 && kw == 1 && ph == 0 && pw == 0);
     const long HW = (long)H * W, kk = (long)kh * kw, wo = (long)Cg * kk; /* wo: one output channel's weights */
     int n, o, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1;
+    if (BLOCKED(Cg == 1 && Og == 1)) {
+        depthwise_fwd(cv, x, w, b, y);
+        return;
+    }
     for (n = 0; n < B; n++)
         for (o = 0; o < O;) {
             const int grp = o / Og, four = FOUR(o, (grp + 1) * Og);

@@ -154,27 +154,26 @@ float poet_absmax_scale(int n, const float *x)
     return s >= F32_MIN_NORMAL ? s : 1.0f;
 }
 
-/* v rounded half to even and saturated to [-127, 127]; NaN gives 0. Done on v's bit pattern (its
- * mantissa shifted to the binary point), which is exact, independent of the rounding mode, and
- * a few integer instructions where float compares and conversions are library calls. */
+#if defined(__arm__) && defined(__ARM_FP) && (__ARM_FP & 4)
+/* With a single-precision FPU (the M4F), q8 is VCVTR's round to nearest even (FPSCR's default mode, which
+ * poet never changes; NaN converts to 0 and inf saturates) and a clamp: reference/quant.c's bits, which
+ * the benchmark image checks on the emulated core (firmware/bench/). */
 int8_t poet_q8(float v)
 {
-    uint32_t u = f32_bits(v), a = u & 0x7FFFFFFFu, m, s, q, rem, half;
-    if (a > 0x7F800000u) /* NaN */
-        return 0;
-    if (a >= 0x42FE0000u) /* |v| >= 127, inf included */
-        return (int8_t)(u >> 31 ? -127 : 127);
-    s = 150u - (a >> 23); /* |v| = m 2^-s, m the 24-bit mantissa; s >= 17 here */
-    if (s > 24u)          /* |v| < 0.5: rounds to 0 (exactly 0.5 is s = 24) */
-        return 0;
-    m = (a & 0x7FFFFFu) | 0x800000u;
-    q = m >> s;
-    rem = m & ((1u << s) - 1u);
-    half = 1u << (s - 1u);
-    if (rem > half || (rem == half && (q & 1u)))
-        q++;
-    return (int8_t)(u >> 31 ? -(int32_t)q : (int32_t)q);
+    float r;
+    int32_t q;
+    __asm__("vcvtr.s32.f32 %0, %1" : "=t"(r) : "t"(v));
+    memcpy(&q, &r, sizeof q);
+    return (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
 }
+#else
+/* The specification's bit-pattern rounding is the kernel (a few integer instructions where float compares
+ * and conversions would be library calls) */
+#define POET_REF_NAME(f) poet_##f
+#define POET_REF_Q8_ONLY
+#include "reference/quant.c"
+#undef POET_REF_NAME
+#endif
 
 void poet_quantize_i8(int n, float scale, const float *x, int8_t *q)
 {
@@ -234,6 +233,98 @@ void poet_dequantize_i8(int n, float scale, const int8_t *q, float *y)
 
 /* ---- int8 linear and conv2d forward ----------------------------------------------------------- */
 
+#if defined(__ARM_FEATURE_DSP) && !defined(POET_SMALL_CODE)
+/* The M4F's DSP extension: SMLAD multiplies two pairs of halfwords and adds both products to an
+ * accumulator. Four int8 of a row, loaded as one word, become two pairs with SXTB16 (bytes 0 and 2; the
+ * word rotated by 8, bytes 1 and 3): four multiply-adds in two instructions, as CMSIS-NN does it. The sums
+ * are exact integers, so their order changes no bit of the result. */
+#include <arm_acle.h>
+#define SIMD_I8 1
+
+static inline int32_t ld4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v); /* one LDR: the M4 reads unaligned words */
+    return v;
+}
+
+/* bytes 1 and 3 of v as a halfword pair: SXTB16 with its own rotation, one instruction (GCC 12 does not
+ * fold a separate rotate into it) */
+static inline int32_t sxtb16_odd(int32_t v)
+{
+    int32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+    return r;
+}
+
+/* a[j] = sum over k < n of x[k] w_j[k], w_j = w + j ws, for the four rows j that share the input x.
+ * Its inner loop is written out: it needs thirteen registers (four sums, the input's two pairs, a weight
+ * word and its pair, three pointers with the row stride, the count), and GCC 12, given it in C, spills
+ * three pointers each round (33 instructions for 16 multiply-adds; this is 25). */
+static void dot4_i8(const int8_t *x, const int8_t *w, long ws, int n, int32_t a[4])
+{
+    const int8_t *p0 = w, *p2 = w + 2 * ws, *xp = x;
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, v, xe, xo, t;
+    int m = n >> 2, k;
+    if (m)
+        __asm__("1:\n\t"
+                "ldr %[xe], [%[xp]], #4\n\t"
+                "sxtb16 %[xo], %[xe], ror #8\n\t"
+                "sxtb16 %[xe], %[xe]\n\t"
+                "ldr %[v], [%[p0], %[ws]]\n\t"
+                "sxtb16 %[t], %[v]\n\t"
+                "smlad %[a1], %[xe], %[t], %[a1]\n\t"
+                "sxtb16 %[v], %[v], ror #8\n\t"
+                "smlad %[a1], %[xo], %[v], %[a1]\n\t"
+                "ldr %[v], [%[p0]], #4\n\t"
+                "sxtb16 %[t], %[v]\n\t"
+                "smlad %[a0], %[xe], %[t], %[a0]\n\t"
+                "sxtb16 %[v], %[v], ror #8\n\t"
+                "smlad %[a0], %[xo], %[v], %[a0]\n\t"
+                "ldr %[v], [%[p2], %[ws]]\n\t"
+                "sxtb16 %[t], %[v]\n\t"
+                "smlad %[a3], %[xe], %[t], %[a3]\n\t"
+                "sxtb16 %[v], %[v], ror #8\n\t"
+                "smlad %[a3], %[xo], %[v], %[a3]\n\t"
+                "ldr %[v], [%[p2]], #4\n\t"
+                "sxtb16 %[t], %[v]\n\t"
+                "smlad %[a2], %[xe], %[t], %[a2]\n\t"
+                "sxtb16 %[v], %[v], ror #8\n\t"
+                "smlad %[a2], %[xo], %[v], %[a2]\n\t"
+                "subs %[m], %[m], #1\n\t"
+                "bne 1b"
+                : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [xp] "+r"(xp), [p0] "+r"(p0),
+                  [p2] "+r"(p2), [m] "+r"(m), [xe] "=&r"(xe), [xo] "=&r"(xo), [v] "=&r"(v), [t] "=&r"(t)
+                : [ws] "r"(ws)
+                : "cc", "memory");
+    for (k = 0; k < (n & 3); k++) {
+        v = xp[k];
+        a0 += v * p0[k], a1 += v * p0[ws + k], a2 += v * p2[k], a3 += v * p2[ws + k];
+    }
+    a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3;
+}
+
+static int32_t dot1_i8(const int8_t *x, const int8_t *w, int n)
+{
+    int32_t a = 0, v;
+    int k;
+    for (k = 0; k + 4 <= n; k += 4) {
+        const int32_t xv = ld4(x + k);
+        v = ld4(w + k);
+        a = __smlad(__sxtb16(xv), __sxtb16(v), a);
+        a = __smlad(sxtb16_odd(xv), sxtb16_odd(v), a);
+    }
+    for (; k < n; k++)
+        a += (int32_t)x[k] * w[k];
+    return a;
+}
+
+/* The input patch of one output pixel, up to this many int8 (3x3 kernels over 128 channels), gathered on
+ * the stack so the products run as the dense rows above; larger patches take the plain loops. */
+#define PATCH_MAX 1152
+#endif
+
+
 /* Four outputs that share their input run together (one input load per four multiply-adds), each
  * summed in the reference's order (reference/linear_q.c): the int8 sums are exact anyway, and the
  * int8-weight ones dequantise each weight as the reference does, term by term. */
@@ -249,6 +340,13 @@ void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale,
             const int8_t *w0 = wq + (long)o * in;
             int32_t a[4] = {0, 0, 0, 0};
             const int n = BLOCKED_INT(o + 4 <= out) ? 4 : 1;
+#ifdef SIMD_I8
+            if (n == 4)
+                dot4_i8(xr, w0, in, in, a);
+            else
+                a[0] = dot1_i8(xr, w0, in);
+            (void)k;
+#else
             if (n == 4) {
                 const int8_t *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
                 int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -261,6 +359,7 @@ void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale,
                 for (k = 0; k < in; k++)
                     a[0] += (int32_t)xr[k] * (int32_t)w0[k];
             }
+#endif
             /* one rounding for the scale, one for the bias: the reference does the same */
             for (j = 0; j < n; j++, o++)
                 yr[o] = b ? (float)a[j] * s + b[o] : (float)a[j] * s;
@@ -337,6 +436,139 @@ void poet_q_put(void *y, long i, float v, int relu, int i8, float inv)
         ((float *)y)[i] = v;
 }
 
+/* One depthwise output's integer sum over the taps [ky0, ky1) x [kx0, kx1) of the window at xr (its row
+ * ky0, column 0) and wr (the channel's kernel row ky0). */
+static inline int32_t dw_one_q(const int8_t *xr, const int8_t *wr, int W, int kw, int ky0, int ky1, int kx0, int kx1)
+{
+    int32_t a = 0;
+    int ky, kx;
+    for (ky = ky0; ky < ky1; ky++, xr += W, wr += kw)
+        for (kx = kx0; kx < kx1; kx++)
+            a += (int32_t)xr[kx] * wr[kx];
+    return a;
+}
+
+/* The depthwise case (one input and one output channel per group) a plane at a time, as conv.c's
+ * depthwise_fwd: a whole 3x3 window's nine taps from registers, the border's taps as ranges. */
+static void depthwise_q_rows(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float s,
+                             const int8_t *wq, const float *b, int relu, int i8, float inv, void *y)
+{
+    const int C = cv->C, H = cv->H, W = cv->W, kh = cv->kh, kw = cv->kw, stride = cv->stride;
+    const int ph = cv->ph, pw = cv->pw;
+    const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    const long HW = (long)H * W, kk = (long)kh * kw;
+    const int lo = (pw + stride - 1) / stride, hi0 = W - kw + pw < 0 ? 0 : (W - kw + pw) / stride + 1;
+    const int hi = hi0 > Wo ? Wo : hi0 < lo ? lo : hi0;
+    int n, c, oy, ox, ky0, ky1, kx0, kx1;
+    for (n = 0; n < cv->B; n++)
+        for (c = o_begin; c < o_end; c++) {
+            const int8_t *xc = xq + ((long)n * C + c) * HW, *wc = wq + (long)(c - o_begin) * kk;
+            long at = ((long)n * C + c) * Ho * Wo;
+            for (oy = 0; oy < Ho; oy++, at += Wo) {
+                const int8_t *xrow;
+                int whole;
+                taps(oy, stride, ph, kh, H, &ky0, &ky1);
+                xrow = xc + (long)(oy * stride + ky0 - ph) * W - pw;
+                whole = kh == 3 && kw == 3 && ky0 == 0 && ky1 == 3;
+                for (ox = 0; ox < Wo; ox++) {
+                    const int8_t *xr = xrow + (long)ox * stride;
+                    int32_t a;
+                    float v;
+                    if (whole && ox == lo) {
+                        const int32_t w0 = wc[0], w1 = wc[1], w2 = wc[2], w3 = wc[3], w4 = wc[4], w5 = wc[5];
+                        const int32_t w6 = wc[6], w7 = wc[7], w8 = wc[8];
+                        for (; ox < hi; ox++, xr += stride) {
+                            const int8_t *r1 = xr + W, *r2 = r1 + W;
+                            a = xr[0] * w0 + xr[1] * w1 + xr[2] * w2 + r1[0] * w3 + r1[1] * w4 + r1[2] * w5 +
+                                r2[0] * w6 + r2[1] * w7 + r2[2] * w8;
+                            /* one rounding for the scale, one for the bias: the reference does the same */
+                            v = (float)a * s;
+                            if (b)
+                                v = v + b[c];
+                            poet_q_put(y, at + ox, v, relu, i8, inv);
+                        }
+                        if (ox == Wo)
+                            break;
+                        xr = xrow + (long)ox * stride;
+                    }
+                    taps(ox, stride, pw, kw, W, &kx0, &kx1);
+                    a = dw_one_q(xr, wc + (long)ky0 * kw, W, kw, ky0, ky1, kx0, kx1);
+                    v = (float)a * s;
+                    if (b)
+                        v = v + b[c];
+                    poet_q_put(y, at + ox, v, relu, i8, inv);
+                }
+            }
+        }
+}
+
+#ifdef SIMD_I8
+/* The convolution as dense rows (SIMD_I8): each output pixel's input patch (its group's channels, kh x kw
+ * taps, zeros where the window leaves the input; the weights' own order) gathered once, then every output
+ * channel of the group as a dot product with it, four at a time. */
+static void conv_q_patches(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float s,
+                           const int8_t *wq, const float *b, int relu, int i8, float inv, void *y)
+{
+    const int C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw, stride = cv->stride;
+    const int ph = cv->ph, pw = cv->pw;
+    const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    const int Cg = C / cv->groups, Og = O / cv->groups, L = Cg * kh * kw;
+    const long HW = (long)H * W, HoWo = (long)Ho * Wo;
+    int8_t patch[PATCH_MAX];
+    int n, g, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1, o, j;
+    for (n = 0; n < cv->B; n++)
+        for (g = o_begin / Og; g * Og < o_end; g++) {
+            const int8_t *xg = xq + ((long)n * C + (long)g * Cg) * HW;
+            const int o0 = g * Og > o_begin ? g * Og : o_begin, o1 = (g + 1) * Og < o_end ? (g + 1) * Og : o_end;
+            for (oy = 0; oy < Ho; oy++) {
+                taps(oy, stride, ph, kh, H, &ky0, &ky1);
+                for (ox = 0; ox < Wo; ox++) {
+                    const long at = ((long)n * O) * HoWo + (long)oy * Wo + ox;
+                    const int8_t *xw = xg + (long)(oy * stride - ph) * W + ox * stride - pw; /* tap (0, 0) */
+                    int8_t *p = patch;
+                    taps(ox, stride, pw, kw, W, &kx0, &kx1);
+                    /* element by element, not as memset and memcpy calls (which GCC would make of plain row
+                     * loops: dearer than these few bytes) */
+                    if (kh == 1 && kw == 1 && kx1 > kx0 && ky1 > ky0) {
+                        for (c = 0; c < Cg; c++, xw += HW)
+                            *p++ = *xw;
+                    } else if (kw == 3 && kx0 == 0 && kx1 == 3) {
+                        for (c = 0; c < Cg; c++)
+                            for (ky = 0; ky < kh; ky++, p += 3) {
+                                const int8_t *xr = xw + c * HW + (long)ky * W;
+                                const int in = ky >= ky0 && ky < ky1;
+                                p[0] = in ? xr[0] : 0, p[1] = in ? xr[1] : 0, p[2] = in ? xr[2] : 0;
+                            }
+                    } else {
+                        for (c = 0; c < Cg; c++)
+                            for (ky = 0; ky < kh; ky++, p += kw) {
+                                const int8_t *xr = xw + c * HW + (long)ky * W;
+                                const int in = ky >= ky0 && ky < ky1;
+                                for (kx = 0; kx < kw; kx++)
+                                    p[kx] = in && kx >= kx0 && kx < kx1 ? xr[kx] : 0;
+                            }
+                    }
+                    for (o = o0; o < o1;) {
+                        int32_t a[4];
+                        const int nch = o + 4 <= o1 ? 4 : 1;
+                        if (nch == 4)
+                            dot4_i8(patch, wq + (long)(o - o_begin) * L, L, L, a);
+                        else
+                            a[0] = dot1_i8(patch, wq + (long)(o - o_begin) * L, L);
+                        for (j = 0; j < nch; j++, o++) {
+                            /* one rounding for the scale, one for the bias: the reference does the same */
+                            float v = (float)a[j] * s;
+                            if (b)
+                                v = v + b[o];
+                            poet_q_put(y, at + (long)o * HoWo, v, relu, i8, inv);
+                        }
+                    }
+                }
+            }
+        }
+}
+#endif
+
 /* The fp32 convolution's loops (conv.c: tap ranges instead of a test per term, four output channels of
  * a group per input load), and a 1x1 kernel without padding as one plain loop over the channels.
  * Integer sums are exact, so the order only matters for speed; the epilogue is the reference's
@@ -352,6 +584,16 @@ void poet_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const
     const long HW = (long)H * W, kk = (long)kh * kw, wo = (long)Cg * kk, HoWo = (long)Ho * Wo;
     const float s = x_scale * w_scale, inv = y_scale ? 1.0f / *y_scale : 0.0f;
     int n, o, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1, j;
+    if (BLOCKED_INT(Cg == 1 && Og == 1)) {
+        depthwise_q_rows(cv, o_begin, o_end, xq, s, wq, b, relu, y_scale != 0, inv, y);
+        return;
+    }
+#ifdef SIMD_I8
+    if (wo <= PATCH_MAX) {
+        conv_q_patches(cv, o_begin, o_end, xq, s, wq, b, relu, y_scale != 0, inv, y);
+        return;
+    }
+#endif
     for (n = 0; n < B; n++)
         for (o = o_begin; o < o_end;) {
             const int grp = o / Og, end = (grp + 1) * Og < o_end ? (grp + 1) * Og : o_end;

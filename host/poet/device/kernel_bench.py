@@ -54,6 +54,7 @@ class KernelTiming:
     poet: int  # instructions per call
     reference: int
     peers: dict[str, int] = field(default_factory=dict)  # PEERS name -> instructions per call
+    same_bits: bool = True  # poet's kernel gave its reference's outputs bit for bit, on this core's build
 
     def per_instr(self, which: str) -> float | None:
         """MACs per instruction of 'poet', 'reference' or a peer (None where that peer has no such kernel)."""
@@ -101,9 +102,11 @@ def run(peers: dict[str, tuple[Path, ...]] | None = None, core: str = "m4") -> l
 
 
 def _parse(line: str) -> KernelTiming:
-    """`poet KERNEL DIM=.. ... macs=.. instr=.. ref_instr=.. [cmsis_dsp=..] [cmsis_nn=..] [aifes=..]`"""
+    """`poet KERNEL DIM=.. ... bits=same|DIFF macs=.. instr=.. ref_instr=.. [cmsis_dsp=..] [cmsis_nn=..] [aifes=..]`"""
     _, kernel, *fields = line.split()
-    v = {k: int(x) for k, x in (f.split("=") for f in fields)}
+    text = dict(f.split("=") for f in fields)
+    same = text.pop("bits") == "same"
+    v = {k: int(x) for k, x in text.items()}
     counts = {k: v.pop(k) for k in ("macs", "instr", "ref_instr")}
     peers = {k: v.pop(k) for k in PEERS if k in v}
-    return KernelTiming(kernel, v, counts["macs"], counts["instr"], counts["ref_instr"], peers)
+    return KernelTiming(kernel, v, counts["macs"], counts["instr"], counts["ref_instr"], peers, same)

@@ -40,7 +40,7 @@ void poet_ref_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, c
                     v = (float)acc * s;
                     if (b)
                         v = v + b[o];
-                    poet_q_put(y, (((long)n * O + o) * Ho + oy) * Wo + ox, v, relu, y_scale != 0, inv);
+                    poet_ref_q_put(y, (((long)n * O + o) * Ho + oy) * Wo + ox, v, relu, y_scale != 0, inv);
                 }
         }
 }
