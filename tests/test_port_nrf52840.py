@@ -1,4 +1,5 @@
-"""The nRF52840 images (SD-over-SPI pager and QSPI-flash pager) build, fit and are laid out for the chip.
+"""The nRF52840 images (the DK's with the SD-over-SPI pager and with the QSPI-flash pager, the Dongle's) build,
+fit and are laid out for the chip.
 
 Nothing here emulates an nRF52, so these are static checks of the linked ELF files: sizes against the
 issue's targets and the chip's memories (nRF52840 PS v1.7: 1 MB flash, 256 KB RAM), the vector table
@@ -25,7 +26,9 @@ UARTE0_IRQ = 2              # PS: peripheral ID = IRQ number; UARTE0 is ID 2
 IMAGES = {
     "nrf52840": ({"sd_init", "sd_pager_read", "sd_pager_write"}, {"nor_pager_read", "nor_pager_write"}),
     "nrf52840-qspi": ({"nor_pager_read", "nor_pager_write", "qspi_erase", "qspi_program"}, {"sd_init"}),
+    "nrf52840-dongle": ({"sd_init", "sd_pager_read", "sd_pager_write"}, {"nor_pager_read", "nor_pager_write"}),
 }
+UICR = 0x10001000           # PS "UICR"; REGOUT0 at +0x304 (tests/test_port_registers.py checks the offsets)
 
 
 
@@ -94,3 +97,12 @@ def test_flash_region_is_the_stand_ins_and_the_board_files(image: tuple[str, Pat
     region = (board["__nv_start"], board["__nv_end"])
     assert region == (stand_in["__nv_start"], stand_in["__nv_end"]) == (0x20000, 0xE0000)
     assert region[1] - region[0] == load_board("nrf52840").model_flash_bytes
+
+
+def test_only_the_dongle_image_writes_regout0(image: tuple[str, Path]) -> None:
+    """The Dongle's image raises its GPIO supply to 3.0 V (UICR.REGOUT0, then a reset) before anything else;
+    the DK's images, whose boards supply VDD directly, never touch UICR."""
+    name, elf = image
+    main = tool("arm-none-eabi-objdump", "-d", "--disassemble=main", str(elf))
+    touches_uicr = f"0x{UICR:08x}" in main or f"0x{UICR:x}" in main
+    assert touches_uicr == (name == "nrf52840-dongle"), main[-2000:]

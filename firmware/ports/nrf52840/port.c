@@ -1,12 +1,17 @@
 /* The nRF52840 itself (nRF52840 DK / Dongle): UARTE0 with EasyDMA for the serial link, TIMER1
- * as the 16 MHz tick counter, the op marker on P1.08, nv storage (the model blob and frozen
- * weights) in the chip's flash through the NVMC, and aux storage chosen at build time:
- *   -DPOET_PAGER_SD    SD card in SPI mode on SPIM2 (drivers/sd_spi.c), Arduino header pins;
+ * as the 16 MHz tick counter, the op marker, nv storage (the model blob and frozen weights) in the
+ * chip's flash through the NVMC, and aux storage chosen at build time:
+ *   -DPOET_PAGER_SD    SD card in SPI mode on SPIM2 (drivers/sd_spi.c);
  *   -DPOET_PAGER_QSPI  the DK's MX25R6435F 8 MB QSPI flash (drivers/nor_pager.c).
+ * and the board's pins chosen at build time too (port.mk: one image per board):
+ *   default            the nRF52840 DK (PCA10056): its J-Link VCOM and Arduino header;
+ *   -DNRF_DONGLE       the nRF52840 Dongle (PCA10059): pins on its castellated edge, and its GPIO
+ *                      supply raised to 3.0 V at the first start (dongle_regout0 below).
  * Register addresses and offsets: nRF52840 Product Specification v1.7 (PS below), cited by
- * chapter and its "Registers" table. Pins: nRF52840 DK user guide (PCA10056) unless overridden
- * with -D. Built and size-checked here; nothing in this repository emulates an nRF52, so this
- * code has not run: the qemu-m4 port is the executable stand-in. */
+ * chapter and its "Registers" table; each is checked against nrfx's nrf52840.h and
+ * nrf52840_bitfields.h by tests/test_port_registers.py. Pins: the boards' user guides unless
+ * overridden with -D. Built and size-checked here; nothing in this repository emulates an nRF52, so
+ * this code has not run: the qemu-m4 port is the executable stand-in. */
 #include <stdint.h>
 #include <string.h>
 
@@ -26,19 +31,39 @@
 
 /* Pins as PSEL values: bit 5 = port, bits 0-4 = pin (PS, GPIO chapter, "PSEL" fields). */
 #define PIN(port, n) ((port) * 32u + (n))
+#ifdef NRF_DONGLE
+#ifdef POET_PAGER_QSPI
+#error "the nRF52840 Dongle has no QSPI flash: build its image with -DPOET_PAGER_SD"
+#endif
+/* The Dongle (PCA10059 user guide, "Connector interface"; Zephyr's nrf52840dongle board files):
+ * P0.06 and P0.08, the DK's UART pins, drive its LEDs LD1 and LD2 red here, so the serial link
+ * takes P0.20 (TX) and P0.24 (RX) on the board's edge, the pins Zephyr's board file gives UART0
+ * (nrf52840dongle_nrf52840-pinctrl.dtsi). Wire them to a 3.3 V USB-serial adapter's RX and TX. */
+#ifndef UART_TX_PIN
+#define UART_TX_PIN PIN(0u, 20u)
+#endif
+#ifndef UART_RX_PIN
+#define UART_RX_PIN PIN(0u, 24u)
+#endif
+/* The op marker on P1.10, an edge pin nothing on the Dongle uses. */
+#ifndef POET_MARK_PIN
+#define POET_MARK_PIN PIN(1u, 10u)
+#endif
+#else
 #ifndef UART_TX_PIN
 #define UART_TX_PIN PIN(0u, 6u) /* P0.06 -> interface MCU VCOM (DK user guide, "Virtual COM port") */
 #endif
 #ifndef UART_RX_PIN
 #define UART_RX_PIN PIN(0u, 8u) /* P0.08 */
 #endif
-#ifndef UART_BAUD
-#define UART_BAUD 115200u
-#endif
 /* The op marker (port_mark): P1.08 by default, Arduino header D7 on the DK and used by nothing on
  * the board, so a PPK2 logic input (D0) can be wired straight to it. */
 #ifndef POET_MARK_PIN
 #define POET_MARK_PIN PIN(1u, 8u)
+#endif
+#endif
+#ifndef UART_BAUD
+#define UART_BAUD 115200u
 #endif
 #if POET_MARK_PIN == UART_TX_PIN || POET_MARK_PIN == UART_RX_PIN
 #error "POET_MARK_PIN is a UART pin"
@@ -59,6 +84,10 @@
 #define GPIO_PIN_CNF(pin) REG(GPIO(pin) + 0x700u + 4u * ((pin) & 31u))
 #define PIN_CNF_INPUT_PULLUP 0x0Cu /* DIR input, INPUT connected, PULL = pull-up (3 << 2) */
 #define PIN_CNF_OUTPUT 0x01u
+/* DIR input, input buffer disconnected, no pull, DRIVE = H0H1 (3 << 8): what nrfx_qspi gives every
+ * QSPI pin (QSPI_PIN_INIT, "QSPI peripheral expects high drive pin strength"); the peripheral takes
+ * the pins over, this sets their drive. */
+#define PIN_CNF_QSPI 0x302u
 
 /* UARTE0, ID 2 (PS, "UARTE - Universal asynchronous receiver/transmitter with EasyDMA"). */
 #define UARTE 0x40002000u
@@ -90,8 +119,11 @@
 #define UARTE_INT_RXSTARTED (1u << 19)
 #define UARTE_ENABLED 8u
 #define PSEL_DISCONNECTED 0xFFFFFFFFu
+/* UARTE's own BAUDRATE values (PS, UARTE "BAUDRATE"), not UART's: for 115200 the UART table says
+ * 0x01D7E000 (actual 115942), the UARTE table 0x01D60000 (actual 115108), both within a USB-serial
+ * adapter's tolerance but only the latter is what this peripheral is specified with. */
 #if UART_BAUD == 115200u
-#define UARTE_BAUD_VALUE 0x01D7E000u /* BAUDRATE register: "Baud115200" (actual 115108) */
+#define UARTE_BAUD_VALUE 0x01D60000u /* "Baud115200" (actual 115108) */
 #elif UART_BAUD == 1000000u
 #define UARTE_BAUD_VALUE 0x10000000u /* "Baud1M" */
 #else
@@ -252,6 +284,22 @@ static void mark_init(void)
 #define SPIM_K125 0x02000000u /* FREQUENCY: 125 kbps; each doubling of the value doubles the rate */
 #define SPIM_MAX_HZ 8000000u
 
+#ifdef NRF_DONGLE
+/* Four neighbouring pins on the Dongle's edge (PCA10059 user guide, "Connector interface"), clear of
+ * its LEDs, button, reset (P0.18) and the NFC pins P0.09/P0.10 (which need UICR.NFCPINS changed). */
+#ifndef SD_SCK_PIN
+#define SD_SCK_PIN PIN(0u, 13u)
+#endif
+#ifndef SD_MOSI_PIN
+#define SD_MOSI_PIN PIN(0u, 15u)
+#endif
+#ifndef SD_MISO_PIN
+#define SD_MISO_PIN PIN(0u, 17u)
+#endif
+#ifndef SD_CS_PIN
+#define SD_CS_PIN PIN(0u, 22u)
+#endif
+#endif
 /* The DK's Arduino header (DK user guide, "Arduino Uno R3 compatible header"): D13 SCK = P1.15,
  * D12 MISO = P1.14, D11 MOSI = P1.13, D10 SS = P1.12, as on any SD shield. */
 #ifndef SD_SCK_PIN
@@ -505,6 +553,10 @@ static int flash_ready;
 
 static void pager_hw_init(void)
 {
+    static const uint8_t pins[] = {QSPI_SCK_PIN, QSPI_CSN_PIN, QSPI_IO0_PIN, QSPI_IO1_PIN, QSPI_IO2_PIN, QSPI_IO3_PIN};
+    uint32_t i;
+    for (i = 0; i < sizeof pins; i++)
+        GPIO_PIN_CNF(pins[i]) = PIN_CNF_QSPI;
     QSPI_PSEL_SCK = QSPI_SCK_PIN;
     QSPI_PSEL_CSN = QSPI_CSN_PIN;
     QSPI_PSEL_IO0 = QSPI_IO0_PIN;
@@ -632,6 +684,45 @@ int port_nv_write(uint32_t off, const void *src, uint32_t n)
     return memcmp(__nv_start + off, s, n) != 0; /* reads back equal, as port.h promises */
 }
 
+#ifdef NRF_DONGLE
+/* The Dongle is powered from USB into VDDH (the chip's high-voltage mode), and then its GPIO run at
+ * what REG0 puts out, set by UICR.REGOUT0: erased (0xFFFFFFFF), VOUT reads DEFAULT, 1.8 V (PS,
+ * "POWER", "Main supply"; "UICR", REGOUT0). A 3.3 V USB-serial adapter need not read 1.8 V as high,
+ * nor an SD card take it. Nordic's board support (nRF5 SDK components/boards/boards.c,
+ * gpio_output_voltage_setup, for BOARD_PCA10059) and
+ * Zephyr's board code (boards/nordic/nrf52840dongle/board.c, board_nrf52840dongle_nrf52840_init)
+ * program REGOUT0 to 3.0 V when they find it at its default in high-voltage mode, then reset, since
+ * REG0 reads it at reset only: the same here, once per chip (UICR keeps it; a debugger's full erase
+ * clears it). A Dongle whose REGOUT0 was already set is left alone, whatever the value. The write
+ * goes through the NVMC like any flash word (UICR is flash: only 1 -> 0 bits, 7 -> 4 is such). */
+#define POWER 0x40000000u /* POWER shares its base and ID with CLOCK (PS, "Instantiation") */
+#define POWER_MAINREGSTATUS REG(POWER + 0x640u)
+#define MAINREGSTATUS_HIGH 1u /* VDDH supplies the chip */
+#define UICR 0x10001000u
+#define UICR_REGOUT0 REG(UICR + 0x304u)
+#define REGOUT0_VOUT_MASK 7u
+#define REGOUT0_VOUT_DEFAULT 7u /* 1.8 V */
+#define REGOUT0_VOUT_3V0 4u
+#define SCB_AIRCR REG(0xE000ED0Cu)     /* ARMv7-M ARM B3.2.6 */
+#define AIRCR_SYSRESETREQ 0x05FA0004u /* VECTKEY | SYSRESETREQ */
+
+static void dongle_regout0(void)
+{
+    if (!(POWER_MAINREGSTATUS & MAINREGSTATUS_HIGH) || (UICR_REGOUT0 & REGOUT0_VOUT_MASK) != REGOUT0_VOUT_DEFAULT)
+        return;
+    nvmc_wait();
+    NVMC_CONFIG = NVMC_WEN;
+    UICR_REGOUT0 = (UICR_REGOUT0 & ~REGOUT0_VOUT_MASK) | REGOUT0_VOUT_3V0;
+    nvmc_wait();
+    NVMC_CONFIG = NVMC_REN;
+    nvmc_wait();
+    __asm__ volatile("dsb" ::: "memory");
+    SCB_AIRCR = AIRCR_SYSRESETREQ; /* REG0 takes the new voltage at reset */
+    for (;;)
+        ;
+}
+#endif
+
 const char *port_board(void) { return "nrf52840"; }
 uint32_t port_ram_bytes(void) { return 262144u; } /* PS, "Memory": 256 KB RAM */
 
@@ -647,7 +738,10 @@ static void uart_init(void)
      * when the UARTE is disabled (PS, UARTE "Pin configuration"). */
     GPIO_OUTSET(UART_TX_PIN) = 1u << (UART_TX_PIN & 31u);
     GPIO_PIN_CNF(UART_TX_PIN) = PIN_CNF_OUTPUT;
-    GPIO_PIN_CNF(UART_RX_PIN) = 0; /* input, buffer connected, no pull */
+    /* Pulled up, as Zephyr's nRF52840 DK and Dongle board files configure RX (bias-pull-up in
+     * their pinctrl; nrfx's own driver leaves it floating): until the J-Link's VCOM (or an adapter)
+     * drives the line, a floating RX reads noise as start bits, junk bytes before HELLO. */
+    GPIO_PIN_CNF(UART_RX_PIN) = PIN_CNF_INPUT_PULLUP;
     UARTE_PSEL_TXD = UART_TX_PIN;
     UARTE_PSEL_RXD = UART_RX_PIN;
     UARTE_PSEL_RTS = PSEL_DISCONNECTED;
@@ -667,6 +761,9 @@ static void uart_init(void)
 int main(void)
 {
     uint32_t i;
+#ifdef NRF_DONGLE
+    dongle_regout0(); /* returns at once, but on a Dongle's first start: then it resets */
+#endif
     /* The crystal (HFXO), not the RC oscillator, clocks TIMER1 and the UART: the tick rate is
      * then good to the crystal's tens of ppm, and 1 Mbaud stays in tolerance (PS, CLOCK, HFCLK
      * accuracy). HFXO start-up is specified in well under 1 ms; the loop bound only avoids a

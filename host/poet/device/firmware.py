@@ -38,11 +38,15 @@ TARGETS: dict[str, Target] = {
                        "nRF52840 itself: its memory map, UARTE, QSPI/SD pager (built and size-checked here)"),
     "nrf52840-qspi": Target(Path("build/nrf52840-qspi/poet.elf"), "arm-none-eabi-gcc",
                             "nRF52840 with the DK's QSPI flash as the pager instead of an SD card"),
+    "nrf52840-dongle": Target(Path("build/nrf52840-dongle/poet.elf"), "arm-none-eabi-gcc",
+                              "nRF52840 Dongle: the nrf52840 image on the Dongle's edge pins, its GPIO at 3.0 V"),
     "mkr1000": Target(Path("build/mkr1000/poet.elf"), "arm-none-eabi-gcc",
                       "MKR1000 itself: SAMD21G18, SERCOM UART, SD pager (built and size-checked here)"),
     "esp32c3": Target(Path("build/esp32c3/poet.elf"), "riscv64-unknown-elf-gcc",
-                      "ESP32-C3 itself: its memory map, USB-Serial/JTAG, SD pager (built, made into an esptool "
-                      "image and checked here)"),
+                      "ESP32-C3 itself: its memory map, the link on UART0 (a DevKit's USB-UART bridge), SD pager "
+                      "(built, made into an esptool image and checked here)"),
+    "esp32c3-usb": Target(Path("build/esp32c3-usb/poet.elf"), "riscv64-unknown-elf-gcc",
+                          "ESP32-C3 with the link on its own USB-Serial/JTAG (boards wired to GPIO18/19)"),
     "qemu-rv32": Target(Path("build/qemu-rv32/poet.elf"), "riscv64-unknown-elf-gcc",
                         "ESP32-C3 stand-in: rv32imc + picolibc on QEMU virt"),
     "linux": Target(Path("build/linux/poet"), "cc", "native runtime (host; RPi 4 and Jetson build the same)"),
