@@ -5,7 +5,9 @@ No ESP32-C3 board is attached and QEMU has no ESP32-C3 machine, so these are sta
 build/esp32c3/poet.bin (made by `esptool elf2image`): the memory it uses against the chip's SRAM and what the ROM
 keeps for itself (ESP32-C3 TRM "System and Memory"; ESP-IDF's esp32c3 bootloader.ld, "ROM static data usage"), the
 image header and segments parsed here byte by byte and read back by `esptool image-info`, rv32imc code without F/D
-instructions, and the trap vector table, USB-Serial/JTAG driver, watchdog set-up and SD pager linked in.
+instructions, and the trap vector table, serial link driver, watchdog set-up and SD pager linked in. Both images
+are checked: `esp32c3` (the link on UART0, for boards with a USB-UART bridge) and `esp32c3-usb` (the link on the
+chip's USB-Serial/JTAG controller).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ MARGIN_BYTES = 4096             # left free between our stack's top and the ROM'
 ESP_IMAGE_MAGIC = 0xE9
 ESP32C3_CHIP_ID = 5             # esptool's IMAGE_CHIP_ID for the ESP32-C3
 CHECKSUM_SEED = 0xEF
+# The peripheral each image's serial link drives, as the upper 20 bits `lui` loads: UART0 at 0x60000000,
+# USB_SERIAL_JTAG at 0x60043000 (ESP-IDF reg_base.h; tests/test_port_registers.py checks the port's addresses).
+LINK_BASE = {"esp32c3": 0x60000, "esp32c3-usb": 0x60043}
 
 
 @dataclass(frozen=True)
@@ -97,9 +102,9 @@ def _need_esptool() -> None:
         pytest.skip("esptool not installed (pip install -e '.[dev]')")
 
 
-@pytest.fixture(scope="module")
-def elf() -> Path:
-    return firmware.build("esp32c3")
+@pytest.fixture(scope="module", params=sorted(LINK_BASE))
+def elf(request: pytest.FixtureRequest) -> Path:
+    return firmware.build(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -203,11 +208,35 @@ def test_vectors_startup_and_drivers_linked(elf: Path) -> None:
                  "port_pager_open", "port_pager_read", "port_pager_write", "sd_init", "sd_pager_read",
                  "sd_pager_write"):
         assert name in syms, name
-    # The USB-Serial/JTAG controller's registers (base 0x60043000) are what the serial link touches.
+    # The link's peripheral (UART0 or USB_SERIAL_JTAG) is what port_write and port_getc touch, and only it.
+    target = elf.parent.name
     for fn in ("port_write", "port_getc"):
         body = tool("riscv64-unknown-elf-objdump", "-d", f"--disassemble={fn}", str(elf))
-        assert re.search(r"lui\s+\w+,0x60043\b", body), f"{fn} does not address USB_SERIAL_JTAG"
+        bases = {int(b, 16) for b in re.findall(r"lui\s+\w+,(0x600[0-9a-f]{2})\b", body)}
+        assert bases == {LINK_BASE[target]}, f"{target}: {fn} addresses {sorted(map(hex, bases))}"
 
 
 def symbols_rv(elf: Path) -> dict[str, int]:
     return symbols(elf, "riscv64-unknown-elf-nm")
+
+
+def test_sd_paging_model_is_what_the_bit_banged_loop_allows(elf: Path) -> None:
+    """The SD card is clocked by sd_xchg's GPIO loop, not by GP-SPI2, so boards/esp32c3.yaml's paging rates are an
+    estimate from that loop: never above one instruction a cycle at the board's clock over the loop's instructions
+    per bit. The loop is the span between sd_xchg's backward branches; of it, each bit skips at most the two
+    spi_delay calls and one of the set/clear paths (4 instructions)."""
+    from poet.boards import load_board
+
+    board = load_board("esp32c3")
+    dis = tool("riscv64-unknown-elf-objdump", "-d", "--no-show-raw-insn", "--disassemble=sd_xchg", str(elf))
+    insns = [(int(a, 16), rest) for a, rest in re.findall(r"^\s*([0-9a-f]+):\s+(\S.*)$", dis, re.M)]
+    backward = [(at, int(m.group(1), 16)) for at, text in insns
+                if (m := re.search(r"\b([0-9a-f]{8}) <sd_xchg\+", text)) and int(m.group(1), 16) < at]
+    assert backward, dis
+    lo, hi = min(t for _, t in backward), max(at for at, _ in backward)
+    per_bit = sum(lo <= at <= hi for at, _ in insns) - 4
+    assert per_bit >= 12, dis
+    storage = board.storage
+    assert storage["source"] == "estimated"
+    for rate in (storage["read_bytes_per_s"], storage["write_bytes_per_s"]):
+        assert rate * 8 * per_bit <= board.clock_hz, f"{rate} B/s needs under {per_bit} instructions a bit"

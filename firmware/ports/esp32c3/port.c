@@ -1,15 +1,24 @@
-/* The ESP32-C3 itself, bare metal (no ESP-IDF): the serial link on the chip's USB-Serial/JTAG
- * controller (the port a DevKit enumerates as 303a:1001), SYSTIMER unit 0 as the 16 MHz tick
+/* The ESP32-C3 itself, bare metal (no ESP-IDF): the serial link on UART0 or on the chip's
+ * USB-Serial/JTAG controller (chosen at build time, below), SYSTIMER unit 0 as the 16 MHz tick
  * counter, an SD card in SPI mode as the pager (drivers/sd_spi.c) on bit-banged GPIOs, the
  * op marker (port_mark) on GPIO4, and nv storage (the model blob and frozen weights) in 1 MiB of the
  * SPI flash, written with the ROM's flash functions and read in place through the flash cache.
  *
+ * The link, -DPOET_C3_USB=0 or 1 (port.mk: one image each):
+ *   0  UART0 on GPIO21 (TX) / GPIO20 (RX), 115200 8N1: boards whose USB connector goes to a USB-UART
+ *      bridge on those pins, as the ESP32-C3-DevKitM-1's and DevKitC-02's micro-USB does (their user
+ *      guides' block diagrams: USB-to-UART bridge to U0TXD/U0RXD). `make esp32c3`, the default;
+ *   1  the USB-Serial/JTAG controller on GPIO18/19 (enumerates as 303a:1001): boards whose USB
+ *      connector is wired to the chip itself (Seeed XIAO ESP32C3, ESP32-C3-DevKit-RUST-1, the
+ *      "SuperMini" boards). `make esp32c3-usb`.
+ *
  * Sources for every address and bit below: ESP32-C3 Technical Reference Manual (TRM), cited by
  * chapter name, cross-checked against ESP-IDF's register headers for the chip
- * (components/soc/esp32c3/{include,register}/soc/<block>_reg.h, reg_base.h, periph_defs.h), whose
- * file is named where it is the more precise source. Built, imaged with esptool and checked
- * statically here (tests/test_port_esp32c3.py); nothing here emulates a C3, so this code has not
- * run: the qemu-rv32 port is the executable stand-in (same ISA, same memory sizes). */
+ * (components/soc/esp32c3/{include,register}/soc/<block>_reg.h, reg_base.h, interrupts.h), whose
+ * file is named where it is the more precise source; tests/test_port_registers.py checks each
+ * against those headers. Built, imaged with esptool and checked statically here
+ * (tests/test_port_esp32c3.py); nothing here emulates a C3, so this code has not run: the qemu-rv32
+ * port is the executable stand-in (same ISA, same memory sizes). */
 #include <stdint.h>
 #include <string.h>
 
@@ -80,16 +89,20 @@
 #define INTMTX_CPU_INT_PRI(line) REG(INTMTX + 0x114u + 4u * (line))
 #define INTMTX_CPU_INT_THRESH REG(INTMTX + 0x194u)
 #define INTMTX_SOURCES 62u          /* ETS_MAX_INTR_SOURCE */
-#define SRC_USB_SERIAL_JTAG 26u     /* ETS_USB_SERIAL_JTAG_INTR_SOURCE */
 #define SRC_SYSTIMER_TARGET0 37u    /* ETS_SYSTIMER_TARGET0_EDGE_INTR_SOURCE (a level: SOC_SYSTIMER_INT_LEVEL) */
-#define LINE_USB 9u                 /* any free line 1-31: nothing else runs here */
+#define LINE_LINK 9u                /* any free line 1-31: nothing else runs here */
 #define LINE_TICK 10u
 #define MCAUSE_INTERRUPT 0x80000000u
 #define MSTATUS_MIE 0x8u
 
+#ifndef POET_C3_USB
+#define POET_C3_USB 0
+#endif
+#if POET_C3_USB
 /* ---- USB-Serial/JTAG at 0x60043000 (TRM "USB Serial/JTAG Controller (USB_SERIAL_JTAG)";
  * usb_serial_jtag_reg.h). The CDC-ACM side is handled by the hardware: EP1 is a 64-byte FIFO
  * each way, read/written a byte at a time through USB_SERIAL_JTAG_EP1_REG. */
+#define SRC_LINK 26u                /* ETS_USB_SERIAL_JTAG_INTR_SOURCE */
 #define USJ 0x60043000u
 #define USJ_EP1 REG(USJ + 0x00u)
 #define USJ_EP1_CONF REG(USJ + 0x04u)
@@ -100,6 +113,46 @@
 #define USJ_OUT_EP_DATA_AVAIL (1u << 2)    /* EP1_CONF: the OUT (from host) FIFO holds a byte */
 #define USJ_INT_SERIAL_OUT_RECV_PKT (1u << 2)
 #define USJ_PACKET 64u
+#else
+/* ---- UART0 at 0x60000000 (TRM "UART Controller (UART)"; uart_reg.h, and ESP-IDF's
+ * hal/esp32c3/uart_ll.h for the sequence). The ROM has it running (its boot log goes out there at
+ * 115200) with GPIO20/21 on U0RXD/U0TXD in the IO_MUX, so only its clock, rate and interrupt are
+ * set here. The core clock is XTAL_CLK (40 MHz on every C3) undivided, not APB, so the baud rate
+ * does not depend on the CPU clock the ROM left. 128-byte FIFOs each way (SOC_UART_FIFO_LEN),
+ * read and written a byte per 32-bit access at UART_FIFO_REG (uart_ll_read_rxfifo/write_txfifo).
+ * UART_ID's HIGH_SPEED bit is set from reset, so register writes take effect without the
+ * UART_UPDATE handshake. */
+#define SRC_LINK 21u                /* ETS_UART0_INTR_SOURCE */
+#define UART0 0x60000000u
+#define UART_FIFO REG(UART0 + 0x00u)
+#define UART_INT_ENA REG(UART0 + 0x0Cu)
+#define UART_INT_CLR REG(UART0 + 0x10u)
+#define UART_CLKDIV REG(UART0 + 0x14u)
+#define UART_STATUS REG(UART0 + 0x1Cu)
+#define UART_CONF0 REG(UART0 + 0x20u)
+#define UART_CONF1 REG(UART0 + 0x24u)
+#define UART_CLK_CONF REG(UART0 + 0x78u)
+#define UART_RXFIFO_FULL_INT (1u << 0)     /* INT_*: RX FIFO holds at least CONF1.RXFIFO_FULL_THRHD bytes */
+#define UART_RXFIFO_CNT_MASK 0x3FFu        /* STATUS[9:0] */
+#define UART_TXFIFO_CNT_SHIFT 16u          /* STATUS[25:16] */
+#define UART_RXFIFO_FULL_THRHD_MASK 0x1FFu /* CONF1[8:0] */
+/* CONF0: PARITY_EN (bit 1) off, BIT_NUM[3:2] = 3 (8 data bits), STOP_BIT_NUM[5:4] = 1 (one stop bit):
+ * 8N1, as at reset; the other fields (MEM_CLK_EN among them) are kept. */
+#define UART_CONF0_FORMAT_MASK 0x3Eu
+#define UART_CONF0_8N1 ((3u << 2) | (1u << 4))
+/* CLK_CONF: SCLK_SEL[21:20] = 3 (XTAL_CLK), SCLK_DIV_NUM/A/B = 0 (undivided), SCLK_EN (22), TX_SCLK_EN
+ * (24), RX_SCLK_EN (25). */
+#define UART_CLK_CONF_XTAL ((3u << 20) | (1u << 22) | (1u << 24) | (1u << 25))
+#define UART_FIFO_LEN 128u
+#define XTAL_HZ 40000000u
+#ifndef UART_BAUD
+#define UART_BAUD 115200u
+#endif
+/* CLKDIV: the divider in sixteenths, integer part in [11:0], fraction in [23:20] (uart_ll_set_baudrate):
+ * 40 MHz / 115200 = 347.22 -> 347 + 4/16, 115191 baud (-0.008 %). */
+#define UART_DIV16 ((16u * XTAL_HZ + UART_BAUD / 2u) / UART_BAUD)
+#define UART_CLKDIV_VALUE ((UART_DIV16 >> 4) | ((UART_DIV16 & 15u) << 20))
+#endif
 
 /* ---- GPIO at 0x60004000 and IO_MUX at 0x60009000 (TRM "IO MUX and GPIO Matrix (GPIO, IO_MUX)";
  * gpio_struct.h, io_mux_reg.h). A pad is a plain GPIO with IO_MUX MCU_SEL = 1 (PIN_FUNC_GPIO)
@@ -141,8 +194,8 @@
 #define POET_MARK_PIN 4u
 #endif
 #if POET_MARK_PIN == SD_SCK_PIN || POET_MARK_PIN == SD_MOSI_PIN || POET_MARK_PIN == SD_MISO_PIN || \
-    POET_MARK_PIN == SD_CS_PIN || (POET_MARK_PIN >= 12u && POET_MARK_PIN <= 19u) || POET_MARK_PIN > 21u
-#error "POET_MARK_PIN: an SD, flash or USB pin, or not a GPIO (0-21)"
+    POET_MARK_PIN == SD_CS_PIN || (POET_MARK_PIN >= 12u && POET_MARK_PIN <= 21u) || POET_MARK_PIN > 21u
+#error "POET_MARK_PIN: an SD, flash, USB or UART0 pin, or not a GPIO (0-21)"
 #endif
 
 /* Receive ring: the host sends one frame (<= 1032 bytes, spec section 6) and waits for the
@@ -151,7 +204,9 @@
 #define RING 2048u
 #include "../shared/rx_ring.h"
 
+#if POET_C3_USB
 static uint32_t tx_in_packet;                  /* bytes in the IN FIFO not yet handed over */
+#endif
 static uint32_t spi_half_ticks;                /* SCK half period in ticks; 0 = as fast as the GPIOs go */
 
 void c3_early_init(void);
@@ -176,10 +231,11 @@ void c3_early_init(void)
     RTC_CNTL_SWD_WPROTECT = 0;
 }
 
+#if POET_C3_USB
 /* USB RX: clear the "packet received" flag first, then drain the FIFO, so a packet landing
  * during the drain raises it again. When the ring is full the rest stays in the FIFO (the host
  * is NAKed meanwhile) and the interrupt is masked; port_getc then reads the FIFO itself. */
-static void usb_rx(void)
+static void link_rx(void)
 {
     USJ_INT_CLR = USJ_INT_SERIAL_OUT_RECV_PKT;
     while (USJ_EP1_CONF & USJ_OUT_EP_DATA_AVAIL) {
@@ -190,6 +246,39 @@ static void usb_rx(void)
         ring_put((uint8_t)USJ_EP1);
     }
 }
+
+/* A byte still in the controller's FIFO (left there when the ring was full), or -1. */
+static int link_fifo_getc(void)
+{
+    return (USJ_EP1_CONF & USJ_OUT_EP_DATA_AVAIL) ? (int)(USJ_EP1 & 0xFFu) : -1;
+}
+
+static void link_rx_on(void) { USJ_INT_ENA = USJ_INT_SERIAL_OUT_RECV_PKT; }
+#else
+/* UART RX, the same way: the flag cleared first, then the FIFO drained into the ring (a byte landing
+ * after the last check raises the flag again, whether the hardware latches it on arrival or holds it
+ * while the FIFO is at the threshold). With the ring full the interrupt is masked and the bytes wait
+ * in the 128-byte FIFO, where port_getc reads them; the UART has no flow control, so a host that kept
+ * sending past that would lose bytes, which the protocol's stop-and-wait never does. */
+static void link_rx(void)
+{
+    UART_INT_CLR = UART_RXFIFO_FULL_INT;
+    while (UART_STATUS & UART_RXFIFO_CNT_MASK) {
+        if (ring_full()) {
+            UART_INT_ENA = 0;
+            return;
+        }
+        ring_put((uint8_t)UART_FIFO);
+    }
+}
+
+static int link_fifo_getc(void)
+{
+    return (UART_STATUS & UART_RXFIFO_CNT_MASK) ? (int)(UART_FIFO & 0xFFu) : -1;
+}
+
+static void link_rx_on(void) { UART_INT_ENA = UART_RXFIFO_FULL_INT; }
+#endif
 
 /* Every trap comes here (all 32 vector slots, startup.S). Interrupts: mcause = bit 31 | line.
  * An exception is a bug: reset the chip (RTC_CNTL_SW_SYS_RST), so the ROM boots this image
@@ -204,8 +293,8 @@ __attribute__((interrupt("machine"))) void trap_handler(void)
             ;
     }
     switch (cause & 0x1Fu) {
-    case LINE_USB:
-        usb_rx();
+    case LINE_LINK:
+        link_rx();
         break;
     case LINE_TICK:
         SYSTIMER_INT_CLR = SYSTIMER_TARGET0_INT; /* nothing else to do: it only ends a WFI */
@@ -226,10 +315,10 @@ int port_getc(void)
         int c;
         __asm__ volatile("csrc mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
         c = ring_get();
-        if (c < 0 && (USJ_EP1_CONF & USJ_OUT_EP_DATA_AVAIL)) /* left behind when the ring was full */
-            c = (int)(USJ_EP1 & 0xFFu);
+        if (c < 0)
+            c = link_fifo_getc(); /* left behind when the ring was full */
         if (c >= 0) {
-            USJ_INT_ENA = USJ_INT_SERIAL_OUT_RECV_PKT; /* the ring has room again */
+            link_rx_on(); /* the ring has room again */
             __asm__ volatile("csrs mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
             return c;
         }
@@ -237,6 +326,7 @@ int port_getc(void)
     }
 }
 
+#if POET_C3_USB
 static void usb_wait_free(void)
 {
     /* Blocks while the host is not reading (the port not open): the core only writes replies
@@ -267,6 +357,44 @@ void port_write(const uint8_t *p, size_t n)
     USJ_EP1_CONF = USJ_WR_DONE; /* the partial packet, or the ZLP after a full one */
     tx_in_packet = 0;
 }
+
+static void link_init(void)
+{
+    /* The USB-Serial/JTAG controller is on and enumerated since reset (the ROM uses it); its
+     * FIFO is not flushed, as the host may have sent its first request already. */
+    USJ_INT_CLR = USJ_INT_SERIAL_OUT_RECV_PKT;
+    USJ_INT_ENA = USJ_INT_SERIAL_OUT_RECV_PKT;
+}
+#else
+static uint32_t uart_tx_count(void) { return (UART_STATUS >> UART_TXFIFO_CNT_SHIFT) & 0x3FFu; }
+
+/* TX: into the 128-byte FIFO as it drains, 87 us a byte at 115200. Returns with the last bytes still
+ * going out, which the next write (or nothing) follows. */
+void port_write(const uint8_t *p, size_t n)
+{
+    while (n--) {
+        while (uart_tx_count() >= UART_FIFO_LEN)
+            ;
+        UART_FIFO = *p++;
+    }
+}
+
+static void link_init(void)
+{
+    uint32_t i;
+    /* The ROM's boot log may still be leaving the FIFO at the ROM's rate: let it go out before the
+     * rate is set (128 bytes at 115200 take 11 ms; the bound only keeps a stuck TX from hanging). */
+    for (i = 0; i < 1000000u && uart_tx_count(); i++)
+        ;
+    UART_CLK_CONF = UART_CLK_CONF_XTAL;
+    UART_CLKDIV = UART_CLKDIV_VALUE;
+    UART_CONF0 = (UART_CONF0 & ~UART_CONF0_FORMAT_MASK) | UART_CONF0_8N1;
+    UART_CONF1 = (UART_CONF1 & ~UART_RXFIFO_FULL_THRHD_MASK) | 1u; /* an interrupt per byte */
+    /* Not flushed: the host may have sent its first request already. */
+    UART_INT_CLR = UART_RXFIFO_FULL_INT;
+    UART_INT_ENA = UART_RXFIFO_FULL_INT;
+}
+#endif
 
 /* The low word of the 52-bit counter is itself a free-running counter wrapping at 2^32, which
  * is all the core asks for. */
@@ -378,7 +506,7 @@ static void pager_hw_init(void)
  *
  * Where: linker.ld (NV_FLASH, NV_BYTES, and the ROM addresses used below, from ESP-IDF's
  * components/esp_rom/esp32c3/ld/esp32c3.rom.ld). Flash offset 0x300000 is the last MiB of the
- * 4 MB flash the image header declares (port.mk: -fs 4MB; the ESP32-C3FH4 / the DevKitM-1's
+ * 4 MB flash the image header declares (port.mk: -fs 4MB; the ESP32-C3FN4 in the DevKitM-1's
  * ESP32-C3-MINI-1), far above the image at offset 0 (it fits SRAM, under 400 KB), and a multiple
  * of the MMU's 64 KiB page; 1 MiB is 16 MMU pages, the qemu-rv32 stand-in's NV.
  *
@@ -559,7 +687,7 @@ int port_nv_write(uint32_t off, const void *src, uint32_t n)
 
 const char *port_board(void) { return "esp32c3"; }
 /* ESP32-C3 Series Datasheet: 400 KB SRAM, 16 KB of it the flash cache (sec. 3.1.5 "Cache");
- * 4 MB in-package flash (ESP32-C3FH4 / the DevKitM-1's module). As boards/esp32c3.yaml says. */
+ * 4 MB in-package flash (ESP32-C3FN4/FH4, as in the DevKitM-1's module). As boards/esp32c3.yaml says. */
 uint32_t port_ram_bytes(void) { return 393216u; }
 void port_idle(void) { __asm__ volatile("wfi"); }
 
@@ -570,13 +698,13 @@ static void interrupts_init(void)
     INTMTX_CPU_INT_ENABLE = 0;
     for (src = 0; src < INTMTX_SOURCES; src++)
         INTMTX_MAP(src) = 0;
-    INTMTX_MAP(SRC_USB_SERIAL_JTAG) = LINE_USB;
+    INTMTX_MAP(SRC_LINK) = LINE_LINK;
     INTMTX_MAP(SRC_SYSTIMER_TARGET0) = LINE_TICK;
     INTMTX_CPU_INT_TYPE = 0; /* both sources are levels */
-    INTMTX_CPU_INT_PRI(LINE_USB) = 1u;
+    INTMTX_CPU_INT_PRI(LINE_LINK) = 1u;
     INTMTX_CPU_INT_PRI(LINE_TICK) = 1u;
     INTMTX_CPU_INT_THRESH = 1u; /* lines with priority >= 1 are taken (ESP-IDF's default) */
-    INTMTX_CPU_INT_ENABLE = 1u << LINE_USB | 1u << LINE_TICK;
+    INTMTX_CPU_INT_ENABLE = 1u << LINE_LINK | 1u << LINE_TICK;
 }
 
 static void systimer_init(void)
@@ -594,10 +722,7 @@ static void systimer_init(void)
 int main(void)
 {
     systimer_init();
-    /* The USB-Serial/JTAG controller is on and enumerated since reset (the ROM uses it); its
-     * FIFO is not flushed, as the host may have sent its first request already. */
-    USJ_INT_CLR = USJ_INT_SERIAL_OUT_RECV_PKT;
-    USJ_INT_ENA = USJ_INT_SERIAL_OUT_RECV_PKT;
+    link_init();
     interrupts_init();
     gpio_output(POET_MARK_PIN, 0);
     pager_hw_init();

@@ -3,7 +3,7 @@
  * The ROM bootloader loads this image's segments into SRAM (linker.ld) and jumps to _start with
  * its own stack (top of SRAM) and trap vector still in place. So, before anything else: mask
  * interrupts, take our own stack and mtvec, then switch the watchdogs off (port.c) before the
- * slow part, zeroing .bss (the ~300 KB pool). .data needs no copy: the ROM loaded it in place.
+ * slow part, zeroing .bss (the 286 KiB pool). .data needs no copy: the ROM loaded it in place.
  *
  * Vector table: the ESP32-C3's core takes traps in vectored mode (mtvec.MODE = 1), exceptions at
  * the table base and CPU interrupt line n at base + 4n, with the base 256-byte aligned (ESP32-C3
