@@ -197,6 +197,49 @@ def test_image_flags_are_the_ports():
     assert line.split(":=")[1].split() == flash.ESP32C3_IMAGE_FLAGS
 
 
+# ---------------------------------------------------------------- which image: flash_variants
+
+def _port(device: str, vid: int | None, pid: int | None) -> ListPortInfo:
+    p = ListPortInfo(device)
+    p.vid, p.pid = vid, pid
+    return p
+
+
+@pytest.mark.parametrize("board,usb,target", [
+    ("nrf52840", (0x1915, 0x521F), "nrf52840-dongle"),   # the Dongle's Open USB Bootloader
+    ("nrf52840", (0x1366, 0x1051), "nrf52840"),          # a DK's J-Link: the DK's image
+    ("nrf52840", (None, None), "nrf52840"),               # no USB identity (a pty, a built-in UART)
+    ("esp32c3", (0x303A, 0x1001), "esp32c3-usb"),         # the C3's own USB-Serial/JTAG
+    ("esp32c3", (0x10C4, 0xEA60), "esp32c3"),             # a DevKit's CP2102N bridge on UART0
+    ("mkr1000", (0x2341, 0x804E), "mkr1000"),             # no variants: the board's image
+])
+def test_the_port_s_usb_id_picks_the_image(board, usb, target):
+    b = load_board(board)
+    got, why = flash.flash_target(b, "/dev/ttyX", lambda: [_port("/dev/ttyX", *usb), _port("/dev/other", 1, 2)])
+    assert got == target
+    assert (why is not None) == (target != b.firmware_target)
+    assert got in flash.firmware.TARGETS
+
+
+def test_an_unlisted_port_or_a_failing_listing_gets_the_default_image():
+    b = load_board("esp32c3")
+    assert flash.flash_target(b, "/dev/ttyX", lambda: [_port("/dev/other", 0x303A, 0x1001)]) == ("esp32c3", None)
+
+    def broken() -> list:
+        raise OSError("no sysfs")
+
+    assert flash.flash_target(b, "/dev/ttyX", broken) == ("esp32c3", None)
+
+
+def test_every_flash_variant_is_a_firmware_target():
+    from poet.boards import board_names
+
+    for name in board_names():
+        for v in load_board(name).raw.get("flash_variants") or []:
+            assert v["target"] in flash.firmware.TARGETS, (name, v)
+            assert len(v["usb"]) == 2 and v["board"], (name, v)
+
+
 def test_esptool_missing(monkeypatch):
     def absent(name: str) -> str:
         raise flash.importlib.metadata.PackageNotFoundError(name)

@@ -3,7 +3,8 @@
 One function per flasher returns the exact command lines (tested as data); `run_commands`
 runs them with the tools' own output streaming through. Which flasher a board takes is the
 `flasher:` of boards/<board>.yaml: nrfutil (DFU), bossac (after the 1200-baud touch), esptool,
-or linux (ssh/scp). Without a port, "flashing" builds the stand-in's image and boots it: the
+or linux (ssh/scp); which image it writes is the board's `firmware_target`, or one of its
+`flash_variants` when the port's USB ID says which board of the kind it is (`flash_target`). Without a port, "flashing" builds the stand-in's image and boots it: the
 image is good when its HELLO names the board.
 """
 
@@ -221,6 +222,33 @@ def flash_emulated(board: Board, say: Say) -> str:
 
 # ---------------------------------------------------------------- the command
 
+def flash_target(board: Board, port: str, list_ports: Callable[[], list[serialports.PortInfo]] = serialports.attached,
+                 ) -> tuple[str, str | None]:
+    """The image to write through `port`, and what picked it: the board file's `flash_variants` name an image
+    per USB ID of the port a board is flashed through (the nRF52840 Dongle's bootloader, an ESP32-C3's own
+    USB), since those boards need other pins than the board's default image; any other port, or one whose ID
+    cannot be read, gets `firmware_target`."""
+    variants = board.raw.get("flash_variants") or []
+    if not variants:
+        return board.firmware_target, None
+    try:
+        here = [p for p in list_ports() if p.device == port]
+    except Exception:  # listing ports is a courtesy here; the default image is the answer without it
+        return board.firmware_target, None
+    for p in here:
+        for v in variants:
+            if p.vid is not None and (p.vid, p.pid) == (int(v["usb"][0]), int(v["usb"][1])):
+                return str(v["target"]), f"{port} is {v['board']} ({p.vid:04x}:{p.pid:04x})"
+    return board.firmware_target, None
+
+
+def _variant(board: Board, port: str, say: Say) -> str:
+    target, why = flash_target(board, port)
+    if why:
+        say(f"[flash] {why}: writing the {target} image")
+    return target
+
+
 def _build(target: str, dry_run: bool) -> Path:
     """The real board's image: built by make, or only named for a dry run."""
     if dry_run:
@@ -292,7 +320,7 @@ def _flash_nrfutil(board: Board, port: str, say: Say, dry_run: bool) -> None:
     flavour = str(_tool_or_note(nrfutil_flavour, NRF5SDK, dry_run, say))
     if not dry_run:
         require("arm-none-eabi-objcopy")
-    elf = _build(board.firmware_target, dry_run)
+    elf = _build(_variant(board, port, say), dry_run)
     _run_or_show(nrfutil_commands(elf, port, flavour), say, dry_run)
     if not dry_run:
         say(f"flashed {board.name} on {port} (nrfutil DFU); the board runs poet now")
@@ -320,7 +348,7 @@ def _flash_bossac(board: Board, port: str, say: Say, dry_run: bool) -> None:
 
 def _flash_esptool(board: Board, port: str, say: Say, dry_run: bool) -> None:
     major = int(str(_tool_or_note(esptool_major, 5, dry_run, say)))
-    elf = _build(board.firmware_target, dry_run)
+    elf = _build(_variant(board, port, say), dry_run)
     _run_or_show(esptool_commands(elf, port, major), say, dry_run)
     if not dry_run:
         say(f"flashed {board.name} on {port} (esptool); the board runs poet now")
