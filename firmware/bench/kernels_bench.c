@@ -227,14 +227,17 @@ static void cv_gx_ref(void) { poet_ref_conv2d_ex_bwd(&CV, G, X, W, 0, 0, Y); }
 static void cv_dw(void) { poet_conv2d_ex_bwd(&CV, G, X, W, &gw, &gb, 0); }
 static void cv_dw_ref(void) { poet_ref_conv2d_ex_bwd(&CV, G, X, W, &gw, &gb, 0); }
 
-/* The static-int8 convolution (a frozen layer of a plan's int8 prefix), int8 in and out. */
+/* The static-int8 convolution (a frozen layer of a plan's int8 prefix), int8 in and out; ReLU after all
+ * but the 1x1 (a MobileNet's projection has none), so both epilogues are checked. */
 static void cq_fwd(void)
 {
-    poet_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, BIAS, 1, &Y_SCALE, Y);
+    poet_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, BIAS, CV.kh != 1,
+                           &Y_SCALE, Y);
 }
 static void cq_fwd_ref(void)
 {
-    poet_ref_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, BIAS, 1, &Y_SCALE, Y);
+    poet_ref_conv2d_q_fwd_rows(&CV, 0, CV.O, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, BIAS, CV.kh != 1,
+                               &Y_SCALE, Y);
 }
 
 #ifdef POET_PEER_CMSIS_NN

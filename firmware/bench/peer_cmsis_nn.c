@@ -116,7 +116,7 @@ int peer_nn_linear_s8_fwd(int B, int in, int out, const int8_t *x, const int8_t 
                                                                                                         : -1;
 }
 
-/* ReLU as the activation range, as poet's conv2d_q_fwd runs it. */
+/* ReLU as the activation range where the benchmark's poet_conv2d_q_fwd has it (all but the 1x1). */
 int peer_nn_conv2d_s8_fwd(const poet_conv_t *cv, const int8_t *x, const int8_t *w, int8_t *y)
 {
     cmsis_nn_dims xd, wd, bd, yd;
@@ -126,7 +126,8 @@ int peer_nn_conv2d_s8_fwd(const poet_conv_t *cv, const int8_t *x, const int8_t *
     quant_init();
     q.multiplier = MULT, q.shift = SHIFT;
     if (cv->groups == 1) {
-        const cmsis_nn_conv_params p = {0, 0, tile(cv->stride, cv->stride), tile(cv->pw, cv->ph), tile(1, 1), {0, 127}};
+        const cmsis_nn_conv_params p = {0, 0, tile(cv->stride, cv->stride), tile(cv->pw, cv->ph), tile(1, 1),
+                                        {cv->kh != 1 ? 0 : -128, 127}};
         if (!(ctx = context(arm_convolve_wrapper_s8_get_buffer_size(&p, &xd, &wd, &yd))))
             return -1;
         return arm_convolve_wrapper_s8(ctx, &p, &q, &xd, x, &wd, w, &bd, BIAS32, &yd, y) == ARM_CMSIS_NN_SUCCESS

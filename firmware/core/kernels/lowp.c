@@ -158,12 +158,19 @@ float poet_absmax_scale(int n, const float *x)
 /* With a single-precision FPU (the M4F), q8 is VCVTR's round to nearest even (FPSCR's default mode, which
  * poet never changes; NaN converts to 0 and inf saturates) and a clamp: reference/quant.c's bits, which
  * the benchmark image checks on the emulated core (firmware/bench/). */
-int8_t poet_q8(float v)
+#define Q8_VCVTR 1
+static inline int32_t vcvtr(float v)
 {
     float r;
     int32_t q;
     __asm__("vcvtr.s32.f32 %0, %1" : "=t"(r) : "t"(v));
     memcpy(&q, &r, sizeof q);
+    return q;
+}
+
+int8_t poet_q8(float v)
+{
+    const int32_t q = vcvtr(v);
     return (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
 }
 #else
@@ -261,7 +268,7 @@ static inline int32_t sxtb16_odd(int32_t v)
  * Its inner loop is written out: it needs thirteen registers (four sums, the input's two pairs, a weight
  * word and its pair, three pointers with the row stride, the count), and GCC 12, given it in C, spills
  * three pointers each round (33 instructions for 16 multiply-adds; this is 25). */
-static void dot4_i8(const int8_t *x, const int8_t *w, long ws, int n, int32_t a[4])
+__attribute__((noinline)) static void dot4_i8(const int8_t *x, const int8_t *w, long ws, int n, int32_t a[4])
 {
     const int8_t *p0 = w, *p2 = w + 2 * ws, *xp = x;
     int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, v, xe, xo, t;
@@ -322,6 +329,8 @@ static int32_t dot1_i8(const int8_t *x, const int8_t *w, int n)
 /* The input patch of one output pixel, up to this many int8 (3x3 kernels over 128 channels), gathered on
  * the stack so the products run as the dense rows above; larger patches take the plain loops. */
 #define PATCH_MAX 1152
+#define POET_STR(x) POET_STR_(x)
+#define POET_STR_(x) #x
 #endif
 
 
@@ -428,6 +437,19 @@ void poet_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t 
  * into fp32 y. Which, the node's attributes decide (q8), never a value read from flash. */
 void poet_q_put(void *y, long i, float v, int relu, int i8, float inv)
 {
+#if defined(Q8_VCVTR) && defined(SIMD_I8)
+    /* ReLU after the rounding, as saturation: v < 0 rounds to q <= 0 and NaN to 0, so clamping q to
+     * [0, 127] (USAT) gives what rounding 0 would; without ReLU, SSAT to [-128, 127] and -128 raised. */
+    if (i8) {
+        int32_t q = vcvtr(v * inv);
+        if (relu)
+            q = __usat(q, 7);
+        else if ((q = __ssat(q, 8)) < -127)
+            q = -127;
+        ((int8_t *)y)[i] = (int8_t)q;
+        return;
+    }
+#endif
     if (relu && v < 0.0f)
         v = 0.0f;
     if (i8)
@@ -503,65 +525,125 @@ static void depthwise_q_rows(const poet_conv_t *cv, int o_begin, int o_end, cons
 }
 
 #ifdef SIMD_I8
-/* The convolution as dense rows (SIMD_I8): each output pixel's input patch (its group's channels, kh x kw
- * taps, zeros where the window leaves the input; the weights' own order) gathered once, then every output
- * channel of the group as a dot product with it, four at a time. */
+/* Two pixels' dot products with two weight rows: a[2 i + j] = sum over k < n of patch_i[k] w_j[k], the
+ * pixels' patches at x and x + PATCH_MAX, the rows at w and w + ws. Each weight word then serves two pixels
+ * and each patch word two rows: 20 instructions for 16 multiply-adds. Written out for the register count
+ * (fourteen: all the M4 has free) as dot4_i8. */
+__attribute__((noinline)) static void dot2x2_i8(const int8_t *x, const int8_t *w, long ws, int n, int32_t a[4])
+{
+    const int8_t *xp = x, *p0 = w;
+    int32_t a00 = 0, a01 = 0, a10 = 0, a11 = 0, w0e, w0o, w1e, w1o, v, t;
+    int m = n >> 2, k;
+    if (m)
+        __asm__("1:\n\t"
+                "ldr %[v], [%[p0], %[ws]]\n\t"
+                "sxtb16 %[w1e], %[v]\n\t"
+                "sxtb16 %[w1o], %[v], ror #8\n\t"
+                "ldr %[v], [%[p0]], #4\n\t"
+                "sxtb16 %[w0e], %[v]\n\t"
+                "sxtb16 %[w0o], %[v], ror #8\n\t"
+                "ldr %[v], [%[xp], #" POET_STR(PATCH_MAX) "]\n\t"
+                "sxtb16 %[t], %[v]\n\t"
+                "smlad %[a10], %[t], %[w0e], %[a10]\n\t"
+                "smlad %[a11], %[t], %[w1e], %[a11]\n\t"
+                "sxtb16 %[v], %[v], ror #8\n\t"
+                "smlad %[a10], %[v], %[w0o], %[a10]\n\t"
+                "smlad %[a11], %[v], %[w1o], %[a11]\n\t"
+                "ldr %[v], [%[xp]], #4\n\t"
+                "sxtb16 %[t], %[v]\n\t"
+                "smlad %[a00], %[t], %[w0e], %[a00]\n\t"
+                "smlad %[a01], %[t], %[w1e], %[a01]\n\t"
+                "sxtb16 %[v], %[v], ror #8\n\t"
+                "smlad %[a00], %[v], %[w0o], %[a00]\n\t"
+                "smlad %[a01], %[v], %[w1o], %[a01]\n\t"
+                "subs %[m], %[m], #1\n\t"
+                "bne 1b"
+                : [a00] "+r"(a00), [a01] "+r"(a01), [a10] "+r"(a10), [a11] "+r"(a11), [xp] "+r"(xp),
+                  [p0] "+r"(p0), [m] "+r"(m), [w0e] "=&r"(w0e), [w0o] "=&r"(w0o), [w1e] "=&r"(w1e),
+                  [w1o] "=&r"(w1o), [v] "=&r"(v), [t] "=&r"(t)
+                : [ws] "r"(ws)
+                : "cc", "memory");
+    for (k = 0; k < (n & 3); k++) {
+        const int32_t x0 = xp[k], x1 = xp[PATCH_MAX + k], u0 = p0[k], u1 = p0[ws + k];
+        a00 += x0 * u0, a01 += x0 * u1, a10 += x1 * u0, a11 += x1 * u1;
+    }
+    a[0] = a00, a[1] = a01, a[2] = a10, a[3] = a11;
+}
+
+/* The input patch of output pixel (oy, ox) into p: its group's channels, kh x kw taps each, zeros where the
+ * window leaves the input (the weights' own order). Element by element, not as memset and memcpy calls
+ * (which GCC would make of plain row loops: dearer than these few bytes). */
+static void gather(const poet_conv_t *cv, const int8_t *xg, int oy, int ox, int8_t *p)
+{
+    const int H = cv->H, W = cv->W, kh = cv->kh, kw = cv->kw, stride = cv->stride, Cg = cv->C / cv->groups;
+    const long HW = (long)H * W;
+    const int8_t *xw = xg + (long)(oy * stride - cv->ph) * W + ox * stride - cv->pw; /* tap (0, 0) */
+    int c, ky, kx, ky0, ky1, kx0, kx1;
+    taps(oy, stride, cv->ph, kh, H, &ky0, &ky1);
+    taps(ox, stride, cv->pw, kw, W, &kx0, &kx1);
+    if (kh == 1 && kw == 1 && kx1 > kx0 && ky1 > ky0) {
+        for (c = 0; c < Cg; c++, xw += HW)
+            *p++ = *xw;
+    } else if (kw == 3 && kx0 == 0 && kx1 == 3) {
+        for (c = 0; c < Cg; c++)
+            for (ky = 0; ky < kh; ky++, p += 3) {
+                const int8_t *xr = xw + c * HW + (long)ky * W;
+                const int in = ky >= ky0 && ky < ky1;
+                p[0] = in ? xr[0] : 0, p[1] = in ? xr[1] : 0, p[2] = in ? xr[2] : 0;
+            }
+    } else {
+        for (c = 0; c < Cg; c++)
+            for (ky = 0; ky < kh; ky++, p += kw) {
+                const int8_t *xr = xw + c * HW + (long)ky * W;
+                const int in = ky >= ky0 && ky < ky1;
+                for (kx = 0; kx < kw; kx++)
+                    p[kx] = in && kx >= kx0 && kx < kx1 ? xr[kx] : 0;
+            }
+    }
+}
+
+/* The convolution as dense rows (SIMD_I8): the input patches of two output pixels gathered on the stack,
+ * then every output channel of the group as dot products with them, two channels at a time (a lone last
+ * pixel: four channels at a time with its one patch). */
 static void conv_q_patches(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float s,
                            const int8_t *wq, const float *b, int relu, int i8, float inv, void *y)
 {
-    const int C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw, stride = cv->stride;
-    const int ph = cv->ph, pw = cv->pw;
-    const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
-    const int Cg = C / cv->groups, Og = O / cv->groups, L = Cg * kh * kw;
-    const long HW = (long)H * W, HoWo = (long)Ho * Wo;
-    int8_t patch[PATCH_MAX];
-    int n, g, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1, o, j;
+    const int C = cv->C, O = cv->O, Ho = poet_conv2d_out(cv->H, cv->kh, cv->stride, cv->ph);
+    const int Wo = poet_conv2d_out(cv->W, cv->kw, cv->stride, cv->pw);
+    const int Cg = C / cv->groups, Og = O / cv->groups, L = Cg * cv->kh * cv->kw;
+    const long HoWo = (long)Ho * Wo;
+    int8_t patch[2 * PATCH_MAX];
+    int n, g, q, o, j, two;
     for (n = 0; n < cv->B; n++)
         for (g = o_begin / Og; g * Og < o_end; g++) {
-            const int8_t *xg = xq + ((long)n * C + (long)g * Cg) * HW;
+            const int8_t *xg = xq + ((long)n * C + (long)g * Cg) * cv->H * cv->W;
             const int o0 = g * Og > o_begin ? g * Og : o_begin, o1 = (g + 1) * Og < o_end ? (g + 1) * Og : o_end;
-            for (oy = 0; oy < Ho; oy++) {
-                taps(oy, stride, ph, kh, H, &ky0, &ky1);
-                for (ox = 0; ox < Wo; ox++) {
-                    const long at = ((long)n * O) * HoWo + (long)oy * Wo + ox;
-                    const int8_t *xw = xg + (long)(oy * stride - ph) * W + ox * stride - pw; /* tap (0, 0) */
-                    int8_t *p = patch;
-                    taps(ox, stride, pw, kw, W, &kx0, &kx1);
-                    /* element by element, not as memset and memcpy calls (which GCC would make of plain row
-                     * loops: dearer than these few bytes) */
-                    if (kh == 1 && kw == 1 && kx1 > kx0 && ky1 > ky0) {
-                        for (c = 0; c < Cg; c++, xw += HW)
-                            *p++ = *xw;
-                    } else if (kw == 3 && kx0 == 0 && kx1 == 3) {
-                        for (c = 0; c < Cg; c++)
-                            for (ky = 0; ky < kh; ky++, p += 3) {
-                                const int8_t *xr = xw + c * HW + (long)ky * W;
-                                const int in = ky >= ky0 && ky < ky1;
-                                p[0] = in ? xr[0] : 0, p[1] = in ? xr[1] : 0, p[2] = in ? xr[2] : 0;
-                            }
-                    } else {
-                        for (c = 0; c < Cg; c++)
-                            for (ky = 0; ky < kh; ky++, p += kw) {
-                                const int8_t *xr = xw + c * HW + (long)ky * W;
-                                const int in = ky >= ky0 && ky < ky1;
-                                for (kx = 0; kx < kw; kx++)
-                                    p[kx] = in && kx >= kx0 && kx < kx1 ? xr[kx] : 0;
-                            }
-                    }
-                    for (o = o0; o < o1;) {
-                        int32_t a[4];
-                        const int nch = o + 4 <= o1 ? 4 : 1;
-                        if (nch == 4)
-                            dot4_i8(patch, wq + (long)(o - o_begin) * L, L, L, a);
-                        else
-                            a[0] = dot1_i8(patch, wq + (long)(o - o_begin) * L, L);
-                        for (j = 0; j < nch; j++, o++) {
-                            /* one rounding for the scale, one for the bias: the reference does the same */
-                            float v = (float)a[j] * s;
-                            if (b)
-                                v = v + b[o];
-                            poet_q_put(y, at + (long)o * HoWo, v, relu, i8, inv);
-                        }
+            for (q = 0; q < HoWo; q += two ? 2 : 1) { /* the output pixel, row by row */
+                const long at = (long)n * O * HoWo + q;
+                two = q + 1 < HoWo;
+                gather(cv, xg, q / Wo, q % Wo, patch);
+                if (two)
+                    gather(cv, xg, (q + 1) / Wo, (q + 1) % Wo, patch + PATCH_MAX);
+                for (o = o0; o < o1;) {
+                    int32_t a[4];
+                    const int nch = two ? (o + 2 <= o1 ? 2 : 1) : (o + 4 <= o1 ? 4 : 1);
+                    const int8_t *wr = wq + (long)(o - o_begin) * L;
+                    if (two && nch == 2)
+                        dot2x2_i8(patch, wr, L, L, a);
+                    else if (two)
+                        a[0] = dot1_i8(patch, wr, L), a[2] = dot1_i8(patch + PATCH_MAX, wr, L);
+                    else if (nch == 4)
+                        dot4_i8(patch, wr, L, L, a);
+                    else
+                        a[0] = dot1_i8(patch, wr, L);
+                    for (j = 0; j < nch; j++, o++) {
+                        /* one rounding for the scale, one for the bias: the reference does the same */
+                        float v = (float)a[j] * s, v1 = (float)a[2 + j] * s;
+                        if (b)
+                            v = v + b[o], v1 = v1 + b[o];
+                        poet_q_put(y, at + (long)o * HoWo, v, relu, i8, inv);
+                        if (two)
+                            poet_q_put(y, at + (long)o * HoWo + 1, v1, relu, i8, inv);
                     }
                 }
             }
