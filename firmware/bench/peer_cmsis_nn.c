@@ -50,7 +50,8 @@ int peer_nn_linear_fwd(int B, int in, int out, const float *x, const float *w, c
 {
     const cmsis_nn_fc_params_f32 p = {{-3.4e38f, 3.4e38f}, ARM_NN_WEIGHT_FORMAT_STANDARD};
     cmsis_nn_dims xd = dims(B, 1, 1, in), wd = dims(in, 1, 1, out), bd = dims(1, 1, 1, out), yd = dims(B, 1, 1, out);
-    const cmsis_nn_context *ctx = context(arm_fully_connected_f32_get_buffer_size(&p, &xd, &wd, &yd, ARM_NN_LAYOUT_NHWC));
+    const cmsis_nn_context *ctx =
+        context(arm_fully_connected_f32_get_buffer_size(&p, &xd, &wd, &yd, ARM_NN_LAYOUT_NHWC));
     if (!ctx)
         return -1;
     return arm_fully_connected_f32(ctx, &p, &xd, x, &wd, w, &bd, b, &yd, y, ARM_NN_LAYOUT_NHWC) ==
@@ -72,7 +73,8 @@ int peer_nn_matmul_fwd(int M, int K, int N, const float *a, const float *bm, flo
 static void conv_dims(const poet_conv_t *cv, cmsis_nn_dims *xd, cmsis_nn_dims *wd, cmsis_nn_dims *bd,
                       cmsis_nn_dims *yd)
 {
-    int ho = poet_conv2d_out(cv->H, cv->kh, cv->stride, cv->ph), wo = poet_conv2d_out(cv->W, cv->kw, cv->stride, cv->pw);
+    int ho = poet_conv2d_out(cv->H, cv->kh, cv->stride, cv->ph);
+    int wo = poet_conv2d_out(cv->W, cv->kw, cv->stride, cv->pw);
     *xd = dims(cv->B, cv->H, cv->W, cv->C);
     *wd = cv->groups == 1 ? dims(cv->O, cv->kh, cv->kw, cv->C) : dims(1, cv->kh, cv->kw, cv->O);
     *bd = dims(1, 1, 1, cv->O);

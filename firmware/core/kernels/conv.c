@@ -99,7 +99,9 @@ void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, c
                 for (ox = 0; ox < Wo; ox++) {
                     float *yo = y + (((long)n * O + o) * Ho + oy) * Wo + ox;
                     float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+                    int whole3;
                     taps(ox, stride, pw, kw, W, &kx0, &kx1);
+                    whole3 = kw == 3 && kx0 == 0 && kx1 == 3;
                     if (pointwise) { /* a 1x1 kernel without padding: one plain loop over the channels */
                         const float *xp = xg + (long)oy * stride * W + (long)ox * stride, *w0 = w + (long)o * wo;
                         if (four) {
@@ -113,21 +115,43 @@ void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, c
                                 a0 += *xp * w0[c];
                         }
                     }
-                    for (c = 0; !pointwise && c < Cg; c++)
-                        for (ky = ky0; ky < ky1; ky++) {
-                            const float *xr = xg + c * HW + (long)(oy * stride + ky - ph) * W + ox * stride - pw;
-                            const float *w0 = w + (long)o * wo + c * kk + (long)ky * kw;
-                            if (four) {
-                                const float *w1 = w0 + wo, *w2 = w1 + wo, *w3 = w2 + wo;
-                                for (kx = kx0; kx < kx1; kx++) {
-                                    float v = xr[kx];
-                                    a0 += v * w0[kx]; a1 += v * w1[kx]; a2 += v * w2[kx]; a3 += v * w3[kx];
-                                }
-                            } else {
-                                for (kx = kx0; kx < kx1; kx++)
-                                    a0 += xr[kx] * w0[kx];
-                            }
+                    if (four && whole3 && kh == 3 && ky0 == 0 && ky1 == 3) {
+                        /* a whole 3x3 window, four channels: its nine taps a channel in one straight run */
+                        const float *xr = xg + (long)(oy * stride - ph) * W + ox * stride - pw, *w0 = w + (long)o * wo;
+                        for (c = 0; c < Cg; c++, xr += HW, w0 += 9) {
+                            const float *w1 = w0 + wo, *w2 = w1 + wo, *w3 = w2 + wo, *r1 = xr + W, *r2 = r1 + W;
+                            float v;
+#define TAP(r, i, k) (v = r[i], a0 += v * w0[k], a1 += v * w1[k], a2 += v * w2[k], a3 += v * w3[k])
+                            TAP(xr, 0, 0), TAP(xr, 1, 1), TAP(xr, 2, 2);
+                            TAP(r1, 0, 3), TAP(r1, 1, 4), TAP(r1, 2, 5);
+                            TAP(r2, 0, 6), TAP(r2, 1, 7), TAP(r2, 2, 8);
+#undef TAP
                         }
+                    } else {
+                        for (c = 0; !pointwise && c < Cg; c++)
+                            for (ky = ky0; ky < ky1; ky++) {
+                                const float *xr = xg + c * HW + (long)(oy * stride + ky - ph) * W + ox * stride - pw;
+                                const float *w0 = w + (long)o * wo + c * kk + (long)ky * kw;
+                                if (four && whole3) { /* a whole row of a 3-wide window, unrolled */
+                                    const float *w1 = w0 + wo, *w2 = w1 + wo, *w3 = w2 + wo;
+                                    float v = xr[0];
+                                    a0 += v * w0[0]; a1 += v * w1[0]; a2 += v * w2[0]; a3 += v * w3[0];
+                                    v = xr[1];
+                                    a0 += v * w0[1]; a1 += v * w1[1]; a2 += v * w2[1]; a3 += v * w3[1];
+                                    v = xr[2];
+                                    a0 += v * w0[2]; a1 += v * w1[2]; a2 += v * w2[2]; a3 += v * w3[2];
+                                } else if (four) {
+                                    const float *w1 = w0 + wo, *w2 = w1 + wo, *w3 = w2 + wo;
+                                    for (kx = kx0; kx < kx1; kx++) {
+                                        float v = xr[kx];
+                                        a0 += v * w0[kx]; a1 += v * w1[kx]; a2 += v * w2[kx]; a3 += v * w3[kx];
+                                    }
+                                } else {
+                                    for (kx = kx0; kx < kx1; kx++)
+                                        a0 += xr[kx] * w0[kx];
+                                }
+                            }
+                    }
                     yo[0] = b ? a0 + b[o] : a0;
                     if (four) {
                         const long step = (long)Ho * Wo;
