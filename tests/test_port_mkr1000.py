@@ -27,7 +27,7 @@ RAM_START = 0x20000000
 RAM_BYTES = 32 * 1024        # datasheet
 MIN_STACK = 1536             # linker.ld, as qemu-m0's
 SERCOM5_IRQ = 14             # DS40001882 table 11-3
-N_IRQ = 29                   # same table
+N_IRQ = 28                   # samd21g18a.h PERIPH_COUNT_IRQn (tests/test_port_registers.py)
 PORTS = firmware.FIRMWARE_DIR / "ports"
 
 

@@ -1,6 +1,8 @@
 /* Vector table and reset for the ATSAMD21G18A (Cortex-M0+, ARMv6-M) behind Arduino's SAM-BA
  * bootloader. IRQ numbers: SAM D21/DA1 datasheet DS40001882D, sec. 11.2.2 "Interrupt Line Mapping",
- * table 11-3 (29 lines, 0..28; SERCOM5 is line 14). ARMv6-M has only HardFault for faults, no
+ * table 11-3 (SERCOM5 is line 14), and the device's own CMSIS header, samd21g18a.h: 28 lines, 0..27
+ * (PERIPH_COUNT_IRQn; the family's table has lines this part lacks; tests/test_port_registers.py
+ * checks both numbers against the header). ARMv6-M has only HardFault for faults, no
  * CPACR (no FPU), and VTOR as an option the SAM D21 implements (the bootloader writes it). */
 #include <stdint.h>
 
@@ -15,10 +17,10 @@ void SERCOM5_Handler(void);
 #define SCB_VTOR (*(volatile uint32_t *)0xE000ED08u)  /* ARMv6-M ARM B3.2.5 */
 #define SCB_AIRCR (*(volatile uint32_t *)0xE000ED0Cu) /* ARMv6-M ARM B3.2.6 */
 #define AIRCR_SYSRESETREQ 0x05FA0004u                  /* VECTKEY 0x05FA | SYSRESETREQ (bit 2) */
-#define SERCOM5_IRQ 14u                                /* DS40001882D table 11-3 */
-#define N_IRQ 29u                                      /* same table: lines 0..28 */
+#define SERCOM5_IRQ 14u                                /* DS40001882D table 11-3; SERCOM5_IRQn */
+#define N_IRQ 28u                                      /* PERIPH_COUNT_IRQn: lines 0..27 */
 
-/* 16 system exceptions + the SAM D21's 29 IRQ lines. Not static: the test finds it by name. */
+/* 16 system exceptions + the ATSAMD21G18A's 28 IRQ lines. Not static: the test finds it by name. */
 __attribute__((section(".vectors"), used)) void (*const poet_vectors[16 + N_IRQ])(void) = {
     (void (*)(void))(uintptr_t)&__stack_top,
     Reset_Handler,
