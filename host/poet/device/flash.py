@@ -4,8 +4,9 @@ One function per flasher returns the exact command lines (tested as data); `run_
 runs them with the tools' own output streaming through. Which flasher a board takes is the
 `flasher:` of boards/<board>.yaml: nrfutil (DFU), bossac (after the 1200-baud touch), esptool,
 or linux (ssh/scp); which image it writes is the board's `firmware_target`, or one of its
-`flash_variants` when the port's USB ID says which board of the kind it is (`flash_target`). Without a port, "flashing" builds the stand-in's image and boots it: the
-image is good when its HELLO names the board.
+`flash_variants` when the port's USB ID says which board of the kind it is (`flash_target`).
+Without a port, "flashing" builds the stand-in's image and boots it: the image is good when its
+HELLO names the board.
 """
 
 from __future__ import annotations
