@@ -192,8 +192,27 @@ def main() -> int:
         except kernel_bench.BenchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        _table(kernel_bench.CORES[core], rows, [p for p in kernel_bench.PEERS if core == "m4" and p in peers])
+        _table(kernel_bench.CORES[core], [t for t in rows if t.poet],
+               [p for p in kernel_bench.PEERS if core == "m4" and p in peers])
+        _steps([t for t in rows if not t.poet])
     return 0
+
+
+def _steps(rows: list[kernel_bench.KernelTiming]) -> None:
+    """A peer's whole training step beside poet's (the firmware's, on the emulated nRF52840)."""
+    if not rows:
+        return
+    from runtime_overhead import whole_step  # benchmarks/, beside this script
+
+    print("\nA whole training step, batch 16, emulated M4F: the same multiply-adds (poet's count)\n")
+    print("| model | multiply-adds | poet instructions | MACs/instr | peer | instructions | MACs/instr | poet / peer |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in rows:
+        model = t.kernel.removeprefix("train_step_").replace("_", "-")
+        macs, poet = whole_step(model)
+        for peer, n in t.peers.items():
+            print(f"| {model} | {macs:,.0f} | {poet:,.0f} | {macs / poet:.3f} | {TITLES[peer]} | {n:,} | "
+                  f"{t.macs / n:.3f} | {n / poet:.2f}x |")
 
 
 def _table(core: kernel_bench.Core, rows: list[kernel_bench.KernelTiming], peers: list[str]) -> None:

@@ -26,6 +26,7 @@ from poet.boards import load_board
 from poet.device.connect import open_device
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
+from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
 from poet.models.zoo import get_model
 from poet.plan.costs import uncosted
@@ -35,23 +36,40 @@ from poet.plan.strategies.checkpoint_all import keep_all
 INSTR_PER_TICK = 40  # 1 GHz virtual instruction clock (-icount shift=0) / 25 MHz timer
 
 
+def run_steps(model_name: str, steps: int, targets: tuple[str, ...] = ("qemu-m4",)) -> tuple[TrainingGraph, dict]:
+    """`steps` keep-all training steps of the model at batch 16 on each emulated nRF52840 image in targets."""
+    model, spec = get_model(model_name)
+    g = trace(model, model_name, spec.input_shape, spec.classes, 16)
+    sched = lower(keep_all(uncosted(g)), g).schedule.encode()
+    board = load_board("nrf52840")
+    data = load_dataset("digits").fitted(tuple(g.input_shape), g.classes, g.model).epoch_batches(16, 0, 0)
+    runs = {}
+    for target in targets:
+        stand_in = replace(board, emulator={**board.emulator, "target": target})
+        with tempfile.TemporaryDirectory() as work, open_device(stand_in, None, workdir=Path(work), quiet=True) as dev:
+            dev.load_model(g, weights_of(model))
+            dev.load_schedule(sched)
+            runs[target] = [dev.step(x, y, 0.01) for x, y in data[:steps]]
+    return g, runs
+
+
+def step_macs(g: TrainingGraph) -> float:
+    """Every linear and conv2d multiply-add of a step, forward and backward."""
+    return sum(n.flops / 2 for n in g.nodes if n.op in ("linear", "conv2d", "linear_bwd", "conv2d_bwd"))
+
+
+def whole_step(model_name: str, steps: int = 3) -> tuple[float, float]:
+    """(multiply-adds, median instructions) of one training step on the emulated M4F."""
+    g, runs = run_steps(model_name, steps)
+    return step_macs(g), float(np.median([r.step_ticks for r in runs["qemu-m4"]])) * INSTR_PER_TICK
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="cnn-digits")
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
-    model, spec = get_model(args.model)
-    g = trace(model, args.model, spec.input_shape, spec.classes, 16)
-    sched = lower(keep_all(uncosted(g)), g).schedule.encode()
-    board = load_board("nrf52840")
-    data = load_dataset("digits").fitted(tuple(g.input_shape), g.classes, g.model).epoch_batches(16, 0, 0)
-    runs = {}
-    for target in ("qemu-m4", "qemu-m4-notrace"):
-        stand_in = replace(board, emulator={**board.emulator, "target": target})
-        with tempfile.TemporaryDirectory() as work, open_device(stand_in, None, workdir=Path(work), quiet=True) as dev:
-            dev.load_model(g, weights_of(model))
-            dev.load_schedule(sched)
-            runs[target] = [dev.step(x, y, 0.01) for x, y in data[:args.steps]]
+    g, runs = run_steps(args.model, args.steps, ("qemu-m4", "qemu-m4-notrace"))
     results = runs["qemu-m4"]
     bare = np.median([r.step_ticks for r in runs["qemu-m4-notrace"]])
     assert not runs["qemu-m4-notrace"][0].records, "the notrace image sent trace records"

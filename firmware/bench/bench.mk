@@ -15,6 +15,7 @@ BENCH_M4 := bench-m4$(if $(CMSIS_DSP),-dsp)$(if $(CMSIS_NN),-nn)$(if $(AIFES),-a
 BENCH_M4_DEFS :=
 PEER_OBJ :=
 PEER_WRAP_CFLAGS :=
+PEER_LDFLAGS :=
 ifdef CMSIS_DSP
 DSP_SRC := $(addprefix $(CMSIS_DSP)/Source/,BasicMathFunctions/arm_dot_prod_f32.c \
              MatrixFunctions/arm_mat_mult_f32.c MatrixFunctions/arm_mat_trans_f32.c MatrixFunctions/arm_mat_init_f32.c)
@@ -49,11 +50,12 @@ endif
 ifdef AIFES
 AIFES_SRC := $(wildcard $(AIFES)/basic/base/*/*.c $(AIFES)/basic/default/*/*.c $(AIFES)/cnn/base/*/*.c \
                         $(AIFES)/cnn/default/*/*.c)
-AIFES_CFLAGS := -O2 -ffunction-sections -fdata-sections $(M4_ARCH) -I$(AIFES)
+AIFES_CFLAGS := -O2 -g -ffunction-sections -fdata-sections $(M4_ARCH) -I$(AIFES)
 PEER_OBJ += $(patsubst $(AIFES)/%.c,$(BUILD)/$(BENCH_M4)/aifes/%.o,$(AIFES_SRC))
 BENCH_M4_DEFS += -DPOET_PEER_AIFES
 BENCH_M4_SRC += bench/peer_aifes.c
 PEER_WRAP_CFLAGS += $(AIFES_CFLAGS)
+PEER_LDFLAGS += --specs=nosys.specs # its printing and rand() reach newlib's system calls; none is called here
 
 $(BUILD)/$(BENCH_M4)/aifes/%.o: $(AIFES)/%.c bench/bench.mk
 	@mkdir -p $(dir $@)
@@ -67,7 +69,7 @@ bench-m4: $(BUILD)/$(BENCH_M4)/kernels_bench.elf
 
 # bench/m4.ld: the qemu-m4 memory map with 1 MiB of the board's 4 MiB SSRAM, room for the peers' buffers
 $(BUILD)/$(BENCH_M4)/kernels_bench.elf: $(BENCH_M4_OBJ) $(PEER_OBJ) bench/m4.ld
-	$(ARM_CC) $(M4_ARCH) -nostartfiles --specs=nano.specs -T bench/m4.ld -Wl,--gc-sections \
+	$(ARM_CC) $(M4_ARCH) -nostartfiles --specs=nano.specs $(PEER_LDFLAGS) -T bench/m4.ld -Wl,--gc-sections \
 	    -Wl,-Map=$(BUILD)/$(BENCH_M4)/kernels_bench.map -o $@ $(BENCH_M4_OBJ) $(PEER_OBJ) -lm -lc -lgcc
 
 # the peers' headers are not -Wall clean under -std=c99: only their own wrappers include them

@@ -164,6 +164,10 @@ static int li8_fwd_nn(void)
 #endif
 
 #ifdef POET_PEER_AIFES
+static int lin_fwd_aifes(void) { return peer_aifes_linear_fwd(S.B, S.in, S.out, X, W, BIAS, Y); }
+static int lin_gx_aifes(void) { return peer_aifes_linear_gx(S.B, S.in, S.out, G, W, Y); }
+static int lin_dw_aifes(void) { return peer_aifes_linear_dw(S.B, S.in, S.out, G, X, DW, DB); }
+static int mm_fwd_aifes(void) { return peer_aifes_matmul_fwd(S.B, S.in, S.out, X, W, Y); }
 #define AIFES(f) f
 #else
 #define AIFES(f) 0
@@ -243,6 +247,12 @@ static void cq_fwd_ref(void)
 #ifdef POET_PEER_CMSIS_NN
 static int cv_fwd_nn(void) { return peer_nn_conv2d_fwd(&CV, X, W, BIAS, Y); }
 static int cq_fwd_nn(void) { return peer_nn_conv2d_s8_fwd(&CV, (const int8_t *)X, (const int8_t *)W, (int8_t *)Y); }
+#endif
+
+#ifdef POET_PEER_AIFES
+static int cv_fwd_aifes(void) { return peer_aifes_conv2d(0, &CV, X, W, BIAS, G, Y, DW, DB); }
+static int cv_gx_aifes(void) { return peer_aifes_conv2d(1, &CV, X, W, BIAS, G, Y, DW, DB); }
+static int cv_dw_aifes(void) { return peer_aifes_conv2d(2, &CV, X, W, BIAS, G, Y, DW, DB); }
 #endif
 
 static const case_t CONV_CASES[] = {
@@ -356,6 +366,19 @@ int main(void)
             report(&CONV_CASES[c], names, dims, 6,
                    (uint32_t)CV.B * (uint32_t)CV.O * outs * (uint32_t)(CV.C / CV.groups * CV.kh * CV.kw));
     }
+#ifdef POET_PEER_AIFES
+    /* a whole training step (the multiply-adds are poet's count for mlp-digits: forward, the weight
+     * gradients, the input gradients of all but the first layer; benchmarks/runtime_overhead.py) */
+    if (peer_aifes_train_step() == 0) {
+        char line[80], *p = line;
+        PEER_RUN = peer_aifes_train_step;
+        p = put_s(p, "step mlp_digits B=16 macs=179200 aifes=");
+        p = put_u(p, instructions(peer_call));
+        *p++ = '\n';
+        *p = 0;
+        say(line);
+    }
+#endif
     semihost(0x18u, (const void *)(uintptr_t)0x20026u); /* SYS_EXIT, ADP_Stopped_ApplicationExit */
     return 0;
 }

@@ -98,13 +98,17 @@ def run(peers: dict[str, tuple[Path, ...]] | None = None, core: str = "m4") -> l
         text = out.read_text() if out.exists() else ""
     if done.returncode != 0 or not text:
         raise BenchError(f"the kernel benchmark image exited with {done.returncode}: {done.stderr.strip()[-300:]}")
-    return [_parse(line) for line in text.splitlines() if line.startswith("poet ")]
+    return [_parse(line) for line in text.splitlines() if line.startswith(("poet ", "step "))]
 
 
 def _parse(line: str) -> KernelTiming:
-    """`poet KERNEL DIM=.. ... bits=same|DIFF macs=.. instr=.. ref_instr=.. [cmsis_dsp=..] [cmsis_nn=..] [aifes=..]`"""
-    _, kernel, *fields = line.split()
+    """`poet KERNEL DIM=.. ... bits=same|DIFF macs=.. instr=.. ref_instr=.. [cmsis_dsp=..] [cmsis_nn=..] [aifes=..]`,
+    or a peer's whole training step, `step MODEL B=.. macs=.. PEER=..` (poet's own is the firmware's:
+    benchmarks/runtime_overhead.py): a KernelTiming named train_step_MODEL with poet and reference 0."""
+    what, kernel, *fields = line.split()
     text = dict(f.split("=") for f in fields)
+    if what == "step":
+        kernel, text = f"train_step_{kernel}", {"bits": "same", "instr": "0", "ref_instr": "0", **text}
     same = text.pop("bits") == "same"
     v = {k: int(x) for k, x in text.items()}
     counts = {k: v.pop(k) for k in ("macs", "instr", "ref_instr")}
