@@ -527,7 +527,7 @@ static void depthwise_q_rows(const poet_conv_t *cv, int o_begin, int o_end, cons
 #ifdef SIMD_I8
 /* Two pixels' dot products with two weight rows: a[2 i + j] = sum over k < n of patch_i[k] w_j[k], the
  * pixels' patches at x and x + PATCH_MAX, the rows at w and w + ws. Each weight word then serves two pixels
- * and each patch word two rows: 20 instructions for 16 multiply-adds. Written out for the register count
+ * and each patch word two rows: 22 instructions for 16 multiply-adds. Written out for the register count
  * (fourteen: all the M4 has free) as dot4_i8. */
 __attribute__((noinline)) static void dot2x2_i8(const int8_t *x, const int8_t *w, long ws, int n, int32_t a[4])
 {
