@@ -28,7 +28,7 @@ import numpy as np
 import yaml
 
 from poet.boards import Board
-from poet.device.link import MODEL, SCHEDULE, WEIGHTS, LinkClosed, LinkTimeout
+from poet.device.link import MODEL, WEIGHTS, LinkClosed, LinkTimeout
 from poet.errors import PoetError, UsageError
 from poet.graph.dtypes import DT_F32, DT_I8, ELEMENT_TYPES
 from poet.graph.training_graph import TrainingGraph
@@ -495,7 +495,10 @@ def profile_paging(device: Any, prof: dict[str, Any], progress: Say = print, sav
             blob = paging_model(nbytes)
             device.link.upload(MODEL, blob.encode())
             device.link.upload(WEIGHTS, b"")
-            device.link.upload(SCHEDULE, paging_schedule(blob).encode())
+            device.x_scale = None  # this model's input is fp32, whatever the model before it staged
+            # load_schedule, not a bare upload: a plan's peak and time held for an earlier schedule on this device
+            # would otherwise be checked against these steps
+            device.load_schedule(paging_schedule(blob).encode())
             res = device.step(np.zeros((1, nbytes // 4), np.float32), np.zeros(1, np.int32), lr=0.0)
             for direction, kind in (("out", "page_out"), ("in", "page_in")):
                 recs = [r for r in res.records if r.kind == kind][1:]  # the first: cold file and caches
@@ -639,7 +642,7 @@ def fit_cycles(n: list[int], cycles: list[float]) -> dict[str, Any]:
 def _stage(device: Any, blob: ModelBlob, sched: Schedule, weights: Sequence[np.ndarray] = ()) -> None:
     device.link.load_model(blob, list(weights))
     device.x_scale = blob.x_scale(list(weights))  # how device.step stages this model's inputs
-    device.link.upload(SCHEDULE, sched.encode())
+    device.load_schedule(sched.encode())  # no plan behind it: no earlier plan's peak or time applies
 
 
 def _node_ticks(res: Any, node: int) -> list[int]:
