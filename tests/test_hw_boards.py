@@ -131,11 +131,11 @@ def test_three_steps_match_pytorch(device: Device, measured: Measured) -> None:
     assert not np.array_equal(measured.w0[0], weights[0]), "training moved the weights"
 
 
-def _paging_plan(device: Device, measured: Measured) -> Planned:
+def _paging_plan(device: Device, measured: Measured, prof: dict[str, Any]) -> Planned:
     """A plan for less RAM than keep-all's that pages (the input cannot be recomputed, so a tight enough arena
-    must page it), costed with this board's profile."""
+    must page it), costed with this board's profile (on a board, its paging measured just before)."""
     g, board = measured.graph, device.board
-    cg = costed(g, board, measured.profile)
+    cg = costed(g, board, prof)
     deadline = 50 * cg.one_pass_s
     full = keep_all(cg).peak_bytes
     smallest = min_arena_budget(cg, deadline)
@@ -160,7 +160,7 @@ def test_paging_to_the_sd_card(device: Device, measured: Measured, tmp_path: Pat
         assert paging["read_bytes_per_s"] > 0 and paging["write_bytes_per_s"] > 0
 
     g = measured.graph
-    p = _paging_plan(device, measured)
+    p = _paging_plan(device, measured, prof)
     data = data_batches(g, STEPS)
     device.load_model(g, measured.w0)
     device.load_schedule(p.lowered.schedule.encode(), planned_peak=p.plan.peak_bytes)
