@@ -28,7 +28,7 @@ def test_hello_native(tmp_path: Path) -> None:
     from poet.device.firmware import source_version
 
     assert (h.proto, h.fw_version, h.board, h.tick_hz) == (PROTO, source_version(), "linux", 1_000_000_000)
-    assert source_version() == "2.1"  # 2.1: tiled dense and conv kernels; 2.0: model blob and weights in flash
+    assert source_version() == "2.2"  # 2.2: SMLAD int8 and depthwise kernels; 2.1: tiled dense and conv kernels
     assert h.pool_bytes > 0 and h.loaded == frozenset() and h.steps_done == 0
 
 

@@ -6,7 +6,7 @@
 
 #define POET_PROTO 3
 #define POET_FW_MAJOR 2
-#define POET_FW_MINOR 1
+#define POET_FW_MINOR 2
 
 /* A frame (docs/spec.md section 6) is a packet [type][seq][payload][crc32] COBS-encoded and ended
  * by a 0x00 byte. */
