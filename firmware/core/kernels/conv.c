@@ -37,10 +37,8 @@ static void depthwise_fwd(const poet_conv_t *cv, const float *x, const float *w,
     const int ph = cv->ph, pw = cv->pw;
     const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
     const long HW = (long)H * W, kk = (long)kh * kw;
-    /* the columns whose window is whole: ox * stride - pw >= 0 and ox * stride - pw + kw <= W */
-    const int lo = (pw + stride - 1) / stride, hi0 = W - kw + pw < 0 ? 0 : (W - kw + pw) / stride + 1;
-    const int hi = hi0 > Wo ? Wo : hi0 < lo ? lo : hi0;
-    int n, c, oy, ox, ky0, ky1, kx0, kx1;
+    int n, c, oy, ox, ky0, ky1, kx0, kx1, lo, hi;
+    whole_windows(stride, pw, kw, W, Wo, &lo, &hi); /* the columns whose window is whole */
     for (n = 0; n < cv->B; n++)
         for (c = 0; c < C; c++) {
             const float *xc = x + ((long)n * C + c) * HW, *wc = w + c * kk;

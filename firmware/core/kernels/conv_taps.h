@@ -31,6 +31,15 @@ static inline void taps(int i, int stride, int pad, int K, int H, int *k0, int *
         *k1 = *k0;
 }
 
+/* The outputs o < n whose whole window lies inside the input, o*stride - pad >= 0 and o*stride - pad + K <=
+ * H: [*o0, *o1) (empty where the input is narrower than the kernel). */
+static inline void whole_windows(int stride, int pad, int K, int H, int n, int *o0, int *o1)
+{
+    const int lo = (pad + stride - 1) / stride, hi = H - K + pad < 0 ? 0 : (H - K + pad) / stride + 1;
+    *o0 = lo;
+    *o1 = hi > n ? n : hi < lo ? lo : hi;
+}
+
 /* The outputs o < n whose input o*stride + k - pad lies in [0, H) for tap k: [*o0, *o1). */
 static inline void outputs(int k, int stride, int pad, int H, int n, int *o0, int *o1)
 {
