@@ -56,6 +56,11 @@ static void grad_store(void *ctx, int m, int n, int nr, int ns, const float *c)
                 for (s = 0; s < ns; s++)
                     g[s] += c[s];
             }
+        } else if (o->d->u->opt == POET_OPT_SGD) { /* the update in backward, plain SGD: optim.c's rule inline */
+            float *w = o->d->w + at;
+            const float lr = o->d->u->lr;
+            for (s = 0; s < ns; s++)
+                w[s] -= lr * c[s];
         } else {
             for (s = 0; s < ns; s++)
                 poet_grad_apply(o->d, at + (uint32_t)s, c[s]);
