@@ -42,6 +42,22 @@ typedef struct {
     long ld;
 } grad_store_t;
 
+/* The update in backward of ns weights from at: under plain SGD optim.c's rule inline (the same bits), a
+ * call per weight for the others. Apart from grad_store, whose stored-gradient loop it would crowd. */
+__attribute__((noinline)) static void grad_update(const poet_grad_t *d, uint32_t at, int ns, const float *c)
+{
+    int s;
+    if (d->u->opt == POET_OPT_SGD) {
+        float *w = d->w + at;
+        const float lr = d->u->lr;
+        for (s = 0; s < ns; s++)
+            w[s] -= lr * c[s];
+    } else {
+        for (s = 0; s < ns; s++)
+            poet_grad_apply(d, at + (uint32_t)s, c[s]);
+    }
+}
+
 static void grad_store(void *ctx, int m, int n, int nr, int ns, const float *c)
 {
     const grad_store_t *o = (const grad_store_t *)ctx;
@@ -56,14 +72,8 @@ static void grad_store(void *ctx, int m, int n, int nr, int ns, const float *c)
                 for (s = 0; s < ns; s++)
                     g[s] += c[s];
             }
-        } else if (o->d->u->opt == POET_OPT_SGD) { /* the update in backward, plain SGD: optim.c's rule inline */
-            float *w = o->d->w + at;
-            const float lr = o->d->u->lr;
-            for (s = 0; s < ns; s++)
-                w[s] -= lr * c[s];
         } else {
-            for (s = 0; s < ns; s++)
-                poet_grad_apply(o->d, at + (uint32_t)s, c[s]);
+            grad_update(o->d, at, ns, c);
         }
     }
 }
