@@ -30,6 +30,9 @@ for _p in ("poet_", "poet_ref_"):
 for _name in ("poet_conv2d_q_fwd_rows", "poet_ref_conv2d_q_fwd_rows"):
     REFERENCE[_name] = [CONVP, INT, INT, I8P, ctypes.c_float, I8P, ctypes.c_float, F32P, INT, F32P, ctypes.c_void_p]
 REFERENCE["poet_linear_fwd"] = [INT] * 3 + [F32P] * 4
+for _p in ("poet_", "poet_ref_"):
+    REFERENCE[_p + "maxpool2d_fwd"] = [INT] * 4 + [F32P] * 2
+    REFERENCE[_p + "maxpool2d_bwd"] = [INT] * 4 + [F32P] * 3
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +217,18 @@ def test_the_bit_comparison_sees_a_different_summation_order(both: ctypes.CDLL) 
     assert np.array_equal(bits(y), bits(forwards))
     assert not np.array_equal(bits(y), bits(backwards))
 
+
+@pytest.mark.parametrize("shape", [(2, 3, 8, 8), (1, 2, 7, 9), (3, 1, 2, 2), (1, 1, 5, 4)])
+def test_maxpool2d_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, int, int, int]) -> None:
+    """2x2 max pooling, even and odd maps (an odd row or column is in no window): ties, NaNs in a window
+    (a NaN wins over a number, as PyTorch's), and -0.0 gradients, whose bits the reference's 0 + g keeps."""
+    B, C, H, W = shape
+    rng = np.random.default_rng(sum(shape))
+    x = rng.integers(-2, 3, shape).astype(np.float32)  # ties
+    x.flat[rng.choice(x.size, max(1, x.size // 7), replace=False)] = np.nan
+    g = rand(rng, B, C, H // 2, W // 2)
+    g.flat[:: 3] = -0.0
+    run_both(lambda p, o: getattr(both, p + "maxpool2d_fwd")(B, C, H, W, fp(x), fp(o["y"])),
+             {"y": np.full((B, C, H // 2, W // 2), 7.0, np.float32)})
+    run_both(lambda p, o: getattr(both, p + "maxpool2d_bwd")(B, C, H, W, fp(g), fp(x), fp(o["gx"])),
+             {"gx": np.full(shape, 7.0, np.float32)})

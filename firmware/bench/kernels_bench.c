@@ -281,6 +281,22 @@ static uint32_t outputs_after(void (*run)(void))
 static peer_fn PEER_RUN; /* the peer function instructions() times through peer_call */
 static void peer_call(void) { (void)PEER_RUN(); }
 
+/* 2x2 max pooling, forward and backward: cnn-digits' (16 x 8 channels of 8x8), a larger map, and odd sides
+ * (a row and a column in no window). Its "MACs" are the input's elements, one comparison each. */
+static int PB, PC, PH, PW;
+static void mp_fwd(void) { poet_maxpool2d_fwd(PB, PC, PH, PW, G, Y); } /* G holds the largest input */
+static void mp_fwd_ref(void) { poet_ref_maxpool2d_fwd(PB, PC, PH, PW, G, Y); }
+static void mp_bwd(void) { poet_maxpool2d_bwd(PB, PC, PH, PW, X, G, Y); }
+static void mp_bwd_ref(void) { poet_ref_maxpool2d_bwd(PB, PC, PH, PW, X, G, Y); }
+#ifdef POET_PEER_CMSIS_NN
+static int mp_fwd_nn(void) { return peer_nn_maxpool2d_fwd(PB, PC, PH, PW, G, Y); }
+#endif
+static const case_t POOL_CASES[] = {
+    {"maxpool2d_fwd", mp_fwd, mp_fwd_ref, {0, NN(mp_fwd_nn), 0}},
+    {"maxpool2d_bwd", mp_bwd, mp_bwd_ref, {0, 0, 0}},
+};
+static const int POOLS[][4] = {{16, 8, 8, 8}, {1, 16, 16, 16}, {2, 4, 7, 9}};
+
 static uint32_t instructions(void (*run)(void))
 {
     uint32_t reps = 0, t0 = ticks(), t;
@@ -346,6 +362,14 @@ int main(void)
         dims[0] = (uint32_t)S.B, dims[1] = (uint32_t)S.in, dims[2] = (uint32_t)S.out;
         for (c = 0; c < sizeof CASES / sizeof CASES[0]; c++)
             report(&CASES[c], names, dims, 3, dims[0] * dims[1] * dims[2]);
+    }
+    for (s = 0; s < sizeof POOLS / sizeof POOLS[0]; s++) {
+        const char *names[] = {"B", "C", "H", "W"};
+        uint32_t dims[4];
+        PB = POOLS[s][0], PC = POOLS[s][1], PH = POOLS[s][2], PW = POOLS[s][3];
+        dims[0] = (uint32_t)PB, dims[1] = (uint32_t)PC, dims[2] = (uint32_t)PH, dims[3] = (uint32_t)PW;
+        for (c = 0; c < sizeof POOL_CASES / sizeof POOL_CASES[0]; c++)
+            report(&POOL_CASES[c], names, dims, 4, dims[0] * dims[1] * dims[2] * dims[3]);
     }
     quant_fill();
     for (QN = 1024; QN <= 8192; QN *= 8) {

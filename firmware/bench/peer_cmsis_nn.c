@@ -8,7 +8,7 @@
 #include "arm_nnfunctions.h"
 #include "peers.h"
 
-static int32_t SCRATCH[8192]; /* its kernels' scratch (im2col, packed weights), 32 KiB */
+static int32_t SCRATCH[32768]; /* its kernels' scratch (im2col, packed weights), 128 KiB */
 static int32_t BIAS32[256], MULT[256], SHIFT[256];
 
 static cmsis_nn_dims dims(int32_t n, int32_t h, int32_t w, int32_t c)
@@ -62,8 +62,10 @@ int peer_nn_linear_fwd(int B, int in, int out, const float *x, const float *w, c
 
 int peer_nn_matmul_fwd(int M, int K, int N, const float *a, const float *bm, float *y)
 {
+    /* its dims: c the rows, w the columns; its native product is lhs [M, K] times rhs stored [N, K]
+     * (transposed), the same multiply-adds as poet's bm [K, N] */
     const cmsis_nn_bmm_params_f32 p = {false, false, {-3.4e38f, 3.4e38f}, ARM_NN_WEIGHT_FORMAT_STANDARD};
-    cmsis_nn_dims ad = dims(1, 1, M, K), bd = dims(1, 1, K, N), yd = dims(1, 1, M, N);
+    cmsis_nn_dims ad = dims(1, 1, K, M), bd = dims(1, 1, K, N), yd = dims(1, 1, N, M);
     const cmsis_nn_context *ctx = context(arm_batch_matmul_f32_get_buffer_size(&p, &ad, &bd, &yd));
     if (!ctx)
         return -1;
@@ -147,4 +149,13 @@ int peer_nn_conv2d_s8_fwd(const poet_conv_t *cv, const int8_t *x, const int8_t *
                    : -1;
     }
     return -1;
+}
+
+/* 2x2 max pooling, stride 2 (CMSIS-NN's pooling is forward only). */
+int peer_nn_maxpool2d_fwd(int B, int C, int H, int W, const float *x, float *y)
+{
+    const cmsis_nn_pool_params_f32 p = {{2, 2}, {0, 0}, {-3.4e38f, 3.4e38f}};
+    cmsis_nn_dims xd = dims(B, H, W, C), kd = dims(1, 2, 2, 1), yd = dims(B, H / 2, W / 2, C);
+    cmsis_nn_context ctx = {0, 0};
+    return arm_max_pool_f32(&ctx, &p, &xd, x, &kd, &yd, y) == ARM_CMSIS_NN_SUCCESS ? 0 : -1;
 }

@@ -20,6 +20,7 @@ int peer_nn_matmul_fwd(int M, int K, int N, const float *a, const float *bm, flo
 int peer_nn_conv2d_fwd(const poet_conv_t *cv, const float *x, const float *w, const float *b, float *y);
 int peer_nn_linear_s8_fwd(int B, int in, int out, const int8_t *x, const int8_t *w, int8_t *y);
 int peer_nn_conv2d_s8_fwd(const poet_conv_t *cv, const int8_t *x, const int8_t *w, int8_t *y);
+int peer_nn_maxpool2d_fwd(int B, int C, int H, int W, const float *x, float *y);
 
 /* peer_aifes.c: AIfES's default fp32 math; conv: which 0 forward, 1 grad input, 2 weight and bias gradients */
 int peer_aifes_linear_fwd(int B, int in, int out, const float *x, const float *w, const float *b, float *y);

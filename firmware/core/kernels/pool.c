@@ -3,49 +3,64 @@
 
 /* ---- max pooling ---------------------------------------------------------------------------- */
 
-/* Index (within the window, row-major) of the first maximum, as PyTorch picks it. */
-static int window_argmax(const float *xc, int W, int oy, int ox)
+/* 2x2 windows, stride 2. A window's value and position is its first maximum, as PyTorch picks it (a NaN
+ * wins over a number; reference/pool.c, whose bits these are): the four values from a row pair read
+ * once, the comparisons inline, pointers walking instead of an index per output. */
+static inline int argmax4(float v0, float v1, float v2, float v3, float *m)
 {
-    const float *p = xc + (long)(2 * oy) * W + 2 * ox;
-    float v[4];
-    int best = 0, j;
-    v[0] = p[0];
-    v[1] = p[1];
-    v[2] = p[W];
-    v[3] = p[W + 1];
-    for (j = 1; j < 4; j++)
-        if (v[j] > v[best] || (v[j] != v[j] && v[best] == v[best]))
-            best = j;
+    int best = 0;
+    float b = v0;
+#define TAKE(v, j) if (v > b || (v != v && b == b)) b = v, best = j
+    TAKE(v1, 1);
+    TAKE(v2, 2);
+    TAKE(v3, 3);
+#undef TAKE
+    *m = b;
     return best;
 }
 
 void poet_maxpool2d_fwd(int B, int C, int H, int W, const float *x, float *y)
 {
-    int Ho = H / 2, Wo = W / 2, bc, oy, ox;
+    const int Ho = H / 2, Wo = W / 2;
+    int bc, oy, ox;
     for (bc = 0; bc < B * C; bc++) {
         const float *xc = x + (long)bc * H * W;
-        for (oy = 0; oy < Ho; oy++)
-            for (ox = 0; ox < Wo; ox++) {
-                int a = window_argmax(xc, W, oy, ox);
-                y[((long)bc * Ho + oy) * Wo + ox] = xc[(long)(2 * oy + a / 2) * W + 2 * ox + a % 2];
-            }
+        for (oy = 0; oy < Ho; oy++, y += Wo) {
+            const float *r0 = xc + (long)(2 * oy) * W, *r1 = r0 + W;
+            for (ox = 0; ox < Wo; ox++, r0 += 2, r1 += 2)
+                (void)argmax4(r0[0], r0[1], r1[0], r1[1], y + ox);
+        }
     }
 }
 
+/* Each input element lies in at most one window, so the windows' four places are written directly (the
+ * maximum's gradient as 0 + g, as the reference accumulates it onto zeros; 0 elsewhere); only odd rows or
+ * columns, in no window, need the zero fill first. */
 void poet_maxpool2d_bwd(int B, int C, int H, int W, const float *g, const float *x, float *gx)
 {
-    int Ho = H / 2, Wo = W / 2, bc, oy, ox;
-    long i;
-    for (i = 0; i < (long)B * C * H * W; i++)
-        gx[i] = 0.0f;
+    const int Ho = H / 2, Wo = W / 2;
+    int bc, oy, ox;
+    if ((H | W) & 1) {
+        long i;
+        for (i = 0; i < (long)B * C * H * W; i++)
+            gx[i] = 0.0f;
+    }
     for (bc = 0; bc < B * C; bc++) {
         const float *xc = x + (long)bc * H * W;
         float *gc = gx + (long)bc * H * W;
-        for (oy = 0; oy < Ho; oy++)
-            for (ox = 0; ox < Wo; ox++) {
-                int a = window_argmax(xc, W, oy, ox);
-                gc[(long)(2 * oy + a / 2) * W + 2 * ox + a % 2] += g[((long)bc * Ho + oy) * Wo + ox];
+        for (oy = 0; oy < Ho; oy++, g += Wo) {
+            const float *r0 = xc + (long)(2 * oy) * W, *r1 = r0 + W;
+            float *q0 = gc + (long)(2 * oy) * W, *q1 = q0 + W;
+            for (ox = 0; ox < Wo; ox++, r0 += 2, r1 += 2, q0 += 2, q1 += 2) {
+                float m;
+                const int a = argmax4(r0[0], r0[1], r1[0], r1[1], &m);
+                const float v = 0.0f + g[ox];
+                q0[0] = a == 0 ? v : 0.0f;
+                q0[1] = a == 1 ? v : 0.0f;
+                q1[0] = a == 2 ? v : 0.0f;
+                q1[1] = a == 3 ? v : 0.0f;
             }
+        }
     }
 }
 

@@ -25,6 +25,8 @@ void poet_ref_linear_w8_fwd(int B, int in, int out, const float *x, const int8_t
                             const float *b, float *y);
 void poet_ref_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t *wq, float w_scale,
                                float *gx);
+void poet_ref_maxpool2d_fwd(int B, int C, int H, int W, const float *x, float *y);
+void poet_ref_maxpool2d_bwd(int B, int C, int H, int W, const float *g, const float *x, float *gx);
 int8_t poet_ref_q8(float v);
 void poet_ref_q_put(void *y, long i, float v, int relu, int i8, float inv);
 void poet_ref_quantize_i8(int n, float scale, const float *x, int8_t *q);
