@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from poet.boards import load_board
+from poet.errors import PoetError
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
 from poet.plan.costs import costed, load_profile
@@ -40,6 +41,7 @@ from poet.plan.precision import select
 from poet.plan.strategies import found, plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget
+from poet.plan.types import CostedGraph
 
 # the emulated nrf52840's cast fits (cycles = r n + c), docs/benchmarks.md, for profiles without `casts:`
 NRF52840_CASTS: dict[str, Any] = {
@@ -65,6 +67,15 @@ def with_casts(prof: dict[str, Any], board: str) -> tuple[dict[str, Any], str]:
     if board != "nrf52840":
         raise SystemExit(f"profiles/{board}.yaml has no casts section: run `poet profile --board {board} --casts`")
     return dict(prof, casts=NRF52840_CASTS), "docs/benchmarks.md's emulated nrf52840 fits (profile has none)"
+
+
+def _smallest(cg: CostedGraph, deadline: float, time_limit: float) -> int | None:
+    """The smallest arena a plan fits at the deadline, or None where the MILP finds none or is too large to
+    build (then the tight and below-fp32 rows are left out)."""
+    try:
+        return min_arena_budget(cg, deadline, time_limit_s=time_limit)
+    except PoetError:
+        return None
 
 
 def main() -> None:
@@ -93,13 +104,13 @@ def main() -> None:
         fixed = budget_for(g, 1 << 40, static).fixed
         deadline = args.deadline * cg.one_pass_s
         full = keep_all(cg).peak_bytes
-        smallest = min_arena_budget(cg, deadline, time_limit_s=args.time_limit)
+        smallest = _smallest(cg, deadline, args.time_limit)
         budgets = [("roomy", full)]
         if smallest is not None and smallest < full:
             budgets.insert(0, ("tight", (smallest + full) // 2))
         # below what any fp32 plan fits in: half-size storage is what makes a plan possible at all
         low = select("greedy", g, board, prof, full, deadline)
-        smallest_low = min_arena_budget(low.cg, deadline, time_limit_s=args.time_limit)
+        smallest_low = _smallest(low.cg, deadline, args.time_limit)
         if smallest is not None and smallest_low is not None and smallest_low < smallest:
             budgets.insert(0, ("below fp32", (smallest_low + smallest) // 2))
         for label, arena in budgets:
