@@ -24,8 +24,8 @@ def timings() -> list[kernel_bench.KernelTiming]:
 def test_every_kernel_and_shape_is_measured(timings: list[kernel_bench.KernelTiming]) -> None:
     kernels = {t.kernel for t in timings}
     assert kernels == {"linear_fwd", "linear_grad_input", "linear_dw_db", "matmul_fwd", "linear_i8_fwd",
-                       "linear_w8_fwd", "quantize_i8", "conv2d_fwd", "conv2d_grad_input", "conv2d_dw_db",
-                       "conv2d_q_fwd"}
+                       "linear_w8_fwd", "quantize_i8", "maxpool2d_fwd", "maxpool2d_bwd", "conv2d_fwd",
+                       "conv2d_grad_input", "conv2d_dw_db", "conv2d_q_fwd"}
     assert all(t.macs == t.shape["B"] * t.shape["in"] * t.shape["out"] for t in timings if "in" in t.shape)
     assert all(not t.peers for t in timings)  # no peer library in this image
 

@@ -3,6 +3,12 @@
 
 /* ---- max pooling ---------------------------------------------------------------------------- */
 
+#ifdef POET_SMALL_CODE
+/* The ESP32-C3, whose code runs from the SRAM its pool would have, builds the specification itself: the
+ * loops below are 540 B larger there. */
+#define POET_REF_NAME(f) poet_##f
+#include "reference/pool.c"
+#else
 /* 2x2 windows, stride 2. A window's value and position is its first maximum, as PyTorch picks it (a NaN
  * wins over a number; reference/pool.c, whose bits these are): the four values from a row pair read
  * once, the comparisons inline, pointers walking instead of an index per output. */
@@ -63,6 +69,7 @@ void poet_maxpool2d_bwd(int B, int C, int H, int W, const float *g, const float 
         }
     }
 }
+#endif
 
 /* ---- means ---------------------------------------------------------------------------------- */
 

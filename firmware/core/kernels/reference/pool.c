@@ -4,6 +4,12 @@
 #include "../kernels.h"
 #include "reference.h"
 
+/* The names these loops are built under: poet_ref_* as the specification; poet_* where pool.c builds them as
+ * the kernels themselves (POET_SMALL_CODE). */
+#ifndef POET_REF_NAME
+#define POET_REF_NAME(f) poet_ref_##f
+#endif
+
 /* Index (within the window, row-major) of the first maximum, as PyTorch picks it. */
 static int window_argmax(const float *xc, int W, int oy, int ox)
 {
@@ -20,7 +26,7 @@ static int window_argmax(const float *xc, int W, int oy, int ox)
     return best;
 }
 
-void poet_ref_maxpool2d_fwd(int B, int C, int H, int W, const float *x, float *y)
+void POET_REF_NAME(maxpool2d_fwd)(int B, int C, int H, int W, const float *x, float *y)
 {
     int Ho = H / 2, Wo = W / 2, bc, oy, ox;
     for (bc = 0; bc < B * C; bc++) {
@@ -33,7 +39,7 @@ void poet_ref_maxpool2d_fwd(int B, int C, int H, int W, const float *x, float *y
     }
 }
 
-void poet_ref_maxpool2d_bwd(int B, int C, int H, int W, const float *g, const float *x, float *gx)
+void POET_REF_NAME(maxpool2d_bwd)(int B, int C, int H, int W, const float *g, const float *x, float *gx)
 {
     int Ho = H / 2, Wo = W / 2, bc, oy, ox;
     long i;
