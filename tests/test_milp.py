@@ -20,7 +20,10 @@ from poet.plan.types import CostedGraph
 
 @pytest.fixture(scope="module")
 def linear() -> tuple[CostedGraph, int, float]:
-    g = CostedGraph.from_json(REFERENCE / "linear.m0.json", reference=True)
+    path = REFERENCE / "linear.m0.json"
+    if not path.exists():  # the POET reference's instances live beside the repository, not in it
+        pytest.skip(f"{path} absent")
+    g = CostedGraph.from_json(path, reference=True)
     return g, 3300, g.one_pass_s
 
 
