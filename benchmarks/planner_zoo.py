@@ -84,7 +84,7 @@ def main() -> None:
                 try:
                     g = trace(model, name, spec.input_shape, spec.classes, batch, spec.input_dtype)
                 except Exception as exc:  # noqa: BLE001 - a model that cannot train at this batch (batch norm at 1)
-                    print(f"| {name} | {batch} | - | - | - | cannot trace: {str(exc).splitlines()[0][:70]} "
+                    print(f"| {name} | {batch} | - | - | - | cannot trace: {str(exc).splitlines()[0]} "
                           f"| | | | | | |", flush=True)
                     continue
                 cg = costed(g, board, prof, estimate=True)

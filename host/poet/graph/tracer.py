@@ -678,6 +678,10 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
                 if meta:
                     raise _NeedsValues() from exc
                 msg = str(exc).splitlines()[0] if str(exc) else ""
+                if batch == 1 and "more than 1 value per channel" in msg:  # torch's batch norm in training mode
+                    raise PoetError(f"model {name!r} cannot train on a batch of 1: its batch norm needs more than "
+                                    f"one value per channel; use --batch 2 or more, or a --train mode that freezes "
+                                    f"its batch norms (last:N)") from exc
                 raise PoetError(f"model {name!r} fails on a batch of shape {list(x.shape)} ({input_dtype}): "
                                 f"{type(exc).__name__}: {msg}") from exc
             want = [batch, classes] if loss == "cross_entropy" else list(x.shape)

@@ -80,12 +80,13 @@ def objective_value(prob: pulp.LpProblem) -> float:
 
 
 def solve(prob: pulp.LpProblem, solver: str, time_limit_s: float, gap: float = 0.0, warm: bool = False,
-          say: Say | None = None, stop_at: float | None = None) -> Outcome:
+          say: Say | None = None, stop_at: float | None = None, seed: int = 0) -> Outcome:
     """Solve `prob` (minimising); warm: start from the values the variables hold (setInitialValue).
 
     stop_at: an objective no solution can beat, known from elsewhere (a relaxation's bound): HiGHS
     stops as soon as its incumbent reaches it (objective_target), instead of proving it with its
-    own bound; CBC runs on. The caller proves the plan by the outside bound either way."""
+    own bound; CBC runs on. The caller proves the plan by the outside bound either way.
+    seed: HiGHS's random seed (two solves of one MILP racing on two cores take different paths)."""
     say = say or (lambda _msg: None)
     if solver not in ("highs", "cbc"):
         raise ValueError(f"unknown solver {solver!r} (highs or cbc)")
@@ -94,7 +95,7 @@ def solve(prob: pulp.LpProblem, solver: str, time_limit_s: float, gap: float = 0
     t0 = time.perf_counter()
     def run(warm: bool) -> Outcome:
         if solver == "highs":
-            return _highs(prob, time_limit_s, gap, warm, stop_at)
+            return _highs(prob, time_limit_s, gap, warm, stop_at, seed)
         return _cbc(prob, time_limit_s, gap, warm)
 
     out = run(warm)
@@ -164,8 +165,9 @@ class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
 
 
 def _highs(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool,
-           stop_at: float | None = None) -> Outcome:
-    opts = {"mip_abs_gap": 0.0, "primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9}
+           stop_at: float | None = None, seed: int = 0) -> Outcome:
+    opts: dict[str, float] = {"mip_abs_gap": 0.0, "primal_feasibility_tolerance": 1e-9,
+                              "mip_feasibility_tolerance": 1e-9, "random_seed": seed}
     if stop_at is not None:  # HiGHS stops with kObjectiveTarget once its incumbent is at or below it
         opts["objective_target"] = stop_at
     api = _Highs(warm, msg=False, timeLimit=time_limit_s, gapRel=gap, **opts)

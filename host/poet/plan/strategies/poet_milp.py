@@ -67,7 +67,7 @@ from typing import Any
 import pulp
 
 from poet.errors import PoetError
-from poet.plan import milp
+from poet.plan import milp, race
 from poet.plan.simulate import simulate
 from poet.plan.strategies.base import Options, Progress
 from poet.plan.strategies.relaxed import ROUNDS, relaxed
@@ -536,11 +536,62 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     buildable = size <= MAX_MILP_VARIABLES
     # the MILP follows only if the time it leaves would build it and solve it as long
     milp_after = buildable and 2 * size / BUILD_VARS_PER_S <= time_limit_s * (1 - RELAXED_SHARE)
+    if not (bound and milp_after and solver == "highs" and size >= race.RACE_ABOVE and race.cores() >= 2):
+        return _solve_poet(graph, arena_budget, deadline_s, solver, time_limit_s, gap, say, recompute, paging,
+                           strategy, start, semantics, bound, milp_after)
+    # a second core solves the MILP for the whole limit from the heuristic's start (plan/race.py)
+    origin = f"{start.strategy}'s plan" if start else "scratch"
+    say(f"a second core solves the MILP meanwhile, from {origin}")
+    other = race.Race(race.Problem(graph, arena_budget, deadline_s, recompute, paging, semantics, start,
+                                   0.95 * time_limit_s))
+    try:
+        plan = _solve_poet(graph, arena_budget, deadline_s, solver, time_limit_s, gap, say, recompute, paging,
+                           strategy, start, semantics, bound, milp_after)
+        if plan.status in ("optimal", "infeasible"):
+            return plan
+        got = other.result()
+    finally:
+        other.stop()
+    return _better(graph, plan, got, semantics, say, t0)
+
+
+def _better(graph: CostedGraph, plan: Plan, got: race.Result | None, semantics: Semantics, say: Callable[[str], None],
+            t0: float) -> Plan:
+    """The better of this process's plan and the second core's, against the higher of their bounds."""
+    if got is None or got.error:
+        say(f"the second core's MILP gave nothing{': ' + got.error if got else ' in time'}")
+        return plan
+    theirs = got.plan
+    say("the second core's MILP: " + (f"{theirs.status}, {theirs.energy_j:.6g} J" if theirs.stages else theirs.status)
+        + (f", bound {got.bound_j:.6g} J" if got.bound_j is not None else ""))
+    if theirs.stages and (not plan.stages or theirs.energy_j < plan.energy_j):
+        simulate(graph, theirs, plan.arena_budget, plan.deadline_s, semantics)
+        theirs.strategy, theirs.note = plan.strategy, "; ".join(x for x in (theirs.note, "the second core's MILP") if x)
+        plan = theirs
+    bounds = [b for b in (plan.bound_j, got.bound_j, theirs.bound_j) if b is not None]
+    plan.solve_time_s = time.perf_counter() - t0
+    if not plan.stages or not bounds:
+        return plan
+    best = max(bounds)
+    plan.bound_j = min(best, plan.energy_j)
+    if milp.proven(plan.energy_j, best):
+        plan.status, plan.gap = "optimal", 0.0
+    else:
+        plan.gap = milp.relative_gap(plan.energy_j, best)
+    return plan
+
+
+def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str, time_limit_s: float, gap: float,
+                say: Callable[[str], None], recompute: bool, paging: bool, strategy: str, start: Plan | None,
+                semantics: Semantics, bound: bool, milp_after: bool) -> Plan:
+    t0 = time.perf_counter()
+    size = milp_size(graph)
+    buildable = size <= MAX_MILP_VARIABLES
     if bound:
         # the relaxations (plan/bound.py) first: a bound, often a plan at it; half the time if the
         # MILP follows, all of it if not
         share = time_limit_s * (RELAXED_SHARE if milp_after else 1.0)
-        opts = Options(time_limit_s=share, gap=gap, progress=progress)
+        opts = Options(time_limit_s=share, gap=gap, progress=say)
         rel = relaxed(graph, arena_budget, deadline_s, semantics, opts, recompute, paging, start,
                       densify=0 if milp_after else ROUNDS)
         if rel.status == "infeasible" and rel.bound_j is None:
@@ -587,8 +638,24 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
                         deadline_s=deadline_s, solver="none", gap=math.inf, note=note, bound_j=bound_j)
         say(plan.note)
         return plan
-    warm_start = start
-    t_end = t0 + time_limit_s
+    left = t0 + time_limit_s - time.perf_counter() - 0.05 * time_limit_s  # a margin for reading the plan back
+    plan, _ = run_milp(graph, arena_budget, deadline_s, recompute, paging, semantics, start, left, say, solver, gap,
+                       bound_j, stop_at_bound=bound, strategy=strategy)
+    plan.solve_time_s = time.perf_counter() - t0
+    return plan
+
+
+def run_milp(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool, paging: bool,
+             semantics: Semantics, warm_start: Plan | None, time_limit_s: float,
+             say: Callable[[str], None] | None = None, solver: str = "highs", gap: float = 0.0,
+             bound_j: float | None = None, stop_at_bound: bool = False,
+             seed: int = 0, strategy: str = "poet") -> tuple[Plan, float | None]:
+    """Build the MILP and solve it within `time_limit_s` (the build included), from `warm_start`
+    if given; its plan, gap against the higher of the solver's bound and `bound_j`, and the
+    solver's bound in joules. stop_at_bound: a plan at `bound_j` is optimal, stop there."""
+    say = say or (lambda _msg: None)
+    t0 = time.perf_counter()
+    size = milp_size(graph)
     if size > SAY_BUILD_ABOVE:
         say(f"building the MILP: about {size:,} variables (up to a minute at {MAX_MILP_VARIABLES:,})")
     m = _build(graph, arena_budget, deadline_s, recompute=recompute, paging=paging, semantics=semantics)
@@ -598,18 +665,17 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
             + ("" if warm else ": its decisions are outside this MILP's variables, not used"))
     say(f"{solver}: solving {graph.name} (T={len(graph)}, {len(m.prob.variables())} variables, "
         f"{m.prob.numConstraints()} constraints), budget {arena_budget} B, deadline {deadline_s:.6g} s")
-    # what is left of the limit after the relaxations and the build, less a margin for reading the plan back
     # a plan at the relaxations' bound is optimal: the solver need not prove it with its own
-    stop_at = (bound_j * (1 + milp.PROVEN_REL_TOL / 2) - m.fixed_j(graph)) / m.scale if bound else None
-    out = milp.solve(m.prob, solver, max(1.0, t_end - time.perf_counter() - 0.05 * time_limit_s), gap, warm, say,
-                     stop_at)
+    stop_at = ((bound_j * (1 + milp.PROVEN_REL_TOL / 2) - m.fixed_j(graph)) / m.scale
+               if stop_at_bound and bound_j is not None else None)
+    out = milp.solve(m.prob, solver, max(1.0, time_limit_s - (time.perf_counter() - t0)), gap, warm, say, stop_at,
+                     seed)
     plan = _outcome_plan(out, strategy, arena_budget, deadline_s)
     if out.status in ("optimal", "feasible"):
         plan.stages = _extract(graph, m)
         _account(plan, m, graph, graph, out, semantics, bound_j)
-    plan.solve_time_s = time.perf_counter() - t0
     say(_solved_line(out, plan))
-    return plan
+    return plan, None if out.bound is None else m.fixed_j(graph) + out.bound * m.scale
 
 
 def _outcome_plan(out: milp.Outcome, strategy: str, arena_budget: int, deadline_s: float) -> Plan:

@@ -1,0 +1,117 @@
+"""A second POET MILP on another core, racing the planner's own (strategies/poet_milp.py).
+
+POET spends the first half of its time limit on the relaxations (plan/bound.py) and gives the MILP
+the rest. On a machine with a second core that core would idle; instead it solves the MILP for the
+whole limit, from the best heuristic's plan (or cold) and with another HiGHS seed, while this
+process runs the relaxations and then its own MILP from their plan. HiGHS's path through a big
+MILP varies a lot with its start and seed (ResNet-18 at 25% of its keep-everything RAM on the
+nRF52840's costs: 2.34 J or 2.70 J in 60 s from two seeds), so two paths find better plans than
+one, and each one's proven bound bounds both: the planner keeps the better plan and the higher
+bound.
+
+The race runs in a subprocess (`python -m poet.plan.race IN OUT`: the problem pickled in, the
+plan pickled out) rather than through multiprocessing: a fork would inherit HiGHS's thread pool
+half-alive, and a spawn would import the caller's __main__ (torch, for the CLI).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from poet.plan.types import CostedGraph, Plan, Semantics
+
+# Below this size (milp_size units) the MILP solves in seconds: a second process would only
+# add its start-up (about 0.3 s) to every small solve
+RACE_ABOVE = 10_000
+
+# Reading the plan back after its time limit: extraction and the simulator's replay
+GRACE_S = 10.0
+
+
+def cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class Problem:
+    """What the second core solves: solve_poet's MILP for `time_limit_s` from `start`."""
+
+    graph: CostedGraph
+    arena_budget: int
+    deadline_s: float
+    recompute: bool
+    paging: bool
+    semantics: Semantics
+    start: Plan | None
+    time_limit_s: float
+    seed: int = 1
+
+
+@dataclass
+class Result:
+    """The second core's plan (no stages if it found none) and its MILP's proven bound in joules."""
+
+    plan: Plan
+    bound_j: float | None
+    error: str = ""
+
+
+class Race:
+    """The MILP of `problem` in a subprocess, started at once; result() waits for it, stop() ends it."""
+
+    def __init__(self, problem: Problem) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="poet-race-")
+        self._in, self._out = Path(self._dir.name) / "problem.pickle", Path(self._dir.name) / "result.pickle"
+        self._in.write_bytes(pickle.dumps(problem))
+        self._t_end = time.perf_counter() + problem.time_limit_s
+        self._err = Path(self._dir.name) / "stderr"  # a file, not a pipe nobody reads until the end
+        with self._err.open("wb") as err:
+            self._proc = subprocess.Popen([sys.executable, "-m", "poet.plan.race", str(self._in), str(self._out)],
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+
+    def result(self) -> Result | None:
+        """Its result, waiting until its time limit (and the read-back) at most; None if it has none."""
+        try:
+            self._proc.wait(timeout=max(0.0, self._t_end - time.perf_counter()) + GRACE_S)
+        except subprocess.TimeoutExpired:
+            return None
+        if self._proc.returncode != 0 or not self._out.exists():
+            err = self._err.read_text(errors="replace").strip()
+            return Result(Plan("poet", [], "no-solution"), None,
+                          err.splitlines()[-1] if err else f"exit {self._proc.returncode}")
+        result: Result = pickle.loads(self._out.read_bytes())
+        return result
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._dir.cleanup()
+
+
+def _main(src: str, dst: str) -> None:
+    from poet.plan.strategies.poet_milp import run_milp
+
+    p: Problem = pickle.loads(Path(src).read_bytes())
+    plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, p.start,
+                             p.time_limit_s, seed=p.seed)
+    tmp = Path(dst + ".part")
+    tmp.write_bytes(pickle.dumps(Result(plan, bound_j)))
+    tmp.rename(dst)
+
+
+if __name__ == "__main__":  # through the module's own name, so the pickles name poet.plan.race's classes
+    from poet.plan.race import _main as main
+
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,94 @@
+"""The second core's MILP (plan/race.py): a real subprocess solving the real MILP, its plan replayed
+and combined with this process's by the better plan and the higher bound."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from dataclasses import replace
+
+import pytest
+from poet.plan import race
+from poet.plan.simulate import simulate
+from poet.plan.strategies import best_heuristic
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import _better, solve_poet
+from poet.plan.types import POET, CostedGraph
+from test_planner import chain, deep
+
+
+def _instance() -> tuple[CostedGraph, int, float]:
+    g = deep((4, 4, 4, 4, 4))
+    return g, int(keep_all(g).peak_bytes * 0.6), 2.0 * g.one_pass_s
+
+
+def test_the_second_core_finds_the_same_optimum_in_its_own_process() -> None:
+    g, budget, deadline = _instance()
+    alone = solve_poet(g, budget, deadline, bound=False)  # the MILP here, proven
+    assert alone.status == "optimal"
+    other = race.Race(race.Problem(g, budget, deadline, True, True, POET, None, 60.0))
+    try:
+        got = other.result()
+    finally:
+        other.stop()
+    assert got is not None and not got.error
+    assert got.plan.status == "optimal" and math.isclose(got.plan.energy_j, alone.energy_j, rel_tol=1e-9)
+    assert got.bound_j is not None and got.bound_j <= got.plan.energy_j * (1 + 1e-7)
+    sim = simulate(g, got.plan, budget, deadline)
+    assert math.isclose(sim.energy_j, got.plan.energy_j, rel_tol=1e-12)
+
+
+def test_the_better_plan_and_the_higher_bound_are_kept() -> None:
+    g, budget, deadline = _instance()
+    worse = best_heuristic(g, budget, deadline)
+    assert worse is not None
+    worse = replace(worse, status="feasible", bound_j=0.0)
+    opt = solve_poet(g, budget, deadline, bound=False)
+    assert opt.energy_j < worse.energy_j
+    kept = _better(g, replace(worse), race.Result(opt, opt.energy_j), POET, lambda _m: None, 0.0)
+    assert kept.stages == opt.stages and kept.status == "optimal" and kept.gap == 0.0
+    # a worse plan from the other core leaves this one, but its bound still counts
+    mine = replace(opt, status="feasible", bound_j=0.0)
+    kept = _better(g, mine, race.Result(worse, opt.energy_j), POET, lambda _m: None, 0.0)
+    assert kept.stages == opt.stages and kept.status == "optimal" and kept.bound_j == opt.energy_j
+
+
+def test_a_second_core_that_fails_says_why_and_costs_nothing(tmp_path: pytest.TempPathFactory) -> None:
+    g, budget, deadline = _instance()
+    broken = CostedGraph(tuple(replace(n, compute_j=-1.0) if n.id == 1 else n for n in g.nodes), name="broken")
+    other = race.Race(race.Problem(broken, budget, deadline, True, True, POET, None, 30.0))
+    try:
+        got = other.result()
+    finally:
+        other.stop()
+    assert got is not None and "costs must be non-negative" in got.error and not got.plan.stages
+    mine = solve_poet(g, budget, deadline)
+    assert _better(g, replace(mine), got, POET, lambda _m: None, 0.0).stages == mine.stages
+
+
+def test_solve_poet_races_on_two_cores_and_stops_the_race(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the race on for every size, POET's plan is still the proven optimum, and no race outlives
+    the solve."""
+    if race.cores() < 2:
+        pytest.skip("one core: no race")
+    started: list[race.Race] = []
+    real = race.Race
+
+    class Spy(real):  # type: ignore[misc,valid-type]
+        def __init__(self, problem: race.Problem) -> None:
+            pickle.dumps(problem)
+            super().__init__(problem)
+            started.append(self)
+
+    monkeypatch.setattr(race, "RACE_ABOVE", 0)
+    monkeypatch.setattr(race, "Race", Spy)
+    g = chain()
+    peak = keep_all(g).peak_bytes
+    for frac in (0.7, 0.5):
+        budget, deadline = int(peak * frac), 1.5 * g.one_pass_s
+        p = solve_poet(g, budget, deadline)
+        q = solve_poet(g, budget, deadline, bound=False)
+        assert p.status == q.status
+        if q.status == "optimal":
+            assert math.isclose(p.energy_j, q.energy_j, rel_tol=1e-7)
+    assert started and all(s._proc.poll() is not None for s in started)
