@@ -92,3 +92,24 @@ def test_solve_poet_races_on_two_cores_and_stops_the_race(monkeypatch: pytest.Mo
         if q.status == "optimal":
             assert math.isclose(p.energy_j, q.energy_j, rel_tol=1e-7)
     assert started and all(s._proc.poll() is not None for s in started)
+
+
+def test_a_stop_ends_the_search_with_the_incumbent() -> None:
+    """HiGHS asks stop() as it searches, with its incumbent's energy: a stop that says yes at once
+    leaves the start (not proven); one that never does leaves the proven optimum."""
+    from poet.plan.strategies.poet_milp import run_milp
+
+    g, budget, deadline = _instance()
+    start = best_heuristic(g, budget, deadline)
+    assert start is not None
+    seen: list[float] = []
+
+    def at_once(incumbent_j: float) -> bool:
+        seen.append(incumbent_j)
+        return True
+
+    stopped, _ = run_milp(g, budget, deadline, True, True, POET, start, 60.0, stop=at_once)
+    assert seen and math.isclose(seen[0], start.energy_j, rel_tol=1e-6)
+    assert stopped.status == "feasible" and math.isclose(stopped.energy_j, start.energy_j, rel_tol=1e-9)
+    full, _ = run_milp(g, budget, deadline, True, True, POET, start, 60.0, stop=lambda _j: False)
+    assert full.status == "optimal" and full.energy_j < start.energy_j

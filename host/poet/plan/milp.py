@@ -31,6 +31,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pulp
 
@@ -80,13 +81,16 @@ def objective_value(prob: pulp.LpProblem) -> float:
 
 
 def solve(prob: pulp.LpProblem, solver: str, time_limit_s: float, gap: float = 0.0, warm: bool = False,
-          say: Say | None = None, stop_at: float | None = None, seed: int = 0) -> Outcome:
+          say: Say | None = None, stop_at: float | None = None, seed: int = 0,
+          stop: Callable[[float], bool] | None = None) -> Outcome:
     """Solve `prob` (minimising); warm: start from the values the variables hold (setInitialValue).
 
     stop_at: an objective no solution can beat, known from elsewhere (a relaxation's bound): HiGHS
     stops as soon as its incumbent reaches it (objective_target), instead of proving it with its
     own bound; CBC runs on. The caller proves the plan by the outside bound either way.
-    seed: HiGHS's random seed (two solves of one MILP racing on two cores take different paths)."""
+    seed: HiGHS's random seed (two solves of one MILP racing on two cores take different paths).
+    stop: HiGHS asks it as it searches, with its incumbent's objective (inf: none yet), and stops
+    with that incumbent when it says so (plan/race.py)."""
     say = say or (lambda _msg: None)
     if solver not in ("highs", "cbc"):
         raise ValueError(f"unknown solver {solver!r} (highs or cbc)")
@@ -95,7 +99,7 @@ def solve(prob: pulp.LpProblem, solver: str, time_limit_s: float, gap: float = 0
     t0 = time.perf_counter()
     def run(warm: bool) -> Outcome:
         if solver == "highs":
-            return _highs(prob, time_limit_s, gap, warm, stop_at, seed)
+            return _highs(prob, time_limit_s, gap, warm, stop_at, seed, stop)
         return _cbc(prob, time_limit_s, gap, warm)
 
     out = run(warm)
@@ -145,9 +149,10 @@ def _quiet_stdout() -> Iterator[None]:
 class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
     """PuLP's HiGHS API, quiet, with the variables' values handed to HiGHS as a start if warm."""
 
-    def __init__(self, warm: bool, **kw: object) -> None:
+    def __init__(self, warm: bool, stop: Callable[[float], bool] | None = None, **kw: object) -> None:
         super().__init__(**kw)
         self.warm = warm
+        self.stop = stop
 
     def createAndConfigureSolver(self, lp: pulp.LpProblem) -> None:
         with _quiet_stdout():
@@ -161,16 +166,24 @@ class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
             sol.col_value = [float(v.varValue or 0.0) for v in lp.variables()]
             sol.value_valid = True
             lp.solverModel.setSolution(sol)
+        if self.stop is not None:
+            stop = self.stop
+
+            def interrupt(e: Any) -> None:
+                if stop(e.data_out.mip_primal_bound):
+                    e.interrupt()
+
+            lp.solverModel.cbMipInterrupt += interrupt
         lp.solverModel.run()
 
 
 def _highs(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool,
-           stop_at: float | None = None, seed: int = 0) -> Outcome:
+           stop_at: float | None = None, seed: int = 0, stop: Callable[[float], bool] | None = None) -> Outcome:
     opts: dict[str, float] = {"mip_abs_gap": 0.0, "primal_feasibility_tolerance": 1e-9,
                               "mip_feasibility_tolerance": 1e-9, "random_seed": seed}
     if stop_at is not None:  # HiGHS stops with kObjectiveTarget once its incumbent is at or below it
         opts["objective_target"] = stop_at
-    api = _Highs(warm, msg=False, timeLimit=time_limit_s, gapRel=gap, **opts)
+    api = _Highs(warm, stop, msg=False, timeLimit=time_limit_s, gapRel=gap, **opts)
     if not api.available():  # fallback: the highs executable through PuLP, no start, no bound
         prob.solve(pulp.HiGHS_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap))
         return _finish(_from_pulp(prob, "highs-cmd"), gap)

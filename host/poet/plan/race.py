@@ -22,9 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from poet.plan.milp import proven
 from poet.plan.types import CostedGraph, Plan, Semantics
 
 # Below this size (milp_size units) the MILP solves in seconds: a second process would only
@@ -56,6 +57,7 @@ class Problem:
     start: Plan | None
     time_limit_s: float
     seed: int = 1
+    bound_file: str = ""  # where the racer shares the relaxations' bound (Race sets it)
 
 
 @dataclass
@@ -73,12 +75,34 @@ class Race:
     def __init__(self, problem: Problem) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="poet-race-")
         self._in, self._out = Path(self._dir.name) / "problem.pickle", Path(self._dir.name) / "result.pickle"
+        self._bound = Path(self._dir.name) / "bound"
+        self._bound_j: float | None = None
+        problem = replace(problem, bound_file=str(self._bound))
         self._in.write_bytes(pickle.dumps(problem))
         self._t_end = time.perf_counter() + problem.time_limit_s
+        self._done: Result | None = None
         self._err = Path(self._dir.name) / "stderr"  # a file, not a pipe nobody reads until the end
         with self._err.open("wb") as err:
             self._proc = subprocess.Popen([sys.executable, "-m", "poet.plan.race", str(self._in), str(self._out)],
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+
+    def share_bound(self, bound_j: float) -> None:
+        """A lower bound proven here: the other MILP stops once its plan meets it."""
+        self._bound_j = bound_j
+        part = self._bound.with_suffix(".part")
+        part.write_text(repr(bound_j))
+        part.rename(self._bound)
+
+    def proved(self) -> bool:
+        """It has ended with a plan proven optimal by its own bound or the shared one (checked often
+        while this process's MILP runs: cheap until it ends)."""
+        if self._proc.poll() is None or not self._out.exists():
+            return False
+        if self._done is None:
+            self._done = pickle.loads(self._out.read_bytes())
+        plan = self._done.plan
+        return plan.status == "optimal" or (bool(plan.stages) and self._bound_j is not None
+                                            and proven(plan.energy_j, self._bound_j))
 
     def result(self) -> Result | None:
         """Its result, waiting until its time limit (and the read-back) at most; None if it has none."""
@@ -104,8 +128,21 @@ def _main(src: str, dst: str) -> None:
     from poet.plan.strategies.poet_milp import run_milp
 
     p: Problem = pickle.loads(Path(src).read_bytes())
+    shared = Path(p.bound_file)
+    bound: list[float] = []
+    next_look = 0.0
+
+    def stop(incumbent_j: float) -> bool:
+        """The incumbent meets the bound the racer shared: proven, stop (the file is looked for twice a second)."""
+        nonlocal next_look
+        if not bound and time.monotonic() >= next_look:
+            next_look = time.monotonic() + 0.5
+            if shared.exists():
+                bound.append(float(shared.read_text()))
+        return bool(bound) and proven(incumbent_j, bound[0])
+
     plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, p.start,
-                             p.time_limit_s, seed=p.seed)
+                             p.time_limit_s, seed=p.seed, stop=stop)
     tmp = Path(dst + ".part")
     tmp.write_bytes(pickle.dumps(Result(plan, bound_j)))
     tmp.rename(dst)

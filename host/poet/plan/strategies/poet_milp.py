@@ -546,7 +546,7 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
                                    0.95 * time_limit_s))
     try:
         plan = _solve_poet(graph, arena_budget, deadline_s, solver, time_limit_s, gap, say, recompute, paging,
-                           strategy, start, semantics, bound, milp_after)
+                           strategy, start, semantics, bound, milp_after, other)
         if plan.status in ("optimal", "infeasible"):
             return plan
         got = other.result()
@@ -583,7 +583,10 @@ def _better(graph: CostedGraph, plan: Plan, got: race.Result | None, semantics: 
 
 def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str, time_limit_s: float, gap: float,
                 say: Callable[[str], None], recompute: bool, paging: bool, strategy: str, start: Plan | None,
-                semantics: Semantics, bound: bool, milp_after: bool) -> Plan:
+                semantics: Semantics, bound: bool, milp_after: bool,
+                other: race.Race | None = None) -> Plan:
+    """solve_poet in this process, racing `other` if given: the relaxations' bound is shared with it,
+    and the MILP here stops once `other` has a proven plan."""
     t0 = time.perf_counter()
     size = milp_size(graph)
     buildable = size <= MAX_MILP_VARIABLES
@@ -593,7 +596,8 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
         share = time_limit_s * (RELAXED_SHARE if milp_after else 1.0)
         opts = Options(time_limit_s=share, gap=gap, progress=say)
         rel = relaxed(graph, arena_budget, deadline_s, semantics, opts, recompute, paging, start,
-                      densify=0 if milp_after else ROUNDS)
+                      densify=(1 if other else 0) if milp_after else ROUNDS,
+                      on_bound=other.share_bound if other else None, stop=other.proved if other else None)
         if rel.status == "infeasible" and rel.bound_j is None:
             plan = Plan(strategy=strategy, stages=[], status="infeasible", arena_budget=arena_budget,
                         deadline_s=deadline_s, solver="bound", solve_time_s=time.perf_counter() - t0,
@@ -638,9 +642,17 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
                         deadline_s=deadline_s, solver="none", gap=math.inf, note=note, bound_j=bound_j)
         say(plan.note)
         return plan
+    stop = None
+    if other is not None:
+        other.share_bound(bound_j)
+        if other.proved() and start is not None:
+            return adopt(start, "feasible", start.solver or "heuristic", f"{maker(start)}; the MILP was not built")
+
+        def stop(_incumbent_j: float) -> bool:
+            return other.proved()
     left = t0 + time_limit_s - time.perf_counter() - 0.05 * time_limit_s  # a margin for reading the plan back
     plan, _ = run_milp(graph, arena_budget, deadline_s, recompute, paging, semantics, start, left, say, solver, gap,
-                       bound_j, stop_at_bound=bound, strategy=strategy)
+                       bound_j, stop_at_bound=bound, strategy=strategy, stop=stop)
     plan.solve_time_s = time.perf_counter() - t0
     return plan
 
@@ -648,11 +660,12 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
 def run_milp(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool, paging: bool,
              semantics: Semantics, warm_start: Plan | None, time_limit_s: float,
              say: Callable[[str], None] | None = None, solver: str = "highs", gap: float = 0.0,
-             bound_j: float | None = None, stop_at_bound: bool = False,
-             seed: int = 0, strategy: str = "poet") -> tuple[Plan, float | None]:
+             bound_j: float | None = None, stop_at_bound: bool = False, seed: int = 0, strategy: str = "poet",
+             stop: Callable[[float], bool] | None = None) -> tuple[Plan, float | None]:
     """Build the MILP and solve it within `time_limit_s` (the build included), from `warm_start`
     if given; its plan, gap against the higher of the solver's bound and `bound_j`, and the
-    solver's bound in joules. stop_at_bound: a plan at `bound_j` is optimal, stop there."""
+    solver's bound in joules. stop_at_bound: a plan at `bound_j` is optimal, stop there; stop(J):
+    HiGHS asks it as it searches, with its incumbent's energy in joules, and stops when it says so."""
     say = say or (lambda _msg: None)
     t0 = time.perf_counter()
     size = milp_size(graph)
@@ -668,8 +681,9 @@ def run_milp(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute
     # a plan at the relaxations' bound is optimal: the solver need not prove it with its own
     stop_at = ((bound_j * (1 + milp.PROVEN_REL_TOL / 2) - m.fixed_j(graph)) / m.scale
                if stop_at_bound and bound_j is not None else None)
+    fixed_j, scale = m.fixed_j(graph), m.scale
     out = milp.solve(m.prob, solver, max(1.0, time_limit_s - (time.perf_counter() - t0)), gap, warm, say, stop_at,
-                     seed)
+                     seed, None if stop is None else lambda obj: stop(fixed_j + obj * scale))
     plan = _outcome_plan(out, strategy, arena_budget, deadline_s)
     if out.status in ("optimal", "feasible"):
         plan.stages = _extract(graph, m)

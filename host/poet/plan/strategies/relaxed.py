@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -167,7 +168,8 @@ def _spread(rows: list[int], n: int) -> list[int]:
 
 def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics = POET,
             options: Options | None = None, recompute: bool = True, paging: bool = True,
-            start: Plan | None = None, densify: int = ROUNDS) -> Plan:
+            start: Plan | None = None, densify: int = ROUNDS, on_bound: Callable[[float], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> Plan:
     """The best plan of a few rounds of relaxation and repair, with the best bound they proved
     (bound_j; None with status infeasible: a relaxation proved that no plan exists).
 
@@ -177,6 +179,8 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     (poet_milp passes 0 when its MILP follows: on resnet18_cifar.m4 one such round makes the bound
     exact in 5-14 s, but the MILP then took 40 s to find the plan under the reference's rules,
     178 s under poet's, against 90 s and 108 s proving it from the plain rounds' start).
+    on_bound: told each round's bound (a MILP racing on another core stops when its plan meets it);
+    stop(): the rounds end when it says so (that MILP has a proven plan).
     """
     opts = options or Options()
     say = opts.progress or (lambda _msg: None)
@@ -200,13 +204,15 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     bound = quick.bound_j
     for n_round in range(ROUNDS):
         left = t_end - time.perf_counter()
-        if left <= 0.5:
+        if left <= 0.5 or (stop is not None and stop()):
             break
         rel = relax_rows(graph, budget, deadline_s, semantics, recompute, paging, left, rows)
         if rel.status == "infeasible":
             best.note, best.bound_j = "no plan fits: the row relaxation (plan/bound.py) has no solution", None
             return best
         bound = max(bound, rel.bound_j)
+        if on_bound is not None:
+            on_bound(bound)
         if rel.status == "no-solution":
             break
         policy = Rows(graph, rel, deadline_s, semantics)
