@@ -44,7 +44,9 @@ def _row(label: str, cg: CostedGraph, budget: int, deadline: float, limit: float
     wall = time.perf_counter() - t0
     bound = p.bound_j
     if not found(p):
-        return f"| {label} | {budget:,} | {p.status} | - | - | {wall:.1f} | {p.note[:60]} | - | - |"
+        proof = next((f"proven by the {w}" for w in ("gap relaxation", "row relaxation") if w in p.note),
+                     "proven by the MILP" if p.status == "infeasible" else "")
+        return f"| {label} | {budget:,} | {p.status} | - | - | {wall:.1f} | {proof} | - | - |"
     how = ("row relaxation" if "row relaxation's plan" in p.note
            else p.note.split("heuristic's plan (")[1].split(")")[0] if "heuristic's plan (" in p.note else "MILP")
     poet = f"| {label} | {budget:,} | {_status(p)} | {p.energy_j:.6g} | {bound:.6g} | {wall:.1f} | {how} |"
@@ -57,6 +59,8 @@ def _row(label: str, cg: CostedGraph, budget: int, deadline: float, limit: float
         q = solve_poet(cg, budget, deadline, time_limit_s=limit, warm_start=best, bound=False)
         old = (f"{q.status}" + (f", gap {q.gap:.1%}" if q.status == "feasible" else "")
                + f", {time.perf_counter() - t0:.0f} s")
+        if "was not built" in q.note:  # its build would take the limit: the heuristic's plan, one plain pass its bound
+            old = f"not built in {limit:g} s: the heuristic's plan, gap {q.gap:.1%}"
     heur = (f"{best.strategy} {best.energy_j:.6g} J, {1 - bound / best.energy_j:.2%}" if best is not None and bound
             else "none fits")
     return f"{poet} {old} | {heur} |"

@@ -9,7 +9,7 @@ nRF52840's costs: 2.34 J or 2.70 J in 60 s from two seeds), so two paths find be
 one, and each one's proven bound bounds both: the planner keeps the better plan and the higher
 bound.
 
-The race runs in a subprocess (`python -m poet.plan.race IN OUT`: the problem pickled in, the
+The race runs in a subprocess (`python -m poet.plan.race_worker IN OUT`: the problem pickled in, the
 plan pickled out) rather than through multiprocessing: a fork would inherit HiGHS's thread pool
 half-alive, and a spawn would import the caller's __main__ (torch, for the CLI).
 """
@@ -83,8 +83,8 @@ class Race:
         self._done: Result | None = None
         self._err = Path(self._dir.name) / "stderr"  # a file, not a pipe nobody reads until the end
         with self._err.open("wb") as err:
-            self._proc = subprocess.Popen([sys.executable, "-m", "poet.plan.race", str(self._in), str(self._out)],
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            argv = [sys.executable, "-m", "poet.plan.race_worker", str(self._in), str(self._out)]
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
 
     def share_bound(self, bound_j: float) -> None:
         """A lower bound proven here: the other MILP stops once its plan meets it."""
@@ -122,33 +122,3 @@ class Race:
             self._proc.kill()
             self._proc.wait()
         self._dir.cleanup()
-
-
-def _main(src: str, dst: str) -> None:
-    from poet.plan.strategies.poet_milp import run_milp
-
-    p: Problem = pickle.loads(Path(src).read_bytes())
-    shared = Path(p.bound_file)
-    bound: list[float] = []
-    next_look = 0.0
-
-    def stop(incumbent_j: float) -> bool:
-        """The incumbent meets the bound the racer shared: proven, stop (the file is looked for twice a second)."""
-        nonlocal next_look
-        if not bound and time.monotonic() >= next_look:
-            next_look = time.monotonic() + 0.5
-            if shared.exists():
-                bound.append(float(shared.read_text()))
-        return bool(bound) and proven(incumbent_j, bound[0])
-
-    plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, p.start,
-                             p.time_limit_s, seed=p.seed, stop=stop)
-    tmp = Path(dst + ".part")
-    tmp.write_bytes(pickle.dumps(Result(plan, bound_j)))
-    tmp.rename(dst)
-
-
-if __name__ == "__main__":  # through the module's own name, so the pickles name poet.plan.race's classes
-    from poet.plan.race import _main as main
-
-    main(sys.argv[1], sys.argv[2])

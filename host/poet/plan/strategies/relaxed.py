@@ -176,9 +176,10 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     start: a plan that fits and meets the deadline (another strategy's); the rounds stop as soon
     as the best plan, this one included, is within options.gap of the bound.
     densify: how many rounds may add rows where the plan did not break, only to tighten the bound
-    (poet_milp passes 0 when its MILP follows: on resnet18_cifar.m4 one such round makes the bound
-    exact in 5-14 s, but the MILP then took 40 s to find the plan under the reference's rules,
-    178 s under poet's, against 90 s and 108 s proving it from the plain rounds' start).
+    (poet_milp passes 0 when its MILP follows alone: on resnet18_cifar.m4 one such round makes the
+    bound exact in 5-14 s, but the MILP then took 40 s to find the plan under the reference's rules,
+    178 s under poet's, against 90 s and 108 s proving it from the plain rounds' start; 1 when a
+    second MILP races it from the heuristic's plan, plan/race.py).
     on_bound: told each round's bound (a MILP racing on another core stops when its plan meets it);
     stop(): the rounds end when it says so (that MILP has a proven plan).
     """

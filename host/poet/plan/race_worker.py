@@ -1,0 +1,41 @@
+"""The second core's side of plan/race.py: `python -m poet.plan.race_worker IN OUT` solves the pickled
+race.Problem in IN and pickles a race.Result to OUT. Apart from race.py, which poet_milp imports."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import sys
+import time
+from pathlib import Path
+
+from poet.plan.milp import proven
+from poet.plan.race import Problem, Result
+from poet.plan.strategies.poet_milp import run_milp
+
+
+def _main(src: str, dst: str) -> None:
+    p: Problem = pickle.loads(Path(src).read_bytes())
+    shared = Path(p.bound_file)
+    bound = -math.inf
+    next_look = 0.0
+
+    def stop(incumbent_j: float) -> bool:
+        """The incumbent meets the latest bound the racer shared (each round's is higher): proven, stop.
+        The file is read twice a second at most: HiGHS asks far more often."""
+        nonlocal bound, next_look
+        if time.monotonic() >= next_look:
+            next_look = time.monotonic() + 0.5
+            if shared.exists():
+                bound = max(bound, float(shared.read_text()))
+        return math.isfinite(bound) and proven(incumbent_j, bound)
+
+    plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, p.start,
+                             p.time_limit_s, seed=p.seed, stop=stop)
+    tmp = Path(dst + ".part")
+    tmp.write_bytes(pickle.dumps(Result(plan, bound_j)))
+    tmp.rename(dst)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1], sys.argv[2])
