@@ -538,7 +538,7 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     milp_after = buildable and 2 * size / BUILD_VARS_PER_S <= time_limit_s * (1 - RELAXED_SHARE)
     if not (bound and milp_after and solver == "highs" and size >= race.RACE_ABOVE and race.cores() >= 2):
         return _solve_poet(graph, arena_budget, deadline_s, solver, time_limit_s, gap, say, recompute, paging,
-                           strategy, start, semantics, bound, milp_after)
+                           strategy, start, semantics, bound, size, milp_after)
     # a second core solves the MILP for the whole limit from the heuristic's start (plan/race.py)
     origin = f"{start.strategy}'s plan" if start else "scratch"
     say(f"a second core solves the MILP meanwhile, from {origin}")
@@ -546,7 +546,7 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
                                    0.95 * time_limit_s))
     try:
         plan = _solve_poet(graph, arena_budget, deadline_s, solver, time_limit_s, gap, say, recompute, paging,
-                           strategy, start, semantics, bound, milp_after, other)
+                           strategy, start, semantics, bound, size, milp_after, other)
         if plan.status in ("optimal", "infeasible"):
             return plan
         got = other.result()
@@ -583,12 +583,11 @@ def _better(graph: CostedGraph, plan: Plan, got: race.Result | None, semantics: 
 
 def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str, time_limit_s: float, gap: float,
                 say: Callable[[str], None], recompute: bool, paging: bool, strategy: str, start: Plan | None,
-                semantics: Semantics, bound: bool, milp_after: bool,
+                semantics: Semantics, bound: bool, size: int, milp_after: bool,
                 other: race.Race | None = None) -> Plan:
     """solve_poet in this process, racing `other` if given: the relaxations' bound is shared with it,
-    and the MILP here stops once `other` has a proven plan."""
+    and the MILP here stops once `other` has a proven plan. size: milp_size(graph)."""
     t0 = time.perf_counter()
-    size = milp_size(graph)
     buildable = size <= MAX_MILP_VARIABLES
     if bound:
         # the relaxations (plan/bound.py) first: a bound, often a plan at it; half the time if the
