@@ -47,6 +47,10 @@ def test_the_better_plan_and_the_higher_bound_are_kept() -> None:
     assert opt.energy_j < worse.energy_j
     kept = _better(g, replace(worse), race.Result(opt, opt.energy_j), POET, lambda _m: None, 0.0)
     assert kept.stages == opt.stages and kept.status == "optimal" and kept.gap == 0.0
+    # a better plan from the other core with a weaker bound: its plan, this process's bound
+    mine = replace(worse, bound_j=opt.energy_j)
+    kept = _better(g, mine, race.Result(replace(opt, status="feasible", bound_j=0.0), 0.0), POET, lambda _m: None, 0.0)
+    assert kept.stages == opt.stages and kept.status == "optimal" and kept.bound_j == opt.energy_j
     # a worse plan from the other core leaves this one, but its bound still counts
     mine = replace(opt, status="feasible", bound_j=0.0)
     kept = _better(g, mine, race.Result(worse, opt.energy_j), POET, lambda _m: None, 0.0)

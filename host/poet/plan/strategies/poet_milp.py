@@ -561,14 +561,14 @@ def _better(graph: CostedGraph, plan: Plan, got: race.Result | None, semantics: 
     if got is None or got.error:
         say(f"the second core's MILP gave nothing{': ' + got.error if got else ' in time'}")
         return plan
-    theirs = got.plan
+    theirs, mine_j = got.plan, plan.bound_j
     say("the second core's MILP: " + (f"{theirs.status}, {theirs.energy_j:.6g} J" if theirs.stages else theirs.status)
         + (f", bound {got.bound_j:.6g} J" if got.bound_j is not None else ""))
     if theirs.stages and (not plan.stages or theirs.energy_j < plan.energy_j):
         simulate(graph, theirs, plan.arena_budget, plan.deadline_s, semantics)
         theirs.strategy, theirs.note = plan.strategy, "; ".join(x for x in (theirs.note, "the second core's MILP") if x)
         plan = theirs
-    bounds = [b for b in (plan.bound_j, got.bound_j, theirs.bound_j) if b is not None]
+    bounds = [b for b in (mine_j, got.bound_j) if b is not None]  # theirs.bound_j is at most got.bound_j
     plan.solve_time_s = time.perf_counter() - t0
     if not plan.stages or not bounds:
         return plan
