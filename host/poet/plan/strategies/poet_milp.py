@@ -614,7 +614,8 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
         simulate(graph, start, arena_budget, deadline_s, semantics)
         return Plan(strategy=strategy, stages=start.stages, status=status, energy_j=start.energy_j,
                     time_s=start.time_s, peak_bytes=start.peak_bytes, arena_budget=arena_budget,
-                    deadline_s=deadline_s, solver=solver_name, gap=milp.relative_gap(start.energy_j, bound_j),
+                    deadline_s=deadline_s, solver=solver_name,
+                    gap=0.0 if status == "optimal" else milp.relative_gap(start.energy_j, bound_j),
                     note=note, bound_j=bound_j, solve_time_s=time.perf_counter() - t0)
 
     def maker(p: Plan) -> str:
