@@ -46,7 +46,8 @@ def _row(label: str, cg: CostedGraph, budget: int, deadline: float, limit: float
     if not found(p):
         proof = next((f"proven by the {w}" for w in ("gap relaxation", "row relaxation") if w in p.note),
                      "proven by the MILP" if p.status == "infeasible" else "")
-        return f"| {label} | {budget:,} | {p.status} | - | - | {wall:.1f} | {proof} | - | - |"
+        known = f"{bound:.6g}" if bound is not None else "-"  # a no-solution row still has its bound
+        return f"| {label} | {budget:,} | {p.status} | - | {known} | {wall:.1f} | {proof} | - | - |"
     how = ("row relaxation" if "row relaxation's plan" in p.note
            else p.note.split("heuristic's plan (")[1].split(")")[0] if "heuristic's plan (" in p.note else "MILP")
     poet = f"| {label} | {budget:,} | {_status(p)} | {p.energy_j:.6g} | {bound:.6g} | {wall:.1f} | {how} |"

@@ -7,6 +7,7 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pulp
@@ -477,6 +478,30 @@ def test_a_plan_proven_by_the_bound_has_no_gap(monkeypatch: pytest.MonkeyPatch) 
     base = keep_all(g)
     plan = solve_poet(g, base.peak_bytes, 3 * g.one_pass_s)
     assert plan.status == "optimal" and plan.solver == "bound" and plan.gap == 0.0
+
+
+def test_a_milp_that_finds_nothing_leaves_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No heuristic, relaxation or MILP plan in the time limit (VWW at 25% on the nRF52840's costs):
+    no stages, but the relaxations' bound is still what no plan can beat, and the plan says it."""
+    from poet.plan.strategies import poet_milp
+
+    g = chain()
+    base = keep_all(g)
+    budget, deadline = (base.peak_bytes + lower_bound_bytes(g)) // 2, 3 * g.one_pass_s
+    exact = solve_poet(g, budget, deadline, bound=False)
+    real = poet_milp.relaxed
+
+    def bound_only(*args: object, **kw: object) -> Plan:
+        return replace(real(*args, **kw), stages=[], status="infeasible")  # type: ignore[arg-type]
+
+    def nothing(graph: CostedGraph, budget: int, deadline: float, *args: object, **kw: object) -> tuple[Plan, None]:
+        return Plan("poet", [], "no-solution", arena_budget=budget, deadline_s=deadline, solver="highs"), None
+
+    monkeypatch.setattr(poet_milp, "relaxed", bound_only)
+    monkeypatch.setattr(poet_milp, "run_milp", nothing)
+    plan = solve_poet(g, budget, deadline)
+    assert plan.status == "no-solution" and not plan.stages
+    assert plan.bound_j is not None and 0 < plan.bound_j <= exact.energy_j * (1 + 1e-7)
 
 
 @pytest.mark.slow

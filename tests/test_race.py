@@ -117,3 +117,29 @@ def test_a_stop_ends_the_search_with_the_incumbent() -> None:
     assert stopped.status == "feasible" and math.isclose(stopped.energy_j, start.energy_j, rel_tol=1e-9)
     full, _ = run_milp(g, budget, deadline, True, True, POET, start, 60.0, stop=lambda _j: False)
     assert full.status == "optimal" and full.energy_j < start.energy_j
+
+
+def test_the_racers_limit_counts_from_when_the_race_starts() -> None:
+    """The worker's start-up and imports come out of its limit, not on top of it: the problem it reads
+    carries the moment the race started plus the limit, on the clock both processes share."""
+    import time
+
+    g, budget, deadline = _instance()
+    before = time.monotonic()
+    other = race.Race(race.Problem(g, budget, deadline, True, True, POET, None, 30.0))
+    after = time.monotonic()
+    try:
+        sent: race.Problem = pickle.loads(other._in.read_bytes())
+        assert before + 30.0 <= sent.ends_at <= after + 30.0
+    finally:
+        other.stop()
+
+
+def test_no_plan_from_either_core_still_reports_the_bound() -> None:
+    """Neither MILP found a plan in time: the plan has no stages, and the higher bound is still said."""
+    g, budget, deadline = _instance()
+    none = solve_poet(g, budget, deadline)
+    mine = replace(none, stages=[], status="no-solution", energy_j=0.0, bound_j=0.5 * none.energy_j)
+    theirs = race.Result(replace(mine, bound_j=None), 0.75 * none.energy_j)
+    kept = _better(g, mine, theirs, POET, lambda _m: None, 0.0)
+    assert kept.status == "no-solution" and not kept.stages and kept.bound_j == 0.75 * none.energy_j

@@ -46,7 +46,8 @@ def cores() -> int:
 
 @dataclass
 class Problem:
-    """What the second core solves: solve_poet's MILP for `time_limit_s` from `start`."""
+    """What the second core solves: solve_poet's MILP for `time_limit_s` from `start`, counted from
+    when the Race starts (its start-up and imports included: `ends_at`, on the shared monotonic clock)."""
 
     graph: CostedGraph
     arena_budget: int
@@ -58,6 +59,7 @@ class Problem:
     time_limit_s: float
     seed: int = 1
     bound_file: str = ""  # where the racer shares the relaxations' bound (Race sets it)
+    ends_at: float = 0.0  # time.monotonic() the MILP must end by (Race sets it)
 
 
 @dataclass
@@ -77,9 +79,9 @@ class Race:
         self._in, self._out = Path(self._dir.name) / "problem.pickle", Path(self._dir.name) / "result.pickle"
         self._bound = Path(self._dir.name) / "bound"
         self._bound_j: float | None = None
-        problem = replace(problem, bound_file=str(self._bound))
+        self._t_end = time.monotonic() + problem.time_limit_s
+        problem = replace(problem, bound_file=str(self._bound), ends_at=self._t_end)
         self._in.write_bytes(pickle.dumps(problem))
-        self._t_end = time.perf_counter() + problem.time_limit_s
         self._done: Result | None = None
         self._err = Path(self._dir.name) / "stderr"  # a file, not a pipe nobody reads until the end
         with self._err.open("wb") as err:
@@ -107,7 +109,7 @@ class Race:
     def result(self) -> Result | None:
         """Its result, waiting until its time limit (and the read-back) at most; None if it has none."""
         try:
-            self._proc.wait(timeout=max(0.0, self._t_end - time.perf_counter()) + GRACE_S)
+            self._proc.wait(timeout=max(0.0, self._t_end - time.monotonic()) + GRACE_S)
         except subprocess.TimeoutExpired:
             return None
         if self._proc.returncode != 0 or not self._out.exists():

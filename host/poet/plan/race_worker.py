@@ -31,7 +31,7 @@ def _main(src: str, dst: str) -> None:
         return math.isfinite(bound) and proven(incumbent_j, bound)
 
     plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, p.start,
-                             p.time_limit_s, seed=p.seed, stop=stop)
+                             p.ends_at - time.monotonic(), seed=p.seed, stop=stop)
     tmp = Path(dst + ".part")
     tmp.write_bytes(pickle.dumps(Result(plan, bound_j)))
     tmp.rename(dst)

@@ -570,9 +570,12 @@ def _better(graph: CostedGraph, plan: Plan, got: race.Result | None, semantics: 
         plan = theirs
     bounds = [b for b in (mine_j, got.bound_j) if b is not None]  # theirs.bound_j is at most got.bound_j
     plan.solve_time_s = time.perf_counter() - t0
-    if not plan.stages or not bounds:
+    if not bounds:
         return plan
     best = max(bounds)
+    if not plan.stages:  # neither found a plan: the bound still says what none can beat
+        plan.bound_j = best
+        return plan
     plan.bound_j = min(best, plan.energy_j)
     if milp.proven(plan.energy_j, best):
         plan.status, plan.gap = "optimal", 0.0
@@ -654,6 +657,8 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
     plan, _ = run_milp(graph, arena_budget, deadline_s, recompute, paging, semantics, start, left, say, solver, gap,
                        bound_j, stop_at_bound=bound, strategy=strategy, stop=stop)
     plan.solve_time_s = time.perf_counter() - t0
+    if plan.bound_j is None and bound:  # no plan found, but no plan can cost less than this
+        plan.bound_j = bound_j
     return plan
 
 
