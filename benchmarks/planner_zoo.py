@@ -48,7 +48,9 @@ def _row(label: str, cg: CostedGraph, budget: int, deadline: float, limit: float
                      "proven by the MILP" if p.status == "infeasible" else "")
         known = f"{bound:.6g}" if bound is not None else "-"  # a no-solution row still has its bound
         return f"| {label} | {budget:,} | {p.status} | - | {known} | {wall:.1f} | {proof} | - | - |"
-    how = ("row relaxation" if "row relaxation's plan" in p.note
+    how = ("row relaxation (2nd core)" if "second core's row relaxation" in p.note
+           else "MILP (2nd core)" if "second core's MILP" in p.note
+           else "row relaxation" if "row relaxation's plan" in p.note
            else p.note.split("heuristic's plan (")[1].split(")")[0] if "heuristic's plan (" in p.note else "MILP")
     poet = f"| {label} | {budget:,} | {_status(p)} | {p.energy_j:.6g} | {bound:.6g} | {wall:.1f} | {how} |"
     if not alone:

@@ -173,3 +173,32 @@ def test_rounds_with_rows_where_the_plan_did_not_break_reach_the_bound_of_every_
     assert first.bound_j < every_row.bound_j * (1 - 1e-3)  # 16 rows of 26: a looser bound
     assert finer.bound_j >= every_row.bound_j * (1 - TOL)
     assert finer.energy_j <= first.energy_j
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rounds_from_the_lp_bound_every_plan_and_their_plan_fits(seed: int) -> None:
+    """lp_first (the second core's path where no MILP is built): the LP round's plan and the rows where
+    it broke seed the rounds; the bound, LP's included, stays below the MILP's proven optimum."""
+    from poet.plan.simulate import simulate
+    from poet.plan.strategies.base import Options
+    from poet.plan.strategies.relaxed import relaxed
+
+    g = _random_graph(seed)
+    lo, hi = lower_bound_bytes(g), keep_all(g).peak_bytes
+    said: list[str] = []
+    checked = 0
+    for budget in (lo + (hi - lo) // 4, (lo + hi) // 2):
+        deadline = 1.5 * g.one_pass_s
+        opt = solve_poet(g, budget, deadline, time_limit_s=60, bound=False)
+        p = relaxed(g, budget, deadline, options=Options(progress=said.append), lp_first=True)
+        if opt.status == "infeasible":
+            assert not p.stages
+            continue
+        assert p.bound_j is not None
+        if opt.status == "optimal":
+            checked += 1
+            assert p.bound_j <= opt.energy_j * (1 + TOL), (budget, p.bound_j, opt.energy_j)
+        if p.stages:
+            assert p.energy_j >= opt.energy_j * (1 - TOL) if opt.status == "optimal" else True
+            simulate(g, p, budget, deadline)  # raises if it does not fit or is late
+    assert any("its LP" in m for m in said) or not checked

@@ -143,3 +143,46 @@ def test_no_plan_from_either_core_still_reports_the_bound() -> None:
     theirs = race.Result(replace(mine, bound_j=None), 0.75 * none.energy_j)
     kept = _better(g, mine, theirs, POET, lambda _m: None, 0.0)
     assert kept.status == "no-solution" and not kept.stages and kept.bound_j == 0.75 * none.energy_j
+
+
+def test_the_second_core_runs_the_relaxations_rounds_from_their_lp() -> None:
+    """what="row relaxation": its plan fits, its bound is below the MILP's proven optimum, and it says
+    what made it."""
+    g, budget, deadline = _instance()
+    opt = solve_poet(g, budget, deadline, bound=False)
+    assert opt.status == "optimal"
+    other = race.Race(race.Problem(g, budget, deadline, True, True, POET, None, 60.0, what="row relaxation"))
+    try:
+        got = other.result()
+    finally:
+        other.stop()
+    assert got is not None and not got.error and got.by == "row relaxation"
+    assert got.bound_j is not None and got.bound_j <= opt.energy_j * (1 + 1e-7)
+    assert got.plan.stages and got.plan.energy_j >= opt.energy_j * (1 - 1e-9)
+    simulate(g, got.plan, budget, deadline)
+
+
+def test_where_no_milp_is_built_the_second_core_runs_the_relaxation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MILP too large to build: the second core runs the relaxations instead of idling."""
+    if race.cores() < 2:
+        pytest.skip("one core: no race")
+    from poet.plan.strategies import poet_milp
+
+    g, budget, deadline = _instance()
+    opt = solve_poet(g, budget, deadline, bound=False)
+    whats: list[str] = []
+    real = race.Race
+
+    class Spy(real):  # type: ignore[misc,valid-type]
+        def __init__(self, problem: race.Problem) -> None:
+            whats.append(problem.what)
+            super().__init__(problem)
+
+    monkeypatch.setattr(race, "RACE_ABOVE", 0)
+    monkeypatch.setattr(race, "Race", Spy)
+    monkeypatch.setattr(poet_milp, "MAX_MILP_VARIABLES", 0)  # not built: the relaxations alone
+    p = solve_poet(g, budget, deadline)
+    assert whats == ["row relaxation"]
+    assert p.bound_j is not None and p.bound_j <= opt.energy_j * (1 + 1e-7)
+    assert p.stages and p.energy_j >= opt.energy_j * (1 - 1e-9)
+    simulate(g, p, budget, deadline)

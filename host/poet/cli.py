@@ -612,7 +612,8 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
     p.add_argument("--time-limit", type=_positive, default=60.0,
                    help="planner time limit in seconds, lower-bound relaxations and MILP together; with a second "
-                   "core free a second MILP races on it for the whole limit (default 60)")
+                   "core free a second MILP (or, where none is built, the relaxations by another path) races on it "
+                   "for the whole limit (default 60)")
     p.add_argument("--gap", type=_fraction, default=0.0,
                    help="stop once the plan is proven within this relative gap of a lower bound, e.g. 0.01 (default 0)")
     p.add_argument("--profile", type=_input_file, help=PROFILE_HELP)

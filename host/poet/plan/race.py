@@ -1,4 +1,5 @@
-"""A second POET MILP on another core, racing the planner's own (strategies/poet_milp.py).
+"""A second POET MILP on another core, racing the planner's own (strategies/poet_milp.py); where no
+MILP is built, the relaxations' rounds by another path (strategies/relaxed.py, lp_first).
 
 POET spends the first half of its time limit on the relaxations (plan/bound.py) and gives the MILP
 the rest. On a machine with a second core that core would idle; instead it solves the MILP for the
@@ -60,6 +61,7 @@ class Problem:
     seed: int = 1
     bound_file: str = ""  # where the racer shares the relaxations' bound (Race sets it)
     ends_at: float = 0.0  # time.monotonic() the MILP must end by (Race sets it)
+    what: str = "MILP"  # or "row relaxation": where no MILP is built, the relaxations' rounds by another path
 
 
 @dataclass
@@ -69,6 +71,7 @@ class Result:
     plan: Plan
     bound_j: float | None
     error: str = ""
+    by: str = "MILP"  # what made it: Problem.what
 
 
 class Race:
@@ -80,6 +83,7 @@ class Race:
         self._bound = Path(self._dir.name) / "bound"
         self._bound_j: float | None = None
         self._t_end = time.monotonic() + problem.time_limit_s
+        self._what = problem.what
         problem = replace(problem, bound_file=str(self._bound), ends_at=self._t_end)
         self._in.write_bytes(pickle.dumps(problem))
         self._done: Result | None = None
@@ -115,7 +119,7 @@ class Race:
         if self._proc.returncode != 0 or not self._out.exists():
             err = self._err.read_text(errors="replace").strip()
             return Result(Plan("poet", [], "no-solution"), None,
-                          err.splitlines()[-1] if err else f"exit {self._proc.returncode}")
+                          err.splitlines()[-1] if err else f"exit {self._proc.returncode}", self._what)
         result: Result = pickle.loads(self._out.read_bytes())
         return result
 

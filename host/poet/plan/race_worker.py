@@ -11,7 +11,9 @@ from pathlib import Path
 
 from poet.plan.milp import proven
 from poet.plan.race import Problem, Result
+from poet.plan.strategies.base import Options
 from poet.plan.strategies.poet_milp import run_milp
+from poet.plan.strategies.relaxed import relaxed
 
 
 def _main(src: str, dst: str) -> None:
@@ -30,10 +32,16 @@ def _main(src: str, dst: str) -> None:
                 bound = max(bound, float(shared.read_text()))
         return math.isfinite(bound) and proven(incumbent_j, bound)
 
-    plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, p.start,
-                             p.ends_at - time.monotonic(), seed=p.seed, stop=stop)
+    if p.what == "row relaxation":  # the relaxations' rounds from their LP (strategies/relaxed.py)
+        opts = Options(time_limit_s=p.ends_at - time.monotonic())
+        plan = relaxed(p.graph, p.arena_budget, p.deadline_s, p.semantics, opts, p.recompute, p.paging, p.start,
+                       lp_first=True)
+        bound_j = plan.bound_j
+    else:
+        plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, p.start,
+                                 p.ends_at - time.monotonic(), seed=p.seed, stop=stop)
     tmp = Path(dst + ".part")
-    tmp.write_bytes(pickle.dumps(Result(plan, bound_j)))
+    tmp.write_bytes(pickle.dumps(Result(plan, bound_j, by=p.what)))
     tmp.rename(dst)
 
 

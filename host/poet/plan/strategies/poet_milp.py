@@ -536,14 +536,16 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     buildable = size <= MAX_MILP_VARIABLES
     # the MILP follows only if the time it leaves would build it and solve it as long
     milp_after = buildable and 2 * size / BUILD_VARS_PER_S <= time_limit_s * (1 - RELAXED_SHARE)
-    if not (bound and milp_after and solver == "highs" and size >= race.RACE_ABOVE and race.cores() >= 2):
+    if not (bound and (solver == "highs" or not milp_after) and size >= race.RACE_ABOVE and race.cores() >= 2):
         return _solve_poet(graph, arena_budget, deadline_s, solver, time_limit_s, gap, say, recompute, paging,
                            strategy, start, semantics, bound, size, milp_after)
-    # a second core solves the MILP for the whole limit from the heuristic's start (plan/race.py)
-    origin = f"{start.strategy}'s plan" if start else "scratch"
-    say(f"a second core solves the MILP meanwhile, from {origin}")
+    # a second core solves the MILP for the whole limit from the heuristic's start, or where no MILP is
+    # built runs the relaxations' rounds from their LP (plan/race.py)
+    what = "MILP" if milp_after else "row relaxation"
+    origin = "its LP" if not milp_after else f"{start.strategy}'s plan" if start else "scratch"
+    say(f"a second core runs the {what} meanwhile, from {origin}")
     other = race.Race(race.Problem(graph, arena_budget, deadline_s, recompute, paging, semantics, start,
-                                   0.95 * time_limit_s))
+                                   0.95 * time_limit_s, what=what))
     try:
         plan = _solve_poet(graph, arena_budget, deadline_s, solver, time_limit_s, gap, say, recompute, paging,
                            strategy, start, semantics, bound, size, milp_after, other)
@@ -559,14 +561,16 @@ def _better(graph: CostedGraph, plan: Plan, got: race.Result | None, semantics: 
             t0: float) -> Plan:
     """The better of this process's plan and the second core's, against the higher of their bounds."""
     if got is None or got.error:
-        say(f"the second core's MILP gave nothing{': ' + got.error if got else ' in time'}")
+        say(f"the second core's {got.by if got else 'solve'} gave nothing{': ' + got.error if got else ' in time'}")
         return plan
     theirs, mine_j = got.plan, plan.bound_j
-    say("the second core's MILP: " + (f"{theirs.status}, {theirs.energy_j:.6g} J" if theirs.stages else theirs.status)
+    say(f"the second core's {got.by}: "
+        + (f"{theirs.status}, {theirs.energy_j:.6g} J" if theirs.stages else theirs.status)
         + (f", bound {got.bound_j:.6g} J" if got.bound_j is not None else ""))
     if theirs.stages and (not plan.stages or theirs.energy_j < plan.energy_j):
         simulate(graph, theirs, plan.arena_budget, plan.deadline_s, semantics)
-        theirs.strategy, theirs.note = plan.strategy, "; ".join(x for x in (theirs.note, "the second core's MILP") if x)
+        by = f"the second core's {got.by}"
+        theirs.strategy, theirs.note = plan.strategy, "; ".join(x for x in (theirs.note, by) if x)
         plan = theirs
     bounds = [b for b in (mine_j, got.bound_j) if b is not None]  # theirs.bound_j is at most got.bound_j
     plan.solve_time_s = time.perf_counter() - t0
