@@ -182,8 +182,8 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     second MILP races it from the heuristic's plan, plan/race.py).
     on_bound: told each round's bound (a MILP racing on another core stops when its plan meets it);
     stop(): the rounds end when it says so (that MILP has a proven plan).
-    lp_first: first a round of the rows' LP relaxation (no bound, milliseconds), whose plan and the stages
-    where it broke seed the first integer round: another path through the rounds, the one the second
+    lp_first: first a round of the rows' LP relaxation (milliseconds; its optimum a bound too), whose
+    plan and the stages where it broke seed the first integer round: another path through the rounds, the one the second
     core takes where no MILP is built (MobileNetV2 at 25% on the nRF52840: 18 rows proven in 47 s
     against 16 in 33 s then 22 in 55 s, and a better first plan; plan/race.py).
     """
@@ -211,15 +211,10 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
         rel = relax_rows(graph, budget, deadline_s, semantics, recompute, paging, t_end - time.perf_counter(), rows,
                          integer=False)
         if rel.status in ("optimal", "feasible"):
-            policy = Rows(graph, rel, deadline_s, semantics)
-            plan = _build(graph, budget, deadline_s, policy, semantics)
-            if plan.status == "feasible" and (best.status not in ("optimal", "feasible")
-                                              or plan.energy_j < best.energy_j):
-                best = replace(plan, strategy="relaxed", solver="row relaxation")
+            plan, best, more = _round(graph, budget, deadline_s, semantics, rel, best, rows)
             if rel.status == "optimal":  # the LP's optimum bounds the relaxation's, so every plan
                 bound = max(bound, rel.bound_j)
-            more = sorted(policy.evicted_at - set(rows))
-            rows = sorted(set(rows) | set(more[:: max(1, len(more) // FIRST_ROWS)]))
+            rows = sorted(set(rows) | set(more))
             say("row relaxation, its LP: plan " + (f"{plan.energy_j:.6g} J" if plan.status == "feasible"
                                                    else plan.status) + f", {len(rows)} RAM rows next")
     for n_round in range(ROUNDS):
@@ -235,10 +230,7 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
             on_bound(bound)
         if rel.status == "no-solution":
             break
-        policy = Rows(graph, rel, deadline_s, semantics)
-        plan = _build(graph, budget, deadline_s, policy, semantics)
-        if plan.status == "feasible" and (best.status not in ("optimal", "feasible") or plan.energy_j < best.energy_j):
-            best = replace(plan, strategy="relaxed", solver="row relaxation")
+        plan, best, more = _round(graph, budget, deadline_s, semantics, rel, best, rows)
         gap = 1 - bound / best.energy_j if best.status in ("optimal", "feasible") and best.energy_j > 0 else math.inf
         say(f"row relaxation, round {n_round + 1}: {len(rows)} RAM rows, bound {bound:.6g} J ({rel.status} in "
             f"{rel.solve_time_s:.1f} s), plan "
@@ -246,15 +238,26 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
             + (f", best within {gap:.2%}" if math.isfinite(gap) else ""))
         if _within(best, bound, opts.gap):
             break
-        more = sorted(policy.evicted_at - set(rows))
         if more:
-            rows = sorted(set(rows) | set(more[:: max(1, len(more) // FIRST_ROWS)]))
+            rows = sorted(set(rows) | set(more))
         else:  # the plan broke nowhere the rows do not see: the bound is what is loose
             denser = _denser(rows, every)
             if denser == rows or densify <= 0:
                 break
             rows, densify = denser, densify - 1
     return _as_relaxed(best, bound)
+
+
+def _round(graph: CostedGraph, budget: int, deadline_s: float, semantics: Semantics, rel: RowRelaxation,
+           best: Plan, rows: list[int]) -> tuple[Plan, Plan, list[int]]:
+    """A round's plan from its relaxation, the better of it and `best`, and (thinned to about
+    FIRST_ROWS) the stages it broke at that `rows` do not have: the next round's new rows."""
+    policy = Rows(graph, rel, deadline_s, semantics)
+    plan = _build(graph, budget, deadline_s, policy, semantics)
+    if plan.status == "feasible" and (best.status not in ("optimal", "feasible") or plan.energy_j < best.energy_j):
+        best = replace(plan, strategy="relaxed", solver="row relaxation")
+    more = sorted(policy.evicted_at - set(rows))
+    return plan, best, more[:: max(1, len(more) // FIRST_ROWS)]
 
 
 def _build(graph: CostedGraph, budget: int, deadline_s: float, policy: Rows, semantics: Semantics) -> Plan:
