@@ -1,0 +1,185 @@
+"""The row relaxation solved exactly on chains, by dynamic programming over resident sets.
+
+The row relaxation (bound.py, relax_rows) is a MILP whose LP is weak where plans recompute chains
+under a few free slots: it keeps a fraction of many checkpoints where a plan keeps all of a few, and
+HiGHS closes that gap by branching, slowly (DS-CNN at 25% of keep-everything on the rpi4: its MILP
+with every RAM row proves 4% below the optimum in 120 s; its optimum is the plan's). But when only a
+few tensors fit beside what a stage must hold, the sets of tensors resident at a row are few, and
+the relaxation can be solved by walking the rows: the cheapest way to reach each resident set at
+row k+1 is the cheapest over the sets at row k plus what window k must make again, the tensors its
+reads need and those row k+1 holds that row k did not.
+
+It is the row relaxation with less in it, so no plan costs less than its optimum either:
+- only rows whose resident sets are at most MAX_STATES (a relaxation on any subset of rows is one);
+- no deadline row;
+- tensors under SMALL of the largest are taken as always resident, in no RAM and at no cost;
+- a page-in is charged its page-out divided by the number of windows (at most one page-in per
+  window, so a tensor's page-ins carry at most one page-out between them).
+What a window must make costs, on a chain, the ops from each needed tensor down to the nearest one
+available (resident, read or made in the window, or made already for a lower needed tensor), or
+the page-in of one of them and the ops above it; taking the needed tensors from the lowest up is
+optimal, since a higher one's chain passes through the lower. Graphs where a recomputable op has two
+inputs that count (ResNet's adds) are not chains: no bound from here (None).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+
+from poet.plan.bound import binding_rows, gaps_of, stage_floor
+from poet.plan.types import PURE_KINDS, CostedGraph
+
+MAX_STATES = 600  # resident sets at a row: the walk costs their square per row
+SMALL = 1 / 8  # tensors under this fraction of the largest are taken as always resident
+
+
+def resident_sets_bound(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: bool = True,
+                        time_limit_s: float = 20.0, rows: list[int] | None = None) -> float | None:
+    """No plan that fits `arena_budget` costs less than this (joules); None where this relaxation
+    does not apply (not a chain, no row with few resident sets, no solution, out of time)."""
+    t_end = time.perf_counter() + time_limit_s
+    nodes, n_nodes = graph.nodes, len(graph)
+    floor = stage_floor(graph)
+    if not nodes or max(floor) > arena_budget:
+        return None
+    largest = max(n.bytes for n in nodes)
+    free = [n.bytes == 0 or n.bytes < SMALL * largest for n in nodes]
+    can_rec = [recompute and n.recomputable and n.kind in PURE_KINDS for n in nodes]
+    parent: list[int | None] = [None] * n_nodes  # a recomputable op's one input that counts
+    for n in nodes:
+        if can_rec[n.id]:
+            inputs = [d for d in dict.fromkeys(n.deps) if not free[d]]
+            if len(inputs) > 1:
+                return None
+            parent[n.id] = inputs[0] if inputs else None
+    source = [False] * n_nodes
+    for i, p in enumerate(parent):
+        if can_rec[i] and p is not None:
+            source[p] = True
+    reads: list[list[int]] = [[] for _ in nodes]
+    for c in nodes:
+        for d in dict.fromkeys(c.deps):
+            if nodes[d].bytes > 0:
+                reads[d].append(c.id)
+    points = [{i, *reads[i]} for i in range(n_nodes)]
+    gaps = gaps_of(graph)
+
+    def candidates(t: int, inside: set[int]) -> list[int]:
+        return [d for d in range(t) if not free[d] and t not in points[d] and (d in inside or source[d])]
+
+    def inside_at(t: int) -> set[int]:
+        return {g.tensor for g in gaps if g.after < t < g.until}
+
+    kept = []
+    for t in binding_rows(graph, arena_budget) if rows is None else rows:
+        sets = _sets(candidates(t, inside_at(t)), nodes, arena_budget - floor[t])
+        if sets is not None:
+            kept.append((t, sets))
+        if time.perf_counter() > t_end:
+            return None
+    if not kept:
+        return None
+    rows = [t for t, _ in kept]
+    n_rows = len(rows)
+    ends: list[list[int]] = [[] for _ in rows]  # window k: tensors whose gap's last row is k
+    for g in gaps:
+        lo, hi = bisect.bisect_right(rows, g.after), bisect.bisect_left(rows, g.until)
+        if hi > lo and not free[g.tensor]:
+            ends[hi - 1].append(g.tensor)
+    page_j = [n.page_in_j + n.page_out_j / n_rows if paging else math.inf for n in nodes]
+    plain_j = sum(n.compute_j for n in nodes)
+
+    best: dict[frozenset[int], float] = dict.fromkeys(kept[0][1], 0.0)  # nothing precedes the first row
+    for k in range(n_rows):
+        lo, hi = rows[k], rows[k + 1] if k + 1 < n_rows else n_nodes
+        touched = set()  # made or read in the window: resident there at no cost
+        for s in range(lo + 1, min(hi + 1, n_nodes)):
+            touched.add(s)
+            touched.update(nodes[s].deps)
+        at_row = {d for d in range(n_nodes) if lo in points[d]}
+        window = _Window(nodes, parent, can_rec, page_j, free, touched | at_row, at_row)
+        # what the window's reads need whatever row k+1 holds: a floor under each start's cost, by which
+        # the starts are tried (making more never costs less)
+        must = frozenset(ends[k])
+        starts = sorted(((v + window.cost(must - a, a), v, a) for a, v in _undominated(best)), key=lambda s: s[:2])
+        nxt = kept[k + 1][1] if k + 1 < n_rows else [frozenset()]
+        best = {}
+        for b in nxt:
+            need = must | (b - touched)
+            low = math.inf
+            for floor_j, v, a in starts:
+                if floor_j >= low:
+                    break
+                low = min(low, v + window.cost(need - a, a))
+            if math.isfinite(low):
+                best[b] = low
+        if not best or time.perf_counter() > t_end:
+            return None
+    return plain_j + min(best.values())
+
+
+def _sets(cands: list[int], nodes: list, cap: int) -> list[frozenset[int]] | None:  # type: ignore[type-arg]
+    """Every subset of `cands` within `cap` bytes; None if more than MAX_STATES."""
+    if cap < 0:
+        return None
+    out: list[frozenset[int]] = [frozenset()]
+    stack: list[tuple[int, frozenset[int], int]] = [(0, frozenset(), 0)]
+    while stack:
+        start, cur, used = stack.pop()
+        for j in range(start, len(cands)):
+            b = used + nodes[cands[j]].bytes
+            if b <= cap:
+                s = cur | {cands[j]}
+                out.append(s)
+                if len(out) > MAX_STATES:
+                    return None
+                stack.append((j + 1, s, b))
+    return out
+
+
+def _undominated(best: dict[frozenset[int], float]) -> list[tuple[frozenset[int], float]]:
+    """The sets by cost, without those a superset reaches as cheaply (it makes no more again)."""
+    out: list[tuple[frozenset[int], float]] = []
+    for a, v in sorted(best.items(), key=lambda av: av[1]):
+        if not any(v2 <= v and a2 >= a for a2, v2 in out):
+            out.append((a, v))
+    return out
+
+
+class _Window:
+    """What making tensors again in one window costs, on a chain."""
+
+    def __init__(self, nodes: list, parent: list[int | None], can_rec: list[bool],  # type: ignore[type-arg]
+                 page_j: list[float], free: list[bool], source_free: set[int], at_row: set[int]) -> None:
+        self.nodes, self.parent, self.can_rec, self.page_j = nodes, parent, can_rec, page_j
+        self.free, self.source_free, self.at_row = free, source_free, at_row
+
+    def cost(self, need: frozenset[int], resident: frozenset[int]) -> float:
+        """The least cost to make every tensor of `need` with `resident` at the row, lowest first."""
+        have = set(resident)
+        total = 0.0
+        for q in sorted(need):
+            if q in have or q in self.at_row:
+                continue
+            path: list[int] = []  # recomputed, from q down
+            x: int | None = q
+            cost, best, made = 0.0, math.inf, []
+            while True:
+                if x is None or (x != q and (x in have or self.free[x] or x in self.source_free)):
+                    if cost < best:  # the chain reached a tensor at hand
+                        best, made = cost, path
+                    break
+                if self.page_j[x] + cost < best:
+                    best, made = self.page_j[x] + cost, [*path, x]
+                if not self.can_rec[x]:
+                    break
+                path = [*path, x]
+                cost += self.nodes[x].compute_j
+                x = self.parent[x]
+            if not math.isfinite(best):
+                return math.inf
+            total += best
+            have.update(made)
+        return total

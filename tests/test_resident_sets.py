@@ -1,0 +1,72 @@
+"""The walk over resident sets (plan/resident_sets.py): the row relaxation's optimum on chains, exactly.
+
+Its bound is checked never to exceed an optimum in tests/test_bound.py (brute force, MILP); here,
+that it is the row relaxation's own optimum where both see the same problem (recompute only, every
+tensor counted, a deadline that does not bind), and that it steps aside where it does not apply.
+"""
+
+from __future__ import annotations
+
+import pytest
+from poet.plan import resident_sets
+from poet.plan.bound import binding_rows, relax_rows
+from poet.plan.resident_sets import resident_sets_bound
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import lower_bound_bytes
+from poet.plan.types import CostedGraph
+from test_planner import chain, deep, node
+
+
+def _budgets(g: CostedGraph) -> list[int]:
+    lo, hi = lower_bound_bytes(g), keep_all(g).peak_bytes
+    return sorted({lo + (hi - lo) * k // 8 for k in range(8)})
+
+
+@pytest.mark.parametrize("make", [chain, lambda: deep((4, 4, 4, 4, 4, 4)), lambda: deep((8, 2, 8, 2, 8))],
+                         ids=["chain", "deep", "uneven"])
+def test_on_a_chain_it_is_the_row_relaxations_optimum(make, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(resident_sets, "SMALL", 0.0)  # count every tensor, as the relaxation does
+    monkeypatch.setattr(resident_sets, "MAX_STATES", 100_000)  # and keep every row
+    g = make()
+    compared = 0
+    for budget in _budgets(g):
+        rows = binding_rows(g, budget)
+        if not rows:
+            continue
+        rel = relax_rows(g, budget, 100 * g.one_pass_s, paging=False, time_limit_s=60)
+        walked = resident_sets_bound(g, budget, paging=False, rows=rows)
+        if rel.status == "infeasible":
+            assert walked is None
+            continue
+        assert rel.status == "optimal" and walked is not None
+        assert walked == pytest.approx(rel.bound_j, rel=1e-6), budget
+        compared += 1
+    assert compared >= 3
+
+
+def test_with_paging_it_stays_below_the_relaxation(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A page-in carries a share of its page-out only: never above the relaxation that charges it all."""
+    monkeypatch.setattr(resident_sets, "SMALL", 0.0)
+    g = chain(page_watts=0.01)  # paging cheap: the relaxation pages
+    for budget in _budgets(g):
+        rel = relax_rows(g, budget, 100 * g.one_pass_s, time_limit_s=60)
+        walked = resident_sets_bound(g, budget)
+        if rel.status == "optimal" and walked is not None:
+            assert walked <= rel.bound_j * (1 + 1e-9)
+
+
+def test_a_graph_with_joins_is_not_a_chain() -> None:
+    nodes = [node(0, "input", (), 4, 0.0), node(1, "forward", (0,), 8, 0.01), node(2, "forward", (1,), 8, 0.01),
+             node(3, "forward", (1, 2), 8, 0.01),  # a residual add: two inputs that count
+             node(4, "loss", (3,), 1, 0.01), node(5, "backward", (3,), 8, 0.01),
+             node(6, "backward", (5, 1, 2), 8, 0.01), node(7, "backward", (6, 0), 0, 0.01)]
+    g = CostedGraph(tuple(nodes), name="join")
+    assert resident_sets_bound(g, lower_bound_bytes(g)) is None
+
+
+def test_too_many_resident_sets_give_no_bound(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    g = chain()
+    budget = (lower_bound_bytes(g) + keep_all(g).peak_bytes) // 2
+    assert resident_sets_bound(g, budget) is not None
+    monkeypatch.setattr(resident_sets, "MAX_STATES", 1)  # every row has the empty set and more
+    assert resident_sets_bound(g, budget) is None
