@@ -32,6 +32,8 @@ from poet.plan.bound import binding_rows, gaps_of, stage_floor
 from poet.plan.types import PURE_KINDS, CostedGraph
 
 MAX_STATES = 600  # resident sets at a row: the walk costs their square per row
+MAX_NODES = 1_000  # beyond, finding the rows with few sets costs seconds (each row looks at every tensor),
+# and long chains at a useful budget leave many slots: sets by the thousand at every row
 SMALL = 1 / 8  # tensors under this fraction of the largest are taken as always resident
 
 
@@ -42,7 +44,7 @@ def resident_sets_bound(graph: CostedGraph, arena_budget: int, recompute: bool =
     t_end = time.perf_counter() + time_limit_s
     nodes, n_nodes = graph.nodes, len(graph)
     floor = stage_floor(graph)
-    if not nodes or max(floor) > arena_budget:
+    if not nodes or n_nodes > MAX_NODES or max(floor) > arena_budget:
         return None
     largest = max(n.bytes for n in nodes)
     free = [n.bytes == 0 or n.bytes < SMALL * largest for n in nodes]
