@@ -2,7 +2,8 @@
 
 Its bound is checked never to exceed an optimum in tests/test_bound.py (brute force, MILP); here,
 that it is the row relaxation's own optimum where both see the same problem (recompute only, every
-tensor counted, a deadline that does not bind), and that it steps aside where it does not apply.
+tensor counted, a deadline that does not bind), that it steps aside where it does not apply, and
+that its walk built as a plan (strategies/relaxed.py) is a real plan, at the bound where it can be.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import pytest
 from poet.plan import resident_sets
 from poet.plan.bound import binding_rows, relax_rows
-from poet.plan.resident_sets import resident_sets_bound
+from poet.plan.resident_sets import resident_sets_bound, walk
 from poet.plan.strategies.checkpoint_all import keep_all
-from poet.plan.strategies.poet_milp import lower_bound_bytes
-from poet.plan.types import CostedGraph
+from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
+from poet.plan.strategies.relaxed import _round
+from poet.plan.types import POET, CostedGraph, Plan
 from test_planner import chain, deep, node
 
 
@@ -70,3 +72,52 @@ def test_too_many_resident_sets_give_no_bound(monkeypatch) -> None:  # type: ign
     assert resident_sets_bound(g, budget) is not None
     monkeypatch.setattr(resident_sets, "MAX_STATES", 1)  # every row has the empty set and more
     assert resident_sets_bound(g, budget) is None
+
+
+@pytest.mark.parametrize("make", [chain, lambda: deep((4, 4, 4, 4, 4, 4)), lambda: deep((8, 2, 8, 2, 8))],
+                         ids=["chain", "deep", "uneven"])
+def test_the_walk_built_as_a_plan_fits_and_is_often_at_the_bound(make) -> None:  # type: ignore[no-untyped-def]
+    """Its plan is a real one (built and replayed by the simulator), so never below the bound; where it
+    is at the bound, poet has proven it optimal without a MILP."""
+    g = make()
+    at_bound = 0
+    for budget in _budgets(g):
+        deadline = 3 * g.one_pass_s
+        walked = walk(g, budget)
+        if walked is None:
+            continue
+        none = Plan(strategy="none", stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline)
+        plan, _, _ = _round(g, budget, deadline, POET, walked, none, walked.rows, exact=True)
+        if plan.status != "feasible":
+            continue
+        assert plan.peak_bytes <= budget
+        assert plan.energy_j >= walked.bound_j * (1 - 1e-9)
+        if plan.energy_j <= walked.bound_j * (1 + 1e-9):
+            at_bound += 1
+            solved = solve_poet(g, budget, deadline, time_limit_s=30)
+            assert solved.status == "optimal" and solved.energy_j == pytest.approx(plan.energy_j, rel=1e-9)
+    assert at_bound >= 1
+
+
+def test_ds_cnn_at_a_quarter_of_keep_everything_is_proven_optimal_by_the_walk() -> None:
+    """MLPerf Tiny's DS-CNN (a chain of 32 KB tensors) at 25% of its keep-everything RAM on the rpi4's
+    costs: the walk's plan is at its bound. Built as the rounds build theirs (a tensor recomputed on the
+    way to a stage's input held through the row because the next row reads it), it overflowed that
+    stage and cost 16% more."""
+    from poet.boards import load_board
+    from poet.graph.tracer import trace
+    from poet.models.zoo import get_model
+    from poet.plan.costs import costed, load_profile
+
+    model, spec = get_model("mlperf-kws")
+    g = costed(trace(model, "mlperf-kws", spec.input_shape, spec.classes, 1, spec.input_dtype), load_board("rpi4"),
+               load_profile("rpi4"), estimate=True)
+    budget, deadline = keep_all(g).peak_bytes // 4, 1.5 * g.one_pass_s
+    walked = walk(g, budget, time_limit_s=600)
+    assert walked is not None
+    none = Plan(strategy="none", stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline)
+    plan, _, _ = _round(g, budget, deadline, POET, walked, none, walked.rows, exact=True)
+    assert plan.status == "feasible" and plan.peak_bytes <= budget
+    assert plan.energy_j == pytest.approx(walked.bound_j, rel=1e-9)
+    rounds_way, _, _ = _round(g, budget, deadline, POET, walked, none, walked.rows)
+    assert rounds_way.status != "feasible" or rounds_way.energy_j > plan.energy_j * 1.01

@@ -28,7 +28,7 @@ import bisect
 import math
 import time
 
-from poet.plan.bound import binding_rows, gaps_of, stage_floor
+from poet.plan.bound import RowRelaxation, binding_rows, gaps_of, stage_floor
 from poet.plan.types import PURE_KINDS, CostedGraph
 
 MAX_STATES = 600  # resident sets at a row: the walk costs their square per row
@@ -41,6 +41,16 @@ def resident_sets_bound(graph: CostedGraph, arena_budget: int, recompute: bool =
                         time_limit_s: float = 20.0, rows: list[int] | None = None) -> float | None:
     """No plan that fits `arena_budget` costs less than this (joules); None where this relaxation
     does not apply (not a chain, no row with few resident sets, no solution, out of time)."""
+    walked = walk(graph, arena_budget, recompute, paging, time_limit_s, rows)
+    return None if walked is None else walked.bound_j
+
+
+def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: bool = True,
+         time_limit_s: float = 20.0, rows: list[int] | None = None) -> RowRelaxation | None:
+    """The relaxation's optimum (bound_j), and the cheapest walk as the row relaxation answers: the
+    tensors resident at each row kept, what each window makes again, what it pages (strategies/
+    relaxed.py builds it into a plan); None where resident_sets_bound is."""
+    t0 = time.perf_counter()
     t_end = time.perf_counter() + time_limit_s
     nodes, n_nodes = graph.nodes, len(graph)
     floor = stage_floor(graph)
@@ -94,6 +104,8 @@ def resident_sets_bound(graph: CostedGraph, arena_budget: int, recompute: bool =
     plain_j = sum(n.compute_j for n in nodes)
 
     best: dict[frozenset[int], float] = dict.fromkeys(kept[0][1], 0.0)  # nothing precedes the first row
+    came: list[dict[frozenset[int], frozenset[int]]] = []  # per window, each set's cheapest predecessor
+    windows: list[_Window] = []
     for k in range(n_rows):
         lo, hi = rows[k], rows[k + 1] if k + 1 < n_rows else n_nodes
         touched = set()  # made or read in the window: resident there at no cost
@@ -101,25 +113,44 @@ def resident_sets_bound(graph: CostedGraph, arena_budget: int, recompute: bool =
             touched.add(s)
             touched.update(nodes[s].deps)
         at_row = {d for d in range(n_nodes) if lo in points[d]}
-        window = _Window(nodes, parent, can_rec, page_j, free, touched | at_row, at_row)
+        window = _Window(nodes, parent, can_rec, page_j, free, touched, at_row)
+        windows.append(window)
         # what the window's reads need whatever row k+1 holds: a floor under each start's cost, by which
         # the starts are tried (making more never costs less)
         must = frozenset(ends[k])
         starts = sorted(((v + window.cost(must - a, a), v, a) for a, v in _undominated(best)), key=lambda s: s[:2])
         nxt = kept[k + 1][1] if k + 1 < n_rows else [frozenset()]
-        best = {}
+        best, came_k = {}, {}
         for b in nxt:
             need = must | (b - touched)
-            low = math.inf
+            low, arg = math.inf, frozenset()
             for floor_j, v, a in starts:
                 if floor_j >= low:
                     break
-                low = min(low, v + window.cost(need - a, a))
+                c = v + window.cost(need - a, a)
+                if c < low:
+                    low, arg = c, a
             if math.isfinite(low):
-                best[b] = low
+                best[b], came_k[b] = low, arg
+        came.append(came_k)
         if not best or time.perf_counter() > t_end:
             return None
-    return plain_j + min(best.values())
+    # back from the end: the sets at each row, and what each window makes again
+    sets, b = [], min(best, key=best.__getitem__)
+    for k in range(n_rows - 1, -1, -1):
+        sets.append((came[k][b], b))
+        b = came[k][b]
+    resident: dict[int, set[int]] = {}
+    remade: dict[int, set[int]] = {}
+    paged: set[int] = set()
+    for k, (a, b) in enumerate(reversed(sets)):
+        # the small tensors it took as resident are, where a plan can keep them
+        resident[rows[k]] = set(a) | {d for d in inside_at(rows[k]) if free[d] and rows[k] not in points[d]}
+        recomputed, pages = windows[k].choices((frozenset(ends[k]) | (b - windows[k].touched)) - a, a)
+        remade[k] = recomputed | pages
+        paged |= pages
+    bound_j = plain_j + min(best.values())
+    return RowRelaxation("optimal", bound_j, rows, resident, remade, paged, bound_j, time.perf_counter() - t0)
 
 
 def _sets(cands: list[int], nodes: list, cap: int) -> list[frozenset[int]] | None:  # type: ignore[type-arg]
@@ -154,34 +185,47 @@ class _Window:
     """What making tensors again in one window costs, on a chain."""
 
     def __init__(self, nodes: list, parent: list[int | None], can_rec: list[bool],  # type: ignore[type-arg]
-                 page_j: list[float], free: list[bool], source_free: set[int], at_row: set[int]) -> None:
+                 page_j: list[float], free: list[bool], touched: set[int], at_row: set[int]) -> None:
         self.nodes, self.parent, self.can_rec, self.page_j = nodes, parent, can_rec, page_j
-        self.free, self.source_free, self.at_row = free, source_free, at_row
+        self.free, self.touched, self.at_row = free, touched, at_row
+        self.source_free = touched | at_row  # at hand as a recompute's input
 
     def cost(self, need: frozenset[int], resident: frozenset[int]) -> float:
         """The least cost to make every tensor of `need` with `resident` at the row, lowest first."""
+        return self._make(need, resident)[0]
+
+    def choices(self, need: frozenset[int], resident: frozenset[int]) -> tuple[set[int], set[int]]:
+        """What cost() makes again: (recomputed, paged in)."""
+        _, recomputed, paged = self._make(need, resident)
+        return recomputed, paged
+
+    def _make(self, need: frozenset[int], resident: frozenset[int]) -> tuple[float, set[int], set[int]]:
         have = set(resident)
-        total = 0.0
+        total, recomputed, paged = 0.0, set(), set()
         for q in sorted(need):
             if q in have or q in self.at_row:
                 continue
             path: list[int] = []  # recomputed, from q down
             x: int | None = q
-            cost, best, made = 0.0, math.inf, []
+            cost, best, made, page = 0.0, math.inf, [], None
             while True:
                 if x is None or (x != q and (x in have or self.free[x] or x in self.source_free)):
                     if cost < best:  # the chain reached a tensor at hand
-                        best, made = cost, path
+                        best, made, page = cost, path, None
                     break
                 if self.page_j[x] + cost < best:
-                    best, made = self.page_j[x] + cost, [*path, x]
+                    best, made, page = self.page_j[x] + cost, path, x
                 if not self.can_rec[x]:
                     break
                 path = [*path, x]
                 cost += self.nodes[x].compute_j
                 x = self.parent[x]
             if not math.isfinite(best):
-                return math.inf
+                return math.inf, recomputed, paged
             total += best
             have.update(made)
-        return total
+            recomputed.update(made)
+            if page is not None:
+                have.add(page)
+                paged.add(page)
+        return total, recomputed, paged
