@@ -12,7 +12,7 @@ import random
 
 import pytest
 from poet.plan.bound import Relaxation, binding_rows, gaps_of, relax, relax_rows
-from poet.plan.resident_sets import resident_sets_bound
+from poet.plan.resident_sets import walk
 from poet.plan.strategies import plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
@@ -33,8 +33,8 @@ def _rows_every_other(g, budget, deadline, semantics=POET):  # type: ignore[no-u
 
 def _resident_sets(g, budget, deadline, semantics=POET):  # type: ignore[no-untyped-def]
     """The row relaxation walked over resident sets (plan/resident_sets.py); no bound off chains."""
-    walked = resident_sets_bound(g, budget)
-    return Relaxation("no-solution", 0.0) if walked is None else Relaxation("optimal", walked)
+    walked = walk(g, budget)
+    return Relaxation("no-solution", 0.0) if walked is None else Relaxation("optimal", walked.bound_j)
 
 
 # the gap relaxation, the row relaxation, the row relaxation on a subset of its rows, and the walk

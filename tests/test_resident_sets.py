@@ -11,12 +11,17 @@ from __future__ import annotations
 import pytest
 from poet.plan import resident_sets
 from poet.plan.bound import binding_rows, relax_rows
-from poet.plan.resident_sets import resident_sets_bound, walk
+from poet.plan.resident_sets import walk
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
 from poet.plan.strategies.relaxed import _round
 from poet.plan.types import POET, CostedGraph, Plan
 from test_planner import chain, deep, node
+
+
+def _bound(g: CostedGraph, budget: int, **kw: object) -> float | None:
+    walked = walk(g, budget, **kw)  # type: ignore[arg-type]
+    return None if walked is None else walked.bound_j
 
 
 def _budgets(g: CostedGraph) -> list[int]:
@@ -36,7 +41,7 @@ def test_on_a_chain_it_is_the_row_relaxations_optimum(make, monkeypatch) -> None
         if not rows:
             continue
         rel = relax_rows(g, budget, 100 * g.one_pass_s, paging=False, time_limit_s=60)
-        walked = resident_sets_bound(g, budget, paging=False, rows=rows)
+        walked = _bound(g, budget, paging=False, rows=rows)
         if rel.status == "infeasible":
             assert walked is None
             continue
@@ -52,7 +57,7 @@ def test_with_paging_it_stays_below_the_relaxation(monkeypatch) -> None:  # type
     g = chain(page_watts=0.01)  # paging cheap: the relaxation pages
     for budget in _budgets(g):
         rel = relax_rows(g, budget, 100 * g.one_pass_s, time_limit_s=60)
-        walked = resident_sets_bound(g, budget)
+        walked = _bound(g, budget)
         if rel.status == "optimal" and walked is not None:
             assert walked <= rel.bound_j * (1 + 1e-9)
 
@@ -63,15 +68,15 @@ def test_a_graph_with_joins_is_not_a_chain() -> None:
              node(4, "loss", (3,), 1, 0.01), node(5, "backward", (3,), 8, 0.01),
              node(6, "backward", (5, 1, 2), 8, 0.01), node(7, "backward", (6, 0), 0, 0.01)]
     g = CostedGraph(tuple(nodes), name="join")
-    assert resident_sets_bound(g, lower_bound_bytes(g)) is None
+    assert _bound(g, lower_bound_bytes(g)) is None
 
 
 def test_too_many_resident_sets_give_no_bound(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     g = chain()
     budget = (lower_bound_bytes(g) + keep_all(g).peak_bytes) // 2
-    assert resident_sets_bound(g, budget) is not None
+    assert _bound(g, budget) is not None
     monkeypatch.setattr(resident_sets, "MAX_STATES", 1)  # every row has the empty set and more
-    assert resident_sets_bound(g, budget) is None
+    assert _bound(g, budget) is None
 
 
 @pytest.mark.parametrize("make", [chain, lambda: deep((4, 4, 4, 4, 4, 4)), lambda: deep((8, 2, 8, 2, 8))],

@@ -37,19 +37,13 @@ MAX_NODES = 1_000  # beyond, finding the rows with few sets costs seconds (each 
 SMALL = 1 / 8  # tensors under this fraction of the largest are taken as always resident
 
 
-def resident_sets_bound(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: bool = True,
-                        time_limit_s: float = 20.0, rows: list[int] | None = None) -> float | None:
-    """No plan that fits `arena_budget` costs less than this (joules); None where this relaxation
-    does not apply (not a chain, no row with few resident sets, no solution, out of time)."""
-    walked = walk(graph, arena_budget, recompute, paging, time_limit_s, rows)
-    return None if walked is None else walked.bound_j
-
-
 def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: bool = True,
          time_limit_s: float = 20.0, rows: list[int] | None = None) -> RowRelaxation | None:
-    """The relaxation's optimum (bound_j), and the cheapest walk as the row relaxation answers: the
-    tensors resident at each row kept, what each window makes again, what it pages (strategies/
-    relaxed.py builds it into a plan); None where resident_sets_bound is."""
+    """The relaxation's optimum (bound_j: no plan that fits `arena_budget` costs less), and the
+    cheapest walk as the row relaxation answers: the tensors resident at each row kept, what each
+    window makes again, what it pages (strategies/relaxed.py builds it into a plan). None where
+    this relaxation does not apply: not a chain, no row with few resident sets, no solution, out
+    of time."""
     t0 = time.perf_counter()
     t_end = time.perf_counter() + time_limit_s
     nodes, n_nodes = graph.nodes, len(graph)
