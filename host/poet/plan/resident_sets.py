@@ -14,7 +14,14 @@ It is the row relaxation with less in it, so no plan costs less than its optimum
 - no deadline row;
 - tensors under SMALL of the largest are taken as always resident, in no RAM and at no cost;
 - a page-in is charged its page-out divided by the number of windows (at most one page-in per
-  window, so a tensor's page-ins carry at most one page-out between them).
+  window, so a tensor's page-ins carry at most one page-out between them), except for a few tensors
+  (`paid`, at most MAX_PAID: the input, which no plan remakes, and those this division pages): each
+  state carries which of them it has paged, and a window that pages one in may pay its page-out
+  (a plan pays it once, before its first page-in). On the nRF52840, where a page-out costs a
+  hundred recomputes, one divided over 15 rows is almost free: MobileNetV1 at 25% of
+  keep-everything (tensors under 1/4 of the largest free, 3,000 sets a row) walks to 0.053 J with
+  every page-out divided, 0.089 J with the input's and one activation's whole (the gap relaxation:
+  0.077 J).
 What a window must make costs, on a chain, the ops from each needed tensor down to the nearest one
 available (resident, read or made in the window, or made already for a lower needed tensor), or
 the page-in of one of them and the ops above it; taking the needed tensors from the lowest up is
@@ -35,10 +42,33 @@ MAX_STATES = 600  # resident sets at a row: the walk costs their square per row
 MAX_NODES = 1_000  # beyond, finding the rows with few sets costs seconds (each row looks at every tensor),
 # and long chains at a useful budget leave many slots: sets by the thousand at every row
 SMALL = 1 / 8  # tensors under this fraction of the largest are taken as always resident
+MAX_PAID = 4  # tensors whose page-out the walk charges once, whole: their paged subsets multiply the states
+
+State = tuple[frozenset[int], frozenset[int]]  # (resident at a row, the paid tensors paged out so far)
 
 
 def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: bool = True,
          time_limit_s: float = 20.0, rows: list[int] | None = None) -> RowRelaxation | None:
+    """The relaxation's optimum and its walk (see _walk), with whole page-outs for the tensors a
+    walk that divides them pages (and the input), where paging is allowed."""
+    t_end = time.perf_counter() + time_limit_s
+    first = _walk(graph, arena_budget, recompute, paging, time_limit_s, rows, frozenset())
+    if first is None or not first.paged:
+        return first  # its cheapest walk pages nothing: whole page-outs would find it again
+    nodes = graph.nodes
+    inputs = [i for i, n in enumerate(nodes) if n.kind == "input" and n.bytes > 0]
+    paid = sorted({*first.paged, *inputs}, key=lambda i: -nodes[i].page_out_j)[:MAX_PAID]
+    if not paid:
+        return first
+    second = _walk(graph, arena_budget, recompute, paging, t_end - time.perf_counter(), first.rows, frozenset(paid))
+    if second is None or second.bound_j <= first.bound_j:
+        return first
+    second.solve_time_s = first.solve_time_s + second.solve_time_s
+    return second
+
+
+def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, time_limit_s: float,
+          rows: list[int] | None, paid: frozenset[int]) -> RowRelaxation | None:
     """The relaxation's optimum (bound_j: no plan that fits `arena_budget` costs less), and the
     cheapest walk as the row relaxation answers: the tensors resident at each row kept, what each
     window makes again, what it pages (strategies/relaxed.py builds it into a plan). None where
@@ -94,11 +124,14 @@ def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: 
         lo, hi = bisect.bisect_right(rows, g.after), bisect.bisect_left(rows, g.until)
         if hi > lo and not free[g.tensor]:
             ends[hi - 1].append(g.tensor)
-    page_j = [n.page_in_j + n.page_out_j / n_rows if paging else math.inf for n in nodes]
+    page_j = [n.page_in_j + (0.0 if n.id in paid else n.page_out_j / n_rows) if paging else math.inf
+              for n in nodes]
+    page_out_j = [n.page_out_j if n.id in paid else 0.0 for n in nodes]
     plain_j = sum(n.compute_j for n in nodes)
 
-    best: dict[frozenset[int], float] = dict.fromkeys(kept[0][1], 0.0)  # nothing precedes the first row
-    came: list[dict[frozenset[int], frozenset[int]]] = []  # per window, each set's cheapest predecessor
+    none: frozenset[int] = frozenset()
+    best: dict[State, float] = {(a, none): 0.0 for a in kept[0][1]}  # nothing precedes the first row
+    came: list[dict[State, State]] = []  # per window, each state's cheapest predecessor
     windows: list[_Window] = []
     for k in range(n_rows):
         lo, hi = rows[k], rows[k + 1] if k + 1 < n_rows else n_nodes
@@ -107,40 +140,52 @@ def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: 
             touched.add(s)
             touched.update(nodes[s].deps)
         at_row = {d for d in range(n_nodes) if lo in points[d]}
-        window = _Window(nodes, parent, can_rec, page_j, free, touched, at_row)
+        window = _Window(nodes, parent, can_rec, page_j, paid, free, touched, at_row)
         windows.append(window)
         # what the window's reads need whatever row k+1 holds: a floor under each start's cost, by which
         # the starts are tried (making more never costs less)
         must = frozenset(ends[k])
-        starts = sorted(((v + window.cost(must - a, a), v, a) for a, v in _undominated(best)), key=lambda s: s[:2])
+        starts = sorted(((v + window.cost(must - a, a, paid), v, a, p) for (a, p), v in _undominated(best)),
+                        key=lambda s: s[:2])
         nxt = kept[k + 1][1] if k + 1 < n_rows else [frozenset()]
         best, came_k = {}, {}
         for b in nxt:
             need = must | (b - touched)
-            low, arg = math.inf, frozenset()
-            for floor_j, v, a in starts:
-                if floor_j >= low:
-                    break
-                c = v + window.cost(need - a, a)
-                if c < low:
-                    low, arg = c, a
-            if math.isfinite(low):
-                best[b], came_k[b] = low, arg
+            # the cheapest way to b with each paid set (a set paid, cheaper, makes one with less
+            # useless); a start's floor (every page-out it pays) tells which it cannot improve
+            low: dict[frozenset[int], tuple[float, State]] = {}
+
+            def beaten(q: frozenset[int], c: float) -> bool:
+                return any(q2 >= q and c2 <= c for q2, (c2, _) in low.items())  # noqa: B023
+
+            for floor_j, v, a, p in starts:
+                if floor_j >= low.get(paid, (math.inf,))[0]:
+                    break  # every later start too, whatever it pays
+                for pays in _subsets(paid - p):
+                    pays_j = sum(page_out_j[x] for x in pays)
+                    q = p | pays
+                    if beaten(q, floor_j + pays_j):
+                        continue
+                    c = v + window.cost(need - a, a, q) + pays_j
+                    if not beaten(q, c):
+                        low[q] = (c, (a, p))
+            for q, (c, arg) in low.items():
+                best[(b, q)], came_k[(b, q)] = c, arg
         came.append(came_k)
         if not best or time.perf_counter() > t_end:
             return None
     # back from the end: the sets at each row, and what each window makes again
-    sets, b = [], min(best, key=best.__getitem__)
+    sets, to = [], min(best, key=best.__getitem__)
     for k in range(n_rows - 1, -1, -1):
-        sets.append((came[k][b], b))
-        b = came[k][b]
+        sets.append((came[k][to], to))
+        to = came[k][to]
     resident: dict[int, set[int]] = {}
     remade: dict[int, set[int]] = {}
     paged: set[int] = set()
-    for k, (a, b) in enumerate(reversed(sets)):
+    for k, ((a, _), (b, q)) in enumerate(reversed(sets)):
         # the small tensors it took as resident are, where a plan can keep them
         resident[rows[k]] = set(a) | {d for d in inside_at(rows[k]) if free[d] and rows[k] not in points[d]}
-        recomputed, pages = windows[k].choices((frozenset(ends[k]) | (b - windows[k].touched)) - a, a)
+        _, recomputed, pages = windows[k].make((frozenset(ends[k]) | (b - windows[k].touched)) - a, a, q)
         remade[k] = recomputed | pages
         paged |= pages
     bound_j = plain_j + min(best.values())
@@ -166,12 +211,20 @@ def _sets(cands: list[int], nodes: list, cap: int) -> list[frozenset[int]] | Non
     return out
 
 
-def _undominated(best: dict[frozenset[int], float]) -> list[tuple[frozenset[int], float]]:
-    """The sets by cost, without those a superset reaches as cheaply (it makes no more again)."""
-    out: list[tuple[frozenset[int], float]] = []
-    for a, v in sorted(best.items(), key=lambda av: av[1]):
-        if not any(v2 <= v and a2 >= a for a2, v2 in out):
-            out.append((a, v))
+def _subsets(items: frozenset[int]) -> list[frozenset[int]]:
+    out = [frozenset()]
+    for x in items:
+        out += [s | {x} for s in out]
+    return out
+
+
+def _undominated(best: dict[State, float]) -> list[tuple[State, float]]:
+    """The states by cost, without those a state with more resident and more paged reaches as
+    cheaply (it makes no more again, and pays no more page-outs)."""
+    out: list[tuple[State, float]] = []
+    for (a, p), v in sorted(best.items(), key=lambda av: av[1]):
+        if not any(v2 <= v and a2 >= a and p2 >= p for (a2, p2), v2 in out):
+            out.append(((a, p), v))
     return out
 
 
@@ -179,23 +232,23 @@ class _Window:
     """What making tensors again in one window costs, on a chain."""
 
     def __init__(self, nodes: list, parent: list[int | None], can_rec: list[bool],  # type: ignore[type-arg]
-                 page_j: list[float], free: list[bool], touched: set[int], at_row: set[int]) -> None:
+                 page_j: list[float], paid: frozenset[int], free: list[bool], touched: set[int],
+                 at_row: set[int]) -> None:
         self.nodes, self.parent, self.can_rec, self.page_j = nodes, parent, can_rec, page_j
+        self.paid = paid  # tensors that page in only once their page-out is paid
         self.free, self.touched, self.at_row = free, touched, at_row
         self.source_free = touched | at_row  # at hand as a recompute's input
 
-    def cost(self, need: frozenset[int], resident: frozenset[int]) -> float:
-        """The least cost to make every tensor of `need` with `resident` at the row, lowest first."""
-        return self._make(need, resident)[0]
+    def cost(self, need: frozenset[int], resident: frozenset[int], paged: frozenset[int]) -> float:
+        """The least cost to make every tensor of `need` with `resident` at the row, lowest first; of
+        the paid tensors only those in `paged` (paged out already) page in."""
+        return self.make(need, resident, paged)[0]
 
-    def choices(self, need: frozenset[int], resident: frozenset[int]) -> tuple[set[int], set[int]]:
-        """What cost() makes again: (recomputed, paged in)."""
-        _, recomputed, paged = self._make(need, resident)
-        return recomputed, paged
-
-    def _make(self, need: frozenset[int], resident: frozenset[int]) -> tuple[float, set[int], set[int]]:
+    def make(self, need: frozenset[int], resident: frozenset[int],
+             paged: frozenset[int]) -> tuple[float, set[int], set[int]]:
+        """cost(), and what it makes again: (cost, recomputed, paged in)."""
         have = set(resident)
-        total, recomputed, paged = 0.0, set(), set()
+        total, recomputed, pages = 0.0, set(), set()
         for q in sorted(need):
             if q in have or q in self.at_row:
                 continue
@@ -207,19 +260,20 @@ class _Window:
                     if cost < best:  # the chain reached a tensor at hand
                         best, made, page = cost, path, None
                     break
-                if self.page_j[x] + cost < best:
-                    best, made, page = self.page_j[x] + cost, path, x
+                pin = self.page_j[x] if x in paged or x not in self.paid else math.inf
+                if pin + cost < best:
+                    best, made, page = pin + cost, path, x
                 if not self.can_rec[x]:
                     break
                 path = [*path, x]
                 cost += self.nodes[x].compute_j
                 x = self.parent[x]
             if not math.isfinite(best):
-                return math.inf, recomputed, paged
+                return math.inf, recomputed, pages
             total += best
             have.update(made)
             recomputed.update(made)
             if page is not None:
                 have.add(page)
-                paged.add(page)
-        return total, recomputed, paged
+                pages.add(page)
+        return total, recomputed, pages
