@@ -9,11 +9,15 @@ import sys
 import time
 from pathlib import Path
 
+from poet.plan.fastest import fastest
 from poet.plan.milp import proven
 from poet.plan.race import Problem, Result
 from poet.plan.strategies.base import Options
 from poet.plan.strategies.poet_milp import run_milp
 from poet.plan.strategies.relaxed import relaxed
+
+FASTEST_SHARE = 0.9  # of the time, at most, for a plan under the deadline where no heuristic has one
+MIN_MILP_S = 3.0  # less left than this after it: its plan is the result (the energy MILP takes ~2 s to build)
 
 
 def _main(src: str, dst: str) -> None:
@@ -38,8 +42,18 @@ def _main(src: str, dst: str) -> None:
                        lp_first=True)
         bound_j = plan.bound_j
     else:
-        plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, p.start,
-                                 p.ends_at - time.monotonic(), seed=p.seed, stop=stop)
+        start = p.start
+        if start is None:  # no heuristic meets the deadline: a plan that does first (plan/fastest.py)
+            start = fastest(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics,
+                            FASTEST_SHARE * (p.ends_at - time.monotonic()))
+        left = p.ends_at - time.monotonic()
+        if start is not None and start.strategy == "fastest" and left < MIN_MILP_S:
+            plan, bound_j = start, None  # no time left to improve it
+        else:
+            plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, start,
+                                     left, seed=p.seed, stop=stop)
+            if not plan.stages and start is not None:
+                plan = start  # out of time before HiGHS took up the start
     tmp = Path(dst + ".part")
     tmp.write_bytes(pickle.dumps(Result(plan, bound_j, by=p.what)))
     tmp.rename(dst)

@@ -542,7 +542,8 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     # a second core solves the MILP for the whole limit from the heuristic's start, or where no MILP is
     # built runs the relaxations' rounds from their LP (plan/race.py)
     what = "MILP" if milp_after else "row relaxation"
-    origin = "its LP" if not milp_after else f"{start.strategy}'s plan" if start else "scratch"
+    origin = ("its LP" if not milp_after else f"{start.strategy}'s plan" if start
+              else "the first plan it finds under the deadline, by least time (no heuristic's meets it)")
     say(f"a second core runs the {what} meanwhile, from {origin}")
     other = race.Race(race.Problem(graph, arena_budget, deadline_s, recompute, paging, semantics, start,
                                    0.95 * time_limit_s, what=what))

@@ -1,0 +1,57 @@
+"""A plan under the deadline where no heuristic has one (plan/fastest.py): the POET MILP minimising
+time from the heuristics' slow plan, then the energy MILP from it on the second core."""
+
+from __future__ import annotations
+
+import math
+
+from poet.plan import race
+from poet.plan.fastest import fastest, timed
+from poet.plan.simulate import simulate
+from poet.plan.strategies import best_heuristic
+from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
+from poet.plan.types import POET, REFERENCE
+from test_planner import chain
+
+BUDGET = 1536  # chain()'s least RAM: at 1.02x one pass no heuristic meets the deadline, a plan does
+
+
+def test_it_finds_a_plan_under_a_deadline_no_heuristic_meets() -> None:
+    g = chain()
+    deadline = 1.02 * g.one_pass_s
+    assert best_heuristic(g, BUDGET, deadline) is None
+    plan = fastest(g, BUDGET, deadline, True, True, POET, 60.0)
+    assert plan is not None and plan.status == "feasible" and plan.strategy == "fastest"
+    sim = simulate(g, plan, BUDGET, deadline)  # fits and meets the deadline, or raises
+    assert math.isclose(sim.energy_j, plan.energy_j, rel_tol=1e-12) and plan.time_s <= deadline
+
+
+def test_none_where_no_plan_meets_the_deadline_or_fits() -> None:
+    g = chain()
+    assert fastest(g, BUDGET, 0.99 * g.one_pass_s, True, True, POET, 60.0) is None  # below one plain pass
+    assert fastest(g, lower_bound_bytes(g) - 1, 2 * g.one_pass_s, True, True, POET, 60.0) is None
+
+
+def test_its_objective_is_the_deadlines_time() -> None:
+    g = chain()
+    for semantics, paging_counts in ((POET, True), (REFERENCE, False)):
+        t = timed(g, semantics)
+        for n, m in zip(g.nodes, t.nodes, strict=True):
+            assert m.compute_j == n.compute_s
+            assert m.page_in_j == (n.page_in_s if paging_counts else 0.0)
+            assert m.page_out_j == (n.page_out_s if paging_counts else 0.0)
+
+
+def test_the_second_core_starts_from_it_and_reaches_the_optimum() -> None:
+    g = chain()
+    deadline = 1.02 * g.one_pass_s
+    opt = solve_poet(g, BUDGET, deadline, bound=False)
+    assert opt.status == "optimal"
+    other = race.Race(race.Problem(g, BUDGET, deadline, True, True, POET, None, 60.0))
+    try:
+        got = other.result()
+    finally:
+        other.stop()
+    assert got is not None and not got.error and got.plan.status == "optimal"
+    assert math.isclose(got.plan.energy_j, opt.energy_j, rel_tol=1e-9)
+    simulate(g, got.plan, BUDGET, deadline)
