@@ -12,6 +12,7 @@ from poet.plan.strategies import best_heuristic
 from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
 from poet.plan.types import POET, REFERENCE
 from test_planner import chain
+from test_race import raced
 
 BUDGET = 1536  # chain()'s least RAM: at 1.02x one pass no heuristic meets the deadline, a plan does
 
@@ -47,11 +48,7 @@ def test_the_second_core_starts_from_it_and_reaches_the_optimum() -> None:
     deadline = 1.02 * g.one_pass_s
     opt = solve_poet(g, BUDGET, deadline, bound=False)
     assert opt.status == "optimal"
-    other = race.Race(race.Problem(g, BUDGET, deadline, True, True, POET, None, 60.0))
-    try:
-        got = other.result()
-    finally:
-        other.stop()
+    got = raced(race.Problem(g, BUDGET, deadline, True, True, POET, None, 60.0))
     assert got is not None and not got.error and got.plan.status == "optimal"
     assert math.isclose(got.plan.energy_j, opt.energy_j, rel_tol=1e-9)
     simulate(g, got.plan, BUDGET, deadline)

@@ -22,15 +22,20 @@ def _instance() -> tuple[CostedGraph, int, float]:
     return g, int(keep_all(g).peak_bytes * 0.6), 2.0 * g.one_pass_s
 
 
+def raced(problem: race.Problem) -> race.Result | None:
+    """The second core's result for `problem`, its process stopped whatever happens."""
+    other = race.Race(problem)
+    try:
+        return other.result()
+    finally:
+        other.stop()
+
+
 def test_the_second_core_finds_the_same_optimum_in_its_own_process() -> None:
     g, budget, deadline = _instance()
     alone = solve_poet(g, budget, deadline, bound=False)  # the MILP here, proven
     assert alone.status == "optimal"
-    other = race.Race(race.Problem(g, budget, deadline, True, True, POET, None, 60.0))
-    try:
-        got = other.result()
-    finally:
-        other.stop()
+    got = raced(race.Problem(g, budget, deadline, True, True, POET, None, 60.0))
     assert got is not None and not got.error
     assert got.plan.status == "optimal" and math.isclose(got.plan.energy_j, alone.energy_j, rel_tol=1e-9)
     assert got.bound_j is not None and got.bound_j <= got.plan.energy_j * (1 + 1e-7)
@@ -60,11 +65,7 @@ def test_the_better_plan_and_the_higher_bound_are_kept() -> None:
 def test_a_second_core_that_fails_says_why_and_costs_nothing(tmp_path: pytest.TempPathFactory) -> None:
     g, budget, deadline = _instance()
     broken = CostedGraph(tuple(replace(n, compute_j=-1.0) if n.id == 1 else n for n in g.nodes), name="broken")
-    other = race.Race(race.Problem(broken, budget, deadline, True, True, POET, None, 30.0))
-    try:
-        got = other.result()
-    finally:
-        other.stop()
+    got = raced(race.Problem(broken, budget, deadline, True, True, POET, None, 30.0))
     assert got is not None and "costs must be non-negative" in got.error and not got.plan.stages
     mine = solve_poet(g, budget, deadline)
     assert _better(g, replace(mine), got, POET, lambda _m: None, 0.0).stages == mine.stages
@@ -151,11 +152,7 @@ def test_the_second_core_runs_the_relaxations_rounds_from_their_lp() -> None:
     g, budget, deadline = _instance()
     opt = solve_poet(g, budget, deadline, bound=False)
     assert opt.status == "optimal"
-    other = race.Race(race.Problem(g, budget, deadline, True, True, POET, None, 60.0, what="row relaxation"))
-    try:
-        got = other.result()
-    finally:
-        other.stop()
+    got = raced(race.Problem(g, budget, deadline, True, True, POET, None, 60.0, what="row relaxation"))
     assert got is not None and not got.error and got.by == "row relaxation"
     assert got.bound_j is not None and got.bound_j <= opt.energy_j * (1 + 1e-7)
     assert got.plan.stages and got.plan.energy_j >= opt.energy_j * (1 - 1e-9)
