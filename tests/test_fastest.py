@@ -4,8 +4,10 @@ time from the heuristics' slow plan, then the energy MILP from it on the second 
 from __future__ import annotations
 
 import math
+import pickle
+import time
 
-from poet.plan import race
+from poet.plan import race, race_worker
 from poet.plan.fastest import fastest, timed
 from poet.plan.simulate import simulate
 from poet.plan.strategies import best_heuristic
@@ -51,4 +53,20 @@ def test_the_second_core_starts_from_it_and_reaches_the_optimum() -> None:
     got = raced(race.Problem(g, BUDGET, deadline, True, True, POET, None, 60.0))
     assert got is not None and not got.error and got.plan.status == "optimal"
     assert math.isclose(got.plan.energy_j, opt.energy_j, rel_tol=1e-9)
+    simulate(g, got.plan, BUDGET, deadline)
+
+
+
+def test_with_no_time_left_after_it_the_second_core_says_its_plan_is_the_least_time_one(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The energy MILP needs MIN_MILP_S: with less left, the least-time plan is the result, and says so
+    (the worker's main, in this process)."""
+    g = chain()
+    deadline = 1.02 * g.one_pass_s
+    monkeypatch.setattr(race_worker, "MIN_MILP_S", 1e9)
+    problem = race.Problem(g, BUDGET, deadline, True, True, POET, None, 60.0, bound_file=str(tmp_path / "bound"),
+                           ends_at=time.monotonic() + 60.0)
+    (tmp_path / "in").write_bytes(pickle.dumps(problem))
+    race_worker._main(str(tmp_path / "in"), str(tmp_path / "out"))
+    got: race.Result = pickle.loads((tmp_path / "out").read_bytes())
+    assert got.by == "least-time MILP" and got.bound_j is None and got.plan.strategy == "fastest"
     simulate(g, got.plan, BUDGET, deadline)

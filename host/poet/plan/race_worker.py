@@ -54,8 +54,9 @@ def _main(src: str, dst: str) -> None:
                                      left, seed=p.seed, stop=stop)
             if not plan.stages and start is not None:
                 plan = start  # out of time before HiGHS took up the start
+    by = "least-time MILP" if plan.strategy == "fastest" else p.what  # the energy MILP had no time for it
     tmp = Path(dst + ".part")
-    tmp.write_bytes(pickle.dumps(Result(plan, bound_j, by=p.what)))
+    tmp.write_bytes(pickle.dumps(Result(plan, bound_j, by=by)))
     tmp.rename(dst)
 
 
