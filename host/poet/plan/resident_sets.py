@@ -151,8 +151,8 @@ def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, 
         best, came_k = {}, {}
         for b in nxt:
             need = must | (b - touched)
-            # the cheapest way to b with each paid set (a set paid, cheaper, makes one with less
-            # useless); a start's floor (every page-out it pays) tells which it cannot improve
+            # the cheapest way to b for each paid set (one with more paid, at no more cost, makes it
+            # useless); a start's floor plus the page-outs it pays tells which it cannot improve
             low: dict[frozenset[int], tuple[float, State]] = {}
 
             def beaten(q: frozenset[int], c: float) -> bool:
