@@ -52,8 +52,8 @@ def _main(src: str, dst: str) -> None:
         else:
             plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, start,
                                      left, seed=p.seed, stop=stop)
-            if not plan.stages and start is not None:
-                plan = start  # out of time before HiGHS took up the start
+            if not plan.stages and start is not None and start.strategy == "fastest":
+                plan = start  # out of time before HiGHS took up the start (a heuristic's stays this core's)
     by = "least-time MILP" if plan.strategy == "fastest" else p.what  # the energy MILP had no time for it
     tmp = Path(dst + ".part")
     tmp.write_bytes(pickle.dumps(Result(plan, bound_j, by=by)))
