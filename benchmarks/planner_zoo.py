@@ -50,6 +50,7 @@ def _row(label: str, cg: CostedGraph, budget: int, deadline: float, limit: float
         return f"| {label} | {budget:,} | {p.status} | - | {known} | {wall:.1f} | {proof} | - | - |"
     how = ("row relaxation (2nd core)" if "second core's row relaxation" in p.note
            else "least-time MILP (2nd core)" if "second core's least-time MILP" in p.note
+           else "least-time walk (2nd core)" if "second core's least-time walk" in p.note
            else "MILP (2nd core)" if "second core's MILP" in p.note
            else "row relaxation" if "row relaxation's plan" in p.note
            else p.note.split("heuristic's plan (")[1].split(")")[0] if "heuristic's plan (" in p.note else "MILP")

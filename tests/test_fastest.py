@@ -1,5 +1,6 @@
-"""A plan under the deadline where no heuristic has one (plan/fastest.py): the POET MILP minimising
-time from the heuristics' slow plan, then the energy MILP from it on the second core."""
+"""A plan under the deadline where no heuristic has one (strategies/fastest.py): the walk over resident sets
+minimising time, built as a plan, which starts this process's MILP; and the POET MILP minimising time from the
+heuristics' slow plan, then the energy MILP from it, on the second core (race_worker.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ import math
 import pickle
 import time
 
+import pytest
 from poet.plan import race, race_worker
-from poet.plan.fastest import fastest, timed
+from poet.plan.race_worker import fastest
 from poet.plan.simulate import simulate
 from poet.plan.strategies import best_heuristic
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.fastest import least_time_walk, timed
 from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
+from poet.plan.strategies.relaxed import Rows
 from poet.plan.types import POET, REFERENCE
 from test_planner import chain
 from test_race import raced
@@ -27,6 +32,27 @@ def test_it_finds_a_plan_under_a_deadline_no_heuristic_meets() -> None:
     assert plan is not None and plan.status == "feasible" and plan.strategy == "fastest"
     sim = simulate(g, plan, BUDGET, deadline)  # fits and meets the deadline, or raises
     assert math.isclose(sim.energy_j, plan.energy_j, rel_tol=1e-12) and plan.time_s <= deadline
+
+
+def test_the_least_time_walk_meets_a_deadline_no_heuristic_meets() -> None:
+    g = chain()
+    deadline = 1.02 * g.one_pass_s
+    plan = least_time_walk(g, BUDGET, deadline, True, True, POET, 60.0)
+    assert plan is not None and plan.status == "feasible" and plan.solver == "least-time walk"
+    sim = simulate(g, plan, BUDGET, deadline)
+    assert math.isclose(sim.energy_j, plan.energy_j, rel_tol=1e-12) and plan.time_s <= deadline
+    assert least_time_walk(g, BUDGET, 0.99 * g.one_pass_s, True, True, POET, 60.0) is None
+
+
+def test_one_core_starts_its_milp_from_the_least_time_walk() -> None:
+    g = chain()
+    deadline = 1.02 * g.one_pass_s
+    said: list[str] = []
+    plan = solve_poet(g, BUDGET, deadline, progress=said.append)
+    assert any(m.startswith("the least-time walk's plan meets the deadline") for m in said)
+    assert any(m.startswith("warm start from fastest") for m in said) or plan.solver == "bound"
+    opt = solve_poet(g, BUDGET, deadline, bound=False)
+    assert plan.status == opt.status == "optimal" and math.isclose(plan.energy_j, opt.energy_j, rel_tol=1e-9)
 
 
 def test_none_where_no_plan_meets_the_deadline_or_fits() -> None:
@@ -70,3 +96,25 @@ def test_with_no_time_left_after_it_the_second_core_says_its_plan_is_the_least_t
     got: race.Result = pickle.loads((tmp_path / "out").read_bytes())
     assert got.by == "least-time MILP" and got.bound_j is None and got.plan.strategy == "fastest"
     simulate(g, got.plan, BUDGET, deadline)
+
+
+@pytest.mark.slow
+def test_mobilenet_v1_at_a_quarter_of_keep_everything_on_the_nrf52840_has_a_plan_from_the_walk(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """MLPerf Tiny's MobileNetV1 (mlperf-vww), batch 1, 25% of keep-everything, the zoo's deadline: every
+    heuristic that fits takes over twice the deadline. The least-time walk's plan meets it only when built
+    paging in at each row what the walk pages in there: paging in whatever is paged out, 0.8% over."""
+    from poet.boards import load_board
+    from poet.graph.tracer import trace
+    from poet.models.zoo import get_model
+    from poet.plan.costs import costed, load_profile
+
+    model, spec = get_model("mlperf-vww")
+    g = costed(trace(model, "mlperf-vww", spec.input_shape, spec.classes, 1, spec.input_dtype),
+               load_board("nrf52840"), load_profile("nrf52840"), estimate=True)
+    budget, deadline = keep_all(g).peak_bytes // 4, 1.5 * g.one_pass_s
+    assert best_heuristic(g, budget, deadline) is None
+    plan = least_time_walk(g, budget, deadline, True, True, POET, 600.0)
+    assert plan is not None
+    simulate(g, plan, budget, deadline)
+    monkeypatch.setattr(Rows, "fetch", lambda self, b, t, i: True)
+    assert least_time_walk(g, budget, deadline, True, True, POET, 600.0) is None

@@ -14,7 +14,7 @@ from poet.plan.bound import binding_rows, relax_rows
 from poet.plan.resident_sets import walk
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
-from poet.plan.strategies.relaxed import _round
+from poet.plan.strategies.relaxed import _round, walked_plan
 from poet.plan.types import POET, CostedGraph, Plan
 from test_planner import brute_force, chain, deep, node
 
@@ -32,8 +32,7 @@ def _budgets(g: CostedGraph) -> list[int]:
 @pytest.mark.parametrize("make", [chain, lambda: deep((4, 4, 4, 4, 4, 4)), lambda: deep((8, 2, 8, 2, 8))],
                          ids=["chain", "deep", "uneven"])
 def test_on_a_chain_it_is_the_row_relaxations_optimum(make, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(resident_sets, "SMALL", 0.0)  # count every tensor, as the relaxation does
-    monkeypatch.setattr(resident_sets, "MAX_STATES", 100_000)  # and keep every row
+    monkeypatch.setattr(resident_sets, "MAX_STATES", 100_000)  # keep every row
     g = make()
     compared = 0
     for budget in _budgets(g):
@@ -41,7 +40,7 @@ def test_on_a_chain_it_is_the_row_relaxations_optimum(make, monkeypatch) -> None
         if not rows:
             continue
         rel = relax_rows(g, budget, 100 * g.one_pass_s, paging=False, time_limit_s=60)
-        walked = _bound(g, budget, paging=False, rows=rows)
+        walked = _bound(g, budget, paging=False, rows=rows, small=0.0)  # every tensor counted, as the relaxation does
         if rel.status == "infeasible":
             assert walked is None
             continue
@@ -51,12 +50,11 @@ def test_on_a_chain_it_is_the_row_relaxations_optimum(make, monkeypatch) -> None
     assert compared >= 3
 
 
-def test_with_paging_it_stays_below_the_optimum(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(resident_sets, "SMALL", 0.0)
+def test_with_paging_it_stays_below_the_optimum() -> None:
     g = chain(page_watts=0.01)  # paging cheap: plans page
     compared = 0
     for budget in _budgets(g):
-        walked = _bound(g, budget)
+        walked = _bound(g, budget, small=0.0)
         best = solve_poet(g, budget, 100 * g.one_pass_s, time_limit_s=120, bound=False)
         if walked is not None and best.status == "optimal":
             assert walked <= best.energy_j * (1 + 1e-9), budget
@@ -106,8 +104,7 @@ def test_the_walk_built_as_a_plan_fits_and_is_often_at_the_bound(make) -> None: 
         walked = walk(g, budget)
         if walked is None:
             continue
-        none = Plan(strategy="none", stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline)
-        plan, _, _ = _round(g, budget, deadline, POET, walked, none, walked.rows, exact=True)
+        plan = walked_plan(g, budget, deadline, walked, POET)
         if plan.status != "feasible":
             continue
         assert plan.peak_bytes <= budget
@@ -135,9 +132,9 @@ def test_ds_cnn_at_a_quarter_of_keep_everything_is_proven_optimal_by_the_walk() 
     budget, deadline = keep_all(g).peak_bytes // 4, 1.5 * g.one_pass_s
     walked = walk(g, budget, time_limit_s=600)
     assert walked is not None
-    none = Plan(strategy="none", stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline)
-    plan, _, _ = _round(g, budget, deadline, POET, walked, none, walked.rows, exact=True)
+    plan = walked_plan(g, budget, deadline, walked, POET)
     assert plan.status == "feasible" and plan.peak_bytes <= budget
     assert plan.energy_j == pytest.approx(walked.bound_j, rel=1e-9)
+    none = Plan(strategy="none", stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline)
     rounds_way, _, _ = _round(g, budget, deadline, POET, walked, none, walked.rows)
     assert rounds_way.status != "feasible" or rounds_way.energy_j > plan.energy_j * 1.01

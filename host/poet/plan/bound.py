@@ -309,7 +309,7 @@ class RowRelaxation:
     bound_j: float
     rows: list[int] = field(default_factory=list)  # the stages with a RAM row, ascending
     resident: dict[int, set[int]] = field(default_factory=dict)  # row stage -> tensors resident at it
-    remade: dict[int, set[int]] = field(default_factory=dict)  # row index k -> tensors made again after row k
+    paged_in: dict[int, set[int]] = field(default_factory=dict)  # row index k -> tensors paged in after row k
     paged: set[int] = field(default_factory=set)  # tensors paged out
     objective_j: float = math.inf
     solve_time_s: float = 0.0
@@ -449,10 +449,10 @@ def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semanti
     for (d, k), v in res.items():
         if v in on:
             resident[rows[k]].add(d)
-    remade: dict[int, set[int]] = {}
-    for (d, k), v in [*evr.items(), *evp.items()]:
+    paged_in: dict[int, set[int]] = {}
+    for (d, k), v in evp.items():
         if v in on:
-            remade.setdefault(k, set()).add(d)
+            paged_in.setdefault(k, set()).add(d)
     objective = plain_j + sum(lp.cost[v] for v in on)
-    return RowRelaxation(status, plain_j + bound, rows, resident, remade,
+    return RowRelaxation(status, plain_j + bound, rows, resident, paged_in,
                          {d for d, v in po.items() if v in on}, objective, dt, nv)

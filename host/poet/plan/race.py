@@ -4,8 +4,8 @@ MILP is built, the relaxations' rounds by another path (strategies/relaxed.py, l
 POET spends the first half of its time limit on the relaxations (plan/bound.py) and gives the MILP
 the rest. On a machine with a second core that core would idle; instead it solves the MILP for the
 whole limit, from the best heuristic's plan (or, where none meets the deadline, from the first plan
-plan/fastest.py finds that does) and with another HiGHS seed, while this process runs the
-relaxations and then its own MILP from their plan. HiGHS's path through a big
+the least-time MILP finds that does: race_worker.fastest) and with another HiGHS seed, while this
+process runs the relaxations and then its own MILP from their plan. HiGHS's path through a big
 MILP varies a lot with its start and seed (ResNet-18 at 25% of its keep-everything RAM on the
 nRF52840's costs: 2.34 J or 2.70 J in 60 s from two seeds), so two paths find better plans than
 one, and each one's proven bound bounds both: the planner keeps the better plan and the higher

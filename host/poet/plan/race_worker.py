@@ -7,17 +7,42 @@ import math
 import pickle
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from poet.plan.fastest import fastest
 from poet.plan.milp import proven
 from poet.plan.race import Problem, Result
+from poet.plan.strategies import best_heuristic
 from poet.plan.strategies.base import Options
+from poet.plan.strategies.fastest import on_graph, timed
 from poet.plan.strategies.poet_milp import run_milp
 from poet.plan.strategies.relaxed import relaxed
+from poet.plan.types import CostedGraph, Plan, Semantics
 
 FASTEST_SHARE = 0.9  # of the time, at most, for a plan under the deadline where no heuristic has one
 MIN_MILP_S = 3.0  # less left than this after it: its plan is the result (the energy MILP takes ~2 s to build)
+
+
+def fastest(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool, paging: bool,
+            semantics: Semantics, time_limit_s: float, say: Callable[[str], None] | None = None) -> Plan | None:
+    """A plan that fits `arena_budget` and meets `deadline_s` where no heuristic's does (strategies/fastest.py):
+    the POET MILP minimising time from the heuristics' plan that fits (the least energy among them,
+    whatever its time), stopped at the first under the deadline; None if there is no plan to start
+    from or none met it in time."""
+    say = say or (lambda _msg: None)
+    start = best_heuristic(graph, arena_budget, math.inf, recompute, paging, semantics)
+    if start is None:
+        return None
+    say(f"no heuristic meets the deadline: the least time from {start.strategy}'s plan ({start.time_s:.6g} s)")
+    plan, _ = run_milp(timed(graph, semantics), arena_budget, start.time_s * (1 + 1e-6), recompute, paging, semantics,
+                       start, time_limit_s, strategy="fastest", stop=lambda s: s <= deadline_s)
+    out = on_graph(graph, plan, "least-time MILP", arena_budget, deadline_s, semantics)
+    if not plan.stages or out.status != "feasible":
+        say(f"none under the deadline in {time_limit_s:.0f} s" + (f" (the fastest: {plan.energy_j:.6g} s)"
+                                                                  if plan.stages else ""))
+        return None
+    say(f"a plan under the deadline: {out.time_s:.6g} s, {out.energy_j:.6g} J")
+    return out
 
 
 def _main(src: str, dst: str) -> None:
@@ -43,7 +68,7 @@ def _main(src: str, dst: str) -> None:
         bound_j = plan.bound_j
     else:
         start = p.start
-        if start is None:  # no heuristic meets the deadline: a plan that does first (plan/fastest.py)
+        if start is None:  # no heuristic meets the deadline: a plan that does first
             start = fastest(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics,
                             FASTEST_SHARE * (p.ends_at - time.monotonic()))
         left = p.ends_at - time.monotonic()
@@ -54,7 +79,7 @@ def _main(src: str, dst: str) -> None:
                                      left, seed=p.seed, stop=stop)
             if not plan.stages and start is not None and start.strategy == "fastest":
                 plan = start  # out of time before HiGHS took up the start (a heuristic's stays this core's)
-    by = "least-time MILP" if plan.strategy == "fastest" else p.what  # the energy MILP had no time for it
+    by = plan.solver if plan.strategy == "fastest" else p.what  # the energy MILP had no time for it
     tmp = Path(dst + ".part")
     tmp.write_bytes(pickle.dumps(Result(plan, bound_j, by=by)))
     tmp.rename(dst)

@@ -48,11 +48,12 @@ State = tuple[frozenset[int], frozenset[int]]  # (resident at a row, the paid te
 
 
 def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: bool = True,
-         time_limit_s: float = 20.0, rows: list[int] | None = None) -> RowRelaxation | None:
+         time_limit_s: float = 20.0, rows: list[int] | None = None, small: float = SMALL) -> RowRelaxation | None:
     """The relaxation's optimum and its walk (see _walk), with whole page-outs for the tensors a
-    walk that divides them pages (and the input), where paging is allowed."""
+    walk that divides them pages (and the input), where paging is allowed; tensors under `small` of
+    the largest taken as always resident."""
     t_end = time.perf_counter() + time_limit_s
-    first = _walk(graph, arena_budget, recompute, paging, time_limit_s, rows, frozenset())
+    first = _walk(graph, arena_budget, recompute, paging, time_limit_s, rows, frozenset(), small)
     if first is None or not first.paged:
         return first  # its cheapest walk pages nothing: whole page-outs would find it again
     nodes = graph.nodes
@@ -60,7 +61,8 @@ def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: 
     paid = sorted({*first.paged, *inputs}, key=lambda i: -nodes[i].page_out_j)[:MAX_PAID]
     if not paid:
         return first
-    second = _walk(graph, arena_budget, recompute, paging, t_end - time.perf_counter(), first.rows, frozenset(paid))
+    second = _walk(graph, arena_budget, recompute, paging, t_end - time.perf_counter(), first.rows, frozenset(paid),
+                   small)
     if second is None or second.bound_j <= first.bound_j:
         return first
     second.solve_time_s = first.solve_time_s + second.solve_time_s
@@ -68,12 +70,12 @@ def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: 
 
 
 def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, time_limit_s: float,
-          rows: list[int] | None, paid: frozenset[int]) -> RowRelaxation | None:
+          rows: list[int] | None, paid: frozenset[int], small: float) -> RowRelaxation | None:
     """The relaxation's optimum (bound_j: no plan that fits `arena_budget` costs less), and the
     cheapest walk as the row relaxation answers: the tensors resident at each row kept, what each
-    window makes again, what it pages (strategies/relaxed.py builds it into a plan). None where
-    this relaxation does not apply: not a chain, no row with few resident sets, no solution, out
-    of time."""
+    window pages in (the rest it recomputes), what it pages out (strategies/relaxed.py builds it
+    into a plan). None where this relaxation does not apply: not a chain, no row with few
+    resident sets, no solution, out of time."""
     t0 = time.perf_counter()
     t_end = time.perf_counter() + time_limit_s
     nodes, n_nodes = graph.nodes, len(graph)
@@ -81,7 +83,7 @@ def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, 
     if not nodes or n_nodes > MAX_NODES or max(floor) > arena_budget:
         return None
     largest = max(n.bytes for n in nodes)
-    free = [n.bytes == 0 or n.bytes < SMALL * largest for n in nodes]
+    free = [n.bytes == 0 or n.bytes < small * largest for n in nodes]
     can_rec = [recompute and n.recomputable and n.kind in PURE_KINDS for n in nodes]
     parent: list[int | None] = [None] * n_nodes  # a recomputable op's one input that counts
     for n in nodes:
@@ -174,22 +176,20 @@ def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, 
         came.append(came_k)
         if not best or time.perf_counter() > t_end:
             return None
-    # back from the end: the sets at each row, and what each window makes again
+    # back from the end: the sets at each row, and what each window pages in
     sets, to = [], min(best, key=best.__getitem__)
     for k in range(n_rows - 1, -1, -1):
         sets.append((came[k][to], to))
         to = came[k][to]
     resident: dict[int, set[int]] = {}
-    remade: dict[int, set[int]] = {}
-    paged: set[int] = set()
+    paged_in: dict[int, set[int]] = {}
     for k, ((a, _), (b, q)) in enumerate(reversed(sets)):
         # the small tensors it took as resident are, where a plan can keep them
         resident[rows[k]] = set(a) | {d for d in inside_at(rows[k]) if free[d] and rows[k] not in points[d]}
-        _, recomputed, pages = windows[k].make((frozenset(ends[k]) | (b - windows[k].touched)) - a, a, q)
-        remade[k] = recomputed | pages
-        paged |= pages
+        _, _, paged_in[k] = windows[k].make((frozenset(ends[k]) | (b - windows[k].touched)) - a, a, q)
     bound_j = plain_j + min(best.values())
-    return RowRelaxation("optimal", bound_j, rows, resident, remade, paged, bound_j, time.perf_counter() - t0)
+    paged = set().union(*paged_in.values())
+    return RowRelaxation("optimal", bound_j, rows, resident, paged_in, paged, bound_j, time.perf_counter() - t0)
 
 
 def _sets(cands: list[int], nodes: list, cap: int) -> list[frozenset[int]] | None:  # type: ignore[type-arg]

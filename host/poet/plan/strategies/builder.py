@@ -1,9 +1,9 @@
 """The demand-driven plan builder every heuristic strategy runs on.
 
 It walks the stages of docs/spec.md section 1 in order. Stage t computes node t; a
-dep that is not resident is paged in if it is in aux storage, else recomputed
-(recursively, from whatever is resident). After the stage each present tensor still
-read by a later node is kept for stage t+1 unless the policy lets it go. When a stage
+dep that is not resident is paged in if it is in aux storage (unless the policy would
+rather recompute it), else recomputed (recursively, from whatever is resident). After the
+stage each present tensor still read by a later node is kept for stage t+1 unless the policy lets it go. When a stage
 would exceed the budget the policy may evict tensors that pass through it unused:
 dropped (recomputed when next needed) or paged out at the end of the previous stage,
 where they were resident.
@@ -50,6 +50,10 @@ class Policy:
         if type(self).retain is Policy.retain:  # keeps everything: no call per tensor
             return read_later
         return {i for i in read_later if self.retain(b, i, t)}
+
+    def fetch(self, b: Builder, t: int, i: int) -> bool:
+        """Stage t needs tensor i, paged out and recomputable: page it in (else recompute it)?"""
+        return True
 
     def page_out(self, b: Builder, t: int, present: set[int]) -> set[int]:
         """Tensors of `present` to page out at the end of stage t, whatever the budget (a plan
@@ -101,9 +105,10 @@ class Builder:
         return r[k] if k < len(r) else None
 
     def _demand(self, t: int, resident: set[int]) -> tuple[set[int], set[int]]:
-        """What stage t computes and pages in: t, and each missing dep paged in if in aux storage,
-        else recomputed from its own deps, depth first in dep order. A stack of iterators, not
-        recursion: a chain of a thousand dropped tensors overflowed Python's stack."""
+        """What stage t computes and pages in: t, and each missing dep paged in if in aux storage
+        and the policy fetches it, else recomputed from its own deps, depth first in dep order. A
+        stack of iterators, not recursion: a chain of a thousand dropped tensors overflowed
+        Python's stack."""
         nodes = self.nodes
         computes, pin = {t}, set()
         stack = [iter(nodes[t].deps)]
@@ -114,7 +119,7 @@ class Builder:
                 continue
             if d in resident or d in pin or d in computes or nodes[d].bytes == 0:
                 continue
-            if d in self.aux:
+            if d in self.aux and (not recomputable(nodes[d]) or self.policy.fetch(self, t, d)):
                 pin.add(d)
                 self.extra_s += nodes[d].page_in_s
             elif recomputable(nodes[d]):

@@ -70,6 +70,7 @@ from poet.errors import PoetError
 from poet.plan import milp, race
 from poet.plan.simulate import simulate
 from poet.plan.strategies.base import Options, Progress
+from poet.plan.strategies.fastest import least_time_walk
 from poet.plan.strategies.relaxed import ROUNDS, relaxed
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Semantics, Stage, rule_stage
 
@@ -97,6 +98,7 @@ MAX_MILP_VARIABLES = 150_000  # in milp_size() units: mobilenetv2 ~86k builds in
 
 # The relaxations' share of the time limit when the MILP follows (strategies/relaxed.py).
 RELAXED_SHARE = 0.5
+WALK_SHARE = 0.25  # of the limit, at most, for the least-time walk where no heuristic meets the deadline
 
 
 # How fast the MILP builds (milp_size units per second; mobilenetv2's 86k take 30 s on the 2-core
@@ -597,6 +599,9 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
     and the MILP here stops once `other` has a proven plan. size: milp_size(graph)."""
     t0 = time.perf_counter()
     buildable = size <= MAX_MILP_VARIABLES
+    if bound and start is None:  # no heuristic meets the deadline: the least-time walk's plan may (fastest.py)
+        start = least_time_walk(graph, arena_budget, deadline_s, recompute, paging, semantics,
+                                WALK_SHARE * time_limit_s, say)
     if bound:
         # the relaxations (plan/bound.py) first: a bound, often a plan at it; half the time if the
         # MILP follows, all of it if not
@@ -627,7 +632,8 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
                     note=note, bound_j=bound_j, solve_time_s=time.perf_counter() - t0)
 
     def maker(p: Plan) -> str:
-        return "the row relaxation's plan" if p.strategy == "relaxed" else f"a heuristic's plan ({p.strategy})"
+        return ("the row relaxation's plan" if p.strategy == "relaxed" else f"the {p.solver}'s plan"
+                if p.strategy == "fastest" else f"a heuristic's plan ({p.strategy})")
 
     if start is not None and milp.proven(start.energy_j, bound_j):
         say(f"{start.strategy}'s plan costs {start.energy_j:.6g} J, the lower bound: optimal without the MILP")
