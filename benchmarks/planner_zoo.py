@@ -53,6 +53,7 @@ def _row(label: str, cg: CostedGraph, budget: int, deadline: float, limit: float
            else "least-time walk (2nd core)" if "second core's least-time walk" in p.note
            else "MILP (2nd core)" if "second core's MILP" in p.note
            else "row relaxation" if "row relaxation's plan" in p.note
+           else "least-time walk" if "least-time walk's plan" in p.note
            else p.note.split("heuristic's plan (")[1].split(")")[0] if "heuristic's plan (" in p.note else "MILP")
     poet = f"| {label} | {budget:,} | {_status(p)} | {p.energy_j:.6g} | {bound:.6g} | {wall:.1f} | {how} |"
     if not alone:

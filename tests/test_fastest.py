@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import pickle
 import time
+from dataclasses import replace
 
 import pytest
 from poet.plan import race, race_worker
@@ -17,7 +18,7 @@ from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.fastest import least_time_walk, timed
 from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
 from poet.plan.strategies.relaxed import Rows
-from poet.plan.types import POET, REFERENCE
+from poet.plan.types import POET, REFERENCE, Plan
 from test_planner import chain
 from test_race import raced
 
@@ -53,6 +54,22 @@ def test_one_core_starts_its_milp_from_the_least_time_walk() -> None:
     assert any(m.startswith("warm start from fastest") for m in said) or plan.solver == "bound"
     opt = solve_poet(g, BUDGET, deadline, bound=False)
     assert plan.status == opt.status == "optimal" and math.isclose(plan.energy_j, opt.energy_j, rel_tol=1e-9)
+
+
+def test_a_milp_that_does_not_improve_the_walks_plan_says_whose_it_is(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Stopped by its limit with nothing better than its start (MobileNetV1 at batch 16), the MILP's plan is
+    the least-time walk's, and the note says so (the zoo's "plan by")."""
+    from poet.plan.strategies import poet_milp
+
+    def the_start(graph, budget, deadline, recompute, paging, semantics, start, *args, **kw):  # type: ignore[no-untyped-def]
+        return replace(start, strategy="poet", status="feasible", solver="highs"), None
+
+    monkeypatch.setattr(poet_milp, "run_milp", the_start)
+    monkeypatch.setattr(poet_milp, "relaxed", lambda g, budget, deadline, *a, **kw: Plan(
+        "relaxed", [], "infeasible", arena_budget=budget, deadline_s=deadline, bound_j=0.0))
+    g = chain()
+    plan = solve_poet(g, BUDGET, 1.02 * g.one_pass_s)
+    assert plan.status == "feasible" and "the least-time walk's plan: the MILP found none better" in plan.note
 
 
 def test_none_where_no_plan_meets_the_deadline_or_fits() -> None:

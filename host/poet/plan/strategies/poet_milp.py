@@ -668,6 +668,8 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
     plan, _ = run_milp(graph, arena_budget, deadline_s, recompute, paging, semantics, start, left, say, solver, gap,
                        bound_j, stop_at_bound=bound, strategy=strategy, stop=stop)
     plan.solve_time_s = time.perf_counter() - t0
+    if start is not None and plan.status == "feasible" and plan.energy_j >= start.energy_j * (1 - milp.PROVEN_REL_TOL):
+        plan.note = "; ".join(x for x in (plan.note, f"{maker(start)}: the MILP found none better") if x)
     if plan.bound_j is None and bound and plan.status == "no-solution":  # none found; none can cost less
         plan.bound_j = bound_j
     return plan
