@@ -44,7 +44,8 @@ def _row(label: str, cg: CostedGraph, budget: int, deadline: float, limit: float
     wall = time.perf_counter() - t0
     bound = p.bound_j
     if not found(p):
-        proof = next((f"proven by the {w}" for w in ("gap relaxation", "row relaxation") if w in p.note),
+        proofs = ("gap relaxation", "row relaxation", "least-time walk")
+        proof = next((f"proven by the {w}" for w in proofs if w in p.note),
                      "proven by the MILP" if p.status == "infeasible" else "")
         known = f"{bound:.6g}" if bound is not None else "-"  # a no-solution row still has its bound
         return f"| {label} | {budget:,} | {p.status} | - | {known} | {wall:.1f} | {proof} | - | - |"

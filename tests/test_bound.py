@@ -15,9 +15,10 @@ from poet.plan.bound import Relaxation, binding_rows, gaps_of, relax, relax_rows
 from poet.plan.resident_sets import walk
 from poet.plan.strategies import plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.fastest import WALK_SMALL, least_time_walk, timed
 from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
 from poet.plan.types import POET, REFERENCE, CostedGraph, CostedNode
-from test_planner import LINEAR_M0, brute_force, chain, deep, linear_m0, node, tiny
+from test_planner import LINEAR_M0, _brute_front, brute_force, chain, deep, linear_m0, node, tiny
 
 TOL = 1e-9
 
@@ -62,6 +63,27 @@ def test_bound_never_exceeds_the_brute_force_optimum(make, bound: str) -> None: 
             assert rel.status == "optimal" or bound in ("some-rows", "resident-sets")
             if best is not None:
                 assert rel.bound_j <= best * (1 + TOL), (budget, factor, rel.bound_j, best)
+
+
+@pytest.mark.parametrize("small", WALK_SMALL)
+@pytest.mark.parametrize("make", [tiny, deep], ids=["tiny", "deep"])
+def test_the_least_time_walk_never_exceeds_the_least_time(make, small: float) -> None:  # type: ignore[no-untyped-def]
+    """Walked with each cost in seconds (strategies/fastest.py), the walk bounds every plan's time: what lets
+    poet call a deadline infeasible on its word."""
+    g = make()
+    compared = 0
+    for budget in _budgets(g):
+        front = _brute_front(g, budget)
+        walked = walk(timed(g, POET), budget, small=small)
+        if walked is None or not front:
+            continue
+        assert walked.bound_j <= min(s for _, s in front) * (1 + TOL), budget
+        compared += 1
+        for factor in (1.0, 1.01, 1.05, 1.3):
+            said = least_time_walk(g, budget, factor * g.one_pass_s, True, True, POET, 60.0)
+            if said is not None and said.status == "infeasible":
+                assert brute_force(g, budget, factor * g.one_pass_s) is None, (budget, factor)
+    assert compared >= 3
 
 
 def _random_graph(seed: int) -> CostedGraph:

@@ -42,7 +42,18 @@ def test_the_least_time_walk_meets_a_deadline_no_heuristic_meets() -> None:
     assert plan is not None and plan.status == "feasible" and plan.solver == "least-time walk"
     sim = simulate(g, plan, BUDGET, deadline)
     assert math.isclose(sim.energy_j, plan.energy_j, rel_tol=1e-12) and plan.time_s <= deadline
-    assert least_time_walk(g, BUDGET, 0.99 * g.one_pass_s, True, True, POET, 60.0) is None
+
+
+def test_the_least_time_walk_proves_a_deadline_below_its_bound_infeasible() -> None:
+    """chain() at its least RAM takes at least 1.016x one pass: at 1.01x no plan meets the deadline (the
+    MILP agrees), and the walk proves it before any MILP is built."""
+    g = chain()
+    deadline = 1.01 * g.one_pass_s
+    said = least_time_walk(g, BUDGET, deadline, True, True, POET, 60.0)
+    assert said is not None and said.status == "infeasible" and not said.stages
+    assert solve_poet(g, BUDGET, deadline, bound=False).status == "infeasible"
+    plan = solve_poet(g, BUDGET, deadline)
+    assert plan.status == "infeasible" and plan.solver == "bound" and "least-time walk" in plan.note
 
 
 def test_one_core_starts_its_milp_from_the_least_time_walk() -> None:

@@ -61,7 +61,7 @@ import math
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pulp
@@ -602,6 +602,9 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
     if bound and start is None:  # no heuristic meets the deadline: the least-time walk's plan may (fastest.py)
         start = least_time_walk(graph, arena_budget, deadline_s, recompute, paging, semantics,
                                 WALK_SHARE * time_limit_s, say)
+        if start is not None and not start.stages:  # its bound proves no plan meets the deadline
+            say(start.note)
+            return replace(start, strategy=strategy, solve_time_s=time.perf_counter() - t0)
     if bound:
         # the relaxations (plan/bound.py) first: a bound, often a plan at it; half the time if the
         # MILP follows, all of it if not
