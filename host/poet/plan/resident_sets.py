@@ -48,13 +48,14 @@ State = tuple[frozenset[int], frozenset[int]]  # (resident at a row, the paid te
 
 
 def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: bool = True,
-         time_limit_s: float = 20.0, rows: list[int] | None = None, small: float = SMALL) -> RowRelaxation | None:
+         time_limit_s: float = 20.0, rows: list[int] | None = None, small: float = SMALL,
+         whole: bool = True) -> RowRelaxation | None:
     """The relaxation's optimum and its walk (see _walk), with whole page-outs for the tensors a
-    walk that divides them pages (and the input), where paging is allowed; tensors under `small` of
-    the largest taken as always resident."""
+    walk that divides them pages (and the input), where paging is allowed and `whole`; tensors
+    under `small` of the largest taken as always resident."""
     t_end = time.perf_counter() + time_limit_s
     first = _walk(graph, arena_budget, recompute, paging, time_limit_s, rows, frozenset(), small)
-    if first is None or not first.paged:
+    if first is None or not first.paged or not whole:
         return first  # its cheapest walk pages nothing: whole page-outs would find it again
     nodes = graph.nodes
     inputs = [i for i, n in enumerate(nodes) if n.kind == "input" and n.bytes > 0]
