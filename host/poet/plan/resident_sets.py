@@ -56,7 +56,7 @@ def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: 
     t_end = time.perf_counter() + time_limit_s
     first = _walk(graph, arena_budget, recompute, paging, time_limit_s, rows, frozenset(), small)
     if first is None or not first.paged or not whole:
-        return first  # its cheapest walk pages nothing: whole page-outs would find it again
+        return first  # not asked, or its cheapest walk pages nothing: whole page-outs would find it again
     nodes = graph.nodes
     inputs = [i for i, n in enumerate(nodes) if n.kind == "input" and n.bytes > 0]
     paid = sorted({*first.paged, *inputs}, key=lambda i: -nodes[i].page_out_j)[:MAX_PAID]
