@@ -8,7 +8,10 @@ prove the optimum in well under a second, so no assertion here depends on a time
 
 from __future__ import annotations
 
+import random
+
 import highspy
+import pulp
 import pytest
 from conftest import NO_LIMIT, REFERENCE
 from poet.plan import milp
@@ -132,10 +135,6 @@ def test_finish_calls_optimal_only_what_the_bound_proves(objective, bound, gap, 
 
 def _knapsacks(n: int = 60, m: int = 25, seed: int = 3):  # type: ignore[no-untyped-def]
     """Pick items of most value under m random capacity rows: a few thousand HiGHS nodes to prove."""
-    import random
-
-    import pulp
-
     rng = random.Random(seed)
     prob = pulp.LpProblem("knapsacks", pulp.LpMinimize)
     x = [prob.add_variable(f"x{j}", cat=pulp.LpBinary) for j in range(n)]
@@ -155,3 +154,44 @@ def test_highs_stops_at_an_objective_known_from_outside() -> None:
     stopped = milp.solve(_knapsacks(), "highs", 60, stop_at=loose)
     assert stopped.status == "feasible" and stopped.objective is not None
     assert stopped.objective <= loose and stopped.objective >= proved.objective
+
+
+def _market_split(m: int = 5, n: int = 40) -> tuple[pulp.LpProblem, float]:  # type: ignore[no-any-unimported]
+    """Cornuéjols and Dawande's market split, made to have no exact split (even weights, odd
+    targets): HiGHS finds the least miss, m, within seconds and cannot prove it for minutes.
+    The start (nothing chosen) is feasible; returns the problem and the start's objective."""
+    rng = random.Random(7)
+    prob = pulp.LpProblem("market_split", pulp.LpMinimize)
+    x = [pulp.LpVariable(f"x{j}", cat=pulp.LpBinary) for j in range(n)]
+    over = [pulp.LpVariable(f"over{i}", lowBound=0) for i in range(m)]
+    under = [pulp.LpVariable(f"under{i}", lowBound=0) for i in range(m)]
+    prob += pulp.lpSum(over) + pulp.lpSum(under)
+    start = 0.0
+    for i in range(m):
+        a = [2 * rng.randint(0, 49) for _ in range(n)]
+        target = 2 * (sum(a) // 4) + 1
+        prob += pulp.lpSum(aj * v for aj, v in zip(a, x, strict=True)) + under[i] - over[i] == target
+        under[i].setInitialValue(target)
+        over[i].setInitialValue(0)
+        start += target
+    for v in x:
+        v.setInitialValue(0)
+    return prob, start
+
+
+@pytest.mark.time_limited  # the limit is what it tests: gone 2 s in, where HiGHS needs minutes
+def test_a_solve_past_its_limit_returns_what_highs_had(monkeypatch) -> None:
+    """HiGHS checks its limit between steps (its root's analytic centre checks none): OVERRUN_S
+    past the limit poet goes on with the best solution HiGHS reported, in the variables, and the
+    solve left behind stops at its next callback; the next solve waits for it."""
+    monkeypatch.setattr(milp, "OVERRUN_S", 2.0 - 600)
+    prob, start = _market_split()
+    out = milp.solve(prob, "highs", 600, warm=True)
+    assert "ran past" in out.note
+    assert out.status == "feasible" and out.objective is not None and out.bound is not None
+    assert out.objective == milp.objective_value(prob) <= start
+    assert out.bound <= out.objective
+    milp.settle()
+    assert not milp._running
+    monkeypatch.undo()
+    assert milp.solve(_knapsacks(), "highs", 60).status == "optimal"  # HiGHS is free again

@@ -15,10 +15,19 @@ optimal, gap 0 (the POET reference's linear.m0 at 3300 B, 1x: the start is capuc
 0.105627 J, the optimum 0.105044 J). HiGHS 1.15.1 handles the same start correctly. When a
 warm solve's account is inconsistent, poet solves again without the start, and keeps the start
 if that solve, stopped by its time limit, finds nothing better. constraints.txt pins 1.15.1.
+
+HiGHS checks its time limit between steps, and one step can run long: at the root of a large MILP
+it computes an analytic centre, an interior-point solve that neither the limit nor a callback
+stops (1.15.1, HighsMipSolverData::startAnalyticCenterComputation: up to 200 IPX iterations, 15-17
+s on MobileNetV1's 44k-variable MILP at 25% of keep-everything on the nRF52840). So HiGHS runs on
+a thread of its own, and OVERRUN_S past its limit poet takes the best solution HiGHS reported and
+the last bound it told, and goes on; that thread stops at HiGHS's next callback. One HiGHS solve
+runs at a time: a new one waits for such a thread first (settle()), as does the interpreter's exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.metadata
 import math
@@ -26,6 +35,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -40,6 +50,20 @@ Say = Callable[[str], None]
 # The solution's objective may exceed the bound by this much (relative) and still be optimal:
 # the solvers work to 1e-9 feasibility, and the bound is an LP value.
 PROVEN_REL_TOL = 1e-7
+
+# How long past its time limit HiGHS may run before poet goes on with its best solution so far
+OVERRUN_S = 1.0
+
+_running: list[threading.Thread] = []  # HiGHS solves left running past their limit, told to stop
+
+
+def settle() -> None:
+    """Wait until every HiGHS solve left running past its limit has stopped (at its next callback)."""
+    while _running:
+        _running.pop().join()
+
+
+atexit.register(settle)
 
 
 @dataclass
@@ -146,35 +170,66 @@ def _quiet_stdout() -> Iterator[None]:
         os.close(saved)
 
 
+@dataclass
+class _Reported:
+    """What HiGHS has told the callbacks so far: its best solution (column values, in the order of
+    prob.variables()) and its bound."""
+
+    values: list[float] | None = None
+    bound: float | None = None
+
+
+class _Overran(Exception):
+    """HiGHS ran OVERRUN_S past its time limit; what it had reported by then."""
+
+    def __init__(self, reported: _Reported) -> None:
+        super().__init__("HiGHS ran past its time limit")
+        self.reported = reported
+
+
 class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
-    """PuLP's HiGHS API, quiet, with the variables' values handed to HiGHS as a start if warm."""
+    """PuLP's HiGHS API, quiet, with the variables' values handed to HiGHS as a start if warm, run
+    on a thread that poet leaves OVERRUN_S past the time limit (module docstring)."""
 
     def __init__(self, warm: bool, stop: Callable[[float], bool] | None = None, **kw: object) -> None:
         super().__init__(**kw)
         self.warm = warm
         self.stop = stop
+        self.left = False  # poet went on without it: stop at the next callback
 
     def createAndConfigureSolver(self, lp: pulp.LpProblem) -> None:
         with _quiet_stdout():
             super().createAndConfigureSolver(lp)
 
     def callSolver(self, lp: pulp.LpProblem) -> None:
+        h = lp.solverModel
         if self.warm:
             import highspy
 
             sol = highspy.HighsSolution()
             sol.col_value = [float(v.varValue or 0.0) for v in lp.variables()]
             sol.value_valid = True
-            lp.solverModel.setSolution(sol)
-        if self.stop is not None:
-            stop = self.stop
+            h.setSolution(sol)
+        reported, stop = _Reported(), self.stop
 
-            def interrupt(e: Any) -> None:
-                if stop(e.data_out.mip_primal_bound):
-                    e.interrupt()
+        def improving(e: Any) -> None:
+            reported.values = [float(x) for x in e.data_out.mip_solution]
+            reported.bound = _finite(e.data_out.mip_dual_bound)
 
-            lp.solverModel.cbMipInterrupt += interrupt
-        lp.solverModel.run()
+        def interrupt(e: Any) -> None:
+            reported.bound = _finite(e.data_out.mip_dual_bound)
+            if self.left or (stop is not None and stop(e.data_out.mip_primal_bound)):
+                e.interrupt()
+
+        h.cbMipImprovingSolution += improving
+        h.cbMipInterrupt += interrupt
+        solving = threading.Thread(target=h.run, name="highs", daemon=True)
+        solving.start()
+        solving.join(self.timeLimit + OVERRUN_S if self.timeLimit is not None else None)
+        if solving.is_alive():
+            self.left = True
+            _running.append(solving)
+            raise _Overran(reported)
 
 
 def _highs(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool,
@@ -189,7 +244,11 @@ def _highs(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool,
         return _finish(_from_pulp(prob, "highs-cmd"), gap)
     import highspy
 
-    prob.solve(api)
+    settle()
+    try:
+        prob.solve(api)
+    except _Overran as over:
+        return _finish(_overran(prob, over.reported, time_limit_s), gap)
     h = prob.solverModel
     status, info = h.getModelStatus(), h.getInfo()
     ms = highspy.HighsModelStatus
@@ -206,6 +265,15 @@ def _highs(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool,
         out.note = (f"inconsistent: highspy {_version('highspy')} reported objective {claimed!r} for a solution "
                     f"whose objective is {out.objective!r}")
     return _finish(out, gap)
+
+
+def _overran(prob: pulp.LpProblem, reported: _Reported, time_limit_s: float) -> Outcome:
+    note = f"HiGHS ran past its {time_limit_s:.0f} s limit (milp.py, OVERRUN_S): its best solution by then"
+    if reported.values is None:
+        return Outcome("no-solution", 0.0, "highs", bound=reported.bound, note=note)
+    for v, x in zip(prob.variables(), reported.values, strict=True):
+        v.varValue = x
+    return Outcome("feasible", 0.0, "highs", objective=objective_value(prob), bound=reported.bound, note=note)
 
 
 def _version(dist: str) -> str:

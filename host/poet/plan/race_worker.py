@@ -4,6 +4,7 @@ race.Problem in IN and pickles a race.Result to OUT. Apart from race.py, which p
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import sys
 import time
@@ -87,3 +88,7 @@ def _main(src: str, dst: str) -> None:
 
 if __name__ == "__main__":
     _main(sys.argv[1], sys.argv[2])
+    # the result is out: exit now, not when a HiGHS solve left past its limit next calls back
+    # (milp.py), which the planner waiting for this process would wait for too
+    sys.stdout.flush()
+    os._exit(0)
