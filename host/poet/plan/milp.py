@@ -63,7 +63,13 @@ def settle() -> None:
         _running.pop().join()
 
 
-atexit.register(settle)
+def _settle_at_exit() -> None:
+    if _running:
+        print("poet: waiting for HiGHS, left past its time limit, to stop", file=sys.stderr, flush=True)
+    settle()
+
+
+atexit.register(_settle_at_exit)
 
 
 @dataclass
