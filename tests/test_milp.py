@@ -9,6 +9,10 @@ prove the optimum in well under a second, so no assertion here depends on a time
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import highspy
 import pulp
@@ -195,3 +199,24 @@ def test_a_solve_past_its_limit_returns_what_highs_had(monkeypatch) -> None:
     assert not milp._running
     monkeypatch.undo()
     assert milp.solve(_knapsacks(), "highs", 60).status == "optimal"  # HiGHS is free again
+
+
+def test_ctrl_c_stops_a_solve_and_the_process_exits_cleanly(tmp_path) -> None:
+    """Ctrl-C during a solve raises KeyboardInterrupt at once (HiGHS ran in the main thread and
+    ignored it until its time limit), HiGHS stops at its next callback, and the process exits 0:
+    a HiGHS thread still calling back while the interpreter finalises aborts it."""
+    script = tmp_path / "interrupted.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys, threading
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_milp import _market_split
+        from poet.plan import milp
+        prob, _ = _market_split()
+        threading.Timer(5.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            milp.solve(prob, "highs", 3600, warm=True)
+        except KeyboardInterrupt:
+            print("interrupted")
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "interrupted", out.stderr

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from poet.plan.milp import settle
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, Semantics
 
 
@@ -133,6 +134,7 @@ class _Lp:
         """
         import highspy
 
+        settle()  # one HiGHS solve at a time (milp.py)
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("time_limit", float(max(time_limit_s, 0.01)))

@@ -23,6 +23,7 @@ s on MobileNetV1's 44k-variable MILP at 25% of keep-everything on the nRF52840).
 a thread of its own, and OVERRUN_S past its limit poet takes the best solution HiGHS reported and
 the last bound it told, and goes on; that thread stops at HiGHS's next callback. One HiGHS solve
 runs at a time: a new one waits for such a thread first (settle()), as does the interpreter's exit.
+A Ctrl-C, which HiGHS in the main thread ignored until its limit, now stops the solve the same way.
 """
 
 from __future__ import annotations
@@ -54,13 +55,15 @@ PROVEN_REL_TOL = 1e-7
 # How long past its time limit HiGHS may run before poet goes on with its best solution so far
 OVERRUN_S = 1.0
 
-_running: list[threading.Thread] = []  # HiGHS solves left running past their limit, told to stop
+_running: list[threading.Event] = []  # set when a HiGHS solve left past its limit (told to stop) has
 
 
 def settle() -> None:
-    """Wait until every HiGHS solve left running past its limit has stopped (at its next callback)."""
+    """Wait until every HiGHS solve left running past its limit has stopped (at its next callback):
+    one still running when the interpreter finalises aborts the process as it calls back."""
     while _running:
-        _running.pop().join()
+        _running[-1].wait()
+        _running.pop()
 
 
 def _settle_at_exit() -> None:
@@ -229,12 +232,24 @@ class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
 
         h.cbMipImprovingSolution += improving
         h.cbMipInterrupt += interrupt
-        solving = threading.Thread(target=h.run, name="highs", daemon=True)
-        solving.start()
-        solving.join(self.timeLimit + OVERRUN_S if self.timeLimit is not None else None)
-        if solving.is_alive():
+        done = threading.Event()  # not Thread.join: once a Ctrl-C interrupts that, it stops waiting (3.11)
+
+        def run() -> None:
+            try:
+                h.run()
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="highs", daemon=True).start()
+        try:
+            finished = done.wait(self.timeLimit + OVERRUN_S if self.timeLimit is not None else None)
+        except BaseException:  # Ctrl-C: HiGHS stops at its next callback, not at its time limit
             self.left = True
-            _running.append(solving)
+            _running.append(done)
+            raise
+        if not finished:
+            self.left = True
+            _running.append(done)
             raise _Overran(reported)
 
 
