@@ -242,14 +242,12 @@ class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
 
         threading.Thread(target=run, name="highs", daemon=True).start()
         try:
-            finished = done.wait(self.timeLimit + OVERRUN_S if self.timeLimit is not None else None)
-        except BaseException:  # Ctrl-C: HiGHS stops at its next callback, not at its time limit
-            self.left = True
-            _running.append(done)
-            raise
-        if not finished:
-            self.left = True
-            _running.append(done)
+            done.wait(self.timeLimit + OVERRUN_S if self.timeLimit is not None else None)
+        finally:  # past the limit, or a Ctrl-C: HiGHS stops at its next callback
+            if not done.is_set():
+                self.left = True
+                _running.append(done)
+        if self.left:
             raise _Overran(reported)
 
 
