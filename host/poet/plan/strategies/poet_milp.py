@@ -494,6 +494,14 @@ def _drop_pointless(graph: CostedGraph, rec: list[set[int]], kept: list[set[int]
             needed_next = need & kept[t]
 
 
+def milp_problem(graph: CostedGraph, arena_budget: int, deadline_s: float,
+                 semantics: Semantics = POET) -> tuple[pulp.LpProblem, float, float]:
+    """The POET MILP as a PuLP problem, to hand to another solver (benchmarks/solvers_hard_rows.py), and
+    how its objective maps to joules: energy = fixed_j + objective x scale_j."""
+    m = _build(graph, arena_budget, deadline_s, semantics=semantics)
+    return m.prob, m.fixed_j(graph), m.scale
+
+
 def _set_start(graph: CostedGraph, m: _Milp, plan: Plan) -> bool:
     """Set the MILP variables' initial values to `plan`'s decisions; False if some decision
     has no variable here (then nothing is set)."""
