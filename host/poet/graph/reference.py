@@ -98,7 +98,8 @@ class Fed(TorchFunctionMode):
             got = list(out.shape[1:]) if isinstance(out, torch.Tensor) else type(out).__name__
             raise ValueError(f"{name} call {k} of the model gives {got}, its trace's gave {shape}: the model "
                              "does not make the calls it was traced with")
-        return torch.from_numpy(np.ascontiguousarray(self._given[(name, k)], dtype=np.float32))
+        # the board's float32 values, in the model's dtype (a float64 reference computes on from them)
+        return torch.from_numpy(np.ascontiguousarray(self._given[(name, k)], dtype=np.float32)).to(out.dtype)
 
 
 class PoetDropout(TorchFunctionMode):
@@ -179,9 +180,10 @@ class _Int8Output(torch.autograd.Function):
 
 def int8_forward(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """linear_i8 / conv2d_i8 as the firmware computes them (kernels/lowp.c): input and weight quantised
-    by absmax, exact integer sums, one rounding for the product of the scales, one for the bias."""
-    xn = x.detach().cpu().numpy()
-    wn = module.weight.detach().cpu().numpy()
+    by absmax, exact integer sums, one rounding for the product of the scales, one for the bias. In float32
+    whatever the model's dtype, as the board does (a float64 reference's int8 layer is the board's)."""
+    xn = x.detach().cpu().numpy().astype(np.float32)
+    wn = module.weight.detach().cpu().numpy().astype(np.float32)
     xs, ws = absmax_scale(xn), absmax_scale(wn)
     xq = torch.from_numpy(quantise(xn, xs).astype(np.float64))
     wq = torch.from_numpy(quantise(wn, ws).astype(np.float64))
@@ -194,7 +196,7 @@ def int8_forward(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     y = acc.numpy().astype(np.float32) * np.float32(xs * ws)
     if module.bias is not None:
         y = y + module.bias.detach().cpu().numpy().astype(np.float32).reshape(shape)
-    return torch.from_numpy(np.ascontiguousarray(y, dtype=np.float32))
+    return torch.from_numpy(np.ascontiguousarray(y, dtype=np.float32)).to(x.dtype)
 
 
 @contextmanager
