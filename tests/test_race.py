@@ -120,6 +120,7 @@ def test_a_stop_ends_the_search_with_the_incumbent() -> None:
     assert full.status == "optimal" and full.energy_j < start.energy_j
 
 
+@pytest.mark.time_limited  # the limit is what it tests
 def test_the_racers_limit_counts_from_when_the_race_starts() -> None:
     """The worker's start-up and imports come out of its limit, not on top of it: the problem it reads
     carries the moment the race started plus the limit, on the clock both processes share."""

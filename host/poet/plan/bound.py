@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from poet.plan import clock
 from poet.plan.milp import settle
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, Semantics
 
@@ -137,7 +138,9 @@ class _Lp:
         settle()  # one HiGHS solve at a time (milp.py)
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
-        h.setOptionValue("time_limit", float(max(time_limit_s, 0.01)))
+        limit = clock.solver_limit(time_limit_s)
+        if limit is not None:
+            h.setOptionValue("time_limit", float(max(limit, 0.01)))
         for option, value in (("mip_rel_gap", 0.0), ("mip_abs_gap", 0.0), ("primal_feasibility_tolerance", 1e-9),
                               ("mip_feasibility_tolerance", 1e-9)):
             h.setOptionValue(option, value)

@@ -46,6 +46,8 @@ from typing import Any
 
 import pulp
 
+from poet.plan import clock
+
 Say = Callable[[str], None]
 
 # The solution's objective may exceed the bound by this much (relative) and still be optimal:
@@ -130,10 +132,12 @@ def solve(prob: pulp.LpProblem, solver: str, time_limit_s: float, gap: float = 0
     start = {v.name: v.varValue for v in prob.variables()} if warm else {}
     start_obj = objective_value(prob) if warm else math.inf
     t0 = time.perf_counter()
+    limit = clock.solver_limit(time_limit_s)  # None: no limit (POET_NO_TIME_LIMITS)
+
     def run(warm: bool) -> Outcome:
         if solver == "highs":
-            return _highs(prob, time_limit_s, gap, warm, stop_at, seed, stop)
-        return _cbc(prob, time_limit_s, gap, warm)
+            return _highs(prob, limit, gap, warm, stop_at, seed, stop)
+        return _cbc(prob, limit, gap, warm)
 
     out = run(warm)
     if warm and out.note.startswith("inconsistent"):
@@ -251,7 +255,7 @@ class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
             raise _Overran(reported)
 
 
-def _highs(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool,
+def _highs(prob: pulp.LpProblem, time_limit_s: float | None, gap: float, warm: bool,
            stop_at: float | None = None, seed: int = 0, stop: Callable[[float], bool] | None = None) -> Outcome:
     opts: dict[str, float] = {"mip_abs_gap": 0.0, "primal_feasibility_tolerance": 1e-9,
                               "mip_feasibility_tolerance": 1e-9, "random_seed": seed}
@@ -286,8 +290,8 @@ def _highs(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool,
     return _finish(out, gap)
 
 
-def _overran(prob: pulp.LpProblem, reported: _Reported, time_limit_s: float) -> Outcome:
-    note = f"HiGHS ran past its {time_limit_s:.0f} s limit (milp.py, OVERRUN_S): its best solution by then"
+def _overran(prob: pulp.LpProblem, reported: _Reported, time_limit_s: float | None) -> Outcome:
+    note = f"HiGHS ran past its {time_limit_s or 0:.0f} s limit (milp.py, OVERRUN_S): its best solution by then"
     if reported.values is None:
         return Outcome("no-solution", 0.0, "highs", bound=reported.bound, note=note)
     for v, x in zip(prob.variables(), reported.values, strict=True):
@@ -306,7 +310,7 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _cbc(prob: pulp.LpProblem, time_limit_s: float, gap: float, warm: bool) -> Outcome:
+def _cbc(prob: pulp.LpProblem, time_limit_s: float | None, gap: float, warm: bool) -> Outcome:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "cbc.log"
         with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC, still the one we have

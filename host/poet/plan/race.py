@@ -18,15 +18,16 @@ half-alive, and a spawn would import the caller's __main__ (torch, for the CLI).
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from poet.plan import clock
 from poet.plan.milp import proven
 from poet.plan.types import CostedGraph, Plan, Semantics
 
@@ -61,7 +62,7 @@ class Problem:
     time_limit_s: float
     seed: int = 1
     bound_file: str = ""  # where the racer shares the relaxations' bound (Race sets it)
-    ends_at: float = 0.0  # time.monotonic() the MILP must end by (Race sets it)
+    ends_at: float = 0.0  # clock.ends_at: when the MILP must end (Race sets it; inf: no limits)
     what: str = "MILP"  # or "row relaxation": where no MILP is built, the relaxations' rounds by another path
 
 
@@ -83,7 +84,7 @@ class Race:
         self._in, self._out = Path(self._dir.name) / "problem.pickle", Path(self._dir.name) / "result.pickle"
         self._bound = Path(self._dir.name) / "bound"
         self._bound_j: float | None = None
-        self._t_end = time.monotonic() + problem.time_limit_s
+        self._t_end = clock.ends_at(problem.time_limit_s)
         self._what = problem.what
         problem = replace(problem, bound_file=str(self._bound), ends_at=self._t_end)
         self._in.write_bytes(pickle.dumps(problem))
@@ -114,7 +115,8 @@ class Race:
     def result(self) -> Result | None:
         """Its result, waiting until its time limit (and the read-back) at most; None if it has none."""
         try:
-            self._proc.wait(timeout=max(0.0, self._t_end - time.monotonic()) + GRACE_S)
+            left = clock.left(self._t_end)
+            self._proc.wait(timeout=None if math.isinf(left) else max(0.0, left) + GRACE_S)
         except subprocess.TimeoutExpired:
             return None
         if self._proc.returncode != 0 or not self._out.exists():

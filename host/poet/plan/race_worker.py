@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from poet.plan import clock
 from poet.plan.milp import proven
 from poet.plan.race import Problem, Result
 from poet.plan.strategies import best_heuristic
@@ -63,7 +64,7 @@ def _main(src: str, dst: str) -> None:
         return math.isfinite(bound) and proven(incumbent_j, bound)
 
     if p.what == "row relaxation":  # the relaxations' rounds from their LP (strategies/relaxed.py)
-        opts = Options(time_limit_s=p.ends_at - time.monotonic())
+        opts = Options(time_limit_s=clock.left(p.ends_at))
         plan = relaxed(p.graph, p.arena_budget, p.deadline_s, p.semantics, opts, p.recompute, p.paging, p.start,
                        lp_first=True)
         bound_j = plan.bound_j
@@ -71,8 +72,8 @@ def _main(src: str, dst: str) -> None:
         start = p.start
         if start is None:  # no heuristic meets the deadline: a plan that does first
             start = fastest(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics,
-                            FASTEST_SHARE * (p.ends_at - time.monotonic()))
-        left = p.ends_at - time.monotonic()
+                            FASTEST_SHARE * clock.left(p.ends_at))
+        left = clock.left(p.ends_at)
         if start is not None and start.strategy == "fastest" and left < MIN_MILP_S:
             plan, bound_j = start, None  # no time left to improve it
         else:

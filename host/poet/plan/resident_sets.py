@@ -35,6 +35,7 @@ import bisect
 import math
 import time
 
+from poet.plan import clock
 from poet.plan.bound import RowRelaxation, binding_rows, gaps_of, stage_floor
 from poet.plan.types import PURE_KINDS, CostedGraph
 
@@ -53,7 +54,7 @@ def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: 
     """The relaxation's optimum and its walk (see _walk), with whole page-outs for the tensors a
     walk that divides them pages (and the input), where paging is allowed and `whole`; tensors
     under `small` of the largest taken as always resident."""
-    t_end = time.perf_counter() + time_limit_s
+    t_end = clock.ends_at(time_limit_s)
     first = _walk(graph, arena_budget, recompute, paging, time_limit_s, rows, frozenset(), small)
     if first is None or not first.paged or not whole:
         return first  # not asked, or its cheapest walk pages nothing: whole page-outs would find it again
@@ -62,7 +63,7 @@ def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: 
     paid = sorted({*first.paged, *inputs}, key=lambda i: -nodes[i].page_out_j)[:MAX_PAID]
     if not paid:
         return first
-    second = _walk(graph, arena_budget, recompute, paging, t_end - time.perf_counter(), first.rows, frozenset(paid),
+    second = _walk(graph, arena_budget, recompute, paging, clock.left(t_end), first.rows, frozenset(paid),
                    small)
     if second is None or second.bound_j <= first.bound_j:
         return first
@@ -78,7 +79,7 @@ def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, 
     into a plan). None where this relaxation does not apply: not a chain, no row with few
     resident sets, no solution, out of time."""
     t0 = time.perf_counter()
-    t_end = time.perf_counter() + time_limit_s
+    t_end = clock.ends_at(time_limit_s)
     nodes, n_nodes = graph.nodes, len(graph)
     floor = stage_floor(graph)
     if not nodes or n_nodes > MAX_NODES or max(floor) > arena_budget:
@@ -116,7 +117,7 @@ def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, 
         sets = _sets(candidates(t, inside_at(t)), nodes, arena_budget - floor[t])
         if sets is not None:
             kept.append((t, sets))
-        if time.perf_counter() > t_end:
+        if clock.past(t_end):
             return None
     if not kept:
         return None
@@ -175,7 +176,7 @@ def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, 
             for q, (c, arg) in low.items():
                 best[(b, q)], came_k[(b, q)] = c, arg
         came.append(came_k)
-        if not best or time.perf_counter() > t_end:
+        if not best or clock.past(t_end):
             return None
     # back from the end: the sets at each row, and what each window pages in
     sets, to = [], min(best, key=best.__getitem__)

@@ -16,10 +16,10 @@ Either plan then starts the energy MILP.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from poet.plan import clock
 from poet.plan.resident_sets import walk
 from poet.plan.simulate import DEADLINE_RTOL
 from poet.plan.strategies.builder import checked
@@ -48,12 +48,12 @@ def least_time_walk(graph: CostedGraph, arena_budget: int, deadline_s: float, re
     plan meets the deadline (its least time is a lower bound on every plan's, as its least energy
     is on their energy); None if neither, or the walk does not apply (not a chain, too many sets)."""
     say = say or (lambda _msg: None)
-    t_end = time.perf_counter() + time_limit_s
+    t_end = clock.ends_at(time_limit_s)
     fast = timed(graph, semantics)
     # the walks with page-outs divided first: a second each where the whole page-outs' walk may take 15
     # (MobileNetV1 at 25%, the same plans); then those, whose bounds are higher
     for whole, small in ((w, s) for w in (False, True) for s in WALK_SMALL):
-        rel = walk(fast, arena_budget, recompute, paging, t_end - time.perf_counter(), small=small, whole=whole)
+        rel = walk(fast, arena_budget, recompute, paging, clock.left(t_end), small=small, whole=whole)
         if rel is None:
             continue
         if rel.bound_j > deadline_s * (1 + 2 * DEADLINE_RTOL):  # beyond what the simulator lets pass

@@ -67,7 +67,7 @@ from typing import Any
 import pulp
 
 from poet.errors import PoetError
-from poet.plan import milp, race
+from poet.plan import clock, milp, race
 from poet.plan.simulate import simulate
 from poet.plan.strategies.base import Options, Progress
 from poet.plan.strategies.fastest import least_time_walk
@@ -607,6 +607,7 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
     """solve_poet in this process, racing `other` if given: the relaxations' bound is shared with it,
     and the MILP here stops once `other` has a proven plan. size: milp_size(graph)."""
     t0 = time.perf_counter()
+    end = clock.ends_at(0.95 * time_limit_s)  # a margin of the limit for reading the plan back
     buildable = size <= MAX_MILP_VARIABLES
     if bound and start is None:  # no heuristic meets the deadline: the least-time walk's plan may (fastest.py)
         start = least_time_walk(graph, arena_budget, deadline_s, recompute, paging, semantics,
@@ -676,8 +677,8 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
 
         def stop(_incumbent_j: float) -> bool:
             return other.proved()
-    left = t0 + time_limit_s - time.perf_counter() - 0.05 * time_limit_s  # a margin for reading the plan back
-    plan, _ = run_milp(graph, arena_budget, deadline_s, recompute, paging, semantics, start, left, say, solver, gap,
+    plan, _ = run_milp(graph, arena_budget, deadline_s, recompute, paging, semantics, start, clock.left(end), say,
+                       solver, gap,
                        bound_j, stop_at_bound=bound, strategy=strategy, stop=stop)
     plan.solve_time_s = time.perf_counter() - t0
     if start is not None and plan.status == "feasible" and plan.energy_j >= start.energy_j * (1 - milp.PROVEN_REL_TOL):
@@ -697,7 +698,7 @@ def run_milp(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute
     solver's bound in joules. stop_at_bound: a plan at `bound_j` is optimal, stop there; stop(J):
     HiGHS asks it as it searches, with its incumbent's energy in joules, and stops when it says so."""
     say = say or (lambda _msg: None)
-    t0 = time.perf_counter()
+    end = clock.ends_at(time_limit_s)
     size = milp_size(graph)
     if size > SAY_BUILD_ABOVE:
         say(f"building the MILP: about {size:,} variables (up to a minute at {MAX_MILP_VARIABLES:,})")
@@ -712,7 +713,7 @@ def run_milp(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute
     stop_at = ((bound_j * (1 + milp.PROVEN_REL_TOL / 2) - m.fixed_j(graph)) / m.scale
                if stop_at_bound and bound_j is not None else None)
     fixed_j, scale = m.fixed_j(graph), m.scale
-    out = milp.solve(m.prob, solver, max(1.0, time_limit_s - (time.perf_counter() - t0)), gap, warm, say, stop_at,
+    out = milp.solve(m.prob, solver, max(1.0, clock.left(end)), gap, warm, say, stop_at,
                      seed, None if stop is None else lambda obj: stop(fixed_j + obj * scale))
     plan = _outcome_plan(out, strategy, arena_budget, deadline_s)
     if out.status in ("optimal", "feasible"):

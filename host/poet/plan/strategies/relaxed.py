@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import bisect
 import math
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
+from poet.plan import clock
 from poet.plan.bound import RowRelaxation, relax, relax_rows, shortfall
 from poet.plan.milp import PROVEN_REL_TOL
 from poet.plan.resident_sets import walk
@@ -211,7 +211,7 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     """
     opts = options or Options()
     say = opts.progress or (lambda _msg: None)
-    t_end = time.perf_counter() + opts.time_limit_s
+    t_end = clock.ends_at(opts.time_limit_s)
     quick = relax(graph, budget, deadline_s, semantics, recompute, paging, min(opts.time_limit_s, 20.0))
     best = Plan(strategy="relaxed", stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline_s,
                 solver="row relaxation", bound_j=None if quick.status == "infeasible" else quick.bound_j)
@@ -243,7 +243,7 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     top = sorted(every, key=lambda t: -short[t])[: FIRST_ROWS // 2]
     rows = sorted(set(top) | set(_spread(every, FIRST_ROWS // 2)))
     if lp_first:
-        rel = relax_rows(graph, budget, deadline_s, semantics, recompute, paging, t_end - time.perf_counter(), rows,
+        rel = relax_rows(graph, budget, deadline_s, semantics, recompute, paging, clock.left(t_end), rows,
                          integer=False)
         if rel.status in ("optimal", "feasible"):
             plan, best, more = _round(graph, budget, deadline_s, semantics, rel, best, rows)
@@ -253,7 +253,7 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
             say("row relaxation, its LP: plan " + (f"{plan.energy_j:.6g} J" if plan.status == "feasible"
                                                    else plan.status) + f", {len(rows)} RAM rows next")
     for n_round in range(ROUNDS):
-        left = t_end - time.perf_counter()
+        left = clock.left(t_end)
         if left <= 0.5 or (stop is not None and stop()):
             break
         rel = relax_rows(graph, budget, deadline_s, semantics, recompute, paging, left, rows)
