@@ -1,7 +1,8 @@
 """Fused ops (poet.plan.fuse, firmware/core/ops/norm.c): a classifier head's trained batch norm, ReLU
 and global average pool run as one op whose [B, C, HW] maps never exist. The fused graph trains on the
-runtime like PyTorch under every plan (a recompute of the fused forward moves the running statistics
-once), with the input gradient (the layers before train) and without it (only the head trains)."""
+runtime like PyTorch (poet.graph.agreement) under every plan (a recompute of the fused forward moves the
+running statistics once), with the input gradient (the layers before train) and without it (only the
+head trains)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import needs_tools
-from poet.graph.reference import train_steps, weights_of
+from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
 from poet.plan.costs import uncosted
 from poet.plan.fuse import fuse_heads
@@ -19,7 +20,7 @@ from poet.plan.strategies.builder import build
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.chen import Checkpoints
 from test_runtime_ops import _poet_plans
-from test_runtime_training import LR, _assert_close, _data, _every_plan
+from test_runtime_training import _assert_like_torch, _data, _every_plan
 
 pytestmark = needs_tools("cc", "make")
 
@@ -56,8 +57,7 @@ def test_a_fused_head_trains_like_torch_under_every_plan(tmp_path: Path, train: 
     for losses, weights in runs[1:]:  # every plan computes the same values (values are not planned)
         assert losses == runs[0][0]
         assert all(np.array_equal(a, b) for a, b in zip(weights, runs[0][1], strict=True))
-    train_steps(model, data, LR, frozen=g.frozen, graph=g)
-    _assert_close(f, runs[0][1], weights_of(model))
+    _assert_like_torch(f, model, data, runs[0][1], runs[0][0], frozen=g.frozen, graph=g)
     stats = [i for i, (n, _) in enumerate(f.params) if n.startswith("4.running")]
     assert all(not np.array_equal(runs[0][1][i], w0[i]) for i in stats)  # the head's statistics moved
 

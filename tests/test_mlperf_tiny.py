@@ -1,5 +1,6 @@
 """MLPerf Tiny's reference networks fine-tune on the emulated small boards (issue 19): `poet train` runs
-them on the real firmware image in QEMU and the board's weights after its steps equal PyTorch's."""
+them on the real firmware image in QEMU and the board's weights after its steps agree with PyTorch's: as
+close to float64 PyTorch's as float32 PyTorch's are (poet.graph.agreement)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 from conftest import needs_qemu
 from poet.cli import main
-from poet.graph.reference import state_tensors, train_steps, weights_of
+from poet.graph.agreement import Reference, reference
+from poet.graph.reference import state_tensors, weights_of
 from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
@@ -21,10 +23,11 @@ Weights = dict[str, np.ndarray]
 
 
 def _train_and_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, choice: ModelChoice, data: str, limit: int,
-                      lr: float, *extra: str) -> tuple[TrainingGraph, Weights, Weights, Weights]:
+                      lr: float, *extra: str) -> tuple[TrainingGraph, Weights, Reference, Weights]:
     """`poet train` of `choice` on the emulated nRF52840 at 256k for one epoch of `limit` samples, then
     PyTorch's same steps on the graph the run's plan ran (its frozen dense weights as the board stores
-    them): the graph, and the weights before, after PyTorch's steps and after the board's, by name."""
+    them): the graph, the weights before by name, PyTorch's steps (poet.graph.agreement) and the board's
+    weights by name."""
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
     run_dir = tmp_path / "run"
     assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", choice.name, "--batch", str(choice.batch),
@@ -37,29 +40,24 @@ def _train_and_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, choice: M
     names = [n for n, _ in state_tensors(model)]
     before = dict(zip(names, weights_of(model), strict=True))
     batches = load_dataset(data, limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss)
-    train_steps(model, batches.epoch_batches(choice.batch, 0, 0), lr, frozen=g.frozen, graph=g)
-    return (g, before, dict(zip(names, weights_of(model), strict=True)),
-            dict(zip(names, read_back(run_dir, g), strict=True)))
+    ref = reference(model, batches.epoch_batches(choice.batch, 0, 0), lr, frozen=g.frozen, graph=g)
+    return g, before, ref, dict(zip(names, read_back(run_dir, g), strict=True))
 
 
-def _trained_equal(g: TrainingGraph, before: Weights, host: Weights, board: Weights, names: list[str]) -> None:
-    """The trained tensors are `names`, each the board's equal to PyTorch's to 1e-5, and the steps moved them."""
+def _like_pytorch(ref: Reference, board: Weights, judged: list[str]) -> None:
+    """The board's tensors `judged` as close to float64 PyTorch's as float32 PyTorch's are."""
+    names = list(board)
+    agreed = ref.agree([board[n] for n in names], names=names, only=[names.index(n) for n in judged])
+    assert agreed.ok, agreed.report()
+
+
+def _trained_agree(g: TrainingGraph, before: Weights, ref: Reference, board: Weights, names: list[str]) -> None:
+    """The trained tensors are `names`, the board's agree with PyTorch's, and the steps moved them."""
+    host = dict(zip(board, ref.weights, strict=True))
     trained = [n for n in host if n not in g.frozen]
     assert trained == names, trained
-    for name in trained:
-        assert np.linalg.norm(board[name] - host[name]) <= 1e-5 * np.linalg.norm(host[name]), name
+    _like_pytorch(ref, board, trained)
     assert any(not np.array_equal(host[n], before[n]) for n in trained)  # the steps moved them
-
-
-def _updates_agree(names: list[str], before: Weights, host: Weights, board: Weights) -> None:
-    """The weights `names` together to 1e-5 of PyTorch's, each tensor's update to 1e-3 of itself: a
-    batch norm's bias starts at 0 and is all update, and fp32 sums over a layer and a batch-norm
-    backward (a difference of means) differ from PyTorch's by ~1e-4 of such a small update."""
-    whole = np.concatenate([host[n].ravel() for n in names])
-    assert np.linalg.norm(np.concatenate([board[n].ravel() for n in names]) - whole) <= 1e-5 * np.linalg.norm(whole)
-    for name in names:
-        step = np.linalg.norm(host[name] - before[name])
-        assert np.linalg.norm(board[name] - host[name]) <= max(1e-3 * step, 1e-5 * np.linalg.norm(host[name])), name
 
 
 @needs_qemu
@@ -68,9 +66,9 @@ def test_resnet8_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, monkeypatch:
     """ResNet-8 (mlperf-ic) on the nRF52840's QEMU image at 256k, its last three layers trained (all
     layers need 345 KiB of fixed RAM: 78K fp32 parameters), digits upsampled to 32x32x3. About 40 s."""
     choice = ModelChoice("mlperf-ic", batch=1, train="last:3")
-    g, before, host, board = _train_and_replay(tmp_path, monkeypatch, choice, "digits", 3, 0.05)
-    _trained_equal(g, before, host, board, ["stack3.bn2.weight", "stack3.bn2.bias", "stack3.shortcut.weight",
-                                            "stack3.shortcut.bias", "fc.weight", "fc.bias"])
+    g, before, ref, board = _train_and_replay(tmp_path, monkeypatch, choice, "digits", 3, 0.05)
+    _trained_agree(g, before, ref, board, ["stack3.bn2.weight", "stack3.bn2.bias", "stack3.shortcut.weight",
+                                           "stack3.shortcut.bias", "fc.weight", "fc.bias"])
 
 
 @needs_qemu
@@ -82,11 +80,11 @@ def test_ds_cnn_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, monkeypatch: 
     plan recomputes (keep-all needs 320,000 B of arena), and the board's dropout masks are the
     reference's. About a minute."""
     choice = ModelChoice("mlperf-kws", batch=2, train="last:3")
-    g, before, host, board = _train_and_replay(tmp_path, monkeypatch, choice, "mfcc", 6, 0.05, "--time-limit", "20")
+    g, before, ref, board = _train_and_replay(tmp_path, monkeypatch, choice, "mfcc", 6, 0.05, "--time-limit", "20")
     assert {"dropout", "dropout_bwd", "avgpool2d"} <= {n.op for n in g.nodes}
     assert any(n.attrs.get("kw") == 4 for n in g.nodes if n.op == "conv2d")
-    _trained_equal(g, before, host, board, ["features.25.weight", "features.25.bias", "features.26.weight",
-                                            "features.26.bias", "fc.weight", "fc.bias"])
+    _trained_agree(g, before, ref, board, ["features.25.weight", "features.25.bias", "features.26.weight",
+                                           "features.26.bias", "fc.weight", "fc.bias"])
 
 
 @needs_qemu
@@ -98,9 +96,10 @@ def test_ds_cnn_trains_all_its_layers_on_the_nrf52840_at_256k(tmp_path: Path,
     schedule buffer (trace records rebuilt from ticks). Two steps; the board's dropout masks are the
     reference's. About two minutes."""
     choice = ModelChoice("mlperf-kws", batch=1, train="all")
-    g, before, host, board = _train_and_replay(tmp_path, monkeypatch, choice, "mfcc", 2, 0.02, "--time-limit", "30")
+    g, before, ref, board = _train_and_replay(tmp_path, monkeypatch, choice, "mfcc", 2, 0.02, "--time-limit", "30")
     assert all(n.endswith(("running_mean", "running_var")) for n in g.frozen)  # every parameter trains
-    _updates_agree(list(host), before, host, board)
+    _like_pytorch(ref, board, list(board))
+    host = dict(zip(board, ref.weights, strict=True))
     assert not np.array_equal(host["features.0.weight"], before["features.0.weight"])  # the first conv trained
 
 
@@ -113,6 +112,7 @@ def test_visual_wake_words_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, mo
     where fp32 took 108 KiB), digits upsampled to 96x96x3. Two steps against PyTorch fed the same int8
     prefix."""
     from test_train_int8 import _board_and_host
+    from test_train_int8 import _like_pytorch as _like_pytorch_fed
 
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
     run_dir, lr, limit = tmp_path / "run", 0.05, 2
@@ -122,13 +122,14 @@ def test_visual_wake_words_fine_tunes_on_the_nrf52840_at_256k(tmp_path: Path, mo
                  "--run-dir", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "staged batch                                    27.0 KiB" in out, out
-    model, g, board, host = _board_and_host(run_dir, choice, limit, lr)
+    model, g, board, ref = _board_and_host(run_dir, choice, limit, lr)
     names = [n for n, _ in state_tensors(model)]
+    host = dict(zip(names, ref.weights, strict=True))
     trained = [n for n in names if n not in g.frozen]
     assert trained == ["fc.weight", "fc.bias"], trained
     before = dict(zip(names, weights_of(traced(choice)[0]), strict=True))
+    _like_pytorch_fed(model, ref, board, trained)
     for name in trained:
-        assert np.linalg.norm(board[name] - host[name]) <= 1e-5 * np.linalg.norm(host[name]), name
         assert not np.array_equal(host[name], before[name]), name
 
 
@@ -140,17 +141,17 @@ def test_autoencoder_fine_tunes_its_biases_on_the_nrf52840_at_256k(tmp_path: Pat
     256k: `--train bias` (tiny-training's sparse update; all layers need 1.05 MiB of fp32 weights in RAM,
     last:1 alone 322 KiB), its two largest frozen dense weights stored int8 in flash so the rest fits
     (weight-only: fp32 arithmetic on q x scale), at batch 8 on the synthetic machine sounds. The biases
-    equal PyTorch's given the same stored weights."""
+    agree with PyTorch's given the same stored weights."""
     choice = ModelChoice("mlperf-ad", batch=8, train="bias")
-    g, before, host, board = _train_and_replay(tmp_path, monkeypatch, choice, "machine-sound", 16, 0.01)
+    g, before, ref, board = _train_and_replay(tmp_path, monkeypatch, choice, "machine-sound", 16, 0.01)
     out = capsys.readouterr().out
     assert "frozen dense weights stored int8 in flash" in out and "anomaly ROC AUC" in out, out
     assert g.int8_params == {"net.0.weight", "net.27.weight"}, g.int8_params
+    host = dict(zip(board, ref.weights, strict=True))
     trained = [n for n in host if n not in g.frozen]
     assert len(trained) == 19 and all(n.endswith(".bias") for n in trained), trained  # 10 dense, 9 batch norms
-    # the biases ahead of a batch norm get no gradient (rounding noise on both sides): the whole-set check only
+    # the biases ahead of a batch norm get no gradient (rounding noise on both sides), so they need not move;
+    # they are judged too: rounding noise is what the rule measures
     feeds_norm = {f"net.{i}.bias" for i in range(0, 27, 3)}
-    _updates_agree([n for n in trained if n not in feeds_norm], before, host, board)
-    whole = np.concatenate([host[n].ravel() for n in trained])
-    assert np.linalg.norm(np.concatenate([board[n].ravel() for n in trained]) - whole) <= 1e-5 * np.linalg.norm(whole)
+    _like_pytorch(ref, board, trained)
     assert all(not np.array_equal(host[n], before[n]) for n in trained if n not in feeds_norm)

@@ -366,15 +366,21 @@ def test_a_traced_int8_prefix_trains_on_the_runtime_like_its_reference(tmp_path:
         lw, lb = lw - lr * d.T @ hb, lb - lr * d.sum(0)
     np.testing.assert_allclose(after[names.index("fc.weight")], lw.ravel(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(after[names.index("fc.bias")], lb, rtol=1e-5, atol=1e-6)
-    # PyTorch fed the prefix's outputs (what `poet train` checks and evaluates with) trains the same
-    from poet.graph.reference import accuracy, forward, train_steps
+    # PyTorch fed the prefix's outputs (what `poet train` checks and evaluates with) trains the same:
+    # the board's trained layer as close to float64 PyTorch's as float32 PyTorch's (poet.graph.agreement)
+    from poet.graph.agreement import reference
+    from poet.graph.reference import accuracy, forward, state_tensors
 
     fed = prefix.fed(m, w)
     batches = [(xb.reshape(2, 1, 8, 8), yb) for xb, yb in data]
-    ref_losses = train_steps(m, batches, lr, frozen=g.frozen, graph=g, fed=fed)
-    np.testing.assert_allclose(ref_losses, losses, rtol=1e-5)
-    np.testing.assert_allclose(m.fc.weight.detach().numpy().ravel(), after[names.index("fc.weight")], rtol=1e-5,
-                               atol=1e-6)
+    ref = reference(m, batches, lr, frozen=g.frozen, graph=g, fed=fed)
+    model_names = [n for n, _ in state_tensors(m)]
+    trained = [model_names.index("fc.weight"), model_names.index("fc.bias")]
+    board = list(ref.weights)  # the board's, in the model's order: only the trained ones are judged
+    for i in trained:
+        board[i] = after[names.index(model_names[i])]
+    agreed = ref.agree(board, losses, names=model_names, only=trained)
+    assert agreed.ok, agreed.report()
     # in eval mode too (no batch-norm counter calls): the fed logits are the reference's
     xs = np.concatenate([xb for xb, _ in batches])
     hs = np.concatenate([prefix.forward(w, xb)[boundary].reshape(2, -1) for xb, _ in data])

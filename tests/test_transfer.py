@@ -1,6 +1,6 @@
 """benchmarks/transfer_digits.py, the README's transfer-learning run, short: pretrained on digits 0-4 on
 the host, fine-tuned on 5-9 on the emulated board with --weights and a sparse update, the board's result
-equal to PyTorch's same steps."""
+that of PyTorch's same steps (as close to float64 PyTorch's as float32 PyTorch's: poet.graph.agreement)."""
 
 import os
 import re
@@ -25,5 +25,5 @@ def test_fine_tuning_a_pretrained_model_on_new_classes(tmp_path) -> None:
     assert board.groups() == host.groups()
     before, after = float(board.group(1)), float(board.group(2))
     assert before < 5.0 < 50.0 < after  # 5-9 were never seen; one epoch on them teaches most of them
-    diff = float(re.search(r"max relative difference ([0-9.e+-]+)", r.stdout).group(1))
-    assert diff <= 1e-5
+    # the board's weights as close to float64 PyTorch's as float32 PyTorch's are (poet.graph.agreement)
+    assert "board weights vs host: as close to exact arithmetic as PyTorch's float32" in r.stdout, r.stdout[-3000:]

@@ -13,7 +13,8 @@ import torch
 from conftest import needs_qemu, refused
 from poet.cli import main
 from poet.errors import UsageError
-from poet.graph.reference import train_steps, weights_of
+from poet.graph.agreement import reference
+from poet.graph.reference import weights_of
 from poet.graph.tracer import traced
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice, get_model
@@ -86,8 +87,9 @@ def test_the_board_trains_on_from_the_file_s_weights(tmp_path: Path, monkeypatch
                  "--weights", str(path), "--run-dir", str(run_dir)]) == 0
     assert json.loads((run_dir / "config.json").read_text())["weights"] == str(path.resolve())
     choice = ModelChoice("mlp-digits", weights=path)
-    ref, g = traced(choice)
+    model, g = traced(choice)
     data = load_dataset("digits", 32).fitted(tuple(g.input_shape), g.classes, g.model)
-    train_steps(ref, data.epoch_batches(g.batch, 0, 0), lr)
-    for board_w, host_w in zip(read_back(run_dir, g), weights_of(ref), strict=True):
-        assert np.linalg.norm(board_w - host_w) <= 1e-5 * np.linalg.norm(host_w)
+    # as close to float64 PyTorch's same steps from the file's weights as float32 PyTorch is (poet.graph.agreement)
+    ref = reference(model, data.epoch_batches(g.batch, 0, 0), lr)
+    agreed = ref.agree(read_back(run_dir, g), names=[n for n, _ in g.params])
+    assert agreed.ok, agreed.report()

@@ -5,6 +5,15 @@
 
 #include <math.h>
 
+/* 1 - p^t for a p just below 1 (Adam's beta2 = 0.999): powf rounds p^t near 1, and 1 - p^t then
+ * cancels to a few digits (2e-5 off at t = 2, every update 3e-6 off, ten times PyTorch's own float32
+ * error, which computes its bias corrections in double). Through log1p and expm1 it keeps float32's
+ * precision; p - 1 is exact for p in [0.5, 2]. */
+static float one_minus_pow(float p, float t)
+{
+    return -expm1f(t * log1pf(p - 1.0f));
+}
+
 void poet_update_init(poet_update_t *u, int opt, float lr, float p1, float p2, float p3, uint32_t step)
 {
     float t = (float)step;
@@ -18,8 +27,8 @@ void poet_update_init(poet_update_t *u, int opt, float lr, float p1, float p2, f
     u->step_size = 0.0f;
     u->bc2_sqrt = 1.0f;
     if (opt == POET_OPT_ADAM) {
-        u->step_size = lr / (1.0f - powf(p1, t));
-        u->bc2_sqrt = sqrtf(1.0f - powf(p2, t));
+        u->step_size = lr / one_minus_pow(p1, t);
+        u->bc2_sqrt = sqrtf(one_minus_pow(p2, t));
     }
 }
 
