@@ -74,7 +74,7 @@ def _main(src: str, dst: str) -> None:
             start = fastest(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics,
                             FASTEST_SHARE * clock.left(p.ends_at))
         left = clock.left(p.ends_at)
-        if start is not None and start.strategy == "fastest" and left < MIN_MILP_S:
+        if start is not None and start.strategy == "fastest" and left <= MIN_MILP_S:
             plan, bound_j = start, None  # no time left to improve it
         else:
             plan, bound_j = run_milp(p.graph, p.arena_budget, p.deadline_s, p.recompute, p.paging, p.semantics, start,
