@@ -6,7 +6,10 @@ rather recompute it), else recomputed (recursively, from whatever is resident). 
 stage each present tensor still read by a later node is kept for stage t+1 unless the policy lets it go. When a stage
 would exceed the budget the policy may evict tensors that pass through it unused:
 dropped (recomputed when next needed) or paged out at the end of the previous stage,
-where they were resident.
+where they were resident (if the semantics let a tensor leave in the stage that made it).
+A tensor the policy pages out at the end of stage t is resident all through stage t and is
+in aux storage only after it (spec section 1): evicted from stage t, its page-out moves to
+the end of stage t-1, or it is dropped and not paged out at all.
 
 The builder knows nothing of energy or deadlines beyond what a policy asks; every
 plan it makes is replayed by simulate.py, which decides whether it fits the budget
@@ -62,7 +65,8 @@ class Policy:
 
     def evict(self, b: Builder, t: int, candidates: list[int]) -> tuple[int, bool] | None:
         """Stage t is over budget: a tensor from `candidates` (resident, unused in stage t) to
-        evict and whether to page it out (else it is dropped); None gives up."""
+        evict and whether to page it out (else it is dropped); None gives up. Paging out one not
+        already in aux storage (b.aux) takes b.may_page_out(t, i): it leaves at the end of stage t-1."""
         return None
 
 
@@ -76,8 +80,9 @@ class _StageDraft:
 class Builder:
     """Builds a staged plan under a Policy (see the module doc)."""
 
-    def __init__(self, graph: CostedGraph, budget: int, policy: Policy) -> None:
+    def __init__(self, graph: CostedGraph, budget: int, policy: Policy, semantics: Semantics = POET) -> None:
         self.g, self.nodes, self.budget, self.policy = graph, graph.nodes, budget, policy
+        self.semantics = semantics
         self.nbytes = [node.bytes for node in graph.nodes]
         n = len(graph)
         self.readers: list[list[int]] = [[] for _ in range(n)]
@@ -103,6 +108,12 @@ class Builder:
         r = self.readers[i]
         k = bisect.bisect_right(r, t)
         return r[k] if k < len(r) else None
+
+    def may_page_out(self, t: int, i: int) -> bool:
+        """May tensor i, resident entering stage t, be evicted from stage t by a page-out at the end
+        of stage t-1? Not where the semantics page out only after the producing stage (the
+        reference's) and stage t-1 computed i (made it, or made it again)."""
+        return self.semantics.page_out_when_made or i not in self.drafts[t - 1].computes
 
     def _demand(self, t: int, resident: set[int]) -> tuple[set[int], set[int]]:
         """What stage t computes and pages in: t, and each missing dep paged in if in aux storage
@@ -174,9 +185,11 @@ class Builder:
             keep = self.policy.retain_all(self, {i for i in present if last_read[i] > t}, t)
             pout = self.policy.page_out(self, t, present) - self.aux
             for x in pout:
-                self.aux.add(x)
                 self.extra_s += nodes[x].page_out_s
-            # a tensor paged out at the end of the stage is resident until then (spec section 1)
+            # a tensor paged out at the end of the stage is resident until then (spec section 1),
+            # and in aux storage only after it: not in self.aux while this stage evicts, or an
+            # evicted one would be taken as already paged out (it would leave stage t-1 without a
+            # page-out and stage t would page out a tensor it no longer has)
             while self.peak(resident | pin, order, keep | pout) > self.budget:
                 cands = sorted(i for i in resident if i not in used_here)
                 choice = self.policy.evict(self, t, cands) if cands else None
@@ -186,10 +199,17 @@ class Builder:
                 x, page = choice
                 resident.discard(x)
                 keep.discard(x)
+                if x in pout:  # not resident in stage t any more: paged out at t-1 below, or not at all
+                    pout.discard(x)
+                    self.extra_s -= nodes[x].page_out_s
                 if page and x not in self.aux:
+                    if not self.may_page_out(t, x):
+                        raise RuntimeError(f"policy {self.policy.name} pages out {nodes[x].name} at the end of stage "
+                                           f"{t - 1}, which computes it: these semantics page out only later")
                     self.drafts[t - 1].pout.add(x)
                     self.aux.add(x)
                     self.extra_s += nodes[x].page_out_s
+            self.aux |= pout
             self.kept[t + 1] = keep
             self.drafts.append(_StageDraft(computes, pin, pout))
             if t > 0:  # stage t-1 is final now: stage t's evictions change its page-outs and what it keeps
@@ -215,7 +235,7 @@ def build(graph: CostedGraph, budget: int, deadline_s: float, policy: Policy, no
     plan = Plan(strategy=policy.name, stages=[], status="infeasible", arena_budget=budget,
                 deadline_s=deadline_s, solver="heuristic", note=note)
     try:
-        plan.stages = Builder(graph, budget, policy).run()
+        plan.stages = Builder(graph, budget, policy, semantics).run()
     except Stuck as exc:
         plan.note = "; ".join(x for x in (note, str(exc)) if x)
         plan.stages = []

@@ -21,8 +21,8 @@ class Capuchin(Policy):
 
     def evict(self, b: Builder, t: int, candidates: list[int]) -> tuple[int, bool] | None:
         nodes = b.nodes
-        pageable = [i for i in candidates if i in b.aux or
-                    b.extra_s + nodes[i].page_out_s + nodes[i].page_in_s <= self.slack]
+        pageable = [i for i in candidates if i in b.aux or (
+                    b.may_page_out(t, i) and b.extra_s + nodes[i].page_out_s + nodes[i].page_in_s <= self.slack)]
         if pageable:
             return max(pageable, key=lambda i: nodes[i].bytes / max(
                 (0 if i in b.aux else nodes[i].page_out_s) + nodes[i].page_in_s, 1e-30)), True

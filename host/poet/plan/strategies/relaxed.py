@@ -147,7 +147,7 @@ class Rows(Policy):
                 remake_j, remake_s = self._remake(b, i, resident)
                 if b.extra_s + remake_s <= self.time_slack:
                     ways.append((held, remake_j, False))
-            if i in b.aux or b.extra_s + n.page_out_s + n.page_in_s <= self.slack:
+            if i in b.aux or (b.may_page_out(t, i) and b.extra_s + n.page_out_s + n.page_in_s <= self.slack):
                 ways.append((False, n.page_in_j + (0.0 if i in b.aux else n.page_out_j), True))
             for last_resort, cost, page in ways:
                 key = (last_resort, cost / max(n.bytes, 1), i, page)
@@ -307,7 +307,7 @@ def _build(graph: CostedGraph, budget: int, deadline_s: float, policy: Rows, sem
                 solver="heuristic", note=f"recompute chains still too long after {HOLDS} held tensors")
     for _ in range(HOLDS):
         try:
-            plan.stages = Builder(graph, budget, policy).run()
+            plan.stages = Builder(graph, budget, policy, semantics).run()
         except Stuck as exc:
             if policy.hold(exc):
                 continue

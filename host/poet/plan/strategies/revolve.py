@@ -140,7 +140,7 @@ def revolve(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
         plan = Plan(strategy="revolve", stages=[], status="infeasible", arena_budget=budget,
                     deadline_s=deadline_s, solver="heuristic", note=f"{slots} snapshots")
         try:
-            plan.stages = _RevolveBuilder(graph, budget, Revolve(chain, slots)).run()
+            plan.stages = _RevolveBuilder(graph, budget, Revolve(chain, slots), semantics).run()
         except Stuck as exc:
             plan.note += f"; {exc}"
         else:
