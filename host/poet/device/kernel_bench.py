@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from poet.device.children import die_with_poet
 from poet.device.emulator import qemu_binary
 from poet.device.firmware import FIRMWARE_DIR, run_make
 
@@ -92,7 +93,8 @@ def run(peers: dict[str, tuple[Path, ...]] | None = None, core: str = "m4") -> l
                "-icount", "shift=0", "-chardev", f"file,id=sh,path={out}",
                "-semihosting-config", "enable=on,target=native,chardev=sh", "-kernel", str(elf)]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                                  preexec_fn=die_with_poet())  # a killed poet's benchmark QEMU goes too
         except subprocess.TimeoutExpired as exc:
             raise BenchError(f"the kernel benchmark image did not finish in {RUN_TIMEOUT_S} s") from exc
         text = out.read_text() if out.exists() else ""
