@@ -100,6 +100,14 @@ def _file(tmp: Path, name: str, text: str) -> str:
     return str(tmp / name)
 
 
+def _linked_config(tmp: Path, target: str) -> str:
+    """A folder whose config.json is a link to `target`."""
+    d = tmp / "linked"
+    d.mkdir()
+    (d / "config.json").symlink_to(target)
+    return str(d)
+
+
 def _evil(tmp: Path) -> None:
     (tmp / "evilpkg.py").write_text("from pathlib import Path\nPath('PWNED').write_text('ran')\n"
                                     "def f():\n    raise SystemExit('imported')\n")
@@ -146,6 +154,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
         t, "measured.yaml", SHIPPED_PROFILE.read_text().replace("source: emulated", "source: measured"))],
      ("measured on a real nrf52840",)),
     ("demo-over-a-train-run", lambda t: ["demo", "--run-dir", _run(t)], ("holds a `poet train` run",)),
+    ("demo-config-a-device", lambda t: ["demo", "--run-dir", _linked_config(t, "/dev/zero")],
+     ("holds a `poet train` run",)),  # read until memory ran out
     ("bert-huge", lambda t: ["graph", "--model", "bert", "--layers", "256", "--hidden", "8192"],
      ("GiB in fp32", "fewer --layers")),
     # options a model does not take

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from poet.boards import Board, load_board
-from poet.errors import UsageError
+from poet.errors import PoetError, UsageError
+from poet.files import read_bytes
 from poet.graph.agreement import reference
 from poet.graph.reference import accuracy, load_weights, state_tensors, weights_of
 from poet.graph.tracer import trace, traced
@@ -34,8 +35,8 @@ def demo_folder(given: Path | None) -> Path:
     folder = given or runs_dir() / "demo"
     if any((folder / f).exists() for f in RUN_FILES):
         try:
-            made_by = json.loads((folder / "config.json").read_text()).get("made_by")
-        except (OSError, ValueError, AttributeError):
+            made_by = json.loads(read_bytes(folder / "config.json", follow=False)).get("made_by")
+        except (PoetError, ValueError, AttributeError):  # a link, a device, not JSON: not the demo's
             made_by = None
         if made_by != "demo":
             raise UsageError(f"--run-dir {folder} holds a `poet train` run, which the demo would overwrite: give "
