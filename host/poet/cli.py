@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import struct
 import sys
 import tempfile
 from collections.abc import Callable
@@ -503,6 +504,56 @@ def _non_negative(text: str) -> float:
     return v
 
 
+# The board takes the learning rate and the optimizer's settings as float32 (the STEP message's
+# "<f", the model blob's optimizer attributes): past float32's largest a pack overflows, below its
+# smallest normal the value is a subnormal or 0 the board steps with instead of the one given.
+F32_MAX = 3.4028234663852886e38
+F32_TINY = 1.1754943508222875e-38  # the smallest normal float32
+
+
+def _as_f32(v: float) -> float:
+    """v as the board holds it: packed as the link packs it (float32, to nearest), inf where that overflows."""
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", v))[0])
+    except OverflowError:
+        return math.inf
+
+
+def _learning_rate(text: str) -> float:
+    v = _positive(text)
+    if not _as_f32(v) <= F32_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is beyond float32 ({F32_MAX:.4g}), which the board takes "
+                                         "the learning rate as")
+    if _as_f32(v) < F32_TINY:
+        raise argparse.ArgumentTypeError(f"{text!r} is below float32's smallest normal number ({F32_TINY:.4g}), "
+                                         "which the board takes the learning rate as")
+    return v
+
+
+def _optimizer(text: str) -> str:
+    """--optimizer: parse_optimizer's forms and ranges, each setting as the board holds it (float32): a
+    beta or momentum that rounds to 1 never forgets (Adam's bias correction divides by 0), an eps that
+    is 0 or subnormal in float32 makes Adam's update 0/0 wherever a gradient is 0."""
+    from poet.graph.training_graph import parse_optimizer
+
+    try:
+        opt = parse_optimizer(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--optimizer ")) from None
+    for key, v in opt.items():
+        if key == "name":
+            continue
+        f = _as_f32(v)
+        if key != "eps" and f >= 1.0:
+            raise argparse.ArgumentTypeError(f"{text!r}: {key} {v!r} is 1 as float32, which the board takes it as; "
+                                             "give at most 0.9999999")
+        if f < F32_TINY and (key == "eps" or v != 0):
+            raise argparse.ArgumentTypeError(f"{text!r}: {key} {v!r} is below float32's smallest normal number "
+                                             f"({F32_TINY:.4g}), which the board takes it as"
+                                             + ("" if key == "eps" else "; give 0 or a larger one"))
+    return text
+
+
 def _port(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty port: give the board's serial port, e.g. /dev/ttyACM0")
@@ -746,8 +797,9 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
                    "(or a (train, test) pair); default digits")
     p.add_argument("--data-limit", type=_whole(1, 10**9), help="use only the first N training samples")
     p.add_argument("--epochs", type=_whole(1, MAX_STEPS), default=3, help=f"epochs, 1 to {MAX_STEPS} (default 3)")
-    p.add_argument("--lr", type=_positive, default=0.1, help="learning rate (default 0.1)")
-    p.add_argument("--optimizer", default="sgd", help="sgd, momentum[:M] or adam[:BETA1,BETA2,EPS] (default sgd)")
+    p.add_argument("--lr", type=_learning_rate, default=0.1, help="learning rate (default 0.1)")
+    p.add_argument("--optimizer", type=_optimizer, default="sgd",
+                   help="sgd, momentum[:M] or adam[:BETA1,BETA2,EPS] (default sgd)")
     p.add_argument("--budget-j", type=_positive, help="refuse a run predicted to need more joules than this")
     p.add_argument("--battery-mah", type=_positive, help="refuse a run the battery cannot carry (with --volts)")
     p.add_argument("--volts", type=_positive, help="the battery's nominal voltage")
@@ -823,7 +875,7 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
     p.add_argument("--steps", type=_whole(1, MAX_STEPS), default=89,
                    help="training steps, taken from one epoch of digits (default 89, the whole epoch at batch 16; "
                    "for more, `poet train --epochs`)")
-    p.add_argument("--lr", type=_positive, default=0.3, help="SGD learning rate (default 0.3)")
+    p.add_argument("--lr", type=_learning_rate, default=0.3, help="SGD learning rate (default 0.3)")
     p.add_argument("--run-dir", type=_output_folder,
                    help="where the run's files go (default workspace/runs/demo, rewritten by every demo)")
     p.set_defaults(func=cmd_demo)

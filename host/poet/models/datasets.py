@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import io
+import math
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from poet.errors import UsageError
+from poet.files import MB, read_bytes
 from poet.models.synthetic import NAMED, SAMPLE_SHAPES
 
 
@@ -155,10 +159,11 @@ def _check_values(name: str, split: str, x: np.ndarray, y: np.ndarray) -> None:
         raise UsageError(f"--data {name}: {split} samples reach {big:.3g}; the board trains in fp32 and values "
                          f"beyond {MAX_ABS_INPUT:g} turn its weights to NaN: scale the data (to about -1..1)")
     if y.dtype.kind == "f":
-        frac = ~np.isfinite(y) | (y != np.round(y))
+        # beyond int64 a whole float has no class number to cast to (the cast is undefined, not an error)
+        frac = ~np.isfinite(y) | (y != np.round(y)) | (np.abs(y) >= 2.0**63)
         if frac.any():
             at = int(np.argwhere(frac)[0][0])
-            raise UsageError(f"--data {name}: {split} label {at} is {y[at]!r}, not a whole class number")
+            raise UsageError(f"--data {name}: {split} label {at} is {y[at].item()!r}, not a whole class number")
 
 
 def load_dataset(spec: str, limit: int | None = None) -> Dataset:
@@ -186,26 +191,87 @@ def _split(name: str, x: np.ndarray, y: np.ndarray) -> Dataset:
     return Dataset(name, x[order[n_test:]], y[order[n_test:]], x[order[:n_test]], y[order[:n_test]])
 
 
+# What one .npy array of a --data folder may hold: far above what a board fine-tunes on (CIFAR-10's
+# 50,000 training images are 600 MB as float32), below what the host cannot hold while it loads one
+# (the file's bytes and the array are both in memory then, and the checks make a float64 copy).
+MAX_NPY_BYTES = 2048 * MB
+PARTS = ("train_x", "train_y", "test_x", "test_y")
+
+
+def _read_npy(folder: Path, f: Path) -> np.ndarray:
+    """One array of a --data folder: read once as a regular file (a link to /dev/zero, a FIFO or a file
+    past MAX_NPY_BYTES is refused before it is read), its header checked against its size before numpy
+    allocates what the header claims, and no pickled objects (allow_pickle=False: nothing runs)."""
+    data = read_bytes(f, "--data", limit=MAX_NPY_BYTES)
+    head = io.BytesIO(data)
+    what = f"--data {folder}: {f.name}"
+    if data.startswith(b"PK\x03\x04"):
+        raise UsageError(f"{what} is a .npz archive (np.savez), not one .npy array: save each array with np.save")
+    try:
+        version = np.lib.format.read_magic(head)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(head)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(head)
+        else:  # 3.0: written only for structured arrays with non-Latin-1 field names, no numbers poet trains on
+            raise ValueError(f"format version {version[0]}.{version[1]}, which poet does not read")
+    except ValueError as exc:
+        raise UsageError(f"{what} is not a .npy array as np.save writes one ({' '.join(str(exc).split())[:100]})") \
+            from None
+    if dtype.hasobject:
+        raise UsageError(f"{what} holds Python objects ({dtype}), which poet does not unpickle: save an array of "
+                         "numbers")
+    want = math.prod(shape) * dtype.itemsize  # Python ints: a header's shape cannot overflow the product
+    have = len(data) - head.tell()
+    if want != have:
+        raise UsageError(f"{what}: its header says {shape} of {dtype} ({want:,} bytes), the file holds {have:,}: "
+                         "truncated or not written by np.save")
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except ValueError as exc:  # a dtype numpy cannot rebuild from the header
+        raise UsageError(f"{what} is not a plain .npy array ({' '.join(str(exc).split())[:100]})") from None
+
+
 def _from_folder(folder: Path) -> Dataset:
     if not folder.is_dir():
         raise UsageError(f"--data {folder}: not `digits`, {', '.join(f'`{n}`' for n in NAMED)}, a folder of .npy "
                          "arrays, or module:factory")
-    arrays = {}
-    for part in ("train_x", "train_y", "test_x", "test_y"):
-        f = folder / f"{part}.npy"
-        if f.exists():
-            try:
-                arrays[part] = np.load(f, allow_pickle=False)
-            except ValueError as exc:
-                raise UsageError(f"--data {folder}: {f.name} is not a plain .npy array ({exc})") from exc
+    # lexists: a dangling link is a file given (refused by read_bytes, saying where it points), not one left out
+    arrays = {part: _read_npy(folder, folder / f"{part}.npy") for part in PARTS
+              if os.path.lexists(folder / f"{part}.npy")}
     if "train_x" not in arrays or "train_y" not in arrays:
         raise UsageError(f"--data {folder}: needs train_x.npy and train_y.npy (test_x.npy/test_y.npy optional)")
-    x, y = arrays["train_x"], arrays["train_y"]
-    if len(x) != len(y):
-        raise UsageError(f"--data {folder}: train_x has {len(x)} samples, train_y {len(y)}")
-    if "test_x" in arrays and "test_y" in arrays:
-        return Dataset(str(folder), x, y, arrays["test_x"], arrays["test_y"])
+    if ("test_x" in arrays) != ("test_y" in arrays):
+        has, lacks = ("test_x", "test_y") if "test_x" in arrays else ("test_y", "test_x")
+        raise UsageError(f"--data {folder}: {has}.npy without {lacks}.npy: give both, or neither for a split of "
+                         "the training data")
+    x, y = _checked(str(folder), "train", arrays["train_x"], arrays["train_y"])
+    if "test_x" in arrays:
+        xt, yt = _checked(str(folder), "test", arrays["test_x"], arrays["test_y"], x)
+        return Dataset(str(folder), x, y, xt, yt)
     return _split(str(folder), x, y)
+
+
+def _checked(name: str, part: str, x: np.ndarray, y: np.ndarray,
+             x_train: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A part's samples and labels, refused in one line unless they are as many, each label one number
+    (one-hot rows would pass the host and be refused by the board), and the test samples shaped as the
+    training ones (the model is fitted to the training samples' shape). (N, 1) labels are taken as (N,)."""
+    for what, a in ((f"{part}_x", x), (f"{part}_y", y)):
+        if a.ndim == 0:
+            raise UsageError(f"--data {name}: {what} is a single value (a 0-d array), not one per sample")
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y.reshape(len(y))
+    if y.ndim != 1:
+        hint = " (one-hot rows? np.argmax(y, axis=1) gives the class numbers)" if y.ndim == 2 else ""
+        raise UsageError(f"--data {name}: {part}_y has shape {y.shape}; the labels are one class number per sample, "
+                         f"shape ({len(y)},){hint}")
+    if len(x) != len(y):
+        raise UsageError(f"--data {name}: {part}_x has {len(x)} samples, {part}_y {len(y)}")
+    if x_train is not None and x.shape[1:] != x_train.shape[1:]:
+        raise UsageError(f"--data {name}: test samples of shape {x.shape[1:]}, training samples of shape "
+                         f"{x_train.shape[1:]}: the model takes one shape")
+    return x, y
 
 
 def _array(v: object) -> np.ndarray:
@@ -225,19 +291,22 @@ def _from_factory(spec: str) -> Dataset:
         made = factory()
         parts = made if isinstance(made, tuple) and len(made) == 2 else (made,)
         arrays = []
-        for ds in parts:
+        for part, ds in zip(("training", "test"), parts, strict=False):
             xs, ys = [], []
             for i in range(len(ds)):
                 x, y = ds[i]
                 xs.append(_array(x))
                 ys.append(_array(y))
+            if not xs:  # np.stack would say only "need at least one array"
+                raise UsageError(f"--data {spec}: the {part} Dataset has no samples")
             # the values as given (no cast yet): fitted() refuses complex data and fractional labels
-            arrays.append((np.stack(xs), np.stack(ys).reshape(len(ys))))
+            arrays.append((np.stack(xs), np.stack(ys)))
     except UsageError:
         raise
     except Exception as exc:  # a user's factory or Dataset can raise anything: one line, where and what
         msg = str(exc).splitlines()[0] if str(exc) else ""
         raise UsageError(f"--data {spec}: reading the dataset failed: {type(exc).__name__}: {msg}") from exc
+    x, y = _checked(spec, "train", *arrays[0])
     if len(arrays) == 2:
-        return Dataset(spec, arrays[0][0], arrays[0][1], arrays[1][0], arrays[1][1])
-    return _split(spec, *arrays[0])
+        return Dataset(spec, x, y, *_checked(spec, "test", *arrays[1], x))
+    return _split(spec, x, y)

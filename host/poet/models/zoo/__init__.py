@@ -4,8 +4,12 @@ this one), each in plain torch.nn (no torchvision: poet must not depend on it)."
 from __future__ import annotations
 
 import importlib
+import io
 import os
+import re
 import sys
+import warnings
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -15,6 +19,7 @@ import torch
 from torch import nn
 
 from poet.errors import UsageError
+from poet.files import MB, read_bytes
 from poet.models.zoo.bert import bert
 from poet.models.zoo.lenet import lenet5
 from poet.models.zoo.mlperf_tiny import DSCNN, AutoEncoder, MobileNetV1, ResNet8
@@ -130,20 +135,50 @@ class ModelChoice:
         return model, spec
 
 
+# Slack over the model's own tensors a --weights file may have: the zip's pickle and headers, float64
+# tensors (twice fp32), tensors saved as views of a larger storage (torch.save writes the storage whole)
+WEIGHTS_SLACK = 4
+WEIGHTS_OVERHEAD = 64 * MB
+
+
+def _kind(t: torch.Tensor) -> str:
+    """What a tensor's values are, as a state_dict's tensor must match its model's: a float weight takes
+    any float dtype (cast on load), an int64 counter (batch norm's num_batches_tracked) any integer."""
+    if t.is_complex():
+        return "complex"
+    if t.is_floating_point():
+        return "float"
+    return "bool" if t.dtype == torch.bool else "integer"
+
+
 def load_state(model: nn.Module, name: str, path: Path) -> None:
     """Load a state_dict file (`torch.save(model.state_dict(), path)`) into the model; a file that is no
     state_dict, or one of another model, is refused in one line naming the first difference. Only tensors
-    are read (weights_only): a .pt file cannot run code here."""
+    are read (weights_only): a .pt file cannot run code here. The file is read once as a regular file no
+    larger than the model's tensors could make it (a link to /dev/zero, a FIFO, a 100 GB file: refused
+    unread), and must be the zip torch.save writes, stored uncompressed as torch writes it: no member
+    may unpack to more than the file holds."""
+    own = model.state_dict()
+    limit = WEIGHTS_SLACK * sum(t.numel() * t.element_size() for t in own.values()) + WEIGHTS_OVERHEAD
+    data = read_bytes(path, "--weights", limit=limit)
+    _check_zip(path, data)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a pickle of anything, a truncated zip, not a torch file at all
-        msg = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        with warnings.catch_warnings():  # torch's deprecation notes (TypedStorage, quantized) are no line of poet's
+            warnings.simplefilter("ignore")
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # a pickle of anything, a truncated zip, a tensor torch cannot rebuild
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # torch colours its weights_only advice
+        refused = re.search(r"WeightsUnpickler error: ([^\n]*)", text)
+        if refused:  # the pickle holds objects: torch's advice to load it unsafely is not poet's to give
+            raise UsageError(f"--weights {path}: not a state_dict: it holds more than tensors, which poet does not "
+                             f"unpickle ({refused.group(1).split(' was not')[0][:100]}); save the model's "
+                             "state_dict") from None
+        msg = " ".join(text.split())[:120] or type(exc).__name__
         raise UsageError(f"--weights {path}: not a state_dict torch.load can read safely ({msg})") from None
     if isinstance(state, nn.Module) or not isinstance(state, dict) \
             or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise UsageError(f"--weights {path}: not a state_dict (save one with torch.save(model.state_dict(), "
                          "path))")
-    own = model.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
     if missing or unexpected:
@@ -151,12 +186,55 @@ def load_state(model: nn.Module, name: str, path: Path) -> None:
         raise UsageError(f"--weights {path}: not a state_dict of {name}: it {which} "
                          f"({len(missing)} missing, {len(unexpected)} unexpected of {len(own)} tensors)")
     for k, v in own.items():
-        if tuple(state[k].shape) != tuple(v.shape):
-            raise UsageError(f"--weights {path}: {k} has shape {tuple(state[k].shape)}, {name} has "
+        t = state[k]
+        # each of these would fail inside load_state_dict (an internal error) or load other values than
+        # saved (complex: the imaginary part dropped; an int weight: no fraction)
+        if t.device.type == "meta":
+            raise UsageError(f"--weights {path}: {k} is a meta tensor (a shape without values: saved from a model "
+                             "built on the meta device)")
+        if t.layout != torch.strided or getattr(t, "is_nested", False):
+            raise UsageError(f"--weights {path}: {k} is a {str(t.layout).removeprefix('torch.')} tensor; poet loads "
+                             "dense ones (t.to_dense())")
+        if t.is_quantized:
+            raise UsageError(f"--weights {path}: {k} is quantized ({t.dtype}); save the float model's state_dict "
+                             "(or t.dequantize())")
+        if _kind(t) != _kind(v):
+            raise UsageError(f"--weights {path}: {k} is {str(t.dtype).removeprefix('torch.')}, {name} has "
+                             f"{str(v.dtype).removeprefix('torch.')} ({_kind(v)} values)")
+        if tuple(t.shape) != tuple(v.shape):
+            raise UsageError(f"--weights {path}: {k} has shape {tuple(t.shape)}, {name} has "
                              f"{tuple(v.shape)}")
-        if state[k].is_floating_point() and not torch.isfinite(state[k]).all():
-            raise UsageError(f"--weights {path}: {k} holds NaN or infinite values")
+        # finite as the model holds them: a float64 1e300 is infinite in fp32
+        if t.is_floating_point() and not torch.isfinite(t.to(v.dtype)).all():
+            past = bool(torch.isfinite(t).all())  # finite as saved, not as the model holds it
+            raise UsageError(f"--weights {path}: {k} holds NaN or infinite values"
+                             + (f" (as {str(v.dtype).removeprefix('torch.')})" if past else ""))
     model.load_state_dict(state)
+
+
+# torch.save's format before 1.6 begins with its magic number pickled (protocol 2, a 10-byte long)
+LEGACY_MAGIC = b"\x80\x02\x8a\x0a"
+
+
+def _check_zip(path: Path, data: bytes) -> None:
+    """The zip torch.save writes (since PyTorch 1.6), its members stored: the older format and a
+    compressed member declare sizes torch allocates before it reads them, which no file size bounds."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            members = z.infolist()
+    except (zipfile.BadZipFile, ValueError, EOFError) as exc:
+        if data.startswith(LEGACY_MAGIC):
+            raise UsageError(f"--weights {path}: saved in torch.save's format of before PyTorch 1.6, whose tensor "
+                             "sizes poet cannot check before torch allocates them: load it and torch.save it again")\
+                from None
+        raise UsageError(f"--weights {path}: not a state_dict saved by torch.save (a zip archive; this is not "
+                         f"one: {' '.join(str(exc).split())[:80]})") from None
+    packed = [m.filename for m in members if m.compress_type != zipfile.ZIP_STORED]
+    if packed:
+        raise UsageError(f"--weights {path}: {packed[0]} is compressed in the archive; torch.save stores its "
+                         "members uncompressed: save the state_dict again with torch.save")
+    if sum(m.file_size for m in members) > len(data):
+        raise UsageError(f"--weights {path}: its members claim more bytes than the file holds: damaged")
 
 
 def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = None,
