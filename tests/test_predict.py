@@ -4,13 +4,14 @@ after one epoch of a 5-epoch emulated run, the predicted total energy is within 
 import csv
 import datetime
 import math
+import os
 
 import numpy as np
 import pytest
 from conftest import needs_qemu
 from poet.energy.battery import USABLE_FRACTION, battery_energy_j, check_battery, refusal
 from poet.energy.carbon import COUNTRY_FLAG, OVERRIDE_FLAG, countries, grams_co2, intensity, lookup
-from poet.energy.emissions import COLUMNS, RunRecord, append
+from poet.energy.emissions import COLUMNS, RunRecord, append, has_row
 from poet.energy.predict import Epoch, RunPredictor, compare, per_epoch_extrapolation, plan_prediction
 from poet.errors import UsageError
 
@@ -70,9 +71,10 @@ def test_unknown_country_is_one_line_naming_the_override():
         intensity("WORLD")  # the average row is not a country
 
 
-def test_negative_override_refused():
+@pytest.mark.parametrize("g", [-1, float("nan"), float("inf"), 1e308, 2001, True])
+def test_override_no_grid_has_is_refused(g):
     with pytest.raises(UsageError, match=OVERRIDE_FLAG):
-        intensity(override_g_per_kwh=-1)
+        intensity(override_g_per_kwh=g)
 
 
 def test_grams_co2_units():
@@ -146,10 +148,21 @@ def test_battery_arithmetic():
     assert check_battery(0.0, 225, 3.0, 0.9).available_j == pytest.approx(225 * 3.6 * 3.0 * 0.9)
 
 
-@pytest.mark.parametrize("args", [(0, 3.7, 0.8), (1000, -1, 0.8), (1000, 3.7, 0), (1000, 3.7, 1.5)])
+@pytest.mark.parametrize("args", [(0, 3.7, 0.8), (1000, -1, 0.8), (1000, 3.7, 0), (1000, 3.7, 1.5),
+                                  (5e-324, 3.7, 0.8), (1000, 5e-324, 0.8), (1000, 3.7, 5e-324), (1e308, 3.7, 0.8),
+                                  (float("nan"), 3.7, 0.8), (1000, float("inf"), 0.8), (True, 3.7, 0.8)])
 def test_battery_refuses_bad_numbers(args):
-    with pytest.raises(UsageError):
+    """A denormal capacity's joules round to 0 (and the margin divided by them); none is a battery."""
+    with pytest.raises(UsageError) as exc:
         battery_energy_j(*args)
+    assert "\n" not in str(exc.value)
+
+
+def test_predictions_refuse_numbers_that_are_not_finite():
+    with pytest.raises(ValueError):
+        plan_prediction(float("nan"), 1.0, 10)
+    with pytest.raises(ValueError):
+        Epoch(10, float("inf"), 1.0)
 
 
 # --- emissions.csv ------------------------------------------------------------------------------
@@ -196,6 +209,30 @@ def test_emissions_csv_with_other_columns_is_backed_up(tmp_path):
     assert bak is not None and bak.name == "emissions.csv.bak" and bak.read_text() == "a,b\n1,2\n"
     with out.open(newline="") as f:
         assert len(list(csv.DictReader(f))) == 1
+
+
+@pytest.mark.parametrize("planted", ["dev-zero", "fifo", "not-text", "link-to-a-file"])
+def test_emissions_csv_that_is_no_file_is_set_aside_never_read_or_followed(tmp_path, planted):
+    """A link to /dev/zero or a FIFO would be read forever, a link to a file written through: each is
+    renamed aside (the link itself), and a new emissions.csv is started."""
+    out = tmp_path / "emissions.csv"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    if planted == "dev-zero":
+        out.symlink_to("/dev/zero")
+    elif planted == "fifo":
+        os.mkfifo(out)
+    elif planted == "not-text":
+        out.write_bytes(b"\xff\xfe\x00")
+    else:
+        out.symlink_to(victim)
+    assert not has_row(out, "x")
+    bak = append(out, _record(run_id="r1"))
+    assert bak is not None and bak.name == "emissions.csv.bak"
+    assert out.is_file() and not out.is_symlink() and has_row(out, "r1")
+    assert victim.read_text() == "keep me"
+    append(out, _record(run_id="r2"))
+    assert has_row(out, "r1") and has_row(out, "r2")
 
 
 def test_world_average_run_leaves_country_empty(tmp_path):

@@ -400,6 +400,18 @@ def logic_input(text: str) -> int:
     return int(n)
 
 
+def meter_offset(text: str) -> float:
+    """--meter-offset: the meter's clock minus the host's, seconds. Both are clocks a meter or time.time()
+    gives (within MAX_CLOCK_S of 0), so no offset between them is larger."""
+    from poet.energy.meters.base import MAX_CLOCK_S
+
+    v = _number(text)
+    if abs(v) > MAX_CLOCK_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is no offset between two clocks (at most {MAX_CLOCK_S:g} s "
+                                         "either way)")
+    return v
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from poet.energy.report import ReportOptions, report
 
@@ -859,7 +871,7 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
     p.add_argument("--allow-gaps", action="store_true",
                    help="with --meter: interpolate over gaps in the recording (the ops over them are flagged) "
                    "instead of refusing it")
-    p.add_argument("--meter-offset", type=_number, metavar="S",
+    p.add_argument("--meter-offset", type=meter_offset, metavar="S",
                    help="with --meter: the meter's clock minus the host's time.time(), in seconds (default 0: "
                    "host-side meters stamp time.time())")
     p.add_argument("--markers", type=logic_input, metavar="CH",

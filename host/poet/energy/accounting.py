@@ -107,12 +107,19 @@ def _measured(energy_of: EnergyOf, step: int, record: int, what: str) -> float:
     return e
 
 
-def _with_sd_reads(board: Board, reads: Sequence[int], t: float, e: float, emulated: bool) -> tuple[float, float]:
-    """A record of a layer that streams its weight from the SD card: its reads charged to it. Emulated,
-    they took no virtual time (semihosting): the storage model's time and energy are added. On a board
-    the record's ticks include them (the CPU waits on the bus): only the card's own power is added."""
+def sd_read_cost(board: Board, reads: Sequence[int]) -> tuple[float, float]:
+    """(seconds, joules) of one record's SD reads by the card's storage model."""
     cost = [board.page_cost(b, "in") for b in reads]
-    read_s, read_j = sum(c[0] for c in cost), sum(c[1] for c in cost)
+    return sum(c[0] for c in cost), sum(c[1] for c in cost)
+
+
+def _with_sd_reads(board: Board, read: tuple[float, float], t: float, e: float,
+                   emulated: bool) -> tuple[float, float]:
+    """A record of a layer that streams its weight from the SD card: its reads (`read`, sd_read_cost)
+    charged to it. Emulated, they took no virtual time (semihosting): the storage model's time and energy
+    are added. On a board the record's ticks include them (the CPU waits on the bus): only the card's own
+    power is added."""
+    read_s, read_j = read
     if emulated:
         return t + read_s, e + read_j
     return t, e + read_j - board.compute_energy_j(read_s)
@@ -122,6 +129,8 @@ def charges(trace: Trace, board: Board, energy_of: EnergyOf | None = None) -> li
     """Every record of every step and each step's remainder, charged (see the module docstring)."""
     out: list[Charge] = []
     clock = 0.0
+    # once per streaming layer, not per record: a trace may list many reads and many steps
+    sd = {j: sd_read_cost(board, n["sd_reads"]) for j, n in enumerate(trace.nodes) if n.get("sd_reads")}
     for k, st in enumerate(trace.steps):
         covered = 0
         for i, (_instr, node, kind, _op, ticks, nbytes) in enumerate(st["records"]):
@@ -134,8 +143,8 @@ def charges(trace: Trace, board: Board, energy_of: EnergyOf | None = None) -> li
             else:
                 t = board.compute_time_s(ticks, trace.tick_hz)
                 e = board.compute_energy_j(t)
-                if n.get("sd_reads") and kind in ("forward", "recompute"):
-                    t, e = _with_sd_reads(board, n["sd_reads"], t, e, trace.provenance == "emulated")
+                if node in sd and kind in ("forward", "recompute"):
+                    t, e = _with_sd_reads(board, sd[node], t, e, trace.provenance == "emulated")
             if energy_of is not None:
                 e = _measured(energy_of, k, i, f"record {i} ({kind} {n['name']})")
             out.append(Charge(k, i, n["name"], n["module"], "overhead" if kind == "free" else kind, t, e,

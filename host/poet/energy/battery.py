@@ -15,6 +15,7 @@ modelled (or measured) energy; a regulator's loss is in the fraction, not added 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from poet.energy.predict import si
@@ -23,16 +24,31 @@ from poet.errors import UsageError
 USABLE_FRACTION = 0.8  # see the module's docstring for why
 COULOMB_PER_MAH = 3.6  # 1 mAh = 1e-3 A x 3600 s
 FORCE_FLAG = "--force"
+CAPACITY_FLAG, VOLTS_FLAG = "--battery-mah", "--volts"
+# What a battery can be, so that a typo (or a denormal, whose joules round to 0 and then divide) is
+# refused rather than judged: from 0.01 mAh (below a 1 F supercapacitor's ~0.8 mAh at 3 V, the smallest
+# store that could carry a step) to 1e7 mAh (10,000 Ah, a stationary battery bank); from 0.5 V (a
+# discharged NiMH cell behind a boost converter) to 1,000 V (an electric car's pack is 400-800 V).
+MIN_MAH, MAX_MAH = 0.01, 1e7
+MIN_V, MAX_V = 0.5, 1000.0
+MIN_FRACTION = 0.01  # a usable fraction below 1% is not a battery worth judging a run against
+
+
+def _within(x: float, lo: float, hi: float) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and lo <= x <= hi
 
 
 def battery_energy_j(capacity_mah: float, voltage_v: float, usable_fraction: float = USABLE_FRACTION) -> float:
-    """The joules a battery can give a run: mAh x 3.6 C/mAh x V x the usable fraction."""
-    if not capacity_mah > 0:
-        raise UsageError(f"battery capacity {capacity_mah:g} mAh: must be positive")
-    if not voltage_v > 0:
-        raise UsageError(f"battery voltage {voltage_v:g} V: must be positive")
-    if not 0 < usable_fraction <= 1:
-        raise UsageError(f"usable battery fraction {usable_fraction:g}: must be in (0, 1]")
+    """The joules a battery can give a run: mAh x 3.6 C/mAh x V x the usable fraction. A value no battery
+    has is one UsageError line naming its flag; call it before a run starts to refuse one early."""
+    if not _within(capacity_mah, MIN_MAH, MAX_MAH):
+        raise UsageError(f"{CAPACITY_FLAG} {capacity_mah!r}: not a battery's capacity (from {MIN_MAH:g} to "
+                         f"{MAX_MAH:g} mAh)")
+    if not _within(voltage_v, MIN_V, MAX_V):
+        raise UsageError(f"{VOLTS_FLAG} {voltage_v!r}: not a battery's nominal voltage (from {MIN_V:g} to "
+                         f"{MAX_V:g} V)")
+    if not _within(usable_fraction, MIN_FRACTION, 1.0):
+        raise UsageError(f"usable battery fraction {usable_fraction!r}: must be from {MIN_FRACTION:g} to 1")
     return capacity_mah * COULOMB_PER_MAH * voltage_v * usable_fraction
 
 
@@ -75,8 +91,8 @@ class BatteryCheck:
 
 def check_battery(needed_j: float, capacity_mah: float, voltage_v: float,
                   usable_fraction: float = USABLE_FRACTION) -> BatteryCheck:
-    if needed_j < 0:
-        raise ValueError(f"needed energy {needed_j} J is negative")
+    if not (math.isfinite(needed_j) and needed_j >= 0):
+        raise ValueError(f"needed energy {needed_j} J is not a finite number >= 0")
     return BatteryCheck(needed_j, capacity_mah, voltage_v, usable_fraction,
                         battery_energy_j(capacity_mah, voltage_v, usable_fraction))
 

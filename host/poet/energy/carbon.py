@@ -23,6 +23,10 @@ TABLE = "data/carbon_intensity.csv"
 TABLE_SOURCE = "Our World in Data (Ember, Energy Institute) via codecarbon 3.3.2"
 WORLD_SOURCE = f"world average (no {COUNTRY_FLAG})"
 
+# The dirtiest grids (coal and lignite) emit about 1,000 gCO2eq/kWh; twice that is no grid, and a
+# typo in --carbon-intensity (or a number that overflows the account) is refused instead
+MAX_G_PER_KWH = 2000.0
+
 # A board's PUE: it is not in a data centre, so nothing (cooling, power distribution) scales its
 # energy; codecarbon's own default PUE is 1 as well. Multiply only when the board sits in a
 # facility whose PUE is known.
@@ -90,8 +94,10 @@ def lookup(country: str) -> Country:
 def intensity(country: str | None = None, override_g_per_kwh: float | None = None) -> Intensity:
     """The intensity to use: an override wins, else the country's table value, else the world average."""
     if override_g_per_kwh is not None:
-        if not override_g_per_kwh >= 0:  # also refuses NaN
-            raise UsageError(f"{OVERRIDE_FLAG} {override_g_per_kwh:g}: must be a number of gCO2eq/kWh >= 0")
+        x = override_g_per_kwh
+        if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x <= MAX_G_PER_KWH:  # also NaN
+            raise UsageError(f"{OVERRIDE_FLAG} {x!r}: not a grid's carbon intensity (from 0 to {MAX_G_PER_KWH:g} "
+                             f"gCO2eq/kWh; coal emits about 1,000)")
         return Intensity(float(override_g_per_kwh), f"{OVERRIDE_FLAG} override")
     if country:
         c = lookup(country)

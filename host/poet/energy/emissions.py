@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import io
 import platform
 import uuid
 from dataclasses import dataclass
@@ -25,7 +26,8 @@ from pathlib import Path
 
 from poet import __version__
 from poet.energy.carbon import Intensity
-from poet.errors import PoetError
+from poet.errors import UsageError
+from poet.files import SMALL, read_text, write_atomic
 
 CODECARBON_VERSION = "3.3.2"  # the version whose EmissionsData the columns below copy
 COLUMNS: tuple[str, ...] = (
@@ -109,45 +111,68 @@ class RunRecord:
         return values
 
 
-def _header(path: Path) -> list[str] | None:
-    with path.open(newline="") as f:
-        return next(csv.reader(f), None)
-
-
 def _backup(path: Path) -> Path:
-    """Rename a file with other columns out of the way as codecarbon does: NAME.bak, then NAME_0.bak, ..."""
+    """Rename a file with other columns out of the way as codecarbon does: NAME.bak, then NAME_0.bak, ...
+    (rename moves a link itself, never what it points to)."""
     bak = path.with_name(path.name + ".bak")
     i = 0
-    while bak.exists():
+    while bak.exists() or bak.is_symlink():
         bak = path.with_name(f"{path.name}_{i}.bak")
         i += 1
     path.rename(bak)
     return bak
 
 
+def _existing(path: Path) -> str | None:
+    """The text of the emissions file at `path`, or None when it is not one poet can append to: not a
+    regular file (a link, a FIFO, a device: read through files.read_text, never followed or read forever),
+    too large, not UTF-8."""
+    try:
+        return read_text(path, "emissions file", limit=SMALL, follow=False)
+    except UsageError:
+        return None
+
+
+def has_row(path: str | Path, run_id: str) -> bool:
+    """Whether the emissions file at `path` holds a row of run `run_id` (False for one poet cannot read:
+    `append` keeps such a file aside and starts a new one)."""
+    text = _existing(Path(path))
+    if text is None:
+        return False
+    try:
+        return any(row.get("run_id") == run_id for row in csv.DictReader(io.StringIO(text)))
+    except csv.Error:
+        return False
+
+
 def append(path: str | Path, record: RunRecord) -> Path | None:
     """Append a row to path (made with a header when missing or empty).
 
     A file whose header is another set of columns is renamed to *.bak first and a new file is
-    started, as codecarbon's FileOutput does; the renamed file's path is returned, else None.
+    started, as codecarbon's FileOutput does; so is one poet cannot read as a CSV (a link, a device,
+    not text). The renamed file's path is returned, else None. The file is rewritten whole
+    (files.write_atomic: a fresh temporary renamed over it), so a full disk leaves the old rows.
     """
     path = Path(path)
     backed_up = None
-    exists = path.is_file() and path.stat().st_size > 0
-    header = _header(path) if exists else None
-    if exists:
-        if header is None or sorted(header) != sorted(COLUMNS):
+    text = ""
+    header: list[str] | None = None
+    if path.exists() or path.is_symlink():
+        old = _existing(path)
+        if old is not None and old.strip():
+            header = next(csv.reader(io.StringIO(old)), None)
+        if old is None or (old.strip() and (header is None or sorted(header) != sorted(COLUMNS))):
             backed_up = _backup(path)
-            exists = False
-    row = record.row()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a" if exists else "w", newline="") as f:
-            # an existing file keeps its own column order (codecarbon accepts any order of the same set)
-            w = csv.DictWriter(f, fieldnames=header if exists and header else list(COLUMNS))
-            if not exists:
-                w.writeheader()
-            w.writerow(row)
-    except OSError as exc:
-        raise PoetError(f"cannot write {path}: {exc.strerror or exc}") from exc
+            header = None
+        elif header is not None:
+            text = old if old.endswith("\n") else old + "\n"
+    out = io.StringIO(newline="")
+    out.write(text)
+    # an existing file keeps its own column order (codecarbon accepts any order of the same set)
+    w = csv.DictWriter(out, fieldnames=header if header else list(COLUMNS))
+    if not header:
+        w.writeheader()
+    w.writerow(record.row())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, out.getvalue())
     return backed_up

@@ -11,6 +11,7 @@ steps, does not bias it. docs/carbon.md says more.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -70,8 +71,8 @@ def plan_prediction(energy_per_step_j: float, time_per_step_s: float, steps: int
 
     No per-epoch overhead is known before a run, so none is added; grid None is the world average.
     """
-    if steps < 0 or energy_per_step_j < 0 or time_per_step_s < 0:
-        raise ValueError("steps, energy and time per step must be >= 0")
+    if steps < 0 or not _non_negative(energy_per_step_j, time_per_step_s):
+        raise ValueError("steps, energy and time per step must be finite and >= 0")
     return _totals(epochs, steps, energy_per_step_j * steps, time_per_step_s * steps, "plan", grid, pue)
 
 
@@ -84,6 +85,15 @@ class Epoch:
     time_s: float
     overhead_j: float = 0.0  # of the rest of the epoch (e.g. an evaluation pass), measured apart from the steps
     overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        # a NaN or an infinity here would surface as a prediction of nan J, or fail in clock()
+        if self.steps < 0 or not _non_negative(self.energy_j, self.time_s, self.overhead_j, self.overhead_s):
+            raise ValueError(f"an epoch's steps, energies and times must be finite and >= 0: {self}")
+
+
+def _non_negative(*xs: float) -> bool:
+    return all(math.isfinite(x) and x >= 0 for x in xs)
 
 
 @dataclass

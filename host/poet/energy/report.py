@@ -10,17 +10,22 @@ marker's pulses on a logic input of the meter; poet.energy.meters.measure).
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from poet.boards import Board
-from poet.energy.accounting import KINDS, PAGING, Account, Box, DiffRow, Entry, account, edd, fold, walk
+from poet.energy.accounting import KINDS, PAGING, Account, Box, DiffRow, Entry, account, edd, fold, sd_read_cost, walk
 from poet.energy.fmt import fmt_j, fmt_s, fmt_w, pct
 from poet.energy.meters.measure import Measured, measure
-from poet.energy.tracefile import Trace
+from poet.energy.tracefile import SCHEDULE_BESIDE, Trace
+from poet.errors import UsageError
+from poet.files import atomic, kind, write_atomic
 from poet.graph.dtypes import NARROW_STORAGE, converted_bytes
 from poet.units import format_size
 
@@ -64,13 +69,20 @@ def sd_lines(acct: Account, trace: Trace, board: Board) -> list[str]:
     streamed = {i: n["sd_reads"] for i, n in enumerate(trace.nodes) if n.get("sd_reads")}
     if not streamed:
         return []
-    reads = [b for st in trace.steps for r in st["records"] if r[1] in streamed and r[2] in ("forward", "recompute")
-             for b in streamed[r[1]]]
-    cost = [board.page_cost(b, "in") for b in reads]
-    t, e = sum(c[0] for c in cost), sum(c[1] for c in cost)
-    per = len(reads) // max(acct.steps, 1)
+    # how many records of each streaming layer read its weight; each such record makes all its reads
+    runs = {i: 0 for i in streamed}
+    for st in trace.steps:
+        for r in st["records"]:
+            if r[1] in runs and r[2] in ("forward", "recompute"):
+                runs[r[1]] += 1
+    each = {i: sd_read_cost(board, reads) for i, reads in streamed.items()}
+    t = sum(each[i][0] * m for i, m in runs.items())
+    e = sum(each[i][1] * m for i, m in runs.items())
+    n_reads = sum(len(streamed[i]) * m for i, m in runs.items())
+    n_bytes = sum(sum(streamed[i]) * m for i, m in runs.items())
+    per = n_reads // max(acct.steps, 1)
     return [f"  weights streamed from the SD card: {len(streamed)} layer(s), {per:,} reads of "
-            f"{format_size(sum(reads) // max(acct.steps, 1))} a step; {fmt_j(e).strip()} and {fmt_s(t).strip()} "
+            f"{format_size(n_bytes // max(acct.steps, 1))} a step; {fmt_j(e).strip()} and {fmt_s(t).strip()} "
             f"({pct(e, acct.total_j).strip()} of the energy, storage model), charged to those layers"]
 
 
@@ -209,11 +221,12 @@ def write_csv(acct: Account, path: Path) -> None:
             rows[key] = [c.step, c.module, c.tensor, c.kind, 0.0, 0.0, acct.source]
         rows[key][4] += c.energy_j
         rows[key][5] += c.time_s
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["step", "module", "tensor", "kind", "energy_j", "time_s", "source"])
-        for r in rows.values():
-            w.writerow([*r[:4], repr(r[4]), repr(r[5]), r[6]])
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(["step", "module", "tensor", "kind", "energy_j", "time_s", "source"])
+    for r in rows.values():
+        w.writerow([*r[:4], repr(r[4]), repr(r[5]), r[6]])
+    write_atomic(path, f.getvalue())  # a fresh file renamed over the target: never through a link, never half
 
 
 def chrome_trace(acct: Account, trace: Trace, board: Board) -> dict[str, Any]:
@@ -249,7 +262,8 @@ def chrome_trace(acct: Account, trace: Trace, board: Board) -> dict[str, Any]:
 
 
 def write_chrome(acct: Account, trace: Trace, board: Board, path: Path) -> None:
-    path.write_text(json.dumps(chrome_trace(acct, trace, board), separators=(",", ":")))
+    # allow_nan=False: JSON has no NaN, and Perfetto refuses a file that holds one
+    write_atomic(path, json.dumps(chrome_trace(acct, trace, board), separators=(",", ":"), allow_nan=False))
 
 
 # ---------------------------------------------------------------- diff
@@ -275,11 +289,12 @@ def render_diff(rows: list[DiffRow], a: Account, b: Account, names: tuple[str, s
 
 
 def write_diff_csv(rows: list[DiffRow], path: Path) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["tensor", "kind", "a_j_per_step", "b_j_per_step", "delta_j_per_step"])
-        for r in rows:
-            w.writerow([r.tensor, r.kind, repr(r.a_j), repr(r.b_j), repr(r.delta_j)])
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(["tensor", "kind", "a_j_per_step", "b_j_per_step", "delta_j_per_step"])
+    for r in rows:
+        w.writerow([r.tensor, r.kind, repr(r.a_j), repr(r.b_j), repr(r.delta_j)])
+    write_atomic(path, f.getvalue())
 
 
 def box_label(b: Box) -> str:
@@ -325,14 +340,32 @@ def _rect(x: float, y: float, w: float, h: float, color: Any) -> Any:
     return Rectangle((x, y), w, h, facecolor=color, edgecolor="white", linewidth=0.8)
 
 
+PLOTS = ("edd", "tensors", "power")
+
+
+def plot_paths(out: Path, stem: str) -> list[Path]:
+    """The files --plot writes, in the order `plot` writes them."""
+    return [out / f"{stem}.{name}.png" for name in PLOTS]
+
+
 def plot(acct: Account, trace: Trace, board: Board, out: Path, stem: str, top: int = 10,
          depth: int | None = None, folded: bool = False, timeline_steps: int = 3) -> list[Path]:
-    """edd.png (icicle of the module tree), tensors.png (top-N energy by kind and power), power.png."""
+    """edd.png (icicle of the module tree), tensors.png (top-N energy by kind and power), power.png.
+
+    Every name is drawn as plain text: a node or model name is the user's (`$x$` in it would be mathtext
+    to matplotlib, and a bad formula an error inside savefig), so mathtext and TeX are off throughout."""
     import matplotlib
 
     matplotlib.use("Agg")
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        return _plot(acct, trace, board, out, stem, top, depth, folded, timeline_steps)
+
+
+def _plot(acct: Account, trace: Trace, board: Board, out: Path, stem: str, top: int, depth: int | None,
+          folded: bool, timeline_steps: int) -> list[Path]:
     import matplotlib.pyplot as plt
 
+    edd_png, tensors_png, power_png = plot_paths(out, stem)
     src = f"{acct.source} ({trace.provenance} trace) on {acct.board}"
     paths = []
     root = fold(edd(acct)) if folded else edd(acct)
@@ -340,7 +373,7 @@ def plot(acct: Account, trace: Trace, board: Board, out: Path, stem: str, top: i
     _icicle(ax, root, acct.total_j, depth)
     ax.set_title(f"energy distribution of {acct.model}: {fmt_j(acct.total_j).strip()} over {acct.steps} steps, "
                  f"{src}", fontsize=9)
-    paths.append(_save(fig, out / f"{stem}.edd.png"))
+    paths.append(_save(fig, edd_png))
 
     ranked = _ranked(folded_tensors(acct) if folded else acct.tensors, top)[::-1]
     fig, (ax_e, ax_p) = plt.subplots(1, 2, figsize=(12, 1 + 0.35 * len(ranked)), sharey=True)
@@ -356,7 +389,7 @@ def plot(acct: Account, trace: Trace, board: Board, out: Path, stem: str, top: i
     ax_p.barh(names, [e.power_w * 1e3 for _, e in ranked], color="#dd8452")
     ax_p.set_xlabel("mean power while it runs (mW)")
     fig.suptitle(f"top {len(ranked)} tensors of {acct.model}, {src}", fontsize=9)
-    paths.append(_save(fig, out / f"{stem}.tensors.png"))
+    paths.append(_save(fig, tensors_png))
 
     shown = [c for c in acct.charges if c.step < timeline_steps]
     fig, ax = plt.subplots(figsize=(12, 3.5))
@@ -374,16 +407,19 @@ def plot(acct: Account, trace: Trace, board: Board, out: Path, stem: str, top: i
     ax.set_ylim(0, max(ys, default=1.0) * 1.1)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(f"power of the first {min(timeline_steps, acct.steps)} of {acct.steps} steps, {src}", fontsize=9)
-    paths.append(_save(fig, out / f"{stem}.power.png"))
+    paths.append(_save(fig, power_png))
     return paths
 
 
 def _save(fig: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.tight_layout()
+        with atomic(path) as f:
+            fig.savefig(f, format="png", dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -416,18 +452,81 @@ def _file(asked: bool | Path, default: Path) -> Path:
     return asked if isinstance(asked, Path) else default
 
 
+def outputs(o: ReportOptions) -> list[tuple[str, Path]]:
+    """(the option, the file) of everything `report` will write for these options."""
+    out = o.out if o.out is not None else o.trace.parent
+    stem = o.trace.stem
+    if o.diff is not None:
+        return [("--csv", _file(o.csv, out / f"{stem}.diff.csv"))] if o.csv is not False else []
+    files = []
+    if o.csv is not False:
+        files.append(("--csv", _file(o.csv, out / f"{stem}.energy.csv")))
+    if o.chrome is not False:
+        files.append(("--chrome", _file(o.chrome, out / f"{stem}.chrome.json")))
+    if o.plot:
+        files += [("--plot", f) for f in plot_paths(out, stem)]
+    return files
+
+
+def inputs(o: ReportOptions) -> list[tuple[str, Path]]:
+    """(what it is, the file) of everything `report` reads for these options."""
+    files = [("the trace", o.trace), ("the schedule beside the trace", o.trace.with_name(SCHEDULE_BESIDE))]
+    if o.meter is not None:
+        files.append(("the meter recording", o.meter))
+    if o.diff is not None:
+        files += [("the trace --diff compares", o.diff),
+                  ("the schedule beside the --diff trace", o.diff.with_name(SCHEDULE_BESIDE))]
+    return files
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether writing `a` would replace `b`'s content: the same file (a link to it, a hard link of it, the
+    same path spelled another way) or, where either is missing, the same resolved path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): compare where their names lead
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_outputs(o: ReportOptions) -> None:
+    """Refuse, before anything is read or written, an output that is one of the inputs (`--csv TRACE` would
+    replace the run's trace with its own CSV), two outputs of one file, an output that is a folder or a
+    device (rename would put the file in place of /dev/null), or one in a folder that does not exist."""
+    outs, ins = outputs(o), inputs(o)
+    existing = [(what, p) for what, p in ins if p.exists()]
+    for n, (flag, f) in enumerate(outs):
+        for what, p in existing:
+            if _same(f, p):
+                raise UsageError(f"{flag} {f} is {what} ({p}): poet report never writes over a file it reads; "
+                                 f"give another file")
+        for flag2, f2 in outs[:n]:
+            if _same(f, f2):
+                raise UsageError(f"{flag2} and {flag} both write {f}: give each its own file")
+        try:
+            mode = os.stat(f).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise UsageError(f"{flag} {f} is {kind(mode)}, not a file: give a regular file to write")
+        parent = f.parent
+        if not parent.is_dir() and not (o.out is not None and _same(parent, o.out)):
+            raise UsageError(f"{flag} {f}: the folder {parent} does not exist")
+
+
 def report(options: ReportOptions, say: Say) -> int:
     """`poet report TRACE [--by ...] [--depth N] [--top N] [--fold] [--csv [F]] [--chrome [F]] [--plot]
     [--out DIR] [--diff B] [--meter REC [--allow-gaps] [--meter-offset S | --markers CH]]`; every refusal is a
-    PoetError (one line)."""
+    PoetError (one line). No output may be an input: that is refused before anything is read."""
     from poet.boards import load_board
     from poet.energy.accounting import diff
 
     o = options
+    check_outputs(o)
     path = o.trace
     tr = Trace.load(path)
     board = load_board(tr.board)
     measured = None
+    other = Trace.load(o.diff) if o.diff is not None else None  # both traces judged before any work
     if o.meter is not None:
         measured = measure(tr, board, o.meter, allow_gaps=o.allow_gaps, offset_s=o.meter_offset_s, where=str(path),
                            markers=o.markers)
@@ -435,11 +534,11 @@ def report(options: ReportOptions, say: Say) -> int:
     else:
         acct = account(tr, board)
     out = o.out if o.out is not None else path.parent
-    if o.out is not None and (o.csv is not False or o.chrome is not False or o.plot):
+    if o.out is not None and outputs(o):
         out.mkdir(parents=True, exist_ok=True)
     stem = path.stem
-    if o.diff is not None:
-        other = Trace.load(o.diff)
+    if other is not None:
+        assert o.diff is not None
         other_acct = account(other, load_board(other.board))
         rows = diff(tr, acct, other, other_acct)
         say(render_diff(rows, acct, other_acct, (str(path), str(o.diff)), o.top))

@@ -22,6 +22,7 @@ or, for counters, the raw counter exactly as read (wraps and all) with its range
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,12 +30,30 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from poet.errors import PoetError
+from poet.errors import PoetError, UsageError
+from poet.files import MB, read_text, write_atomic
 
 FORMAT = "poet-meter/1"
 # A hole longer than this many periods is a lost stretch of data, not sampling jitter. Polled
 # sysfs meters on a loaded host jitter by a period or two; 5 leaves room for that.
 DEFAULT_MAX_GAP_PERIODS = 5.0
+
+# What a meter can record, so that a damaged or hand-made recording is refused rather than turned into
+# an account (every number of a recording reaches the joules `poet report --meter` prints):
+# - a sample period from 1 ns (no meter poet knows samples faster than the Joulescope's 2 MHz) to an
+#   hour (a bench multimeter logged by hand);
+MIN_PERIOD_S, MAX_PERIOD_S = 1e-9, 3600.0
+# - power up to 10 kW: the largest source poet reads is RAPL on a server's package, hundreds of watts,
+#   and a board draws milliwatts to tens of watts; more is a unit slip (mW or uW written as W) or damage;
+MAX_POWER_W = 1e4
+COUNTER_SLACK_S = 1.0  # see check(): what a counter's quantum may add to one interval, in seconds at MAX_POWER_W
+# - a clock in seconds, time.time() (1.7e9 now, 1e10 in 2286) or a meter's own from 0;
+MAX_CLOCK_S = 1e10
+# - an energy counter that numpy's int64 holds with room for its wrap arithmetic (RAPL's range is
+#   ~2.6e11 uJ).
+MAX_COUNTER_UJ = 2**62
+# A recording holds ~30 bytes a sample: 1 GB is an hour of a PPK2 at 10 kHz, past any run of steps.
+RECORDING_LIMIT = 1024 * MB
 
 
 class MeterError(PoetError):
@@ -193,8 +212,13 @@ def check(rec: Recording, *, allow_gaps: bool = False,
     `max_gap_periods` periods unless `allow_gaps` (then it is kept, interpolated and flagged).
     """
     w = rec.where
-    if not rec.period_s > 0:
-        raise RecordingError(f"{w}: period_s must be > 0, got {rec.period_s}")
+    if not MIN_PERIOD_S <= rec.period_s <= MAX_PERIOD_S:  # also refuses NaN
+        raise RecordingError(f"{w}: period_s {rec.period_s!r} is not a meter's sample period (from "
+                             f"{MIN_PERIOD_S:g} s to {MAX_PERIOD_S:g} s)")
+    rng = rec.max_energy_range_uj
+    if rng is not None and not (isinstance(rng, int | np.integer) and 0 < rng <= MAX_COUNTER_UJ):
+        raise RecordingError(f"{w}: max_energy_range_uj {rng!r} is not a counter's range (a whole number of uJ "
+                             f"from 1 to {MAX_COUNTER_UJ})")
     t = rec.t_s
     values = rec.power_w if rec.counter_uj is None else rec.counter_uj
     if values is None or len(t) != len(values):
@@ -206,6 +230,11 @@ def check(rec: Recording, *, allow_gaps: bool = False,
         i = int(bad[0])
         raise RecordingError(f"{w}: sample {i} is not a number (t={t[i]}, value={values[i]}); "
                              "drop or re-record it")
+    far = np.flatnonzero(np.abs(t) > MAX_CLOCK_S)
+    if far.size:
+        i = int(far[0])
+        raise RecordingError(f"{w}: sample {i} is at t={t[i]:g} s, not a time a meter's clock gives (within "
+                             f"{MAX_CLOCK_S:g} s of 0: time.time() or the meter's own clock)")
     dt = np.diff(t)
     back = np.flatnonzero(dt <= 0)
     if back.size:
@@ -220,9 +249,27 @@ def check(rec: Recording, *, allow_gaps: bool = False,
             raise RecordingError(f"{w}: negative power {rec.power_w[i]:.6g} W at sample {i} "
                                  f"(t={t[i]:.6f} s); a meter on a load reads >= 0 W: check the shunt "
                                  "wiring, the meter's zero offset or the sign of the current")
+        _refuse_power(rec, rec.power_w, "power")
     notes = list(rec.notes)
     if rec.counter_uj is not None:
-        counter_deltas_uj(rec)  # raises when a decrease cannot be a wrap
+        c = rec.counter_uj
+        out = np.flatnonzero((c < 0) | (c > (rng if rng is not None else MAX_COUNTER_UJ)))
+        if out.size:
+            i = int(out[0])
+            top = f"its max_energy_range_uj {rng}" if rng is not None else f"{MAX_COUNTER_UJ}"
+            raise RecordingError(f"{w}: energy counter {c[i]} uJ at sample {i} (t={t[i]:.6f} s) is outside "
+                                 f"0..{top}: not a reading of this counter")
+        # raises when a decrease cannot be a wrap
+        jump_j = counter_deltas_uj(rec) * 1e-6
+        # Not the power between two readings: a counter steps in quanta (RAPL's every ~1 ms), and two reads
+        # microseconds apart that straddle a step show a millisecond's energy over a microsecond. So an
+        # interval may hold MAX_POWER_W for itself plus a second: a counter that jumps by more is damaged.
+        high = np.flatnonzero(jump_j > MAX_POWER_W * (dt + COUNTER_SLACK_S))
+        if high.size:
+            i = int(high[0])
+            raise RecordingError(f"{w}: the energy counter jumps by {jump_j[i]:.6g} J in {dt[i]:.6g} s after "
+                                 f"sample {i} (t={t[i]:.6f} s): more than any meter poet reads can see "
+                                 f"({MAX_POWER_W:g} W); a damaged recording")
         wraps = np.flatnonzero(np.diff(rec.counter_uj) < 0) + 1
         if wraps.size:
             notes.append(f"energy counter wrapped {wraps.size} time(s), first at t={t[wraps[0]]:.6f} s "
@@ -235,6 +282,15 @@ def check(rec: Recording, *, allow_gaps: bool = False,
         raise gap_error(rec, gaps, max_gap_periods)
     notes += [gap_note(rec, g) for g in gaps]
     return replace(rec, gaps=gaps, notes=tuple(notes))
+
+
+def _refuse_power(rec: Recording, power_w: np.ndarray, what: str) -> None:
+    high = np.flatnonzero(power_w > MAX_POWER_W)
+    if high.size:
+        i = int(high[0])
+        raise RecordingError(f"{rec.where}: {what} {power_w[i]:.6g} W at sample {i} (t={rec.t_s[i]:.6f} s) is "
+                             f"more than any meter poet reads can see ({MAX_POWER_W:g} W): a unit slip (mW or uW "
+                             "written as W) or a damaged recording")
 
 
 def gap_error(rec: Recording, gaps: Sequence[Gap], max_gap_periods: float = DEFAULT_MAX_GAP_PERIODS) -> RecordingError:
@@ -294,25 +350,55 @@ def save(rec: Recording, path: str | Path) -> None:
     else:
         assert rec.power_w is not None
         rows = [head, "t_s,power_w"] + [f"{t!r},{p!r}" for t, p in zip(rec.t_s.tolist(), rec.power_w.tolist())]
-    Path(path).write_text("\n".join(rows) + "\n")
+    write_atomic(path, "\n".join(rows) + "\n")  # never through a planted link, never half-written
+
+
+def _header_number(p: Path, meta: dict[str, str], key: str, whole: bool) -> float | int | None:
+    """A number of the header line (period_s=, max_energy_range_uj=), or None when absent; one line if it
+    is not one (its range is judged by `check`)."""
+    text = meta.get(key)
+    if text is None:
+        return None
+    try:
+        return int(text) if whole else float(text)
+    except ValueError:
+        kind = "whole number" if whole else "number"
+        raise RecordingError(f"{p}: the header's {key}={text[:40]!r} is not a {kind}") from None
+
+
+def _counter(text: str) -> int:
+    """A counter reading as written (an integer; an integral float as some loggers write it)."""
+    try:
+        return int(text)
+    except ValueError:
+        v = float(text)
+        if not (math.isfinite(v) and v.is_integer() and abs(v) <= 2**53):  # beyond 2^53 a float is not exact
+            raise ValueError(f"{text[:40]!r} is not a whole number of uJ") from None
+        return int(v)
 
 
 def load(path: str | Path, *, allow_gaps: bool = False,
          max_gap_periods: float = DEFAULT_MAX_GAP_PERIODS) -> Recording:
+    """Read a recording file (a regular file, files.read_text: a link to /dev/zero is refused, not read
+    forever); every refusal is a RecordingError (one line, status 2)."""
     p = Path(path)
-    if not p.exists():
-        raise RecordingError(f"meter recording {p} does not exist")
-    lines = p.read_text().splitlines()
+    try:
+        lines = read_text(p, "meter recording", limit=RECORDING_LIMIT).splitlines()
+    except UsageError as exc:
+        raise RecordingError(str(exc)) from None
     if not lines or not lines[0].startswith(f"# {FORMAT}"):
         raise RecordingError(f"{p} is not a poet meter recording (its first line must be '# {FORMAT} meter=... "
                              "period_s=...')")
     meta = dict(kv.split("=", 1) for kv in lines[0].split()[2:] if "=" in kv)
     if "meter" not in meta or "period_s" not in meta:
         raise RecordingError(f"{p}: the header must name meter= and period_s=")
+    period = _header_number(p, meta, "period_s", whole=False)
+    rng = _header_number(p, meta, "max_energy_range_uj", whole=True)
     cols = lines[1].strip().split(",") if len(lines) > 1 else []
     if cols not in (["t_s", "power_w"], ["t_s", "power_w", "logic"], ["t_s", "energy_uj"]):
-        raise RecordingError(f"{p}: columns must be t_s,power_w[,logic] or t_s,energy_uj, got {','.join(cols)}")
-    rows = []
+        raise RecordingError(f"{p}: columns must be t_s,power_w[,logic] or t_s,energy_uj, got {','.join(cols)[:80]}")
+    counter = cols[1] == "energy_uj"
+    rows, counts = [], []
     for n, line in enumerate(lines[2:], start=3):
         if not line.strip():
             continue
@@ -320,16 +406,24 @@ def load(path: str | Path, *, allow_gaps: bool = False,
         try:
             if len(parts) != len(cols):
                 raise ValueError(f"{len(parts)} fields")
-            rows.append([float(x) for x in parts])
+            if counter:
+                c = _counter(parts[1])
+                if not 0 <= c <= MAX_COUNTER_UJ:  # before numpy's int64 takes it (it would wrap or overflow)
+                    raise ValueError(f"an energy counter of {c} uJ is outside 0..{MAX_COUNTER_UJ}")
+                counts.append(c)
+                rows.append([float(parts[0])])
+            else:
+                rows.append([float(x) for x in parts])
         except ValueError as exc:
-            raise RecordingError(f"{p} line {n}: cannot read {line!r} ({exc})") from exc
-    a = np.asarray(rows, dtype=np.float64).reshape(-1, len(cols))
-    meter, period = meta["meter"], float(meta["period_s"])
-    if cols[1] == "energy_uj":
-        rng = meta.get("max_energy_range_uj")
-        rec = Recording.of_counter(meter, period, a[:, 0], a[:, 1].astype(np.int64),
+            raise RecordingError(f"{p} line {n}: cannot read {line[:80]!r} ({exc})") from None
+    meter = meta["meter"]
+    assert period is not None
+    if counter:
+        a = np.asarray(rows, dtype=np.float64).reshape(-1, 1)
+        rec = Recording.of_counter(meter, float(period), a[:, 0], np.asarray(counts, dtype=np.int64),
                                    None if rng is None else int(rng), source=str(p))
     else:
+        a = np.asarray(rows, dtype=np.float64).reshape(-1, len(cols))
         logic = None
         if len(cols) == 3:
             bad = np.flatnonzero((a[:, 2] != np.round(a[:, 2])) | (a[:, 2] < 0) | (a[:, 2] > 255))
@@ -338,7 +432,7 @@ def load(path: str | Path, *, allow_gaps: bool = False,
                 raise RecordingError(f"{p} sample {i}: logic {a[i, 2]!r} is not the bits of inputs D0-D7 "
                                      "(an integer 0-255, bit n = input Dn)")
             logic = a[:, 2]
-        rec = Recording.of_power(meter, period, a[:, 0], a[:, 1], logic, source=str(p))
+        rec = Recording.of_power(meter, float(period), a[:, 0], a[:, 1], logic, source=str(p))
     return check(rec, allow_gaps=allow_gaps, max_gap_periods=max_gap_periods)
 
 
