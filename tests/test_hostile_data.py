@@ -65,6 +65,14 @@ def _claims(shape: tuple[int, ...]) -> bytes:
     return b.getvalue() + bytes(8)
 
 
+def _npy_header(shape: tuple[int, ...], descr: str) -> bytes:
+    """A .npy of `shape` whose values are `descr`, given as its header alone (as many zero-byte values
+    as it claims take no bytes)."""
+    b = io.BytesIO()
+    np.lib.format.write_array_header_1_0(b, {"descr": descr, "fortran_order": False, "shape": shape})
+    return b.getvalue()
+
+
 def _link(target: str) -> Callable[[Path], None]:
     return lambda f: f.symlink_to(target)
 
@@ -165,6 +173,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
     ("data-empty-file", lambda t: _data(t, train_x=b""), ("not a .npy array",)),
     ("data-truncated", lambda t: _data(t, train_x=_npy(X)[:-100]), ("truncated",)),
     ("data-header-claims-terabytes", lambda t: _data(t, train_x=_claims((10**12, 64))), ("truncated",)),
+    ("data-empty-samples", lambda t: _data(t, train_x=np.zeros((80, 0), np.float32)), ("holds no values",)),
+    ("data-zero-byte-dtype", lambda t: _data(t, train_y=_npy_header((10**12,), "|V0")), ("take no bytes",)),
     ("data-bad-header", lambda t: _data(t, train_x=b"\x93NUMPY\x01\x00\x10\x00{'descr': 1}    \n"),
      ("not a .npy array",)),
     # --data: files that are no regular file, or too large to be one
@@ -195,6 +205,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
     ("batch-past-u16", lambda t: [*TRAIN, "--batch", "65536"], ("--batch", "65535")),
     ("epochs-past-limit", lambda t: [*TRAIN, "--epochs", "100001"], ("--epochs", "100000")),
     ("checkpoint-every-past-limit", lambda t: [*TRAIN, "--checkpoint-every", "100001"], ("--checkpoint-every",)),
+    ("input-shape-past-u32", lambda t: [*TRAIN[:3], "mod:f", *TRAIN[3:], "--input-shape", "70000,70000"],
+     ("--input-shape", "u32")),
     # --weights: files that are no state_dict torch.save wrote
     ("weights-dev-zero", lambda t: _weights_file(t, _link("/dev/zero")), ("--weights", "character device")),
     ("weights-fifo", lambda t: _weights_file(t, _fifo), ("--weights",)),

@@ -645,7 +645,15 @@ def _shape(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a shape like 1,8,8") from None
     if not dims or min(dims) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: every dimension must be at least 1")
+    if math.prod(dims) > MAX_SAMPLE_ELEMS:
+        raise argparse.ArgumentTypeError(f"{text!r}: {math.prod(dims):,} values in one sample; the model blob counts "
+                                         f"a batch's input values in a u32 (at most {MAX_SAMPLE_ELEMS:,})")
     return dims
+
+
+# The model blob's header counts the whole staged batch's input values as a u32 (x_elems, docs/spec.md
+# section 2): one sample past it can never be staged, whatever the batch
+MAX_SAMPLE_ELEMS = 2**32 - 1
 
 
 def _board_args(p: argparse.ArgumentParser) -> None:

@@ -221,6 +221,8 @@ def _read_npy(folder: Path, f: Path) -> np.ndarray:
     if dtype.hasobject:
         raise UsageError(f"{what} holds Python objects ({dtype}), which poet does not unpickle: save an array of "
                          "numbers")
+    if dtype.itemsize == 0:  # any count of nothing fits in no bytes: a header could claim 10**12 samples
+        raise UsageError(f"{what} is of {dtype}, whose values take no bytes: not numbers")
     want = math.prod(shape) * dtype.itemsize  # Python ints: a header's shape cannot overflow the product
     have = len(data) - head.tell()
     if want != have:
@@ -260,6 +262,8 @@ def _checked(name: str, part: str, x: np.ndarray, y: np.ndarray,
     for what, a in ((f"{part}_x", x), (f"{part}_y", y)):
         if a.ndim == 0:
             raise UsageError(f"--data {name}: {what} is a single value (a 0-d array), not one per sample")
+    if 0 in x.shape[1:]:  # no bytes per sample: as many samples as a header says, and nothing to train on
+        raise UsageError(f"--data {name}: {part}_x's samples have shape {x.shape[1:]}, which holds no values")
     if y.ndim == 2 and y.shape[1] == 1:
         y = y.reshape(len(y))
     if y.ndim != 1:
