@@ -220,6 +220,8 @@ CASES: list[tuple[str, Callable[[Run], list[str]], tuple[str, ...]] | ParameterS
      ("--csv", "the trace")),
     ("trace-through-a-link-csv-its-target", lambda r: ["report", r.link("t.json", r.trace), "--csv", r.trace],
      ("--csv", "the trace")),
+    ("diff-with-chrome", lambda r: ["report", r.trace, "--diff", r.second(), "--chrome"], ("--diff", "--chrome")),
+    ("diff-with-plot", lambda r: ["report", r.trace, "--diff", r.second(), "--plot"], ("--diff", "--plot")),
     ("csv-and-chrome-one-file", lambda r: ["report", r.trace, "--csv", str(r.dir / "x"), "--chrome",
                                            str(r.dir / "x")], ("--csv and --chrome both write",)),
     ("csv-a-folder", lambda r: ["report", r.trace, "--csv", str(r.tmp)], ("--csv", "is a folder")),
@@ -445,3 +447,23 @@ def test_a_trace_saved_with_a_diverged_loss_loads(tmp_path: Path, template: Path
     (tmp_path / SCHEDULE_BESIDE).write_bytes((template / SCHEDULE_BESIDE).read_bytes())
     tr.save(tmp_path / "trace.json")
     assert Trace.load(tmp_path / "trace.json").steps[1]["loss"] is None
+
+
+def test_plots_of_a_wide_deep_graph_stay_drawable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """3,000 tensors and modules 30 levels deep, --top 100000 --depth 1000: the plots show the first 50
+    tensors and 20 levels (3,000 bars drew a 600 MB canvas; 65,534 would need 13 GB)."""
+    deep = "/".join(["m"] * 30)
+    nodes = [{"name": f"{deep}/t{j}/forward", "module": f"{deep}/t{j}", "kind": "forward", "op": "linear",
+              "bytes": 64} for j in range(3000)]
+    tr = Trace("nrf52840", "wide", "emulated", 25_000_000, nodes)
+    records = [[j, j, "forward", 0, 100 + j, 64] for j in range(3000)]
+    tr.steps = [{"step": 0, "lr": 0.1, "loss": 1.0, "step_ticks": sum(r[4] for r in records) + 10,
+                 "records": records}]
+    tr.save(tmp_path / "trace.json")
+    code = main(["report", str(tmp_path / "trace.json"), "--plot", "--top", "100000", "--depth", "1000"])
+    err = capsys.readouterr().err
+    assert code == 0 and "internal error" not in err, err
+    assert all((tmp_path / f"trace.{n}.png").stat().st_size > 0 for n in ("edd", "tensors", "power"))
+    from matplotlib.image import imread
+
+    assert imread(tmp_path / "trace.tensors.png").shape[0] < 3000  # 50 bars, not 3,000 (115,000 pixels)

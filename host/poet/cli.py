@@ -426,6 +426,9 @@ def cmd_report(args: argparse.Namespace) -> int:
                          "nothing to move: give one of them")
     if args.meter is not None and args.diff:
         raise UsageError("--meter measures one trace; drop --diff (or report each trace on its own)")
+    if args.diff and (args.chrome is not None or args.plot):  # they were ignored: a diff writes only its CSV
+        raise UsageError("--diff writes a table and, with --csv, a CSV of the differences: drop --chrome and "
+                         "--plot (or report each trace on its own)")
 
     def file_asked(f: str | None) -> bool | Path:  # --csv, --chrome: absent, bare (the default file) or a file
         return False if f is None else Path(f) if f else True

@@ -230,16 +230,28 @@ def edd(acct: Account) -> Box:
     """The EDD: the module tree of the graph (module paths split at '/'), tensors as leaves (a tensor named
     like its module, `input` or `(runtime)`, is the module's box itself)."""
     root = Box(name=acct.model, path="")
+    own: list[tuple[Box, Entry]] = []  # the box each tensor ends at
     for tensor, ent in acct.tensors.items():
         module = acct.module_of[tensor]
         box = root
+        for seg in module.split("/") + ([] if tensor == module else [tensor_leaf(tensor, module)]):
+            child = box.children.get(seg)
+            if child is None:
+                child = box.children[seg] = Box(name=seg, path=f"{box.path}/{seg}" if box.path else seg)
+            box = child
+        own.append((box, ent))
+    # summed bottom-up once, not added to every ancestor per tensor: a trace of many tensors under deep
+    # module paths would take tensors x depth additions
+    for box, ent in own:
         box.add(ent.energy_j, ent.time_s, ent.kinds)
-        segs = module.split("/") + ([] if tensor == module else [tensor_leaf(tensor, module)])
-        for seg in segs:
-            path = f"{box.path}/{seg}" if box.path else seg
-            box = box.children.setdefault(seg, Box(name=seg, path=path))
-            box.add(ent.energy_j, ent.time_s, ent.kinds)
+    _sum_children(root)
     return root
+
+
+def _sum_children(box: Box) -> None:
+    for c in box.children.values():
+        _sum_children(c)
+        box.add(c.energy_j, c.time_s, c.kinds)
 
 
 def walk(box: Box, depth: int | None = None, level: int = 0) -> list[tuple[int, Box]]:

@@ -341,6 +341,12 @@ def _rect(x: float, y: float, w: float, h: float, color: Any) -> Any:
 
 
 PLOTS = ("edd", "tensors", "power")
+# A plot grows a third of an inch a bar and nearly an inch a level: 3,000 tensors drew a 12 x 1,050 inch
+# canvas, 600 MB of pixels at 110 dpi, and a graph's 65,534 nodes would need 13 GB; past a few dozen bars
+# or levels nothing is legible anyway. So the plots show at most this many tensors and module levels (the
+# tables and the CSV hold them all), and the tensors plot's title says how many it shows.
+PLOT_TOP = 50
+PLOT_DEPTH = 20
 
 
 def plot_paths(out: Path, stem: str) -> list[Path]:
@@ -358,7 +364,9 @@ def plot(acct: Account, trace: Trace, board: Board, out: Path, stem: str, top: i
 
     matplotlib.use("Agg")
     with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
-        return _plot(acct, trace, board, out, stem, top, depth, folded, timeline_steps)
+        return _plot(acct, trace, board, out, stem, min(top, PLOT_TOP),
+                     PLOT_DEPTH if depth is None else min(depth, PLOT_DEPTH),
+                     folded, timeline_steps)
 
 
 def _plot(acct: Account, trace: Trace, board: Board, out: Path, stem: str, top: int, depth: int | None,
