@@ -131,7 +131,8 @@ def test_board_weights_match_pytorch_on_the_same_data_order(workspace: Path) -> 
 
 @pytest.mark.parametrize("extra,words", [
     (["--ram", "100k"], "below the smallest feasible budget"),
-    (["--battery-mah", "0.0001", "--volts", "3.7"], "battery"),
+    # 200 steps of cnn-digits need more than the smallest battery poet judges (0.01 mAh at 0.5 V) gives
+    (["--epochs", "50", "--battery-mah", "0.01", "--volts", "0.5"], "but the battery"),
     (["--budget-j", "1e-6"], "--budget-j"),
     (["--epochs", "0"], "--epochs: '0' is not a whole number from 1"),
     (["--port", "/dev/null", "--emulate"], "--port and --emulate"),
@@ -157,8 +158,8 @@ def test_data_that_does_not_fit_the_model(workspace: Path, capsys: pytest.Captur
     assert len(err) == 1 and "do not fit model cnn-digits" in err[0], err
 
 
-def test_battery_refusal_can_be_forced(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = [*BASE, "--epochs", "1", "--data-limit", "16", "--battery-mah", "0.00001", "--volts", "3.7", "--force"]
+def test_an_energy_refusal_can_be_forced(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*BASE, "--epochs", "1", "--data-limit", "16", "--budget-j", "1e-6", "--force"]
     (workspace / "runs" / "f").mkdir(parents=True)  # an empty folder is a --run-dir like any other
     assert main([*args, "--run-dir", str(workspace / "runs" / "f")]) == 0
     assert "--force given" in capsys.readouterr().out

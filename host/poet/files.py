@@ -162,6 +162,18 @@ def _disk_error(path: Path, exc: OSError) -> PoetError:
     return PoetError(f"cannot write {path}: {reason} (the file is as it was before; nothing half-written is left)")
 
 
+def _mode_for(path: Path) -> int:
+    """The permissions a write of `path` leaves: those of the file it replaces, else what open() would
+    give a new file (0666 less the umask)."""
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    mask = os.umask(0o022)  # the only way to read the umask is to set it: put back at once
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
 def atomic(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     """A binary file to write `path`'s new content into; on leaving the block it replaces `path`
@@ -173,6 +185,7 @@ def atomic(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     except OSError as exc:
         raise _disk_error(p, exc) from None
     try:
+        os.fchmod(fd, _mode_for(p))  # mkstemp's 0600 would hide a run's results from the group a plain write shows
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()

@@ -27,11 +27,13 @@ import csv
 import datetime
 import fcntl
 import hashlib
+import io
 import itertools
 import json
 import math
 import os
 import shutil
+import stat
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -43,7 +45,7 @@ import torch
 
 from poet.boards import Board, load_board
 from poet.device import firmware, flash
-from poet.device.connect import Device, open_device
+from poet.device.connect import SWAP_FILE, Device, open_device
 from poet.device.link import OPT_STATE, PROTO, LinkError, ProtocolMismatch
 from poet.energy.accounting import account, charges
 from poet.energy.battery import check_battery, refusal
@@ -54,6 +56,8 @@ from poet.energy.meters.window import recorded
 from poet.energy.predict import Comparison, Epoch, Prediction, RunPredictor, plan_prediction
 from poet.energy.tracefile import Trace
 from poet.errors import PoetError, UsageError
+from poet.files import MB, SMALL, atomic, load_json, open_in_folder, read_bytes, write_atomic
+from poet.files import kind as file_kind
 from poet.graph.reference import Fed, accuracy, reconstruction_errors, state_tensors, weights_of
 from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
@@ -62,8 +66,10 @@ from poet.models.metrics import anomaly_labels, roc_auc
 from poet.models.synthetic import NAMED
 from poet.models.zoo import ModelChoice
 from poet.paths import runs_dir, shown
+from poet.plan.lower import model_blob
 from poet.plan.memory import check_ram, pool_for
 from poet.plan.request import PlanRequest
+from poet.plan.schedule import MEANINGS, NO_DETAIL, OK, peak_live_bytes, validate
 from poet.progress import bar
 from poet.units import parse_deadline
 
@@ -142,16 +148,84 @@ def _well_typed(s: RunState) -> bool:
 # a folder with one of these holds a run: a new run there would overwrite it
 RUN_FILES = ("config.json", "state.json", "checkpoint.npz", "trace.json")
 LOCK_FILE = "run.lock"
+QEMU_LOG = "qemu.log"  # poet.device.emulator: QEMU's output, in the run's folder
+# Every name poet reads or writes in a run's folder: its own files, what the emulator keeps there (QEMU's
+# log, the emulated SD card, which QEMU's firmware opens by name), what the account writes (plots,
+# emissions, a meter's recording). A run folder may come from someone else: a link among these would make
+# a resume read /dev/zero or write outside the folder, so such a folder is refused before anything is read.
+PLOTS = ("energy.edd.png", "energy.tensors.png", "energy.power.png")  # energy.report.plot(run.dir, "energy")
+RUN_ENTRIES = (*RUN_FILES, "plan.json", "schedule.poet", "report.txt", "weights.pt", "emissions.csv", "meter.csv",
+               *PLOTS, LOCK_FILE, QEMU_LOG, SWAP_FILE)
+# written where they are, not replaced by a rename: a hard link among them would change its other name too
+IN_PLACE = (LOCK_FILE, QEMU_LOG, SWAP_FILE, "emissions.csv", "meter.csv")
+# a schedule is 8 bytes an instruction and at most 65,535 of them (a u16 count), with its header and CRC
+SCHEDULE_LIMIT = 24 + 8 * 0xFFFF + 4
+# a checkpoint read where the model is not known (read_back, a diverged run's message): what a Jetson's RAM holds
+CHECKPOINT_LIMIT = 8 << 30
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+def check_entries(folder: Path) -> None:
+    """Refuse, in one line naming it, a run folder where one of the names poet reads or writes is a link,
+    not a regular file, or (for a file written in place) a file with other names."""
+    for name in RUN_ENTRIES:
+        p = folder / name
+        where = f"{shown(folder)}/{name}"  # shown(p) would resolve the link, naming its target
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UsageError(f"{where}: cannot look at it ({exc.strerror or exc})") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise UsageError(f"{where} is a symbolic link (to {os.readlink(p)}): poet neither reads nor writes "
+                             "through links in a run's folder, which could point anywhere: remove it, or copy the "
+                             "file it points to in its place")
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{where} is {file_kind(st.st_mode)}, not a file: a run's folder holds only poet's "
+                             "own files under that name (remove it)")
+        if name in IN_PLACE and st.st_nlink > 1:
+            raise UsageError(f"{where} has {st.st_nlink} names (a hard link): poet writes it in place, which "
+                             "would change the file under its other names too (remove it)")
+
+
+def _run_json(p: Path) -> Any:
+    """One of a run's JSON files: a regular file, not through a link, of a size such a file can have. NaN is
+    taken: a run writes it for an epoch with no test data (and config.json's values are checked as options)."""
+    data = read_bytes(p, follow=False, limit=SMALL)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+        raise UsageError(f"{shown(p)} is unreadable ({' '.join(str(exc).split())[:200]}): the run cannot be "
+                         "resumed") from None
+
+
+def _npz(data: bytes, limit: int) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file held in `data`. Each array's header is read first: numpy allocates the
+    shape a header says before it reads a byte, so a forged kilobyte would ask for terabytes."""
+    arrays = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        for info in zf.infolist():
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                else:
+                    raise ValueError(f"{info.filename} is an array of format {version}, which poet does not write")
+            if dtype.hasobject or math.prod(shape) * dtype.itemsize > limit:
+                raise ValueError(f"{info.filename} holds {'objects' if dtype.hasobject else f'{shape} {dtype}'}, "
+                                 "not what a checkpoint holds")
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        for name in z.files:
+            arrays[name] = z[name]
+    return arrays
 
 
 class Run:
-    """A run's folder: what it was asked, where it is, and its files."""
+    """A run's folder: what it was asked, where it is, and its files. Every file is written whole by a fresh
+    temporary renamed over it (poet.files.atomic: a link planted at its name is replaced, never followed)
+    and read only as a regular file, never through a link."""
 
     def __init__(self, folder: Path) -> None:
         self.dir = folder
@@ -161,15 +235,16 @@ class Run:
         return self.dir / "config.json"
 
     def save_state(self, state: RunState) -> None:
-        _write_atomic(self.dir / "state.json", json.dumps(asdict(state), indent=1).encode())
+        write_atomic(self.dir / "state.json", json.dumps(asdict(state), indent=1).encode())
 
     def load_state(self) -> RunState:
         p = self.dir / "state.json"
-        if not p.exists():
+        if not os.path.lexists(p):
             return RunState()
+        raw = _run_json(p)
         try:
-            state = RunState(**json.loads(p.read_text()))
-        except (OSError, ValueError, TypeError) as exc:
+            state = RunState(**raw)
+        except TypeError as exc:  # not an object, or other keys
             raise UsageError(f"{shown(p)} is unreadable ({exc}): the run cannot be resumed") from None
         if not _well_typed(state):
             raise UsageError(f"{shown(p)} holds values of the wrong kind (changed or damaged): the run cannot be "
@@ -178,17 +253,24 @@ class Run:
 
     def save_checkpoint(self, weights: list[np.ndarray], opt_state: bytes, state: RunState) -> None:
         arrays = {f"w{i}": w for i, w in enumerate(weights)}
-        tmp = self.dir / "checkpoint.tmp.npz"
-        np.savez(tmp, opt_state=np.frombuffer(opt_state, dtype=np.uint8), global_step=state.global_step, **arrays)
-        os.replace(tmp, self.dir / "checkpoint.npz")
+        with atomic(self.dir / "checkpoint.npz") as f:
+            np.savez(f, opt_state=np.frombuffer(opt_state, dtype=np.uint8), global_step=state.global_step, **arrays)
 
-    def load_checkpoint(self) -> tuple[list[np.ndarray], bytes, int] | None:
+    def load_checkpoint(self, limit: int = CHECKPOINT_LIMIT) -> tuple[list[np.ndarray], bytes, int] | None:
+        """The weights, optimizer state and step of the run's checkpoint (None: it has none). `limit`: the
+        most bytes it may hold (a model's weights and optimizer state; see checkpoint_limit)."""
         p = self.dir / "checkpoint.npz"
-        if not p.exists():
+        if not os.path.lexists(p):
             return None
-        with np.load(p) as z:
-            n = sum(1 for k in z.files if k.startswith("w"))
-            return [z[f"w{i}"] for i in range(n)], z["opt_state"].tobytes(), int(z["global_step"])
+        z = _npz(read_bytes(p, follow=False, limit=limit), limit)
+        n = sum(1 for k in z if k.startswith("w"))
+        return [z[f"w{i}"] for i in range(n)], z["opt_state"].tobytes(), int(z["global_step"])
+
+
+def checkpoint_limit(g: TrainingGraph) -> int:
+    """The most bytes a checkpoint of g holds: every weight at 8 bytes an element (more than any dtype the
+    board gives back), the optimizer state, and room for the zip's and the arrays' headers."""
+    return sum(math.prod(shape) for _, shape in g.params) * 8 + pool_for(g).optimizer_state + MB
 
 
 def _holds_run(folder: Path) -> bool:
@@ -201,6 +283,8 @@ def _refuse_if_run(folder: Path) -> None:
     if folder.is_dir() and _holds_run(folder):
         raise UsageError(f"--run-dir {folder} already holds a run: continue it with `poet train --resume {folder}`, "
                          "or give another --run-dir")
+    if folder.is_dir():
+        check_entries(folder)
 
 
 def _lock(folder: Path) -> int:
@@ -208,11 +292,7 @@ def _lock(folder: Path) -> int:
 
     flock, not a pid file: a lock held by a process that was killed goes with it, so a reset or kill -9
     never leaves a run that cannot be resumed."""
-    path = folder / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise PoetError(f"cannot write in the run {shown(folder)}: {exc.strerror or exc}") from None
+    fd = open_in_folder(folder / LOCK_FILE, "the run's lock")  # never through a link planted there
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -258,20 +338,20 @@ def _new_folder(cfg: RunConfig) -> tuple[Path, bool]:
     raise AssertionError("unreachable")
 
 
-def _resume_checkpoint(run: Run, state: RunState) -> tuple[list[np.ndarray], bytes, int] | None:
+def _resume_checkpoint(run: Run, state: RunState, limit: int) -> tuple[list[np.ndarray], bytes, int] | None:
     """The checkpoint of the steps the state says are done; refused when it is missing or unreadable,
-    as training on from the initial weights would silently lose those steps."""
+    as training on from the initial weights would silently lose those steps. limit: checkpoint_limit."""
     if not state.global_step:
         return None
     p = run.dir / "checkpoint.npz"
-    if not p.exists():
+    if not os.path.lexists(p):
         raise UsageError(f"{shown(run.dir)}: state.json says {state.global_step} steps are done but checkpoint.npz "
                         "is missing, so their weights are lost: start a new run")
     try:
-        ckpt = run.load_checkpoint()
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise UsageError(f"{shown(run.dir)}: checkpoint.npz is unreadable ({exc}), so the weights of its "
-                        f"{state.global_step} steps are lost: start a new run") from None
+        ckpt = run.load_checkpoint(limit)
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        raise UsageError(f"{shown(run.dir)}: checkpoint.npz is unreadable ({' '.join(str(exc).split())[:200]}), "
+                         f"so the weights of its {state.global_step} steps are lost: start a new run") from None
     assert ckpt is not None
     if ckpt[2] != state.global_step:
         raise UsageError(f"{shown(run.dir)}: checkpoint after step {ckpt[2]}, state says {state.global_step}")
@@ -312,12 +392,10 @@ def run_config(folder: Path) -> dict[str, Any]:
     path = Run(folder).config_path
     if not folder.is_dir():
         raise UsageError(f"--resume {folder}: no such run folder")
-    if not path.exists():
+    if not os.path.lexists(path):
         raise UsageError(f"--resume {folder}: not a run folder (no config.json)")
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{shown(path)} is unreadable ({exc}): the run cannot be resumed") from None
+    check_entries(folder)  # before anything in it is read
+    cfg = _run_json(path)
     if isinstance(cfg, dict):
         for key in LATER_KEYS:
             cfg.setdefault(key, None)
@@ -356,13 +434,21 @@ def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, request: Pla
                          request.gap]).encode())
     if request.precision != "fp32":  # fp32 runs keep the keys (and the cached plans) they had before --precision
         rules = request.precision_rules
-        text = rules.read_text() if rules and rules.is_file() else ""  # a missing file: refused later
+        # a missing file: refused later
+        text = read_bytes(rules, "--precision-rules").decode(errors="replace") if rules and rules.is_file() else ""
         h.update(json.dumps([request.precision, str(rules or ""), text]).encode())
     return h.hexdigest()[:16]
 
 
 def _graph(cfg: RunConfig) -> tuple[torch.nn.Module, TrainingGraph]:
-    model, g = traced(cfg.model)
+    try:
+        model, g = traced(cfg.model)
+    except PoetError as exc:
+        # --train names more layers than the model has, or a mode it cannot take: the tracer, which alone
+        # knows the layers, says so with exit 1 (graph/tracer.py _trainable); it is a bad command line
+        if str(exc).startswith("--train ") and exc.status != 2:
+            raise UsageError(str(exc)) from None
+        raise
     return model, with_optimizer(g, parse_optimizer(cfg.optimizer))
 
 
@@ -429,31 +515,75 @@ def _to_model(model: torch.nn.Module, g: TrainingGraph, weights: list[np.ndarray
 
 
 def _run_plan(run: Run) -> dict:
-    """A run's plan.json ({} when it has none, or a damaged one: then the graph is the traced one)."""
-    try:
-        plan = json.loads((run.dir / "plan.json").read_text())
-    except (OSError, ValueError):
+    """A run's plan.json ({} when it has none, or a damaged one: then the graph is the traced one). A link or
+    a device there is refused (check_entries), never read."""
+    p = run.dir / "plan.json"
+    if not os.path.lexists(p):
         return {}
-    return plan if isinstance(plan, dict) else {}
+    try:
+        plan = json.loads(read_bytes(p, follow=False, limit=SMALL))
+    except (ValueError, RecursionError):
+        return {}
+    return plan if _plan_problem(plan) is None else {}
 
 
-def _given_schedule(path: Path, run: Run, say: Say) -> dict:
-    """--schedule: run this file instead of planning; the board validates it. No plan, so no prediction."""
-    if not path.is_file():
-        raise UsageError(f"--schedule {path}: the file does not exist")
-    if path.resolve() != (run.dir / "schedule.poet").resolve():
-        shutil.copy(path, run.dir / "schedule.poet")
-    say(f"\n[plan] running the schedule {shown(path)} as given ({path.stat().st_size} bytes); the board validates it")
+# a plan.json's counts, and its numbers the run computes with (predictions, the step's timeout)
+PLAN_COUNTS = ("recomputes", "page_ins", "page_outs", "peak_bytes", "arena_budget")
+PLAN_AMOUNTS = ("energy_j", "time_s")
+
+
+def _plan_problem(info: object) -> str | None:
+    """What is wrong with a plan.json's values (None: nothing): each of the kind the run uses it as, and
+    the energy and time finite, so a damaged file is never computed with."""
+    if not isinstance(info, dict):
+        return "not an object"
+    if "given" in info:  # a run of a given schedule: no plan
+        return None if isinstance(info["given"], str) else "given is not a path"
+    for k in PLAN_COUNTS:
+        if not _is_count(info.get(k)):
+            return f"{k} is {json.dumps(info.get(k))[:20]}, not a count"
+    for k in PLAN_AMOUNTS:
+        v = info.get(k)
+        if not (_is_real(v) and math.isfinite(v) and v >= 0):
+            return f"{k} is {json.dumps(v)[:20]}, not a finite amount"
+    for k in ("streamed", "w8"):
+        if k in info and not (isinstance(info[k], list) and all(isinstance(n, str) for n in info[k])):
+            return f"{k} is not a list of names"
+    if not isinstance(info.get("int8_prefix", False), bool) or not isinstance(info.get("precision", {}), dict):
+        return "int8_prefix or precision is of the wrong kind"
+    return None
+
+
+def _read_given_schedule(path: Path, g: TrainingGraph) -> bytes:
+    """--schedule's bytes, checked by the host's twin of the firmware's validator (plan/schedule.py)
+    against the model before a board is touched: a schedule the board would refuse is a bad input (exit
+    2), not found after the emulator boots. Its arena against the board's pool is left to the board,
+    whose pool it is."""
+    data = read_bytes(path, "--schedule", limit=SCHEDULE_LIMIT)
+    status, detail = validate(data, model_blob(_graph_for(g, {})), 0xFFFFFFFF)
+    if status != OK:
+        at = f" (instruction {detail})" if detail != NO_DETAIL else ""
+        raise UsageError(f"--schedule {path}: {MEANINGS[status]}{at}")
+    return data
+
+
+def _given_schedule(path: Path, data: bytes, run: Run, say: Say) -> dict:
+    """--schedule: run this file (read and checked by _read_given_schedule) instead of planning. No plan, so
+    no prediction."""
+    write_atomic(run.dir / "schedule.poet", data)
+    say(f"\n[plan] running the schedule {shown(path)} as given ({len(data)} bytes)")
     info = {"given": str(path)}
-    _write_atomic(run.dir / "plan.json", json.dumps(info, indent=1).encode())
+    write_atomic(run.dir / "plan.json", json.dumps(info, indent=1).encode())
     return info
 
 
 def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, say: Say,
-          bars: bool = False) -> dict:
-    """The plan and schedule for this run: from the cache when the same configuration was solved before."""
+          bars: bool = False, given: bytes | None = None) -> tuple[dict, bytes]:
+    """The plan and schedule for this run (given: --schedule's bytes): from the cache when the same
+    configuration was solved before and the cached entry verifies."""
     if cfg.schedule:
-        return _given_schedule(cfg.schedule, run, say)
+        assert given is not None
+        return _given_schedule(cfg.schedule, given, run, say), given
     from poet.paths import profile_to_read
     from poet.plan.costs import costed, load_profile
     from poet.plan.request import solve_request
@@ -461,15 +591,18 @@ def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run,
     request = cfg.plan
     prof_path = request.profile or profile_to_read(board.name)
     prof = load_profile(board.name, request.profile)
-    key = _plan_key(g, board, prof_path.read_bytes() if prof_path.exists() else b"", request)
+    key = _plan_key(g, board, read_bytes(prof_path, "profile") if prof_path.exists() else b"", request)
     cache = runs_dir() / "plans" / key
     cache.mkdir(parents=True, exist_ok=True)
     with _held(cache / LOCK_FILE, say, "another poet is solving the same plan: waiting for it to reuse its plan"):
-        info = _cached_plan(cache)
-        if info is not None:
+        cached = _cached_plan(cache, g, key, say)
+        if cached is not None:
+            info, sched = cached
             say(f"\n[plan] reusing the plan solved for the same graph, board, profile and budget ({shown(cache)}): "
                 f"{info['recomputes']} recomputes, {info['page_ins']} page-ins, peak arena {info['peak_bytes']} B")
         else:
+            # what did not verify goes: solve_request writes the schedule where it is, through whatever is there
+            (cache / "schedule.poet").unlink(missing_ok=True)
             cg = costed(g, board, prof, estimate=True)
             deadline_s = parse_deadline(request.deadline, cg.one_pass_s)
             # plan.json, written last, marks the entry whole: a schedule without it is solved again
@@ -477,6 +610,7 @@ def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run,
                               bars=bars)
             if p.lowered is None:
                 raise PoetError(f"model {g.model} cannot run on the board yet")
+            sched = p.lowered.schedule.encode()
             info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
                     "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
                     "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,
@@ -490,31 +624,53 @@ def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run,
                 info["streamed"] = p.streamed
             if getattr(p, "w8", None):  # and these frozen dense weights stored int8 (poet.plan.placement)
                 info["w8"] = p.w8
-            _write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())  # last: it marks the entry whole
-        shutil.copy(cache / "plan.json", run.dir / "plan.json")
-        shutil.copy(cache / "schedule.poet", run.dir / "schedule.poet")
-    return info
+            write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())  # last: it marks the entry whole
+        write_atomic(run.dir / "plan.json", json.dumps(info, indent=1).encode())
+        write_atomic(run.dir / "schedule.poet", sched)
+    return info, sched
 
 
-PLAN_FIELDS = ("recomputes", "page_ins", "peak_bytes")
-
-
-def _cached_plan(cache: Path) -> dict | None:
-    """A cache entry's plan.json, or None when it is missing or damaged (then the plan is solved again)."""
+def _cached_plan(cache: Path, g: TrainingGraph, key: str, say: Say) -> tuple[dict, bytes] | None:
+    """A cache entry's plan and schedule when they verify: plan.json's values are of their kinds, it is
+    this key's, and its schedule passes the host's twin of the firmware's validator (CRC, graph hash,
+    every instruction, the plan's arena) against the graph the plan runs, peaking where the plan says.
+    Else None, and the plan is solved again: a damaged or foreign schedule would be refused by the board
+    in every later run, and a wrong peak would fail the first step."""
+    if not os.path.lexists(cache / "plan.json"):  # never solved, or stopped before its plan was whole
+        return None
     try:
-        info = json.loads((cache / "plan.json").read_text())
-    except (OSError, ValueError):
+        info = load_json(read_bytes(cache / "plan.json", follow=False), "plan.json")
+        sched = read_bytes(cache / "schedule.poet", follow=False, limit=SCHEDULE_LIMIT)
+    except UsageError as exc:
+        why: str | None = str(exc)
+    else:
+        why = _plan_problem(info) or (None if info.get("key") == key else "it is of another configuration") \
+            or _schedule_problem(sched, g, info)
+    if why:
+        say(f"note: the cached plan in {shown(cache)} does not verify ({why}): solving it again")
         return None
-    if not isinstance(info, dict) or not all(isinstance(info.get(k), int) for k in PLAN_FIELDS) \
-            or not (cache / "schedule.poet").is_file():
-        return None
-    return info
+    return info, sched
+
+
+def _schedule_problem(sched: bytes, g: TrainingGraph, info: dict) -> str | None:
+    """What is wrong with a cached schedule for the graph its plan runs (None: nothing)."""
+    try:
+        blob = model_blob(_graph_for(g, info))
+    except (PoetError, ValueError, KeyError, TypeError, AttributeError, IndexError):  # a precision record of
+        return "its plan places or casts tensors this model does not have"  # another graph, or a damaged one
+    status, detail = validate(sched, blob, info["arena_budget"])
+    if status != OK:
+        return f"its schedule: {MEANINGS[status]}" + (f" (instruction {detail})" if detail != NO_DETAIL else "")
+    peak = peak_live_bytes(sched, blob)
+    if peak != info["peak_bytes"]:
+        return f"its schedule peaks at {peak} B, its plan.json says {info['peak_bytes']} B"
+    return None
 
 
 @contextlib.contextmanager
 def _held(path: Path, say: Say, waiting: str) -> Iterator[None]:
     """An exclusive flock on `path` for the block; says so once if another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_in_folder(path, "the plan cache's lock")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -639,7 +795,11 @@ def _check_request(cfg: RunConfig, say: Say) -> None:
     if cfg.plan.ram is None:
         raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
     if not cfg.schedule:
+        from poet.paths import profile_to_read
         from poet.plan.costs import load_profile
+        prof_path = cfg.plan.profile or profile_to_read(cfg.board)
+        if prof_path.exists() or prof_path.is_symlink():  # a missing one: load_profile says what to do
+            read_bytes(prof_path, "profile")  # a regular file of a profile's size: never /dev/zero read to the end
         load_profile(cfg.board, cfg.plan.profile, note=lambda m: say(f"note: {m}"))
         if cfg.plan.precision != "fp32":
             from poet.plan.precision import load_rules
@@ -652,15 +812,16 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
     ckpt = None
     if resume:
         run = Run(resume)
+        check_entries(run.dir)  # before anything in it is opened (run_config did too, for the CLI)
         held.callback(os.close, _lock(run.dir))
         state = run.load_state()
-        if state.finished:
+        if state.finished or state.complete:
+            _check_finished(run, state, cfg.epochs)
             if state.complete:
                 say(f"run {shown(run.dir)} already finished: nothing to resume")
             else:
                 _complete_finished(cfg, run, state, say)
             return run.dir
-        ckpt = _resume_checkpoint(run, state)
     elif cfg.run_dir:
         _refuse_if_run(cfg.run_dir)
     # everything a new run could be refused for is checked before its folder exists
@@ -668,15 +829,15 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
     assert cfg.plan.ram is not None
     check_ram(cfg.plan.ram, board.ram_bytes, board.name)
     model, g = _graph(cfg)
-    data = load_dataset(cfg.data, cfg.data_limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss, g.vocab)
-    per_epoch = len(data.epoch_batches(g.batch, 0, cfg.model.seed))
-    if per_epoch == 0:
-        raise UsageError(f"--data {cfg.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
+    data, per_epoch = _data(cfg, g)
     if resume:
-        _check_resumable(run, state, _graph_for(g, _run_plan(run)), ckpt, per_epoch, cfg.epochs)
+        g_run = _graph_for(g, _run_plan(run))
+        ckpt = _resume_checkpoint(run, state, checkpoint_limit(g_run))
+        _check_resumable(run, state, g_run, ckpt, per_epoch, cfg.epochs)
         at = "after its last step" if state.global_step == per_epoch * cfg.epochs else \
             f"at epoch {state.epoch + 1}, step {state.step + 1}"
         say(f"resuming {shown(run.dir)} {at} ({state.global_step} steps done)")
+    given = _read_given_schedule(cfg.schedule, g) if cfg.schedule else None  # one the board would refuse: here
     meter = open_meter(cfg.meter) if cfg.meter else None  # a missing sensor: refused here
     if not resume:
         folder, made = _new_folder(cfg)
@@ -691,14 +852,14 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
         if port:
             _ensure_firmware(board, port, run.dir, say)
         with open_device(board, port, workdir=run.dir, ram=cfg.plan.ram) as dev:
-            plan = _plan(cfg, g, board, dev, run, say, bars)
+            plan, sched = _plan(cfg, g, board, dev, run, say, bars, given)
             prefix = _int8_prefix(g, plan)
             w0, fed = _initial_weights(model, prefix, data, say)
             g = _graph_for(g, plan, prefix)
             pred = _check_energy(cfg, plan, total_steps, cfg.epochs, say)
             if not resume:
                 # only now: a run refused for its energy or schedule leaves no config, so no run to be refused for
-                _write_atomic(run.config_path, json.dumps(_config_from(cfg), indent=1, default=str).encode())
+                write_atomic(run.config_path, json.dumps(_config_from(cfg), indent=1, default=str).encode())
             trace_path = run.dir / "trace.json"
             tr = Trace.load(trace_path) if state.global_step else \
                 Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
@@ -709,7 +870,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
                 weights, opt_state, _ = ckpt
                 dev.load_model(g, weights, bars=bars)
                 dev.link.upload(OPT_STATE, opt_state)
-            dev.load_schedule((run.dir / "schedule.poet").read_bytes(), planned_peak=plan.get("peak_bytes"),
+            dev.load_schedule(sched, planned_peak=plan.get("peak_bytes"),
                               planned_time_s=plan.get("time_s"))
             say(f"\n[train] {g.model} ({g.train}) on the {dev.provenance} {board.name}: {cfg.epochs} epochs x "
                 f"{per_epoch} steps of {g.batch}, {g.optimizer['name']} lr {cfg.lr}, data {data.name} "
@@ -729,6 +890,24 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
             _unmake(run.dir, made, left)  # refused before it began (energy, schedule, flashing): no run to leave
         raise
     return run.dir
+
+
+def _data(cfg: RunConfig, g: TrainingGraph) -> tuple[Dataset, int]:
+    """The run's data, fitted to the model, and its steps per epoch."""
+    data = load_dataset(cfg.data, cfg.data_limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss, g.vocab)
+    per_epoch = len(data.epoch_batches(g.batch, 0, cfg.model.seed))
+    if per_epoch == 0:
+        raise UsageError(f"--data {cfg.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
+    return data, per_epoch
+
+
+def _check_finished(run: Run, state: RunState, epochs: int) -> None:
+    """A state that says the run finished (or is complete) is at the end of all its epochs; the rest is
+    checked against the checkpoint and the data when the run's files are written (_complete_finished)."""
+    if (state.complete and not state.finished) or state.epoch != epochs or state.step or len(state.history) != epochs:
+        raise UsageError(f"{shown(run.dir)}: state.json says the run {'is complete' if state.complete else 'finished'}"
+                         f" but is at epoch {state.epoch}, step {state.step} with {len(state.history)} of its {epochs} "
+                         "epochs summarised: it was changed or damaged, so the run cannot be completed")
 
 
 def _unmake(folder: Path, made: bool, left: set[str]) -> None:
@@ -877,12 +1056,12 @@ def _complete(cfg: RunConfig, g: TrainingGraph, board: Board, run: Run, state: R
 
 def _has_row(emissions: Path, run_id: str) -> bool:
     """Whether emissions.csv already has this run's row (written before the run was stopped)."""
-    if not emissions.is_file():
+    if not os.path.lexists(emissions):
         return False
+    text = read_bytes(emissions, follow=False, limit=SMALL)  # a link or a device: refused by check_entries first
     try:
-        with emissions.open(newline="") as f:
-            return any(row.get("run_id") == run_id for row in csv.DictReader(f))
-    except (OSError, UnicodeDecodeError, csv.Error):
+        return any(row.get("run_id") == run_id for row in csv.DictReader(io.StringIO(text.decode(), newline="")))
+    except (UnicodeDecodeError, csv.Error):
         return False  # append() keeps an unreadable file aside and starts a new one
 
 
@@ -890,35 +1069,36 @@ def _complete_finished(cfg: RunConfig, run: Run, state: RunState, say: Say) -> N
     """--resume of a run stopped after its last step, before its files: write them from the run's folder
     (checkpoint, trace, state, plan); no board is needed."""
     say(f"run {shown(run.dir)} finished its {state.global_step} steps but not its files: writing them")
-    if len(state.history) != cfg.epochs:
-        raise UsageError(f"{shown(run.dir)}: state.json says the run finished but has {len(state.history)} of its "
-                        f"{cfg.epochs} epochs: it cannot be completed")
-    ckpt = _resume_checkpoint(run, state)
-    assert ckpt is not None
     trace_path = run.dir / "trace.json"
-    if not trace_path.exists():
+    if not os.path.lexists(trace_path):
         raise UsageError(f"{shown(run.dir)}: trace.json is missing: the run's report cannot be written")
     board = load_board(cfg.board)
     model, g = _graph(cfg)
-    tr = Trace.load(trace_path)
+    _, per_epoch = _data(cfg, g)
     plan = _run_plan(run)
+    g_run = _graph_for(g, plan)
+    # the weights and report are written from the checkpoint: it must be the run's last step, as the state
+    # must be (a state saying `finished` after 2 of 8 steps would make a 2-step run look complete)
+    ckpt = _resume_checkpoint(run, state, checkpoint_limit(g_run))
+    _check_resumable(run, state, g_run, ckpt, per_epoch, cfg.epochs)
+    assert ckpt is not None  # _check_resumable: a finished run's state has all its steps, so a checkpoint
+    tr = Trace.load(trace_path)
     tr.plan = plan
     grid = intensity(cfg.country, cfg.carbon_intensity)
     total = state.global_step
     plan_pred = plan_prediction(plan.get("energy_j", 0.0), plan.get("time_s", 0.0), total, cfg.epochs, grid)
     predictor = RunPredictor(cfg.epochs, total, grid)
     for h in state.history:
-        predictor.add(Epoch(total // cfg.epochs, h["energy_j"], h["time_s"]))
-    _complete(cfg, _graph_for(g, plan), board, run, state, tr, model, ckpt[0], predictor, plan_pred, say)
+        predictor.add(Epoch(per_epoch, h["energy_j"], h["time_s"]))
+    _complete(cfg, g_run, board, run, state, tr, model, ckpt[0], predictor, plan_pred, say)
     say(f"run {shown(run.dir)} is complete")
 
 
 def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace, model: torch.nn.Module,
             weights: list[np.ndarray], say: Say) -> None:
     _to_model(model, g, weights)
-    tmp = run.dir / "weights.pt.tmp"
-    torch.save({k: v.clone() for k, v in model.state_dict().items()}, tmp)
-    os.replace(tmp, run.dir / "weights.pt")  # a run stopped mid-write keeps no half file that looks whole
+    with atomic(run.dir / "weights.pt") as f:  # a run stopped mid-write keeps no half file that looks whole
+        torch.save({k: v.clone() for k, v in model.state_dict().items()}, f)
     from poet.energy.report import render
 
     plan = tr.plan or {}
@@ -929,7 +1109,7 @@ def _finish(g: TrainingGraph, board: Board, run: Run, state: RunState, tr: Trace
     say(f"\n[account] trace of {len(tr.steps)} steps saved to {shown(trace_path)} "
         f"(`poet report {shown(trace_path)}` prints this again)")
     report = render(account(tr, board), tr, board, top=5)
-    _write_atomic(run.dir / "report.txt", (report + "\n").encode())
+    write_atomic(run.dir / "report.txt", (report + "\n").encode())
     from poet.energy.report import plot
 
     pngs = plot(account(tr, board), tr, board, run.dir, "energy")

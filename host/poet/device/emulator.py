@@ -4,6 +4,11 @@ QEMU is a child we must never leak: it is stopped on every exit path, Ctrl-C
 included, and dies with poet when poet itself is killed (poet.children). The
 serial port is a TCP server so the host connects only once QEMU is ready
 (wait=on holds the guest until then).
+
+QEMU's working directory may be a run's folder, which may come from someone else: what is written
+there by name (qemu.log, and poet-swap.bin, which the firmware opens by semihosting as its SD card)
+is opened by poet first without following a link, so a link planted there is refused, not written
+through.
 """
 
 from __future__ import annotations
@@ -21,6 +26,10 @@ from pathlib import Path
 
 from poet.device.children import die_with_poet
 from poet.errors import PoetError
+from poet.files import open_in_folder
+
+LOG_FILE = "qemu.log"
+SWAP_FILE = "poet-swap.bin"  # the stand-ins' pager file (firmware/ports/shared/semihost_pager.c; device.connect)
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,10 @@ def start_qemu(elf_path: Path | str, workdir: Path | str | None = None,
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="poet-qemu-"))
         wd = Path(workdir)
         wd.mkdir(parents=True, exist_ok=True)
-        log = stack.enter_context(open(wd / "qemu.log", "w+b"))
+        log = stack.enter_context(os.fdopen(open_in_folder(wd / LOG_FILE, "QEMU's log"), "w+b"))
+        # the firmware opens its card image by name, through whatever is there: made (or checked) here as
+        # a regular file of its own, and kept as it is (a card keeps its sectors)
+        os.close(open_in_folder(wd / SWAP_FILE, "the emulated SD card"))
         for attempt in range(PORT_ATTEMPTS):
             port = _free_port()
             log.seek(0)

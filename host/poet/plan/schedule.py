@@ -183,3 +183,18 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
     if resident:
         return LEAK, NO_DETAIL
     return OK, NO_DETAIL
+
+
+def peak_live_bytes(data: bytes, model: ModelBlob) -> int:
+    """The peak of resident bytes a board reports for this schedule (firmware/core/interp.c: a compute,
+    recompute or page-in adds its tensor's bytes, a free takes them back): what the planner's peak must
+    be, byte for byte. `data` must have passed `validate` against `model`."""
+    live = peak = 0
+    for ins in Schedule.decode(data).instrs:
+        n_bytes = model.nodes[ins.node].bytes
+        if ins.op in (COMPUTE, RECOMPUTE, PAGE_IN):
+            live += n_bytes
+            peak = max(peak, live)
+        elif ins.op == FREE:
+            live -= n_bytes
+    return peak
