@@ -1,6 +1,6 @@
 """A run folder from elsewhere never makes poet write outside it (issue 45).
 
-A real run on the emulated nRF52840, stopped after 2 of its 8 steps; copies of it get links planted:
+A real run on the emulated nRF52840, stopped after 2 of its 4 steps; copies of it get links planted:
 - at every name poet reads or writes there (its own files, QEMU's log and SD card image, the account's
   plots, emissions and meter recording), each to a file outside holding a valid copy of the run's file,
   so a resume that followed it would even succeed: the resume is refused in one line, exit 2, and no
@@ -28,7 +28,7 @@ from poet.train import IN_PLACE, RUN_ENTRIES
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
 
-RUN = ["train", "--model", "mlp-digits", "--ram", "200k", "--epochs", "2", "--data-limit", "64"]
+RUN = ["train", "--model", "mlp-digits", "--ram", "200k", "--epochs", "1", "--data-limit", "64"]  # 4 steps
 # names poet wrote its temporaries under before poet.files.atomic (a fresh O_EXCL name each time)
 OLD_TEMPORARIES = ("state.json.tmp", "checkpoint.tmp.npz", "trace.json.tmp", "weights.pt.tmp", "report.txt.tmp",
                    "plan.json.tmp", "config.json.tmp", "schedule.poet.tmp", "emissions.csv.tmp", "meter.csv.tmp",
@@ -37,7 +37,7 @@ OLD_TEMPORARIES = ("state.json.tmp", "checkpoint.tmp.npz", "trace.json.tmp", "we
 
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(workspace, run): RUN stopped by Ctrl-C after 2 of its 8 steps. Tests change copies of it only."""
+    """(workspace, run): RUN stopped by Ctrl-C after 2 of its 4 steps. Tests change copies of it only."""
     import poet.cli as cli
 
     ws = tmp_path_factory.mktemp("workspace")
@@ -47,7 +47,7 @@ def stopped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
     def say_and_stop(msg: str) -> None:
         real_say(msg)
-        if "epoch 1/2 step   2/4" in msg:
+        if "epoch 1/1 step   2/4" in msg:
             raise KeyboardInterrupt
 
     run = ws / "runs" / "stopped"
@@ -128,7 +128,7 @@ def test_links_at_old_temporaries_are_never_followed_and_a_bad_cached_plan_is_so
     assert _contents(elsewhere) == before
     assert all((resumed / name).is_symlink() for name in OLD_TEMPORARIES)
     state = json.loads((resumed / "state.json").read_text())
-    assert state["global_step"] == 8 and state["complete"]
+    assert state["global_step"] == 4 and state["complete"]
     left = {p.name for p in resumed.iterdir()} - set(OLD_TEMPORARIES)
     assert left <= set(RUN_ENTRIES), left - set(RUN_ENTRIES)  # every file a run writes is checked, no temporary left
     assert json.loads((cache / "plan.json").read_text())["peak_bytes"] == plan["peak_bytes"] - 4  # solved again
