@@ -187,6 +187,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
     ("data-float-labels", lambda t: [*TRAIN, "--data", _digits_like(t, lambda x, y: (x, y + 0.5))],
      ("not a whole class number",)),
     ("data-complex", lambda t: [*TRAIN, "--data", _digits_like(t, lambda x, y: (x + 1j, y))], ("complex",)),
+    ("steps-past-the-board-counter", lambda t: [*TRAIN[:-4], "--batch", "1", "--epochs", "100000", "--data", _data(
+        t, np.zeros((60_000, 64), np.float32), np.zeros(60_000, np.int64))], ("step counter", "fewer epochs")),
     ("data-strings", lambda t: [*TRAIN, "--data", _digits_like(t, lambda x, y: (x, y.astype(str)))],
      ("not numbers",)),
     # --resume takes everything but the link from the run, and imports nothing the command line does not name

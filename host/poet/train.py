@@ -48,7 +48,7 @@ from poet.device import firmware, flash
 from poet.device.connect import SWAP_FILE, Device, open_device
 from poet.device.link import OPT_STATE, PROTO, LinkError, ProtocolMismatch
 from poet.energy.accounting import account, charges
-from poet.energy.battery import check_battery, refusal
+from poet.energy.battery import battery_energy_j, check_battery, refusal
 from poet.energy.carbon import intensity
 from poet.energy.emissions import RunRecord, append
 from poet.energy.meters.replay import open_meter
@@ -487,6 +487,8 @@ def _int8_prefix(g: TrainingGraph, plan: dict) -> Int8Prefix | None:
     return prefix
 
 
+STEP_COUNTER_MAX = 0xFFFF_FFFF  # the board counts optimizer steps in a uint32 (core/interp.h, opt_step)
+
 CALIBRATION_SAMPLES = 64  # training samples a static-int8 prefix's scales are calibrated on
 
 
@@ -788,6 +790,8 @@ def _check_request(cfg: RunConfig, say: Say) -> None:
     written, so a refusal leaves nothing behind (no emulator booted, no run folder)."""
     if (cfg.battery_mah is None) != (cfg.volts is None):
         raise UsageError("--battery-mah and --volts go together (the battery's capacity and its nominal voltage)")
+    if cfg.battery_mah is not None and cfg.volts is not None:
+        battery_energy_j(cfg.battery_mah, cfg.volts)  # a capacity or voltage no battery has
     if cfg.schedule and (cfg.budget_j is not None or cfg.battery_mah is not None):
         raise UsageError("--budget-j and --battery-mah need a plan to predict the run from; drop --schedule")
     intensity(cfg.country, cfg.carbon_intensity)  # an unknown --country
@@ -830,6 +834,10 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
     check_ram(cfg.plan.ram, board.ram_bytes, board.name)
     model, g = _graph(cfg)
     data, per_epoch = _data(cfg, g)
+    if per_epoch * cfg.epochs > STEP_COUNTER_MAX:
+        raise UsageError(f"--epochs {cfg.epochs} x {per_epoch} steps is {per_epoch * cfg.epochs:,} steps: more than "
+                         f"the board's step counter holds ({STEP_COUNTER_MAX:,}; Adam's bias correction would "
+                         "divide by 0 when it wraps); train fewer epochs")
     if resume:
         g_run = _graph_for(g, _run_plan(run))
         ckpt = _resume_checkpoint(run, state, checkpoint_limit(g_run))

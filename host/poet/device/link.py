@@ -30,6 +30,7 @@ import serial
 
 from poet.device.framing import PAYLOAD_MAX, FrameReader, encode_frame
 from poet.errors import PoetError
+from poet.files import open_in_folder
 from poet.plan.schedule import ERRORS as SCHEDULE_ERRORS
 from poet.plan.schedule import MEANINGS as SCHEDULE_MEANINGS
 from poet.progress import bar, sent_bytes
@@ -125,7 +126,8 @@ class DeviceError(PoetError):
 def write_card(card: Path, at: int, data: bytes) -> None:
     """Write bytes onto an SD card image at a byte offset of the firmware's area, as a card reader would
     (an emulated board's card is a file: its pager's poet-swap.bin)."""
-    with open(card, "r+b" if card.exists() else "w+b") as f:
+    fd = open_in_folder(card, "the emulated SD card")  # a link planted in a run folder must not be written through
+    with os.fdopen(fd, "r+b") as f:
         f.seek(at)
         f.write(data)
 
