@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import stat
 import struct
 import sys
 import tempfile
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from poet import __version__
 from poet.boards import board_names, load_board
 from poet.errors import PoetError, UsageError
+from poet.files import kind as file_kind
 from poet.models.zoo import SMALL, ZOO, ModelChoice
 from poet.paths import shown, write_output
 from poet.plan.memory import check_ram, costed_fixed_bytes
@@ -168,16 +171,17 @@ def cmd_profile(args: argparse.Namespace) -> int:
     board = load_board(args.board)
     if args.repeats < 1 or args.max_repeats < args.repeats:
         raise UsageError(f"--repeats {args.repeats} --max-repeats {args.max_repeats}: need 1 <= repeats <= max-repeats")
+    path = Path(args.output) if args.output else profile_file(board.name)
+    # refuses a file there that is no profile or another board's, and a place it cannot write
+    existing = existing_profile(path, board.name)
+    if existing and existing.get("source") == "measured" and not args.port:
+        raise UsageError(f"{shown(path)} holds costs measured on a real {board.name}; profiling the emulated "
+                         f"stand-in would replace them: pass -o another file (or --port the board)")
     models = args.models or ([args.model] if args.model else ["mlp-digits", "cnn-digits"])
     graphs = []
     for m in models:
         g, model, w = _graph(args, m)
         graphs.append(_as_planned(g, model, w, board))
-    path = Path(args.output) if args.output else profile_file(board.name)
-    existing = existing_profile(path)  # refuses a file there that is no profile, and a place it cannot write
-    if existing and existing.get("source") == "measured" and not args.port:
-        raise UsageError(f"{shown(path)} holds costs measured on a real {board.name}; profiling the emulated "
-                         f"stand-in would replace them: pass -o another file (or --port the board)")
     with tempfile.TemporaryDirectory() as work, open_device(board, args.port, workdir=Path(work)) as dev:
         prev = resumable(existing, dev)
         if existing and prev is None:
@@ -627,8 +631,70 @@ def _input_file(text: str) -> str:
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
     if not p.exists():
+        if p.is_symlink():
+            raise argparse.ArgumentTypeError(f"{text} is a link to {os.readlink(p)}, which does not exist")
         raise argparse.ArgumentTypeError(f"{text} does not exist")
     return text
+
+
+def _planner_file(pipes: bool) -> Callable[[str], str]:
+    """An argparse type for a file the planner reads (--graph, --profile, --precision-rules): a regular
+    file, or with `pipes` a pipe (`<(...)`, /dev/stdin, a FIFO), which its reader reads once. Anything
+    else is refused while parsing, saying what it is: a device would read forever (/dev/zero) or as
+    empty (/dev/null), and a pipe given where the file is read more than once would wait for ever."""
+    def check(text: str) -> str:
+        _input_file(text)
+        try:
+            mode = os.stat(text).st_mode
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"{text}: cannot read it ({exc.strerror or exc})") from None
+        if stat.S_ISREG(mode) or (pipes and stat.S_ISFIFO(mode)):
+            return text
+        link = f" (a link to {os.path.realpath(text)})" if os.path.islink(text) else ""
+        if stat.S_ISFIFO(mode):
+            raise argparse.ArgumentTypeError(f"{text}{link} is a pipe (FIFO): poet reads this file more than once; "
+                                             f"save it to a file and give that")
+        raise argparse.ArgumentTypeError(f"{text}{link} is {file_kind(mode)}, not a file: give a regular file")
+    return check
+
+
+# A deadline is a plausible time for one training step: a 400-digit one parses as an infinite float,
+# which would reach the planner's solver as a bound of inf
+DEADLINE_X_MAX = 1e6  # times one plain pass
+DEADLINE_S_MAX = 365 * 24 * 3600.0  # a year
+
+
+def _deadline_text(text: str) -> str:
+    """--deadline: a multiple of one plain pass (1.5x) or a time (45ms), checked while parsing and kept as
+    text (what it is in seconds needs the costed graph: _deadline)."""
+    shown_text = text if len(text) <= 30 else text[:27] + "..."
+    try:
+        seconds = parse_deadline(text, 1.0)  # "x" as seconds of a 1 s pass: the multiple itself
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace(repr(text), repr(shown_text))) from None
+    multiple = text.strip().lower().endswith("x")
+    if not seconds <= (DEADLINE_X_MAX if multiple else DEADLINE_S_MAX):
+        limit = f"{DEADLINE_X_MAX:g} times one plain pass" if multiple else "a year"
+        raise argparse.ArgumentTypeError(f"deadline {shown_text!r} is more than {limit} per training step: give "
+                                         f"a deadline like 3x or 45ms")
+    return text
+
+
+def _deadlines(text: str) -> str:
+    """sweep's --deadline: a comma-separated list of deadlines, each as _deadline_text."""
+    for part in text.split(","):
+        _deadline_text(part)
+    return text
+
+
+TIME_LIMIT_MAX = 365 * 24 * 3600.0  # a year: a limit beyond is no limit, and passes HiGHS a time of 1e300
+
+
+def _time_limit(text: str) -> float:
+    v = _positive(text)
+    if v > TIME_LIMIT_MAX:
+        raise argparse.ArgumentTypeError(f"{text[:30]!r} seconds is more than a year: give a time limit like 60")
+    return v
 
 
 def _fraction(text: str) -> float:
@@ -678,25 +744,25 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                    "runtime, rpi4 or jetson, starts with a pool of this size)"
                    + ("" if required else "; default: a quarter of the way from the smallest feasible budget "
                       "to what keeping every activation needs"))
-    p.add_argument("--deadline", default="3x", help="time per step: a multiple of one plain pass (1.5x) "
-                   "or a time (45ms); default 3x")
+    p.add_argument("--deadline", type=_deadline_text, default="3x", help="time per step: a multiple of one "
+                   "plain pass (1.5x, up to 1e6x) or a time (45ms, up to a year); default 3x")
     p.add_argument("--strategy", default="poet", choices=list(STRATEGIES), metavar="NAME",
                    help="how to plan: " + "; ".join(f"{k}: {v}" for k, v in STRATEGIES.items())
                    + " (default poet)")
     p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
-    p.add_argument("--time-limit", type=_positive, default=60.0,
+    p.add_argument("--time-limit", type=_time_limit, default=60.0,
                    help="planner time limit in seconds, lower-bound relaxations and MILP together; with a second "
                    "core free a second MILP (or, where none is built, the relaxations by another path) races on it "
                    "for the whole limit (default 60)")
     p.add_argument("--gap", type=_fraction, default=0.0,
                    help="stop once the plan is proven within this relative gap of a lower bound, e.g. 0.01 (default 0)")
-    p.add_argument("--profile", type=_input_file, help=PROFILE_HELP)
+    p.add_argument("--profile", type=_planner_file(pipes=False), help=PROFILE_HELP)
     p.add_argument("--precision", default="fp32", choices=["fp32", "greedy", "auto"],
                    help="fp32 keeps every value (default); greedy stores every allowed saved activation in 16 "
                    "bits and runs every linear and conv2d forward in int8; auto decides each tensor and layer "
                    "inside the planner's MILP, casts counted, for the least energy (greedy and auto change "
                    "values by 16-bit rounding and int8 quantisation)")
-    p.add_argument("--precision-rules", type=_input_file, metavar="FILE",
+    p.add_argument("--precision-rules", type=_planner_file(pipes=False), metavar="FILE",
                    help="which tensors may go 16-bit and which layers int8 (default: poet's "
                    "data/precision.yaml: softmax, loss and norm inputs stay fp32)")
 
@@ -768,7 +834,7 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD})")
     _model_args(p)
     _solve_args(p)
-    p.add_argument("--graph", type=_input_file,
+    p.add_argument("--graph", type=_planner_file(pipes=True),
                    help="plan this graph file instead of tracing --model: a training graph from "
                    "`poet graph -o`, or a costed graph (the POET reference's schema); every number in it is "
                    "checked on load (sizes whole and below 2**48, costs 0 to 1e9 s or J, deps earlier nodes)")
@@ -782,16 +848,17 @@ def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentPars
     p = sub.add_parser("sweep", help="every strategy over RAM budgets and deadlines: a CSV and the POET paper's plots")
     p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD})")
     _model_args(p)
-    p.add_argument("--graph", type=_input_file,
+    p.add_argument("--graph", type=_planner_file(pipes=True),
                    help="sweep this graph file (training graph or costed graph) instead of --model")
     p.add_argument("--ram", required=True, help="budgets: LOW:HIGH:COUNT (e.g. 32k:512k:16) or a list 64k,96k")
-    p.add_argument("--deadline", default="1.5x", help="deadlines, comma-separated: 1.2x,1.5x,2x or 45ms (default 1.5x)")
+    p.add_argument("--deadline", type=_deadlines, default="1.5x",
+                   help="deadlines, comma-separated: 1.2x,1.5x,2x or 45ms (default 1.5x)")
     p.add_argument("--strategies", help=f"comma-separated subset of {','.join(STRATEGIES)} (default all)")
     p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
-    p.add_argument("--time-limit", type=_positive, default=60.0, help="per-plan solver time limit in s (default 60)")
+    p.add_argument("--time-limit", type=_time_limit, default=60.0, help="per-plan solver time limit in s (default 60)")
     # Python forks every worker up front: a huge --jobs would fork that many
     p.add_argument("--jobs", type=_whole(1, 256), help="parallel processes, 1 to 256 (default: one per core)")
-    p.add_argument("--profile", type=_input_file, help=PROFILE_HELP)
+    p.add_argument("--profile", type=_planner_file(pipes=False), help=PROFILE_HELP)
     p.add_argument("--semantics", choices=["poet", "reference"], default="poet",
                    help="for costed graph files: the POET reference's rules (see `poet solve --help`)")
     p.add_argument("-o", "--output", type=_output_folder, help="output folder (default workspace/sweeps/<model>)")

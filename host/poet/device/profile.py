@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime
 import fcntl
-import os
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import yaml
 from poet.boards import Board
 from poet.device.link import MODEL, WEIGHTS, LinkClosed, LinkTimeout
 from poet.errors import PoetError, UsageError
+from poet.files import write_atomic
 from poet.graph.dtypes import DT_F32, DT_I8, ELEMENT_TYPES
 from poet.graph.training_graph import TrainingGraph
 from poet.paths import shown
@@ -125,21 +125,24 @@ def write_profile(profile: dict[str, Any], path: Path) -> dict[str, Any]:
         with open(lock_path(path), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or by the kernel if we die
             merged = merge_profiles(profile, _on_disk(path))
-            # one temporary name is enough: only the lock holder writes it, and one a killed writer
-            # left behind is simply overwritten
-            tmp = path.with_name(path.name + ".tmp")
-            with open(tmp, "w") as f:
-                f.write("# poet op-cost profile; every number carries its provenance\n"
-                        + yaml.safe_dump(merged, sort_keys=False))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            # a fresh temporary renamed over the file (files.atomic: never through a planted link), in
+            # YAML without aliases, which a reader must otherwise bound (costs.MAX_EXPANDED)
+            write_atomic(path, "# poet op-cost profile; every number carries its provenance\n"
+                         + yaml.dump(merged, Dumper=_PlainDumper, sort_keys=False))
     except OSError as exc:
         raise PoetError(f"cannot write the profile {shown(path)} ({exc.strerror or exc}): make its folder "
                         f"writable, or pass another -o") from exc
     profile.clear()
     profile.update(merged)
     return profile
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """YAML with every shared value written out again: no anchors or aliases (a profile shares one list of
+    paging sizes between two fits)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _on_disk(path: Path) -> dict[str, Any] | None:
@@ -209,23 +212,30 @@ def merge_profiles(ours: dict[str, Any], disk: dict[str, Any] | None) -> dict[st
     return merged
 
 
-def existing_profile(path: Path) -> dict[str, Any] | None:
+def existing_profile(path: Path, board: str | None = None) -> dict[str, Any] | None:
     """The profile `poet profile -o path` will resume or replace; None when there is none yet.
 
     Refused in one line (UsageError): a file there that is not a profile, as -o may be a typo for
-    someone's file that must not be overwritten; and a place the profile cannot be written, found
-    now rather than after the measuring. Another firmware's profile is returned (the caller says
-    it profiles afresh and the first write replaces it).
+    someone's file that must not be overwritten; another board's profile than `board`'s (its
+    measurements are of another core and clock: profiling this board would replace them with
+    nothing of theirs kept); and a place the profile cannot be written, found now rather than after
+    the measuring. Another firmware's profile of the same board is returned (the caller says it
+    profiles afresh and the first write replaces it).
     """
+    prof = None
+    if path.exists():  # judged before anything is made beside it (the lock)
+        prof = read_profile(path, "pass another -o, or delete it to profile afresh", need_ops=False)
+        if board is not None and "board" in prof and str(prof["board"]) != board:
+            raise UsageError(f"{shown(path)} holds the {prof['board']}'s profile ({len(prof.get('ops') or {})} op "
+                             f"shapes, {prof.get('source', 'of unknown source')}); profiling the {board} would "
+                             f"replace it: pass -o another file (or --board {prof['board']})")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(lock_path(path), "a"):
             pass
     except OSError as exc:
         raise UsageError(f"cannot write the profile {shown(path)} ({exc.strerror or exc}): pass another -o") from exc
-    if not path.exists():
-        return None
-    return read_profile(path, "pass another -o, or delete it to profile afresh", need_ops=False)
+    return prof
 
 
 def _is_linux(board: Board) -> bool:

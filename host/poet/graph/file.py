@@ -16,20 +16,28 @@ from pathlib import Path
 from typing import Any
 
 from poet.errors import PoetError
-from poet.graph.dtypes import ELEMENT_TYPES
-from poet.graph.training_graph import OPTIMIZER_DEFAULTS, TrainingGraph
+from poet.files import kind as file_kind
+from poet.graph.dtypes import ELEMENT_TYPES, F32
+from poet.graph.training_graph import OPTIMIZER_DEFAULTS, PARAM_ATTRS, TrainingGraph, name_problem, numel
 from poet.plan import modelblob as mb
-from poet.plan.types import CostedGraph
+from poet.plan.types import COST_MAX, COST_MIN, CostedGraph
 from poet.units import format_size
 
 KINDS = ("input", "forward", "loss", "backward", "optimizer")
 # Limits, each far above any real model and low enough that the arithmetic downstream stays exact:
 BYTES_BELOW = 2**48  # a tensor or parameter set of 256 TiB and more is a typo, not a model
 FLOPS_BELOW = 2**63
-COST_MAX = 1e9  # seconds or joules of one node; the MILP cannot weigh 1e30 against 1e-6
 I32 = 2**31  # shapes and attributes travel to the board as i32 (docs/spec.md section 2)
 F32_MAX = 3.4028234663852886e38  # float attributes travel as binary32
 COSTS = ("compute_s", "compute_j", "page_in_s", "page_in_j", "page_out_s", "page_out_j")
+LOSSES = ("cross_entropy", "mse", "l1")
+INPUT_DTYPES = ("float32", "int64")
+# attributes that count something (a batch, channels, elements, a kernel's size): zero of them is no op
+DIMENSIONS = frozenset({"B", "C", "D", "H", "W", "HW", "K", "M", "N", "O", "S", "V", "batch", "classes", "in", "out",
+                        "n", "m", "rows", "outer", "r", "inner", "k", "kh", "kw", "sh", "sw", "stride", "groups",
+                        "d0", "d1", "d2", "d3", "l0", "l1"})
+# ops whose output may be int8 (static int8's layers, an int8-staged input), not fp32
+INT8_OUT = frozenset({"quantize", "conv2d_q", "add_q", "input"})
 
 # The most nodes poet plans, from a graph file or a traced model. Planning is not linear in the
 # size: the heuristics the MILP starts from (and that stand in for it once it is too big to
@@ -117,6 +125,15 @@ class _Place:
         if not (_is_number(v) and 0 <= v <= hi):
             hi_text = f"{hi:.0e}".replace("e+0", "e")  # 1e9, as one would write it
             raise self.bad(f"{key} is {_show(v)}; must be a number from 0 to {hi_text} ({unit})")
+        if 0 < v < COST_MIN:
+            raise self.bad(f"{key} is {_show(v)}; a cost is 0 or at least {COST_MIN:g} ({unit}): less is no "
+                           f"op's, and the planner's solver cannot weigh it")
+
+    def name(self, key: str, required: bool = True) -> None:
+        if self.has(key, required):
+            why = name_problem(self.obj[key])
+            if why:
+                raise self.bad(f"{key} is {_show(self.obj[key])}; a name {why}")
 
     def wholes(self, key: str, lo: int, hi: int, required: bool = True) -> list[int]:
         """A list of whole numbers, e.g. a shape."""
@@ -130,7 +147,8 @@ class _Place:
 
 def _node_place(path: str | Path, k: int, n: Any) -> _Place:
     name = n.get("name") if isinstance(n, dict) else None
-    label = f" ({str(name)[:40]})" if name is not None else ""
+    text = name if isinstance(name, str) and name_problem(name) is None else json.dumps(name)[:40]
+    label = f" ({text[:40]})" if name is not None else ""
     return _Place(path, f"node {k}{label}: ", n if isinstance(n, dict) else {})
 
 
@@ -182,6 +200,16 @@ def _check_structure(path: str | Path, raw: Any) -> list[dict[str, Any]]:
         for d in deps:
             if not (_is_int(d) and 0 <= d < len(nodes)):
                 raise at.bad(f"deps has {_show(d)}; each must be a node id 0..{len(nodes) - 1}")
+        at.name("name", required=False)
+    top = _Place(path, "", raw)
+    top.name("model", required=False)
+    seen: dict[str, int] = {}
+    for k, n in enumerate(nodes):  # plans, schedules and reports name tensors by these
+        if "name" in n:
+            if n["name"] in seen:
+                raise _node_place(path, k, n).bad(f"its name is node {seen[n['name']]}'s too; each node's name "
+                                                  f"must be its own")
+            seen[n["name"]] = k
     cycle = find_cycle([list(n.get("deps", [])) for n in nodes])
     if cycle:
         names = [str(nodes[i].get("name", i)) for i in cycle]
@@ -206,6 +234,17 @@ def _check_costed(path: str | Path, raw: dict[str, Any], nodes: list[dict[str, A
             raise at.bad(f"kind is {_show(n['kind'])}; must be one of {', '.join(KINDS)}")
         if "recomputable" in n and not isinstance(n["recomputable"], bool):
             raise at.bad(f"recomputable is {_show(n['recomputable'])}; must be true or false")
+    if all(n["bytes"] == 0 for n in nodes):
+        raise _bad(path, "every node's bytes is 0: no tensor to keep, recompute or page, nothing to plan")
+    # an input: so marked, or a forward node that reads nothing (from_dict; the reference's rules let
+    # the planner recompute one, but from nothing)
+    inputs = [n for n in nodes if n.get("kind", "forward") == "input"
+              or (n.get("kind", "forward") == "forward" and not n.get("deps"))]
+    if len(inputs) == len(nodes):
+        raise _bad(path, "every node is a graph input: no op to compute, nothing to plan")
+    if not any(n.get("kind") == "backward" for n in nodes):
+        raise _bad(path, "has no backward node; a training step's graph holds a backward pass (\"kind\": "
+                         "\"backward\")")
 
 
 def _check_training(path: str | Path, raw: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
@@ -225,9 +264,26 @@ def _check_training(path: str | Path, raw: dict[str, Any], nodes: list[dict[str,
                 and all(_is_int(d) and 0 <= d < I32 for d in p[1])):
             raise top.bad(f"params has {_show(p)}; each must be [name, shape] with whole dimensions "
                           f"{_range_text(0, I32 - 1)}")
+    names: set[str] = set()
+    for p in params:
+        why = name_problem(p[0])
+        if why:
+            raise top.bad(f"params has the name {_show(p[0])}; a name {why}")
+        if p[0] in names:
+            raise top.bad(f"params has {_show(p[0])} twice; each parameter's name must be its own (weights are "
+                          f"matched to parameters by name)")
+        names.add(p[0])
     frozen = raw.get("frozen", [])
     if not isinstance(frozen, list) or not all(isinstance(f, str) for f in frozen):
         raise top.bad(f"frozen is {_show(frozen)}; must be a list of parameter names")
+    unknown = [f for f in frozen if f not in names]
+    if unknown:
+        raise top.bad(f"frozen has {_show(unknown[0])}, which is no parameter's name in params")
+    for key, allowed in (("loss", LOSSES), ("input_dtype", INPUT_DTYPES)):
+        if key in raw and raw[key] not in allowed:
+            raise top.bad(f"{key} is {_show(raw[key])}; must be one of {', '.join(allowed)}")
+    if "train" in raw:
+        top.name("train")
     opt = raw.get("optimizer", {"name": "sgd"})
     name = opt.get("name") if isinstance(opt, dict) else None
     if not (isinstance(name, str) and name in OPTIMIZER_DEFAULTS):
@@ -238,13 +294,22 @@ def _check_training(path: str | Path, raw: dict[str, Any], nodes: list[dict[str,
         settings.f32_value(key, opt[key])
         if not (0 <= opt[key] < 1 if key != "eps" else opt[key] > 0):
             raise settings.bad(f"{key} is {_show(opt[key])}; must be " + ("> 0" if key == "eps" else "in [0, 1)"))
+    from poet.plan.lower import OPS
+
     for k, n in enumerate(nodes):
         at = _node_place(path, k, n)
         at.whole("bytes", 0, BYTES_BELOW - 1)
         at.whole("flops", 0, FLOPS_BELOW - 1, required=False)
-        at.wholes("shape", 0, I32 - 1, required=False)
-        if "kind" in n and n["kind"] not in KINDS:
+        shape = at.wholes("shape", 0, I32 - 1)
+        at.has("kind", True)
+        if n["kind"] not in KINDS:
             raise at.bad(f"kind is {_show(n['kind'])}; must be one of {', '.join(KINDS)}")
+        at.name("name")
+        at.name("module", required=False)
+        at.has("op", True)
+        if not (isinstance(n["op"], str) and n["op"] in OPS):
+            raise at.bad(f"op is {_show(n['op'])}; not an op of the runtime's op set (docs/graph.md)")
+        _check_bytes(at, n, shape)
         deps = n.get("deps", [])
         if len(deps) > mb.MAX_DEPS:
             raise at.bad(f"deps has {len(deps)} entries; a node of a training graph reads at most {mb.MAX_DEPS} "
@@ -252,10 +317,50 @@ def _check_training(path: str | Path, raw: dict[str, Any], nodes: list[dict[str,
         saved = at.wholes("saved", 0, len(nodes) - 1, required=False)
         if any(d not in deps for d in saved):
             raise at.bad(f"saved is {_show(saved)}; must list only ids among its deps {_show(deps)}")
-        _check_attrs(at, n)
+        _check_attrs(at, n, len(params))
+    _check_step(path, nodes)
 
 
-def _check_attrs(at: _Place, n: dict[str, Any]) -> None:
+def _check_bytes(at: _Place, n: dict[str, Any], shape: list[int]) -> None:
+    """A node's bytes are its output's: its shape's elements times their size (fp32 but for a cast's or an
+    int8 layer's output), or 0 where a backward node writes no tensor (no input gradient) and for the
+    optimizer. A forward tensor of 0 bytes would be planned as free to keep."""
+    nbytes, elems = n["bytes"], numel(shape)
+    if n["kind"] in ("input", "forward", "loss") and nbytes == 0:
+        raise at.bad(f"bytes is 0; a {n['kind']} node's output is a tensor ({_show(shape)} elements of fp32: "
+                     f"{F32 * elems} bytes)")
+    if nbytes == 0:
+        return
+    attrs = n.get("attrs") if isinstance(n.get("attrs"), dict) else {}
+    to = attrs.get("to")
+    sizes = ({ELEMENT_TYPES[to].bytes} if n["op"] == "cast" and isinstance(to, str) and to in ELEMENT_TYPES
+             else {1, F32} if n["op"] in INT8_OUT else {F32})
+    if nbytes not in {s * elems for s in sizes}:
+        per = " or ".join(str(s) for s in sorted(sizes))
+        raise at.bad(f"bytes is {nbytes}, but its shape {_show(shape)} holds {elems} elements of {per} bytes "
+                     f"({' or '.join(str(s * elems) for s in sorted(sizes))} bytes); the shape and the bytes must "
+                     f"agree")
+
+
+def _check_step(path: str | Path, nodes: list[dict[str, Any]]) -> None:
+    """The parts every training step has, in the order the runtime runs them: the input first (the staged
+    batch), a forward pass, one loss, a backward pass, the optimizer last."""
+    kinds = [n["kind"] for n in nodes]
+    if kinds[0] != "input" or nodes[0]["op"] != "input":
+        raise _node_place(path, 0, nodes[0]).bad("is not the input; a training graph starts with its input node")
+    for kind, what in (("forward", "a forward pass"), ("loss", "a loss"), ("backward", "a backward pass")):
+        if kind not in kinds:
+            raise _bad(path, f"has no {kind} node; a training graph holds {what} (write one with `poet graph -o`)")
+    for kind in ("input", "loss", "optimizer"):
+        if kinds.count(kind) > 1:
+            k = kinds.index(kind, kinds.index(kind) + 1)
+            raise _node_place(path, k, nodes[k]).bad(f"is a second {kind} node; a training step has one")
+    if kinds[-1] != "optimizer":
+        raise _node_place(path, len(nodes) - 1, nodes[-1]).bad(
+            "is the last node but not the optimizer; a training graph ends with its optimizer node")
+
+
+def _check_attrs(at: _Place, n: dict[str, Any], n_params: int) -> None:
     """A node's attributes as lowering packs them into the blob's i32 slots (poet.lower.OPS)."""
     from poet.plan.lower import OPS
 
@@ -277,6 +382,15 @@ def _check_attrs(at: _Place, n: dict[str, Any]) -> None:
     geom = {"k": (1, 64), "kw": (1, 64), "pad": (0, 64), "padw": (0, 64), "stride": (1, 64),
             "groups": (1, 2**15)} if "geom" in slots else {}
     for key, v in attrs.items():
+        if not isinstance(key, str) or name_problem(key):
+            raise at.bad(f"attrs has the key {_show(key)}; attribute names are plain text")
+        if key in PARAM_ATTRS and _is_int(v):  # an index into params, or -1 for none
+            at.whole_value(f"attrs.{key}", v, -1, n_params - 1, f" (a parameter's index, -1 for none; the graph "
+                           f"has {n_params} params)")
+        elif key in DIMENSIONS:
+            at.whole_value(f"attrs.{key}", v, 1, I32 - 1, " (it counts elements, rows or a window)")
+        elif _is_int(v) and key not in geom:
+            at.whole_value(f"attrs.{key}", v, 0, I32 - 1, " (sizes, offsets and flags are not negative)")
         if key in geom:
             at.whole_value(f"attrs.{key}", v, *geom[key])
         elif key in ("from", "to") and key in slots:
@@ -291,7 +405,9 @@ def _check_attrs(at: _Place, n: dict[str, Any]) -> None:
 
 
 def read_graph(path: str | Path, reference: bool = False) -> TrainingGraph | CostedGraph:
-    """A TrainingGraph, or a CostedGraph if the nodes carry costs (compute_s)."""
+    """A TrainingGraph, or a CostedGraph if the nodes carry costs (compute_s). The file is opened and
+    read once: `--graph <(...)`, /dev/stdin or a FIFO gives its bytes once, and a second open would wait
+    for a writer that is gone."""
     try:
         with open(path, "rb") as fh:
             info = os.fstat(fh.fileno())
@@ -299,9 +415,11 @@ def read_graph(path: str | Path, reference: bool = False) -> TrainingGraph | Cos
             if regular:  # by its size, before reading a byte of it
                 size = info.st_size
                 data = fh.read() if size <= MAX_FILE_BYTES else b""
-            else:  # a pipe or a device: reading one byte past the limit says it is over
+            elif stat.S_ISFIFO(info.st_mode):  # a pipe: reading one byte past the limit says it is over
                 data = fh.read(MAX_FILE_BYTES + 1)
                 size = len(data)
+            else:  # /dev/zero would read 20 MiB of zeros to say "not JSON"
+                raise _bad(path, f"is {file_kind(info.st_mode)}, not a file: give a graph file (or a pipe)")
         if size > MAX_FILE_BYTES:
             raise _bad(path, f"{format_size(size) if regular else 'over ' + format_size(MAX_FILE_BYTES)}; poet "
                              f"reads graph files up to {format_size(MAX_FILE_BYTES)} ({MAX_NODES:,} nodes at about "
@@ -328,7 +446,7 @@ def read_graph(path: str | Path, reference: bool = False) -> TrainingGraph | Cos
         _check_training(path, raw, nodes)
     try:
         if costed:
-            return CostedGraph.from_json(path, reference=reference)
-        return TrainingGraph.from_json(path)
+            return CostedGraph.from_dict(raw, Path(path).stem, reference=reference)
+        return TrainingGraph.from_dict(raw)
     except (KeyError, TypeError, ValueError) as exc:
         raise _bad(path, f"does not fit the schema (docs/graph.md): {type(exc).__name__}: {exc}") from exc

@@ -31,7 +31,7 @@ from poet.graph import file as graphfile
 from poet.graph.dtypes import F32
 from poet.graph.instrument import CallEvent, Instrumented
 from poet.graph.reference import LOSSES, state_tensors
-from poet.graph.training_graph import GraphNode, TrainingGraph, numel
+from poet.graph.training_graph import GraphNode, TrainingGraph, name_problem, numel
 from poet.models.zoo import ModelChoice
 
 IGNORED = {"dim", "size", "__get__", "numel", "backward", "__len__", "__format__", "__bool__", "item"}
@@ -545,6 +545,13 @@ def trace(model: nn.Module, name: str, input_shape: tuple[int, ...] | list[int],
                          f"{', '.join(LOSSES)} of a float32 output against the input")
     shape = (batch, *input_shape)
     _check_batch(name, shape, input_dtype)
+    # module and parameter names become the graph's node and tensor names, printed one to a line
+    for kind, names in (("module", (n for n, _ in model.named_modules())),
+                        ("parameter", (n for n, _ in model.named_parameters()))):
+        for n in names:
+            why = name_problem(n) if n else None
+            if why:
+                raise UsageError(f"model {name!r}: the {kind} name {n[:60]!r} {why}; rename it")
     labels = torch.zeros(batch, dtype=torch.long)
     x = _example_batch(batch, tuple(input_shape), input_dtype, device="meta")
     try:

@@ -9,6 +9,7 @@ writes the same JSON can feed the planner.
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,13 @@ class TrainingGraph:
 
     @classmethod
     def from_json(cls, path: str | Path) -> TrainingGraph:
-        raw = json.loads(Path(path).read_text())
+        """A graph file poet wrote; one from a user is read by poet.graph.file.read_graph, which checks it."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrainingGraph:
+        """The graph in a parsed graph file (the JSON schema of docs/graph.md)."""
+        raw = dict(raw)
         raw["nodes"] = [GraphNode(**n) for n in raw["nodes"]]
         raw["params"] = [(p[0], list(p[1])) for p in raw["params"]]
         for n in raw["nodes"]:
@@ -176,6 +183,24 @@ OPTIMIZER_DEFAULTS: dict[str, dict[str, float]] = {
     "sgd": {}, "momentum": {"momentum": 0.9}, "adam": {"beta1": 0.9, "beta2": 0.999, "eps": 1e-8}}
 # arithmetic per trained element per step, for the optimizer node's cost estimate
 OPTIMIZER_FLOPS = {"sgd": 2, "momentum": 4, "adam": 12}
+
+
+NAME_MAX = 500  # characters of a node, module, op or parameter name: traced names are under 100
+
+
+def name_problem(v: Any) -> str | None:
+    """Why `v` cannot be a name poet shows (of a node, module, op, parameter or model); None when it can.
+    A control character would print a name over two lines, or rewrite the terminal, wherever it is shown."""
+    if not isinstance(v, str):
+        return "must be text"
+    if not v.strip():
+        return "must not be empty"
+    if len(v) > NAME_MAX:
+        return f"is {len(v)} characters long; at most {NAME_MAX}"
+    bad = next((c for c in v if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    if bad is not None:
+        return f"holds the control character {bad!r} (names are printed, one to a line)"
+    return None
 
 
 def parse_optimizer(text: str) -> dict[str, Any]:

@@ -22,9 +22,10 @@ import yaml
 
 from poet.boards import Board
 from poet.errors import PoetError, UsageError
+from poet.files import read_bytes
 from poet.graph.training_graph import GraphNode, TrainingGraph
 from poet.paths import profile_to_read, shown
-from poet.plan.types import CostedGraph, CostedNode
+from poet.plan.types import COST_MAX, COST_MIN, CostedGraph, CostedNode
 
 Note = Callable[[str], None]
 
@@ -85,20 +86,78 @@ def firmware_note(prof: dict[str, Any], path: Path) -> str | None:
             f"this poet builds firmware {builds}: run `poet profile --board {board}` to measure {builds}'s")
 
 
+# Bounds on a profile's numbers: what a board can be, far beyond any that exists, so that no number that
+# passes can make a cost the planner's solver cannot weigh (HiGHS is handed every op's time and energy; a
+# coefficient of 1e308 or 1e-300 beside 1e-3 is an overflow or noise). Each sum over a graph stays finite:
+# at most MAX_NODES (10^4) ops of an hour or a kJ each.
+OP_TIME_MAX = 3600.0    # s: one op of one training step, an hour
+OP_ENERGY_MAX = 1e3     # J: a kJ (a kW for a second)
+POWER_MAX = 1e3         # W: a kW; boards draw mW to tens of W
+LATENCY_MAX = 60.0      # s: one transfer to aux storage
+BANDWIDTH = (1.0, 1e12)  # B/s: a byte a second to a TB/s
+CLOCK_HZ = (1e3, 1e11)  # a kHz to 100 GHz
+TINY = 1e-12            # a nonzero time (s) or energy (J) below a picosecond or picojoule is noise
+WORK_MAX = 2.0**63      # FLOPs of one op (graph.file.FLOPS_BELOW)
+STATIC_BYTES_MAX = 2**48  # units.MAX_SIZE
+CYCLES_MAX = 1e12       # a cast fit's cycles per element, or its fixed cycles
+# What a profile's YAML may expand to through its aliases (a profile poet wrote before 45 shares one list
+# of sizes, 9 values): a profile has a few thousand values, and a kilobyte of nested aliases expands to
+# billions (the billion laughs), which str() or a check would then walk for minutes in all the memory there is
+MAX_EXPANDED = 1_000_000
+
+
+class _AliasBomb(ValueError):
+    pass
+
+
+class _ProfileLoader(yaml.SafeLoader):
+    """Plain YAML whose aliases expand to at most MAX_EXPANDED values, counted on the composed nodes
+    (an alias is the same node object again, so counting with a memo takes one pass over the distinct
+    nodes) before anything is constructed. Profiles poet wrote share a list through an alias, so aliases
+    are not refused outright (poet.files.load_yaml does that for the files that never had them)."""
+
+    def compose_document(self) -> Any:  # type: ignore[override]
+        node = super().compose_document()
+        _expanded(node, {})
+        return node
+
+
+def _expanded(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many values `node` holds once its aliases are expanded; _AliasBomb above MAX_EXPANDED."""
+    key = id(node)
+    if key in memo:
+        if memo[key] < 0:
+            raise _AliasBomb("an alias inside what it names (a recursive structure)")
+        return memo[key]
+    memo[key] = -1
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_expanded(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total += sum(_expanded(k, memo) + _expanded(v, memo) for k, v in node.value)
+    if total > MAX_EXPANDED:
+        raise _AliasBomb(f"aliases (*name) that expand to over {MAX_EXPANDED:,} values (a YAML bomb: a "
+                         f"profile holds a few thousand)")
+    memo[key] = total
+    return total
+
+
 def read_profile(path: Path, fix: str, need_ops: bool = True) -> dict[str, Any]:
     """The profile in `path`, or UsageError `profile <path> <what is wrong>: <fix>` in one line.
 
-    Only plain YAML is read (safe_load: a `!!python/...` tag is refused, never run), and every
-    number the planner or `poet profile` reads is checked here, so a bad file is named where it is
+    Only plain YAML is read (a SafeLoader: a `!!python/...` tag is refused, never run; aliases only as
+    far as MAX_EXPANDED values), and every number the planner or `poet profile` reads is checked here,
+    within what a board can be (OP_TIME_MAX...), so a bad file is named where it is
     read instead of surfacing later as a negative deadline or an internal error. `need_ops`: a
     profile with no ops is refused (every op would be estimated from nothing); `poet profile`
     reads its own file with False, as an interrupted first graph may leave none.
     """
+    data = read_bytes(path, f"profile {shown(path)}")  # a regular file only: it is read more than once
     try:
-        raw = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        raw = yaml.load(data.decode("utf-8"), Loader=_ProfileLoader)  # noqa: S506 - a SafeLoader
         why = profile_problem(raw, need_ops)
-    except OSError as exc:
-        why = f"cannot be read ({exc.strerror or exc})"
+    except _AliasBomb as exc:
+        why = f"uses {exc}"
     except UnicodeDecodeError:
         why = "is not a text file"
     except yaml.constructor.ConstructorError as exc:
@@ -133,8 +192,9 @@ def _short(v: Any) -> str:
     return text if len(text) <= 24 else text[:20] + "..."
 
 
-def _number(v: Any, least: float, above: bool = False) -> str | None:
-    """Why v is not a usable number (finite, >= least, or > least when `above`); None when it is."""
+def _number(v: Any, least: float, above: bool = False, most: float = math.inf, tiny: float = 0.0) -> str | None:
+    """Why v is not a usable number (finite, >= least, or > least when `above`, <= most, and 0 or at least
+    `tiny`); None when it is."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         return f"is {_kind(v)}, not a number"
     try:
@@ -145,19 +205,23 @@ def _number(v: Any, least: float, above: bool = False) -> str | None:
         return f"is {v}, not a finite number"
     if f < least or (above and f == least):
         return f"is {_short(v)}: it must be {'more than' if above else 'at least'} {least:g}"
+    if f > most:
+        return f"is {_short(v)}: it must be at most {most:g}, more than any board's"
+    if 0 < abs(f) < tiny:
+        return f"is {_short(v)}: it must be 0 or at least {tiny:g}, less than any board's"
     return None
 
 
 def _fields(where: str, section: dict[str, Any], least: float, names: tuple[str, ...], above: bool = False,
-            required: bool = True) -> str | None:
-    """Why one of section's `names` is not a number >= least (> least when `above`); `where` names the
-    section in the message ("" for the top level)."""
+            required: bool = True, most: float = math.inf, tiny: float = 0.0) -> str | None:
+    """Why one of section's `names` is not a number >= least (> least when `above`) and <= most, 0 or at
+    least `tiny`; `where` names the section in the message ("" for the top level)."""
     for name in names:
         if name not in section:
             if required:
                 return f"has no {name}" + (f" in {where}" if where else "")
             continue
-        bad = _number(section[name], least, above)
+        bad = _number(section[name], least, above, most, tiny)
         if bad:
             return f"has {where + ' ' if where else ''}{name} that {bad}"
     return None
@@ -175,6 +239,14 @@ def profile_problem(raw: Any, need_ops: bool = True) -> str | None:
     for name in ("models", "paging", "casts", "compute", "settings"):
         if name in raw and not isinstance(raw[name], dict):
             return f"has a {name} section that is {_kind(raw[name])}, not a mapping"
+    for name in ("board", "firmware", "source"):  # compared and printed: a name, not a structure
+        if name in raw and (isinstance(raw[name], bool) or not isinstance(raw[name], str | int | float)):
+            return f"has {name} that is {_kind(raw[name])}, not a name"
+        if name in raw and (len(str(raw[name])) > 100 or not str(raw[name]).isprintable()):
+            return f"has {name} {str(raw[name])[:40]!r}, not a name (printable, at most 100 characters)"
+    bad = _fields("", raw, 1.0, ("tick_hz",), required=False, most=CLOCK_HZ[1])
+    if bad:
+        return bad
     ops = raw.get("ops")
     if ops is None and not need_ops:
         ops = {}
@@ -187,12 +259,15 @@ def profile_problem(raw: Any, need_ops: bool = True) -> str | None:
             return f"has an op key {key!r} that is not text"
         if not isinstance(op, dict):
             return f"has op {key} that is {_kind(op)}, not a mapping"
-        bad = (_fields(f"op {key}", op, 0.0, ("time_s", "energy_j"))
-               or _fields(f"op {key}", op, 0.0, ("work",), above=True, required=False))
+        if len(key) > 1000 or not key.isprintable():
+            return f"has an op key {key[:40]!r}..., not one poet writes (printable, at most 1000 characters)"
+        bad = (_fields(f"op {key}", op, 0.0, ("time_s",), most=OP_TIME_MAX, tiny=TINY)
+               or _fields(f"op {key}", op, 0.0, ("energy_j",), most=OP_ENERGY_MAX, tiny=TINY)
+               or _fields(f"op {key}", op, 1.0, ("work",), required=False, most=WORK_MAX))
         if bad:
             return bad
     if "runtime_static_bytes" in raw or need_ops:
-        bad = _fields("", raw, 0.0, ("runtime_static_bytes",))
+        bad = _fields("", raw, 0.0, ("runtime_static_bytes",), most=STATIC_BYTES_MAX)
         if bad:
             return bad
         if not isinstance(raw["runtime_static_bytes"], int):
@@ -204,22 +279,43 @@ def profile_problem(raw: Any, need_ops: bool = True) -> str | None:
     if "fit" in paging and not isinstance(paging["fit"], dict):
         return f"has a paging fit that is {_kind(paging['fit'])}, not a mapping"
     if paging.get("used") == "measured":  # what page_cost reads
-        bad = (_fields("paging", paging, 0.0, ("read_bytes_per_s", "write_bytes_per_s"), above=True)
-               or _fields("paging", paging, 0.0, ("read_latency_s", "write_latency_s", "read_w", "write_w")))
+        bad = (_fields("paging", paging, BANDWIDTH[0], ("read_bytes_per_s", "write_bytes_per_s"), most=BANDWIDTH[1])
+               or _fields("paging", paging, 0.0, ("read_latency_s", "write_latency_s"), most=LATENCY_MAX, tiny=TINY)
+               or _fields("paging", paging, 0.0, ("read_w", "write_w"), most=POWER_MAX, tiny=TINY))
         if bad:
             return bad
     casts = raw.get("casts") or {}
-    bad = _fields("casts", casts, 0.0, ("clock_hz",), above=True, required=False)
+    bad = _fields("casts", casts, CLOCK_HZ[0], ("clock_hz",), required=False, most=CLOCK_HZ[1])
     if bad:
         return bad
     for name, fit in casts.items():
         if isinstance(fit, dict) and ("cycles_per_elem" in fit or "cycles_fixed" in fit):
-            # cycles_fixed is a fitted intercept: any finite value, though a slope below 0 is no cast
-            bad = (_fields(f"casts {name}", fit, 0.0, ("cycles_per_elem",))
-                   or _fields(f"casts {name}", fit, -math.inf, ("cycles_fixed",)))
+            # cycles_fixed is a fitted intercept: any finite value, though a slope below 0 is no cast;
+            # precision.cast_cost reads both
+            bad = (_fields(f"casts {name}", fit, 0.0, ("cycles_per_elem",), most=CYCLES_MAX)
+                   or _fields(f"casts {name}", fit, -CYCLES_MAX, ("cycles_fixed",), most=CYCLES_MAX))
             if bad:
                 return bad
     return None
+
+
+def _coefficients(board: Board, n: CostedNode) -> CostedNode:
+    """n, its costs checked as the planner's solver will weigh them: each finite and at most COST_MAX, and
+    one below COST_MIN taken as 0 (an estimate scaled far down: less than any op costs). Every number of
+    the profile and the board file is bounded where it is read, but their products over a tensor's bytes
+    or an op's work are bounded here, once, for every cost a plan is made from."""
+    costs = {}
+    for field in ("compute_s", "compute_j", "page_in_s", "page_in_j", "page_out_s", "page_out_j"):
+        v = getattr(n, field)
+        if not (math.isfinite(v) and 0 <= v <= COST_MAX):
+            what = ("computing it" if field.startswith("compute") else
+                    f"paging its {n.bytes} bytes {'in' if 'in' in field else 'out'}")
+            unit = "s" if field.endswith("_s") else "J"
+            raise UsageError(f"{n.name}: {what} would cost {v:.3g} {unit} on the {board.name} by its profile and "
+                             f"board file, beyond the {COST_MAX:g} {unit} the planner takes: check the profile's "
+                             f"numbers (and the board's aux_storage) for this op")
+        costs[field] = v if v >= COST_MIN else 0.0
+    return replace(n, **costs)
 
 
 def uncosted(g: TrainingGraph) -> CostedGraph:
@@ -306,7 +402,7 @@ def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: 
     def placed(n: CostedNode) -> CostedNode:
         key = op_key(g.nodes[n.id])
         s, j = (float(ops[key]["time_s"]), float(ops[key]["energy_j"])) if key in ops else (n.compute_s, n.compute_j)
-        return replace(n, compute_s=s + cost[n.id][0], compute_j=j + cost[n.id][1])
+        return _coefficients(board, replace(n, compute_s=s + cost[n.id][0], compute_j=j + cost[n.id][1]))
 
     return replace(cg, nodes=tuple(placed(n) if n.id in cost else n for n in cg.nodes))
 
@@ -343,8 +439,8 @@ def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bo
             time_s, energy_j = time_s + streamed[n.id][0], energy_j + streamed[n.id][1]
         in_s, in_j = page_cost(board, profile, n.bytes, "in")
         out_s, out_j = page_cost(board, profile, n.bytes, "out")
-        nodes.append(CostedNode(n.id, n.name, n.kind, tuple(n.deps), n.bytes, time_s, energy_j,
-                                in_s, in_j, out_s, out_j, n.recomputable))
+        nodes.append(_coefficients(board, CostedNode(n.id, n.name, n.kind, tuple(n.deps), n.bytes, time_s, energy_j,
+                                                     in_s, in_j, out_s, out_j, n.recomputable)))
     if guessed and note:
         note(f"{len(guessed)} op shapes of {g.model} are not in the {board.name} profile; their costs are estimated, "
              f"not measured:")

@@ -34,10 +34,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from poet.boards import Board
 from poet.errors import PoetError, UsageError
+from poet.files import load_yaml, read_text
 from poet.graph.dtypes import NARROW_STORAGE, converted_bytes
 from poet.graph.training_graph import GraphNode, TrainingGraph, numel
 from poet.plan.costs import costed, op_key
@@ -70,12 +69,14 @@ class Rules:
 
 def load_rules(path: str | Path | None = None) -> Rules:
     p = Path(path) if path else DEFAULT_RULES
-    if not p.is_file():
-        raise UsageError(f"--precision-rules {p}: no such file")
+    # once, a regular file only (a FIFO would be empty the second time a run reads it), and YAML without
+    # aliases: a kilobyte of nested ones expands to all the memory there is (poet.files)
+    what = f"--precision-rules {p}"
+    text = read_text(p, "--precision-rules")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise UsageError(f"--precision-rules {p}: not plain YAML ({' '.join(str(exc).split())})") from exc
+        raw = load_yaml(text, what) or {}
+    except UsageError as exc:  # a tag (!!python/...), an alias or a syntax error: rules are plain YAML
+        raise UsageError(str(exc).replace(f"{what}: not valid YAML", f"{what}: not plain YAML", 1)) from None
     if not isinstance(raw, dict):
         raise UsageError(f"--precision-rules {p}: expected a mapping (see {DEFAULT_RULES})")
     unknown = set(raw) - {"dtypes", "deny_producers", "deny_consumers", "allow", "deny", "int8"}

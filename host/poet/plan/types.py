@@ -10,8 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 PURE_KINDS = ("forward", "loss")
+# The range of one node's cost (seconds or joules of computing or paging it) that the planner takes: the
+# MILP cannot weigh 1e30 against 1e-6, and a nonzero cost below a picosecond or picojoule is no op's (a
+# coefficient of 1e-300 beside 1e-3 defeats the solver's scaling; HiGHS's tolerances are 1e-7 relative)
+COST_MAX = 1e9
+COST_MIN = 1e-12
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,12 @@ class CostedGraph:
         forward node the planner may recompute, as in the reference); backward nodes are
         never recomputed; duplicated edges are dropped.
         """
-        raw = json.loads(Path(path).read_text())
+        return cls.from_dict(json.loads(Path(path).read_text()), Path(path).stem, reference)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], name: str = "graph", reference: bool = False) -> CostedGraph:
+        """The costed graph in a parsed file (from_json); `name` when the file names no model. A file from
+        a user is checked first (poet.graph.file.read_graph)."""
         nodes = []
         for n in raw["nodes"]:
             deps = tuple(dict.fromkeys(int(d) for d in n.get("deps", [])))
@@ -111,7 +122,7 @@ class CostedGraph:
                     recomputable=bool(n.get("recomputable", kind in PURE_KINDS)),
                 )
             )
-        return cls(nodes=tuple(nodes), name=str(raw.get("model", Path(path).stem)),
+        return cls(nodes=tuple(nodes), name=str(raw.get("model", name)),
                    param_bytes=int(raw.get("param_bytes", 0)))
 
     def to_json(self, path: str | Path) -> None:
