@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from poet.plan import clock
-from poet.plan.milp import settle
+from poet.plan.milp import run_highs, settle
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, Semantics
 
 
@@ -157,7 +157,7 @@ class _Lp:
             h.addRows(len(self.lo), np.array(self.lo), np.array(self.hi), len(self.index),
                       np.array(self.starts, dtype=np.int32), np.array(self.index, dtype=np.int32),
                       np.array(self.value, dtype=np.float64))
-        h.run()
+        run_highs(h)  # on a thread: a Ctrl-C stops it at once (milp.py)
         status, info = h.getModelStatus(), h.getInfo()
         ms = highspy.HighsModelStatus
         if status == ms.kInfeasible:

@@ -23,7 +23,13 @@ s on MobileNetV1's 44k-variable MILP at 25% of keep-everything on the nRF52840).
 a thread of its own, and OVERRUN_S past its limit poet takes the best solution HiGHS reported and
 the last bound it told, and goes on; that thread stops at HiGHS's next callback. One HiGHS solve
 runs at a time: a new one waits for such a thread first (settle()), as does the interpreter's exit.
-A Ctrl-C, which HiGHS in the main thread ignored until its limit, now stops the solve the same way.
+
+A signal (Ctrl-C, or the CLI's SIGTERM and SIGHUP) reaches Python only in the main thread and only
+between bytecodes: a HiGHS solve run in the main thread held it until the solve returned (a round of
+the row relaxation: 50 s). So every HiGHS solve poet runs, the relaxations' too, runs on a thread of
+its own (run_highs) while the main thread waits on an event, which a signal interrupts at once: the
+KeyboardInterrupt goes on up (the CLI exits 130, 143 or 129) and HiGHS, told to stop, stops at its
+next callback. At exit poet waits for that a moment (STOP_WAIT_S), not for a step no callback ends.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import importlib.metadata
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -57,24 +64,102 @@ PROVEN_REL_TOL = 1e-7
 # How long past its time limit HiGHS may run before poet goes on with its best solution so far
 OVERRUN_S = 1.0
 
-_running: list[threading.Event] = []  # set when a HiGHS solve left past its limit (told to stop) has
+# How long the interpreter's exit waits for a HiGHS solve a signal left (told to stop: it stops at its
+# next callback, within milliseconds) before it exits without finalising: a step no callback ends (the
+# analytic centre, above) would otherwise hold a Ctrl-C'd poet for seconds
+STOP_WAIT_S = 0.5
+
+
+@dataclass
+class _Left:
+    """A HiGHS solve poet went on without, told to stop; `done` is set once it has."""
+
+    done: threading.Event
+    status: int | None = None  # the exit status of the signal that left it (130: Ctrl-C); None: its limit
+
+
+_running: list[_Left] = []
 
 
 def settle() -> None:
-    """Wait until every HiGHS solve left running past its limit has stopped (at its next callback):
-    one still running when the interpreter finalises aborts the process as it calls back."""
+    """Wait until every HiGHS solve left running (past its limit, or by a signal) has stopped (at its
+    next callback): one still running when the interpreter finalises aborts the process as it calls back."""
     while _running:
-        _running[-1].wait()
+        _running[-1].done.wait()
         _running.pop()
 
 
 def _settle_at_exit() -> None:
-    if _running:
-        print("poet: waiting for HiGHS, left past its time limit, to stop", file=sys.stderr, flush=True)
-    settle()
+    signalled = [left.status for left in _running if left.status is not None]
+    try:
+        if signalled:
+            # poet is stopping on a signal: a moment for HiGHS to see its stop, then out without the
+            # finalisation its thread would abort (the status is the one the CLI returned for that signal)
+            end = time.monotonic() + STOP_WAIT_S
+            if not all(left.done.wait(max(0.0, end - time.monotonic())) for left in _running):
+                _exit_now(signalled[0])
+        elif _running:
+            print("poet: waiting for HiGHS, left past its time limit, to stop", file=sys.stderr, flush=True)
+        settle()
+    except KeyboardInterrupt as exc:  # a second Ctrl-C while waiting: go now
+        _exit_now(signal_status(exc))
+
+
+def _exit_now(status: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
+def signal_status(exc: BaseException) -> int:
+    """The exit status of a process stopped by `exc`: 128 + the signal (the CLI's Terminated carries
+    its signum; a plain KeyboardInterrupt is a Ctrl-C, SIGINT: 130)."""
+    return 128 + int(getattr(exc, "signum", signal.SIGINT))
 
 
 atexit.register(_settle_at_exit)
+
+
+def run_highs(h: Any, wait_s: float | None = None) -> bool:
+    """h.run() (a highspy.Highs) on a thread of its own, waited for `wait_s` seconds at most (None: until
+    it ends); True if it ended, False if poet goes on without it (it stops at its next callback: settle()).
+
+    A KeyboardInterrupt while waiting (a Ctrl-C, the CLI's Terminated) tells HiGHS to stop the same way
+    and goes on up at once: HiGHS run in the main thread would hold the signal until it returned."""
+    stopping = threading.Event()
+
+    def interrupt(e: Any) -> None:
+        if stopping.is_set():
+            e.interrupt()
+
+    # every kind of solve HiGHS runs asks its own: a MIP between nodes, the simplex and IPX per iteration
+    h.cbSimplexInterrupt += interrupt
+    h.cbIpmInterrupt += interrupt
+    h.cbMipInterrupt += interrupt
+    done = threading.Event()  # not Thread.join: once a Ctrl-C interrupts that, it stops waiting (3.11)
+
+    def run() -> None:
+        try:
+            h.run()
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run, name="highs", daemon=True)
+    try:  # the thread starts inside the try: a signal just after it starts still stops it
+        thread.start()
+        if done.wait(wait_s):
+            return True
+    except BaseException as exc:
+        stopping.set()
+        if isinstance(exc, KeyboardInterrupt):
+            _running.append(_Left(done, signal_status(exc)))
+        elif thread.is_alive():  # (not a thread that failed to start: it would never be done)
+            _running.append(_Left(done))
+        raise
+    stopping.set()
+    _running.append(_Left(done))
+    return False
 
 
 @dataclass
@@ -208,7 +293,6 @@ class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
         super().__init__(**kw)
         self.warm = warm
         self.stop = stop
-        self.left = False  # poet went on without it: stop at the next callback
 
     def createAndConfigureSolver(self, lp: pulp.LpProblem) -> None:
         with _quiet_stdout():
@@ -231,27 +315,13 @@ class _Highs(pulp.HiGHS):  # type: ignore[misc,valid-type]
 
         def interrupt(e: Any) -> None:
             reported.bound = _finite(e.data_out.mip_dual_bound)
-            if self.left or (stop is not None and stop(e.data_out.mip_primal_bound)):
+            if stop is not None and stop(e.data_out.mip_primal_bound):
                 e.interrupt()
 
         h.cbMipImprovingSolution += improving
         h.cbMipInterrupt += interrupt
-        done = threading.Event()  # not Thread.join: once a Ctrl-C interrupts that, it stops waiting (3.11)
-
-        def run() -> None:
-            try:
-                h.run()
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="highs", daemon=True).start()
-        try:
-            done.wait(self.timeLimit + OVERRUN_S if self.timeLimit is not None else None)
-        finally:  # past the limit, or a Ctrl-C: HiGHS stops at its next callback
-            if not done.is_set():
-                self.left = True
-                _running.append(done)
-        if self.left:
+        # past the limit poet goes on with what HiGHS reported; a Ctrl-C goes on up (run_highs)
+        if not run_highs(h, self.timeLimit + OVERRUN_S if self.timeLimit is not None else None):
             raise _Overran(reported)
 
 
