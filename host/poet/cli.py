@@ -1009,21 +1009,75 @@ def given_options(ap: argparse.ArgumentParser, argv: list[str], command: str) ->
     return {k for k in dests if getattr(ns, k) is not unset}
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where a Ctrl-C's KeyboardInterrupt would be: every path that stops
+    cleanly on a Ctrl-C (train's checkpoint, profile's partial save, the planner's HiGHS threads and
+    second core) does on these too. A supervisor stops a process with SIGTERM; a closed terminal, SIGHUP."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+STOPPED = {2: "interrupted", 15: "terminated (SIGTERM)", 1: "hung up (SIGHUP)"}  # what main() says, by signal
+
+
+def _stopping_signals() -> list[tuple[int, Any]]:
+    """SIGTERM and SIGHUP raise Terminated while main() runs; the handlers they replaced, to put back.
+
+    Only a signal left at its default is taken: one ignored stays ignored (nohup's SIGHUP, a background
+    job's), one an embedding program handles stays its own. Only the main thread can take signals."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return []
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
+
+    saved = []
+    for sig in (getattr(signal, name, None) for name in ("SIGTERM", "SIGHUP")):  # Windows has no SIGHUP
+        if sig is not None and signal.getsignal(sig) == signal.SIG_DFL:
+            saved.append((int(sig), signal.signal(sig, stop)))
+    return saved
+
+
+def _stopped_by(exc: BaseException) -> int | None:
+    """The signal behind `exc`: a KeyboardInterrupt's (Ctrl-C: SIGINT), or a failure raised while
+    handling one (train's 'stopped by Ctrl-C', status 130); None if no signal."""
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        if isinstance(at, KeyboardInterrupt):
+            return int(getattr(at, "signum", 2))
+        seen.add(id(at))
+        at = at.__cause__ or at.__context__
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     ap = build_parser()
     argv = _joined_negatives(ap, list(sys.argv[1:] if argv is None else argv))
     args = ap.parse_args(argv)
     args.given = given_options(ap, argv, args.command)
+    saved = _stopping_signals()
     try:
         return args.func(args)
     except PoetError as exc:
         if args.debug:
             raise
         print(f"poet: {exc}", file=sys.stderr)
-        return exc.status
-    except KeyboardInterrupt:
-        print("poet: interrupted", file=sys.stderr)
-        return 130
+        signum = _stopped_by(exc) if exc.status == 130 else None  # said what was saved: the status is the signal's
+        return 128 + signum if signum is not None else exc.status
+    except KeyboardInterrupt as exc:  # Ctrl-C, or Terminated: one line, 128 + the signal as a shell has it
+        signum = int(getattr(exc, "signum", 2))
+        print(f"poet: {STOPPED.get(signum, 'stopped')}", file=sys.stderr)
+        return 128 + signum
     except MemoryError:
         if args.debug:
             raise
@@ -1044,6 +1098,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"poet: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
               file=sys.stderr)
         return 1
+    finally:  # tests run main() in one process many times: leave the handlers as they were
+        for sig, handler in saved:
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -56,3 +56,19 @@ def die_with_poet() -> Callable[[], None] | None:
             os._exit(1)
 
     return preexec
+
+
+def die_with_parent() -> None:
+    """In the child itself, for a child forked by something other than Popen (a multiprocessing worker):
+    SIGKILL to this process when its parent's forking thread ends, as die_with_poet asks. Linux only.
+
+    If the parent is already gone by the time the request is made, no signal would ever come: exit now.
+    A parent that died before this call began is not seen (this process cannot know its first parent):
+    the caller watches for that some other way (plan/sweep.py watches poet's pipe)."""
+    prctl = _PRCTL
+    if prctl is None:
+        return
+    parent = os.getppid()
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)

@@ -14,6 +14,11 @@ bound.
 The race runs in a subprocess (`python -m poet.plan.race_worker IN OUT`: the problem pickled in, the
 plan pickled out) rather than through multiprocessing: a fork would inherit HiGHS's thread pool
 half-alive, and a spawn would import the caller's __main__ (torch, for the CLI).
+
+The subprocess dies with this one: stop() kills it on every way out poet controls (a plan, an error, a
+Ctrl-C or the CLI's SIGTERM and SIGHUP), and the kernel kills it when poet dies any other way (SIGKILL,
+a crash: device/children.py die_with_poet); it ignores a terminal's Ctrl-C itself, which the terminal
+sends its whole process group: its end is this process's to decide.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from poet.device.children import die_with_poet
 from poet.plan import clock
 from poet.plan.milp import proven
 from poet.plan.types import CostedGraph, Plan, Semantics
@@ -90,9 +96,19 @@ class Race:
         self._in.write_bytes(pickle.dumps(problem))
         self._done: Result | None = None
         self._err = Path(self._dir.name) / "stderr"  # a file, not a pipe nobody reads until the end
-        with self._err.open("wb") as err:
-            argv = [sys.executable, "-m", "poet.plan.race_worker", str(self._in), str(self._out)]
-            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        argv = [sys.executable, "-m", "poet.plan.race_worker", str(self._in), str(self._out)]
+        try:
+            with self._err.open("wb") as err:
+                # die_with_poet ties the child to the forking thread: a Race is started and stopped in one
+                # thread (solve_poet's: the main thread in the CLI and in a sweep's worker), which outlives it
+                self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                              stderr=err, preexec_fn=die_with_poet())
+        except BaseException:  # a Ctrl-C as it starts: the caller, holding no Race, cannot stop() it
+            if hasattr(self, "_proc"):
+                self.stop()
+            else:
+                self._dir.cleanup()
+            raise
 
     def share_bound(self, bound_j: float) -> None:
         """A lower bound proven here: the other MILP stops once its plan meets it."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -88,6 +89,9 @@ def _main(src: str, dst: str) -> None:
 
 
 if __name__ == "__main__":
+    # the racer stops this process (race.Race.stop) or the kernel does when the racer dies; a Ctrl-C,
+    # which a terminal sends to the racer's whole process group, is the racer's to act on
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _main(sys.argv[1], sys.argv[2])
     # the result is out: exit now, not when a HiGHS solve left past its limit next calls back
     # (milp.py), which the planner waiting for this process would wait for too

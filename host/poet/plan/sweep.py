@@ -4,10 +4,15 @@ Fig. 5 overhead against Capuchin)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+import multiprocessing
+import multiprocessing.connection
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,6 +92,54 @@ def _one(graph: CostedGraph, strategy: str, ram: int, fixed: int, deadline_x: fl
                p.gap if p.solver not in ("heuristic", "") else 0.0, plain, p.note), (p if ok else None)
 
 
+def _worker_started() -> None:
+    """A sweep worker's first act: die with poet, and leave a Ctrl-C to it.
+
+    The workers are forked by multiprocessing's fork server, not by poet: it forks from its one thread and
+    lives until poet is gone (it exits when poet's end of its pipe closes), so asking the kernel for a
+    SIGKILL when the parent dies (PR_SET_PDEATHSIG, tied to the *thread* that forked) is sound there. A
+    worker poet forked itself would be tied to whichever poet thread forked it: ProcessPoolExecutor may
+    fork from its manager thread, which ends before poet does. The fork server's exit is one step away
+    from poet's death, so a thread here also watches poet itself (the sentinel multiprocessing keeps: a
+    pipe from poet, at end of file once poet is gone) and ends the worker the moment it is; the kernel's
+    signal covers a worker whose interpreter is too stuck to run that thread.
+
+    A Ctrl-C in a terminal reaches the whole process group, the workers too: they ignore it (a
+    KeyboardInterrupt in each would print a traceback); poet kills them (run_sweep)."""
+    from poet.device.children import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        sentinel = parent.sentinel
+
+        def watch() -> None:
+            multiprocessing.connection.wait([sentinel])
+            os._exit(1)  # poet is gone: nobody reads this worker's rows
+
+        threading.Thread(target=watch, name="poet-sweep-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
+    """Worker processes that end with the sweep however it ends: on an error, a Ctrl-C or the CLI's
+    SIGTERM and SIGHUP they are killed, not waited for until their solves end (minutes)."""
+    ctx = multiprocessing.get_context("forkserver")
+    # the fork server imports the planner once; each worker forked from it starts with it loaded
+    ctx.set_forkserver_preload(["poet.plan.sweep", "poet.plan.strategies"])
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_started)
+    try:
+        yield pool
+    except BaseException:
+        for proc in list((pool._processes or {}).values()):  # no public way to kill them (3.14's kill_workers)
+            with contextlib.suppress(OSError):
+                proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
 def run_sweep(graph: CostedGraph, rams: list[int], deadlines_x: list[float], strategies: list[str], fixed: int,
               solver: str = "highs", time_limit_s: float = 60.0, jobs: int | None = None,
               semantics: Semantics = POET, progress: Callable[[str], None] = print) -> list[Row]:
@@ -111,7 +164,7 @@ def run_sweep(graph: CostedGraph, rams: list[int], deadlines_x: list[float], str
         progress(f"[{done}/{len(tasks)}] {row.strategy:<14} ram {row.ram_bytes:>10} B  deadline {row.deadline_x:g}x"
                  f"  {what}  ({row.solve_s:.2f} s)")
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with _pool(jobs) as pool:
         for phase in ("others", "poet"):
             futs = {pool.submit(_one, graph, s, r, fixed, d, solver, time_limit_s, semantics,
                                 plans.get((r, d)) if s == "poet" else None): (s, r, d)
