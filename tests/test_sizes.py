@@ -176,10 +176,14 @@ def test_an_input_beyond_the_tensor_limit_is_refused_before_it_is_allocated(
         raise AssertionError("an example batch was made; the shape alone must refuse it")
 
     monkeypatch.setattr(tracer, "_example_batch", allocated)
-    line = refused(capsys, ["graph", "--model", name, "--input-shape", "100000,1000,1000"], 2,
-                   "[16, 100000, 1000, 1000]", "1,600,000,000,000 elements", "GiB as float32",
+    # a sample that fits the blob's u32 count, a batch of 16 of them that no tensor can hold
+    line = refused(capsys, ["graph", "--model", name, "--input-shape", "1000,1000,200"], 2,
+                   "[16, 1000, 1000, 200]", "3,200,000,000 elements", "GiB as float32",
                    "at most 2**31 - 1 elements", "--input-shape")
     assert name in line
+    # a sample the blob cannot count at all: refused as the command line is parsed
+    refused(capsys, ["graph", "--model", name, "--input-shape", "100000,1000,1000"], 2,
+            "100,000,000,000 values in one sample", "u32", "--input-shape")
 
 
 def test_a_traced_tensor_beyond_the_limit_is_refused_from_the_shapes_alone(
