@@ -441,14 +441,7 @@ def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, request: Pla
 
 
 def _graph(cfg: RunConfig) -> tuple[torch.nn.Module, TrainingGraph]:
-    try:
-        model, g = traced(cfg.model)
-    except PoetError as exc:
-        # --train names more layers than the model has, or a mode it cannot take: the tracer, which alone
-        # knows the layers, says so with exit 1 (graph/tracer.py _trainable); it is a bad command line
-        if str(exc).startswith("--train ") and exc.status != 2:
-            raise UsageError(str(exc)) from None
-        raise
+    model, g = traced(cfg.model)
     return model, with_optimizer(g, parse_optimizer(cfg.optimizer))
 
 

@@ -730,7 +730,7 @@ def _trainable(tr: _Tracer, train: str) -> set[int]:
     if "+" in train:
         parts = train.split("+")
         if "all" in parts or len(set(parts)) != len(parts) or not all(parts):
-            raise PoetError(f"--train {train!r}: {TRAIN_MODES}")
+            raise UsageError(f"--train {train!r}: {TRAIN_MODES}")
         return set().union(*(_trainable(tr, part) for part in parts))
     wanted = {i for i, (_, p) in enumerate(tr.params) if p.requires_grad}
     if train == "all":
@@ -745,9 +745,9 @@ def _trainable(tr: _Tracer, train: str) -> set[int]:
                 layers.append(ps)
         n = int(train[5:])
         if n > len(layers):
-            raise PoetError(f"--train {train}: the model has only {len(layers)} layers with parameters")
+            raise UsageError(f"--train {train}: the model has only {len(layers)} layers with parameters")
         return {i for ps in layers[-n:] for i in ps} & wanted
-    raise PoetError(f"--train {train!r}: {TRAIN_MODES}")
+    raise UsageError(f"--train {train!r}: {TRAIN_MODES}")
 
 
 def _names(tr: _Tracer) -> list[str]:
