@@ -221,3 +221,19 @@ def test_bert_base_fine_tunes_its_last_two_layers_below_its_keep_all_need(tmp_pa
     assert plan["peak_bytes"] < plan["keep_all_peak"] and plan["page_ins"] > 0
     assert trained == ["pooler.weight", "pooler.bias", "classifier.weight", "classifier.bias"], trained
     _like_pytorch(before, ref, board, trained)
+
+
+def test_a_link_at_the_stand_ins_card_is_refused_before_it_starts(tmp_path: Path) -> None:
+    """The Linux runtime opens poet-swap.bin by name in its working folder, a run's folder that may
+    come from elsewhere (issue 45): a link planted there is refused, and the file it points to kept."""
+    from poet.errors import UsageError
+
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"precious")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "poet-swap.bin").symlink_to(outside)
+    with pytest.raises(UsageError, match="poet-swap.bin is a symbolic link"), \
+            open_device(load_board("rpi4"), workdir=run, quiet=True, ram=6 * MIB):
+        pass
+    assert outside.read_bytes() == b"precious"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import subprocess
 import tempfile
 import time
@@ -34,6 +35,7 @@ from poet.device.link import (
 )
 from poet.device.serialports import open_serial
 from poet.errors import PoetError
+from poet.files import open_in_folder
 from poet.graph.training_graph import TrainingGraph
 from poet.plan.lower import model_blob
 from poet.plan.modelblob import encode_batch
@@ -156,6 +158,9 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             cmd = [*firmware.command(board.emulator_target), board.name, *firmware.runtime_args(board, ram)]
             say(f"no --port given: using the emulated {board.name} ({' '.join(cmd)}, numbers are 'emulated')")
             wd = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="poet-run-")))
+            # the runtime opens its card image by name in wd, a run's folder: a link planted there is refused
+            # here, not written through (as emulator.start_qemu does for QEMU's)
+            os.close(open_in_folder(wd / SWAP_FILE, "the emulated SD card"))
             proc = subprocess.Popen(cmd, cwd=wd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     preexec_fn=die_with_poet())  # a killed poet's runtime may be mid-step
             stack.callback(_reap, proc)
