@@ -113,10 +113,15 @@ def _qemu_pids_in(directory) -> list[int]:
     return pids
 
 
-def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path, sig):
+    """Ctrl-C, and a supervisor's SIGTERM or a closed terminal's SIGHUP alike: the finished steps saved,
+    one line saying so and by what, 128 + the signal."""
     import os
     import signal
     import time
+
+    signum = signal.Signals[sig]
 
     run = tmp_path / "run"
     env = dict(os.environ, POET_WORKSPACE=str(tmp_path))
@@ -129,13 +134,14 @@ def test_ctrl_c_stops_qemu_and_keeps_finished_steps(tmp_path):
             if "step   3/" in line:
                 break
         assert _qemu_pids_in(run), "QEMU should be running in the run directory"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130  # as `poet profile` and every command stopped by Ctrl-C
+    assert proc.returncode == 128 + signum  # as `poet profile` and every command stopped by a signal
     last = err.strip().splitlines()[-1]
-    assert "stopped by Ctrl-C" in last and "resume with `poet train --resume" in last, last
+    said = {"SIGINT": "Ctrl-C"}.get(sig, sig)
+    assert f"stopped by {said};" in last and "resume with `poet train --resume" in last, last
     assert "Traceback" not in err
     time.sleep(0.2)
     assert not _qemu_pids_in(run)

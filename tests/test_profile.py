@@ -127,7 +127,7 @@ def test_an_interrupted_profile_resumes(workspace: Path, monkeypatch: pytest.Mon
     assert status == (130 if ctrl_c else 1)
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    went = "interrupted" if ctrl_c else "the board went away"
+    went = "stopped by Ctrl-C" if ctrl_c else "the board went away"
     assert lines[0].startswith(f"poet: {went} while profiling cnn-digits (")
     # the optimizer of these graphs (updated in backward) only counts the step: not measured
     assert "(11 of 21 ops done" in lines[0] and "run the same command again to resume" in lines[0]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from poet import __version__
 from poet.boards import board_names, load_board
-from poet.errors import PoetError, UsageError
+from poet.errors import PoetError, Terminated, UsageError
 from poet.files import kind as file_kind
 from poet.models.zoo import SMALL, ZOO, ModelChoice
 from poet.paths import shown, write_output
@@ -1007,18 +1007,6 @@ def given_options(ap: argparse.ArgumentParser, argv: list[str], command: str) ->
     ns = argparse.Namespace(**dict.fromkeys(dests, unset))
     sub.parse_known_args(rest, namespace=ns)  # defaults fill only what the namespace lacks
     return {k for k in dests if getattr(ns, k) is not unset}
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised where a Ctrl-C's KeyboardInterrupt would be: every path that stops
-    cleanly on a Ctrl-C (train's checkpoint, profile's partial save, the planner's HiGHS threads and
-    second core) does on these too. A supervisor stops a process with SIGTERM; a closed terminal, SIGHUP."""
-
-    def __init__(self, signum: int) -> None:
-        import signal
-
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 STOPPED = {2: "interrupted", 15: "terminated (SIGTERM)", 1: "hung up (SIGHUP)"}  # what main() says, by signal

@@ -55,7 +55,7 @@ from poet.energy.meters.replay import open_meter
 from poet.energy.meters.window import recorded
 from poet.energy.predict import Comparison, Epoch, Prediction, RunPredictor, plan_prediction
 from poet.energy.tracefile import Trace
-from poet.errors import PoetError, UsageError
+from poet.errors import PoetError, UsageError, signal_of, stopped_by
 from poet.files import MB, SMALL, atomic, load_json, open_in_folder, read_bytes, write_atomic
 from poet.files import kind as file_kind
 from poet.graph.reference import Fed, accuracy, reconstruction_errors, state_tensors, weights_of
@@ -882,10 +882,10 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
                     _epochs(cfg, g, board, dev, run, state, tr, data, model, fed, per_epoch, pred, say, bars)
             except (LinkError, KeyboardInterrupt) as exc:
                 ctrl_c = isinstance(exc, KeyboardInterrupt)
-                why = "stopped by Ctrl-C" if ctrl_c else f"lost the board: {exc}"
+                why = f"stopped by {stopped_by(exc)}" if ctrl_c else f"lost the board: {exc}"
                 raise PoetError(f"{why}; {state.global_step} of {total_steps} steps are done and saved in "
                                 f"{shown(run.dir)}: resume with `poet train --resume {shown(run.dir)}`",
-                                status=130 if ctrl_c else 1) from None
+                                status=128 + signal_of(exc) if ctrl_c else 1) from None
     except BaseException:
         if not resume and not run.config_path.exists():
             _unmake(run.dir, made, left)  # refused before it began (energy, schedule, flashing): no run to leave

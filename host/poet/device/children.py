@@ -7,11 +7,15 @@ init and keeps a core busy, holding its run folder, until someone finds it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -72,3 +76,56 @@ def die_with_parent() -> None:
     prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
+
+
+# the signals that stop poet: Ctrl-C, and the CLI's SIGTERM and SIGHUP (cli.main)
+STOPPING = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s is not None)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """The signals that stop poet, held while a child is forked, then acted on.
+
+    Python runs a signal's handler at the next bytecode of the main thread, and right after a fork that
+    bytecode is an at-fork hook's (logging's _releaseLock), whose exception Python prints as "Exception
+    ignored" and drops: a Ctrl-C that landed as poet started its second core was lost, and the solve ran
+    on to its time limit (found under load, issue 45). While held a handler only records the signal;
+    once the child is started the recorded handler runs here, where its KeyboardInterrupt goes up.
+    Only handlers poet's Python runs are held (ignored signals stay ignored), and only in the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+
+    def hold(signum: int, _frame: object) -> None:
+        got.append(signum)
+
+    saved = {}
+    for sig in STOPPING:
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            saved[sig] = signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if got:
+            saved[signal.Signals(got[0])](got[0], None)  # type: ignore[operator]
+
+
+def spawn(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    """subprocess.Popen of a child that dies with poet (die_with_poet), started with the stopping
+    signals held (signals_held): a Ctrl-C as it starts stops poet, and the child, which the caller
+    never got, is stopped first."""
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with signals_held():
+            proc = subprocess.Popen(argv, preexec_fn=die_with_poet(), **kw)
+    except BaseException:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        raise
+    return proc

@@ -21,7 +21,7 @@ import serial
 
 from poet.boards import Board
 from poet.device import emulator, firmware
-from poet.device.children import die_with_poet
+from poet.device.children import spawn
 from poet.device.link import (
     BATCH,
     SCHEDULE,
@@ -145,8 +145,8 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             from poet.device.ssh import runtime_over_ssh
 
             # ssh dies with poet too: its remote runtime then sees the link close, as on a pulled cable
-            proc = subprocess.Popen(runtime_over_ssh(port, board.name, firmware.runtime_args(board, ram)),
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=die_with_poet())
+            proc = spawn(runtime_over_ssh(port, board.name, firmware.runtime_args(board, ram)),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             stack.callback(_reap, proc)
             ser = ProcessPort(proc)
             emulated, card = False, None
@@ -161,8 +161,7 @@ def open_device(board: Board, port: str | None = None, workdir: Path | None = No
             # the runtime opens its card image by name in wd, a run's folder: a link planted there is refused
             # here, not written through (as emulator.start_qemu does for QEMU's)
             os.close(open_in_folder(wd / SWAP_FILE, "the emulated SD card"))
-            proc = subprocess.Popen(cmd, cwd=wd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    preexec_fn=die_with_poet())  # a killed poet's runtime may be mid-step
+            proc = spawn(cmd, cwd=wd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # dies with poet: may be mid-step
             stack.callback(_reap, proc)
             ser = ProcessPort(proc)
             emulated, card, slowdown = True, wd / SWAP_FILE, STAND_IN_SLOWDOWN

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from poet.device.children import die_with_poet
+from poet.device.children import spawn
 from poet.errors import PoetError
 from poet.files import open_in_folder
 
@@ -122,8 +122,8 @@ def start_qemu(elf_path: Path | str, workdir: Path | str | None = None,
             port = _free_port()
             log.seek(0)
             log.truncate()
-            proc = subprocess.Popen(qemu_command(elf, port, spec), cwd=wd, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_poet())
+            proc = spawn(qemu_command(elf, port, spec), cwd=wd, stdin=subprocess.DEVNULL,
+                         stdout=log, stderr=subprocess.STDOUT)
             stack.callback(_stop, proc)
             try:
                 _wait_listening(proc, port, startup_timeout_s, log, binary)

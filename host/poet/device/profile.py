@@ -28,7 +28,7 @@ import yaml
 
 from poet.boards import Board
 from poet.device.link import MODEL, WEIGHTS, LinkClosed, LinkTimeout
-from poet.errors import PoetError, UsageError
+from poet.errors import PoetError, UsageError, signal_of, stopped_by
 from poet.files import write_atomic
 from poet.graph.dtypes import DT_F32, DT_I8, ELEMENT_TYPES
 from poet.graph.training_graph import TrainingGraph
@@ -370,11 +370,11 @@ def profile_graphs(device: Any, graphs: list[tuple[TrainingGraph, list[np.ndarra
 
 
 def _went(exc: BaseException) -> str:
-    return "interrupted" if isinstance(exc, KeyboardInterrupt) else "the board went away"
+    return f"stopped by {stopped_by(exc)}" if isinstance(exc, KeyboardInterrupt) else "the board went away"
 
 
 def _status(exc: BaseException) -> int:
-    return 130 if isinstance(exc, KeyboardInterrupt) else 1  # 130: the shell's code for Ctrl-C
+    return 128 + signal_of(exc) if isinstance(exc, KeyboardInterrupt) else 1  # 130: the shell's code for Ctrl-C
 
 
 def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: Settings, prof: dict[str, Any],

@@ -40,7 +40,6 @@ import importlib.metadata
 import math
 import os
 import re
-import signal
 import sys
 import tempfile
 import threading
@@ -53,6 +52,7 @@ from typing import Any
 
 import pulp
 
+from poet.errors import signal_of
 from poet.plan import clock
 
 Say = Callable[[str], None]
@@ -115,7 +115,7 @@ def _exit_now(status: int) -> None:
 def signal_status(exc: BaseException) -> int:
     """The exit status of a process stopped by `exc`: 128 + the signal (the CLI's Terminated carries
     its signum; a plain KeyboardInterrupt is a Ctrl-C, SIGINT: 130)."""
-    return 128 + int(getattr(exc, "signum", signal.SIGINT))
+    return 128 + signal_of(exc)
 
 
 atexit.register(_settle_at_exit)

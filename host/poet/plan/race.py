@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from poet.device.children import die_with_poet
+from poet.device.children import spawn
 from poet.plan import clock
 from poet.plan.milp import proven
 from poet.plan.types import CostedGraph, Plan, Semantics
@@ -101,8 +101,7 @@ class Race:
             with self._err.open("wb") as err:
                 # die_with_poet ties the child to the forking thread: a Race is started and stopped in one
                 # thread (solve_poet's: the main thread in the CLI and in a sweep's worker), which outlives it
-                self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                              stderr=err, preexec_fn=die_with_poet())
+                self._proc = spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         except BaseException:  # a Ctrl-C as it starts: the caller, holding no Race, cannot stop() it
             if hasattr(self, "_proc"):
                 self.stop()

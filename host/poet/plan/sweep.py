@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import math
 import multiprocessing
 import multiprocessing.connection
@@ -17,7 +18,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from poet.device.children import signals_held
 from poet.errors import UsageError
+from poet.files import write_atomic
 from poet.plan.types import POET, REFERENCE, CostedGraph, Plan, Semantics
 from poet.units import parse_size
 
@@ -166,9 +169,10 @@ def run_sweep(graph: CostedGraph, rams: list[int], deadlines_x: list[float], str
 
     with _pool(jobs) as pool:
         for phase in ("others", "poet"):
-            futs = {pool.submit(_one, graph, s, r, fixed, d, solver, time_limit_s, semantics,
-                                plans.get((r, d)) if s == "poet" else None): (s, r, d)
-                    for s, r, d in tasks if (s == "poet") == (phase == "poet")}
+            with signals_held():  # the first submit forks the fork server: a Ctrl-C then is not lost
+                futs = {pool.submit(_one, graph, s, r, fixed, d, solver, time_limit_s, semantics,
+                                    plans.get((r, d)) if s == "poet" else None): (s, r, d)
+                        for s, r, d in tasks if (s == "poet") == (phase == "poet")}
             for fut in as_completed(futs):
                 record(futs[fut], *fut.result())
     return [rows[t] for t in tasks]
@@ -176,11 +180,12 @@ def run_sweep(graph: CostedGraph, rams: list[int], deadlines_x: list[float], str
 
 def write_csv(rows: list[Row], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(Row.__dataclass_fields__))
-        w.writeheader()
-        for r in rows:
-            w.writerow(asdict(r))
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=list(Row.__dataclass_fields__))
+    w.writeheader()
+    for r in rows:
+        w.writerow(asdict(r))
+    write_atomic(path, text.getvalue())  # never through a link at `path`, never half-written
 
 
 def _found(r: Row) -> bool:
