@@ -284,7 +284,7 @@ def test_graph_errors_from_user_models_are_one_line(tmp_path):
                    "fails on a batch of shape [16, 5] (float32): RuntimeError")
     one_line_error(_in(tmp_path, "graph", "--model", "bad:chain", "--input-shape", "4", "--classes", "3"), 1,
                    "returns [16, 2], expected logits [16, 3]")
-    one_line_error(poet("graph", "--model", "mlp-digits", "--train", "last:9"), 1,
+    one_line_error(poet("graph", "--model", "mlp-digits", "--train", "last:9"), 2,
                    "--train last:9: the model has only 4 layers with parameters")
     one_line_error(poet("graph", "--model", "lenet", "--layers", "2"), 2, "--layers and --hidden size the bert")
 

@@ -412,6 +412,7 @@ def test_an_ignored_hangup_stays_ignored(monkeypatch: pytest.MonkeyPatch) -> Non
         signal.signal(signal.SIGHUP, was)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped Ctrl-C, on purpose
 def test_a_ctrl_c_as_a_child_is_forked_is_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
     """A signal whose handler runs in an at-fork hook is dropped by Python ("Exception ignored"): a
     Ctrl-C as poet started its second core was lost under load, and the solve ran to its limit. Here
