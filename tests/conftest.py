@@ -75,13 +75,34 @@ def refused(capsys: pytest.CaptureFixture[str], argv: list[str], status: int, *w
     """Run the CLI and check it ended in one line `poet: ...` holding `words`, with `status`."""
     code = run(argv)
     err = capsys.readouterr().err
-    assert "internal error" not in err, err
+    assert "internal error" not in err and "Traceback" not in err, err
     assert code == status, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("poet: "), err
     for w in words:
         assert w in lines[0], lines[0]
     return lines[0]
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A workspace, with cwd in tmp_path (where a hostile run folder's module would sit), in which
+    opening a device fails the test: the hostile tables' (test_hostile*.py), whose refusals come first."""
+    from typing import Any
+
+    import poet.train
+
+    workspace = tmp_path / "workspace"
+    (workspace / "profiles").mkdir(parents=True)
+    shutil.copyfile(REPO / "profiles" / "nrf52840.yaml", workspace / "profiles" / "nrf52840.yaml")
+    monkeypatch.setenv("POET_WORKSPACE", str(workspace))
+    monkeypatch.chdir(tmp_path)
+
+    def no_board(*a: Any, **k: Any) -> None:
+        raise AssertionError("a board was opened: the refusal must come before")
+    monkeypatch.setattr(poet.train, "open_device", no_board)
+    monkeypatch.setattr(poet.train, "_ensure_firmware", no_board)
+    return workspace
 
 
 # ---------------------------------------------------------------- steps on a board, for the device tests

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import refused
 from poet import cli
 from poet.cli import build_parser, main
 from poet.models.zoo import get_model
@@ -24,24 +25,6 @@ from poet.train import CONFIG_KEYS
 
 SHIPPED_PROFILE = REPO_ROOT / "profiles" / "nrf52840.yaml"
 TRAIN = ["train", "--model", "mlp-digits", "--ram", "200k", "--epochs", "1", "--data-limit", "64"]
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A workspace, with cwd in tmp_path (where a hostile run folder's module would sit), in which
-    opening a device fails the test."""
-    workspace = tmp_path / "workspace"
-    (workspace / "profiles").mkdir(parents=True)
-    (workspace / "profiles" / "nrf52840.yaml").write_bytes(SHIPPED_PROFILE.read_bytes())
-    monkeypatch.setenv("POET_WORKSPACE", str(workspace))
-    monkeypatch.chdir(tmp_path)
-
-    def no_board(*a: Any, **k: Any) -> None:
-        raise AssertionError("a board was opened: the refusal must come before")
-    import poet.train
-    monkeypatch.setattr(poet.train, "open_device", no_board)
-    monkeypatch.setattr(poet.train, "_ensure_firmware", no_board)
-    return workspace
 
 
 def _data(tmp: Path, x: np.ndarray, y: np.ndarray) -> str:
@@ -245,17 +228,7 @@ def test_hostile_input_is_refused_in_one_line_before_anything_runs(ws: Path, cap
     argv = make(tmp)
     runs = ws / "runs"
     before = sorted(p.name for p in runs.iterdir()) if runs.exists() else []
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # refused while parsing
-        code = int(exc.code or 0)
-    err = capsys.readouterr().err
-    assert "internal error" not in err and "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("poet: "), err
-    for w in words:
-        assert w in lines[0], lines[0]
+    refused(capsys, argv, 2, *words)
     after = sorted(p.name for p in runs.iterdir()) if runs.exists() else []
     assert after == before, "a refused command left a run folder"
     assert not (tmp / "PWNED").exists(), "code named only by a run folder was imported"

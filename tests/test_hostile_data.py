@@ -22,12 +22,7 @@ import pytest
 import torch
 from poet.models.datasets import MAX_NPY_BYTES, load_dataset
 from poet.models.zoo import ModelChoice, get_model
-from test_hostile import (
-    TRAIN,
-    _config,
-    _run,
-    ws,  # noqa: F401  (the fixture: a workspace in which opening a board fails the test)
-)
+from test_hostile import TRAIN, _config, _run
 from test_hostile import test_hostile_input_is_refused_in_one_line_before_anything_runs as _refused_before_anything
 
 RNG = np.random.default_rng(0)
@@ -247,7 +242,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch's notes while a case's file is made (quantized, legacy)
 @pytest.mark.parametrize("make,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_hostile_training_input_is_refused_in_one_line_before_anything_runs(
-        ws: Path, capsys: pytest.CaptureFixture[str], make: Callable[[Path], list[str]],  # noqa: F811
+        ws: Path, capsys: pytest.CaptureFixture[str], make: Callable[[Path], list[str]],
         words: tuple[str, ...]) -> None:
     _refused_before_anything(ws, capsys, make, words)
 
@@ -317,7 +312,7 @@ class _Pairs(torch.utils.data.Dataset):
     (lambda: _Pairs([], []), ("training Dataset has no samples",)),
     (lambda: _Pairs([{} for _ in range(80)], list(Y)), ("not numbers",)),
 ], ids=["one-hot", "test-other-shape", "empty-test", "empty", "objects"])
-def test_a_factory_s_dataset_is_checked_as_a_folder_is(ws: Path, capsys: pytest.CaptureFixture[str],  # noqa: F811
+def test_a_factory_s_dataset_is_checked_as_a_folder_is(ws: Path, capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch, make: Callable[[], Any],
                                                        words: tuple[str, ...]) -> None:
     import sys

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _pytest.mark.structures import ParameterSet
+from conftest import refused
 from poet.cli import _graph, build_parser, main
 from poet.energy.meters import base
 from poet.energy.tracefile import SCHEDULE_BESIDE, Trace, _expected
@@ -81,23 +82,6 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base.save(base.Recording.of_power("ppk2", 1e-3, times, np.full(times.size, 0.02)), run / "meter.csv")
     assert main(["report", str(run / "trace.json"), "--meter", str(run / "meter.csv")]) == 0  # a sound run
     return run
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A workspace in tmp_path in which opening a board fails the test (test_hostile.py's)."""
-    workspace = tmp_path / "workspace"
-    (workspace / "profiles").mkdir(parents=True)
-    (workspace / "profiles" / "nrf52840.yaml").write_bytes(SHIPPED_PROFILE.read_bytes())
-    monkeypatch.setenv("POET_WORKSPACE", str(workspace))
-    monkeypatch.chdir(tmp_path)
-
-    def no_board(*a: Any, **k: Any) -> None:
-        raise AssertionError("a board was opened: the refusal must come before")
-    import poet.train
-    monkeypatch.setattr(poet.train, "open_device", no_board)
-    monkeypatch.setattr(poet.train, "_ensure_firmware", no_board)
-    return workspace
 
 
 class Run:
@@ -380,17 +364,7 @@ def test_hostile_report_input_is_refused_in_one_line_touching_nothing(
     argv = make(Run(template, tmp))
     capsys.readouterr()
     before = _snapshot(tmp)
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # refused while parsing
-        code = int(exc.code or 0)
-    err = capsys.readouterr().err
-    assert "internal error" not in err and "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("poet: "), err
-    for w in words:
-        assert w in lines[0], lines[0]
+    refused(capsys, argv, 2, *words)
     assert _snapshot(tmp) == before, "a refused command changed, made or removed a file"
 
 

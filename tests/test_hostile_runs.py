@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from poet.cli import main
+from conftest import refused
 from poet.plan.schedule import Schedule
 from poet.train import IN_PLACE, RUN_ENTRIES
-from test_hostile import MIDWAY, MLP_SHAPES, TRAIN, _ckpt, _config, _run, ws  # noqa: F401  (ws: the fixture)
+from test_hostile import MIDWAY, MLP_SHAPES, TRAIN, _ckpt, _config, _run
 
 # a file outside every run folder, which no case may change
 OUTSIDE = "outside.txt"
@@ -172,7 +172,7 @@ def _snapshot(folder: Path | None) -> dict[str, tuple[bool, bytes | None]]:
 
 
 @pytest.mark.parametrize("make,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_hostile_run_is_refused_in_one_line_before_anything_runs(ws: Path, capsys: pytest.CaptureFixture[str],  # noqa: F811
+def test_hostile_run_is_refused_in_one_line_before_anything_runs(ws: Path, capsys: pytest.CaptureFixture[str],
                                                                  make: Callable[[Path], list[str]],
                                                                  words: tuple[str, ...]) -> None:
     tmp = ws.parent
@@ -183,17 +183,7 @@ def test_hostile_run_is_refused_in_one_line_before_anything_runs(ws: Path, capsy
     opt = "--resume" if "--resume" in argv else "--run-dir" if "--run-dir" in argv else None
     folder = Path(argv[argv.index(opt) + 1]) if opt else None
     files = _snapshot(folder)
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # refused while parsing
-        code = int(exc.code or 0)
-    err = capsys.readouterr().err
-    assert "internal error" not in err and "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("poet: "), err
-    for w in words:
-        assert w in lines[0], lines[0]
+    refused(capsys, argv, 2, *words)
     assert outside.read_text() == OUTSIDE_TEXT
     after = sorted(p.name for p in runs.iterdir()) if runs.exists() else []
     assert after == before, "a refused command left a run folder"
