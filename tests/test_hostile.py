@@ -83,6 +83,20 @@ def _file(tmp: Path, name: str, text: str) -> str:
     return str(tmp / name)
 
 
+def _graph_file(tmp: Path, name: str = "g.json") -> str:
+    """mlp-digits' training graph as `poet graph -o` writes it."""
+    from poet.graph.tracer import traced
+    from poet.models.zoo import ModelChoice
+
+    (tmp / name).write_text(traced(ModelChoice("mlp-digits"))[1].to_json_text())
+    return str(tmp / name)
+
+
+def _linked(tmp: Path, name: str, target: Path) -> str:
+    (tmp / name).symlink_to(target)
+    return str(tmp / name)
+
+
 def _linked_config(tmp: Path, target: str) -> str:
     """A folder whose config.json is a link to `target`."""
     d = tmp / "linked"
@@ -149,6 +163,17 @@ CASES: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
     ("zoo-input-shape", lambda t: ["graph", "--model", "cnn-digits", "--input-shape", "1,8,8"], ("--input-shape",)),
     ("zoo-classes", lambda t: [*TRAIN, "--classes", "5"], ("--classes", "mlp-digits")),
     # files and folders
+    # no output over an input
+    ("solve-o-over-its-graph", lambda t: ["solve", "--graph", _graph_file(t), "--ram", "200k", "-o", str(t / "g.json")],
+     ("-o", "g.json", "--graph", "never writes over")),
+    ("solve-o-over-its-profile", lambda t: ["solve", "--model", "mlp-digits", "--ram", "200k", "--profile",
+                                            _file(t, "p.yaml", SHIPPED_PROFILE.read_text()), "-o", str(t / "p.yaml")],
+     ("-o", "--profile", "never writes over")),
+    ("solve-o-a-link-to-its-profile", lambda t: ["solve", "--model", "mlp-digits", "--ram", "200k", "--profile",
+                                                 _file(t, "p.yaml", SHIPPED_PROFILE.read_text()), "-o",
+                                                 _linked(t, "out.poet", t / "p.yaml")], ("--profile",)),
+    ("sweep-o-over-its-graph", lambda t: ["sweep", "--graph", _graph_file(t, "sweep.csv"), "--ram", "64k",
+                                          "-o", str(t)], ("sweep.csv", "--graph", "never writes over")),
     ("solve-o-missing-folder", lambda t: ["solve", "--ram", "200k", "-o", str(t / "no" / "dir" / "x.poet")],
      ("does not exist",)),
     ("profile-o-device", lambda t: ["profile", "-o", "/dev/null"], ("not a regular file",)),

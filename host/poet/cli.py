@@ -17,6 +17,7 @@ from poet import __version__
 from poet.boards import board_names, load_board
 from poet.errors import PoetError, Terminated, UsageError
 from poet.files import kind as file_kind
+from poet.files import not_an_input
 from poet.models.zoo import SMALL, ZOO, ModelChoice
 from poet.paths import shown, write_output
 from poet.plan.memory import check_ram, costed_fixed_bytes
@@ -237,6 +238,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from poet.graph.training_graph import TrainingGraph
     from poet.plan.request import costed_for, solve_request
 
+    not_an_input("-o", args.output, [("--graph", args.graph), ("--profile", args.profile),
+                                     ("--precision-rules", args.precision_rules)])
     board = load_board(args.board)
     request = _plan_request(args)
     ram = request.ram
@@ -332,6 +335,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         cg, fixed = g, (0 if args.semantics == "reference" else costed_fixed_bytes(g.param_bytes))
     deadlines = [_deadline(d, cg) / cg.one_pass_s for d in args.deadline.split(",")]
     out = Path(args.output) if args.output else sweep_dir(cg.name)
+    not_an_input("-o", out / "sweep.csv", [("--graph", args.graph), ("--profile", args.profile)])
     n = len(rams) * len(deadlines) * len(strategies)
     say(f"[sweep] {cg.name}: {len(strategies)} strategies x {len(rams)} budgets x {len(deadlines)} deadlines = {n} "
         f"plans, {args.jobs or 'all'} processes; fixed part of --ram {fixed} B")

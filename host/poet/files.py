@@ -225,3 +225,24 @@ def open_in_folder(path: str | os.PathLike[str], what: str, flags: int = os.O_RD
         raise UsageError(f"{what} {p} is {why}: poet writes only its own files in a folder it keeps (remove it)")
     os.set_blocking(fd, True)
     return fd
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether writing `a` would replace `b`'s content: the same file (a link to it, a hard link of it, the
+    same path spelled another way) or, where either is missing, the same resolved path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): compare where their names lead
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def not_an_input(flag: str, out: str | os.PathLike[str] | None,
+                 inputs: list[tuple[str, str | os.PathLike[str] | None]]) -> None:
+    """Refuse (one line, exit 2), before anything is read or written, an output that is one of the command's
+    inputs: `poet solve --graph g.json -o g.json` replaced the graph with its schedule."""
+    if out is None:
+        return
+    for what, p in inputs:
+        if p is not None and Path(p).exists() and same_file(out, p):
+            raise UsageError(f"{flag} {out} is the file {what} reads: poet never writes over a file it reads; "
+                             "give another file")

@@ -25,7 +25,7 @@ from poet.energy.fmt import fmt_j, fmt_s, fmt_w, pct
 from poet.energy.meters.measure import Measured, measure
 from poet.energy.tracefile import SCHEDULE_BESIDE, Trace
 from poet.errors import UsageError
-from poet.files import atomic, kind, write_atomic
+from poet.files import atomic, kind, same_file, write_atomic
 from poet.graph.dtypes import NARROW_STORAGE, converted_bytes
 from poet.units import format_size
 
@@ -487,15 +487,6 @@ def inputs(o: ReportOptions) -> list[tuple[str, Path]]:
     return files
 
 
-def _same(a: Path, b: Path) -> bool:
-    """Whether writing `a` would replace `b`'s content: the same file (a link to it, a hard link of it, the
-    same path spelled another way) or, where either is missing, the same resolved path."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet): compare where their names lead
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
 def check_outputs(o: ReportOptions) -> None:
     """Refuse, before anything is read or written, an output that is one of the inputs (`--csv TRACE` would
     replace the run's trace with its own CSV), two outputs of one file, an output that is a folder or a
@@ -504,11 +495,11 @@ def check_outputs(o: ReportOptions) -> None:
     existing = [(what, p) for what, p in ins if p.exists()]
     for n, (flag, f) in enumerate(outs):
         for what, p in existing:
-            if _same(f, p):
+            if same_file(f, p):
                 raise UsageError(f"{flag} {f} is {what} ({p}): poet report never writes over a file it reads; "
                                  f"give another file")
         for flag2, f2 in outs[:n]:
-            if _same(f, f2):
+            if same_file(f, f2):
                 raise UsageError(f"{flag2} and {flag} both write {f}: give each its own file")
         try:
             mode = os.stat(f).st_mode
@@ -517,7 +508,7 @@ def check_outputs(o: ReportOptions) -> None:
         if mode is not None and not stat.S_ISREG(mode):
             raise UsageError(f"{flag} {f} is {kind(mode)}, not a file: give a regular file to write")
         parent = f.parent
-        if not parent.is_dir() and not (o.out is not None and _same(parent, o.out)):
+        if not parent.is_dir() and not (o.out is not None and same_file(parent, o.out)):
             raise UsageError(f"{flag} {f}: the folder {parent} does not exist")
 
 
