@@ -26,8 +26,7 @@ from poet.boards import Board
 from poet.device import firmware, serialports
 from poet.device.ssh import REMOTE_DIR, SshTarget, parse_ssh, runtime_over_ssh
 from poet.errors import PoetError, UsageError
-
-Say = Callable[[str], None]
+from poet.progress import Say
 
 NRFUTIL_URL = "https://www.nordicsemi.com/Products/Development-tools/nRF-Util"
 MISSING: dict[str, str] = {

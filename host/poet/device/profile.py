@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import fcntl
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,9 +50,8 @@ from poet.plan.modelblob import (
     ModelBlob,
 )
 from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
-from poet.progress import bar
+from poet.progress import Say, bar
 
-Say = Callable[[str], None]
 COMPUTE_KINDS = ("forward", "backward", "optimizer")
 # the paging sweep: 256 B .. 64 KiB, doubling (capped by what the board's pool holds)
 PAGE_SIZES = tuple(256 << k for k in range(9))

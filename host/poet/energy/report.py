@@ -14,7 +14,6 @@ import io
 import json
 import os
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,10 @@ from poet.energy.tracefile import SCHEDULE_BESIDE, Trace
 from poet.errors import UsageError
 from poet.files import atomic, kind, same_file, write_atomic
 from poet.graph.dtypes import NARROW_STORAGE, converted_bytes
+from poet.progress import Say
 from poet.units import format_size
 
 VIEWS = ("module", "layer", "tensor", "kind")
-Say = Callable[[str], None]
 
 
 def source_line(acct: Account, trace: Trace, board: Board) -> str:

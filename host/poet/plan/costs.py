@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,7 @@ from poet.files import read_bytes
 from poet.graph.training_graph import GraphNode, TrainingGraph
 from poet.paths import profile_to_read, shown
 from poet.plan.types import COST_MAX, COST_MIN, CostedGraph, CostedNode
-
-Note = Callable[[str], None]
+from poet.progress import Say
 
 
 def op_key(n: GraphNode) -> str:
@@ -43,7 +41,7 @@ def op_key(n: GraphNode) -> str:
     return f"{n.op}(" + ",".join(f"{k}={v}" for k, v in sorted(attrs.items())) + ")"
 
 
-def load_profile(board: str, path: Path | None = None, note: Note | None = None) -> dict[str, Any]:
+def load_profile(board: str, path: Path | None = None, note: Say | None = None) -> dict[str, Any]:
     """The profile the planner costs with: `path`, else the board's (paths.profile_to_read), checked.
 
     A file that is not a profile the planner can trust is refused in one line (UsageError, see
@@ -408,7 +406,7 @@ def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: 
 
 
 def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bool = False,
-           note: Callable[[str], None] | None = None) -> CostedGraph:
+           note: Say | None = None) -> CostedGraph:
     """Attach the profile's compute costs and paging model to every node.
 
     An op the profile lacks is an error, unless `estimate`: then it is estimated (see

@@ -54,8 +54,7 @@ import pulp
 
 from poet.errors import signal_of
 from poet.plan import clock
-
-Say = Callable[[str], None]
+from poet.progress import Say
 
 # The solution's objective may exceed the bound by this much (relative) and still be optimal:
 # the solvers work to 1e-9 feasibility, and the bound is an LP value.

@@ -9,7 +9,6 @@ import pickle
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from poet.plan import clock
@@ -21,13 +20,14 @@ from poet.plan.strategies.fastest import on_graph, timed
 from poet.plan.strategies.poet_milp import run_milp
 from poet.plan.strategies.relaxed import relaxed
 from poet.plan.types import CostedGraph, Plan, Semantics
+from poet.progress import Say
 
 FASTEST_SHARE = 0.9  # of the time, at most, for a plan under the deadline where no heuristic has one
 MIN_MILP_S = 3.0  # less left than this after it: its plan is the result (the energy MILP takes ~2 s to build)
 
 
 def fastest(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool, paging: bool,
-            semantics: Semantics, time_limit_s: float, say: Callable[[str], None] | None = None) -> Plan | None:
+            semantics: Semantics, time_limit_s: float, say: Say | None = None) -> Plan | None:
     """A plan that fits `arena_budget` and meets `deadline_s` where no heuristic's does (strategies/fastest.py):
     the POET MILP minimising time from the heuristics' plan that fits (the least energy among them,
     whatever its time), stopped at the first under the deadline; None if there is no plan to start

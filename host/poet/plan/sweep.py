@@ -13,7 +13,7 @@ import multiprocessing.connection
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from poet.device.children import signals_held
 from poet.errors import UsageError
 from poet.files import write_atomic
 from poet.plan.types import POET, REFERENCE, CostedGraph, Plan, Semantics
+from poet.progress import Say
 from poet.units import parse_size
 
 
@@ -145,7 +146,7 @@ def _pool(jobs: int) -> Iterator[ProcessPoolExecutor]:
 
 def run_sweep(graph: CostedGraph, rams: list[int], deadlines_x: list[float], strategies: list[str], fixed: int,
               solver: str = "highs", time_limit_s: float = 60.0, jobs: int | None = None,
-              semantics: Semantics = POET, progress: Callable[[str], None] = print) -> list[Row]:
+              semantics: Semantics = POET, progress: Say = print) -> list[Row]:
     """Every (strategy, RAM, deadline), each in a worker process; rows in grid order.
 
     POET runs last at each point, warm-started from the best plan any other strategy found

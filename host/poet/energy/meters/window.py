@@ -14,7 +14,7 @@ begun (or was already ended) is a one-line error.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import numpy as np
 
 from poet.energy.meters.base import Meter, Recording, load, save
 from poet.errors import PoetError, UsageError
+from poet.progress import Say
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Windows:
 
 
 @contextlib.contextmanager
-def recorded(meter: Meter, path: Path, say: Callable[[str], None], name: str = "train") -> Iterator[Windows]:
+def recorded(meter: Meter, path: Path, say: Say, name: str = "train") -> Iterator[Windows]:
     """Run the body inside a window named `name` and save the meter's recording to `path` on every exit
     (a run stopped by Ctrl-C or a lost board keeps the samples of the steps it finished).
 

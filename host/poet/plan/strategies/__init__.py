@@ -16,12 +16,12 @@ graph that is not a chain). Every plan with stages has been replayed by simulate
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from poet.plan.simulate import PlanError, simulate
 from poet.plan.strategies import capuchin, checkpoint_all, chen, dtr, poet, revolve
-from poet.plan.strategies.base import Options, Progress, Strategy, found
+from poet.plan.strategies.base import Options, Strategy, found
 from poet.plan.types import POET, CostedGraph, Plan, Semantics
+from poet.progress import Say
 
 # The order --help and `poet sweep` list them in, and the heuristics run in for a MILP's starting
 # plan (of equal plans the first is kept).
@@ -51,7 +51,7 @@ PROGRESS_NODES = 1000
 
 
 def _timed(s: Strategy, graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics,
-           say: Callable[[str], None]) -> Plan:
+           say: Say) -> Plan:
     """One heuristic's plan, its solve time set, and a line about it on a large graph."""
     t0 = time.perf_counter()
     plan = s.plan(graph, arena_budget, deadline_s, semantics, Options())
@@ -68,7 +68,7 @@ def _makes_only(plan: Plan, recompute: bool, paging: bool) -> bool:
 
 
 def best_heuristic(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool = True,
-                   paging: bool = True, semantics: Semantics = POET, progress: Progress = None) -> Plan | None:
+                   paging: bool = True, semantics: Semantics = POET, progress: Say | None = None) -> Plan | None:
     """The least-energy plan of the heuristics that fits and meets the deadline, using only the
     allowed decisions; the MILPs start from it. Milliseconds each on the zoo's graphs, minutes
     on one of graphfile.MAX_NODES nodes: on a graph that large each reports as it ends."""
@@ -87,7 +87,7 @@ def best_heuristic(graph: CostedGraph, arena_budget: int, deadline_s: float, rec
 
 
 def plan_with(name: str, graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str = "highs",
-              time_limit_s: float = 60.0, gap: float = 0.0, progress: Progress = None,
+              time_limit_s: float = 60.0, gap: float = 0.0, progress: Say | None = None,
               warm: bool = True, semantics: Semantics = POET, starts: list[Plan] | None = None) -> Plan:
     """Plan with strategy `name`; MILPs start from the best heuristic plan unless warm=False, or
     from a better plan among `starts` (other strategies' plans for the same budget and deadline

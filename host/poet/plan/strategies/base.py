@@ -8,8 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from poet.plan.types import CostedGraph, Plan, Semantics
-
-Progress = Callable[[str], None] | None
+from poet.progress import Say
 
 # the best plan of the heuristics that uses only the decisions allowed (recompute, paging)
 Start = Callable[[bool, bool], Plan | None]
@@ -27,7 +26,7 @@ class Options:
     solver: str = "highs"
     time_limit_s: float = 60.0
     gap: float = 0.0
-    progress: Progress = None
+    progress: Say | None = None
     start: Start | None = None
 
 

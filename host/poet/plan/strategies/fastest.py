@@ -16,7 +16,6 @@ Either plan then starts the energy MILP.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
 
 from poet.plan import clock
@@ -25,6 +24,7 @@ from poet.plan.simulate import DEADLINE_RTOL
 from poet.plan.strategies.builder import checked
 from poet.plan.strategies.relaxed import walked_plan
 from poet.plan.types import CostedGraph, Plan, Semantics
+from poet.progress import Say
 
 # tensors under these fractions of the largest taken as resident, tried in turn: more taken so, fewer sets a
 # row, so more rows walked (MobileNetV1 at 25%: at the energy walk's 1/8 most rows have too many sets and
@@ -42,7 +42,7 @@ def timed(graph: CostedGraph, semantics: Semantics) -> CostedGraph:
 
 
 def least_time_walk(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool, paging: bool,
-                    semantics: Semantics, time_limit_s: float, say: Callable[[str], None] | None = None) -> Plan | None:
+                    semantics: Semantics, time_limit_s: float, say: Say | None = None) -> Plan | None:
     """The least-time walk's plan, accounted on `graph`, if it fits `arena_budget` and meets
     `deadline_s`; a plan with status infeasible and no stages if the walk's bound proves that no
     plan meets the deadline (its least time is a lower bound on every plan's, as its least energy

@@ -69,10 +69,11 @@ import pulp
 from poet.errors import PoetError
 from poet.plan import clock, milp, race
 from poet.plan.simulate import simulate
-from poet.plan.strategies.base import Options, Progress
+from poet.plan.strategies.base import Options
 from poet.plan.strategies.fastest import least_time_walk
 from poet.plan.strategies.relaxed import ROUNDS, relaxed
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, CostedNode, Plan, Semantics, Stage, rule_stage
+from poet.progress import Say
 
 Key = tuple[int, int]  # (stage t, tensor i)
 
@@ -531,7 +532,7 @@ def _value(terms: list[tuple[pulp.LpVariable, float]]) -> float:
 
 
 def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str = "highs",
-               time_limit_s: float = 60.0, gap: float = 0.0, progress: Progress = None,
+               time_limit_s: float = 60.0, gap: float = 0.0, progress: Say | None = None,
                recompute: bool = True, paging: bool = True, strategy: str = "poet",
                warm_start: Plan | None = None, semantics: Semantics = POET, bound: bool = True) -> Plan:
     """The least-energy plan that fits `arena_budget` bytes and meets `deadline_s`.
@@ -569,7 +570,7 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
     return _better(graph, plan, got, semantics, say, t0)
 
 
-def _better(graph: CostedGraph, plan: Plan, got: race.Result | None, semantics: Semantics, say: Callable[[str], None],
+def _better(graph: CostedGraph, plan: Plan, got: race.Result | None, semantics: Semantics, say: Say,
             t0: float) -> Plan:
     """The better of this process's plan and the second core's, against the higher of their bounds."""
     if got is None or got.error:
@@ -601,7 +602,7 @@ def _better(graph: CostedGraph, plan: Plan, got: race.Result | None, semantics: 
 
 
 def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver: str, time_limit_s: float, gap: float,
-                say: Callable[[str], None], recompute: bool, paging: bool, strategy: str, start: Plan | None,
+                say: Say, recompute: bool, paging: bool, strategy: str, start: Plan | None,
                 semantics: Semantics, bound: bool, size: int, milp_after: bool,
                 other: race.Race | None = None) -> Plan:
     """solve_poet in this process, racing `other` if given: the relaxations' bound is shared with it,
@@ -690,7 +691,7 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
 
 def run_milp(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool, paging: bool,
              semantics: Semantics, warm_start: Plan | None, time_limit_s: float,
-             say: Callable[[str], None] | None = None, solver: str = "highs", gap: float = 0.0,
+             say: Say | None = None, solver: str = "highs", gap: float = 0.0,
              bound_j: float | None = None, stop_at_bound: bool = False, seed: int = 0, strategy: str = "poet",
              stop: Callable[[float], bool] | None = None) -> tuple[Plan, float | None]:
     """Build the MILP and solve it within `time_limit_s` (the build included), from `warm_start`
@@ -758,7 +759,7 @@ Realise = Callable[[list[bool]], tuple[CostedGraph, list[int | None]]]
 
 def solve_switched(graph: CostedGraph, switches: tuple[Switch, ...], realise: Realise, arena_budget: int,
                    deadline_s: float, solver: str = "highs", time_limit_s: float = 60.0, gap: float = 0.0,
-                   progress: Progress = None, recompute: bool = True, paging: bool = True,
+                   progress: Say | None = None, recompute: bool = True, paging: bool = True,
                    warm_start: tuple[list[bool], Plan] | None = None,
                    strategy: str = "poet") -> tuple[Plan, list[bool], CostedGraph]:
     """The least-energy plan over every way of setting the switches (module docstring).
@@ -851,7 +852,7 @@ def _set_switched_start(graph: CostedGraph, m: _Milp, realise: Realise, chosen: 
 
 
 def min_arena_budget(graph: CostedGraph, deadline_s: float, solver: str = "highs",
-                     time_limit_s: float = 60.0, progress: Progress = None,
+                     time_limit_s: float = 60.0, progress: Say | None = None,
                      semantics: Semantics = POET) -> int | None:
     """The smallest arena budget of any plan meeting `deadline_s` (None: no plan meets it;
     PoetError: the graph is too large for the MILP that finds it).
