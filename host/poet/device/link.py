@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import serial
 
-from poet.device.framing import PAYLOAD_MAX, FrameReader, encode_frame
+from poet.device.framing import FrameReader, encode_frame
 from poet.errors import PoetError
 from poet.files import open_in_folder
 from poet.plan.schedule import ERRORS as SCHEDULE_ERRORS
@@ -53,7 +53,6 @@ BLOB_NAMES = {MODEL: "model", WEIGHTS: "weights", SCHEDULE: "schedule", BATCH: "
 LOADED_BITS = ("model", "weights", "batch", "schedule", "frozen weights", "aux weights")
 
 PROTO = 3  # the protocol this host speaks; HELLO's first field is the board's
-FRAME_MAX = PAYLOAD_MAX
 CHUNK_MAX = 1000
 CHUNK_MIN = 32  # the smallest data part a lossy line is tried with
 TRACE_RECORD_BYTES = 16

@@ -353,10 +353,6 @@ def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semanti
     points = [[i, *reads[i]] if nodes[i].bytes > 0 else [] for i in range(n_nodes)]
     point_set = [set(p) for p in points]
 
-    def window_of(stage: int) -> int:
-        """k such that rows[k] < stage <= rows[k+1] (-1: at or before the first row)."""
-        return bisect.bisect_left(rows, stage) - 1
-
     def touched_in(d: int, k: int) -> bool:
         """Tensor d is made or read in window k: resident there with no cost."""
         lo = rows[k] if k >= 0 else -1

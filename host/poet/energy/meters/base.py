@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -65,17 +65,6 @@ class RecordingError(MeterError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, status=2)
-
-
-class PowerSample(NamedTuple):
-    t_s: float          # meter clock
-    power_w: float
-    logic: int = 0      # digital inputs at this instant (PPK2 D0..D7), bit n = channel n
-
-
-class EnergySample(NamedTuple):
-    t_s: float
-    counter_uj: int     # the counter as read: cumulative, wraps at max_energy_range_uj
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from poet.plan import clock
 from poet.plan.bound import RowRelaxation, relax, relax_rows, shortfall
 from poet.plan.milp import PROVEN_REL_TOL
 from poet.plan.resident_sets import walk
-from poet.plan.strategies.base import Options, Strategy
+from poet.plan.strategies.base import Options
 from poet.plan.strategies.builder import Builder, Policy, Stuck, better, checked, recomputable
 from poet.plan.types import POET, CostedGraph, Plan, Semantics
 
@@ -342,6 +342,3 @@ def _as_relaxed(plan: Plan, bound_j: float) -> Plan:
         out.gap = max(0.0, 1 - bound_j / plan.energy_j) if plan.energy_j > 0 else 0.0
     return out
 
-
-RELAXED = Strategy("relaxed", "the row relaxation's plan (plan/bound.py), repaired where RAM runs short, with "
-                   "its bound", relaxed)
