@@ -112,6 +112,10 @@ class Race:
     def share_bound(self, bound_j: float) -> None:
         """A lower bound proven here: the other MILP stops once its plan meets it."""
         self._bound_j = bound_j
+        # Not files.write_atomic: this is a message to a live process in our own private folder, not a file
+        # anyone keeps. The rename alone is what the worker needs (it never reads half a number); an fsync
+        # would stall the MILP's bound callback on a busy disk for a durability the folder, deleted at the
+        # end, never uses, and no link can be planted in a folder only we can write.
         part = self._bound.with_suffix(".part")
         part.write_text(repr(bound_j))
         part.rename(self._bound)

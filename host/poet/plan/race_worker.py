@@ -83,6 +83,10 @@ def _main(src: str, dst: str) -> None:
             if not plan.stages and start is not None and start.strategy == "fastest":
                 plan = start  # out of time before HiGHS took up the start (a heuristic's stays this core's)
     by = plan.solver if plan.strategy == "fastest" else p.what  # the energy MILP had no time for it
+    # Not files.write_atomic: the result is a message to the racer, in its private folder (race.Race), which
+    # polls for it (Race.proved) and waits only GRACE_S past the time limit; the rename is all it needs to
+    # never read half a pickle, and an fsync on a busy disk could spend that grace on a durability the
+    # folder, deleted when the race ends, never uses.
     tmp = Path(dst + ".part")
     tmp.write_bytes(pickle.dumps(Result(plan, bound_j, by=by)))
     tmp.rename(dst)

@@ -8,7 +8,7 @@ simulator (simulate.py), the lowering (lower.py) and the firmware all follow it.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +124,6 @@ class CostedGraph:
             )
         return cls(nodes=tuple(nodes), name=str(raw.get("model", name)),
                    param_bytes=int(raw.get("param_bytes", 0)))
-
-    def to_json(self, path: str | Path) -> None:
-        out = {"model": self.name, "param_bytes": self.param_bytes,
-               "nodes": [dict(asdict(n), deps=list(n.deps)) for n in self.nodes]}
-        Path(path).write_text(json.dumps(out, indent=1))
 
 
 @dataclass
