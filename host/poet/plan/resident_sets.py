@@ -146,43 +146,12 @@ def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, 
         at_row = {d for d in range(n_nodes) if lo in points[d]}
         window = _Window(nodes, parent, can_rec, page_j, paid, free, touched, at_row)
         windows.append(window)
-        # what the window's reads need whatever row k+1 holds: a floor under each start's cost, by which
-        # the starts are tried (making more never costs less)
-        must = frozenset(ends[k])
-        starts = sorted(((v + window.cost(must - a, a, paid), v, a, p) for (a, p), v in _undominated(best)),
-                        key=lambda s: s[:2])
         nxt = kept[k + 1][1] if k + 1 < n_rows else [frozenset()]
-        best, came_k = {}, {}
-        for b in nxt:
-            need = must | (b - touched)
-            # the cheapest way to b for each paid set (one with more paid, at no more cost, makes it
-            # useless); a start's floor plus the page-outs it pays tells which it cannot improve
-            low: dict[frozenset[int], tuple[float, State]] = {}
-
-            def beaten(q: frozenset[int], c: float) -> bool:
-                return any(q2 >= q and c2 <= c for q2, (c2, _) in low.items())  # noqa: B023
-
-            for floor_j, v, a, p in starts:
-                if floor_j >= low.get(paid, (math.inf,))[0]:
-                    break  # every later start too, whatever it pays
-                for pays in _subsets(paid - p):
-                    pays_j = sum(page_out_j[x] for x in pays)
-                    q = p | pays
-                    if beaten(q, floor_j + pays_j):
-                        continue
-                    c = v + window.cost(need - a, a, q) + pays_j
-                    if not beaten(q, c):
-                        low[q] = (c, (a, p))
-            for q, (c, arg) in low.items():
-                best[(b, q)], came_k[(b, q)] = c, arg
+        best, came_k = _step(window, best, frozenset(ends[k]), nxt, paid, page_out_j)
         came.append(came_k)
         if not best or clock.past(t_end):
             return None
-    # back from the end: the sets at each row, and what each window pages in
-    sets, to = [], min(best, key=best.__getitem__)
-    for k in range(n_rows - 1, -1, -1):
-        sets.append((came[k][to], to))
-        to = came[k][to]
+    sets = _back(best, came)
     resident: dict[int, set[int]] = {}
     paged_in: dict[int, set[int]] = {}
     for k, ((a, _), (b, q)) in enumerate(reversed(sets)):
@@ -192,6 +161,52 @@ def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, 
     bound_j = plain_j + min(best.values())
     paged = set().union(*paged_in.values())
     return RowRelaxation("optimal", bound_j, rows, resident, paged_in, paged, bound_j, time.perf_counter() - t0)
+
+
+def _step(window: _Window, best: dict[State, float], must: frozenset[int], nxt: list[frozenset[int]],
+          paid: frozenset[int], page_out_j: list[float]) -> tuple[dict[State, float], dict[State, State]]:
+    """One window of the walk: from the cheapest cost of each state at its first row (`best`) to the cheapest
+    of each state at the next (a resident set of `nxt` and the paid tensors paged out by then), with each
+    one's cheapest predecessor. `must`: the tensors the window's reads need whatever the next row holds."""
+    # `must` priced from each start is a floor under that start's cost, by which the starts are tried
+    # (making more never costs less)
+    starts = sorted(((v + window.cost(must - a, a, paid), v, a, p) for (a, p), v in _undominated(best)),
+                    key=lambda s: s[:2])
+    out: dict[State, float] = {}
+    came: dict[State, State] = {}
+    for b in nxt:
+        need = must | (b - window.touched)
+        # the cheapest way to b for each paid set (one with more paid, at no more cost, makes it
+        # useless); a start's floor plus the page-outs it pays tells which it cannot improve
+        low: dict[frozenset[int], tuple[float, State]] = {}
+
+        def beaten(q: frozenset[int], c: float) -> bool:
+            return any(q2 >= q and c2 <= c for q2, (c2, _) in low.items())  # noqa: B023
+
+        for floor_j, v, a, p in starts:
+            if floor_j >= low.get(paid, (math.inf,))[0]:
+                break  # every later start too, whatever it pays
+            for pays in _subsets(paid - p):
+                pays_j = sum(page_out_j[x] for x in pays)
+                q = p | pays
+                if beaten(q, floor_j + pays_j):
+                    continue
+                c = v + window.cost(need - a, a, q) + pays_j
+                if not beaten(q, c):
+                    low[q] = (c, (a, p))
+        for q, (c, arg) in low.items():
+            out[(b, q)], came[(b, q)] = c, arg
+    return out, came
+
+
+def _back(best: dict[State, float], came: list[dict[State, State]]) -> list[tuple[State, State]]:
+    """Back from the cheapest state at the end: each window's (state at its first row, state at the next),
+    last window first."""
+    sets, to = [], min(best, key=best.__getitem__)
+    for k in range(len(came) - 1, -1, -1):
+        sets.append((came[k][to], to))
+        to = came[k][to]
+    return sets
 
 
 def _sets(cands: list[int], nodes: list, cap: int) -> list[frozenset[int]] | None:  # type: ignore[type-arg]
