@@ -321,28 +321,27 @@ class RowRelaxation:
     variables: int = 0
 
 
-def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics = POET,
-               recompute: bool = True, paging: bool = True, time_limit_s: float = 30.0,
-               rows: list[int] | None = None, integer: bool = True) -> RowRelaxation:
-    """The relaxation at RAM-row granularity (docs/planner.md, "The bound").
+@dataclass
+class _RowModel:
+    """The row relaxation's LP with every variable it needs and the rows that tie them together, but
+    not yet the RAM rows and the deadline (relax_rows writes those, then solves). Keys are (tensor d,
+    row k): res resident at row k, evr / evp recomputed / paged in in window k; po[d]: d paged out;
+    secs: each variable's seconds toward the deadline; at_row[k]: (res variable, bytes) at row k."""
 
-    rows: the binding stages to write RAM rows for (default: every stage whose keep-everything
-    RAM is over the budget); fewer rows give a weaker bound, still a bound, from a smaller model.
-    Per tensor d and row k: res[d,k] resident at row k's main compute, ev[d,k] = evr + evp made
-    again (recomputed, paged in) between row k and row k+1 ("window k").
-    """
+    lp: _Lp
+    res: dict[tuple[int, int], int]
+    evr: dict[tuple[int, int], int]
+    evp: dict[tuple[int, int], int]
+    po: dict[int, int]
+    secs: dict[int, float]
+    at_row: list[list[tuple[int, int]]]
 
-    t0 = time.perf_counter()
+
+def _row_model(graph: CostedGraph, rows: list[int], semantics: Semantics, recompute: bool,
+               paging: bool) -> _RowModel:
+    """relax_rows' variables and their rows, made from each tensor's gaps at the rows (see _RowModel)."""
     nodes, n_nodes = graph.nodes, len(graph)
-    plain_j = sum(n.compute_j for n in nodes)
-    floor = stage_floor(graph)
-    if max(floor, default=0) > arena_budget or deadline_s < graph.one_pass_s * (1 - 1e-12):
-        return RowRelaxation("infeasible", math.inf, solve_time_s=time.perf_counter() - t0)
     gaps = gaps_of(graph)
-    if rows is None:
-        rows = binding_rows(graph, arena_budget)
-    if not rows:
-        return RowRelaxation("optimal", plain_j, [], objective_j=plain_j, solve_time_s=time.perf_counter() - t0)
     n_rows = len(rows)
     reads: list[list[int]] = [[] for _ in nodes]
     for c in nodes:
@@ -434,11 +433,37 @@ def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semanti
             ways = [*(state(g.tensor, k) or []), *made(g.tensor, k)]
             lp.row(1.0, math.inf, ways, [1.0] * len(ways))
         drain()
+    return _RowModel(lp, res, evr, evp, po, secs, at_row)
+
+
+def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics = POET,
+               recompute: bool = True, paging: bool = True, time_limit_s: float = 30.0,
+               rows: list[int] | None = None, integer: bool = True) -> RowRelaxation:
+    """The relaxation at RAM-row granularity (docs/planner.md, "The bound").
+
+    rows: the binding stages to write RAM rows for (default: every stage whose keep-everything
+    RAM is over the budget); fewer rows give a weaker bound, still a bound, from a smaller model.
+    Per tensor d and row k: res[d,k] resident at row k's main compute, ev[d,k] = evr + evp made
+    again (recomputed, paged in) between row k and row k+1 ("window k").
+    """
+
+    t0 = time.perf_counter()
+    nodes = graph.nodes
+    plain_j = sum(n.compute_j for n in nodes)
+    floor = stage_floor(graph)
+    if max(floor, default=0) > arena_budget or deadline_s < graph.one_pass_s * (1 - 1e-12):
+        return RowRelaxation("infeasible", math.inf, solve_time_s=time.perf_counter() - t0)
+    if rows is None:
+        rows = binding_rows(graph, arena_budget)
+    if not rows:
+        return RowRelaxation("optimal", plain_j, [], objective_j=plain_j, solve_time_s=time.perf_counter() - t0)
+    m = _row_model(graph, rows, semantics, recompute, paging)
+    lp, res, evp, po = m.lp, m.res, m.evp, m.po
     # RAM rows
     for k, t in enumerate(rows):
-        cols = [v for v, _ in at_row[k]]
-        lp.row(-math.inf, float(arena_budget - floor[t]), cols, [float(b) for _, b in at_row[k]])
-    _deadline_row(lp, secs, deadline_s - graph.one_pass_s)
+        cols = [v for v, _ in m.at_row[k]]
+        lp.row(-math.inf, float(arena_budget - floor[t]), cols, [float(b) for _, b in m.at_row[k]])
+    _deadline_row(lp, m.secs, deadline_s - graph.one_pass_s)
     status, bound, x = lp.solve(time_limit_s, integer)
     dt, nv = time.perf_counter() - t0, len(lp.cost)
     if status == "infeasible":
