@@ -19,7 +19,7 @@ from poet.errors import PoetError
 from poet.files import kind as file_kind
 from poet.graph.dtypes import ELEMENT_TYPES, F32
 from poet.graph.training_graph import OPTIMIZER_DEFAULTS, PARAM_ATTRS, TrainingGraph, name_problem, numel
-from poet.plan import modelblob as mb
+from poet.ops import MAX_DEPS, NO_DEP, OPS, attrs_needed
 from poet.plan.types import COST_MAX, COST_MIN, CostedGraph
 from poet.units import format_size
 
@@ -251,8 +251,8 @@ def _check_training(path: str | Path, raw: dict[str, Any], nodes: list[dict[str,
     """The numbers of a training graph (docs/graph.md): what the planner and the model blob read."""
     top = _Place(path, "", raw)
     # the model blob numbers nodes in u16 with 0xFFFF for "no dep"
-    if len(nodes) >= mb.NO_DEP:
-        raise _bad(path, f"{len(nodes)} nodes; a training graph holds at most {mb.NO_DEP - 1}")
+    if len(nodes) >= NO_DEP:
+        raise _bad(path, f"{len(nodes)} nodes; a training graph holds at most {NO_DEP - 1}")
     top.whole("batch", 1, 2**16 - 1, why=" (the model blob's batch field is u16)")
     top.wholes("input_shape", 1, I32 - 1)
     top.whole("classes", 1, I32 - 1)
@@ -294,8 +294,6 @@ def _check_training(path: str | Path, raw: dict[str, Any], nodes: list[dict[str,
         settings.f32_value(key, opt[key])
         if not (0 <= opt[key] < 1 if key != "eps" else opt[key] > 0):
             raise settings.bad(f"{key} is {_show(opt[key])}; must be " + ("> 0" if key == "eps" else "in [0, 1)"))
-    from poet.plan.lower import OPS
-
     for k, n in enumerate(nodes):
         at = _node_place(path, k, n)
         at.whole("bytes", 0, BYTES_BELOW - 1)
@@ -311,8 +309,8 @@ def _check_training(path: str | Path, raw: dict[str, Any], nodes: list[dict[str,
             raise at.bad(f"op is {_show(n['op'])}; not an op of the runtime's op set (docs/graph.md)")
         _check_bytes(at, n, shape)
         deps = n.get("deps", [])
-        if len(deps) > mb.MAX_DEPS:
-            raise at.bad(f"deps has {len(deps)} entries; a node of a training graph reads at most {mb.MAX_DEPS} "
+        if len(deps) > MAX_DEPS:
+            raise at.bad(f"deps has {len(deps)} entries; a node of a training graph reads at most {MAX_DEPS} "
                          f"(docs/spec.md section 2)")
         saved = at.wholes("saved", 0, len(nodes) - 1, required=False)
         if any(d not in deps for d in saved):
@@ -361,20 +359,16 @@ def _check_step(path: str | Path, nodes: list[dict[str, Any]]) -> None:
 
 
 def _check_attrs(at: _Place, n: dict[str, Any], n_params: int) -> None:
-    """A node's attributes as lowering packs them into the blob's i32 slots (poet.lower.OPS)."""
-    from poet.plan.lower import OPS
-
+    """A node's attributes as lowering packs them into the blob's i32 slots (poet.ops)."""
     attrs = n.get("attrs", {})
     if not isinstance(attrs, dict):
         raise at.bad(f"attrs is {_show(attrs)}; must be an object of numbers")
     op = n.get("op")
     # the optimizer node's slots come from the graph's optimizer settings, not its attrs
-    slots = OPS[op][1] if isinstance(op, str) and op in OPS and n.get("kind") != "optimizer" else ()
+    known = isinstance(op, str) and op in OPS and n.get("kind") != "optimizer"
+    slots = OPS[op].slots if known else ()
     floats = [a[2:] for a in slots if a.startswith("f:")]
-    params = ("w", "b", "rm", "rv")  # parameter indices; absent means -1, no such parameter
-    # slots made from other attributes (lower._attr): conv2d's packed geometry, dropout's mask from p
-    packed = {"geom": "pad", "kernel": "k", "keep_from": "p", "keep_scale": "p", "staged_i8": "n", "staged_scale": "n"}
-    needed = [a[2:] if a.startswith("f:") else packed.get(a, a) for a in slots if a not in params]
+    needed = attrs_needed(OPS[op]) if known else []
     missing = [a for a in needed if a not in attrs]
     if missing:
         raise at.bad(f"attrs has no \"{missing[0]}\"; op {op} needs {', '.join(needed)} (docs/graph.md, the op set)")

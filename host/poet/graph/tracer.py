@@ -33,6 +33,7 @@ from poet.graph.instrument import CallEvent, Instrumented
 from poet.graph.reference import LOSSES, state_tensors
 from poet.graph.training_graph import GraphNode, TrainingGraph, name_problem, numel
 from poet.models.zoo import ModelChoice
+from poet.ops import OPS
 
 IGNORED = {"dim", "size", "__get__", "numel", "backward", "__len__", "__format__", "__bool__", "item"}
 ALIAS = {"contiguous", "clone", "detach"}  # runtime tensors are always contiguous, private copies
@@ -171,19 +172,14 @@ def _dropout(c: _Ctx) -> Fwd:
 
 
 def _hardtanh(c: _Ctx) -> Fwd:
+    """hardtanh, relu6, and clamp / clip with constant bounds (both is hardtanh, a lower bound of 0
+    alone is relu)."""
     x = c.call.args[0]
-    lo, hi = float(_arg(c.call, 1, "min_val", -1.0)), float(_arg(c.call, 2, "max_val", 1.0))
-    return Fwd("hardtanh", [x], {"n": x.numel(), "lo": lo, "hi": hi}, c.call.result, x.numel())
-
-
-def _relu6(c: _Ctx) -> Fwd:
-    x = c.call.args[0]
-    return Fwd("hardtanh", [x], {"n": x.numel(), "lo": 0.0, "hi": 6.0}, c.call.result, x.numel())
-
-
-def _clamp(c: _Ctx) -> Fwd:
-    """clamp / clip with constant bounds: both is hardtanh, a lower bound of 0 alone is relu."""
-    x = c.call.args[0]
+    if c.call.name.startswith("relu6"):
+        return Fwd("hardtanh", [x], {"n": x.numel(), "lo": 0.0, "hi": 6.0}, c.call.result, x.numel())
+    if c.call.name.startswith("hardtanh"):
+        lo, hi = float(_arg(c.call, 1, "min_val", -1.0)), float(_arg(c.call, 2, "max_val", 1.0))
+        return Fwd("hardtanh", [x], {"n": x.numel(), "lo": lo, "hi": hi}, c.call.result, x.numel())
     lo, hi = _arg(c.call, 1, "min"), _arg(c.call, 2, "max")
     if not all(v is None or isinstance(v, int | float) for v in (lo, hi)):
         raise c.fail("clamp with tensor bounds: the runtime clamps to constants")
@@ -239,15 +235,10 @@ def _interpolate(c: _Ctx) -> Fwd:
     return Fwd("upsample", [x], attrs, c.call.result, 0)
 
 
-def _adaptive_avg_pool2d(c: _Ctx) -> Fwd:
-    x, size = c.call.args[0], _arg(c.call, 1, "output_size")
-    if size not in (1, (1, 1), [1, 1]) or x.dim() != 4:
-        raise c.fail(f"output size {size}: the runtime averages the whole map (output size 1)")
-    attrs = {"outer": x.shape[0] * x.shape[1], "r": x.shape[2] * x.shape[3], "inner": 1}
-    return Fwd("mean", [x], attrs, c.call.result, x.numel())
-
-
 def _mean(c: _Ctx) -> Fwd:
+    """mean over adjacent dims, and adaptive_avg_pool2d to one element per map."""
+    if c.call.name == "adaptive_avg_pool2d":
+        return _adaptive_avg_pool2d(c)
     x = c.call.args[0]
     dims = _arg(c.call, 1, "dim")
     dims = [dims] if isinstance(dims, int) else list(dims or range(x.dim()))
@@ -257,6 +248,14 @@ def _mean(c: _Ctx) -> Fwd:
     shape = list(x.shape)
     attrs = {"outer": numel(shape[:dims[0]]), "r": numel(shape[dims[0]:dims[-1] + 1]),
              "inner": numel(shape[dims[-1] + 1:])}
+    return Fwd("mean", [x], attrs, c.call.result, x.numel())
+
+
+def _adaptive_avg_pool2d(c: _Ctx) -> Fwd:
+    x, size = c.call.args[0], _arg(c.call, 1, "output_size")
+    if size not in (1, (1, 1), [1, 1]) or x.dim() != 4:
+        raise c.fail(f"output size {size}: the runtime averages the whole map (output size 1)")
+    attrs = {"outer": x.shape[0] * x.shape[1], "r": x.shape[2] * x.shape[3], "inner": 1}
     return Fwd("mean", [x], attrs, c.call.result, x.numel())
 
 
@@ -292,7 +291,7 @@ def _permute(c: _Ctx) -> Fwd:
 
 def _binary(c: _Ctx) -> Fwd:
     """x + y, x - y, x * y, x / y: elementwise on two activations, or an affine map by a scalar."""
-    name = BINARY[c.call.name]
+    name = {"scale": "div"}.get(CALL_OP[c.call.name], CALL_OP[c.call.name])  # x / y is a scale by 1 / y
     a, b = c.call.args[0], c.call.args[1]
     alpha = c.call.kwargs.get("alpha", 1)
     reflected = c.call.name.startswith("__r")
@@ -321,11 +320,6 @@ def _binary(c: _Ctx) -> Fwd:
                      f"operand over leading dimensions")
     op = {"add": "add", "sub": "sub", "mul": "mul"}[name]
     return Fwd(op, [a, b], {"n": a.numel(), "m": b.numel()}, c.call.result, a.numel())
-
-
-BINARY = {"add": "add", "__add__": "add", "__radd__": "add", "__iadd__": "add", "add_": "add",
-          "sub": "sub", "__sub__": "sub", "__rsub__": "sub", "mul": "mul", "__mul__": "mul", "__rmul__": "mul",
-          "div": "div", "__truediv__": "div"}
 
 
 def _matmul(c: _Ctx) -> Fwd:
@@ -378,28 +372,22 @@ def _getitem(c: _Ctx) -> Fwd:
     return Fwd("select", [x], attrs, c.call.result, 0)
 
 
-FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
-    "linear": _linear, "conv2d": _conv2d, "batch_norm": _batch_norm, "layer_norm": _layer_norm,
-    "relu": _pointwise("relu"), "relu_": _pointwise("relu"), "gelu": _pointwise("gelu", 8),
-    "tanh": _pointwise("tanh", 6), "sigmoid": _pointwise("sigmoid", 4), "hardtanh": _hardtanh,
-    "hardtanh_": _hardtanh, "relu6": _relu6, "relu6_": _relu6,
-    **{f"{op}{inplace}": _pointwise(op, flops) for op, flops in (("silu", 5), ("hardswish", 4), ("hardsigmoid", 3))
-       for inplace in ("", "_")},
-    **{n: _clamp for n in ("clamp", "clamp_", "clip", "clip_")},
-    "max_pool2d": _max_pool2d, "_max_pool2d": _max_pool2d, "adaptive_avg_pool2d": _adaptive_avg_pool2d,
-    "avg_pool2d": _avg_pool2d, "interpolate": _interpolate,
-    "mean": _mean, "flatten": _reshape("flatten"), "view": _reshape("reshape"), "reshape": _reshape("reshape"),
-    "transpose": _permute, "permute": _permute, "t": _permute,
-    **{n: _binary for n in BINARY},
-    "matmul": _matmul, "__matmul__": _matmul, "bmm": _matmul, "softmax": _softmax, "embedding": _embedding,
-    "__getitem__": _getitem, "cat": _cat, "concat": _cat, "concatenate": _cat, "dropout": _dropout,
+# The handler of each op the tracer makes from a PyTorch call (the op's `calls` in poet.ops): it reads the
+# call's arguments into the node's attributes. A pointwise op of the table (its `flops`) needs none.
+HANDLERS: dict[str, Callable[[_Ctx], Fwd]] = {
+    "linear": _linear, "conv2d": _conv2d, "batchnorm": _batch_norm, "layernorm": _layer_norm, "hardtanh": _hardtanh,
+    "maxpool2d": _max_pool2d, "avgpool2d": _avg_pool2d, "upsample": _interpolate, "mean": _mean,
+    "flatten": _reshape("flatten"), "reshape": _reshape("reshape"), "permute": _permute,
+    **{op: _binary for op in ("add", "sub", "mul", "scale")},
+    "matmul": _matmul, "softmax": _softmax, "embedding": _embedding, "select": _getitem, "cat": _cat,
+    "dropout": _dropout,
 }
-SUPPORTED = ("linear, conv2d, batch_norm, layer_norm, relu, gelu, tanh, sigmoid, silu, hardswish, hardsigmoid, "
-             "hardtanh, relu6, clamp (both "
-             "bounds, or min=0), max_pool2d, avg_pool2d, adaptive_avg_pool2d(1), mean, flatten, view/reshape, "
-             "transpose/permute, + - * / (two activations or a scalar), matmul, softmax, embedding, x[:, i], "
-             "cat (2 to 4 activations), interpolate (nearest, whole factors), "
-             "contiguous, dropout, mse and l1 losses, cross_entropy loss")
+# PyTorch call name -> the op it becomes (the handler may pick a sibling: clamp(min=0) is a relu)
+CALL_OP = {call: op.name for op in OPS.values() for call in op.calls}
+FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
+    call: HANDLERS[op] if op in HANDLERS else _pointwise(op, OPS[op].flops) for call, op in CALL_OP.items()}
+SUPPORTED = ", ".join(op.traced or "/".join(c for c in op.calls if not c.startswith("_") and not c.endswith("_"))
+                      for op in OPS.values() if op.calls or op.traced)
 
 
 # ---------------------------------------------------------------- the tracer
@@ -760,7 +748,7 @@ def _names(tr: _Tracer) -> list[str]:
     out = []
     for f, call in tr.fwd:
         mod = call.module
-        if mod in leaves and per_module[mod] == 1:
+        if mod and mod in leaves and per_module[mod] == 1:  # a bare layer as the model: "" is no name
             out.append(mod)
             continue
         base = f"{mod}/{f.op}" if mod else f.op
@@ -823,14 +811,6 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
                          input_dtype=input_dtype, loss=loss)
 
 
-# What each op's backward reads, by what it needs: "x" its input(s), "y" its output.
-# A parameterised op reads its input for the weight gradient; see docs/graph.md, "Backward".
-SAVES_OUTPUT = {"relu", "tanh", "sigmoid", "softmax"}
-SAVES_INPUT = {"gelu", "hardtanh", "maxpool2d", "silu", "hardswish", "hardsigmoid"}
-NO_SAVES = {"mean", "avgpool2d", "upsample", "flatten", "reshape", "permute", "select", "scale", "add", "sub",
-            "dropout"}
-
-
 class _Backward:
     def __init__(self, nodes: list[GraphNode], rg: list[bool], trainable: set[int]) -> None:
         self.nodes = nodes
@@ -879,7 +859,7 @@ class _Backward:
             if need[1] and attrs["m"] == attrs["n"] and op == "add":
                 self._give(x[1], g)
             elif need[1]:  # negate and/or sum the gradient over the broadcast dimensions
-                s = self.add(name, mod, f"{op}_bwd", [g], [], self.nodes[x[1]].shape, attrs, attrs["n"])
+                s = self.add(name, mod, OPS[op].backward[0], [g], [], self.nodes[x[1]].shape, attrs, attrs["n"])
                 self._give(x[1], s)
             return
         if op == "cat":  # each input's gradient is its columns of g's rows
@@ -888,14 +868,15 @@ class _Backward:
                 length = attrs[f"l{i}"]
                 if need[i]:
                     cut = {"outer": attrs["outer"], "total": total, "offset": offset, "len": length}
-                    self._give(d, self.add(f"{name}_{i}", mod, "cat_bwd", [g], [], self.nodes[d].shape, cut, 0))
+                    part = self.add(f"{name}_{i}", mod, OPS[op].backward[0], [g], [], self.nodes[d].shape, cut, 0)
+                    self._give(d, part)
                 offset += length
             return
         if op in ("mul", "matmul"):
             for i in (0, 1):
                 if need[i]:
                     other = x[1 - i]
-                    s = self.add(f"{name}_{'ab'[i]}", mod, f"{op}_bwd_{'ab'[i]}", [g], [other],
+                    s = self.add(f"{name}_{'ab'[i]}", mod, OPS[op].backward[i], [g], [other],
                                  self.nodes[x[i]].shape, attrs, node.flops)
                     self._give(x[i], s)
             return
@@ -910,14 +891,15 @@ class _Backward:
             attrs["need_grad_input"] = int(gx)
             work = (int(gx) + int("w" in trains)) * node.flops if op in ("linear", "conv2d") else node.flops
             shape = self.nodes[x[0]].shape if x else [0]
-            s = self.add(name, mod, f"{op}_bwd", [g], saved, shape, attrs, work, nbytes=None if gx else 0)
+            s = self.add(name, mod, OPS[op].backward[0], [g], saved, shape, attrs, work, nbytes=None if gx else 0)
             if gx:
                 self._give(x[0], s)
             return
-        if op == "scale" or op in SAVES_OUTPUT or op in SAVES_INPUT or op in NO_SAVES:
-            saved = [nid] if op in SAVES_OUTPUT else [x[0]] if op in SAVES_INPUT else []
+        saves = OPS[op].saves  # a one-input op: its backward reads its input, its output or neither
+        if saves in ("x", "y", ""):
+            saved = {"x": [x[0]], "y": [nid], "": []}[saves]
             flops = 0 if op in ("flatten", "reshape", "permute", "select") else node.flops
-            s = self.add(name, mod, f"{op}_bwd", [g], saved, self.nodes[x[0]].shape, attrs, flops)
+            s = self.add(name, mod, OPS[op].backward[0], [g], saved, self.nodes[x[0]].shape, attrs, flops)
             self._give(x[0], s)
             return
-        raise PoetError(f"{node.module}: no backward for runtime op {op}")  # a new FORWARD entry without one
+        raise PoetError(f"{node.module}: no backward for runtime op {op}")  # poet.ops names a rule no one wrote

@@ -14,15 +14,13 @@ import numpy as np
 
 from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
 from poet.graph.quantise import decode_i8, encode_i8, i8_bytes, quantise
+from poet.ops import MAX_DEPS, N_ATTRS, NO_DEP
 from poet.plan.memory import AUX_ALIGN, Pool, stream_row
 from poet.plan.memory import MODEL_HEADER_BYTES as HEADER_BYTES
 from poet.plan.memory import MODEL_NODE_BYTES as NODE_BYTES
 
 MAGIC = b"PMDL"
 VERSION = 1
-MAX_DEPS = 4
-N_ATTRS = 10
-NO_DEP = 0xFFFF
 PARAM_FROZEN = 0x80000000  # param table word: not trained (no gradient, no optimizer state), in flash
 PARAM_STATE = 0x40000000  # param table word: not trained but moved by the forward pass, in RAM
 PARAM_I8 = 0x20000000  # param table word, with PARAM_FROZEN: stored int8 with an fp32 scale
