@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from poet.graph import tracer
+from poet.graph import handlers
 from poet.graph.file import read_graph
 from poet.graph.tracer import trace
 from poet.ops import KINDS, N_ATTRS, OPS, PACKED, PARAM_SLOTS, Op, attrs_needed
@@ -97,11 +97,11 @@ def test_every_record_is_whole() -> None:
         assert all(OPS[b].kind == "backward" for b in op.backward), op
         assert op.saves in ("x", "y", "", "rule"), op
         if op.calls:
-            assert op.name in tracer.HANDLERS or op.flops > 0, f"{op.name}: traced from {op.calls} by no handler"
+            assert op.name in handlers.HANDLERS or op.flops > 0, f"{op.name}: traced from {op.calls} by no handler"
         for slot in op.slots:
             assert slot in PARAM_SLOTS or slot in PACKED or slot.startswith("f:") or slot.isidentifier(), slot
-    assert set(tracer.HANDLERS) <= set(OPS)
-    assert {c for op in OPS.values() for c in op.calls} == set(tracer.FORWARD)
+    assert set(handlers.HANDLERS) <= set(OPS)
+    assert {c for op in OPS.values() for c in op.calls} == set(handlers.FORWARD)
 
 
 class _Convs(nn.Module):

@@ -3,24 +3,22 @@
 The model runs once on an example batch under `poet.instrument.Instrumented`;
 every call its code makes into the torch API (`F.linear`, `x + y`,
 `torch.matmul`, `x.view(...)`) becomes at most one forward node, one kernel of
-the runtime's op set (the `FORWARD` table below; docs/graph.md lists it with what
+the runtime's op set (poet.ops, with graph/handlers.py; docs/graph.md lists it with what
 each backward reads). Calls that only make constants (`torch.arange`) or read
 metadata (`x.shape`) make no node; views that the runtime needs no kernel for
 (`contiguous`, `dropout` with p=0 or in eval mode) alias their input. Any other call is an error
 naming the call, its module path and the supported set: nothing is dropped.
 
-The backward pass is then built from the forward nodes, not traced: one backward
-node per forward node that a trainable parameter needs a gradient through
-(docs/graph.md, "Backward"), gradient sums where a tensor feeds two ops (ResNet
-shortcuts, attention's q/k/v), the loss gradient, and SGD over the trainable
-parameters. `poet.graphcheck` proves it against what PyTorch really does.
+The backward pass is then built from the forward nodes, not traced (graph/backward.py):
+one backward node per forward node that a trainable parameter needs a gradient through
+(docs/graph.md, "Backward"), gradient sums where a tensor feeds two ops, the loss
+gradient, and SGD over the trainable parameters. graph/check.py proves it against what PyTorch
+really does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -28,369 +26,17 @@ from torch import nn
 
 from poet.errors import PoetError, UsageError
 from poet.graph import file as graphfile
+from poet.graph.backward import Backward
 from poet.graph.dtypes import F32
+from poet.graph.handlers import FORWARD, SUPPORTED, Ctx, Fwd, arg
 from poet.graph.instrument import CallEvent, Instrumented
 from poet.graph.reference import LOSSES, state_tensors
 from poet.graph.training_graph import GraphNode, TrainingGraph, name_problem, numel
 from poet.models.zoo import ModelChoice
-from poet.ops import OPS
 
 IGNORED = {"dim", "size", "__get__", "numel", "backward", "__len__", "__format__", "__bool__", "item"}
 ALIAS = {"contiguous", "clone", "detach"}  # runtime tensors are always contiguous, private copies
 
-
-@dataclass
-class Fwd:
-    """A forward node as a handler describes it, before it gets an id and a name."""
-
-    op: str
-    inputs: list[torch.Tensor]  # activation tensors read, in the op's argument order
-    attrs: dict[str, Any]
-    out: torch.Tensor
-    flops: int
-    params: dict[str, torch.Tensor] = field(default_factory=dict)  # role ("w", "b") -> parameter
-    # the nodes that made `inputs`, fixed when the call is recorded: an in-place op's output is its
-    # input's tensor object, which from then on stands for the op's node
-    deps: list[int] = field(default_factory=list)
-
-
-class _Ctx:
-    """What a handler may ask about the tensors it is given."""
-
-    def __init__(self, tracer: _Tracer, call: CallEvent) -> None:
-        self.tracer = tracer
-        self.call = call
-
-    def fail(self, why: str) -> PoetError:
-        return PoetError(f"{self.call.module or 'model'}: {self.call.name}: {why}")
-
-    def live(self, t: Any) -> bool:
-        return isinstance(t, torch.Tensor) and id(t) in self.tracer.node_of
-
-    def param(self, t: Any) -> bool:
-        return isinstance(t, torch.Tensor) and id(t) in self.tracer.pindex
-
-
-def _arg(call: CallEvent, i: int, name: str, default: Any = None) -> Any:
-    if len(call.args) > i:
-        return call.args[i]
-    return call.kwargs.get(name, default)
-
-
-def _self_and_dims(call: CallEvent) -> tuple[torch.Tensor, list[int]]:
-    x = call.args[0]
-    dims = call.args[1:]
-    if len(dims) == 1 and isinstance(dims[0], (tuple, list, torch.Size)):
-        dims = tuple(dims[0])
-    return x, [int(d) for d in dims]
-
-
-# ---------------------------------------------------------------- forward handlers, one per runtime op
-
-def _linear(c: _Ctx) -> Fwd:
-    x, w, b = c.call.args[0], c.call.args[1], _arg(c.call, 2, "bias")
-    if not c.param(w):
-        raise c.fail("the weight must be a parameter (a matmul of two activations is torch.matmul)")
-    rows = x.numel() // x.shape[-1]
-    attrs = {"B": rows, "in": w.shape[1], "out": w.shape[0]}
-    params = {"w": w} | ({"b": b} if b is not None else {})
-    return Fwd("linear", [x], attrs, c.call.result, 2 * rows * w.shape[0] * w.shape[1], params)
-
-
-def _conv2d(c: _Ctx) -> Fwd:
-    x, w, b = c.call.args[0], c.call.args[1], _arg(c.call, 2, "bias")
-    stride, pad, dil, groups = (_arg(c.call, i, n, d) for i, n, d in
-                                ((3, "stride", 1), (4, "padding", 0), (5, "dilation", 1), (6, "groups", 1)))
-    pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)  # noqa: E731
-    stride, pad, dil = pair(stride), pair(pad), pair(dil)
-    k = tuple(w.shape[2:])
-    if x.dim() != 4 or stride[0] != stride[1] or dil != (1, 1) or isinstance(pad[0], str) \
-            or max(k) > 64 or max(pad) > 64 or stride[0] > 64:
-        raise c.fail(f"kernel {k} stride {stride} padding {pad} dilation {dil}: the runtime supports "
-                     f"kernels up to 64x64, one stride on both axes (up to 64), zero padding up to 64 on "
-                     f"each side, no dilation")
-    y = c.call.result
-    attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "O": w.shape[0], "k": k[0],
-             "pad": int(pad[0]), "stride": int(stride[0]), "groups": int(groups)}
-    if k[1] != k[0] or pad[1] != pad[0]:  # a rectangle: training_graph.conv_window reads both
-        attrs |= {"kw": k[1], "padw": int(pad[1])}
-    params = {"w": w} | ({"b": b} if b is not None else {})
-    return Fwd("conv2d", [x], attrs, y, 2 * y.numel() * (x.shape[1] // groups) * k[0] * k[1], params)
-
-
-def _batch_norm(c: _Ctx) -> Fwd:
-    """Training mode (batch statistics; the running ones, when tracked, move once per step) or, for
-    a module the user put in eval() mode, frozen statistics: an affine map with the running ones."""
-    x = c.call.args[0]
-    mean, var = _arg(c.call, 1, "running_mean"), _arg(c.call, 2, "running_var")
-    w, b = _arg(c.call, 3, "weight"), _arg(c.call, 4, "bias")
-    training = bool(_arg(c.call, 5, "training", False))
-    momentum = _arg(c.call, 6, "momentum", 0.1)
-    if x.dim() < 2:
-        raise c.fail(f"batch norm on a {x.dim()}-d input")
-    tracked = mean is not None and var is not None and c.param(mean) and c.param(var)
-    if not training and not tracked:
-        raise c.fail("batch norm in eval mode without running statistics the runtime can read")
-    if training and tracked and momentum is None:
-        raise c.fail("batch norm with momentum=None (a cumulative average); give a number")
-    attrs = {"B": x.shape[0], "C": x.shape[1], "HW": x.numel() // (x.shape[0] * x.shape[1]),
-             "eps": float(_arg(c.call, 7, "eps", 1e-5)), "momentum": float(momentum or 0.0)}
-    roles = (("w", w), ("b", b)) + ((("rm", mean), ("rv", var)) if tracked else ())
-    params = {k: v for k, v in roles if v is not None}
-    return Fwd("batchnorm" if training else "batchnorm_eval", [x], attrs, c.call.result,
-               (8 if training else 2) * x.numel(), params)
-
-
-def _layer_norm(c: _Ctx) -> Fwd:
-    x, shape = c.call.args[0], tuple(c.call.args[1])
-    w, b = _arg(c.call, 2, "weight"), _arg(c.call, 3, "bias")
-    d = numel(list(shape))
-    attrs = {"rows": x.numel() // d, "D": d, "eps": float(_arg(c.call, 4, "eps", 1e-5))}
-    params = {k: v for k, v in (("w", w), ("b", b)) if v is not None}
-    return Fwd("layernorm", [x], attrs, c.call.result, 8 * x.numel(), params)
-
-
-def _pointwise(op: str, flops_per: int = 1) -> Callable[[_Ctx], Fwd]:
-    def handler(c: _Ctx) -> Fwd:
-        x = c.call.args[0]
-        attrs: dict[str, Any] = {"n": x.numel()}
-        if op == "gelu":
-            attrs["tanh"] = int(_arg(c.call, 1, "approximate", "none") == "tanh")
-        return Fwd(op, [x], attrs, c.call.result, flops_per * x.numel())
-    return handler
-
-
-def _dropout(c: _Ctx) -> Fwd:
-    """Training-mode dropout with p > 0 (p = 0 and eval mode are aliases): the board makes the mask
-    from the layer's salt, which dropout call of the model's forward this is (graph/dropout.py), and
-    the step; the PyTorch reference drops with the same mask."""
-    x, p = c.call.args[0], float(_arg(c.call, 1, "p", 0.5))
-    if not 0.0 < p < 1.0:
-        raise c.fail(f"p={p}: the runtime drops a share 0 < p < 1")
-    return Fwd("dropout", [x], {"n": x.numel(), "p": p, "salt": c.tracer.dropout_calls[c.call.id]}, c.call.result,
-               2 * x.numel())
-
-
-def _hardtanh(c: _Ctx) -> Fwd:
-    """hardtanh, relu6, and clamp / clip with constant bounds (both is hardtanh, a lower bound of 0
-    alone is relu)."""
-    x = c.call.args[0]
-    if c.call.name.startswith("relu6"):
-        return Fwd("hardtanh", [x], {"n": x.numel(), "lo": 0.0, "hi": 6.0}, c.call.result, x.numel())
-    if c.call.name.startswith("hardtanh"):
-        lo, hi = float(_arg(c.call, 1, "min_val", -1.0)), float(_arg(c.call, 2, "max_val", 1.0))
-        return Fwd("hardtanh", [x], {"n": x.numel(), "lo": lo, "hi": hi}, c.call.result, x.numel())
-    lo, hi = _arg(c.call, 1, "min"), _arg(c.call, 2, "max")
-    if not all(v is None or isinstance(v, int | float) for v in (lo, hi)):
-        raise c.fail("clamp with tensor bounds: the runtime clamps to constants")
-    if lo is not None and hi is not None:
-        return Fwd("hardtanh", [x], {"n": x.numel(), "lo": float(lo), "hi": float(hi)}, c.call.result, x.numel())
-    if lo is not None and float(lo) == 0.0:
-        return Fwd("relu", [x], {"n": x.numel()}, c.call.result, x.numel())
-    raise c.fail(f"clamp(min={lo}, max={hi}): the runtime clamps to both bounds (hardtanh) or at 0 from below (relu)")
-
-
-def _max_pool2d(c: _Ctx) -> Fwd:
-    x = c.call.args[0]
-    k = _arg(c.call, 1, "kernel_size")
-    s = _arg(c.call, 2, "stride") or k
-    p, d = _arg(c.call, 3, "padding", 0), _arg(c.call, 4, "dilation", 1)
-    one = lambda v: v if isinstance(v, int) else (v[0] if len(set(v)) == 1 else None)  # noqa: E731
-    k, s, p, d = one(k), one(s), one(p), one(d)
-    if k is None or k != s or p != 0 or d != 1 or _arg(c.call, 5, "ceil_mode", False) or x.dim() != 4:
-        raise c.fail("the runtime pools square windows with stride equal to the window, no padding")
-    attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "k": k}
-    return Fwd("maxpool2d", [x], attrs, c.call.result, c.call.result.numel() * k * k)
-
-
-def _avg_pool2d(c: _Ctx) -> Fwd:
-    """avg_pool2d with any window, stride and padding (ceil_mode False, no divisor override)."""
-    x = c.call.args[0]
-    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v) if len(v) == 2 else (v[0], v[0])  # noqa: E731
-    k = pair(_arg(c.call, 1, "kernel_size"))
-    s = pair(_arg(c.call, 2, "stride") or k)
-    p = pair(_arg(c.call, 3, "padding", 0))
-    if _arg(c.call, 4, "ceil_mode", False) or _arg(c.call, 6, "divisor_override") is not None or x.dim() != 4:
-        raise c.fail("the runtime pools 4-d maps with ceil_mode False and the window's own divisor")
-    if max(p) > 255 or max(s) > 256 or max(x.shape[2:]) > 0xFFFF:
-        raise c.fail(f"padding {p}, stride {s} on a {tuple(x.shape[2:])} map: the runtime takes padding up to 255, "
-                     "stride up to 256, maps up to 65535")
-    attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "kh": k[0], "kw": k[1],
-             "sh": s[0], "sw": s[1], "ph": p[0], "pw": p[1],
-             "include_pad": int(bool(_arg(c.call, 5, "count_include_pad", True)))}
-    return Fwd("avgpool2d", [x], attrs, c.call.result, c.call.result.numel() * k[0] * k[1])
-
-
-def _interpolate(c: _Ctx) -> Fwd:
-    """F.interpolate / nn.Upsample in mode nearest by whole factors (given as factors or as a size)."""
-    x = c.call.args[0]
-    if _arg(c.call, 3, "mode", "nearest") != "nearest" or x.dim() != 4:
-        raise c.fail(f"mode {_arg(c.call, 3, 'mode', 'nearest')!r} on a {x.dim()}-d tensor: the runtime upsamples "
-                     "4-d maps in mode 'nearest'")
-    H, W = x.shape[2], x.shape[3]
-    Ho, Wo = c.call.result.shape[2], c.call.result.shape[3]
-    if Ho % H or Wo % W:
-        raise c.fail(f"{H}x{W} -> {Ho}x{Wo}: the runtime upsamples by whole factors")
-    attrs = {"B": x.shape[0], "C": x.shape[1], "H": H, "W": W, "sh": Ho // H, "sw": Wo // W}
-    return Fwd("upsample", [x], attrs, c.call.result, 0)
-
-
-def _mean(c: _Ctx) -> Fwd:
-    """mean over adjacent dims, and adaptive_avg_pool2d to one element per map."""
-    if c.call.name == "adaptive_avg_pool2d":
-        return _adaptive_avg_pool2d(c)
-    x = c.call.args[0]
-    dims = _arg(c.call, 1, "dim")
-    dims = [dims] if isinstance(dims, int) else list(dims or range(x.dim()))
-    dims = sorted(d % x.dim() for d in dims)
-    if dims != list(range(dims[0], dims[-1] + 1)) or _arg(c.call, 2, "keepdim", False):
-        raise c.fail(f"mean over dims {dims}: the runtime reduces adjacent dims, keepdim False")
-    shape = list(x.shape)
-    attrs = {"outer": numel(shape[:dims[0]]), "r": numel(shape[dims[0]:dims[-1] + 1]),
-             "inner": numel(shape[dims[-1] + 1:])}
-    return Fwd("mean", [x], attrs, c.call.result, x.numel())
-
-
-def _adaptive_avg_pool2d(c: _Ctx) -> Fwd:
-    x, size = c.call.args[0], _arg(c.call, 1, "output_size")
-    if size not in (1, (1, 1), [1, 1]) or x.dim() != 4:
-        raise c.fail(f"output size {size}: the runtime averages the whole map (output size 1)")
-    attrs = {"outer": x.shape[0] * x.shape[1], "r": x.shape[2] * x.shape[3], "inner": 1}
-    return Fwd("mean", [x], attrs, c.call.result, x.numel())
-
-
-def _reshape(op: str) -> Callable[[_Ctx], Fwd]:
-    def handler(c: _Ctx) -> Fwd:
-        x = c.call.args[0]
-        if op == "flatten" and x.dim() > 1 and c.call.result.shape[0] != x.shape[0]:
-            raise c.fail("flatten must keep the batch dimension (start_dim=1)")
-        return Fwd(op, [x], {"n": x.numel()}, c.call.result, 0)
-    return handler
-
-
-def _permute(c: _Ctx) -> Fwd:
-    x = c.call.args[0]
-    nd = x.dim()
-    if c.call.name == "permute":
-        perm = [d % nd for d in _self_and_dims(c.call)[1]]
-    else:
-        perm = list(range(nd))
-        if c.call.name == "transpose":
-            a, b = (int(d) % nd for d in c.call.args[1:3])
-        else:  # t()
-            a, b = 0, 1
-        perm[a], perm[b] = perm[b], perm[a]
-    if nd > 4:
-        raise c.fail(f"a {nd}-d permute; the runtime permutes up to 4 dims")
-    pad = 4 - nd  # leading unit dims, so every permute is a 4-d one
-    dims = [1] * pad + list(x.shape)
-    perm = list(range(pad)) + [p + pad for p in perm]
-    attrs = {f"d{i}": dims[i] for i in range(4)} | {f"p{i}": perm[i] for i in range(4)}
-    return Fwd("permute", [x], attrs, c.call.result, 0)
-
-
-def _binary(c: _Ctx) -> Fwd:
-    """x + y, x - y, x * y, x / y: elementwise on two activations, or an affine map by a scalar."""
-    name = {"scale": "div"}.get(CALL_OP[c.call.name], CALL_OP[c.call.name])  # x / y is a scale by 1 / y
-    a, b = c.call.args[0], c.call.args[1]
-    alpha = c.call.kwargs.get("alpha", 1)
-    reflected = c.call.name.startswith("__r")
-    if isinstance(b, (int, float)) or (isinstance(b, torch.Tensor) and b.dim() == 0 and not c.live(b)):
-        s = float(b)
-        mul, add = {"add": (1.0, s * alpha), "sub": (-1.0, s) if reflected else (1.0, -s * alpha),
-                    "mul": (s, 0.0), "div": (1.0 / s, 0.0)}.get(name, (None, None))
-        if mul is None or (name == "div" and reflected):
-            raise c.fail("this scalar form is not in the runtime's op set")
-        return Fwd("scale", [a], {"n": a.numel(), "mul": mul, "add": add}, c.call.result, a.numel())
-    if reflected:
-        a, b = b, a
-    if not (c.live(a) and c.live(b)):
-        raise c.fail("an elementwise op between an activation and a parameter or constant tensor; "
-                     "the runtime's elementwise ops take two activations (use a module such as nn.Linear)")
-    if name not in ("add", "sub", "mul") or alpha != 1 or (name == "mul" and a.shape != b.shape):
-        raise c.fail(f"elementwise {name} of tensors {list(a.shape)} and {list(b.shape)} (alpha {alpha}); "
-                     f"the runtime has add, sub and same-shape mul")
-    if a.numel() < b.numel():
-        a, b = b, a  # commutative (sub is not, but sub's broadcast operand is always b)
-        if name == "sub":
-            raise c.fail("x - y where y is the larger (broadcast) operand")
-    if list(torch.broadcast_shapes(a.shape, b.shape)) != list(a.shape) or \
-            (b.numel() != a.numel() and list(a.shape[a.dim() - b.dim():]) != list(b.shape)):
-        raise c.fail(f"shapes {list(a.shape)} and {list(b.shape)}: the runtime broadcasts only a trailing-shape "
-                     f"operand over leading dimensions")
-    op = {"add": "add", "sub": "sub", "mul": "mul"}[name]
-    return Fwd(op, [a, b], {"n": a.numel(), "m": b.numel()}, c.call.result, a.numel())
-
-
-def _matmul(c: _Ctx) -> Fwd:
-    a, b = c.call.args[0], c.call.args[1]
-    if not (c.live(a) and c.live(b)) or a.dim() < 2 or b.dim() < 2 or a.shape[:-2] != b.shape[:-2]:
-        raise c.fail(f"matmul of {list(a.shape)} and {list(b.shape)}: the runtime multiplies two activations "
-                     f"with equal batch dims (for x @ W use nn.Linear)")
-    batch = numel(list(a.shape[:-2]))
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    return Fwd("matmul", [a, b], {"batch": batch, "M": m, "K": k, "N": n}, c.call.result, 2 * batch * m * k * n)
-
-
-def _softmax(c: _Ctx) -> Fwd:
-    x, dim = c.call.args[0], _arg(c.call, 1, "dim")
-    if dim is None or dim % x.dim() != x.dim() - 1:
-        raise c.fail(f"softmax over dim {dim}; the runtime normalises the last dim")
-    d = x.shape[-1]
-    return Fwd("softmax", [x], {"rows": x.numel() // d, "D": d}, c.call.result, 5 * x.numel())
-
-
-def _embedding(c: _Ctx) -> Fwd:
-    ids, w = c.call.args[0], c.call.args[1]
-    if not c.param(w):
-        raise c.fail("the embedding table must be a parameter")
-    src = c.tracer.const_index(ids) if not c.live(ids) else 0
-    if src is None:
-        raise c.fail("indices must be the model's input or torch.arange / torch.zeros")
-    attrs = {"n": ids.numel(), "V": w.shape[0], "D": w.shape[1], "ids": src}
-    return Fwd("embedding", [ids] if c.live(ids) else [], attrs, c.call.result, 0, {"w": w})
-
-
-def _cat(c: _Ctx) -> Fwd:
-    """torch.cat of two to four activations along one dim: rows of [outer, size x inner] side by side."""
-    xs, dim = list(c.call.args[0]), _arg(c.call, 1, "dim", 0)
-    if not 2 <= len(xs) <= 4 or not all(c.live(t) for t in xs):
-        raise c.fail(f"cat of {len(xs)} tensors: the runtime joins two to four activations")
-    d = dim % xs[0].dim()
-    outer = numel(list(xs[0].shape[:d]))
-    lens = [numel(list(t.shape[d:])) for t in xs]
-    attrs = {"outer": outer, **{f"l{i}": (lens[i] if i < len(lens) else 0) for i in range(4)}}
-    return Fwd("cat", xs, attrs, c.call.result, 0)
-
-
-def _getitem(c: _Ctx) -> Fwd:
-    x, idx = c.call.args[0], c.call.args[1]
-    if not (isinstance(idx, tuple) and len(idx) == 2 and idx[0] == slice(None) and isinstance(idx[1], int)
-            and x.dim() == 3):
-        raise c.fail(f"indexing {idx!r}: the runtime selects one position of a [B, S, D] tensor, x[:, i]")
-    attrs = {"B": x.shape[0], "S": x.shape[1], "D": x.shape[2], "index": idx[1] % x.shape[1]}
-    return Fwd("select", [x], attrs, c.call.result, 0)
-
-
-# The handler of each op the tracer makes from a PyTorch call (the op's `calls` in poet.ops): it reads the
-# call's arguments into the node's attributes. A pointwise op of the table (its `flops`) needs none.
-HANDLERS: dict[str, Callable[[_Ctx], Fwd]] = {
-    "linear": _linear, "conv2d": _conv2d, "batchnorm": _batch_norm, "layernorm": _layer_norm, "hardtanh": _hardtanh,
-    "maxpool2d": _max_pool2d, "avgpool2d": _avg_pool2d, "upsample": _interpolate, "mean": _mean,
-    "flatten": _reshape("flatten"), "reshape": _reshape("reshape"), "permute": _permute,
-    **{op: _binary for op in ("add", "sub", "mul", "scale")},
-    "matmul": _matmul, "softmax": _softmax, "embedding": _embedding, "select": _getitem, "cat": _cat,
-    "dropout": _dropout,
-}
-# PyTorch call name -> the op it becomes (the handler may pick a sibling: clamp(min=0) is a relu)
-CALL_OP = {call: op.name for op in OPS.values() for call in op.calls}
-FORWARD: dict[str, Callable[[_Ctx], Fwd]] = {
-    call: HANDLERS[op] if op in HANDLERS else _pointwise(op, OPS[op].flops) for call, op in CALL_OP.items()}
-SUPPORTED = ", ".join(op.traced or "/".join(c for c in op.calls if not c.startswith("_") and not c.endswith("_"))
-                      for op in OPS.values() if op.calls or op.traced)
-
-
-# ---------------------------------------------------------------- the tracer
 
 class _Tracer:
     def __init__(self, model: nn.Module, train: str, subst: dict[str, torch.Tensor] | None = None) -> None:
@@ -440,9 +86,9 @@ class _Tracer:
                 self.consts[id(t)] = (call.name, call)
             self.const_calls.add(call.id)
             return
-        ctx = _Ctx(self, call)
-        alias = call.name in ALIAS or (call.name == "dropout" and (not _arg(call, 2, "training", True)
-                                                                  or _arg(call, 1, "p", 0.5) == 0))
+        ctx = Ctx(self, call)
+        alias = call.name in ALIAS or (call.name == "dropout" and (not arg(call, 2, "training", True)
+                                                                  or arg(call, 1, "p", 0.5) == 0))
         handler = FORWARD.get(call.name)
         if inherited is not None:
             if handler is None or alias:
@@ -787,14 +433,14 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
         ce = {"B": batch, "classes": classes}
         nodes.append(GraphNode(len(nodes), "loss/forward", "loss", "loss", "cross_entropy", [logits_id], 4, [1], ce,
                                5 * batch * classes))
-        b = _Backward(nodes, rg, trainable)
+        b = Backward(nodes, rg, trainable)
         b.grads[logits_id] = [b.add("loss/backward", "loss", "cross_entropy_bwd", [], [logits_id], lshape, ce,
                                     4 * batch * classes)]
     else:  # the output against the input (node 0), which gets no gradient
         reg = {"n": numel(lshape)}
         nodes.append(GraphNode(len(nodes), "loss/forward", "loss", "loss", loss, [logits_id, 0], 4, [1], reg,
                                3 * numel(lshape)))
-        b = _Backward(nodes, rg, trainable)
+        b = Backward(nodes, rg, trainable)
         b.grads[logits_id] = [b.add("loss/backward", "loss", f"{loss}_bwd", [], [logits_id, 0], lshape, reg,
                                     3 * numel(lshape))]
     for nid in range(len(nodes) - 2, 0, -1):
@@ -809,97 +455,3 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
                                                   "trace fewer layers (bert: --layers) or a smaller model"))
     return TrainingGraph(name, batch, list(input_shape), classes, params, nodes, frozen=frozen, train=tr.train,
                          input_dtype=input_dtype, loss=loss)
-
-
-class _Backward:
-    def __init__(self, nodes: list[GraphNode], rg: list[bool], trainable: set[int]) -> None:
-        self.nodes = nodes
-        self.rg = rg
-        self.trainable = trainable
-        self.grads: dict[int, list[int]] = {}  # node -> backward nodes holding parts of its gradient
-
-    def add(self, name: str, module: str, op: str, grad: list[int], saved: list[int], shape: list[int],
-            attrs: dict[str, Any], flops: int, nbytes: int | None = None) -> int:
-        nid = len(self.nodes)
-        self.nodes.append(GraphNode(nid, name, module, "backward", op, grad + saved,
-                                    F32 * numel(shape) if nbytes is None else nbytes, shape, attrs, flops,
-                                    saved=saved))
-        return nid
-
-    def _grad_of(self, nid: int) -> int | None:
-        """The one node holding the whole gradient of `nid`'s output, summing parts if needed."""
-        parts = self.grads.get(nid)
-        if not parts:
-            return None
-        node = self.nodes[nid]
-        g = parts[0]
-        for k, p in enumerate(parts[1:]):
-            suffix = "" if k == 0 else f"_{k}"
-            g = self.add(f"{node.module}/grad_sum{suffix}", node.module, "add", [g, p], [], node.shape,
-                         {"n": numel(node.shape), "m": numel(node.shape)}, numel(node.shape))
-        return g
-
-    def _give(self, target: int, g: int) -> None:
-        if self.rg[target]:
-            self.grads.setdefault(target, []).append(g)
-
-    def differentiate(self, nid: int) -> None:
-        node = self.nodes[nid]
-        g = self._grad_of(nid)
-        if g is None:
-            return
-        op, x = node.op, node.deps
-        trains = {r for r in ("w", "b") if node.attrs.get(r, -1) in self.trainable and r in node.attrs}
-        need = [self.rg[d] for d in x]
-        if not any(need) and not trains:
-            return
-        name, mod, attrs = f"{node.module}/backward", node.module, dict(node.attrs)
-        if op in ("add", "sub"):
-            self._give(x[0], g)
-            if need[1] and attrs["m"] == attrs["n"] and op == "add":
-                self._give(x[1], g)
-            elif need[1]:  # negate and/or sum the gradient over the broadcast dimensions
-                s = self.add(name, mod, OPS[op].backward[0], [g], [], self.nodes[x[1]].shape, attrs, attrs["n"])
-                self._give(x[1], s)
-            return
-        if op == "cat":  # each input's gradient is its columns of g's rows
-            total, offset = sum(attrs[f"l{i}"] for i in range(4)), 0
-            for i, d in enumerate(x):
-                length = attrs[f"l{i}"]
-                if need[i]:
-                    cut = {"outer": attrs["outer"], "total": total, "offset": offset, "len": length}
-                    part = self.add(f"{name}_{i}", mod, OPS[op].backward[0], [g], [], self.nodes[d].shape, cut, 0)
-                    self._give(d, part)
-                offset += length
-            return
-        if op in ("mul", "matmul"):
-            for i in (0, 1):
-                if need[i]:
-                    other = x[1 - i]
-                    s = self.add(f"{name}_{'ab'[i]}", mod, OPS[op].backward[i], [g], [other],
-                                 self.nodes[x[i]].shape, attrs, node.flops)
-                    self._give(x[i], s)
-            return
-        if op in ("linear", "conv2d", "embedding", "batchnorm", "batchnorm_eval", "layernorm"):
-            gx = bool(need and need[0]) and op != "embedding"
-            if op in ("linear", "conv2d", "batchnorm_eval"):  # x only for the weight gradient
-                saved = [x[0]] if "w" in trains else []
-            elif op == "embedding":
-                saved = list(x)  # the token ids, when they come from the input
-            else:  # normalisation: the input gives back the statistics and x-hat
-                saved = [x[0]] if gx or "w" in trains else []
-            attrs["need_grad_input"] = int(gx)
-            work = (int(gx) + int("w" in trains)) * node.flops if op in ("linear", "conv2d") else node.flops
-            shape = self.nodes[x[0]].shape if x else [0]
-            s = self.add(name, mod, OPS[op].backward[0], [g], saved, shape, attrs, work, nbytes=None if gx else 0)
-            if gx:
-                self._give(x[0], s)
-            return
-        saves = OPS[op].saves  # a one-input op: its backward reads its input, its output or neither
-        if saves in ("x", "y", ""):
-            saved = {"x": [x[0]], "y": [nid], "": []}[saves]
-            flops = 0 if op in ("flatten", "reshape", "permute", "select") else node.flops
-            s = self.add(name, mod, OPS[op].backward[0], [g], saved, self.nodes[x[0]].shape, attrs, flops)
-            self._give(x[0], s)
-            return
-        raise PoetError(f"{node.module}: no backward for runtime op {op}")  # poet.ops names a rule no one wrote
