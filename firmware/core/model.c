@@ -95,15 +95,17 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
     }
     m->frozen_words = (uint32_t)frozen;
     m->aux_words = (uint32_t)aux;
-    m->stream_bytes = 0;
-    m->x_bytes = 4u * m->x_elems;
     m->train_elems = (uint32_t)(ram - state);
     m->state_elems = (uint32_t)state;
+    /* What the model keeps of particular ops' nodes, each folded in by the op's own check as the
+     * node passes it (ops.h poet_check_fn): here the values of a model without such a node. */
+    m->x_bytes = 4u * m->x_elems;
+    m->stream_bytes = 0;
     m->min_classes = 0xFFFFFFFFu;
-    /* the optimizer node first: whether the model updates in backward decides which backward nodes
-     * are valid (a layer norm's or embedding's cannot); its own check below validates the values */
-    poet_node_view(m, (uint16_t)(m->n_nodes - 1u), &n);
-    m->in_backward = n.op == POET_OP_SGD && n.a[4] == 1;
+    m->opt = 0;
+    m->opt_words = 0;
+    m->opt_p[0] = m->opt_p[1] = m->opt_p[2] = 0.0f;
+    m->in_backward = 0;
     for (i = 0; i < m->n_nodes; i++) {
         const uint8_t *p = poet_node_rec(m, (uint16_t)i);
         *detail = i;
@@ -117,22 +119,10 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
         }
         if (!poet_op_check(m, &n, i))
             return POET_E_MODEL;
-        if ((n.op == POET_OP_CROSS_ENTROPY || n.op == POET_OP_CROSS_ENTROPY_BWD) &&
-            (uint32_t)n.a[1] < m->min_classes)
-            m->min_classes = (uint32_t)n.a[1];
-        if (n.op == POET_OP_INPUT && n.a[1] == 1)
-            m->x_bytes = m->x_elems;
         m->swap_off[i] = (uint32_t)swap;
         swap += n.bytes;
         if (swap > 0xFFFFFFFFull)
             return POET_E_MODEL;
-        if (n.op == POET_OP_CONV2D_Q && poet_param_aux(m, (uint16_t)n.a[7])) {
-            /* checked: C divides into groups, and C/groups kh kw fits the int8 kernels' reduction */
-            uint32_t row = (uint32_t)(n.a[1] / POET_CONV_GROUPS(n.a[6]) * POET_CONV_KH(n.a[5]) *
-                                      POET_CONV_KW(n.a[5]));
-            if (row > m->stream_bytes)
-                m->stream_bytes = row;
-        }
     }
     /* the aux weights follow the swap area on the same storage, sector-aligned */
     swap = (swap + 511u) & ~(uint64_t)511u;
@@ -140,12 +130,10 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
         return POET_E_MODEL;
     m->aux_at = (uint32_t)swap;
     *detail = POET_NO_DETAIL;
-    if (n.op != POET_OP_SGD) /* the last node: poet_op_check made sure an SGD node can only be last */
+    /* The last node must be the optimizer (poet_op_check admits one nowhere else, and its check has
+     * set the model's update rule): n is the last node, of a validated kind. */
+    if (n.kind != POET_KIND_OPTIMIZER)
         return POET_E_MODEL;
-    m->opt = (uint8_t)n.a[0];
-    for (k = 0; k < 3; k++)
-        m->opt_p[k] = poet_attr_f32(n.a[1 + k]);
-    m->opt_words = (uint8_t)(n.a[0] == POET_OPT_ADAM ? 2u : n.a[0] == POET_OPT_MOMENTUM ? 1u : 0u);
     m->hash = poet_fnv1a64(blob, len);
     return POET_OK;
 }

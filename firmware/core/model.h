@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "ops/optable.h"
 #include "util.h"
 
 /* Blob layout (docs/spec.md section 2): a 16-byte header, a u32 per parameter, a 56-byte record
@@ -12,6 +13,7 @@
  * the nv region, not by RAM. Node indices are u16 with 0xFFFF meaning "no dep". */
 #define POET_MODEL_HDR 16u
 #define POET_NODE_SZ 56u
+#define POET_N_ATTRS 10 /* a node's i32 attribute slots a0..a9 */
 #define POET_MAX_NODES 0xFFFEu
 #define POET_MAX_PARAMS 0xFFFFu
 
@@ -21,91 +23,10 @@
 #define POET_TABLE_PARAM_BYTES 4u
 #define POET_TABLE_NODE_BYTES 9u
 
-enum {
-    POET_OP_INPUT = 0,
-    POET_OP_LINEAR = 1,
-    POET_OP_CONV2D = 2,
-    POET_OP_RELU = 3,
-    POET_OP_MAXPOOL2D = 4,
-    POET_OP_FLATTEN = 5,
-    POET_OP_CROSS_ENTROPY = 6,
-    POET_OP_LINEAR_BWD = 16,
-    POET_OP_CONV2D_BWD = 17,
-    POET_OP_RELU_BWD = 18,
-    POET_OP_MAXPOOL2D_BWD = 19,
-    POET_OP_FLATTEN_BWD = 20,
-    POET_OP_CROSS_ENTROPY_BWD = 21,
-    POET_OP_RESHAPE = 7,
-    POET_OP_BATCHNORM = 8,
-    POET_OP_LAYERNORM = 9,
-    POET_OP_TANH = 10,
-    POET_OP_SIGMOID = 11,
-    POET_OP_GELU = 12,
-    POET_OP_HARDTANH = 13,
-    POET_OP_MEAN = 14,
-    POET_OP_PERMUTE = 15,
-    POET_OP_RESHAPE_BWD = 22,
-    POET_OP_BATCHNORM_BWD = 23,
-    POET_OP_LAYERNORM_BWD = 24,
-    POET_OP_TANH_BWD = 25,
-    POET_OP_SIGMOID_BWD = 26,
-    POET_OP_GELU_BWD = 27,
-    POET_OP_HARDTANH_BWD = 28,
-    POET_OP_MEAN_BWD = 29,
-    POET_OP_PERMUTE_BWD = 30,
-    POET_OP_SGD = 32,
-    POET_OP_ADD = 40,
-    POET_OP_SUB = 41,
-    POET_OP_MUL = 42,
-    POET_OP_SCALE = 43,
-    POET_OP_MATMUL = 44,
-    POET_OP_SOFTMAX = 45,
-    POET_OP_EMBEDDING = 46,
-    POET_OP_SELECT = 47,
-    POET_OP_BATCHNORM_EVAL = 48,
-    POET_OP_CAST = 49,       /* storage type conversion (dtypes below) */
-    POET_OP_ABSMAX = 50,     /* an int8 scale: max |x| / 127 */
-    POET_OP_LINEAR_I8 = 51,  /* int8 x int8 -> int32 -> fp32 */
-    POET_OP_CONV2D_I8 = 52,
-    POET_OP_ADD_BWD = 56,
-    POET_OP_SUB_BWD = 57,
-    POET_OP_MUL_BWD_A = 58,
-    POET_OP_MUL_BWD_B = 59,
-    POET_OP_SCALE_BWD = 60,
-    POET_OP_MATMUL_BWD_A = 61,
-    POET_OP_MATMUL_BWD_B = 62,
-    POET_OP_SOFTMAX_BWD = 63,
-    POET_OP_EMBEDDING_BWD = 64,
-    POET_OP_SELECT_BWD = 65,
-    POET_OP_BATCHNORM_EVAL_BWD = 66,
-    /* static int8: scales fixed on the host, each a one-element frozen parameter (ops/quant.c) */
-    POET_OP_QUANTIZE = 67,
-    POET_OP_DEQUANTIZE = 68,
-    POET_OP_CONV2D_Q = 69,
-    POET_OP_ADD_Q = 70,
-    /* a classifier head's batch norm (batch statistics), ReLU and spatial mean fused (ops/norm.c) */
-    POET_OP_BN_RELU_MEAN = 71,
-    POET_OP_BN_RELU_MEAN_BWD = 72,
-    POET_OP_AVGPOOL2D = 73,
-    POET_OP_AVGPOOL2D_BWD = 74,
-    /* regression losses of a prediction against a target tensor (an autoencoder's: its input) */
-    POET_OP_MSE = 75,
-    POET_OP_MSE_BWD = 76,
-    POET_OP_L1 = 77,
-    POET_OP_L1_BWD = 78,
-    POET_OP_SILU = 79,
-    POET_OP_SILU_BWD = 80,
-    POET_OP_HARDSWISH = 81,
-    POET_OP_HARDSWISH_BWD = 82,
-    POET_OP_HARDSIGMOID = 83,
-    POET_OP_HARDSIGMOID_BWD = 84,
-    POET_OP_CAT = 85,
-    POET_OP_CAT_BWD = 86,
-    POET_OP_UPSAMPLE = 87, /* nearest, by whole factors */
-    POET_OP_UPSAMPLE_BWD = 88,
-    POET_OP_DROPOUT = 89, /* a mask made from the step count, never stored */
-    POET_OP_DROPOUT_BWD = 90
-};
+/* The opcodes, POET_OP_<NAME> = NUMBER, made from the op table (ops/optable.h), where each number is
+ * written once. */
+#define POET_OP_ENUM(name, number, kind, flag, nattrs, check, run) POET_OP_##name = (number),
+enum { POET_OP_TABLE(POET_OP_ENUM) };
 
 /* avgpool2d's a6 packs padding and strides (docs/spec.md section 2). */
 #define POET_POOL_PAD_H(a6) ((a6) & 0xFF)
@@ -166,7 +87,7 @@ typedef struct {
     uint8_t n_deps;
     uint16_t deps[4]; /* 0xFFFF past n_deps */
     uint32_t bytes;
-    int32_t a[10];
+    int32_t a[POET_N_ATTRS];
 } poet_node_t;
 
 /* What the runtime keeps of a parsed model: header fields and the tables (in the pool, sized by

@@ -15,7 +15,7 @@ static uint64_t dt_bytes(int32_t t, uint64_t elems)
 }
 
 /* fp32 to or from one narrow type. */
-int op_cast_check(const poet_model_t *m, const poet_node_t *n)
+int op_cast_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     int q;
@@ -69,7 +69,7 @@ void op_cast_run(const poet_exec_t *e)
 /* The scale of N fp32 elements: of dep 0, or of the parameter ABS_SRC (then no deps). */
 enum { ABS_SRC = 1 };
 
-int op_absmax_check(const poet_model_t *m, const poet_node_t *n)
+int op_absmax_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     if (!pos(a[N]) || a[ABS_SRC] < -1 || n->bytes != 4u)

@@ -9,7 +9,7 @@ enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8,
 /* conv2d, conv2d_bwd and conv2d_i8: the same shapes and parameters, then each op's deps and output.
  * conv2d_i8's deps: the int8 x and its scale, then the int8 weight and its scale (cast and absmax
  * nodes) unless the weight is stored int8. */
-int op_conv2d_check(const poet_model_t *m, const poet_node_t *n)
+int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y, w, reduce;

@@ -15,7 +15,7 @@ enum { M = 1 };                /* add, sub, mul: b's elements, broadcast over a'
 
 /* ---- activations ------------------------------------------------------------------------------ */
 
-int op_gelu_check(const poet_model_t *m, const poet_node_t *n)
+int op_gelu_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     return pos(a[N]) && (a[GELU_TANH] == 0 || a[GELU_TANH] == 1) &&
@@ -23,7 +23,7 @@ int op_gelu_check(const poet_model_t *m, const poet_node_t *n)
 }
 
 /* hardtanh, scale and scale_bwd: two finite float constants. */
-int op_two_floats_check(const poet_model_t *m, const poet_node_t *n)
+int op_two_floats_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     return pos(a[N]) && finite_attr(a[1]) && finite_attr(a[2]) &&
@@ -32,21 +32,21 @@ int op_two_floats_check(const poet_model_t *m, const poet_node_t *n)
 
 /* relu, tanh and sigmoid backward: dL/dy and the forward's output y, all of one shape; silu,
  * hardswish and hardsigmoid backward: dL/dy and the forward's input x. */
-int op_pointwise_bwd_check(const poet_model_t *m, const poet_node_t *n)
+int op_pointwise_bwd_check(poet_model_t *m, const poet_node_t *n)
 {
     uint64_t x = f32s((uint64_t)n->a[N]);
     return pos(n->a[N]) && io2(m, n, x, x, x);
 }
 
 /* gelu and hardtanh backward read the forward's input x. */
-int op_gelu_bwd_check(const poet_model_t *m, const poet_node_t *n)
+int op_gelu_bwd_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x = f32s((uint64_t)a[N]);
     return pos(a[N]) && (a[GELU_TANH] == 0 || a[GELU_TANH] == 1) && io2(m, n, x, x, x);
 }
 
-int op_hardtanh_bwd_check(const poet_model_t *m, const poet_node_t *n)
+int op_hardtanh_bwd_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x = f32s((uint64_t)a[N]);
@@ -87,7 +87,7 @@ void op_hardtanh_bwd_run(const poet_exec_t *e)
 /* ---- arithmetic ------------------------------------------------------------------------------- */
 
 /* add and sub: b broadcasts over a's leading dims (m divides n). */
-int op_add_check(const poet_model_t *m, const poet_node_t *n)
+int op_add_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     if (!pos(a[N]) || !pos(a[M]) || a[N] % a[M])
@@ -96,7 +96,7 @@ int op_add_check(const poet_model_t *m, const poet_node_t *n)
 }
 
 /* mul: same shapes only. */
-int op_mul_check(const poet_model_t *m, const poet_node_t *n)
+int op_mul_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     if (!pos(a[N]) || a[M] != a[N])
@@ -105,7 +105,7 @@ int op_mul_check(const poet_model_t *m, const poet_node_t *n)
 }
 
 /* add and sub backward: dL/dy in, the gradient to b (dL/dy summed over a's leading dims) out. */
-int op_add_bwd_check(const poet_model_t *m, const poet_node_t *n)
+int op_add_bwd_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     if (!pos(a[N]) || !pos(a[M]) || a[N] % a[M])
@@ -114,7 +114,7 @@ int op_add_bwd_check(const poet_model_t *m, const poet_node_t *n)
 }
 
 /* mul backward, to either operand: dL/dy and the other operand. */
-int op_mul_bwd_check(const poet_model_t *m, const poet_node_t *n)
+int op_mul_bwd_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x = f32s((uint64_t)a[N]);
@@ -166,7 +166,7 @@ void op_scale_bwd_run(const poet_exec_t *e)
 
 /* dropout and dropout_bwd: x (or dL/dy) in, one shape out; the mask is made again from the step's
  * count (upd->step) wherever it is needed, so it is never stored and a recompute makes the same one. */
-int op_dropout_check(const poet_model_t *m, const poet_node_t *n)
+int op_dropout_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     return pos(a[N]) && a[D_THRESHOLD] >= 0 && a[D_THRESHOLD] < (1 << 24) && finite_attr(a[D_SCALE]) &&

@@ -13,13 +13,18 @@ enum { N = 0 };
  * frozen scale parameter a2, for a static-int8 first layer (its input's quantize node folded in). */
 enum { I8 = 1, I8_SCALE = 2 };
 
-int op_input_check(const poet_model_t *m, const poet_node_t *n)
+/* A staged-int8 input sets the staged inputs' bytes (model.h x_bytes) to one a element. */
+int op_input_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     if (n->n_deps != 0 || (uint32_t)a[N] != m->x_elems || a[N] <= 0)
         return 0;
-    if (a[I8] == 1)
-        return q_scale_ok(m, a[I8_SCALE]) && (uint64_t)n->bytes == (uint64_t)m->x_elems;
+    if (a[I8] == 1) {
+        if (!q_scale_ok(m, a[I8_SCALE]) || (uint64_t)n->bytes != (uint64_t)m->x_elems)
+            return 0;
+        m->x_bytes = m->x_elems;
+        return 1;
+    }
     return a[I8] == 0 && (uint64_t)n->bytes == 4ull * m->x_elems;
 }
 
@@ -37,7 +42,7 @@ void op_copy_run(const poet_exec_t *e) { poet_copy(e->a[N], e->in[0], e->out); }
 /* a0..a3 the dims d of x, a4..a7 the permutation p: y = x.permute(p). */
 enum { DIMS = 0, PERM = 4 };
 
-int op_permute_check(const poet_model_t *m, const poet_node_t *n)
+int op_permute_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x;
@@ -72,7 +77,7 @@ void op_permute_bwd_run(const poet_exec_t *e) { permute(e, 1); }
 /* x[B, S, D] -> y[B, D] = x[:, INDEX] */
 enum { S = 1, D = 2, INDEX = 3 };
 
-int op_select_check(const poet_model_t *m, const poet_node_t *n)
+int op_select_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y;
@@ -99,7 +104,7 @@ void op_select_bwd_run(const poet_exec_t *e)
  * input's gradient: a0 OUTER, a1 TOTAL (the output's row), a2 OFFSET, a3 LEN; dep 0 is dL/dy. */
 enum { OUTER = 0, TOTAL = 1, OFFSET = 2, LEN = 3 };
 
-int op_cat_check(const poet_model_t *m, const poet_node_t *n)
+int op_cat_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t sum = 0;
@@ -145,7 +150,7 @@ enum { V = 1, EMB_D = 2, IDS = 3, TABLE = 4, EMB_NEED_GX = 5 };
 
 /* The backward's deps: dL/dy, then the ids if they are a dep; no input gradient (ids are not
  * differentiable). */
-int op_embedding_check(const poet_model_t *m, const poet_node_t *n)
+int op_embedding_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y;

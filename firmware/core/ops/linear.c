@@ -13,7 +13,7 @@ enum { B = 0, IN = 1, OUT = 2, WEIGHT = 3, BIAS = 4, NEED_GX = 5 };
 /* linear, linear_bwd and linear_i8: the same shapes and parameters, then each op's deps and output.
  * linear_i8's deps: the int8 x and its scale, then the int8 weight and its scale (cast and absmax
  * nodes) unless the weight is stored int8. */
-int op_linear_check(const poet_model_t *m, const poet_node_t *n)
+int op_linear_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y, w;
@@ -74,7 +74,7 @@ void op_linear_i8_run(const poet_exec_t *e)
 enum { BATCH = 0, MM_M = 1, MM_K = 2, MM_N = 3 };
 
 /* matmul: a and b in, y out; backward to a: dL/dy and b in, ga out; to b: dL/dy and a in, gb out. */
-int op_matmul_check(const poet_model_t *m, const poet_node_t *n)
+int op_matmul_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t xa, xb, y;

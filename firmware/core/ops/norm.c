@@ -26,7 +26,7 @@ static int stats_ok(const poet_model_t *m, int32_t mean, int32_t var, uint64_t c
 
 /* The four batch norm ops. B*HW > 1: the batch variance of a single value is undefined (torch
  * raises); frozen statistics (eval) need the running statistics they normalise with. */
-int op_batchnorm_check(const poet_model_t *m, const poet_node_t *n)
+int op_batchnorm_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     int eval = n->op == POET_OP_BATCHNORM_EVAL || n->op == POET_OP_BATCHNORM_EVAL_BWD;
@@ -83,7 +83,7 @@ void op_batchnorm_eval_bwd_run(const poet_exec_t *e)
  * the batch norm trained: apart, the three keep [B, C, HW] maps alive into the backward pass
  * (MobileNetV2-0.35's 1280x4x4 is 80 KiB each, three at once in the ReLU's backward); fused, a
  * channel at a time, only the BN's input x[B, C, HW] and y[B, C] exist. Attributes as batch norm's. */
-int op_bn_relu_mean_check(const poet_model_t *m, const poet_node_t *n)
+int op_bn_relu_mean_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y;
@@ -118,7 +118,7 @@ void op_bn_relu_mean_bwd_run(const poet_exec_t *e)
 /* Over the last dim of x[rows, D]; LN_EPS f32, LN_WEIGHT and LN_BIAS parameters or -1. */
 enum { ROWS = 0, D = 1, LN_EPS = 2, LN_WEIGHT = 3, LN_BIAS = 4, LN_NEED_GX = 5 };
 
-int op_layernorm_check(const poet_model_t *m, const poet_node_t *n)
+int op_layernorm_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x;
@@ -150,7 +150,7 @@ void op_layernorm_bwd_run(const poet_exec_t *e)
 
 /* Over the last dim of x[rows, D] (ROWS, D as layer norm's); the backward reads dL/dy and the
  * output y. */
-int op_softmax_check(const poet_model_t *m, const poet_node_t *n)
+int op_softmax_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x;

@@ -58,6 +58,10 @@ poet_conv_t conv_shape(const int32_t *a);
 /* A backward that adds into parameter p's gradient once per row (grad_buf) runs only where gradients
  * are stored: p is absent or untrained, or the model does not update in backward. */
 int grad_buf_ok(const poet_model_t *m, int32_t p);
+/* Whether m's optimizer node asks for the update in backward, read from its record (optim.c): the
+ * backward nodes are checked before the optimizer node, the model's last, has been (or has set
+ * m->in_backward), so their checks read this. 0 when the last node is no optimizer node. */
+int optimizer_in_backward(const poet_model_t *m);
 /* An int8 layer's deps: the quantised input (xe elements) and its scale, the quantised weight (we
  * elements) and its scale; reduce is the kernel's reduction length; the output is y bytes of fp32. */
 int i8_weight_ok(const poet_model_t *m, const poet_node_t *n, int32_t p, uint64_t elems);

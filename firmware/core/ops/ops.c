@@ -3,16 +3,28 @@
 
 #include "op_util.h"
 
-#define FNS(code, kind, flag, check, run) [POET_OP_##code] = {check, run},
+/* Compile-time checks of the table's rows (C99 has no static_assert: a negative array size is the
+ * error): every opcode fits a node record's u8, and every NATTRS fits its ten slots. Two rows of one
+ * NUMBER are the designated initialisers below naming one index twice, an error with -Wextra
+ * -Werror (-Woverride-init; clang warns by default). */
+typedef char poet_opcodes_fit_u8[POET_N_OPCODES <= 256u ? 1 : -1];
+#define NATTRS_FIT(name, number, kind, flag, nattrs, check, run) \
+    typedef char poet_nattrs_fit_##name[(nattrs) >= 0 && (nattrs) <= POET_N_ATTRS ? 1 : -1];
+POET_OP_TABLE(NATTRS_FIT)
+
+#define FNS(name, number, kind, flag, nattrs, check, run) [POET_OP_##name] = {check, run},
 const poet_op_t poet_ops[POET_N_OPCODES] = {POET_OP_TABLE(FNS)};
 
-/* The kind of an op's nodes with its POET_OPF_* bits above it: apart from poet_ops, so that an
- * entry costs a byte rather than a padded third word. */
-#define TRAITS(code, kind, flag, check, run) [POET_OP_##code] = (uint8_t)(POET_KIND_##kind | POET_OPF_##flag),
+/* The kind of an op's nodes with its POET_OPF_* bits above it, and its attribute count: apart from
+ * poet_ops, so that an entry costs a byte each rather than a padded third word. */
+#define TRAITS(name, number, kind, flag, nattrs, check, run) \
+    [POET_OP_##name] = (uint8_t)(POET_KIND_##kind | POET_OPF_##flag),
 static const uint8_t traits[POET_N_OPCODES] = {POET_OP_TABLE(TRAITS)};
 #define KIND_MASK 0x0Fu
+#define NATTRS(name, number, kind, flag, nattrs, check, run) [POET_OP_##name] = (uint8_t)(nattrs),
+static const uint8_t n_attrs[POET_N_OPCODES] = {POET_OP_TABLE(NATTRS)};
 
-int poet_op_check(const poet_model_t *m, const poet_node_t *n, uint32_t i)
+int poet_op_check(poet_model_t *m, const poet_node_t *n, uint32_t i)
 {
     uint8_t t, kind;
     int k;
@@ -23,6 +35,12 @@ int poet_op_check(const poet_model_t *m, const poet_node_t *n, uint32_t i)
     kind = (uint8_t)(t & KIND_MASK);
     if (n->kind != kind && !((t & POET_OPF_GRAD_SUM) && n->kind == POET_KIND_BACKWARD))
         return 0;
+    /* A slot the op does not read must be 0 (docs/spec.md section 2): then a record written for
+     * another op's slot schema, or with a stray value where the op reads nothing, is refused
+     * rather than run with attributes it was never meant to have. */
+    for (k = n_attrs[n->op]; k < POET_N_ATTRS; k++)
+        if (n->a[k] != 0)
+            return 0;
     /* Only the low-precision ops read anything but fp32: a narrow tensor's bytes can equal an
      * fp32 tensor's of fewer elements, so sizes alone would not catch an fp32 kernel reading it. */
     if (!(t & POET_OPF_NARROW))
@@ -36,7 +54,7 @@ int poet_op_check(const poet_model_t *m, const poet_node_t *n, uint32_t i)
 }
 
 /* One input and an output of the same a0 fp32 elements (relu, tanh, sigmoid; the reshapes). */
-int op_same_check(const poet_model_t *m, const poet_node_t *n)
+int op_same_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     return pos(a[0]) && io1(m, n, f32s((uint64_t)a[0]), f32s((uint64_t)a[0]));
@@ -171,7 +189,7 @@ poet_conv_t conv_shape(const int32_t *a)
 
 int grad_buf_ok(const poet_model_t *m, int32_t p)
 {
-    return !m->in_backward || p < 0 || !poet_param_trained(m, (uint16_t)p);
+    return !optimizer_in_backward(m) || p < 0 || !poet_param_trained(m, (uint16_t)p);
 }
 
 /* An int8 layer reads its weight quantised by the step (deps 2 and 3: a cast and an absmax node of

@@ -1,8 +1,9 @@
 /* The optimizer node (docs/spec.md section 2): the last node of every model. It counts the step and
  * updates every trained parameter from its gradient once the backward pass is done (kernels/optim.c),
  * unless the model updates in backward (model.h in_backward): then the backward nodes have applied
- * the same rule already, element by element, and there is no gradient left to apply. Which optimizer
- * and its state words per element are the model's (model.c reads them from this node). */
+ * the same rule already, element by element, and there is no gradient left to apply. Which optimizer,
+ * its settings and state words per element, and whether it updates in backward are the model's: this
+ * node's check sets them (model.h opt, opt_p, opt_words, in_backward). */
 #include "op_util.h"
 
 /* OPT: POET_OPT_*; MOMENTUM for momentum; BETA1, BETA2, EPS for Adam (all f32); IN_BACKWARD 0 or 1. */
@@ -11,12 +12,8 @@ enum { OPT = 0, MOMENTUM = 1, BETA1 = 1, BETA2 = 2, EPS = 3, IN_BACKWARD = 4 };
 /* momentum and Adam's betas in [0, 1), Adam's eps > 0. */
 static int unit_attr(int32_t a) { return finite_attr(a) && poet_attr_f32(a) >= 0.0f && poet_attr_f32(a) < 1.0f; }
 
-int op_optimizer_check(const poet_model_t *m, const poet_node_t *n)
+static int settings_ok(const int32_t *a)
 {
-    const int32_t *a = n->a;
-    (void)m;
-    if (n->n_deps != 0 || n->bytes != 0 || (a[IN_BACKWARD] != 0 && a[IN_BACKWARD] != 1))
-        return 0;
     switch (a[OPT]) {
     case POET_OPT_SGD: return 1;
     case POET_OPT_MOMENTUM: return unit_attr(a[MOMENTUM]);
@@ -24,6 +21,27 @@ int op_optimizer_check(const poet_model_t *m, const poet_node_t *n)
         return unit_attr(a[BETA1]) && unit_attr(a[BETA2]) && finite_attr(a[EPS]) && poet_attr_f32(a[EPS]) > 0.0f;
     default: return 0;
     }
+}
+
+/* poet_op_check admits this node only as the model's last, so it sets the model's update rule once. */
+int op_optimizer_check(poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    int k;
+    if (n->n_deps != 0 || n->bytes != 0 || (a[IN_BACKWARD] != 0 && a[IN_BACKWARD] != 1) || !settings_ok(a))
+        return 0;
+    m->opt = (uint8_t)a[OPT];
+    for (k = 0; k < 3; k++)
+        m->opt_p[k] = poet_attr_f32(a[1 + k]);
+    m->opt_words = (uint8_t)(a[OPT] == POET_OPT_ADAM ? 2u : a[OPT] == POET_OPT_MOMENTUM ? 1u : 0u);
+    m->in_backward = (uint8_t)a[IN_BACKWARD];
+    return 1;
+}
+
+int optimizer_in_backward(const poet_model_t *m)
+{
+    const uint8_t *p = poet_node_rec(m, (uint16_t)(m->n_nodes - 1u));
+    return p[0] == POET_OP_SGD && poet_rd32(p + 16 + 4 * IN_BACKWARD) == 1u;
 }
 
 void op_optimizer_run(const poet_exec_t *e)

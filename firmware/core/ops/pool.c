@@ -8,7 +8,7 @@
 enum { B = 0, C = 1, H = 2, W = 3 };
 
 /* The backward: dL/dy and the forward's input x in, dL/dx out. */
-int op_maxpool2d_check(const poet_model_t *m, const poet_node_t *n)
+int op_maxpool2d_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y;
@@ -35,7 +35,7 @@ void op_maxpool2d_bwd_run(const poet_exec_t *e)
  * a7 count_include_pad. The backward reads dL/dy alone. */
 enum { KH = 4, KW = 5, PGEOM = 6, INCLUDE_PAD = 7 };
 
-int op_avgpool2d_check(const poet_model_t *m, const poet_node_t *n)
+int op_avgpool2d_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     int32_t ph = POET_POOL_PAD_H(a[PGEOM]), pw = POET_POOL_PAD_W(a[PGEOM]);
@@ -72,7 +72,7 @@ void op_avgpool2d_bwd_run(const poet_exec_t *e) { avgpool2d(e, 1); }
 /* a0..a3 B, C, H, W of the input; a4 SH, a5 SW the whole factors. The backward reads dL/dy alone. */
 enum { SH = 4, SW = 5 };
 
-int op_upsample_check(const poet_model_t *m, const poet_node_t *n)
+int op_upsample_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y;
@@ -102,7 +102,7 @@ void op_upsample_bwd_run(const poet_exec_t *e)
 /* x[outer, r, inner] -> y[outer, inner] */
 enum { OUTER = 0, R = 1, INNER = 2 };
 
-int op_mean_check(const poet_model_t *m, const poet_node_t *n)
+int op_mean_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y;

@@ -13,7 +13,7 @@
 /* N elements; SCALE the output's (quantize) scale parameter. */
 enum { N = 0, SCALE = 1 };
 
-int op_quantize_check(const poet_model_t *m, const poet_node_t *n)
+int op_quantize_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     return pos(a[N]) && q_scale_ok(m, a[SCALE]) && io1(m, n, f32s((uint64_t)a[N]), (uint64_t)a[N]);
@@ -24,7 +24,7 @@ void op_quantize_run(const poet_exec_t *e)
     poet_quantize_i8(e->a[N], param(e, e->a[SCALE])[0], e->in[0], (int8_t *)(void *)e->out);
 }
 
-int op_dequantize_check(const poet_model_t *m, const poet_node_t *n)
+int op_dequantize_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     return pos(a[N]) && io1(m, n, (uint64_t)a[N], f32s((uint64_t)a[N])) && q_dep_ok(m, n, 0);
@@ -39,15 +39,22 @@ void op_dequantize_run(const poet_exec_t *e)
 
 enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8, EPI = 9 };
 
-int op_conv2d_q_check(const poet_model_t *m, const poet_node_t *n)
+/* A weight on aux storage is streamed one output channel's weights (a row) or more at a time, so the
+ * pool's stream buffer (model.h stream_bytes) is the largest row of any such conv. */
+int op_conv2d_q_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y, w, reduce;
     if (!conv_geometry_ok(a, &x, &y, &reduce) || !q_epi_ok(m, a[EPI]))
         return 0;
     w = mul((uint64_t)a[O], reduce);
-    return reduce <= POET_I8_MAX_REDUCE && q_weight_ok(m, a[WEIGHT], w) && q_bias_ok(m, a[BIAS], (uint64_t)a[O]) &&
-           n->n_deps == 1 && dep_bytes(m, n, 0) == x && q_dep_ok(m, n, 0) && n->bytes == q_out_bytes(a[EPI], y);
+    if (!(reduce <= POET_I8_MAX_REDUCE && q_weight_ok(m, a[WEIGHT], w) && q_bias_ok(m, a[BIAS], (uint64_t)a[O]) &&
+          n->n_deps == 1 && dep_bytes(m, n, 0) == x && q_dep_ok(m, n, 0) && n->bytes == q_out_bytes(a[EPI], y)))
+        return 0;
+    /* reduce is C/groups kh kw, below POET_I8_MAX_REDUCE: a row fits 32 bits */
+    if (poet_param_aux(m, (uint16_t)a[WEIGHT]) && (uint32_t)reduce > m->stream_bytes)
+        m->stream_bytes = (uint32_t)reduce;
+    return 1;
 }
 
 /* A weight on aux storage (POET_PARAM_AUX): its scale, then as many output channels' weights as the
@@ -98,7 +105,7 @@ void op_conv2d_q_run(const poet_exec_t *e)
 
 enum { ADD_EPI = 1 };
 
-int op_add_q_check(const poet_model_t *m, const poet_node_t *n)
+int op_add_q_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     return pos(a[N]) && q_epi_ok(m, a[ADD_EPI]) && n->n_deps == 2 && dep_bytes(m, n, 0) == (uint64_t)a[N] &&
