@@ -22,17 +22,8 @@ import serial
 from poet.boards import Board
 from poet.device import emulator, firmware
 from poet.device.children import spawn
-from poet.device.link import (
-    BATCH,
-    SCHEDULE,
-    Hello,
-    Link,
-    LinkError,
-    NotPoet,
-    ProcessPort,
-    ProtocolMismatch,
-    StepResult,
-)
+from poet.device.link import Link, LinkError, NotPoet, ProcessPort, ProtocolMismatch
+from poet.device.protocol import BATCH, SCHEDULE, Hello, StepResult
 from poet.device.serialports import open_serial
 from poet.errors import PoetError
 from poet.files import open_in_folder

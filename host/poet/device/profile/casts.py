@@ -41,11 +41,8 @@ from poet.progress import Say
 
 # the cast sweep: 64 .. 16384 elements, doubling (capped by what the board's pool holds)
 CAST_SIZES = tuple(64 << k for k in range(9))
-
 CAST_ROUNDS = 3  # each cast runs once as a compute and CAST_ROUNDS - 1 times as a recompute per step
-
 NARROW = ("fp16", "bf16", "int8")
-
 ABSMAX = "absmax"  # the int8 scale (max |x| / 127), which every fp32 -> int8 cast of an activation needs
 
 

@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from poet.boards import Board
-from poet.device.link import MODEL, WEIGHTS, LinkClosed, LinkTimeout
+from poet.device.link import LinkClosed, LinkTimeout
 from poet.device.profile.file import write_profile
 from poet.device.profile.provenance import SEEDS, datasheet_paging, is_linux, provenance_of
 from poet.device.profile.stopped import ProfileInterrupted, exit_status, went
+from poet.device.protocol import MODEL, WEIGHTS
 from poet.paths import shown
 from poet.plan.modelblob import KIND_INPUT, KIND_OPTIMIZER, OP_INPUT, OP_SGD, BlobNode, ModelBlob
 from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, Instr, Schedule
@@ -22,7 +23,6 @@ from poet.progress import Say
 
 # the paging sweep: 256 B .. 64 KiB, doubling (capped by what the board's pool holds)
 PAGE_SIZES = tuple(256 << k for k in range(9))
-
 PAGE_ROUNDS = 6  # page-out + page-in round trips per size in one step; the first is dropped (cold file/cache)
 
 
