@@ -91,6 +91,8 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_layernorm_bwd": [INT, INT, FLT] + [F32P] * 8,
     "poet_softmax_fwd": [INT, INT, F32P, F32P],
     "poet_softmax_bwd": [INT, INT, F32P, F32P, F32P],
+    "poet_log_softmax_fwd": [INT, INT, F32P, F32P],
+    "poet_log_softmax_bwd": [INT, INT, F32P, F32P, F32P],
     "poet_matmul_fwd": [INT] * 4 + [F32P] * 3,
     "poet_matmul_bwd_a": [INT] * 4 + [F32P] * 3,
     "poet_matmul_bwd_b": [INT] * 4 + [F32P] * 3,
@@ -626,6 +628,21 @@ def test_softmax(lib: ctypes.CDLL, seed: int) -> None:
     g = randn(rng, rows, D)
     y_ref.backward(t64(g))
     check_backward(lambda bf: lib.poet_softmax_bwd(rows, D, fp(g), fp(y), fp(bf["gx"])), {}, {"gx": x64.grad})
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_log_softmax(lib: ctypes.CDLL, seed: int) -> None:
+    rng = np.random.default_rng([17, seed])
+    rows, D = ints(rng, 1, 12), ints(rng, 1, 40)
+    x = randn(rng, rows, D, scale=4.0, shift=90.0)  # exp(90) overflows float32: the max must be taken out
+    x64 = leaf(x)
+    y_ref = torch.log_softmax(x64, -1)
+    y = nan(rows, D)
+    lib.poet_log_softmax_fwd(rows, D, fp(x), fp(y))
+    assert_close(y, y_ref, "y")
+    g = randn(rng, rows, D)
+    y_ref.backward(t64(g))
+    check_backward(lambda bf: lib.poet_log_softmax_bwd(rows, D, fp(g), fp(y), fp(bf["gx"])), {}, {"gx": x64.grad})
 
 
 @pytest.mark.parametrize("seed", SEEDS)

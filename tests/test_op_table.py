@@ -137,7 +137,7 @@ class _Tokens(nn.Module):
         h = self.norm(self.tok(ids) + self.pos(torch.arange(4)))  # B x 4 x 8, the positions broadcast
         att = torch.softmax(self.q(h) @ h.transpose(1, 2), dim=-1)  # B x 4 x 4
         h = torch.bmm(att, h).permute(0, 2, 1).reshape(-1, 8, 4).permute(0, 2, 1).contiguous()
-        return self.head(h[:, 0])
+        return torch.log_softmax(self.head(h[:, 0]), dim=-1)
 
 
 def _graphs() -> list:

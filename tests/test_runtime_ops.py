@@ -14,6 +14,7 @@ tests/test_linux_boards.py's).
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import shutil
 from pathlib import Path
@@ -310,6 +311,40 @@ def test_silu_hardswish_hardsigmoid_train_like_pytorch(tmp_path: Path) -> None:
     data = [(rng.standard_normal((2, 2, 6, 6)).astype(np.float32) * 2, rng.integers(0, 3, 2).astype(np.int32))
             for _ in range(STEPS)]
     _check_model(tmp_path, "acts", model, g, data)
+
+
+class _TutorialNet(torch.nn.Module):
+    """A network as PyTorch's MNIST example writes it: it ends in log_softmax, for nll_loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv, self.fc1, self.fc2 = nn.Conv2d(1, 4, 3), nn.Linear(4 * 3 * 3, 8), nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.flatten(torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2), 1)
+        return torch.nn.functional.log_softmax(self.fc2(torch.relu(self.fc1(h))), dim=1)
+
+
+def test_a_log_softmax_network_trains_like_pytorch_with_nll_loss(tmp_path: Path) -> None:
+    """poet trains with cross entropy, which on log_softmax's output is the nll_loss the tutorial trains
+    with (softmax(log_softmax(x)) = softmax(x)): the same loss and gradient, checked here in float64,
+    then the board's steps against PyTorch's."""
+    torch.manual_seed(0)
+    model = _TutorialNet()
+    g = trace(model, "tutorial", (1, 8, 8), 3, 2)
+    assert {"log_softmax", "log_softmax_bwd"} <= {n.op for n in g.nodes}
+    rng = np.random.default_rng(6)
+    data = [(rng.standard_normal((2, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    wide = copy.deepcopy(model).double()
+    out = wide(torch.from_numpy(data[0][0]).double())
+    labels = torch.from_numpy(data[0][1]).long()
+    ce, nll = (torch.nn.functional.cross_entropy(out, labels), torch.nn.functional.nll_loss(out, labels))
+    grads = [torch.autograd.grad(loss, list(wide.parameters()), retain_graph=True) for loss in (ce, nll)]
+    assert torch.allclose(ce, nll, rtol=1e-12, atol=0)
+    assert all(torch.allclose(a, b, rtol=1e-10, atol=1e-14) for a, b in zip(*grads, strict=True))
+    _check_model(tmp_path, "tutorial", model, g, data)
 
 
 class _Dropouts(torch.nn.Module):

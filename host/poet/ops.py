@@ -124,6 +124,7 @@ _TABLE: tuple[Op, ...] = (
     *_pair("bn_relu_mean", 71, 72, _BN, bwd_slots=(*_BN, *_NEED)),  # a head's batch norm, ReLU and mean fused
     *_pair("layernorm", 9, 24, _LN, bwd_slots=(*_LN, *_NEED), calls=("layer_norm",)),
     *_pair("softmax", 45, 63, ("rows", "D"), "y", calls=("softmax",)),
+    *_pair("log_softmax", 91, 92, ("rows", "D"), "y", calls=("log_softmax",)),
     # ---- layout
     *_pair("flatten", 5, 20, ("n",), "", calls=("flatten",)),
     *_pair("reshape", 7, 22, ("n",), "", calls=("view", "reshape"), traced="view/reshape, contiguous"),

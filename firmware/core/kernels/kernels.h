@@ -229,6 +229,11 @@ void poet_layernorm_bwd(int rows, int D, float eps, const float *g, const float 
 /* Softmax over the last dim of x[rows, D]; the backward reads the OUTPUT y. */
 void poet_softmax_fwd(int rows, int D, const float *x, float *y);
 void poet_softmax_bwd(int rows, int D, const float *g, const float *y, float *gx);
+/* Log-softmax over the last dim: y = x - log(sum(exp(x))); the backward reads the OUTPUT y
+ * (dx = g - exp(y) * sum(g)). A tutorial's log_softmax + nll_loss trains as log_softmax +
+ * cross entropy, which is the same loss: softmax(log_softmax(x)) = softmax(x). */
+void poet_log_softmax_fwd(int rows, int D, const float *x, float *y);
+void poet_log_softmax_bwd(int rows, int D, const float *g, const float *y, float *gx);
 
 /* ---- loss.c: cross entropy, mean squared and mean absolute error ----------------------------- */
 

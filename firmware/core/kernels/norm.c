@@ -1,4 +1,5 @@
-/* Normalisation: batch norm (training and frozen statistics), layer norm and softmax. Conventions are in kernels.h. */
+/* Normalisation: batch norm (training and frozen statistics), layer norm, softmax and log-softmax.
+ * Conventions are in kernels.h. */
 #include "kernels.h"
 
 #include <math.h>
@@ -356,5 +357,39 @@ void poet_softmax_bwd(int rows, int D, const float *g, const float *y, float *gx
             dot += gr[j] * yr[j];
         for (j = 0; j < D; j++)
             gxr[j] = yr[j] * (gr[j] - dot);
+    }
+}
+
+/* ---- log-softmax ---------------------------------------------------------------------------- */
+
+void poet_log_softmax_fwd(int rows, int D, const float *x, float *y)
+{
+    int r, j;
+    for (r = 0; r < rows; r++) {
+        const float *xr = x + (long)r * D;
+        float *yr = y + (long)r * D, mx = xr[0], s = 0.0f, lse;
+        for (j = 1; j < D; j++)
+            if (xr[j] > mx)
+                mx = xr[j];
+        for (j = 0; j < D; j++)
+            s += expf(xr[j] - mx);
+        /* (x - max) - log(s), not x - (max + log(s)): the shifted values are small, so the
+         * subtraction does not lose the low bits of a large max */
+        lse = logf(s);
+        for (j = 0; j < D; j++)
+            yr[j] = (xr[j] - mx) - lse;
+    }
+}
+
+void poet_log_softmax_bwd(int rows, int D, const float *g, const float *y, float *gx)
+{
+    int r, j;
+    for (r = 0; r < rows; r++) {
+        const float *gr = g + (long)r * D, *yr = y + (long)r * D;
+        float *gxr = gx + (long)r * D, sum = 0.0f;
+        for (j = 0; j < D; j++)
+            sum += gr[j];
+        for (j = 0; j < D; j++)
+            gxr[j] = gr[j] - expf(yr[j]) * sum;
     }
 }

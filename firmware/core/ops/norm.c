@@ -1,5 +1,5 @@
-/* Normalisation: batch norm (batch statistics, or frozen ones: _eval), layer norm and softmax,
- * forward and backward (kernels/norm.c). */
+/* Normalisation: batch norm (batch statistics, or frozen ones: _eval), layer norm, softmax and
+ * log-softmax, forward and backward (kernels/norm.c). */
 #include "op_util.h"
 
 /* ---- batch norm ------------------------------------------------------------------------------- */
@@ -148,8 +148,8 @@ void op_layernorm_bwd_run(const poet_exec_t *e)
 
 /* ---- softmax ---------------------------------------------------------------------------------- */
 
-/* Over the last dim of x[rows, D] (ROWS, D as layer norm's); the backward reads dL/dy and the
- * output y. */
+/* Softmax and log-softmax over the last dim of x[rows, D] (ROWS, D as layer norm's); each backward
+ * reads dL/dy and the output y. */
 int op_softmax_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
@@ -157,8 +157,13 @@ int op_softmax_check(poet_model_t *m, const poet_node_t *n)
     if (!pos(a[ROWS]) || !pos(a[D]))
         return 0;
     x = f32s(mul((uint64_t)a[ROWS], (uint64_t)a[D]));
-    return n->op == POET_OP_SOFTMAX ? io1(m, n, x, x) : io2(m, n, x, x, x);
+    return n->kind == POET_KIND_FORWARD ? io1(m, n, x, x) : io2(m, n, x, x, x);
 }
 
 void op_softmax_run(const poet_exec_t *e) { poet_softmax_fwd(e->a[ROWS], e->a[D], e->in[0], e->out); }
 void op_softmax_bwd_run(const poet_exec_t *e) { poet_softmax_bwd(e->a[ROWS], e->a[D], e->in[0], e->in[1], e->out); }
+void op_log_softmax_run(const poet_exec_t *e) { poet_log_softmax_fwd(e->a[ROWS], e->a[D], e->in[0], e->out); }
+void op_log_softmax_bwd_run(const poet_exec_t *e)
+{
+    poet_log_softmax_bwd(e->a[ROWS], e->a[D], e->in[0], e->in[1], e->out);
+}

@@ -75,6 +75,8 @@
     X(LAYERNORM_BWD, 24, BACKWARD, NONE, 6, op_layernorm_check, op_layernorm_bwd_run) \
     X(SOFTMAX, 45, FORWARD, NONE, 2, op_softmax_check, op_softmax_run) \
     X(SOFTMAX_BWD, 63, BACKWARD, NONE, 2, op_softmax_check, op_softmax_bwd_run) \
+    X(LOG_SOFTMAX, 91, FORWARD, NONE, 2, op_softmax_check, op_log_softmax_run) \
+    X(LOG_SOFTMAX_BWD, 92, BACKWARD, NONE, 2, op_softmax_check, op_log_softmax_bwd_run) \
     /* loss.c */ \
     X(CROSS_ENTROPY, 6, LOSS, NONE, 2, op_cross_entropy_check, op_cross_entropy_run) \
     X(CROSS_ENTROPY_BWD, 21, BACKWARD, NONE, 2, op_cross_entropy_check, op_cross_entropy_bwd_run) \

@@ -323,11 +323,13 @@ def _matmul(c: Ctx) -> Fwd:
 
 
 def _softmax(c: Ctx) -> Fwd:
+    """softmax and log_softmax over the last dim."""
+    op = CALL_OP[c.call.name]
     x, dim = c.call.args[0], arg(c.call, 1, "dim")
     if dim is None or dim % x.dim() != x.dim() - 1:
-        raise c.fail(f"softmax over dim {dim}; the runtime normalises the last dim")
+        raise c.fail(f"{op} over dim {dim}; the runtime normalises the last dim")
     d = x.shape[-1]
-    return Fwd("softmax", [x], {"rows": x.numel() // d, "D": d}, c.call.result, 5 * x.numel())
+    return Fwd(op, [x], {"rows": x.numel() // d, "D": d}, c.call.result, 5 * x.numel())
 
 
 def _embedding(c: Ctx) -> Fwd:
@@ -368,8 +370,8 @@ HANDLERS: dict[str, Callable[[Ctx], Fwd]] = {
     "linear": _linear, "conv2d": _conv2d, "batchnorm": _batch_norm, "layernorm": _layer_norm, "hardtanh": _hardtanh,
     "maxpool2d": _max_pool2d, "avgpool2d": _avg_pool2d, "upsample": _interpolate, "mean": _mean,
     "flatten": _reshape("flatten"), "reshape": _reshape("reshape"), "permute": _permute,
-    **{op: _binary for op in ("add", "sub", "mul", "scale")},
-    "matmul": _matmul, "softmax": _softmax, "embedding": _embedding, "select": _getitem, "cat": _cat,
+    **{op: _binary for op in ("add", "sub", "mul", "scale")}, "matmul": _matmul,
+    "softmax": _softmax, "log_softmax": _softmax, "embedding": _embedding, "select": _getitem, "cat": _cat,
     "dropout": _dropout,
 }
 # PyTorch call name -> the op it becomes (the handler may pick a sibling: clamp(min=0) is a relu)
