@@ -39,7 +39,8 @@ from poet.graph.reference import state_tensors, train_steps, weights_of  # noqa:
 from poet.graph.tracer import traced  # noqa: E402
 from poet.models.datasets import load_dataset  # noqa: E402
 from poet.models.zoo import ModelChoice  # noqa: E402
-from poet.train import _graph_for, read_back  # noqa: E402
+from poet.plan.rewrites import Rewrites  # noqa: E402
+from poet.train import read_back  # noqa: E402
 from poet.units import format_size, parse_size  # noqa: E402
 
 LR = 0.05
@@ -89,7 +90,7 @@ def command(case: Case, data: str, run_dir: Path, port: str | None) -> list[str]
 def vs_pytorch(case: Case, data: str, run_dir: Path, plan: dict) -> float:
     """The largest relative difference of a trained tensor, board against PyTorch's same steps."""
     model, g = traced(ModelChoice(case.model, batch=1, train=case.train))
-    g = _graph_for(g, plan)
+    g, _ = Rewrites.from_json(plan).apply(g)  # the graph the run's schedule ran on
     names = [n for n, _ in state_tensors(model)]
     batches = load_dataset(data, case.steps).fitted(tuple(g.input_shape), g.classes, g.model, g.loss, g.vocab)
     train_steps(model, batches.epoch_batches(1, 0, 0), LR, frozen=g.frozen, graph=g)

@@ -21,7 +21,7 @@ from poet import cli
 from poet.cli import build_parser, main
 from poet.models.zoo import get_model
 from poet.paths import REPO_ROOT
-from poet.train import CONFIG_KEYS
+from poet.settings import CONFIG_KEYS
 
 SHIPPED_PROFILE = REPO_ROOT / "profiles" / "nrf52840.yaml"
 TRAIN = ["train", "--model", "mlp-digits", "--ram", "200k", "--epochs", "1", "--data-limit", "64"]
@@ -44,10 +44,10 @@ def _digits_like(tmp: Path, change: Callable[[np.ndarray, np.ndarray], tuple[np.
 def _config(**changes: Any) -> dict[str, Any]:
     """A run's config.json as `poet train TRAIN` writes it, with changes."""
     from poet.cli import _run_config
-    from poet.train import _config_from
+    from poet.settings import config_json
 
     ns = build_parser().parse_args(TRAIN)
-    cfg = json.loads(json.dumps(_config_from(_run_config(ns)), default=str))
+    cfg = json.loads(json.dumps(config_json(_run_config(ns))))
     cfg.update(changes)
     return cfg
 

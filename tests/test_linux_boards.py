@@ -22,7 +22,8 @@ from poet.graph.reference import state_tensors, weights_of
 from poet.graph.tracer import traced
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
-from poet.train import _graph_for, read_back
+from poet.plan.rewrites import Rewrites
+from poet.train import read_back
 from test_pty_board import pty_board
 
 pytestmark = needs_tools("cc", "make")
@@ -148,7 +149,7 @@ def _train_and_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, choice: M
                 "--run-dir", str(run_dir), *extra]) == 0
     model, g = traced(choice)
     plan = json.loads((run_dir / "plan.json").read_text())
-    g = _graph_for(g, plan)
+    g, _ = Rewrites.from_json(plan).apply(g)  # the graph the run's schedule ran on
     names = [n for n, _ in state_tensors(model)]
     before = dict(zip(names, weights_of(model), strict=True))
     batches = load_dataset(data, limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss, g.vocab)

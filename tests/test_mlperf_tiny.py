@@ -17,7 +17,8 @@ from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
-from poet.train import _graph_for, read_back
+from poet.plan.rewrites import Rewrites
+from poet.train import read_back
 
 Weights = dict[str, np.ndarray]
 
@@ -36,7 +37,7 @@ def _train_and_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, choice: M
     model, g = traced(choice)
     plan = json.loads((run_dir / "plan.json").read_text())
     assert not plan.get("int8_prefix")  # fed by no int8 prefix: test_train_int8's _board_and_host is for those
-    g = _graph_for(g, plan)
+    g, _ = Rewrites.from_json(plan).apply(g)  # the graph the run's schedule ran on
     names = [n for n, _ in state_tensors(model)]
     before = dict(zip(names, weights_of(model), strict=True))
     batches = load_dataset(data, limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss)

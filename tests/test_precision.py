@@ -40,12 +40,13 @@ from poet.plan.precision import (
     load_rules,
     select,
 )
-from poet.plan.request import PlanRequest, solve_request
+from poet.plan.request import solve_request
 from poet.plan.simulate import simulate
 from poet.plan.strategies import found, plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.plan.types import Plan
+from poet.settings import PlanRequest
 
 BOARD = load_board("nrf52840")
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None, reason="cc / make missing")
@@ -307,8 +308,9 @@ def test_solve_says_which_tensors_changed(tmp_path: Path) -> None:
     assert "precision greedy:" in text and "saved tensors stored narrow" in text
     for i in allowed(g, load_rules()):
         assert any(g.nodes[i].name in line and "bf16" in line and "saves" in line for line in said)
-    sel = p.selection  # type: ignore[attr-defined]
-    assert p.training is sel.graph and len(p.lowered.schedule.instrs) > 0  # type: ignore[attr-defined,union-attr]
+    sel = p.selection
+    assert sel is not None and p.lowered is not None
+    assert p.training is sel.graph and len(p.lowered.schedule.instrs) > 0
     assert sel.to_json()["stored"][0]["bytes_saved"] > 0
 
 

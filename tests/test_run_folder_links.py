@@ -202,7 +202,8 @@ DAMAGES = [
 def test_a_cached_plan_that_does_not_verify_is_never_sent(stopped: tuple[Path, Path], tmp_path: Path,
                                                          damage, words: str) -> None:  # type: ignore[no-untyped-def]
     from poet.models.zoo import ModelChoice
-    from poet.train import RunConfig, _cached_plan, _graph
+    from poet.settings import RunConfig
+    from poet.train import _cached_plan, _graph
 
     ws, _ = stopped
     (entry,) = (ws / "runs" / "plans").iterdir()

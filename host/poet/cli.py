@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import math
 import os
 import stat
@@ -11,9 +13,9 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
-from poet import __version__
+from poet import __version__, settings
 from poet.boards import board_names, load_board
 from poet.errors import PoetError, Terminated, UsageError
 from poet.files import kind as file_kind
@@ -21,12 +23,9 @@ from poet.files import not_an_input
 from poet.models.zoo import SMALL, ZOO, ModelChoice
 from poet.paths import shown, write_output
 from poet.plan.memory import check_ram, costed_fixed_bytes
-from poet.plan.request import PlanRequest
 from poet.plan.strategies import STRATEGIES
-from poet.units import format_size, parse_deadline, parse_size
-
-if TYPE_CHECKING:
-    from poet.train import RunConfig
+from poet.settings import PlanRequest, RunConfig
+from poet.units import format_size, parse_deadline
 
 DEFAULT_BOARD = "nrf52840"
 
@@ -93,17 +92,13 @@ def cmd_flash(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- typed values from the command line
 
 def _model_choice(args: argparse.Namespace, name: str | None = None) -> ModelChoice:
-    return ModelChoice(name or args.model, batch=args.batch, seed=args.seed, train=args.train,
-                       input_shape=args.input_shape, classes=args.classes, layers=args.layers, hidden=args.hidden,
-                       weights=_path(vars(args).get("weights")))  # train only
+    model = settings.model_choice(vars(args))
+    return dataclasses.replace(model, name=name) if name else model
 
 
 def _plan_request(args: argparse.Namespace) -> PlanRequest:
     """--ram (parsed here, once), --deadline, --strategy... of solve, train and demo."""
-    return PlanRequest(ram=parse_size(args.ram) if args.ram is not None else None, deadline=args.deadline,
-                       strategy=args.strategy, solver=args.solver, time_limit_s=args.time_limit, gap=args.gap,
-                       profile=_path(args.profile), precision=args.precision,
-                       precision_rules=_path(args.precision_rules))
+    return settings.plan_request(vars(args))
 
 
 def _path(text: str | None) -> Path | None:
@@ -112,16 +107,7 @@ def _path(text: str | None) -> Path | None:
 
 def _run_config(args: argparse.Namespace, **fixed: Any) -> RunConfig:
     """A train (or demo) command line as the run's config; `fixed` sets what the command fixes."""
-    from poet.train import RunConfig
-
-    given = dict(board=args.board, model=_model_choice(args), plan=_plan_request(args), lr=args.lr,
-                 run_dir=_path(args.run_dir))
-    if args.command == "train":
-        given.update(data=args.data, data_limit=args.data_limit, epochs=args.epochs, optimizer=args.optimizer,
-                     budget_j=args.budget_j, battery_mah=args.battery_mah, volts=args.volts, force=args.force,
-                     country=args.country, carbon_intensity=args.carbon_intensity,
-                     checkpoint_every=args.checkpoint_every, schedule=_path(args.schedule), meter=args.meter)
-    return RunConfig(**{**given, **fixed})
+    return dataclasses.replace(settings.run_config(vars(args)), **fixed)
 
 
 def _graph(args: argparse.Namespace, name: str | None = None):
@@ -210,17 +196,17 @@ def _as_planned(g, model, weights: list, board):
 
     from poet.graph.reference import state_tensors
     from poet.plan.costs import load_profile
-    from poet.plan.placement import place
-    from poet.plan.request import int8_prefix_for
+    from poet.plan.rewrites import for_profile
 
-    prefix = int8_prefix_for(g, board, board.ram_bytes, int(load_profile(board.name)["runtime_static_bytes"]))
-    if prefix is None:
+    rewritten = for_profile(g, board, int(load_profile(board.name)["runtime_static_bytes"]))
+    if rewritten is None:
         return g, weights
+    placed, prefix = rewritten
     say(f"{g.model}: its fp32 graph cannot fit {board.name}; profiling it with its frozen prefix in static int8, "
         "as `poet solve` plans it")
     calib = np.random.default_rng(0).random((64, *g.input_shape), dtype=np.float32)
     # and its largest int8 weights on the SD card where flash cannot hold them all
-    return (place(prefix.graph, board),
+    return (placed,
             prefix.weights(dict(zip((n for n, _ in state_tensors(model)), weights, strict=True)), calib))
 
 
@@ -236,7 +222,8 @@ def _deadline(text: str, cg) -> float:
 def cmd_solve(args: argparse.Namespace) -> int:
     from poet.graph.file import read_graph
     from poet.graph.training_graph import TrainingGraph
-    from poet.plan.request import costed_for, solve_request
+    from poet.plan.request import solve_request
+    from poet.plan.rewrites import costed_for
 
     not_an_input("-o", args.output, [("--graph", args.graph), ("--profile", args.profile),
                                      ("--precision-rules", args.precision_rules)])
@@ -352,15 +339,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 RESUME_OPTIONS = {"resume", "port", "emulate", "model", "data"}
 
 
-def _resumed(args: argparse.Namespace) -> argparse.Namespace:
-    """The options of the run --resume continues: its config.json, checked as a command line is.
+def _resumed(args: argparse.Namespace) -> RunConfig:
+    """The settings of the run --resume continues: its config.json, each value checked as the command
+    line's would be.
 
     Nothing in a run folder makes poet import code: a run of a model or data factory resumes only
     when the command line names the same factory (a folder from someone else may name any module)."""
-    from poet.train import config_argv, run_config
+    from poet.train import saved_config
 
     run = Path(args.resume)
-    cfg = run_config(run)
+    cfg = saved_config(run)
     changed = sorted(args.given - RESUME_OPTIONS)
     if changed:
         opt = "--" + changed[0].replace("_", "-")
@@ -377,13 +365,51 @@ def _resumed(args: argparse.Namespace) -> argparse.Namespace:
         if factory and key not in args.given:
             raise UsageError(f"the run in {run} uses {opt} {v}, code of your own: poet imports only code the command "
                              f"line names; if you trust it, resume with `poet train --resume {run} {opt} {v}`")
+    return settings.run_config(_checked(cfg, run / "config.json"))
+
+
+def _checked(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A run's config.json values, each checked and converted by the `poet train` option of its key, as the
+    command line's would be (a NaN or negative lr in it is refused as --lr nan is), over train's defaults
+    (what a key at null or false means). Keys that name no option (made_by) are not settings to check."""
+    train = _subcommand(build_parser(), "train")
+    values = vars(train.parse_args([]))
+    options = {a.dest: a for a in train._actions if a.option_strings}
+    for key, v in config.items():
+        if key in options and v is not None and v is not False:
+            values[key] = _option_value(options[key], key, v, path)
+    return values
+
+
+def _option_value(action: argparse.Action, key: str, v: Any, path: Path) -> Any:
+    """config.json's `v` for the option `action`, through the option's own type and choices."""
+    opt = action.option_strings[-1]
+
+    def damaged(why: str) -> UsageError:
+        return UsageError(f"{path}: {why}: the file was changed or damaged, so the run cannot be resumed")
+
+    if action.nargs == 0:  # a flag: true, or absent (false)
+        if v is not True:
+            raise damaged(f"argument {opt}: ignored explicit argument {json.dumps(v)[:40]}")
+        return True
+    if isinstance(v, list) and v and all(isinstance(d, int) and not isinstance(d, bool) for d in v):
+        text = ",".join(str(d) for d in v)  # a shape, as --input-shape takes it
+    elif isinstance(v, (str, int, float)) and not isinstance(v, bool):
+        text = str(v)
+    else:
+        raise damaged(f"{key} is {json.dumps(v)[:40]}, which is no value of {opt}")
     try:
-        ns = build_parser(_RaisingParser).parse_args(["train", *config_argv(cfg, run / "config.json")])
-    except argparse.ArgumentError as exc:
-        raise UsageError(f"{run / 'config.json'}: {exc}: the file was changed or damaged, so the run cannot be "
-                        "resumed") from None
-    ns.resume, ns.port, ns.emulate, ns.given = args.resume, args.port, args.emulate, args.given
-    return ns
+        value = action.type(text) if callable(action.type) else text
+    except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+        raise damaged(f"argument {opt}: {exc}") from None
+    if action.choices is not None and value not in action.choices:
+        choices = ", ".join(repr(c) for c in action.choices)
+        raise damaged(f"argument {opt}: invalid choice: {value!r} (choose from {choices})")
+    return value
+
+
+def _subcommand(ap: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    return next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -392,10 +418,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.port and args.emulate:
         raise UsageError("--port and --emulate: give one (a real board's port, or the emulated stand-in)")
     if args.resume:
-        args = _resumed(args)
+        cfg = _resumed(args)
     elif args.ram is None:
         raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
-    train(_run_config(args), say, port=args.port, resume=_path(args.resume), bars=True)
+    else:
+        cfg = _run_config(args)
+    train(cfg, say, port=args.port, resume=_path(args.resume), bars=True)
     return 0
 
 
@@ -778,23 +806,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"poet: {message} (see `{self.prog} --help`)\n")
 
 
-class _RaisingParser(_Parser):
-    """For options read from a file (a run's config.json): the mistake is the file's, said by the caller."""
-
-    def error(self, message: str) -> NoReturn:
-        raise argparse.ArgumentError(None, message)
-
-
 PROFILE_HELP = ("op-cost profile (default: the one `poet profile` measured into workspace/profiles/<board>.yaml, "
                 "else the shipped profiles/<board>.yaml)")
 
 
-def build_parser(parser_class: type[_Parser] = _Parser) -> argparse.ArgumentParser:
-    ap = parser_class(prog="poet", description=__doc__.splitlines()[0].strip("`") + " "
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="poet", description=__doc__.splitlines()[0].strip("`") + " "
                                  "Train neural networks on boards too small to train them.")
     ap.add_argument("--version", action="version", version=f"poet {__version__}")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=parser_class)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("boards", help="list the boards poet knows and the serial ports attached now")
     p.set_defaults(func=cmd_boards)
@@ -1004,7 +1025,7 @@ def _joined_negatives(ap: argparse.ArgumentParser, argv: list[str]) -> list[str]
 
 def given_options(ap: argparse.ArgumentParser, argv: list[str], command: str) -> set[str]:
     """The dests of the options the command line gave `command` (not left at their defaults)."""
-    sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    sub = _subcommand(ap, command)
     rest = argv[argv.index(command) + 1:]
     unset = object()
     dests = {a.dest for a in sub._actions if a.dest != "help"}

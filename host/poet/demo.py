@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 from poet.boards import Board, load_board
@@ -21,9 +20,9 @@ from poet.models.datasets import load_dataset
 from poet.models.zoo import get_model
 from poet.paths import profile_file, profile_to_read, runs_dir, shown
 from poet.plan.memory import check_ram
-from poet.train import RUN_FILES, RunConfig, read_back, train
-
-Say = Callable[[str], None]
+from poet.progress import Say
+from poet.settings import RunConfig
+from poet.train import RUN_FILES, read_back, train
 
 DIGITS_MODELS = ("mlp-digits", "cnn-digits")  # what the demo profiles
 REPEATS = 3  # profiling runs per graph

@@ -35,10 +35,10 @@ import os
 import shutil
 import stat
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -63,54 +63,15 @@ from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
 from poet.models.datasets import Dataset, load_dataset
 from poet.models.metrics import anomaly_labels, roc_auc
-from poet.models.synthetic import NAMED
-from poet.models.zoo import ModelChoice
 from poet.paths import runs_dir, shown
 from poet.plan.lower import model_blob
 from poet.plan.memory import check_ram, pool_for
-from poet.plan.request import PlanRequest
+from poet.plan.rewrites import Rewrites
 from poet.plan.schedule import MEANINGS, NO_DETAIL, OK, peak_live_bytes, validate
-from poet.progress import bar
+from poet.plan.static_int8 import Int8Prefix
+from poet.progress import Say, bar
+from poet.settings import FIRST_KEYS, PlanRequest, RunConfig, config_json
 from poet.units import parse_deadline
-
-if TYPE_CHECKING:
-    from poet.plan.static_int8 import Int8Prefix
-
-Say = Callable[[str], None]
-
-# what a run's config keeps; --resume takes all of it from the run, only the link from the command line
-CONFIG_KEYS = ("board", "model", "batch", "seed", "train", "data", "data_limit", "epochs", "ram", "deadline",
-               "lr", "optimizer", "strategy", "solver", "time_limit", "gap", "profile", "budget_j",
-               "battery_mah", "volts", "force", "country", "carbon_intensity", "checkpoint_every", "schedule",
-               "input_shape", "classes", "layers", "hidden", "meter", "precision", "precision_rules", "weights")
-# keys newer than some run folders: a config without one resumes with it unset
-LATER_KEYS = ("weights",)
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """What a run is asked: the model, the plan, the data and the run's own settings. config.json
-    holds it flat, under CONFIG_KEYS (`poet train --resume` reads it back as a command line)."""
-
-    board: str = "nrf52840"
-    model: ModelChoice = ModelChoice()
-    plan: PlanRequest = PlanRequest()
-    data: str = "digits"  # digits, mfcc, machine-sound, a folder of .npy arrays, or module:factory
-    data_limit: int | None = None  # the first N training samples
-    epochs: int = 3
-    lr: float = 0.1
-    optimizer: str = "sgd"  # sgd, momentum[:M] or adam[:BETA1,BETA2,EPS]
-    budget_j: float | None = None  # refuse a run predicted to need more
-    battery_mah: float | None = None  # with volts: refuse a run the battery cannot carry
-    volts: float | None = None
-    force: bool = False  # run even over budget_j or the battery
-    country: str | None = None  # the grid's carbon intensity
-    carbon_intensity: float | None = None  # gCO2eq/kWh instead of the country's
-    checkpoint_every: int = 1
-    schedule: Path | None = None  # run this schedule file instead of planning
-    meter: str | None = None  # BACKEND[:ARG] recorded over the steps
-    run_dir: Path | None = None  # default workspace/runs/<time>-<model>
-    made_by: str = "train"  # "demo": a folder `poet demo` may rewrite
 
 
 @dataclass
@@ -358,36 +319,7 @@ def _resume_checkpoint(run: Run, state: RunState, limit: int) -> tuple[list[np.n
     return ckpt
 
 
-def _config_from(cfg: RunConfig) -> dict[str, Any]:
-    """What the run was asked, flat under CONFIG_KEYS, with the files it names made absolute: a resume
-    from another folder reads the same files (or is refused for a missing one), never others of the
-    same name."""
-    m, p = cfg.model, cfg.plan
-    flat: dict[str, Any] = {
-        "board": cfg.board, "model": m.name, "batch": m.batch, "seed": m.seed, "train": m.train, "data": cfg.data,
-        "data_limit": cfg.data_limit, "epochs": cfg.epochs, "ram": p.ram, "deadline": p.deadline, "lr": cfg.lr,
-        "optimizer": cfg.optimizer, "strategy": p.strategy, "solver": p.solver, "time_limit": p.time_limit_s,
-        "gap": p.gap, "profile": p.profile, "budget_j": cfg.budget_j, "battery_mah": cfg.battery_mah,
-        "volts": cfg.volts, "force": cfg.force, "country": cfg.country, "carbon_intensity": cfg.carbon_intensity,
-        "checkpoint_every": cfg.checkpoint_every, "schedule": cfg.schedule,
-        "input_shape": list(m.input_shape) if m.input_shape else None, "classes": m.classes, "layers": m.layers,
-        "hidden": m.hidden, "meter": cfg.meter, "precision": p.precision, "precision_rules": p.precision_rules,
-        "weights": m.weights}
-    assert tuple(flat) == CONFIG_KEYS
-    for key in ("profile", "schedule", "precision_rules", "weights"):
-        if flat[key]:
-            flat[key] = str(Path(flat[key]).resolve())
-    if flat["data"] and flat["data"] != "digits" and flat["data"] not in NAMED and Path(flat["data"]).exists():
-        flat["data"] = str(Path(flat["data"]).resolve())
-    meter = flat["meter"]
-    if isinstance(meter, str) and meter.startswith("file:"):
-        flat["meter"] = "file:" + str(Path(meter[5:]).resolve())
-    if cfg.made_by != "train":
-        flat["made_by"] = cfg.made_by
-    return flat
-
-
-def run_config(folder: Path) -> dict[str, Any]:
+def saved_config(folder: Path) -> dict[str, Any]:
     """A run's config.json, refused in one line when the folder is no run or the file is damaged."""
     path = Run(folder).config_path
     if not folder.is_dir():
@@ -396,34 +328,11 @@ def run_config(folder: Path) -> dict[str, Any]:
         raise UsageError(f"--resume {folder}: not a run folder (no config.json)")
     check_entries(folder)  # before anything in it is read
     cfg = _run_json(path)
-    if isinstance(cfg, dict):
-        for key in LATER_KEYS:
-            cfg.setdefault(key, None)
-    missing = [k for k in CONFIG_KEYS if not isinstance(cfg, dict) or k not in cfg]
+    missing = [k for k in FIRST_KEYS if not isinstance(cfg, dict) or k not in cfg]
     if missing:
         raise UsageError(f"{shown(path)} lacks {', '.join(missing[:5])}{'...' if len(missing) > 5 else ''}: it was "
                         "changed or damaged, so the run cannot be resumed")
     return cfg
-
-
-def config_argv(cfg: dict[str, Any], path: Path) -> list[str]:
-    """A run's config as the `poet train` options that ask for it: parsed again on --resume, a config
-    is checked exactly as the command line was (a NaN or negative --lr in it is refused the same way)."""
-    argv = []
-    for key in CONFIG_KEYS:
-        v, opt = cfg[key], "--" + key.replace("_", "-")
-        if v is None or v is False:
-            continue
-        if v is True and key == "force":
-            argv.append(opt)
-        elif key == "input_shape" and isinstance(v, list) and all(isinstance(d, int) for d in v):
-            argv.append(f"{opt}={','.join(str(d) for d in v)}")
-        elif isinstance(v, (str, int, float)) and not isinstance(v, bool):
-            argv.append(f"{opt}={v}")
-        else:
-            raise UsageError(f"{shown(path)}: {key} is {json.dumps(v)[:40]}, which is no value of {opt}: the file was "
-                            "changed or damaged, so the run cannot be resumed")
-    return argv
 
 
 def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, request: PlanRequest) -> str:
@@ -445,39 +354,10 @@ def _graph(cfg: RunConfig) -> tuple[torch.nn.Module, TrainingGraph]:
     return model, with_optimizer(g, parse_optimizer(cfg.optimizer))
 
 
-def _graph_for(g: TrainingGraph, plan: dict, prefix: Int8Prefix | None = None) -> TrainingGraph:
-    """The graph the plan's schedule runs on: g, its frozen prefix in static int8 (`prefix` when the caller
-    has it), or with --precision greedy|auto its narrow-stored form; with the weights the plan streams from
-    the SD card marked."""
-    from poet.plan.placement import streamed, weight_only_int8
-
-    prefix = prefix or _int8_prefix(g, plan)
-    if prefix is not None:
-        run = prefix.graph
-    elif plan.get("precision"):
-        from poet.plan.precision import graph_for
-
-        run = graph_for(g, plan["precision"])
-    else:
-        run = g
-    names = plan.get("streamed") or []
-    dense = plan.get("w8") or []  # and these frozen dense weights stored int8 (weight-only)
-    if not set(names) | set(dense) <= {name for name, _ in run.params}:
-        raise PoetError(f"the plan places weights {g.model} does not have: the plan is of another graph")
-    return weight_only_int8(streamed(run, set(names)), set(dense))
-
-
-def _int8_prefix(g: TrainingGraph, plan: dict) -> Int8Prefix | None:
-    """The plan's static-int8 prefix of g (the rewrite is a function of g, so the plan only says whether)."""
-    if not plan.get("int8_prefix"):
-        return None
-    from poet.plan.static_int8 import rewrite
-
-    prefix = rewrite(g)
-    if prefix is None:
-        raise PoetError(f"the plan runs {g.model}'s frozen prefix in static int8, but the graph has none: the plan "
-                        "is of another graph")
-    return prefix
+def _graph_for(g: TrainingGraph, plan: dict) -> tuple[TrainingGraph, Int8Prefix | None]:
+    """The graph the plan's schedule runs on, made again from g by the rewrites its plan.json records
+    (poet.plan.rewrites), and its static-int8 prefix if it has one."""
+    return Rewrites.from_json(plan).apply(g)
 
 
 STEP_COUNTER_MAX = 0xFFFF_FFFF  # the board counts optimizer steps in a uint32 (core/interp.h, opt_step)
@@ -555,7 +435,7 @@ def _read_given_schedule(path: Path, g: TrainingGraph) -> bytes:
     2), not found after the emulator boots. Its arena against the board's pool is left to the board,
     whose pool it is."""
     data = read_bytes(path, "--schedule", limit=SCHEDULE_LIMIT)
-    status, detail = validate(data, model_blob(_graph_for(g, {})), 0xFFFFFFFF)
+    status, detail = validate(data, model_blob(_graph_for(g, {})[0]), 0xFFFFFFFF)
     if status != OK:
         at = f" (instruction {detail})" if detail != NO_DETAIL else ""
         raise UsageError(f"--schedule {path}: {MEANINGS[status]}{at}")
@@ -609,16 +489,9 @@ def _plan(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run,
             info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
                     "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
                     "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,
-                    "page_outs": p.plan.page_outs, "ram_bytes": request.ram, "key": key}
-            sel = getattr(p, "selection", None)
-            if sel is not None:  # --precision greedy|auto: the run's graph has the plan's casts
-                info["precision"] = sel.to_json()
-            if getattr(p, "int8_prefix", None) is not None:  # the run's graph is g's static-int8 rewrite
-                info["int8_prefix"] = True
-            if getattr(p, "streamed", None):  # and these weights on the SD card (poet.plan.placement)
-                info["streamed"] = p.streamed
-            if getattr(p, "w8", None):  # and these frozen dense weights stored int8 (poet.plan.placement)
-                info["w8"] = p.w8
+                    "page_outs": p.plan.page_outs, "ram_bytes": request.ram, "key": key,
+                    # what the rewrites made of the traced graph: replayed on it by every run of this plan
+                    **p.rewrites.to_json()}
             write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())  # last: it marks the entry whole
         write_atomic(run.dir / "plan.json", json.dumps(info, indent=1).encode())
         write_atomic(run.dir / "schedule.poet", sched)
@@ -650,7 +523,7 @@ def _cached_plan(cache: Path, g: TrainingGraph, key: str, say: Say) -> tuple[dic
 def _schedule_problem(sched: bytes, g: TrainingGraph, info: dict) -> str | None:
     """What is wrong with a cached schedule for the graph its plan runs (None: nothing)."""
     try:
-        blob = model_blob(_graph_for(g, info))
+        blob = model_blob(_graph_for(g, info)[0])
     except (PoetError, ValueError, KeyError, TypeError, AttributeError, IndexError):  # a precision record of
         return "its plan places or casts tensors this model does not have"  # another graph, or a damaged one
     status, detail = validate(sched, blob, info["arena_budget"])
@@ -832,7 +705,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
                          f"the board's step counter holds ({STEP_COUNTER_MAX:,}; Adam's bias correction would "
                          "divide by 0 when it wraps); train fewer epochs")
     if resume:
-        g_run = _graph_for(g, _run_plan(run))
+        g_run, _ = _graph_for(g, _run_plan(run))
         ckpt = _resume_checkpoint(run, state, checkpoint_limit(g_run))
         _check_resumable(run, state, g_run, ckpt, per_epoch, cfg.epochs)
         at = "after its last step" if state.global_step == per_epoch * cfg.epochs else \
@@ -854,13 +727,12 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
             _ensure_firmware(board, port, run.dir, say)
         with open_device(board, port, workdir=run.dir, ram=cfg.plan.ram) as dev:
             plan, sched = _plan(cfg, g, board, dev, run, say, bars, given)
-            prefix = _int8_prefix(g, plan)
+            g, prefix = _graph_for(g, plan)
             w0, fed = _initial_weights(model, prefix, data, say)
-            g = _graph_for(g, plan, prefix)
             pred = _check_energy(cfg, plan, total_steps, cfg.epochs, say)
             if not resume:
                 # only now: a run refused for its energy or schedule leaves no config, so no run to be refused for
-                write_atomic(run.config_path, json.dumps(_config_from(cfg), indent=1, default=str).encode())
+                write_atomic(run.config_path, json.dumps(config_json(cfg), indent=1).encode())
             trace_path = run.dir / "trace.json"
             tr = Trace.load(trace_path) if state.global_step else \
                 Trace.for_graph(g, board.name, dev.provenance, dev.hello.tick_hz)
@@ -1077,7 +949,7 @@ def _complete_finished(cfg: RunConfig, run: Run, state: RunState, say: Say) -> N
     model, g = _graph(cfg)
     _, per_epoch = _data(cfg, g)
     plan = _run_plan(run)
-    g_run = _graph_for(g, plan)
+    g_run, _ = _graph_for(g, plan)
     # the weights and report are written from the checkpoint: it must be the run's last step, as the state
     # must be (a state saying `finished` after 2 of 8 steps would make a 2-step run look complete)
     ckpt = _resume_checkpoint(run, state, checkpoint_limit(g_run))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from poet.boards import Board
@@ -10,13 +9,15 @@ from poet.errors import PoetError
 from poet.graph.training_graph import TrainingGraph
 from poet.plan.lower import Lowered, lower
 from poet.plan.memory import MemoryBudget, budget_for, check_ram
-from poet.plan.strategies import MILP, plan_with
+from poet.plan.precision import Selection
+from poet.plan.rewrites import Rewrites
+from poet.plan.static_int8 import Int8Prefix
+from poet.plan.strategies import MILP, found, plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget
-from poet.plan.types import CostedGraph, Plan
+from poet.plan.types import POET, CostedGraph, Plan, Semantics
+from poet.progress import Say
 from poet.units import format_size
-
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -27,11 +28,16 @@ class Planned:
     lowered: Lowered | None  # None: planned only (the runtime cannot run this graph yet)
     keep_all_peak: int
     deadline_s: float
+    # what the graph's rewrites (poet.plan.rewrites) made of the traced graph before it was planned
+    training: TrainingGraph | None = None  # the graph the schedule runs on (its model blob); None: not rewritten
+    rewrites: Rewrites = Rewrites()  # their record, as plan.json keeps it
+    selection: Selection | None = None  # --precision's choice, or the layers flash needs in int8
+    int8_prefix: Int8Prefix | None = None  # the frozen prefix in static int8
 
 
 def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, runtime_static: int,
               deadline_s: float, solver: str = "highs", time_limit_s: float = 60.0,
-              progress: Progress = print, strategy: str = "poet", gap: float = 0.0,
+              progress: Say = print, strategy: str = "poet", gap: float = 0.0,
               lower_plan: bool = True) -> Planned:
     """Plan with `strategy` for the arena left by --ram, lower it, and make sure the placed arena fits.
 
@@ -76,3 +82,19 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
                  f"(fragmentation); re-solving with a tighter live-bytes bound")
         arena = min(arena, plan.peak_bytes or arena) - over
     raise PoetError("could not place the plan's tensors within the arena after 8 attempts; raise --ram")
+
+
+def check_found(plan: Plan, cg: CostedGraph, arena: int, fixed: int, deadline_s: float, strategy: str,
+                solver: str = "highs", time_limit_s: float = 60.0, semantics: Semantics = POET) -> None:
+    """A plan of a costed graph file (`poet solve --graph`: no board, no lowering) that found none: one
+    line saying why and what to change, as plan_step says it for a traced graph."""
+    if found(plan):
+        return
+    if strategy in MILP and plan.status == "infeasible":
+        smallest = min_arena_budget(cg, deadline_s, solver=solver, time_limit_s=time_limit_s, semantics=semantics)
+        if smallest is None:
+            raise PoetError("no plan meets this deadline even with unlimited RAM; relax --deadline")
+        raise PoetError(f"arena {arena} B is below the smallest feasible for this deadline, {smallest} B "
+                        f"(--ram {fixed + smallest}); raise --ram or relax --deadline")
+    hint = "raise --ram or relax --deadline" if strategy in MILP else "try --strategy poet or more --ram"
+    raise PoetError(f"{strategy} found no plan ({plan.status}{': ' + plan.note if plan.note else ''}); {hint}")

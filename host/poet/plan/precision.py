@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from poet.boards import Board
 from poet.errors import PoetError, UsageError
@@ -40,20 +40,13 @@ from poet.files import load_yaml, read_text
 from poet.graph.dtypes import NARROW_STORAGE, converted_bytes
 from poet.graph.training_graph import GraphNode, TrainingGraph, numel
 from poet.plan.costs import costed, op_key
-from poet.plan.pipeline import Planned
 from poet.plan.strategies import found, plan_with
 from poet.plan.strategies.poet_milp import Switch, solve_switched
 from poet.plan.types import CostedGraph, Plan
-from poet.units import format_size
-
-if TYPE_CHECKING:  # the request's module plans through this one
-    from poet.plan.request import PlanRequest
+from poet.progress import Say
 
 MODES = ("fp32", "greedy", "auto")
 DEFAULT_RULES = Path(__file__).parents[1] / "data" / "precision.yaml"
-
-Progress = Callable[[str], None]
-
 
 @dataclass(frozen=True)
 class Rules:
@@ -302,7 +295,7 @@ def with_cast_costs(g: TrainingGraph, board: Board, profile: dict[str, Any]) -> 
 
 
 def costed_storage(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bool = True,
-                   note: Progress | None = None) -> CostedGraph:
+                   note: Say | None = None) -> CostedGraph:
     """costs.costed with the casts costed from the profile's fits. Without a `casts:` section a cast
     is an error, or with `estimate` estimated like any op the profile lacks (and said so)."""
     prof = with_cast_costs(g, board, profile)
@@ -400,7 +393,7 @@ Build = Callable[[Pick], tuple[TrainingGraph, CostedGraph]]
 
 def select(mode: str, g: TrainingGraph, board: Board, profile: dict[str, Any], arena_budget: int,
            deadline_s: float, rules: Rules | None = None, strategy: str = "poet", solver: str = "highs",
-           time_limit_s: float = 60.0, gap: float = 0.0, progress: Progress | None = None,
+           time_limit_s: float = 60.0, gap: float = 0.0, progress: Say | None = None,
            estimate: bool = True, flash: frozenset[int] = frozenset()) -> Selection:
     """The storage and compute precision of `mode` for g at this arena budget and deadline (module
     docstring); the `flash` layers (flash_fit: their weights must be stored int8 for the model to fit
@@ -440,7 +433,7 @@ def select(mode: str, g: TrainingGraph, board: Board, profile: dict[str, Any], a
 
 def _auto(g: TrainingGraph, arena_budget: int, deadline_s: float, greedy: Pick, build: Build,
           cost: Callable[[TrainingGraph], CostedGraph], selection: Callable[..., Selection], strategy: str,
-          solver: str, time_limit_s: float, gap: float, say: Progress) -> Selection:
+          solver: str, time_limit_s: float, gap: float, say: Say) -> Selection:
     """The least-energy choice: one MILP with a switch per tensor and per layer the rules allow (the
     planner's own variables decide them), or for a heuristic strategy the better of fp32 and greedy."""
     fp32: Pick = ({}, frozenset())
@@ -526,46 +519,3 @@ JOINT = ("poet", "remat-only", "page-only")  # the strategies whose MILP takes t
 
 def _uj(energy_j: float) -> str:
     return "infeasible" if math.isinf(energy_j) else f"{energy_j * 1e6:.2f} uJ"
-
-
-@dataclass
-class PrecisionPlanned(Planned):
-    """A plan made for a graph with narrow-stored tensors: that graph (the model blob to upload) and
-    what changed precision."""
-
-    training: TrainingGraph | None = None
-    selection: Selection | None = None
-
-
-def training_graph(p: Planned, g: TrainingGraph) -> TrainingGraph:
-    """The graph whose model blob the plan's schedule runs on: g, or its narrow-stored form."""
-    return p.training if isinstance(p, PrecisionPlanned) and p.training is not None else g
-
-
-def with_selection(p: Planned, sel: Selection) -> PrecisionPlanned:
-    return PrecisionPlanned(**vars(p), training=sel.graph, selection=sel)
-
-
-def select_for(request: PlanRequest, g: TrainingGraph, board: Board, runtime_static: int, deadline_s: float,
-               say: Progress) -> Selection:
-    """A plan request's `precision` and `precision_rules`, for solve_request."""
-    from poet.plan.costs import load_profile
-    from poet.plan.memory import budget_for
-
-    assert request.ram is not None
-    prof = load_profile(board.name, request.profile)
-    arena = budget_for(g, request.ram, runtime_static).arena
-    flash = flash_fit(g, board.model_flash_bytes)
-    if flash:
-        say(f"\n[precision] {len(flash)} frozen layers run in int8, their weights stored int8, for the model to "
-            f"fit {board.name}'s flash ({format_size(board.model_flash_bytes)} for the model and frozen weights)")
-    if request.precision == "fp32":
-        return select("fp32", g, board, prof, arena, deadline_s, flash=flash)
-    say(f"\n[precision] {request.precision} for {g.model}: which saved activations to store in 16 bits")
-    if not prof.get("casts"):
-        say(f"  note: the {board.name} profile has no casts section: cast costs are estimated like any op it "
-            f"lacks (poet.plan.costs.estimate_op), not measured; `poet profile --board {board.name} --casts` "
-            "measures them")
-    return select(request.precision, g, board, prof, arena, deadline_s, load_rules(request.precision_rules),
-                  strategy=request.strategy, solver=request.solver, time_limit_s=request.time_limit_s,
-                  gap=request.gap, progress=lambda m: say(f"  {m}"), estimate=True, flash=flash)

@@ -1,0 +1,241 @@
+"""The graph's rewrites, in one place: which ones a plan needs, applying them, and replaying them.
+
+Four rewrites change the traced graph before it is planned, each decided from the graph, the board
+and the request alone:
+
+- the frozen prefix in static int8 (poet.plan.static_int8), when the fp32 graph's fixed part, its
+  flash part or one op cannot fit the board, or (after the fact) when no fp32 plan fits --ram;
+- the precision selection (poet.plan.precision): --precision greedy|auto, or the frozen layers that
+  must run int8 for the model to fit flash;
+- the placement (poet.plan.placement): the largest static-int8 conv weights streamed from the SD card
+  and the largest frozen dense weights stored int8 (`w8`) when flash still cannot hold them.
+
+`decide` makes them and returns a `Rewritten` (the graph to plan, its costs, what each rewrite made);
+its `record` (a `Rewrites`) is what a plan keeps of them, the plan.json fields `int8_prefix`,
+`precision`, `streamed` and `w8`, and `Rewrites.apply` makes the same graph again from a fresh trace
+(`poet train`'s plan cache and --resume, which keep the record, not the graph).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from poet.boards import Board
+from poet.errors import PoetError
+from poet.graph.quantise import i8_bytes
+from poet.graph.training_graph import TrainingGraph, conv_window, numel
+from poet.plan.costs import costed, load_profile, with_stream_costs
+from poet.plan.memory import budget_for, pool_for
+from poet.plan.placement import place, stream_lines, streamed, w8_lines, weight_only_int8
+from poet.plan.precision import Selection, flash_fit, graph_for, load_rules, select
+from poet.plan.static_int8 import Int8Prefix, rewrite
+from poet.plan.types import CostedGraph
+from poet.progress import Say
+from poet.settings import PlanRequest
+from poet.units import format_size
+
+
+class ForeignPlan(PoetError):
+    """A record that names what the graph does not have: the plan was made for another graph."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what}: the plan is of another graph")
+
+
+@dataclass(frozen=True)
+class Rewrites:
+    """What the rewrites decided, as a plan keeps it: enough to make the planned graph again from the
+    traced one (apply). Its JSON form is plan.json's fields; an fp32 plan of a graph that fits has none."""
+
+    int8_prefix: bool = False  # the frozen prefix runs in static int8 (the rewrite is a function of the graph)
+    precision: dict[str, Any] | None = None  # Selection.to_json(): the tensors stored narrow, the int8 layers
+    streamed: tuple[str, ...] = ()  # static-int8 conv weights read from the SD card
+    w8: tuple[str, ...] = ()  # frozen dense weights stored int8 (weight-only)
+
+    def to_json(self) -> dict[str, Any]:
+        """plan.json's fields for these decisions: only those made (plans without them keep their keys)."""
+        out: dict[str, Any] = {}
+        if self.precision is not None:
+            out["precision"] = self.precision
+        if self.int8_prefix:
+            out["int8_prefix"] = True
+        if self.streamed:
+            out["streamed"] = list(self.streamed)
+        if self.w8:
+            out["w8"] = list(self.w8)
+        return out
+
+    @classmethod
+    def from_json(cls, info: dict[str, Any]) -> Rewrites:
+        """The record in a plan.json (checked for kinds by its reader; {} for a run with no plan)."""
+        return cls(int8_prefix=bool(info.get("int8_prefix")), precision=info.get("precision") or None,
+                   streamed=tuple(info.get("streamed") or ()), w8=tuple(info.get("w8") or ()))
+
+    def apply(self, g: TrainingGraph) -> tuple[TrainingGraph, Int8Prefix | None]:
+        """The graph the plan's schedule runs on, made from g in the order decide made it, and the static-int8
+        prefix (its weights are folded and calibrated from the model's). ForeignPlan when g lacks what the
+        record names."""
+        prefix = None
+        run = g
+        if self.int8_prefix:
+            prefix = rewrite(g)
+            if prefix is None:
+                raise ForeignPlan(f"the plan runs {g.model}'s frozen prefix in static int8, but the graph has none")
+            run = prefix.graph
+        if self.precision:
+            run = graph_for(run, self.precision)
+        if not set(self.streamed) | set(self.w8) <= {name for name, _ in run.params}:
+            raise ForeignPlan(f"the plan places weights {g.model} does not have")
+        return weight_only_int8(streamed(run, set(self.streamed)), set(self.w8)), prefix
+
+
+@dataclass
+class Rewritten:
+    """A graph with its rewrites made: what is planned, and what made it."""
+
+    graph: TrainingGraph  # what is planned, lowered and run
+    cg: CostedGraph  # its costs
+    prefix: Int8Prefix | None = None
+    selection: Selection | None = None
+
+    @property
+    def record(self) -> Rewrites:
+        g = self.graph
+        return Rewrites(int8_prefix=self.prefix is not None,
+                        precision=self.selection.to_json() if self.selection is not None else None,
+                        streamed=tuple(sorted(g.streamed_params)),
+                        w8=tuple(sorted({g.params[n.attrs["w"]][0] for n in g.nodes if n.attrs.get("w8")})))
+
+    def lines(self) -> list[str]:
+        """What `poet solve` says of the rewrites, after the plan."""
+        out = self.selection.lines() if self.selection is not None else []
+        if self.prefix is not None:
+            out += prefix_lines(self.prefix)
+        return out + stream_lines(self.graph) + w8_lines(self.graph)
+
+
+def costed_for(g: TrainingGraph, board: Board, request: PlanRequest, say: Say) -> tuple[CostedGraph, dict]:
+    """The graph with the costs of the request's profile (its notes said), and the profile."""
+    prof = load_profile(board.name, request.profile, note=lambda m: say(f"note: {m}"))
+    return costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}")), prof
+
+
+def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board, runtime_static: int,
+           deadline_s: float, say: Say) -> Rewritten:
+    """The rewrites g needs for the request on this board, made: the static-int8 prefix where fp32 cannot fit,
+    then the precision selection, then the weights' placement. Each says what it decided as it decides."""
+    assert request.ram is not None
+    prefix = int8_prefix_for(g, board, request.ram, runtime_static)
+    if prefix is not None:
+        say(f"  the fp32 graph cannot fit --ram {format_size(request.ram)} or the flash: planning with the frozen "
+            f"prefix in static int8 ({len(prefix.layers)} fp32 ops)")
+        g = prefix.graph
+        cg, _ = costed_for(g, board, request, lambda _m: None)
+    sel = None
+    # fp32 where the model's frozen weights fit flash: precision is not even consulted, the plan as before
+    if request.precision != "fp32" or pool_for(g).flash.total > board.model_flash_bytes:
+        sel = select_for(request, g, board, runtime_static, deadline_s, say)
+        g, cg = sel.graph, sel.cg
+    placed = place(g, board)  # flash still too small: the largest int8 conv weights stream from the SD card
+    if placed is not g:
+        g = placed
+        cg = with_stream_costs(cg, g, board, load_profile(board.name, request.profile))
+    return Rewritten(g, cg, prefix, sel)
+
+
+def after_no_fp32_plan(done: Rewritten, g: TrainingGraph, board: Board, request: PlanRequest,
+                       say: Say) -> Rewritten | None:
+    """When no fp32 plan of g fits --ram: g with its frozen prefix in static int8, to plan again. None when
+    `done` already rewrote g (nothing else to try) or g has no int8 prefix."""
+    if done.prefix is not None or done.selection is not None:
+        return None
+    prefix = rewrite(g)
+    if prefix is None:
+        return None
+    say("  no fp32 plan fits: planning again with the frozen prefix in static int8")
+    cg, _ = costed_for(prefix.graph, board, request, lambda _m: None)
+    return Rewritten(prefix.graph, cg, prefix)
+
+
+def for_profile(g: TrainingGraph, board: Board, runtime_static: int) -> tuple[TrainingGraph, Int8Prefix] | None:
+    """The graph `poet solve` would plan g as at the board's whole RAM when its fp32 form cannot fit: its
+    frozen prefix in static int8, its weights placed (None: g as it is), for `poet profile` to measure
+    the ops such a run executes; and the prefix, whose weights are folded and calibrated."""
+    prefix = int8_prefix_for(g, board, board.ram_bytes, runtime_static)
+    if prefix is None:
+        return None
+    return place(prefix.graph, board), prefix
+
+
+def int8_prefix_for(g: TrainingGraph, board: Board, ram: int, runtime_static: int) -> Int8Prefix | None:
+    """The frozen prefix in static int8 (poet.plan.static_int8) when the fp32 graph cannot fit: its fixed
+    part or flash part is too big for the board, or one op alone needs more than the arena. None when
+    fp32 may fit (the plan as before) or no layer of g has an int8 form."""
+    pool = pool_for(g)
+    arena = pool.arena(ram - runtime_static)
+    byid = {n.id: n for n in g.nodes}
+    widest = max(n.bytes + sum(byid[d].bytes for d in set(n.deps)) for n in g.nodes)
+    if pool.flash.total <= board.model_flash_bytes and widest <= arena:
+        return None
+    return rewrite(g)
+
+
+def select_for(request: PlanRequest, g: TrainingGraph, board: Board, runtime_static: int, deadline_s: float,
+               say: Say) -> Selection:
+    """A plan request's `precision` and `precision_rules` for g (poet.plan.precision.select)."""
+    assert request.ram is not None
+    prof = load_profile(board.name, request.profile)
+    arena = budget_for(g, request.ram, runtime_static).arena
+    flash = flash_fit(g, board.model_flash_bytes)
+    if flash:
+        say(f"\n[precision] {len(flash)} frozen layers run in int8, their weights stored int8, for the model to "
+            f"fit {board.name}'s flash ({format_size(board.model_flash_bytes)} for the model and frozen weights)")
+    if request.precision == "fp32":
+        return select("fp32", g, board, prof, arena, deadline_s, flash=flash)
+    say(f"\n[precision] {request.precision} for {g.model}: which saved activations to store in 16 bits")
+    if not prof.get("casts"):
+        say(f"  note: the {board.name} profile has no casts section: cast costs are estimated like any op it "
+            f"lacks (poet.plan.costs.estimate_op), not measured; `poet profile --board {board.name} --casts` "
+            "measures them")
+    return select(request.precision, g, board, prof, arena, deadline_s, load_rules(request.precision_rules),
+                  strategy=request.strategy, solver=request.solver, time_limit_s=request.time_limit_s,
+                  gap=request.gap, progress=lambda m: say(f"  {m}"), estimate=True, flash=flash)
+
+
+def prefix_lines(prefix: Int8Prefix) -> list[str]:
+    """What `poet solve` says of a static-int8 prefix: which layers, and what became of them."""
+    g = prefix.graph
+    n_q = sum(1 for n in g.nodes if n.op in ("conv2d_q", "add_q"))
+    return [f"frozen prefix in static int8 (the fp32 graph cannot fit): {len(prefix.layers)} fp32 ops run as "
+            f"{n_q} int8 layers (conv + frozen batch norm folded + ReLU fused; adds), every int8 tensor's scale "
+            "fixed once from calibration data",
+            f"  int8 from {prefix.layers[0]} to {prefix.layers[-1]}, layer by layer:",
+            *(f"    {line}" for line in layer_lines(prefix))]
+
+
+def layer_lines(prefix: Int8Prefix) -> list[str]:
+    """One line per int8 layer of the prefix: what it was made of, its shapes, its weight in flash, and
+    whether its output stays int8 (another int8 layer reads it) or leaves as fp32."""
+    g = prefix.graph
+    out = []
+    for n in g.nodes:
+        if n.op not in ("conv2d_q", "add_q"):
+            continue
+        a = n.attrs
+        dest = "int8 out" if a["out_scale"] >= 0 else "fp32 out"
+        relu = " + ReLU" if a.get("relu") else ""
+        if n.op == "add_q":
+            out.append(f"{n.name:<30} add_q     {'x'.join(map(str, n.shape[1:])):<22} residual add{relu}, {dest}")
+            continue
+        fold = prefix.folds.get(g.params[a["w"]][0])
+        made = fold.w.rsplit(".", 1)[0] if fold else n.module
+        if fold is not None and fold.bn is not None:
+            made += " + " + fold.bn[2].rsplit(".", 1)[0]
+        dw = " depthwise" if a["groups"] == a["C"] == a["O"] and a["groups"] > 1 else ""
+        shapes = f"{a['C']}x{a['H']}x{a['W']} -> {'x'.join(map(str, n.shape[1:]))}"
+        kh, kw, _, _ = conv_window(a)
+        window = kh if kh == kw else f"{kh}x{kw}"
+        out.append(f"{n.name:<30} conv2d_q  {shapes:<22} k{window} s{a['stride']}{dw}, {made}{relu}, "
+                   f"{format_size(i8_bytes(numel(g.params[a['w']][1])))} weights, {dest}")
+    return out
