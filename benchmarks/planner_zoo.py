@@ -26,7 +26,8 @@ from poet.plan import milp
 from poet.plan.costs import costed, load_profile
 from poet.plan.strategies import best_heuristic, found
 from poet.plan.strategies.checkpoint_all import keep_all
-from poet.plan.strategies.poet_milp import MAX_MILP_VARIABLES, lower_bound_bytes, milp_size, solve_poet
+from poet.plan.strategies.poet_milp import MAX_MILP_VARIABLES, solve_poet
+from poet.plan.strategies.poet_milp_model import lower_bound_bytes, milp_size
 from poet.plan.types import CostedGraph, Plan
 
 

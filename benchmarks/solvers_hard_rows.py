@@ -4,7 +4,7 @@ it is not within 1%"): is HiGHS, or the time limit, what stops them?
 Usage: .venv/bin/python benchmarks/solvers_hard_rows.py [--time-limit 120] [--rows resnet18-cifar:rpi4:1 ...]
            [--python /tmp/solvers/bin/python]
 
-Each row's POET MILP (strategies/poet_milp.py, the same instance as benchmarks/planner_zoo.py: 25% of
+Each row's POET MILP (strategies/poet_milp_model.py, the same instance as benchmarks/planner_zoo.py: 25% of
 keep-everything, deadline 1.5x one plain pass) is written as MPS and solved cold, one solver at a time, by
 HiGHS (highspy, the planner's solver) and, where they are installed, SCIP (pyscipopt) and OR-Tools' CP-SAT
 on both cores. Neither is a poet dependency: to compare, `python3 -m venv /tmp/solvers && /tmp/solvers/bin/pip
@@ -101,7 +101,7 @@ def main() -> None:
     from poet.models.zoo import get_model
     from poet.plan.costs import costed, load_profile
     from poet.plan.strategies.checkpoint_all import keep_all
-    from poet.plan.strategies.poet_milp import milp_problem
+    from poet.plan.strategies.poet_milp_model import milp_problem
 
     print("| model | board | batch | solver | plan J | bound J | gap | s |")
     print("|---|---|---|---|---|---|---|---|")

@@ -16,7 +16,8 @@ from poet.plan.resident_sets import walk
 from poet.plan.strategies import plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.fastest import WALK_SMALL, least_time_walk, timed
-from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
+from poet.plan.strategies.poet_milp import solve_poet
+from poet.plan.strategies.poet_milp_model import lower_bound_bytes
 from poet.plan.types import POET, REFERENCE, CostedGraph, CostedNode
 from test_planner import LINEAR_M0, _brute_front, brute_force, chain, deep, linear_m0, node, tiny
 

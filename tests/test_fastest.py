@@ -16,7 +16,8 @@ from poet.plan.simulate import simulate
 from poet.plan.strategies import best_heuristic
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.fastest import least_time_walk, timed
-from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
+from poet.plan.strategies.poet_milp import solve_poet
+from poet.plan.strategies.poet_milp_model import lower_bound_bytes
 from poet.plan.strategies.relaxed import Rows
 from poet.plan.types import POET, REFERENCE, Plan
 from test_planner import chain

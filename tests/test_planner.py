@@ -14,15 +14,8 @@ import pulp
 import pytest
 from poet.plan.simulate import simulate
 from poet.plan.strategies.checkpoint_all import keep_all
-from poet.plan.strategies.poet_milp import (
-    _build,
-    _extract,
-    _set_start,
-    lower_bound_bytes,
-    milp_problem,
-    min_arena_budget,
-    solve_poet,
-)
+from poet.plan.strategies.poet_milp import min_arena_budget, solve_poet
+from poet.plan.strategies.poet_milp_model import build, extract, lower_bound_bytes, milp_problem, set_start
 from poet.plan.types import CostedGraph, CostedNode, Plan, Stage, rule_stage
 
 LINEAR_M0 = Path(__file__).resolve().parents[1] / "../shared/benchmarks/poet-reference/linear.m0.json"
@@ -354,8 +347,8 @@ def _plan_of(g: CostedGraph, decisions: dict[int, tuple[set[int], set[int], set[
 def _milp_admits(g: CostedGraph, plan: Plan, budget: int, deadline_s: float) -> tuple[str, list[Stage], float]:
     """Solve the MILP with every decision variable fixed to `plan`'s: (status, plan read back,
     energy of the solution)."""
-    m = _build(g, budget, deadline_s)
-    assert _set_start(g, m, plan), "the plan has decisions the MILP has no variable for"
+    m = build(g, budget, deadline_s)
+    assert set_start(g, m, plan), "the plan has decisions the MILP has no variable for"
     for var in (*m.S.values(), *m.Min.values(), *m.Mout.values(), *m.R.values()):
         var.fixValue()
     m.prob.solve(pulp.HiGHS(msg=False))
@@ -363,7 +356,7 @@ def _milp_admits(g: CostedGraph, plan: Plan, budget: int, deadline_s: float) -> 
     if status != "Optimal":
         return status, [], math.nan
     energy = m.fixed_j(g) + sum(c * round(v.varValue or 0.0) for v, c in m.energy_terms(g))
-    return status, _extract(g, m), energy
+    return status, extract(g, m), energy
 
 
 # tiny(): 0 x (1 B), 1..3 forward, 4 loss, 5..8 backward (8 reads x, 7 reads 1), 9 optimizer
@@ -554,13 +547,13 @@ def test_time_limit_reports_feasible_with_gap(solver: str) -> None:
 def test_chained_memory_rows_give_the_same_optima(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Big stages write their RAM rows as a running sum (solve._chained_rows); it must be the same
     constraint as the dense rows: same optimum at every budget."""
-    import poet.plan.strategies.poet_milp as poet_milp
+    import poet.plan.strategies.poet_milp_model as poet_milp_model
 
     g = GRAPHS[name]()
     peak = keep_all(g).peak_bytes
     cases = [(int(peak * f), d * g.one_pass_s) for f in (0.9, 0.7, 0.5) for d in (1.2, 3.0)]
     dense = [solve_poet(g, b, d) for b, d in cases]
-    monkeypatch.setattr(poet_milp, "CHAIN_ABOVE", 0)
+    monkeypatch.setattr(poet_milp_model, "CHAIN_ABOVE", 0)
     chained = [solve_poet(g, b, d) for b, d in cases]
     assert [p.status for p in dense] == [p.status for p in chained]
     assert any(p.status == "optimal" and p.recomputes + p.page_ins for p in dense), "nothing to compare"

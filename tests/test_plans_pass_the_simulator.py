@@ -28,7 +28,7 @@ from poet.plan.simulate import simulate
 from poet.plan.strategies import plan_with
 from poet.plan.strategies.builder import Builder, Policy, build, recomputable
 from poet.plan.strategies.checkpoint_all import keep_all
-from poet.plan.strategies.poet_milp import lower_bound_bytes
+from poet.plan.strategies.poet_milp_model import lower_bound_bytes
 from poet.plan.types import POET, REFERENCE, CostedGraph, Plan, Semantics
 from test_planner import node
 
