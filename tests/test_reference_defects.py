@@ -12,7 +12,8 @@ import math
 import pytest
 from poet.plan.simulate import PlanError, simulate
 from poet.plan.strategies import found
-from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
+from poet.plan.strategies.poet_milp import solve_poet
+from poet.plan.strategies.poet_milp_model import lower_bound_bytes
 from poet.plan.types import REFERENCE, CostedGraph
 from test_planner import LINEAR_M0, chain, linear_m0, node
 

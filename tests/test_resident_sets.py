@@ -13,7 +13,8 @@ from poet.plan import resident_sets
 from poet.plan.bound import binding_rows, relax_rows
 from poet.plan.resident_sets import walk
 from poet.plan.strategies.checkpoint_all import keep_all
-from poet.plan.strategies.poet_milp import lower_bound_bytes, solve_poet
+from poet.plan.strategies.poet_milp import solve_poet
+from poet.plan.strategies.poet_milp_model import lower_bound_bytes
 from poet.plan.strategies.relaxed import _round, walked_plan
 from poet.plan.types import POET, CostedGraph, Plan
 from test_planner import brute_force, chain, deep, node

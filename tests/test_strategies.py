@@ -140,7 +140,7 @@ def test_every_strategy_has_a_plan_maker() -> None:
 def test_every_reference_instance_gets_a_plan_the_simulator_accepts(model: str, platform: str) -> None:
     """At 60% of the keep-all peak (or the smallest feasible arena) and 2x: a plan, replayed clean,
     no worse than any heuristic's (the MILP starts from the best of them)."""
-    from poet.plan.strategies.poet_milp import lower_bound_bytes
+    from poet.plan.strategies.poet_milp_model import lower_bound_bytes
     path = LINEAR_M0.with_name(f"{model}.{platform}.json")
     if not path.exists():
         pytest.skip(f"{path} absent")
