@@ -21,26 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "host"))
 
 from poet.device import firmware  # noqa: E402
 from poet.device.link import Link, ProcessPort  # noqa: E402
+from poet.ops import CODE  # noqa: E402
 from poet.plan.modelblob import (  # noqa: E402
     KIND_BACKWARD,
     KIND_FORWARD,
     KIND_INPUT,
     KIND_LOSS,
     KIND_OPTIMIZER,
-    OP_CONV2D,
-    OP_CONV2D_BWD,
-    OP_CROSS_ENTROPY,
-    OP_CROSS_ENTROPY_BWD,
-    OP_FLATTEN,
-    OP_FLATTEN_BWD,
-    OP_INPUT,
-    OP_LINEAR,
-    OP_LINEAR_BWD,
-    OP_MAXPOOL2D,
-    OP_MAXPOOL2D_BWD,
-    OP_RELU,
-    OP_RELU_BWD,
-    OP_SGD,
     BlobNode,
     ModelBlob,
     conv_kernel,
@@ -65,7 +52,7 @@ def build_net(batch: int, in_shape: tuple[int, ...], layers: list[tuple], classe
     params: list[tuple[int, ...]] = []
     shape = tuple(in_shape)
     x_elems = B * int(np.prod(shape))
-    nodes.append(BlobNode(OP_INPUT, KIND_INPUT, (), 4 * x_elems, (x_elems,)))
+    nodes.append(BlobNode(CODE["input"], KIND_INPUT, (), 4 * x_elems, (x_elems,)))
     fwd: list[tuple[int, tuple, tuple, tuple, tuple]] = []  # (node, spec, in shape, attrs, out shape)
     cur = 0
     for spec in layers:
@@ -77,7 +64,7 @@ def build_net(batch: int, in_shape: tuple[int, ...], layers: list[tuple], classe
             params += [(out, fin), (out,)]
             attrs = (B, fin, out, w, b)
             oshape: tuple[int, ...] = (out,)
-            op = OP_LINEAR
+            op = CODE["linear"]
         elif kind == "conv2d":
             C, H, W = shape
             filters, k, pad = spec[1], spec[2], spec[3]
@@ -85,14 +72,14 @@ def build_net(batch: int, in_shape: tuple[int, ...], layers: list[tuple], classe
             params += [(filters, C, k, k), (filters,)]
             attrs = (B, C, H, W, filters, conv_kernel(k, k, pad), pad, w, b)
             oshape = (filters, H + 2 * pad - k + 1, W + 2 * pad - k + 1)
-            op = OP_CONV2D
+            op = CODE["conv2d"]
         elif kind == "relu":
-            attrs, oshape, op = (B * int(np.prod(shape)),), shape, OP_RELU
+            attrs, oshape, op = (B * int(np.prod(shape)),), shape, CODE["relu"]
         elif kind == "maxpool2d":
             C, H, W = shape
-            attrs, oshape, op = (B, C, H, W), (C, H // 2, W // 2), OP_MAXPOOL2D
+            attrs, oshape, op = (B, C, H, W), (C, H // 2, W // 2), CODE["maxpool2d"]
         elif kind == "flatten":
-            attrs, oshape, op = (B * int(np.prod(shape)),), (int(np.prod(shape)),), OP_FLATTEN
+            attrs, oshape, op = (B * int(np.prod(shape)),), (int(np.prod(shape)),), CODE["flatten"]
         else:
             raise ValueError(spec)
         nodes.append(BlobNode(op, KIND_FORWARD, (cur,), 4 * B * int(np.prod(oshape)), attrs))
@@ -100,8 +87,8 @@ def build_net(batch: int, in_shape: tuple[int, ...], layers: list[tuple], classe
         cur = len(nodes) - 1
         shape = oshape
     logits = cur
-    nodes.append(BlobNode(OP_CROSS_ENTROPY, KIND_LOSS, (logits,), 4, (B, classes)))
-    nodes.append(BlobNode(OP_CROSS_ENTROPY_BWD, KIND_BACKWARD, (logits,), 4 * B * classes, (B, classes)))
+    nodes.append(BlobNode(CODE["cross_entropy"], KIND_LOSS, (logits,), 4, (B, classes)))
+    nodes.append(BlobNode(CODE["cross_entropy_bwd"], KIND_BACKWARD, (logits,), 4 * B * classes, (B, classes)))
     g = len(nodes) - 1
     for idx in range(len(fwd) - 1, -1, -1):
         node, spec, ishape, attrs, _ = fwd[idx]
@@ -109,17 +96,17 @@ def build_net(batch: int, in_shape: tuple[int, ...], layers: list[tuple], classe
         need = 1 if idx > 0 else 0
         gx_bytes = 4 * B * int(np.prod(ishape))
         if spec[0] == "linear":
-            nodes.append(BlobNode(OP_LINEAR_BWD, KIND_BACKWARD, (g, x), gx_bytes if need else 0, attrs + (need,)))
+            nodes.append(BlobNode(CODE["linear_bwd"], KIND_BACKWARD, (g, x), gx_bytes if need else 0, attrs + (need,)))
         elif spec[0] == "conv2d":
-            nodes.append(BlobNode(OP_CONV2D_BWD, KIND_BACKWARD, (g, x), gx_bytes if need else 0, attrs + (need,)))
+            nodes.append(BlobNode(CODE["conv2d_bwd"], KIND_BACKWARD, (g, x), gx_bytes if need else 0, attrs + (need,)))
         elif spec[0] == "relu":
-            nodes.append(BlobNode(OP_RELU_BWD, KIND_BACKWARD, (g, node), gx_bytes, attrs))
+            nodes.append(BlobNode(CODE["relu_bwd"], KIND_BACKWARD, (g, node), gx_bytes, attrs))
         elif spec[0] == "maxpool2d":
-            nodes.append(BlobNode(OP_MAXPOOL2D_BWD, KIND_BACKWARD, (g, x), gx_bytes, attrs))
+            nodes.append(BlobNode(CODE["maxpool2d_bwd"], KIND_BACKWARD, (g, x), gx_bytes, attrs))
         elif spec[0] == "flatten":
-            nodes.append(BlobNode(OP_FLATTEN_BWD, KIND_BACKWARD, (g,), gx_bytes, attrs))
+            nodes.append(BlobNode(CODE["flatten_bwd"], KIND_BACKWARD, (g,), gx_bytes, attrs))
         g = len(nodes) - 1
-    nodes.append(BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, ()))
+    nodes.append(BlobNode(CODE["sgd"], KIND_OPTIMIZER, (), 0, ()))
     blob = ModelBlob(batch=B, x_elems=x_elems, param_elems=[int(np.prod(p)) for p in params], nodes=nodes)
     return Net(blob, layers, tuple(in_shape), classes, params)
 

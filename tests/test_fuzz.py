@@ -18,7 +18,8 @@ from conftest import needs_tools
 from fwhelpers import native_link
 from poet.device import firmware
 from poet.device.link import MODEL, DeviceError
-from poet.plan.modelblob import KIND_INPUT, KIND_OPTIMIZER, OP_INPUT, OP_SGD, BlobNode, ModelBlob, f32_bits
+from poet.ops import CODE
+from poet.plan.modelblob import KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob, f32_bits
 
 FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
 FUZZ = FIRMWARE / "fuzz"
@@ -56,7 +57,8 @@ def test_pool_layout_cannot_wrap(tmp_path: Path) -> None:
     after which the weights upload would have written 1 GiB from the pool's start."""
     adam = (2, f32_bits(0.9), f32_bits(0.999), f32_bits(1e-8))
     blob = ModelBlob(batch=1, x_elems=1, param_elems=[(1 << 28) - 1, 1],
-                     nodes=[BlobNode(OP_INPUT, KIND_INPUT, (), 4, (1,)), BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, adam)])
+                     nodes=[BlobNode(CODE["input"], KIND_INPUT, (), 4, (1,)),
+                            BlobNode(CODE["sgd"], KIND_OPTIMIZER, (), 0, adam)])
     with native_link(tmp_path, "linux-asan") as link:
         with pytest.raises(DeviceError) as e:
             link.upload(MODEL, blob.encode())

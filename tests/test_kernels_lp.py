@@ -23,25 +23,13 @@ from poet.device import firmware
 from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError
 from poet.graph.dtypes import DT_BF16, DT_F16, DT_F32, DT_I8
 from poet.graph.quantise import absmax_scale, quantise
+from poet.ops import CODE
 from poet.plan.modelblob import (
     KIND_BACKWARD,
     KIND_FORWARD,
     KIND_INPUT,
     KIND_LOSS,
     KIND_OPTIMIZER,
-    OP_ABSMAX,
-    OP_CAST,
-    OP_CONV2D_BWD,
-    OP_CONV2D_I8,
-    OP_CROSS_ENTROPY,
-    OP_CROSS_ENTROPY_BWD,
-    OP_INPUT,
-    OP_LINEAR,
-    OP_LINEAR_BWD,
-    OP_LINEAR_I8,
-    OP_RELU,
-    OP_RELU_BWD,
-    OP_SGD,
     BlobNode,
     ModelBlob,
     conv_geometry,
@@ -375,25 +363,25 @@ def _mlp_nodes(B: int, fin: int, hid: int, classes: int, store: int | None) -> l
     the relu output is also cast to that type after it is made, and cast back for the backward,
     which then reads only the narrow copy (relu_bwd and the second linear's weight gradient)."""
     n = B * hid
-    nodes = [BlobNode(OP_INPUT, KIND_INPUT, (), 4 * B * fin, (B * fin,)),
-             BlobNode(OP_LINEAR, KIND_FORWARD, (0,), 4 * n, (B, fin, hid, 0, 1)),
-             BlobNode(OP_RELU, KIND_FORWARD, (1,), 4 * n, (n,))]
+    nodes = [BlobNode(CODE["input"], KIND_INPUT, (), 4 * B * fin, (B * fin,)),
+             BlobNode(CODE["linear"], KIND_FORWARD, (0,), 4 * n, (B, fin, hid, 0, 1)),
+             BlobNode(CODE["relu"], KIND_FORWARD, (1,), 4 * n, (n,))]
     relu = 2
     if store is not None:
-        nodes.append(BlobNode(OP_CAST, KIND_FORWARD, (2,), 2 * n, (n, DT_F32, store, -1)))
-    nodes += [BlobNode(OP_LINEAR, KIND_FORWARD, (relu,), 4 * B * classes, (B, hid, classes, 2, 3))]
+        nodes.append(BlobNode(CODE["cast"], KIND_FORWARD, (2,), 2 * n, (n, DT_F32, store, -1)))
+    nodes += [BlobNode(CODE["linear"], KIND_FORWARD, (relu,), 4 * B * classes, (B, hid, classes, 2, 3))]
     logits = len(nodes) - 1
-    nodes += [BlobNode(OP_CROSS_ENTROPY, KIND_LOSS, (logits,), 4, (B, classes)),
-              BlobNode(OP_CROSS_ENTROPY_BWD, KIND_BACKWARD, (logits,), 4 * B * classes, (B, classes))]
+    nodes += [BlobNode(CODE["cross_entropy"], KIND_LOSS, (logits,), 4, (B, classes)),
+              BlobNode(CODE["cross_entropy_bwd"], KIND_BACKWARD, (logits,), 4 * B * classes, (B, classes))]
     saved = relu
     if store is not None:
-        nodes.append(BlobNode(OP_CAST, KIND_FORWARD, (3,), 4 * n, (n, store, DT_F32, -1)))
+        nodes.append(BlobNode(CODE["cast"], KIND_FORWARD, (3,), 4 * n, (n, store, DT_F32, -1)))
         saved = len(nodes) - 1
     g = len(nodes) - 1 if store is None else len(nodes) - 2
-    nodes += [BlobNode(OP_LINEAR_BWD, KIND_BACKWARD, (g, saved), 4 * n, (B, hid, classes, 2, 3, 1))]
-    nodes += [BlobNode(OP_RELU_BWD, KIND_BACKWARD, (len(nodes) - 1, saved), 4 * n, (n,))]
-    nodes += [BlobNode(OP_LINEAR_BWD, KIND_BACKWARD, (len(nodes) - 1, 0), 0, (B, fin, hid, 0, 1, 0)),
-              BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, ())]
+    nodes += [BlobNode(CODE["linear_bwd"], KIND_BACKWARD, (g, saved), 4 * n, (B, hid, classes, 2, 3, 1))]
+    nodes += [BlobNode(CODE["relu_bwd"], KIND_BACKWARD, (len(nodes) - 1, saved), 4 * n, (n,))]
+    nodes += [BlobNode(CODE["linear_bwd"], KIND_BACKWARD, (len(nodes) - 1, 0), 0, (B, fin, hid, 0, 1, 0)),
+              BlobNode(CODE["sgd"], KIND_OPTIMIZER, (), 0, ())]
     return nodes
 
 
@@ -445,24 +433,24 @@ def _i8_nodes(B: int, conv: bool) -> tuple[ModelBlob, list[np.ndarray]]:
         Ho = (H + 2 - k) // 2 + 1
         xe, ye, we = B * C * H * W, B * oc * Ho * Ho, oc * C * k * k
         attrs: tuple[int, ...] = (B, C, H, W, oc, conv_kernel(k, k, 1), geom, 0, 1)
-        op, bwd_op = OP_CONV2D_I8, OP_CONV2D_BWD
+        op, bwd_op = CODE["conv2d_i8"], CODE["conv2d_bwd"]
         shapes = [(oc, C, k, k), (oc,)]
     else:
         fin, classes = 10, 4
         xe, ye, we = B * fin, B * classes, classes * fin
         attrs = (B, fin, classes, 0, 1)
-        op, bwd_op = OP_LINEAR_I8, OP_LINEAR_BWD
+        op, bwd_op = CODE["linear_i8"], CODE["linear_bwd"]
         shapes = [(classes, fin), (classes,)]
-    nodes = [BlobNode(OP_INPUT, KIND_INPUT, (), 4 * xe, (xe,)),
-             BlobNode(OP_ABSMAX, KIND_FORWARD, (0,), 4, (xe, -1)),
-             BlobNode(OP_CAST, KIND_FORWARD, (0, 1), xe, (xe, DT_F32, DT_I8, -1)),
-             BlobNode(OP_ABSMAX, KIND_FORWARD, (), 4, (we, 0)),
-             BlobNode(OP_CAST, KIND_FORWARD, (3,), we, (we, DT_F32, DT_I8, 0)),
+    nodes = [BlobNode(CODE["input"], KIND_INPUT, (), 4 * xe, (xe,)),
+             BlobNode(CODE["absmax"], KIND_FORWARD, (0,), 4, (xe, -1)),
+             BlobNode(CODE["cast"], KIND_FORWARD, (0, 1), xe, (xe, DT_F32, DT_I8, -1)),
+             BlobNode(CODE["absmax"], KIND_FORWARD, (), 4, (we, 0)),
+             BlobNode(CODE["cast"], KIND_FORWARD, (3,), we, (we, DT_F32, DT_I8, 0)),
              BlobNode(op, KIND_FORWARD, (2, 1, 4, 3), 4 * ye, attrs),
-             BlobNode(OP_CROSS_ENTROPY, KIND_LOSS, (5,), 4, (B, ye // B)),
-             BlobNode(OP_CROSS_ENTROPY_BWD, KIND_BACKWARD, (5,), 4 * ye, (B, ye // B)),
+             BlobNode(CODE["cross_entropy"], KIND_LOSS, (5,), 4, (B, ye // B)),
+             BlobNode(CODE["cross_entropy_bwd"], KIND_BACKWARD, (5,), 4 * ye, (B, ye // B)),
              BlobNode(bwd_op, KIND_BACKWARD, (7, 0), 0, (*attrs, 0)),
-             BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, ())]
+             BlobNode(CODE["sgd"], KIND_OPTIMIZER, (), 0, ())]
     w0 = [(rng.uniform(-1, 1, s) / 3).astype(np.float32) for s in shapes]
     return ModelBlob(B, xe, [int(np.prod(s)) for s in shapes], nodes), w0
 
@@ -506,7 +494,7 @@ def test_runtime_refuses_mistyped_casts(tmp_path: Path) -> None:
 
     with native_link(tmp_path) as link:
         link.upload(MODEL, ModelBlob(B, B * fin, elems, good).encode())
-    cast = next(i for i, n in enumerate(good) if n.op == OP_CAST)
+    cast = next(i for i, n in enumerate(good) if n.op == CODE["cast"])
     n = good[cast]
     bad = list(good)
     bad[cast] = BlobNode(n.op, n.kind, n.deps, 4 * B * hid, n.attrs)  # fp16 output with fp32 bytes
@@ -515,7 +503,7 @@ def test_runtime_refuses_mistyped_casts(tmp_path: Path) -> None:
     bad[cast] = BlobNode(n.op, n.kind, n.deps, n.bytes, (B * hid, DT_F16, DT_BF16, -1))  # no such pair
     assert refused(bad) == cast
     bad = list(good)  # an fp32 relu reading the fp16 copy (same byte count as a relu of half as many)
-    bad.insert(cast + 1, BlobNode(OP_RELU, KIND_FORWARD, (cast,), 2 * B * hid, (B * hid // 2,)))
+    bad.insert(cast + 1, BlobNode(CODE["relu"], KIND_FORWARD, (cast,), 2 * B * hid, (B * hid // 2,)))
     bad = _renumber(bad, cast + 1)
     assert refused(bad) == cast + 1
     bad = list(good)  # int8 without its scale

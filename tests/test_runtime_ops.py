@@ -31,6 +31,7 @@ from poet.graph.reference import train_steps, weights_of
 from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph
 from poet.models.zoo import get_model
+from poet.ops import CODE
 from poet.plan.costs import costed, load_profile, uncosted
 from poet.plan.lower import lower, model_blob
 from poet.plan.memory import pool_for
@@ -542,7 +543,8 @@ def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> Non
         a[slot] = value
         return dc_replace(blob, nodes=[*blob.nodes[:i], dc_replace(blob.nodes[i], attrs=tuple(a)), *blob.nodes[i + 1:]])
 
-    d, c, lin, inp = at(drops, mb.OP_DROPOUT), at(drops, mb.OP_CONV2D), at(w8, mb.OP_LINEAR), at(staged, mb.OP_INPUT)
+    d, c = at(drops, CODE["dropout"]), at(drops, CODE["conv2d"])
+    lin, inp = at(w8, CODE["linear"]), at(staged, CODE["input"])
     stored = w8.nodes[lin].attrs[3]
     assert w8.param_i8[stored] and w8.param_frozen[stored]
     bad = [

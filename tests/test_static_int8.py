@@ -16,23 +16,13 @@ import torch
 from fwhelpers import native_link
 from poet.device.link import MODEL, DeviceError
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, quantise
+from poet.ops import CODE
 from poet.plan.modelblob import (
     KIND_BACKWARD,
     KIND_FORWARD,
     KIND_INPUT,
     KIND_LOSS,
     KIND_OPTIMIZER,
-    OP_ADD_Q,
-    OP_CONV2D_Q,
-    OP_CROSS_ENTROPY,
-    OP_CROSS_ENTROPY_BWD,
-    OP_DEQUANTIZE,
-    OP_INPUT,
-    OP_LINEAR,
-    OP_LINEAR_BWD,
-    OP_QUANTIZE,
-    OP_RELU,
-    OP_SGD,
     BlobNode,
     ModelBlob,
     conv_geometry,
@@ -127,21 +117,21 @@ def _prefix_nodes() -> list[BlobNode]:
     """input -> quantize -> conv 3x3 + ReLU -> depthwise 3x3 + ReLU -> add (the conv's output) + ReLU
     -> conv 1x1 (fp32 out) -> linear -> CE, and the trained linear's backward only."""
     c3, k3 = conv_geometry(1, 1, 1), conv_kernel(3, 3, 1)
-    return [BlobNode(OP_INPUT, KIND_INPUT, (), 4 * XE, (XE,)),
-            BlobNode(OP_QUANTIZE, KIND_FORWARD, (0,), XE, (XE, P_S_IN)),
-            BlobNode(OP_CONV2D_Q, KIND_FORWARD, (1,), FE,
+    return [BlobNode(CODE["input"], KIND_INPUT, (), 4 * XE, (XE,)),
+            BlobNode(CODE["quantize"], KIND_FORWARD, (0,), XE, (XE, P_S_IN)),
+            BlobNode(CODE["conv2d_q"], KIND_FORWARD, (1,), FE,
                      (B, CIN, HW, HW, C1, k3, c3, P_W1, P_B1, q_epilogue(P_S1, True))),
-            BlobNode(OP_CONV2D_Q, KIND_FORWARD, (2,), FE,
+            BlobNode(CODE["conv2d_q"], KIND_FORWARD, (2,), FE,
                      (B, C1, HW, HW, C1, k3, conv_geometry(1, 1, C1), P_WDW, -1, q_epilogue(P_S2, True))),
-            BlobNode(OP_ADD_Q, KIND_FORWARD, (2, 3), FE, (FE, q_epilogue(P_S3, True))),
-            BlobNode(OP_CONV2D_Q, KIND_FORWARD, (4,), 4 * FE,
+            BlobNode(CODE["add_q"], KIND_FORWARD, (2, 3), FE, (FE, q_epilogue(P_S3, True))),
+            BlobNode(CODE["conv2d_q"], KIND_FORWARD, (4,), 4 * FE,
                      (B, C1, HW, HW, C1, conv_kernel(1, 1, 0), conv_geometry(0, 1, 1), P_W3, -1,
                       q_epilogue(-1, False))),
-            BlobNode(OP_LINEAR, KIND_FORWARD, (5,), 4 * B * CLASSES, (B, FE // B, CLASSES, P_LW, P_LB)),
-            BlobNode(OP_CROSS_ENTROPY, KIND_LOSS, (6,), 4, (B, CLASSES)),
-            BlobNode(OP_CROSS_ENTROPY_BWD, KIND_BACKWARD, (6,), 4 * B * CLASSES, (B, CLASSES)),
-            BlobNode(OP_LINEAR_BWD, KIND_BACKWARD, (8, 5), 0, (B, FE // B, CLASSES, P_LW, P_LB, 0)),
-            BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, ())]
+            BlobNode(CODE["linear"], KIND_FORWARD, (5,), 4 * B * CLASSES, (B, FE // B, CLASSES, P_LW, P_LB)),
+            BlobNode(CODE["cross_entropy"], KIND_LOSS, (6,), 4, (B, CLASSES)),
+            BlobNode(CODE["cross_entropy_bwd"], KIND_BACKWARD, (6,), 4 * B * CLASSES, (B, CLASSES)),
+            BlobNode(CODE["linear_bwd"], KIND_BACKWARD, (8, 5), 0, (B, FE // B, CLASSES, P_LW, P_LB, 0)),
+            BlobNode(CODE["sgd"], KIND_OPTIMIZER, (), 0, ())]
 
 
 def _blob(nodes: list[BlobNode]) -> ModelBlob:
@@ -237,11 +227,11 @@ def test_the_runtime_keeps_int8_tensors_and_scales_where_they_belong(tmp_path: P
     assert _refused(tmp_path, with_node(2, bytes=4 * FE)) == 2
     assert _refused(tmp_path, with_node(5, bytes=FE)) == 5
     # an fp32 op cannot read an int8 tensor of the right byte count, nor an int8 op an fp32 one
-    assert _refused(tmp_path, with_node(3, op=OP_RELU, bytes=FE, attrs=(FE // 4,))) == 3
+    assert _refused(tmp_path, with_node(3, op=CODE["relu"], bytes=FE, attrs=(FE // 4,))) == 3
     assert _refused(tmp_path, with_node(4, deps=(2, 0), bytes=FE)) == 4  # the input is fp32
     assert _refused(tmp_path, with_node(2, deps=(0,))) == 2
     # dequantize reads only an int8 tensor with a scale
-    assert _refused(tmp_path, with_node(5, op=OP_DEQUANTIZE, deps=(0,), bytes=4 * XE, attrs=(XE,))) == 5
+    assert _refused(tmp_path, with_node(5, op=CODE["dequantize"], deps=(0,), bytes=4 * XE, attrs=(XE,))) == 5
 
 
 # ---------------------------------------------------------------- the rewrite of a traced model

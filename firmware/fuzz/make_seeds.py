@@ -36,6 +36,7 @@ from poet.graph.tracer import trace  # noqa: E402
 from poet.graph.training_graph import TrainingGraph, with_optimizer  # noqa: E402
 from poet.models.zoo import get_model  # noqa: E402
 from poet.models.zoo.transformer import TransformerClassifier  # noqa: E402
+from poet.ops import CODE  # noqa: E402
 from poet.plan.costs import costed, load_profile, uncosted  # noqa: E402
 from poet.plan.lower import lower, model_blob  # noqa: E402
 from poet.plan.modelblob import ModelBlob, encode_batch, f32_bits  # noqa: E402
@@ -201,7 +202,7 @@ def session(blob: ModelBlob, sched: Schedule, seed: int, token_vocab: int = 0) -
         x = rng.integers(0, token_vocab, size=blob.x_elems).astype(np.float32)
     else:
         x = rng.standard_normal(blob.x_elems).astype(np.float32)
-    classes = min((n.attrs[1] for n in blob.nodes if n.op == fwhelpers.OP_CROSS_ENTROPY), default=1)
+    classes = min((n.attrs[1] for n in blob.nodes if n.op == CODE["cross_entropy"]), default=1)
     labels = rng.integers(0, classes, size=blob.batch).astype(np.int32)
     reqs = [(HELLO, b"")]
     trained, frozen, aux = blob.split_weights(weights)

@@ -153,6 +153,7 @@ _TABLE: tuple[Op, ...] = (
 
 OPS: dict[str, Op] = {op.name: op for op in _TABLE}
 BY_CODE: dict[int, Op] = {op.code: op for op in _TABLE}
+CODE: dict[str, int] = {op.name: op.code for op in _TABLE}  # the opcode of each op, by name
 assert len(OPS) == len(BY_CODE) == len(_TABLE), "an op name or opcode is in the table twice"
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
 from poet.graph.quantise import decode_i8, encode_i8, i8_bytes, quantise
-from poet.ops import MAX_DEPS, N_ATTRS, NO_DEP
+from poet.ops import CODE, MAX_DEPS, N_ATTRS, NO_DEP
 from poet.plan.memory import AUX_ALIGN, Pool, stream_row
 from poet.plan.memory import MODEL_HEADER_BYTES as HEADER_BYTES
 from poet.plan.memory import MODEL_NODE_BYTES as NODE_BYTES
@@ -29,87 +29,7 @@ PARAM_ELEMS_MASK = 0x0FFFFFFF
 OPTIMIZERS = ("sgd", "momentum", "adam")  # by the optimizer node's a0 (docs/spec.md section 2)
 
 # ops (docs/spec.md section 2)
-OP_INPUT = 0
-OP_LINEAR = 1
-OP_CONV2D = 2
-OP_RELU = 3
-OP_MAXPOOL2D = 4
-OP_FLATTEN = 5
-OP_CROSS_ENTROPY = 6
-OP_LINEAR_BWD = 16
-OP_CONV2D_BWD = 17
-OP_RELU_BWD = 18
-OP_MAXPOOL2D_BWD = 19
-OP_FLATTEN_BWD = 20
-OP_CROSS_ENTROPY_BWD = 21
-OP_RESHAPE = 7
-OP_BATCHNORM = 8
-OP_LAYERNORM = 9
-OP_TANH = 10
-OP_SIGMOID = 11
-OP_GELU = 12
-OP_HARDTANH = 13
-OP_MEAN = 14
-OP_PERMUTE = 15
-OP_RESHAPE_BWD = 22
-OP_BATCHNORM_BWD = 23
-OP_LAYERNORM_BWD = 24
-OP_TANH_BWD = 25
-OP_SIGMOID_BWD = 26
-OP_GELU_BWD = 27
-OP_HARDTANH_BWD = 28
-OP_MEAN_BWD = 29
-OP_PERMUTE_BWD = 30
-OP_SGD = 32
-OP_ADD = 40  # also the backward pass's gradient sums (kind backward)
-OP_SUB = 41
-OP_MUL = 42
-OP_SCALE = 43
-OP_MATMUL = 44
-OP_SOFTMAX = 45
-OP_EMBEDDING = 46
-OP_SELECT = 47
-OP_BATCHNORM_EVAL = 48  # batch norm with frozen (running) statistics
-OP_CAST = 49  # a storage type conversion: a1 from, a2 to (DT_*), a3 a param source or -1
-OP_ABSMAX = 50  # an int8 scale, max |x| / 127 (4 bytes)
-OP_LINEAR_I8 = 51  # int8 x int8 -> int32 -> fp32, deps (x_q, x_scale, w_q, w_scale)
-OP_CONV2D_I8 = 52
-OP_ADD_BWD = 56
-OP_SUB_BWD = 57
-OP_MUL_BWD_A = 58
-OP_MUL_BWD_B = 59
-OP_SCALE_BWD = 60
-OP_MATMUL_BWD_A = 61
-OP_MATMUL_BWD_B = 62
-OP_SOFTMAX_BWD = 63
-OP_EMBEDDING_BWD = 64
-OP_SELECT_BWD = 65
-OP_BATCHNORM_EVAL_BWD = 66
 # static int8 (a frozen prefix in int8; scales fixed on the host, each a one-element frozen parameter)
-OP_QUANTIZE = 67
-OP_DEQUANTIZE = 68
-OP_CONV2D_Q = 69
-OP_ADD_Q = 70
-OP_BN_RELU_MEAN = 71
-OP_BN_RELU_MEAN_BWD = 72
-OP_AVGPOOL2D = 73
-OP_AVGPOOL2D_BWD = 74
-OP_MSE = 75
-OP_MSE_BWD = 76
-OP_L1 = 77
-OP_L1_BWD = 78
-OP_SILU = 79
-OP_SILU_BWD = 80
-OP_HARDSWISH = 81
-OP_HARDSWISH_BWD = 82
-OP_HARDSIGMOID = 83
-OP_HARDSIGMOID_BWD = 84
-OP_CAT = 85
-OP_CAT_BWD = 86
-OP_UPSAMPLE = 87
-OP_UPSAMPLE_BWD = 88
-OP_DROPOUT = 89
-OP_DROPOUT_BWD = 90
 Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
 
 
@@ -266,14 +186,15 @@ class ModelBlob:
     @property
     def optimizer(self) -> str:
         """The optimizer node (last) names the optimizer in a0; a code the runtime lacks keeps no state, as SGD."""
-        code = self.nodes[-1].attrs[0] if self.nodes and self.nodes[-1].op == OP_SGD and self.nodes[-1].attrs else 0
+        last = self.nodes[-1] if self.nodes else None
+        code = last.attrs[0] if last is not None and last.op == CODE["sgd"] and last.attrs else 0
         return OPTIMIZERS[code] if 0 <= code < len(OPTIMIZERS) else "sgd"
 
     @property
     def in_backward(self) -> bool:
         """The optimizer node's a4: every trained parameter is updated in the backward pass, no gradients kept."""
         last = self.nodes[-1] if self.nodes else None
-        return last is not None and last.op == OP_SGD and len(last.attrs) > 4 and last.attrs[4] == 1
+        return last is not None and last.op == CODE["sgd"] and len(last.attrs) > 4 and last.attrs[4] == 1
 
     @property
     def pool(self) -> Pool:
@@ -283,8 +204,8 @@ class ModelBlob:
         # a6 geometry, a7 weight
         stream = max((stream_row(n.attrs[1], (n.attrs[6] >> 16) + 1, n.attrs[5] & 0xFF, n.attrs[5] >> 8 & 0xFF)
                       for n in self.nodes
-                      if n.op == OP_CONV2D_Q and self.aux(n.attrs[7])), default=0)
-        x_int8 = any(n.op == OP_INPUT and len(n.attrs) > 1 and n.attrs[1] == 1 for n in self.nodes)
+                      if n.op == CODE["conv2d_q"] and self.aux(n.attrs[7])), default=0)
+        x_int8 = any(n.op == CODE["input"] and len(n.attrs) > 1 and n.attrs[1] == 1 for n in self.nodes)
         return Pool.of(self.param_elems, [self.trained(p) for p in ps], self.optimizer, self.batch, self.x_elems,
                        len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps], self.in_backward,
                        [self.aux(p) for p in ps], stream, x_int8)
@@ -292,7 +213,7 @@ class ModelBlob:
     def x_scale(self, weights: Sequence[np.ndarray]) -> float | None:
         """The scale its input is staged int8 with (encode_batch's x_scale), read from its weights; None
         for an fp32 input."""
-        staged = next((n for n in self.nodes if n.op == OP_INPUT and len(n.attrs) > 2 and n.attrs[1] == 1), None)
+        staged = next((n for n in self.nodes if n.op == CODE["input"] and len(n.attrs) > 2 and n.attrs[1] == 1), None)
         return None if staged is None else float(np.asarray(weights[staged.attrs[2]]).reshape(-1)[0])
 
     @property

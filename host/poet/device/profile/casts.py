@@ -20,22 +20,9 @@ from poet.device.profile.stopped import ProfileInterrupted, exit_status, went
 from poet.errors import PoetError
 from poet.graph.dtypes import DT_F32, DT_I8, ELEMENT_TYPES
 from poet.graph.training_graph import TrainingGraph
+from poet.ops import CODE
 from poet.paths import shown
-from poet.plan.modelblob import (
-    KIND_FORWARD,
-    KIND_INPUT,
-    KIND_OPTIMIZER,
-    OP_ABSMAX,
-    OP_CAST,
-    OP_CONV2D,
-    OP_CONV2D_I8,
-    OP_INPUT,
-    OP_LINEAR,
-    OP_LINEAR_I8,
-    OP_SGD,
-    BlobNode,
-    ModelBlob,
-)
+from poet.plan.modelblob import KIND_FORWARD, KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob
 from poet.plan.schedule import COMPUTE, FREE, RECOMPUTE, Instr, Schedule
 from poet.progress import Say
 
@@ -54,17 +41,18 @@ def cast_directions() -> list[str]:
 def cast_model(n: int) -> tuple[ModelBlob, dict[str, int]]:
     """input x (n fp32), its absmax scale, then for each narrow type a cast there and one back; the
     node of each direction. Nothing is trained: the step's SGD has no parameters."""
-    nodes = [BlobNode(OP_INPUT, KIND_INPUT, (), 4 * n, (n,)), BlobNode(OP_ABSMAX, KIND_FORWARD, (0,), 4, (n, -1))]
+    nodes = [BlobNode(CODE["input"], KIND_INPUT, (), 4 * n, (n,)),
+             BlobNode(CODE["absmax"], KIND_FORWARD, (0,), 4, (n, -1))]
     where = {ABSMAX: 1}
     for t in NARROW:
         code, q = ELEMENT_TYPES[t].code, t == "int8"
-        nodes.append(BlobNode(OP_CAST, KIND_FORWARD, (0, 1) if q else (0,), ELEMENT_TYPES[t].bytes * n,
+        nodes.append(BlobNode(CODE["cast"], KIND_FORWARD, (0, 1) if q else (0,), ELEMENT_TYPES[t].bytes * n,
                               (n, DT_F32, code, -1)))
         where[f"fp32->{t}"] = len(nodes) - 1
-        nodes.append(BlobNode(OP_CAST, KIND_FORWARD, (len(nodes) - 1, 1) if q else (len(nodes) - 1,), 4 * n,
+        nodes.append(BlobNode(CODE["cast"], KIND_FORWARD, (len(nodes) - 1, 1) if q else (len(nodes) - 1,), 4 * n,
                               (n, code, DT_F32, -1)))
         where[f"{t}->fp32"] = len(nodes) - 1
-    nodes.append(BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, ()))
+    nodes.append(BlobNode(CODE["sgd"], KIND_OPTIMIZER, (), 0, ()))
     return ModelBlob(batch=1, x_elems=n, param_elems=[], nodes=nodes), where
 
 
@@ -191,15 +179,15 @@ def int8_layer_model(node: Any, g: TrainingGraph) -> tuple[ModelBlob, dict[str, 
     shapes = [wshape] + ([g.params[node.attrs["b"]][1]] if has_b else [])
     xe, we = int(np.prod(g.nodes[node.deps[0]].shape)), int(np.prod(wshape))
     a = blob_attrs(node.op, attrs)
-    fp_op, q_op = (OP_CONV2D, OP_CONV2D_I8) if conv else (OP_LINEAR, OP_LINEAR_I8)
-    nodes = [BlobNode(OP_INPUT, KIND_INPUT, (), 4 * xe, (xe,)),
-             BlobNode(OP_ABSMAX, KIND_FORWARD, (0,), 4, (xe, -1)),
-             BlobNode(OP_CAST, KIND_FORWARD, (0, 1), xe, (xe, DT_F32, DT_I8, -1)),
-             BlobNode(OP_ABSMAX, KIND_FORWARD, (), 4, (we, 0)),
-             BlobNode(OP_CAST, KIND_FORWARD, (3,), we, (we, DT_F32, DT_I8, 0)),
+    fp_op, q_op = (CODE["conv2d"], CODE["conv2d_i8"]) if conv else (CODE["linear"], CODE["linear_i8"])
+    nodes = [BlobNode(CODE["input"], KIND_INPUT, (), 4 * xe, (xe,)),
+             BlobNode(CODE["absmax"], KIND_FORWARD, (0,), 4, (xe, -1)),
+             BlobNode(CODE["cast"], KIND_FORWARD, (0, 1), xe, (xe, DT_F32, DT_I8, -1)),
+             BlobNode(CODE["absmax"], KIND_FORWARD, (), 4, (we, 0)),
+             BlobNode(CODE["cast"], KIND_FORWARD, (3,), we, (we, DT_F32, DT_I8, 0)),
              BlobNode(q_op, KIND_FORWARD, (2, 1, 4, 3), node.bytes, a),
              BlobNode(fp_op, KIND_FORWARD, (0,), node.bytes, a),
-             BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, ())]
+             BlobNode(CODE["sgd"], KIND_OPTIMIZER, (), 0, ())]
     blob = ModelBlob(batch=g.batch, x_elems=xe, param_elems=[int(np.prod(s)) for s in shapes], nodes=nodes,
                      param_frozen=[True] * len(shapes))
     rng = np.random.default_rng(1)

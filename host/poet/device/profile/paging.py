@@ -16,8 +16,9 @@ from poet.device.profile.file import write_profile
 from poet.device.profile.provenance import SEEDS, datasheet_paging, is_linux, provenance_of
 from poet.device.profile.stopped import ProfileInterrupted, exit_status, went
 from poet.device.protocol import MODEL, WEIGHTS
+from poet.ops import CODE
 from poet.paths import shown
-from poet.plan.modelblob import KIND_INPUT, KIND_OPTIMIZER, OP_INPUT, OP_SGD, BlobNode, ModelBlob
+from poet.plan.modelblob import KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob
 from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, Instr, Schedule
 from poet.progress import Say
 
@@ -31,7 +32,7 @@ def paging_model(nbytes: int) -> ModelBlob:
     the schedule around it does nothing but page that tensor (docs/spec.md section 5: node 0 pages at
     swap offset 0)."""
     n = nbytes // 4
-    nodes = [BlobNode(OP_INPUT, KIND_INPUT, (), nbytes, (n,)), BlobNode(OP_SGD, KIND_OPTIMIZER, (), 0, ())]
+    nodes = [BlobNode(CODE["input"], KIND_INPUT, (), nbytes, (n,)), BlobNode(CODE["sgd"], KIND_OPTIMIZER, (), 0, ())]
     return ModelBlob(batch=1, x_elems=n, param_elems=[], nodes=nodes)
 
 
