@@ -23,7 +23,7 @@ from poet.graph.tracer import traced
 from poet.models.datasets import digits_split, load_dataset
 from poet.models.zoo import ModelChoice
 from poet.paths import workspace
-from poet.train import read_back
+from poet.run.folder import read_back
 
 MODEL, BATCH, SEED, LR = "cnn-digits", 16, 0, 0.1
 

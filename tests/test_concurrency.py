@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import REPO, needs_tools
-from poet.train import Run
+from poet.run.folder import Run
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
 

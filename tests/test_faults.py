@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import REPO, needs_tools
-from poet.train import Run
+from poet.run.folder import Run
 
 needs_qemu = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import refused
 from poet.plan.schedule import Schedule
-from poet.train import IN_PLACE, RUN_ENTRIES
+from poet.run.folder import IN_PLACE, RUN_ENTRIES
 from test_hostile import MIDWAY, MLP_SHAPES, TRAIN, _ckpt, _config, _run
 
 # a file outside every run folder, which no case may change

@@ -105,7 +105,7 @@ def test_no_import_cycle_in_poet() -> None:
 
 
 def _argparse_users(mods: dict[str, Path]) -> list[str]:
-    """Modules that import argparse: the command line's parser belongs to cli alone."""
+    """Modules that import argparse: the command line's parser belongs to the cli package alone."""
     out = []
     for name, f in mods.items():
         for node in ast.walk(ast.parse(f.read_text())):
@@ -122,7 +122,7 @@ def _namespace_takers(mods: dict[str, Path]) -> list[str]:
     took the CLI's Namespace). PyTorch's own protocol hands untyped `args` tuples to instrument."""
     out = []
     for name, f in mods.items():
-        if name == "poet.cli":
+        if name == "poet.cli" or name.startswith("poet.cli."):
             continue
         for node in ast.walk(ast.parse(f.read_text())):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -136,7 +136,7 @@ def _namespace_takers(mods: dict[str, Path]) -> list[str]:
 
 def test_only_the_cli_parses_the_command_line() -> None:
     mods = _modules()
-    assert _argparse_users(mods) == ["poet.cli"]
+    assert _argparse_users(mods) == ["poet.cli", "poet.cli.parser", "poet.cli.resume", "poet.cli.values"]
     assert not _namespace_takers(mods), "the library takes typed values: " + ", ".join(_namespace_takers(mods))
 
 

@@ -23,7 +23,7 @@ from poet.graph.tracer import traced
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
 from poet.plan.rewrites import Rewrites
-from poet.train import read_back
+from poet.run.folder import read_back
 from test_pty_board import pty_board
 
 pytestmark = needs_tools("cc", "make")

@@ -18,7 +18,7 @@ from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
 from poet.plan.rewrites import Rewrites
-from poet.train import read_back
+from poet.run.folder import read_back
 
 Weights = dict[str, np.ndarray]
 

@@ -252,14 +252,14 @@ def test_train_into_a_log_writes_lines_and_no_bar(workspace: Path, capsys: pytes
 @needs_qemu
 def test_train_on_a_terminal_draws_a_bar_per_epoch(workspace: Path, capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import poet.train
+    import poet.run.loop
 
     def every_step_drawn(*args: Any, **kw: Any) -> Any:
         return progress.bar(*args, mininterval=0, **kw)  # tqdm skips frames within 0.1 s of the last one
 
     tty = Terminal()
     monkeypatch.setattr(sys, "stderr", tty)
-    monkeypatch.setattr(poet.train, "bar", every_step_drawn)
+    monkeypatch.setattr(poet.run.loop, "bar", every_step_drawn)
     assert main([*TRAIN, "--run-dir", str(workspace / "run")]) == 0
     out = capsys.readouterr().out
     bars = tty.getvalue()

@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO, needs_tools
 from poet.cli import main
 from poet.plan.schedule import Schedule
-from poet.train import IN_PLACE, RUN_ENTRIES
+from poet.run.folder import IN_PLACE, RUN_ENTRIES
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
 
@@ -202,8 +202,9 @@ DAMAGES = [
 def test_a_cached_plan_that_does_not_verify_is_never_sent(stopped: tuple[Path, Path], tmp_path: Path,
                                                          damage, words: str) -> None:  # type: ignore[no-untyped-def]
     from poet.models.zoo import ModelChoice
+    from poet.run.plans import cached_plan as _cached_plan
     from poet.settings import RunConfig
-    from poet.train import _cached_plan, _graph
+    from poet.train import _graph
 
     ws, _ = stopped
     (entry,) = (ws / "runs" / "plans").iterdir()

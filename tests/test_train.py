@@ -23,7 +23,7 @@ from poet.graph.reference import accuracy, load_weights, state_tensors
 from poet.graph.tracer import trace
 from poet.models.datasets import load_dataset
 from poet.models.zoo import get_model
-from poet.train import Run
+from poet.run.folder import Run
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")
 
@@ -232,7 +232,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path
     """(workspace, finished, stopped): two runs of BASE started in the same second (the clock is frozen), with
     no --run-dir; the second stopped by Ctrl-C after 2 of its 8 steps. Tests change copies of them only."""
     import poet.cli as cli
-    import poet.train
+    import poet.run.folder
 
     ws = tmp_path_factory.mktemp("workspace")
     (ws / "profiles").mkdir()
@@ -247,7 +247,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("POET_WORKSPACE", str(ws))
-        mp.setattr(poet.train, "datetime", frozen)
+        mp.setattr(poet.run.folder, "datetime", frozen)
         assert main(BASE) == 0
         mp.setattr(cli, "say", say_and_stop)
         assert main(BASE) == 130  # Ctrl-C

@@ -18,7 +18,7 @@ from poet.graph.reference import reconstruction_errors
 from poet.models.datasets import load_dataset
 from poet.models.metrics import roc_auc
 from poet.models.zoo import get_model
-from poet.train import Run
+from poet.run.folder import Run
 
 pytestmark = needs_tools("make", "aarch64-linux-gnu-gcc", "qemu-aarch64")
 

@@ -21,7 +21,8 @@ from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
 from poet.plan.static_int8 import rewrite
-from poet.train import CALIBRATION_SAMPLES, read_back
+from poet.run.folder import read_back
+from poet.train import CALIBRATION_SAMPLES
 
 
 def _board_and_host(run_dir: Path, choice: ModelChoice, limit: int, lr: float) -> tuple[

@@ -18,7 +18,7 @@ from poet.graph.reference import weights_of
 from poet.graph.tracer import traced
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice, get_model
-from poet.train import read_back
+from poet.run.folder import read_back
 
 
 def _saved(tmp_path: Path, name: str = "mlp-digits", seed: int = 7, scale: float = 1.0) -> Path:

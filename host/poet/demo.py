@@ -21,8 +21,9 @@ from poet.models.zoo import get_model
 from poet.paths import profile_file, profile_to_read, runs_dir, shown
 from poet.plan.memory import check_ram
 from poet.progress import Say
+from poet.run.folder import RUN_FILES, read_back
 from poet.settings import RunConfig
-from poet.train import RUN_FILES, read_back, train
+from poet.train import train
 
 DIGITS_MODELS = ("mlp-digits", "cnn-digits")  # what the demo profiles
 REPEATS = 3  # profiling runs per graph

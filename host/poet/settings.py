@@ -39,7 +39,7 @@ class PlanRequest:
 @dataclass(frozen=True)
 class RunConfig:
     """What a run is asked: the model, the plan, the data and the run's own settings. config.json holds
-    it flat (config_json), and `poet train --resume` reads it back through train's options (poet.cli)."""
+    it flat (config_json), and `poet train --resume` reads it back through train's options (poet.cli.resume)."""
 
     board: str = "nrf52840"
     model: ModelChoice = ModelChoice()

@@ -189,56 +189,12 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
     trained part, or a layer that has no int8 form), else fp32 straight from the epilogue. Nothing
     inside a fused layer may be saved for the backward pass (so only a frozen prefix qualifies)."""
     g = fuse_heads(g)  # the trained head's maps too would outgrow the board (poet.plan.fuse)
+    found = _chains(g)
+    if found is None:
+        return None
+    chains, member, int8_out = found
     saved, readers = g.saved_ids(), reader_map(g)
-    frozen = set(g.frozen) - g.moved
     pname = [n for n, _ in g.params]
-    weight_readers: dict[int, int] = {}
-    for n in g.nodes:
-        if n.attrs.get("w", -1) >= 0 and n.kind != "optimizer":
-            weight_readers[n.attrs["w"]] = weight_readers.get(n.attrs["w"], 0) + 1
-
-    def is_frozen(p: int) -> bool:
-        return p < 0 or pname[p] in frozen
-
-    def sole_reader(i: int, op: str) -> int | None:
-        r = readers[i]
-        if len(r) == 1 and g.nodes[r[0]].op == op and g.nodes[r[0]].kind == "forward" and i not in saved:
-            return r[0]
-        return None
-
-    # pass 1: which fp32 nodes fuse into which static-int8 layer (head node id -> chain of node ids)
-    chains: dict[int, list[int]] = {}
-    out_of: dict[int, int] = {}  # a chain's last node -> its head
-    member: set[int] = set()
-    q_out = {0}  # nodes whose value an int8 layer can read (0: the input, through a quantize)
-    for n in g.nodes:
-        if n.kind != "forward":
-            continue
-        chain: list[int] = []
-        if n.op == "conv2d" and n.deps[0] in q_out and weight_readers.get(n.attrs["w"]) == 1 \
-                and is_frozen(n.attrs["w"]) and is_frozen(n.attrs.get("b", -1)):
-            chain = [n.id]
-            bn = sole_reader(n.id, "batchnorm_eval")
-            if bn is not None and all(is_frozen(g.nodes[bn].attrs.get(k, -1)) for k in ("w", "b", "rm", "rv")):
-                chain.append(bn)
-        elif n.op == "add" and n.attrs.get("n") == n.attrs.get("m") and len(n.deps) == 2 \
-                and all(d in q_out and d != 0 for d in n.deps):
-            chain = [n.id]
-        if not chain:
-            continue
-        relu = sole_reader(chain[-1], "relu")
-        if relu is not None:
-            chain.append(relu)
-        if any(i in saved for i in chain[:-1]):
-            continue
-        chains[n.id] = chain
-        out_of[chain[-1]] = n.id
-        member.update(chain)
-        q_out.add(chain[-1])
-    if not chains:
-        return None
-    q_readers = {i: [r for r in readers[i] if r in chains] for i in q_out}
-    int8_out = {i for i in q_out if q_readers[i]}  # chain outputs (and the input) some int8 layer reads
 
     # pass 2: the new graph
     params = list(g.params)
@@ -312,6 +268,62 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
         new[n.id] = len(nodes) - 1
     out = _drop_unused(replace(g, nodes=nodes, params=params))
     return Int8Prefix(out, g, layers, folds, scales, boundary)
+
+
+def _chains(g: TrainingGraph) -> tuple[dict[int, list[int]], set[int], set[int]] | None:
+    """Pass 1 of rewrite: which fp32 nodes fuse into which static-int8 layer (head node id -> chain of node
+    ids), every node in a chain, and the chain outputs (and the input) some int8 layer reads; None if none."""
+    saved, readers = g.saved_ids(), reader_map(g)
+    frozen = set(g.frozen) - g.moved
+    pname = [n for n, _ in g.params]
+    weight_readers: dict[int, int] = {}
+    for n in g.nodes:
+        if n.attrs.get("w", -1) >= 0 and n.kind != "optimizer":
+            weight_readers[n.attrs["w"]] = weight_readers.get(n.attrs["w"], 0) + 1
+
+    def is_frozen(p: int) -> bool:
+        return p < 0 or pname[p] in frozen
+
+    def sole_reader(i: int, op: str) -> int | None:
+        r = readers[i]
+        if len(r) == 1 and g.nodes[r[0]].op == op and g.nodes[r[0]].kind == "forward" and i not in saved:
+            return r[0]
+        return None
+
+    chains: dict[int, list[int]] = {}
+    out_of: dict[int, int] = {}  # a chain's last node -> its head
+    member: set[int] = set()
+    q_out = {0}  # nodes whose value an int8 layer can read (0: the input, through a quantize)
+    for n in g.nodes:
+        if n.kind != "forward":
+            continue
+        chain: list[int] = []
+        if n.op == "conv2d" and n.deps[0] in q_out and weight_readers.get(n.attrs["w"]) == 1 \
+                and is_frozen(n.attrs["w"]) and is_frozen(n.attrs.get("b", -1)):
+            chain = [n.id]
+            bn = sole_reader(n.id, "batchnorm_eval")
+            if bn is not None and all(is_frozen(g.nodes[bn].attrs.get(k, -1)) for k in ("w", "b", "rm", "rv")):
+                chain.append(bn)
+        elif n.op == "add" and n.attrs.get("n") == n.attrs.get("m") and len(n.deps) == 2 \
+                and all(d in q_out and d != 0 for d in n.deps):
+            chain = [n.id]
+        if not chain:
+            continue
+        relu = sole_reader(chain[-1], "relu")
+        if relu is not None:
+            chain.append(relu)
+        if any(i in saved for i in chain[:-1]):
+            continue
+        chains[n.id] = chain
+        out_of[chain[-1]] = n.id
+        member.update(chain)
+        q_out.add(chain[-1])
+    if not chains:
+        return None
+    q_readers = {i: [r for r in readers[i] if r in chains] for i in q_out}
+    int8_out = {i for i in q_out if q_readers[i]}  # chain outputs (and the input) some int8 layer reads
+    return chains, member, int8_out
+
 
 
 def _quantize(g: TrainingGraph, i: int, nodes: list[GraphNode], new: dict[int, int], q_new: dict[int, int],
