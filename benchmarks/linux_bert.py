@@ -39,7 +39,7 @@ from poet.graph.reference import state_tensors, train_steps, weights_of  # noqa:
 from poet.graph.tracer import traced  # noqa: E402
 from poet.models.datasets import load_dataset  # noqa: E402
 from poet.models.zoo import ModelChoice  # noqa: E402
-from poet.plan.rewrites import Rewrites  # noqa: E402
+from poet.plan.transform.rewrites import Rewrites  # noqa: E402
 from poet.run.folder import read_back  # noqa: E402
 from poet.units import format_size, parse_size  # noqa: E402
 

@@ -1,14 +1,14 @@
 """The POET planner on every zoo model: a plan and a proven lower bound within a time limit, beside
-the MILP alone (the formulation before plan/bound.py) and the best heuristic.
+the MILP alone (the formulation before plan/solver/bound.py) and the best heuristic.
 
 Usage: .venv/bin/python benchmarks/planner_zoo.py [--time-limit 60] [--boards nrf52840 rpi4]
            [--batches 1 16] [--models a b ...] [--no-milp-alone] [--deadline 1.5]
 
 Graphs are traced at each batch and costed for each board with its shipped profile (ops the
-profile has not measured are estimated: poet.plan.costs.costed(estimate=True)); budgets count the
+profile has not measured are estimated: poet.plan.cost.costs.costed(estimate=True)); budgets count the
 activation arena only: 50% and 25% of the keep-everything peak, and a quarter of the way from
 the smallest feasible (one op's inputs and output) to the peak where those are below it. Per row:
-POET (the relaxations of plan/bound.py, their plan, then the MILP where it can be built, all within
+POET (the relaxations of plan/solver/bound.py, their plan, then the MILP where it can be built, all within
 --time-limit), its status and gap to the best bound proven; the MILP alone (warm-started from the
 best heuristic, the same limit); the best heuristic and its gap to POET's bound.
 """
@@ -22,8 +22,8 @@ import warnings
 from poet.boards import load_board
 from poet.graph.tracer import trace
 from poet.models.zoo import ZOO, get_model
-from poet.plan import milp
-from poet.plan.costs import costed, load_profile
+from poet.plan.cost.costs import costed, load_profile
+from poet.plan.solver import milp
 from poet.plan.strategies import best_heuristic, found
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import MAX_MILP_VARIABLES, solve_poet

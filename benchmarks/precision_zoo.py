@@ -35,12 +35,12 @@ from poet.boards import load_board
 from poet.errors import PoetError
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
-from poet.plan.costs import costed, load_profile
-from poet.plan.memory import budget_for
-from poet.plan.precision import select
+from poet.plan.cost.costs import costed, load_profile
+from poet.plan.cost.memory import budget_for
 from poet.plan.strategies import found, plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget
+from poet.plan.transform.precision import select
 from poet.plan.types import CostedGraph
 
 # the emulated nrf52840's cast fits (cycles = r n + c), docs/benchmarks.md, for profiles without `casts:`

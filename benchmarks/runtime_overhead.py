@@ -29,8 +29,8 @@ from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
 from poet.models.zoo import get_model
-from poet.plan.costs import uncosted
-from poet.plan.lower import lower
+from poet.plan.cost.costs import uncosted
+from poet.plan.lowering.lower import lower
 from poet.plan.strategies.checkpoint_all import keep_all
 
 INSTR_PER_TICK = 40  # 1 GHz virtual instruction clock (-icount shift=0) / 25 MHz timer

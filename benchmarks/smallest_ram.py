@@ -1,7 +1,7 @@
 """The smallest --ram at which poet fine-tunes each zoo model, per --train mode, on the small boards.
 
 For every zoo model (batch 1 unless told) and train mode: trace the training step, lay out the board's
-memory (plan/memory.py: what RAM holds, what flash holds), find the smallest activation arena any plan
+memory (plan/cost/memory.py: what RAM holds, what flash holds), find the smallest activation arena any plan
 meeting a 3x-one-pass deadline needs (the POET MILP, `min_arena_budget`), plan at that --ram (or the
 least --ram, to within 1 KiB, whose plan's tensors can be placed at offsets: fragmentation), and
 print the table docs/benchmarks.md keeps: smallest --ram, energy and time per step of that plan
@@ -43,14 +43,14 @@ from poet.errors import PoetError, UsageError
 from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph
 from poet.models.zoo import ZOO, ModelChoice
-from poet.plan.costs import load_profile
-from poet.plan.memory import pool_for
+from poet.plan.cost.costs import load_profile
+from poet.plan.cost.memory import pool_for
+from poet.plan.lowering.schedule import CRC_BYTES, HEADER_BYTES, INSTR_BYTES, SCHEDULE_BLOB_MAX
 from poet.plan.pipeline import Planned, plan_step
-from poet.plan.placement import place
-from poet.plan.precision import apply_storage, costed_storage, flash_fit
-from poet.plan.schedule import CRC_BYTES, HEADER_BYTES, INSTR_BYTES, SCHEDULE_BLOB_MAX
-from poet.plan.static_int8 import rewrite
 from poet.plan.strategies.poet_milp import min_arena_budget
+from poet.plan.transform.placement import place
+from poet.plan.transform.precision import apply_storage, costed_storage, flash_fit
+from poet.plan.transform.static_int8 import rewrite
 from poet.units import format_size
 
 MODES = ("all", "last:1", "last:2", "bias+last:1")

@@ -99,7 +99,7 @@ def main() -> None:
     from poet.boards import load_board
     from poet.graph.tracer import trace
     from poet.models.zoo import get_model
-    from poet.plan.costs import costed, load_profile
+    from poet.plan.cost.costs import costed, load_profile
     from poet.plan.strategies.checkpoint_all import keep_all
     from poet.plan.strategies.poet_milp_model import milp_problem
 

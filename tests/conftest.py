@@ -28,7 +28,7 @@ def needs_tools(*tools: str) -> pytest.MarkDecorator:
 
 # A solve's result decides many verdicts (optimal, an exact energy, what auto picks); under a time
 # limit such a verdict would depend on how fast and how busy the machine is. So in tests the
-# planner's clock stands still (plan/clock.py): every solve, relaxation and walk runs to its end,
+# planner's clock stands still (plan/solver/clock.py): every solve, relaxation and walk runs to its end,
 # in this process and in any it starts (the race's second core, a CLI in a subprocess). Tests
 # marked `time_limited` keep the limits: those that test a limit force it (a limit of zero, a clock
 # that jumps), and the rest need only some plan, whichever the limit lets them have.
@@ -37,7 +37,7 @@ NO_LIMIT = 3600.0  # a nominal limit that leaves room for every step a solve may
 
 @pytest.fixture(autouse=True)
 def _solves_run_to_their_end(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    from poet.plan.clock import NO_LIMITS
+    from poet.plan.solver.clock import NO_LIMITS
 
     if request.node.get_closest_marker("time_limited"):
         monkeypatch.delenv(NO_LIMITS, raising=False)
@@ -48,7 +48,7 @@ def _solves_run_to_their_end(request: pytest.FixtureRequest, monkeypatch: pytest
 @contextlib.contextmanager
 def without_limits() -> Iterator[None]:
     """Within a test marked time_limited, a stretch whose solves run to their end."""
-    from poet.plan.clock import NO_LIMITS
+    from poet.plan.solver.clock import NO_LIMITS
 
     was = os.environ.get(NO_LIMITS)
     os.environ[NO_LIMITS] = "1"

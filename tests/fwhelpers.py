@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "host"))
 from poet.device import firmware  # noqa: E402
 from poet.device.link import Link, ProcessPort  # noqa: E402
 from poet.ops import CODE  # noqa: E402
-from poet.plan.modelblob import (  # noqa: E402
+from poet.plan.lowering.modelblob import (  # noqa: E402
     KIND_BACKWARD,
     KIND_FORWARD,
     KIND_INPUT,
@@ -32,7 +32,7 @@ from poet.plan.modelblob import (  # noqa: E402
     ModelBlob,
     conv_kernel,
 )
-from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule  # noqa: E402
+from poet.plan.lowering.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule  # noqa: E402
 
 
 @dataclass

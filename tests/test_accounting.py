@@ -31,8 +31,8 @@ from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph
 from poet.models.zoo import get_model
-from poet.plan.costs import work
-from poet.plan.memory import budget_for
+from poet.plan.cost.costs import work
+from poet.plan.cost.memory import budget_for
 from poet.plan.pipeline import plan_step
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget

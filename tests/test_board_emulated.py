@@ -16,8 +16,8 @@ from poet.graph.agreement import reference
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
-from poet.plan.costs import costed, load_profile, uncosted
-from poet.plan.lower import lower
+from poet.plan.cost.costs import costed, load_profile, uncosted
+from poet.plan.lowering.lower import lower
 from poet.plan.pipeline import plan_step
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget
@@ -48,7 +48,7 @@ def _tight_plan(dev, g):
     full = keep_all(cg).peak_bytes
     smallest = min_arena_budget(cg, deadline)
     arena = smallest + (full - smallest) // 4
-    from poet.plan.memory import budget_for
+    from poet.plan.cost.memory import budget_for
 
     fixed = budget_for(g, board.ram_bytes, dev.runtime_static).fixed
     return plan_step(g, cg, board, fixed + arena, dev.runtime_static, deadline, progress=lambda _m: None)

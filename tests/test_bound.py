@@ -1,4 +1,4 @@
-"""The gap relaxation's bound (plan/bound.py): never above any plan's energy, and proofs of infeasibility.
+"""The gap relaxation's bound (plan/solver/bound.py): never above any plan's energy, and proofs of infeasibility.
 
 Checked against the brute force of test_planner.py (every plan, by dynamic programming) on the
 small hand-made graphs, and against the POET MILP's proven optima on random training-shaped
@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from poet.plan.bound import Relaxation, binding_rows, gaps_of, relax, relax_rows
-from poet.plan.resident_sets import walk
+from poet.plan.solver.bound import Relaxation, binding_rows, gaps_of, relax, relax_rows
+from poet.plan.solver.resident_sets import walk
 from poet.plan.strategies import plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.fastest import WALK_SMALL, least_time_walk, timed
@@ -34,7 +34,7 @@ def _rows_every_other(g, budget, deadline, semantics=POET):  # type: ignore[no-u
 
 
 def _resident_sets(g, budget, deadline, semantics=POET):  # type: ignore[no-untyped-def]
-    """The row relaxation walked over resident sets (plan/resident_sets.py); no bound off chains."""
+    """The row relaxation walked over resident sets (plan/solver/resident_sets.py); no bound off chains."""
     walked = walk(g, budget)
     return Relaxation("no-solution", 0.0) if walked is None else Relaxation("optimal", walked.bound_j)
 

@@ -9,8 +9,8 @@ from poet.boards import load_board
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
 from poet.paths import profile_to_read
-from poet.plan.costs import costed, load_profile
-from poet.plan.memory import budget_for
+from poet.plan.cost.costs import costed, load_profile
+from poet.plan.cost.memory import budget_for
 from poet.plan.strategies.poet_milp import min_arena_budget
 
 

@@ -1,4 +1,4 @@
-"""The planner's one clock (plan/clock.py): without limits, what a solve returns does not depend on
+"""The planner's one clock (plan/solver/clock.py): without limits, what a solve returns does not depend on
 how fast time passes, in this process or in the race's second one; with limits, a limit of zero is
 past at once. The test suite runs without limits (conftest.py), so these tests are what keeps every
 other solve's verdict independent of the machine's speed and load."""
@@ -11,7 +11,7 @@ import time
 
 import highspy
 import pytest
-from poet.plan import clock, race
+from poet.plan.solver import clock, race
 from poet.plan.strategies.poet_milp import solve_poet
 from poet.plan.types import POET
 from test_race import _instance, raced
@@ -25,7 +25,7 @@ def _leaping(monkeypatch: pytest.MonkeyPatch, step_s: float) -> None:
 
 
 def _solver_limits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The time limits HiGHS is given from now on (PuLP's API and plan/bound.py's both set them so)."""
+    """The time limits HiGHS is given from now on (PuLP's API and plan/solver/bound.py's both set them so)."""
     given: list[float] = []
     real = highspy.Highs.setOptionValue
 

@@ -10,9 +10,9 @@ import time
 from dataclasses import replace
 
 import pytest
-from poet.plan import race, race_worker
-from poet.plan.race_worker import fastest
 from poet.plan.simulate import simulate
+from poet.plan.solver import race, race_worker
+from poet.plan.solver.race_worker import fastest
 from poet.plan.strategies import best_heuristic
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.fastest import least_time_walk, timed
@@ -135,7 +135,7 @@ def test_mobilenet_v1_at_a_quarter_of_keep_everything_on_the_nrf52840_has_a_plan
     from poet.boards import load_board
     from poet.graph.tracer import trace
     from poet.models.zoo import get_model
-    from poet.plan.costs import costed, load_profile
+    from poet.plan.cost.costs import costed, load_profile
 
     model, spec = get_model("mlperf-vww")
     g = costed(trace(model, "mlperf-vww", spec.input_shape, spec.classes, 1, spec.input_dtype),

@@ -17,11 +17,11 @@ from poet.graph.agreement import reference
 from poet.graph.quantise import absmax_scale, dequantise, quantise
 from poet.graph.reference import running_stat_norms, weights_of
 from poet.graph.tracer import trace
-from poet.plan.costs import costed, load_profile
-from poet.plan.lower import model_blob
-from poet.plan.memory import pool_for
+from poet.plan.cost.costs import costed, load_profile
+from poet.plan.cost.memory import pool_for
+from poet.plan.lowering.lower import model_blob
 from poet.plan.pipeline import plan_step
-from poet.plan.precision import apply_storage, costed_storage, int8_allowed, load_rules
+from poet.plan.transform.precision import apply_storage, costed_storage, int8_allowed, load_rules
 from torch import nn
 
 LR = 0.1

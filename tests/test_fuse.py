@@ -1,4 +1,4 @@
-"""Fused ops (poet.plan.fuse, firmware/core/ops/norm.c): a classifier head's trained batch norm, ReLU
+"""Fused ops (poet.plan.transform.fuse, firmware/core/ops/norm.c): a classifier head's trained batch norm, ReLU
 and global average pool run as one op whose [B, C, HW] maps never exist. The fused graph trains on the
 runtime like PyTorch (poet.graph.agreement) under every plan (a recompute of the fused forward moves the
 running statistics once), with the input gradient (the layers before train) and without it (only the
@@ -14,11 +14,11 @@ import pytest
 from conftest import needs_tools
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
-from poet.plan.costs import uncosted
-from poet.plan.fuse import fuse_heads
+from poet.plan.cost.costs import uncosted
 from poet.plan.strategies.builder import build
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.chen import Checkpoints
+from poet.plan.transform.fuse import fuse_heads
 from test_runtime_ops import _poet_plans
 from test_runtime_training import _assert_like_torch, _data, _every_plan
 

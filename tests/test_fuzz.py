@@ -19,7 +19,7 @@ from fwhelpers import native_link
 from poet.device import firmware
 from poet.device.link import MODEL, DeviceError
 from poet.ops import CODE
-from poet.plan.modelblob import KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob, f32_bits
+from poet.plan.lowering.modelblob import KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob, f32_bits
 
 FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
 FUZZ = FIRMWARE / "fuzz"

@@ -30,7 +30,7 @@ from conftest import refused
 from poet.boards import load_board
 from poet.cli import build_parser, main
 from poet.paths import REPO_ROOT
-from poet.plan.costs import MAX_EXPANDED
+from poet.plan.cost.costs import MAX_EXPANDED
 from test_hostile import SHIPPED_PROFILE, TRAIN, _file
 
 C3_PROFILE = REPO_ROOT / "profiles" / "esp32c3.yaml"
@@ -465,7 +465,7 @@ def test_a_graph_from_a_fifo_is_read_once_and_planned(ws: Path, capsys: pytest.C
 def test_profiles_poet_wrote_with_a_shared_list_still_load(tmp_path: Path) -> None:
     """Profiles written before issue 45 share the paging sizes through an alias (&id001): a bounded
     expansion, read as before."""
-    from poet.plan.costs import read_profile
+    from poet.plan.cost.costs import read_profile
 
     for path in sorted((REPO_ROOT / "profiles").glob("*.yaml")):
         assert "*id001" in path.read_text()

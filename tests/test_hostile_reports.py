@@ -38,7 +38,7 @@ from poet.energy.meters import base
 from poet.energy.tracefile import SCHEDULE_BESIDE, Trace, _expected
 from poet.errors import PoetError
 from poet.paths import REPO_ROOT
-from poet.plan.schedule import Schedule
+from poet.plan.lowering.schedule import Schedule
 
 SHIPPED_PROFILE = REPO_ROOT / "profiles" / "nrf52840.yaml"
 TRAIN = ["train", "--model", "mlp-digits", "--ram", "200k", "--epochs", "1", "--data-limit", "64"]

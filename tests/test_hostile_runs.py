@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import refused
-from poet.plan.schedule import Schedule
+from poet.plan.lowering.schedule import Schedule
 from poet.run.folder import IN_PLACE, RUN_ENTRIES
 from test_hostile import MIDWAY, MLP_SHAPES, TRAIN, _ckpt, _config, _run
 

@@ -91,9 +91,9 @@ def test_the_checker_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                      "    from poet.graph.training_graph import X\n"
-                     "def f():\n    from poet.plan.memory import y\n")
-    assert _imports(tree, {"poet.graph.training_graph": PACKAGE, "poet.plan.memory": PACKAGE}) == \
-        {"poet.graph.training_graph", "poet.plan.memory"}
+                     "def f():\n    from poet.plan.cost.memory import y\n")
+    assert _imports(tree, {"poet.graph.training_graph": PACKAGE, "poet.plan.cost.memory": PACKAGE}) == \
+        {"poet.graph.training_graph", "poet.plan.cost.memory"}
 
 
 def test_no_import_cycle_in_poet() -> None:

@@ -23,8 +23,8 @@ from fwhelpers import (
 )
 from poet.device import emulator, firmware
 from poet.device.link import BATCH, MODEL, PROTO, SCHEDULE, WEIGHTS, Link, StepResult
-from poet.plan.modelblob import decode_weights, encode_batch, encode_weights
-from poet.plan.schedule import Schedule
+from poet.plan.lowering.modelblob import decode_weights, encode_batch, encode_weights
+from poet.plan.lowering.schedule import Schedule
 
 LR = 0.1
 STEPS = 3

@@ -24,7 +24,7 @@ from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError
 from poet.graph.dtypes import DT_BF16, DT_F16, DT_F32, DT_I8
 from poet.graph.quantise import absmax_scale, quantise
 from poet.ops import CODE
-from poet.plan.modelblob import (
+from poet.plan.lowering.modelblob import (
     KIND_BACKWARD,
     KIND_FORWARD,
     KIND_INPUT,
@@ -259,7 +259,7 @@ def _i8_bound(xq: np.ndarray, xs: np.float32, wq: np.ndarray, ws: np.float32, te
 
 @pytest.mark.parametrize("seed", range(6))
 def test_linear_with_its_weight_stored_int8(lib: ctypes.CDLL, seed: int) -> None:
-    """Weight-only int8 (poet.plan.placement w8): the forward and the input gradient are the fp32
+    """Weight-only int8 (poet.plan.transform.placement w8): the forward and the input gradient are the fp32
     kernels' on the dequantised weight q * scale, bit for bit, and match PyTorch's on it."""
     import torch
 

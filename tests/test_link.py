@@ -13,7 +13,7 @@ from fwhelpers import init_params, keep_all, make_batches, mlp, native_link
 from poet.device import emulator
 from poet.device.framing import encode_frame
 from poet.device.link import BATCH, MODEL, NAK, PROTO, SCHEDULE, WEIGHTS, DeviceError, Link, LinkTimeout
-from poet.plan.modelblob import encode_batch, encode_weights
+from poet.plan.lowering.modelblob import encode_batch, encode_weights
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
@@ -165,8 +165,8 @@ def test_qemu_uart_survives_a_full_receive_ring(tmp_path: Path) -> None:
     from poet.graph.reference import weights_of
     from poet.graph.tracer import trace
     from poet.models.zoo import get_model
-    from poet.plan.costs import uncosted
-    from poet.plan.lower import lower, model_blob
+    from poet.plan.cost.costs import uncosted
+    from poet.plan.lowering.lower import lower, model_blob
     from poet.plan.strategies.checkpoint_all import keep_all as keep_all_plan
 
     model, spec = get_model("cnn-digits")

@@ -22,7 +22,7 @@ from poet.graph.reference import state_tensors, weights_of
 from poet.graph.tracer import traced
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
-from poet.plan.rewrites import Rewrites
+from poet.plan.transform.rewrites import Rewrites
 from poet.run.folder import read_back
 from test_pty_board import pty_board
 

@@ -21,8 +21,8 @@ from poet.device.profile import profile_graphs
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
-from poet.plan.costs import uncosted
-from poet.plan.lower import lower
+from poet.plan.cost.costs import uncosted
+from poet.plan.lowering.lower import lower
 from poet.plan.strategies.checkpoint_all import keep_all
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")

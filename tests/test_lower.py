@@ -4,10 +4,10 @@ import pytest
 from poet.errors import UsageError
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
-from poet.plan.costs import uncosted
-from poet.plan.lower import instructions, lower, model_blob, place
-from poet.plan.memory import budget_for
-from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule, validate
+from poet.plan.cost.costs import uncosted
+from poet.plan.cost.memory import budget_for
+from poet.plan.lowering.lower import instructions, lower, model_blob, place
+from poet.plan.lowering.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule, validate
 from poet.plan.simulate import simulate
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget, solve_poet

@@ -19,7 +19,7 @@ import highspy
 import pulp
 import pytest
 from conftest import NO_LIMIT, REFERENCE
-from poet.plan import milp
+from poet.plan.solver import milp
 from poet.plan.strategies import best_heuristic
 from poet.plan.strategies.poet_milp import solve_poet
 from poet.plan.types import REFERENCE as REFERENCE_RULES
@@ -212,7 +212,7 @@ def test_ctrl_c_stops_a_solve_and_the_process_exits_cleanly(tmp_path) -> None:
         import os, signal, sys, threading
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_milp import _market_split
-        from poet.plan import milp
+        from poet.plan.solver import milp
         prob, _ = _market_split()
         threading.Timer(5.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
         try:

@@ -17,7 +17,7 @@ from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
-from poet.plan.rewrites import Rewrites
+from poet.plan.transform.rewrites import Rewrites
 from poet.run.folder import read_back
 
 Weights = dict[str, np.ndarray]

@@ -18,7 +18,7 @@ from poet.graph.file import read_graph
 from poet.graph.tracer import trace
 from poet.ops import KINDS, N_ATTRS, OPS, PACKED, PARAM_SLOTS, Op, attrs_needed
 from poet.paths import REPO_ROOT
-from poet.plan.lower import blob_attrs
+from poet.plan.lowering.lower import blob_attrs
 from torch import nn
 
 OPTABLE = REPO_ROOT / "firmware" / "core" / "ops" / "optable.h"

@@ -426,7 +426,7 @@ def test_real_model_recomputes_and_pages() -> None:
     from poet.boards import load_board
     from poet.graph.tracer import trace
     from poet.models.zoo import get_model
-    from poet.plan.costs import costed, load_profile
+    from poet.plan.cost.costs import costed, load_profile
 
     model, spec = get_model("mlp-digits")
     g = costed(trace(model, "mlp-digits", spec.input_shape, spec.classes, 16), load_board("nrf52840"),
@@ -450,7 +450,7 @@ def test_infeasible_below_lower_bound_and_progress() -> None:
     said: list[str] = []
     plan = solve_poet(g, lower_bound_bytes(g) - 1, 10 * g.one_pass_s, progress=said.append)
     assert plan.status == "infeasible" and plan.stages == []
-    # proven by the gap relaxation (plan/bound.py) before any MILP is built
+    # proven by the gap relaxation (plan/solver/bound.py) before any MILP is built
     assert len(said) == 1 and "no plan fits" in said[0] and plan.solver == "bound"
 
 

@@ -160,7 +160,7 @@ def _zoo(name: str, batch: int) -> CostedGraph:
     from poet.boards import load_board
     from poet.graph.tracer import trace
     from poet.models.zoo import get_model
-    from poet.plan.costs import costed, load_profile
+    from poet.plan.cost.costs import costed, load_profile
 
     model, spec = get_model(name)
     g = trace(model, name, spec.input_shape, spec.classes, batch, input_dtype=spec.input_dtype, loss=spec.loss)
@@ -222,7 +222,7 @@ def test_the_cli_plans_what_the_simulator_accepts(rules: str, monkeypatch: pytes
 
 
 def _fixed_bytes(g: CostedGraph) -> int:
-    from poet.plan.memory import costed_fixed_bytes
+    from poet.plan.cost.memory import costed_fixed_bytes
 
     return costed_fixed_bytes(g.param_bytes)
 

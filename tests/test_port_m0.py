@@ -24,9 +24,9 @@ from poet.graph.agreement import reference
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph
-from poet.plan.costs import costed, uncosted
-from poet.plan.lower import lower
-from poet.plan.memory import budget_for
+from poet.plan.cost.costs import costed, uncosted
+from poet.plan.cost.memory import budget_for
+from poet.plan.lowering.lower import lower
 from poet.plan.pipeline import plan_step
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget

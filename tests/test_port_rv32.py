@@ -24,8 +24,8 @@ from poet.graph.agreement import reference
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
-from poet.plan.costs import costed, load_profile, uncosted
-from poet.plan.lower import lower
+from poet.plan.cost.costs import costed, load_profile, uncosted
+from poet.plan.lowering.lower import lower
 from poet.plan.strategies import plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget

@@ -26,11 +26,16 @@ from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph, numel
 from poet.models.datasets import digits_split
 from poet.models.zoo import get_model
-from poet.plan.costs import costed, load_profile
-from poet.plan.lower import lower, model_blob
-from poet.plan.memory import budget_for
-from poet.plan.modelblob import encode_batch
-from poet.plan.precision import (
+from poet.plan.cost.costs import costed, load_profile
+from poet.plan.cost.memory import budget_for
+from poet.plan.lowering.lower import lower, model_blob
+from poet.plan.lowering.modelblob import encode_batch
+from poet.plan.request import solve_request
+from poet.plan.simulate import simulate
+from poet.plan.strategies import found, plan_with
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.plan.strategies.poet_milp import min_arena_budget
+from poet.plan.transform.precision import (
     Rules,
     allowed,
     apply_storage,
@@ -40,11 +45,6 @@ from poet.plan.precision import (
     load_rules,
     select,
 )
-from poet.plan.request import solve_request
-from poet.plan.simulate import simulate
-from poet.plan.strategies import found, plan_with
-from poet.plan.strategies.checkpoint_all import keep_all
-from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.plan.types import Plan
 from poet.settings import PlanRequest
 
@@ -511,8 +511,8 @@ def test_flash_fit_stores_the_largest_frozen_weights_int8_until_the_model_fits()
     """MobileNetV2-0.35 fine-tuned last:2 has 1.6 MiB of fp32 frozen weights; the nRF52840 keeps 768 KiB
     of flash for the model: the largest frozen conv weights go int8 (a quarter of the bytes), as few as
     fit. A model whose weights fit stays fp32; the Selection says which weights live in flash as int8."""
-    from poet.plan.memory import pool_for
-    from poet.plan.precision import flash_fit, int8_storable
+    from poet.plan.cost.memory import pool_for
+    from poet.plan.transform.precision import flash_fit, int8_storable
 
     board = load_board("nrf52840")
     model, spec = get_model("mobilenetv2-cifar-0.35")
@@ -536,7 +536,7 @@ def test_flash_fit_stores_the_largest_frozen_weights_int8_until_the_model_fits()
     big = trace(model, spec.name, spec.input_shape, spec.classes, 1, train="last:1")
     every = flash_fit(big, flash)  # every storable weight, and still too big: placement says so
     assert len(every) == 20 and every == {n.id for n in big.nodes if n.attrs.get("w", -1) in int8_storable(big)}
-    from poet.plan.placement import place
+    from poet.plan.transform.placement import place
     with pytest.raises(UsageError, match=r"fit neither nrf52840's flash nor its SD card: flash would need 10.72 MiB "
                                          r".* only static-int8 convolutions can stream"):
         place(apply_storage(big, {}, set(every)), board)

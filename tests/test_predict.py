@@ -262,8 +262,8 @@ def test_prediction_after_one_epoch_within_5_percent(tmp_path):
     from poet.graph.tracer import trace
     from poet.models.datasets import digits_split
     from poet.models.zoo import get_model
-    from poet.plan.costs import costed, load_profile
-    from poet.plan.memory import budget_for
+    from poet.plan.cost.costs import costed, load_profile
+    from poet.plan.cost.memory import budget_for
     from poet.plan.pipeline import plan_step
     from poet.plan.strategies.checkpoint_all import keep_all
     from poet.plan.strategies.poet_milp import min_arena_budget

@@ -19,8 +19,8 @@ from poet.device.profile import fit_line, page_sizes, paging_model, paging_sched
 from poet.graph.tracer import trace
 from poet.graph.training_graph import GraphNode
 from poet.models.zoo import get_model
-from poet.plan.costs import costed, estimate_op, load_profile, op_key, page_cost, work
-from poet.plan.memory import budget_for
+from poet.plan.cost.costs import costed, estimate_op, load_profile, op_key, page_cost, work
+from poet.plan.cost.memory import budget_for
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget
 

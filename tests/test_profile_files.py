@@ -37,7 +37,7 @@ from poet.errors import UsageError
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
-from poet.plan.costs import load_profile, op_key
+from poet.plan.cost.costs import load_profile, op_key
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "profiles" / "nrf52840.yaml"

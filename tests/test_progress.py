@@ -202,7 +202,7 @@ def test_profile_into_a_log_keeps_its_lines_and_no_bar(monkeypatch: pytest.Monke
 def test_model_upload_bar_counts_every_byte_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fwhelpers import init_params, mlp, native_link
     from poet.device import link as link_module
-    from poet.plan.modelblob import encode_weights
+    from poet.plan.lowering.modelblob import encode_weights
 
     tty, made = Terminal(), []
 

@@ -1,4 +1,4 @@
-"""The second core's MILP (plan/race.py): a real subprocess solving the real MILP, its plan replayed
+"""The second core's MILP (plan/solver/race.py): a real subprocess solving the real MILP, its plan replayed
 and combined with this process's by the better plan and the higher bound."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pickle
 from dataclasses import replace
 
 import pytest
-from poet.plan import race
 from poet.plan.simulate import simulate
+from poet.plan.solver import race
 from poet.plan.strategies import best_heuristic
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import _better, solve_poet

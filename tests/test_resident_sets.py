@@ -1,4 +1,4 @@
-"""The walk over resident sets (plan/resident_sets.py): the row relaxation's optimum on chains, exactly.
+"""The walk over resident sets (plan/solver/resident_sets.py): the row relaxation's optimum on chains, exactly.
 
 Its bound is checked never to exceed an optimum in tests/test_bound.py (brute force, MILP); here,
 that it is the row relaxation's own optimum where both see the same problem (recompute only, every
@@ -9,9 +9,9 @@ that its walk built as a plan (strategies/relaxed.py) is a real plan, at the bou
 from __future__ import annotations
 
 import pytest
-from poet.plan import resident_sets
-from poet.plan.bound import binding_rows, relax_rows
-from poet.plan.resident_sets import walk
+from poet.plan.solver import resident_sets
+from poet.plan.solver.bound import binding_rows, relax_rows
+from poet.plan.solver.resident_sets import walk
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import solve_poet
 from poet.plan.strategies.poet_milp_model import lower_bound_bytes
@@ -125,7 +125,7 @@ def test_ds_cnn_at_a_quarter_of_keep_everything_is_proven_optimal_by_the_walk() 
     from poet.boards import load_board
     from poet.graph.tracer import trace
     from poet.models.zoo import get_model
-    from poet.plan.costs import costed, load_profile
+    from poet.plan.cost.costs import costed, load_profile
 
     model, spec = get_model("mlperf-kws")
     g = costed(trace(model, "mlperf-kws", spec.input_shape, spec.classes, 1, spec.input_dtype), load_board("rpi4"),

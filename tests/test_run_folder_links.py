@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from conftest import REPO, needs_tools
 from poet.cli import main
-from poet.plan.schedule import Schedule
+from poet.plan.lowering.schedule import Schedule
 from poet.run.folder import IN_PLACE, RUN_ENTRIES
 
 pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc")

@@ -32,12 +32,12 @@ from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph
 from poet.models.zoo import get_model
 from poet.ops import CODE
-from poet.plan.costs import costed, load_profile, uncosted
-from poet.plan.lower import lower, model_blob
-from poet.plan.memory import pool_for
-from poet.plan.modelblob import encode_batch
-from poet.plan.race import RACE_ABOVE
-from poet.plan.schedule import RECOMPUTE
+from poet.plan.cost.costs import costed, load_profile, uncosted
+from poet.plan.cost.memory import pool_for
+from poet.plan.lowering.lower import lower, model_blob
+from poet.plan.lowering.modelblob import encode_batch
+from poet.plan.lowering.schedule import RECOMPUTE
+from poet.plan.solver.race import RACE_ABOVE
 from poet.plan.strategies import best_heuristic, found, plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import milp_size, min_arena_budget
@@ -470,12 +470,12 @@ def test_nearest_upsampling_trains_like_pytorch(tmp_path: Path) -> None:
 
 
 def test_dense_weights_stored_int8_train_like_pytorch_given_them(tmp_path: Path) -> None:
-    """Weight-only int8 (poet.plan.placement, the autoencoder's way into a small flash): the frozen dense
+    """Weight-only int8 (poet.plan.transform.placement, the autoencoder's way into a small flash): the frozen dense
     weights sit int8 in the board's nv storage and compute in fp32 on q x scale, forward and for the input
     gradient; with `--train bias` the biases train like PyTorch's given those weights (as_graph swaps them
     in), and every plan gives the same bits."""
     from poet.graph.quantise import absmax_scale, dequantise, quantise
-    from poet.plan.placement import w8_candidates, weight_only_int8
+    from poet.plan.transform.placement import w8_candidates, weight_only_int8
 
     torch.manual_seed(0)
     nn = torch.nn
@@ -521,9 +521,9 @@ def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> Non
     from dataclasses import replace as dc_replace
 
     from poet.device.link import MODEL, DeviceError
-    from poet.plan import modelblob as mb
-    from poet.plan.placement import w8_candidates, weight_only_int8
-    from poet.plan.static_int8 import rewrite
+    from poet.plan.lowering import modelblob as mb
+    from poet.plan.transform.placement import w8_candidates, weight_only_int8
+    from poet.plan.transform.static_int8 import rewrite
 
     torch.manual_seed(0)
     drops = model_blob(trace(_Dropouts(), "dropouts", (1, 10, 5), 3, 2))

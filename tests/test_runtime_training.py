@@ -18,11 +18,11 @@ from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
 from poet.models.zoo import get_model
-from poet.plan.costs import uncosted
-from poet.plan.lower import lower, model_blob
-from poet.plan.memory import pool_for
-from poet.plan.modelblob import encode_batch
-from poet.plan.schedule import Schedule
+from poet.plan.cost.costs import uncosted
+from poet.plan.cost.memory import pool_for
+from poet.plan.lowering.lower import lower, model_blob
+from poet.plan.lowering.modelblob import encode_batch
+from poet.plan.lowering.schedule import Schedule
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.types import Plan
 from test_runtime_ops import _poet_plans

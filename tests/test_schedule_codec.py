@@ -15,8 +15,8 @@ import pytest
 from fwhelpers import cnn, frugal, keep_all, mlp, native_link
 from poet.device import firmware
 from poet.device.link import MODEL, SCHEDULE, DeviceError
-from poet.plan.modelblob import ModelBlob
-from poet.plan.schedule import (
+from poet.plan.lowering.modelblob import ModelBlob
+from poet.plan.lowering.schedule import (
     COMPUTE,
     ERRORS,
     FREE,

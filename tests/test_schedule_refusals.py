@@ -13,9 +13,9 @@ from fwhelpers import native_link
 from poet.device.link import MODEL, SCHEDULE, DeviceError
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
-from poet.plan.costs import uncosted
-from poet.plan.lower import lower, model_blob
-from poet.plan.schedule import COMPUTE, Instr
+from poet.plan.cost.costs import uncosted
+from poet.plan.lowering.lower import lower, model_blob
+from poet.plan.lowering.schedule import COMPUTE, Instr
 from poet.plan.strategies.checkpoint_all import keep_all
 
 pytestmark = needs_tools("cc", "make")

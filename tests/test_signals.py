@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from poet.plan.clock import NO_LIMITS
+from poet.plan.solver.clock import NO_LIMITS
 
 REPO = Path(__file__).resolve().parents[1]
 RESNET18_M4 = REPO.parent / "shared" / "benchmarks" / "poet-reference" / "resnet18_cifar.m4.json"
@@ -104,7 +104,7 @@ class Poet:
     def __init__(self, argv: list[str], unlimited: bool = False) -> None:
         env = dict(os.environ)
         env.pop(NO_LIMITS, None)  # the limit is a real one (LONG_LIMIT_S) ...
-        if unlimited:  # ... or there are none: every solve and relaxation runs to its end (plan/clock.py)
+        if unlimited:  # ... or there are none: every solve and relaxation runs to its end (plan/solver/clock.py)
             env[NO_LIMITS] = "1"
         env["PYTHONPATH"] = str(REPO / "host") + os.pathsep + env.get("PYTHONPATH", "")
         self.lines: list[str] = []
@@ -230,7 +230,7 @@ def test_solve_racing_a_second_core_stops_with_it(sig: int) -> None:
     """Whatever ends `poet solve` while its second core races, the racer ends too: SIGKILL by the kernel
     (die_with_poet), the rest by poet itself, in one line and 128 + the signal."""
     poet = Poet(solve_argv())
-    poet.wait_started("poet.plan.race_worker")
+    poet.wait_started("poet.plan.solver.race_worker")
     rc, err = stopped(poet, sig)
     assert rc == STATUS[sig], (rc, err)
     one_line(err, sig)
@@ -241,7 +241,7 @@ def test_sweep_with_two_workers_stops_with_them(sig: int) -> None:
     """`poet sweep --jobs 2` with both workers in a solve (each racing a second core): its workers, their
     racers and the fork server end with it, killed rather than waited for."""
     poet = Poet(sweep_argv())
-    poet.wait_started("poet.plan.race_worker", count=2)  # both workers are solving
+    poet.wait_started("poet.plan.solver.race_worker", count=2)  # both workers are solving
     rc, err = stopped(poet, sig)
     assert rc == STATUS[sig], (rc, err)
     one_line(err, sig)
@@ -251,7 +251,7 @@ def test_a_terminals_ctrl_c_to_the_whole_group_is_one_line() -> None:
     """A terminal sends Ctrl-C to every process of the foreground group: the sweep's workers and racers
     leave it to poet (no traceback of theirs), which says one line."""
     poet = Poet(sweep_argv())
-    poet.wait_started("poet.plan.race_worker", count=2)
+    poet.wait_started("poet.plan.solver.race_worker", count=2)
     try:
         os.killpg(poet.pgid, signal.SIGINT)
         rc = poet.ended()
@@ -315,7 +315,7 @@ def test_a_relaxation_takes_a_ctrl_c_at_once(tmp_path: Path) -> None:
     script = tmp_path / "relaxation.py"
     script.write_text(textwrap.dedent('''
         import os, random, signal, sys, threading
-        from poet.plan.bound import _Lp
+        from poet.plan.solver.bound import _Lp
 
         rng, lp = random.Random(7), _Lp()
         x = [lp.var(0.0) for _ in range(50)]

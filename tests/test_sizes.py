@@ -143,7 +143,7 @@ def test_too_big_for_the_milp_falls_back_and_says_so_with_progress(
     assert f"{n:,} nodes: running the 6 heuristics" in out
     for name in ("checkpoint-all", "sqrtn", "chen-greedy", "revolve", "dtr", "capuchin"):
         assert f"  {name}: " in out, out
-    # the gap relaxation (plan/bound.py) bounds it, and here proves capuchin's plan optimal: said so
+    # the gap relaxation (plan/solver/bound.py) bounds it, and here proves capuchin's plan optimal: said so
     assert "lower bound" in out and "optimal without the MILP" in out
     assert "a heuristic's plan (capuchin), at the lower bound" in out and "status optimal" in out
 

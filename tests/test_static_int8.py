@@ -17,7 +17,7 @@ from fwhelpers import native_link
 from poet.device.link import MODEL, DeviceError
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, quantise
 from poet.ops import CODE
-from poet.plan.modelblob import (
+from poet.plan.lowering.modelblob import (
     KIND_BACKWARD,
     KIND_FORWARD,
     KIND_INPUT,
@@ -271,8 +271,8 @@ def _net() -> torch.nn.Module:
 
 def test_rewrite_folds_fuses_and_quantises_the_frozen_prefix() -> None:
     from poet.graph.tracer import trace
-    from poet.plan.memory import pool_for
-    from poet.plan.static_int8 import FOLDED, rewrite
+    from poet.plan.cost.memory import pool_for
+    from poet.plan.transform.static_int8 import FOLDED, rewrite
 
     m = _net()
     g = trace(m, "net", (1, 8, 8), 5, 2, train="last:1")
@@ -316,8 +316,8 @@ def test_a_traced_int8_prefix_trains_on_the_runtime_like_its_reference(tmp_path:
     float64 linear, and that forward stays within int8's error of the fp32 model's."""
     from poet.graph.reference import as_graph
     from poet.graph.tracer import trace
-    from poet.plan.lower import model_blob
-    from poet.plan.static_int8 import rewrite
+    from poet.plan.lowering.lower import model_blob
+    from poet.plan.transform.static_int8 import rewrite
 
     m = _net()
     g = trace(m, "net", (1, 8, 8), 5, 2, train="last:1")

@@ -18,7 +18,7 @@ def _costed_zoo(name: str) -> CostedGraph:
     from poet.boards import load_board
     from poet.graph.tracer import trace
     from poet.models.zoo import get_model
-    from poet.plan.costs import costed, load_profile
+    from poet.plan.cost.costs import costed, load_profile
 
     model, spec = get_model(name)
     g = trace(model, name, spec.input_shape, spec.classes, 16)  # the batch the shipped profile measured
@@ -159,7 +159,7 @@ def test_every_reference_instance_gets_a_plan_the_simulator_accepts(model: str, 
 
 
 def test_a_milp_too_big_to_build_returns_the_best_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
-    import poet.plan.resident_sets as resident_sets
+    import poet.plan.solver.resident_sets as resident_sets
     import poet.plan.strategies.poet_milp as poet_milp
     import poet.plan.strategies.relaxed as relaxed_plans
 

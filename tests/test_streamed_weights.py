@@ -1,5 +1,5 @@
 """Frozen int8 weights streamed from the aux storage (the SD card) when flash cannot hold them
-(poet.plan.placement, firmware/core/ops/quant.c): the same bits as read in place from flash, on the
+(poet.plan.transform.placement, firmware/core/ops/quant.c): the same bits as read in place from flash, on the
 native runtime; where the planner puts them; what it charges for them; and the one line a model that
 fits neither flash nor the card gets."""
 
@@ -15,10 +15,10 @@ from conftest import needs_tools
 from poet.boards import load_board
 from poet.errors import UsageError
 from poet.graph.training_graph import TrainingGraph
-from poet.plan.lower import model_blob
-from poet.plan.memory import aux_area_bytes, pool_for, stream_reads, stream_row, swap_bytes
-from poet.plan.placement import place, streamed
-from poet.plan.static_int8 import Int8Prefix, rewrite
+from poet.plan.cost.memory import aux_area_bytes, pool_for, stream_reads, stream_row, swap_bytes
+from poet.plan.lowering.lower import model_blob
+from poet.plan.transform.placement import place, streamed
+from poet.plan.transform.static_int8 import Int8Prefix, rewrite
 from poet.units import format_size
 from test_kernels_lp import _train
 
@@ -134,7 +134,7 @@ def test_a_model_that_fits_neither_flash_nor_the_card_is_one_line() -> None:
 
 
 def test_the_planner_charges_each_streamed_read() -> None:
-    from poet.plan.costs import costed, load_profile, with_stream_costs
+    from poet.plan.cost.costs import costed, load_profile, with_stream_costs
 
     _, _, prefix = _prefix()
     q = prefix.graph
@@ -158,7 +158,7 @@ def test_a_streamed_conv_costs_its_streaming_compute_where_the_profile_measured_
     """A streamed conv runs one stream buffer of output channels per read, so its loops cannot block
     channels: its compute is the profile's stream=1 entry, not the same conv's unstreamed one (ResNet-18
     last:1 on the nRF52840: 6.2 s against 3.2 s per 3x3 512-channel conv, firmware 2.1)."""
-    from poet.plan.costs import costed, load_profile, op_key, with_stream_costs
+    from poet.plan.cost.costs import costed, load_profile, op_key, with_stream_costs
 
     _, _, prefix = _prefix()
     q = prefix.graph
@@ -183,7 +183,7 @@ def test_the_account_charges_the_reads_to_the_layer_that_made_them(tmp_path: Pat
     from poet.energy.report import sd_lines
     from poet.energy.tracefile import Trace
     from poet.graph.reference import state_tensors, weights_of
-    from poet.plan.modelblob import encode_batch
+    from poet.plan.lowering.modelblob import encode_batch
 
     m, _, prefix = _prefix()
     s = streamed(prefix.graph, {_convs(prefix.graph)[1]})
@@ -266,7 +266,7 @@ def test_a_card_that_fails_mid_step_fails_the_step_not_the_board(tmp_path: Path)
     from fwhelpers import keep_all, native_link
     from poet.device.link import BATCH, SCHEDULE, DeviceError
     from poet.graph.reference import state_tensors, weights_of
-    from poet.plan.modelblob import encode_batch
+    from poet.plan.lowering.modelblob import encode_batch
 
     m, _, prefix = _prefix()
     s = streamed(prefix.graph, {_convs(prefix.graph)[3]})

@@ -188,8 +188,8 @@ def test_fine_tuning_the_last_layers_below_the_keep_all_budget(workspace: Path) 
     memory fine-tuning the last layers saves); below-keep-all plans of the same model are in
     test_killed_run... (--train all pages the input)."""
     from poet.boards import load_board
-    from poet.plan.costs import costed, load_profile
-    from poet.plan.memory import budget_for
+    from poet.plan.cost.costs import costed, load_profile
+    from poet.plan.cost.memory import budget_for
     from poet.plan.strategies.checkpoint_all import keep_all
     from poet.plan.strategies.poet_milp import min_arena_budget
 

@@ -20,7 +20,7 @@ from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
-from poet.plan.static_int8 import rewrite
+from poet.plan.transform.static_int8 import rewrite
 from poet.run.folder import read_back
 from poet.train import CALIBRATION_SAMPLES
 

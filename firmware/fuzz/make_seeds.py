@@ -37,14 +37,14 @@ from poet.graph.training_graph import TrainingGraph, with_optimizer  # noqa: E40
 from poet.models.zoo import get_model  # noqa: E402
 from poet.models.zoo.transformer import TransformerClassifier  # noqa: E402
 from poet.ops import CODE  # noqa: E402
-from poet.plan.costs import costed, load_profile, uncosted  # noqa: E402
-from poet.plan.lower import lower, model_blob  # noqa: E402
-from poet.plan.modelblob import ModelBlob, encode_batch, f32_bits  # noqa: E402
-from poet.plan.placement import streamed, w8_candidates, weight_only_int8  # noqa: E402
-from poet.plan.schedule import Schedule  # noqa: E402
-from poet.plan.static_int8 import rewrite  # noqa: E402
+from poet.plan.cost.costs import costed, load_profile, uncosted  # noqa: E402
+from poet.plan.lowering.lower import lower, model_blob  # noqa: E402
+from poet.plan.lowering.modelblob import ModelBlob, encode_batch, f32_bits  # noqa: E402
+from poet.plan.lowering.schedule import Schedule  # noqa: E402
 from poet.plan.strategies import plan_with  # noqa: E402
 from poet.plan.strategies.checkpoint_all import keep_all  # noqa: E402
+from poet.plan.transform.placement import streamed, w8_candidates, weight_only_int8  # noqa: E402
+from poet.plan.transform.static_int8 import rewrite  # noqa: E402
 
 HELLO, BEGIN, CHUNK, END, STEP, READ = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
 CHUNK_BYTES = 1000

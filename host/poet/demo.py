@@ -19,7 +19,7 @@ from poet.graph.training_graph import summary
 from poet.models.datasets import load_dataset
 from poet.models.zoo import get_model
 from poet.paths import profile_file, profile_to_read, runs_dir, shown
-from poet.plan.memory import check_ram
+from poet.plan.cost.memory import check_ram
 from poet.progress import Say
 from poet.run.folder import RUN_FILES, read_back
 from poet.settings import RunConfig
@@ -52,7 +52,7 @@ def demo(cfg: RunConfig, steps: int, say: Say = print, port: str | None = None, 
     draw them (poet.progress)."""
     from poet.device.connect import open_device
     from poet.device.profile import profile_graphs, write_profile
-    from poet.plan.costs import load_profile
+    from poet.plan.cost.costs import load_profile
     from poet.plan.request import auto_budget
 
     board: Board = load_board(cfg.board)

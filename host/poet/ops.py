@@ -4,7 +4,7 @@ backward are written on the host.
 The tracer makes graph nodes of these ops (graph/tracer.py: which PyTorch calls become which op,
 and how each backward is built), the graph file checks a node's attributes against its slots
 (graph/file.py), and lowering packs the slots into the model blob's node records with the opcode
-(plan/lower.py, docs/spec.md section 2). The firmware has the same table, one row per op, in
+(plan/lowering/lower.py, docs/spec.md section 2). The firmware has the same table, one row per op, in
 firmware/core/ops/optable.h; tests/test_op_table.py fails when the two disagree on an op, a number,
 a kind or a slot count. docs/adding-an-op.md is the guide to adding one.
 
@@ -137,12 +137,12 @@ _TABLE: tuple[Op, ...] = (
     *_pair("cross_entropy", 6, 21, ("B", "classes"), kind="loss", traced="cross_entropy loss"),
     *_pair("mse", 75, 76, ("n",), kind="loss", traced="mse loss"),
     *_pair("l1", 77, 78, ("n",), kind="loss", traced="l1 loss"),
-    # ---- low precision (made by the precision rewrite, plan/precision.py): "from"/"to" are element types
+    # ---- low precision (made by the precision rewrite, plan/transform/precision.py): "from"/"to" are element types
     Op("cast", 49, "forward", ("n", "from", "to", "w"), saves=""),  # "w": a parameter read instead of dep 0
     Op("absmax", 50, "forward", ("n", "w"), saves=""),  # an int8 scale, max |x| / 127
     Op("linear_i8", 51, "forward", ("B", "in", "out", "w", "b"), saves=""),
     Op("conv2d_i8", 52, "forward", _CONV, saves=""),
-    # ---- static int8 (the frozen prefix, plan/static_int8.py)
+    # ---- static int8 (the frozen prefix, plan/transform/static_int8.py)
     Op("quantize", 67, "forward", ("n", "scale"), saves=""),
     Op("dequantize", 68, "forward", ("n",), saves=""),
     Op("conv2d_q", 69, "forward", (*_CONV, "epi"), saves=""),

@@ -44,8 +44,8 @@ from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
 from poet.models.datasets import Dataset, load_dataset
 from poet.paths import shown
-from poet.plan.memory import check_ram
-from poet.plan.static_int8 import Int8Prefix
+from poet.plan.cost.memory import check_ram
+from poet.plan.transform.static_int8 import Int8Prefix
 from poet.progress import Say
 from poet.run.finish import complete
 from poet.run.folder import (
@@ -159,13 +159,13 @@ def _check_request(cfg: RunConfig, say: Say) -> None:
         raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
     if not cfg.schedule:
         from poet.paths import profile_to_read
-        from poet.plan.costs import load_profile
+        from poet.plan.cost.costs import load_profile
         prof_path = cfg.plan.profile or profile_to_read(cfg.board)
         if prof_path.exists() or prof_path.is_symlink():  # a missing one: load_profile says what to do
             read_bytes(prof_path, "profile")  # a regular file of a profile's size: never /dev/zero read to the end
         load_profile(cfg.board, cfg.plan.profile, note=lambda m: say(f"note: {m}"))
         if cfg.plan.precision != "fp32":
-            from poet.plan.precision import load_rules
+            from poet.plan.transform.precision import load_rules
             load_rules(cfg.plan.precision_rules)
 
 

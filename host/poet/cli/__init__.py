@@ -17,7 +17,7 @@ from poet.errors import PoetError, Terminated, UsageError
 from poet.files import not_an_input
 from poet.models.zoo import ModelChoice
 from poet.paths import shown, write_output
-from poet.plan.memory import check_ram, costed_fixed_bytes
+from poet.plan.cost.memory import check_ram, costed_fixed_bytes
 from poet.plan.strategies import STRATEGIES
 from poet.settings import PlanRequest, RunConfig
 from poet.units import format_size, parse_deadline
@@ -184,8 +184,8 @@ def _as_planned(g, model, weights: list, board):
     import numpy as np
 
     from poet.graph.reference import state_tensors
-    from poet.plan.costs import load_profile
-    from poet.plan.rewrites import for_profile
+    from poet.plan.cost.costs import load_profile
+    from poet.plan.transform.rewrites import for_profile
 
     rewritten = for_profile(g, board, int(load_profile(board.name)["runtime_static_bytes"]))
     if rewritten is None:
@@ -212,7 +212,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from poet.graph.file import read_graph
     from poet.graph.training_graph import TrainingGraph
     from poet.plan.request import solve_request
-    from poet.plan.rewrites import costed_for
+    from poet.plan.transform.rewrites import costed_for
 
     not_an_input("-o", args.output, [("--graph", args.graph), ("--profile", args.profile),
                                      ("--precision-rules", args.precision_rules)])
@@ -281,8 +281,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from poet.graph.file import read_graph
     from poet.graph.training_graph import TrainingGraph
     from poet.paths import sweep_dir
-    from poet.plan.costs import costed, load_profile
-    from poet.plan.memory import budget_for
+    from poet.plan.cost.costs import costed, load_profile
+    from poet.plan.cost.memory import budget_for
     from poet.plan.sweep import parse_ram_range, plot, run_sweep, semantics_named, write_csv
 
     rams = parse_ram_range(args.ram)

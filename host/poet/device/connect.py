@@ -28,8 +28,8 @@ from poet.device.serialports import open_serial
 from poet.errors import PoetError
 from poet.files import open_in_folder
 from poet.graph.training_graph import TrainingGraph
-from poet.plan.lower import model_blob
-from poet.plan.modelblob import encode_batch
+from poet.plan.lowering.lower import model_blob
+from poet.plan.lowering.modelblob import encode_batch
 from poet.units import format_size
 
 SWAP_FILE = "poet-swap.bin"  # the stand-ins' pager file in their working directory: the emulated SD card
@@ -76,7 +76,7 @@ class Device:
         return self.hello.static_bytes
 
     def load_model(self, g: TrainingGraph, weights: list[np.ndarray], bars: bool = False) -> None:
-        """The model and its weights onto the board. Weights streamed from the SD card (poet.plan.placement)
+        """The model and its weights onto the board. Weights streamed from the SD card (poet.plan.transform.placement)
         go onto an emulated board's card image directly, as a card reader would put them on a real card
         (megabytes over the emulator's serial take minutes), and the board checks them (VERIFY); on a
         board they cross the link unless its card holds them already. bars: a bar over the bytes sent."""

@@ -74,13 +74,13 @@ from poet.device.protocol import OPT_STATE as OPT_STATE
 from poet.device.protocol import SCHEDULE as SCHEDULE
 from poet.errors import PoetError
 from poet.files import open_in_folder
-from poet.plan.schedule import MEANINGS as SCHEDULE_MEANINGS
+from poet.plan.lowering.schedule import MEANINGS as SCHEDULE_MEANINGS
 from poet.progress import bar, sent_bytes
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from poet.plan.modelblob import ModelBlob
+    from poet.plan.lowering.modelblob import ModelBlob
 
 CHUNK_MAX = 1000  # payload bytes per CHUNK / READ / trace frame on a clean line
 CHUNK_MIN = 32  # the smallest data part a lossy line is tried with

@@ -9,7 +9,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from poet.errors import PoetError
-from poet.plan.schedule import ERRORS as SCHEDULE_ERRORS
+from poet.plan.lowering.schedule import ERRORS as SCHEDULE_ERRORS
 
 MODEL = 1
 WEIGHTS = 2

@@ -19,7 +19,7 @@ board's storage model for the bytes it moved (`Board.page_cost`, datasheet), whi
 replaces the record's own ticks: emulated paging goes through semihosting and takes
 no virtual time, and the planner costs paging with the same model.
 
-A layer whose int8 weight streams from the SD card (poet.plan.placement) reads it inside its own
+A layer whose int8 weight streams from the SD card (poet.plan.transform.placement) reads it inside its own
 record: each of its forward and recompute records is charged the storage model's cost of those
 reads (the trace's node says their sizes), on top of its ticks when emulated (semihosting takes no
 virtual time), and as the card's power alone on a board (its ticks include the reads).

@@ -63,7 +63,7 @@ def header(acct: Account, trace: Trace, board: Board, measured: Measured | None 
 
 
 def sd_lines(acct: Account, trace: Trace, board: Board) -> list[str]:
-    """Layers whose int8 weights stream from the SD card (poet.plan.placement): how many reads their
+    """Layers whose int8 weights stream from the SD card (poet.plan.transform.placement): how many reads their
     records made and what the card's storage model says they cost, charged to those layers."""
     streamed = {i: n["sd_reads"] for i, n in enumerate(trace.nodes) if n.get("sd_reads")}
     if not streamed:
@@ -85,14 +85,14 @@ def sd_lines(acct: Account, trace: Trace, board: Board) -> list[str]:
             f"({pct(e, acct.total_j).strip()} of the energy, storage model), charged to those layers"]
 
 
-# a static-int8 prefix's ops (poet.plan.static_int8), the quantize and dequantize at its edges included
+# a static-int8 prefix's ops (poet.plan.transform.static_int8), the quantize and dequantize at its edges included
 STATIC_INT8_OPS = ("conv2d_q", "add_q", "quantize", "dequantize")
 
 
 def precision_lines(acct: Account, trace: Trace) -> list[str]:
-    """Which tensors the plan stored narrow (poet.precision's cast nodes, named `<tensor>/<type>` and
+    """Which tensors the plan stored narrow (poet.plan.transform.precision's cast nodes, named `<tensor>/<type>` and
     `<tensor>/<type>/fp32` for the way back), which layers ran in int8, and what the casts and int8
-    scales cost; a frozen prefix in static int8 (poet.plan.static_int8) and what it cost; nothing for
+    scales cost; a frozen prefix in static int8 (poet.plan.transform.static_int8) and what it cost; nothing for
     an fp32 plan."""
     narrow = [n for n in trace.nodes if n.get("op") == "cast" and n["name"].rsplit("/", 1)[-1] in NARROW_STORAGE]
     layers = [n for n in trace.nodes if n.get("op") in ("linear_i8", "conv2d_i8")]

@@ -31,7 +31,7 @@ from typing import Any
 from poet.errors import PoetError, UsageError
 from poet.files import MB, load_json, read_bytes, read_text, write_atomic
 from poet.graph.training_graph import TrainingGraph
-from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Schedule
+from poet.plan.lowering.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Schedule
 
 FORMAT = "poet-trace/1"
 RECORD_FIELDS = ("instr", "node", "kind", "op", "ticks", "bytes")
@@ -76,7 +76,7 @@ class Trace:
 
     @classmethod
     def for_graph(cls, g: TrainingGraph, board: str, provenance: str, tick_hz: float) -> Trace:
-        from poet.plan.memory import streamed_reads
+        from poet.plan.cost.memory import streamed_reads
 
         reads = streamed_reads(g)  # a weight streamed from the SD card: its reads, for the account
         nodes = [{"name": n.name, "module": n.module, "kind": n.kind, "op": n.op, "bytes": n.bytes,

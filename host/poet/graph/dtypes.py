@@ -2,7 +2,7 @@
 the report alike.
 
 Every tensor of a training graph is fp32 except what a cast node makes (docs/spec.md section 2): a
-saved activation kept in fp16 or bf16 (poet.plan.precision) and the int8 operands of an int8 layer.
+saved activation kept in fp16 or bf16 (poet.plan.transform.precision) and the int8 operands of an int8 layer.
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ def as_graph(model: nn.Module, g: TrainingGraph | None) -> Iterator[None]:
     norms = [model.get_submodule(path.replace("/", ".")) for path in running_stat_norms(g)]
     modes = [m.training for m in norms]
     hooks = []
-    # frozen dense weights the board stores int8 (weight-only, poet.plan.placement): the model computes
+    # frozen dense weights the board stores int8 (weight-only, poet.plan.transform.placement): the model computes
     # with the weights the board does, q x scale, for as long as it computes as the graph
     w8 = {g.params[n.attrs["w"]][0] for n in g.nodes if n.op == "linear" and n.attrs.get("w8")}
     swapped = []

@@ -1,6 +1,6 @@
 """Trace a PyTorch model's training step into poet's TrainingGraph, through the instrumentation layer.
 
-The model runs once on an example batch under `poet.instrument.Instrumented`;
+The model runs once on an example batch under `poet.graph.instrument.Instrumented`;
 every call its code makes into the torch API (`F.linear`, `x + y`,
 `torch.matmul`, `x.view(...)`) becomes at most one forward node, one kernel of
 the runtime's op set (poet.ops, with graph/handlers.py; docs/graph.md lists it with what

@@ -76,7 +76,7 @@ class TrainingGraph:
     @property
     def moved(self) -> set[str]:
         """Untrained tensors the forward pass writes: the running statistics of a batch norm in training
-        mode (alone or fused into a head, poet.plan.fuse). They stay in RAM with no gradient (the board
+        mode (alone or fused into a head, poet.plan.transform.fuse). They stay in RAM with no gradient (the board
         does not write flash during a step)."""
         return {self.params[n.attrs[k]][0] for n in self.nodes if n.op in ("batchnorm", "bn_relu_mean")
                 for k in ("rm", "rv") if n.attrs.get(k, -1) >= 0}
@@ -111,8 +111,8 @@ class TrainingGraph:
     @property
     def int8_params(self) -> set[str]:
         """Frozen weights stored int8 (one fp32 scale each): those an int8 layer reads from the parameter
-        itself (two deps, poet.plan.precision), which nothing else reads, every static-int8 conv's, and
-        the weight-only int8 ones of fp32 linear layers (`w8`, poet.plan.placement)."""
+        itself (two deps, poet.plan.transform.precision), which nothing else reads, every static-int8 conv's, and
+        the weight-only int8 ones of fp32 linear layers (`w8`, poet.plan.transform.placement)."""
         return {self.params[n.attrs["w"]][0] for n in self.nodes
                 if (n.op in ("linear_i8", "conv2d_i8") and len(n.deps) == 2) or n.op == "conv2d_q"
                 or (n.op in ("linear", "linear_bwd") and n.attrs.get("w8"))}
@@ -121,7 +121,7 @@ class TrainingGraph:
     def streamed_params(self) -> set[str]:
         """Frozen int8 weights kept on the board's aux storage (the SD card), not in flash: those of the
         static-int8 convs marked `stream`, which read them a few output channels at a time
-        (poet.plan.placement)."""
+        (poet.plan.transform.placement)."""
         return {self.params[n.attrs["w"]][0] for n in self.nodes if n.op == "conv2d_q" and n.attrs.get("stream")}
 
     @property

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph.training_graph import TrainingGraph
-from poet.plan.lower import Lowered, lower
-from poet.plan.memory import MemoryBudget, budget_for, check_ram
-from poet.plan.precision import Selection
-from poet.plan.rewrites import Rewrites
-from poet.plan.static_int8 import Int8Prefix
+from poet.plan.cost.memory import MemoryBudget, budget_for, check_ram
+from poet.plan.lowering.lower import Lowered, lower
 from poet.plan.strategies import MILP, found, plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget
+from poet.plan.transform.precision import Selection
+from poet.plan.transform.rewrites import Rewrites
+from poet.plan.transform.static_int8 import Int8Prefix
 from poet.plan.types import POET, CostedGraph, Plan, Semantics
 from poet.progress import Say
 from poet.units import format_size
@@ -28,7 +28,7 @@ class Planned:
     lowered: Lowered | None  # None: planned only (the runtime cannot run this graph yet)
     keep_all_peak: int
     deadline_s: float
-    # what the graph's rewrites (poet.plan.rewrites) made of the traced graph before it was planned
+    # what the graph's rewrites (poet.plan.transform.rewrites) made of the traced graph before it was planned
     training: TrainingGraph | None = None  # the graph the schedule runs on (its model blob); None: not rewritten
     rewrites: Rewrites = Rewrites()  # their record, as plan.json keeps it
     selection: Selection | None = None  # --precision's choice, or the layers flash needs in int8

@@ -11,10 +11,10 @@ from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph.training_graph import TrainingGraph
 from poet.paths import schedule_file, shown, write_output
-from poet.plan import rewrites
 from poet.plan.pipeline import Planned, plan_step
-from poet.plan.rewrites import costed_for
 from poet.plan.strategies import MILP
+from poet.plan.transform import rewrites
+from poet.plan.transform.rewrites import costed_for
 from poet.plan.types import CostedGraph, Plan
 from poet.progress import Say, above, ticker
 from poet.settings import PlanRequest
@@ -30,7 +30,7 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
     planned and printed, and the reason no schedule is written is said. bars: the solve's elapsed
     time against its time limit, on stderr when it is a terminal (poet.progress).
     """
-    from poet.plan.lower import check_runtime
+    from poet.plan.lowering.lower import check_runtime
 
     if request.ram is None:
         raise ValueError("a plan request needs ram")
@@ -118,8 +118,8 @@ def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int,
     Tight enough that the plan must both recompute and page on the zoo's MLP, with room
     to spare for the solver.
     """
-    from poet.plan.costs import costed
-    from poet.plan.memory import budget_for
+    from poet.plan.cost.costs import costed
+    from poet.plan.cost.memory import budget_for
     from poet.plan.strategies.checkpoint_all import keep_all
     from poet.plan.strategies.poet_milp import min_arena_budget
 

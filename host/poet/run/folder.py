@@ -32,7 +32,7 @@ from poet.files import MB, SMALL, atomic, open_in_folder, read_bytes, write_atom
 from poet.files import kind as file_kind
 from poet.graph.training_graph import TrainingGraph
 from poet.paths import runs_dir, shown
-from poet.plan.memory import pool_for
+from poet.plan.cost.memory import pool_for
 from poet.progress import Say
 from poet.settings import FIRST_KEYS, RunConfig
 

@@ -21,7 +21,7 @@ from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import Dataset
 from poet.models.metrics import anomaly_labels, roc_auc
 from poet.paths import shown
-from poet.plan.memory import pool_for
+from poet.plan.cost.memory import pool_for
 from poet.progress import Say, bar
 from poet.run.finish import complete, metrics_line, to_model
 from poet.run.folder import Run, RunState

@@ -1,7 +1,7 @@
 """A run's plan and schedule: solved once per configuration and cached (runs/plans/<key>/, by graph,
 board, profile, budget, deadline and strategy), so a second run of the same configuration skips the
 solver; or a schedule file given with --schedule. The plan.json a run keeps records what the graph's
-rewrites made of the traced graph (poet.plan.rewrites), so every later use replays them.
+rewrites made of the traced graph (poet.plan.transform.rewrites), so every later use replays them.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from poet.errors import PoetError, UsageError
 from poet.files import SMALL, load_json, read_bytes, write_atomic
 from poet.graph.training_graph import TrainingGraph
 from poet.paths import runs_dir, shown
-from poet.plan.lower import model_blob
-from poet.plan.rewrites import Rewrites
-from poet.plan.schedule import MEANINGS, NO_DETAIL, OK, peak_live_bytes, validate
-from poet.plan.static_int8 import Int8Prefix
+from poet.plan.lowering.lower import model_blob
+from poet.plan.lowering.schedule import MEANINGS, NO_DETAIL, OK, peak_live_bytes, validate
+from poet.plan.transform.rewrites import Rewrites
+from poet.plan.transform.static_int8 import Int8Prefix
 from poet.progress import Say
 from poet.run.folder import LOCK_FILE, Run, is_count, is_real, lock
 from poet.settings import PlanRequest, RunConfig
@@ -48,7 +48,7 @@ def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, request: Pla
 
 def run_graph(g: TrainingGraph, plan: dict) -> tuple[TrainingGraph, Int8Prefix | None]:
     """The graph the plan's schedule runs on, made again from g by the rewrites its plan.json records
-    (poet.plan.rewrites), and its static-int8 prefix if it has one."""
+    (poet.plan.transform.rewrites), and its static-int8 prefix if it has one."""
     return Rewrites.from_json(plan).apply(g)
 
 
@@ -95,7 +95,7 @@ def _plan_problem(info: object) -> str | None:
 
 
 def read_given_schedule(path: Path, g: TrainingGraph) -> bytes:
-    """--schedule's bytes, checked by the host's twin of the firmware's validator (plan/schedule.py)
+    """--schedule's bytes, checked by the host's twin of the firmware's validator (plan/lowering/schedule.py)
     against the model before a board is touched: a schedule the board would refuse is a bad input (exit
     2), not found after the emulator boots. Its arena against the board's pool is left to the board,
     whose pool it is."""
@@ -125,7 +125,7 @@ def plan_for_run(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
         assert given is not None
         return _given_schedule(cfg.schedule, given, run, say), given
     from poet.paths import profile_to_read
-    from poet.plan.costs import costed, load_profile
+    from poet.plan.cost.costs import costed, load_profile
     from poet.plan.request import solve_request
 
     request = cfg.plan

@@ -22,8 +22,8 @@ from poet.graph.dtypes import DT_F32, DT_I8, ELEMENT_TYPES
 from poet.graph.training_graph import TrainingGraph
 from poet.ops import CODE
 from poet.paths import shown
-from poet.plan.modelblob import KIND_FORWARD, KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob
-from poet.plan.schedule import COMPUTE, FREE, RECOMPUTE, Instr, Schedule
+from poet.plan.lowering.modelblob import KIND_FORWARD, KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob
+from poet.plan.lowering.schedule import COMPUTE, FREE, RECOMPUTE, Instr, Schedule
 from poet.progress import Say
 
 # the cast sweep: 64 .. 16384 elements, doubling (capped by what the board's pool holds)
@@ -57,7 +57,7 @@ def cast_model(n: int) -> tuple[ModelBlob, dict[str, int]]:
 
 
 def _placed(blob: ModelBlob, ops: list[tuple[int, int]]) -> Schedule:
-    from poet.plan.lower import place
+    from poet.plan.lowering.lower import place
 
     sizes = [nd.bytes for nd in blob.nodes]
     offsets, extent, _ = place(ops, sizes)
@@ -169,7 +169,7 @@ def int8_layer_model(node: Any, g: TrainingGraph) -> tuple[ModelBlob, dict[str, 
     """One linear or conv2d forward of graph g run both ways: fp32, and int8 with what it needs (the
     input's absmax and quantisation, the weight's absmax and quantisation, as a training step does
     every step since the weight changes). The parameters are frozen: nothing here trains."""
-    from poet.plan.lower import blob_attrs
+    from poet.plan.lowering.lower import blob_attrs
 
     conv = node.op == "conv2d"
     attrs = dict(node.attrs)
@@ -198,7 +198,7 @@ def int8_layer_model(node: Any, g: TrainingGraph) -> tuple[ModelBlob, dict[str, 
 
 def _key(node: Any, op: str | None = None, **attrs: Any) -> str:
     from poet.graph.training_graph import GraphNode
-    from poet.plan.costs import op_key
+    from poet.plan.cost.costs import op_key
 
     return op_key(GraphNode(node.id, node.name, node.module, node.kind, op or node.op, node.deps, node.bytes,
                             node.shape, attrs or node.attrs, node.flops))

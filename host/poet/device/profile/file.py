@@ -15,7 +15,7 @@ from poet.device.profile.provenance import compute_section, datasheet_paging
 from poet.errors import PoetError, UsageError
 from poet.files import write_atomic
 from poet.paths import shown
-from poet.plan.costs import read_profile
+from poet.plan.cost.costs import read_profile
 
 # every section a profile has, in the order the file shows them (new_profile)
 PROFILE_KEYS = ("board", "firmware", "date", "source", "tick_hz", "runtime_static_bytes", "compute", "settings",

@@ -20,7 +20,7 @@ from poet.device.profile.stopped import ProfileInterrupted, exit_status, went
 from poet.errors import PoetError
 from poet.graph.training_graph import TrainingGraph
 from poet.paths import shown
-from poet.plan.costs import op_key, uncosted, work
+from poet.plan.cost.costs import op_key, uncosted, work
 from poet.progress import Say, bar
 
 COMPUTE_KINDS = ("forward", "backward", "optimizer")
@@ -37,7 +37,7 @@ def measured_nodes(g: TrainingGraph, emulated: bool = True) -> list:
     """The nodes whose costs a profile of g records: all, but the optimizer of a graph that updates in
     backward, which only counts the step (its cost per trained element is not measured by it), and on
     a real board a conv that streams its weight from the SD card, whose ticks hold the reads too (the
-    planner adds those from the paging model: poet.plan.costs.stream_cost). Emulated, the reads take
+    planner adds those from the paging model: poet.plan.cost.costs.stream_cost). Emulated, the reads take
     no virtual time (semihosting), so its ticks are its compute alone."""
     skip = g.updates_in_backward
     return [n for n in g.nodes if not (skip and n.kind == "optimizer")
@@ -91,7 +91,7 @@ def profile_graphs(device: Any, graphs: list[tuple[TrainingGraph, list[np.ndarra
 def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: Settings, prof: dict[str, Any],
                    progress: Say, bars: bool = False) -> str:
     """Measure one graph into prof; returns the line that says it is done."""
-    from poet.plan.lower import lower
+    from poet.plan.lowering.lower import lower
     from poet.plan.strategies.checkpoint_all import keep_all
 
     board: Board = device.board
@@ -149,7 +149,7 @@ def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: 
 def _expected_s(g: TrainingGraph, board: Board, prof: dict[str, Any]) -> float | None:
     """One step of g as the profile so far estimates it (its ops measured or estimated from others): how
     long the host waits for a step before it gives the board up. None when nothing is measured yet."""
-    from poet.plan.costs import costed
+    from poet.plan.cost.costs import costed
 
     try:
         return costed(g, board, prof, estimate=True).one_pass_s

@@ -18,8 +18,8 @@ from poet.device.profile.stopped import ProfileInterrupted, exit_status, went
 from poet.device.protocol import MODEL, WEIGHTS
 from poet.ops import CODE
 from poet.paths import shown
-from poet.plan.modelblob import KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob
-from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, Instr, Schedule
+from poet.plan.lowering.modelblob import KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob
+from poet.plan.lowering.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, Instr, Schedule
 from poet.progress import Say
 
 # the paging sweep: 256 B .. 64 KiB, doubling (capped by what the board's pool holds)

@@ -35,7 +35,7 @@ PlanFn = Callable[[CostedGraph, int, float, Semantics, Options], Plan]
 
 @dataclass(frozen=True)
 class Strategy:
-    """One entry of the registry. milp: solved by poet.plan.milp, so its `infeasible` is a proof
+    """One entry of the registry. milp: solved by poet.plan.solver.milp, so its `infeasible` is a proof
     and its plan sets its own solve time; the others are heuristics, which the MILPs start from."""
 
     name: str

@@ -4,10 +4,10 @@ At a tight budget on the nRF52840 (MobileNetV1 at 25% of keep-everything) every 
 runs far past the deadline (capuchin: 7.1 s for a 3.2 s deadline), and HiGHS, asked for the least
 energy under the deadline with no plan to start from, finds none: not in 60 s, nor with a zero
 objective in 1,500 s. Two ways find one, each on its own core (strategies/poet_milp.py):
-- this process: on chains, the walk over resident sets (plan/resident_sets.py) with each cost in
+- this process: on chains, the walk over resident sets (plan/solver/resident_sets.py) with each cost in
   joules replaced by its seconds in the deadline, built as a plan as the rounds build the energy
   walk's (strategies/relaxed.py): under that deadline in 1.5 s at batch 1 and 16;
-- the second core (plan/race_worker.py): the POET MILP asked for the least time, from the
+- the second core (plan/solver/race_worker.py): the POET MILP asked for the least time, from the
   heuristics' slow plan, stopped at its first plan under the deadline: 45 s at batch 1 (a plan of
   less energy than the walk's), 66 s at batch 16.
 Either plan then starts the energy MILP.
@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from poet.plan import clock
-from poet.plan.resident_sets import walk
 from poet.plan.simulate import DEADLINE_RTOL
+from poet.plan.solver import clock
+from poet.plan.solver.resident_sets import walk
 from poet.plan.strategies.builder import checked
 from poet.plan.strategies.relaxed import walked_plan
 from poet.plan.types import CostedGraph, Plan, Semantics
@@ -60,7 +60,7 @@ def least_time_walk(graph: CostedGraph, arena_budget: int, deadline_s: float, re
             return Plan(strategy="fastest", stages=[], status="infeasible", arena_budget=arena_budget,
                         deadline_s=deadline_s, solver="bound",
                         note=f"no plan meets the deadline: the least-time walk over resident sets "
-                             f"(plan/resident_sets.py) proves every plan takes at least {rel.bound_j:.6g} s")
+                             f"(plan/solver/resident_sets.py) proves every plan takes at least {rel.bound_j:.6g} s")
         built = walked_plan(fast, arena_budget, math.inf, rel, semantics)  # the deadline is checked on the whole plan
         if not built.stages:
             say(f"the least-time walk has no plan: {built.note}")

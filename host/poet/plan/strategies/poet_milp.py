@@ -2,7 +2,7 @@
 
 solve_poet shares the time limit between the relaxations (strategies/relaxed.py, which bound the
 energy from below and may find the optimum themselves) and the MILP, racing the two in two processes
-(plan/race.py) where both run, and starts the MILP from the best heuristic's plan; run_milp builds
+(plan/solver/race.py) where both run, and starts the MILP from the best heuristic's plan; run_milp builds
 and solves one MILP; solve_switched chooses between two forms of a graph inside one MILP (precision);
 min_arena_budget finds the smallest RAM a plan within the deadline fits.
 """
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from poet.errors import PoetError
-from poet.plan import clock, milp, race
 from poet.plan.simulate import simulate
+from poet.plan.solver import clock, milp, race
 from poet.plan.strategies.base import Options
 from poet.plan.strategies.fastest import least_time_walk
 from poet.plan.strategies.poet_milp_model import (
@@ -76,7 +76,7 @@ def solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver:
         return _solve_poet(graph, arena_budget, deadline_s, solver, time_limit_s, gap, say, recompute, paging,
                            strategy, start, semantics, bound, size, milp_after)
     # a second core solves the MILP for the whole limit from the heuristic's start, or where no MILP is
-    # built runs the relaxations' rounds from their LP (plan/race.py)
+    # built runs the relaxations' rounds from their LP (plan/solver/race.py)
     what = "MILP" if milp_after else "row relaxation"
     origin = ("its LP" if not milp_after else f"{start.strategy}'s plan" if start
               else "the first plan it finds under the deadline, by least time (no heuristic's meets it)")
@@ -141,7 +141,7 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
             say(start.note)
             return replace(start, strategy=strategy, solve_time_s=time.perf_counter() - t0)
     if bound:
-        # the relaxations (plan/bound.py) first: a bound, often a plan at it; half the time if the
+        # the relaxations (plan/solver/bound.py) first: a bound, often a plan at it; half the time if the
         # MILP follows, all of it if not
         share = time_limit_s * (RELAXED_SHARE if milp_after else 1.0)
         opts = Options(time_limit_s=share, gap=gap, progress=say)

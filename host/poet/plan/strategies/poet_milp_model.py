@@ -45,7 +45,7 @@ no self-free term to get wrong; parameters, gradients and the staged
 batch are outside the arena: the caller passes arena_budget = RAM - fixed part.
 Every plan returned is replayed by simulate.py, an independent checker.
 
-Switches (solve_switched; poet.plan.precision stores saved tensors narrow and runs layers in int8
+Switches (solve_switched; poet.plan.transform.precision stores saved tensors narrow and runs layers in int8
 with them): a binary Z per switch chooses between two forms of the graph inside the same
 MILP. A switch's nodes run in their own stage only when Z = 1 (R[t,t] = Z instead of 1,
 their bytes and costs times Z) and are never present when Z = 0, the nodes it replaces

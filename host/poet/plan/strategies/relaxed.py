@@ -1,4 +1,4 @@
-"""The row relaxation's plan (plan/bound.py, relax_rows), made into stages, refined until it fits.
+"""The row relaxation's plan (plan/solver/bound.py, relax_rows), made into stages, refined until it fits.
 
 The row relaxation decides, at some of the stages where RAM is short (its rows), which tensors are
 resident, and which are made again between rows. This strategy builds that as a plan with the
@@ -17,7 +17,7 @@ where it was first made (Rows.hold) and builds again. An evicted tensor is price
 recompute chain, not its own op.
 
 Before the rounds, on chains, the row relaxation walked exactly over resident sets
-(plan/resident_sets.py): often a higher bound than the rounds' MILPs prove, and its walk built
+(plan/solver/resident_sets.py): often a higher bound than the rounds' MILPs prove, and its walk built
 as a plan holds at each row only what the walk has resident there (Rows exact), which on DS-CNN
 at 25% of keep-everything is a plan at the bound: optimal in seconds.
 
@@ -34,10 +34,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from poet.plan import clock
-from poet.plan.bound import RowRelaxation, relax, relax_rows, shortfall
-from poet.plan.milp import PROVEN_REL_TOL
-from poet.plan.resident_sets import walk
+from poet.plan.solver import clock
+from poet.plan.solver.bound import RowRelaxation, relax, relax_rows, shortfall
+from poet.plan.solver.milp import PROVEN_REL_TOL
+from poet.plan.solver.resident_sets import walk
 from poet.plan.strategies.base import Options
 from poet.plan.strategies.builder import Builder, Policy, Stuck, better, checked, recomputable
 from poet.plan.types import POET, CostedGraph, Plan, Semantics
@@ -45,7 +45,7 @@ from poet.plan.types import POET, CostedGraph, Plan, Semantics
 FIRST_ROWS = 16  # rows of the first round
 ROUNDS = 12
 HOLDS = 64  # links of recompute chains held per plan before giving up
-RESIDENT_SETS_SHARE = 0.5  # of the time limit, at most, for the walk over resident sets (plan/resident_sets.py)
+RESIDENT_SETS_SHARE = 0.5  # of the time limit, at most, for the walk over resident sets (plan/solver/resident_sets.py)
 
 
 class Rows(Policy):
@@ -201,13 +201,13 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     (poet_milp passes 0 when its MILP follows alone: on resnet18_cifar.m4 one such round makes the
     bound exact in 5-14 s, but the MILP then took 40 s to find the plan under the reference's rules,
     178 s under poet's, against 90 s and 108 s proving it from the plain rounds' start; 1 when a
-    second MILP races it from the heuristic's plan, plan/race.py).
+    second MILP races it from the heuristic's plan, plan/solver/race.py).
     on_bound: told each round's bound (a MILP racing on another core stops when its plan meets it);
     stop(): the rounds end when it says so (that MILP has a proven plan).
     lp_first: first a round of the rows' LP relaxation (milliseconds; its optimum a bound too), whose
     plan and the stages where it broke seed the first integer round: another path through the rounds, the one the second
     core takes where no MILP is built (MobileNetV2 at 25% on the nRF52840: 18 rows proven in 47 s
-    against 16 in 33 s then 22 in 55 s, and a better first plan; plan/race.py).
+    against 16 in 33 s then 22 in 55 s, and a better first plan; plan/solver/race.py).
     """
     opts = options or Options()
     say = opts.progress or (lambda _msg: None)
@@ -216,7 +216,7 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     best = Plan(strategy="relaxed", stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline_s,
                 solver="row relaxation", bound_j=None if quick.status == "infeasible" else quick.bound_j)
     if quick.status == "infeasible":
-        best.note = "no plan fits: the gap relaxation (plan/bound.py) has no solution"
+        best.note = "no plan fits: the gap relaxation (plan/solver/bound.py) has no solution"
         return best
     say(f"lower bound {quick.bound_j:.6g} J (the gap relaxation, {quick.status} in {quick.solve_time_s:.2f} s)")
     bound = quick.bound_j
@@ -258,7 +258,7 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
             break
         rel = relax_rows(graph, budget, deadline_s, semantics, recompute, paging, left, rows)
         if rel.status == "infeasible":
-            best.note, best.bound_j = "no plan fits: the row relaxation (plan/bound.py) has no solution", None
+            best.note, best.bound_j = "no plan fits: the row relaxation (plan/solver/bound.py) has no solution", None
             return best
         bound = max(bound, rel.bound_j)
         if on_bound is not None:
@@ -319,7 +319,7 @@ def _build(graph: CostedGraph, budget: int, deadline_s: float, policy: Rows, sem
 
 
 def walked_plan(graph: CostedGraph, budget: int, deadline_s: float, rel: RowRelaxation, semantics: Semantics) -> Plan:
-    """The walk over resident sets (plan/resident_sets.py) built as a plan, holding at each row only what the
+    """The walk over resident sets (plan/solver/resident_sets.py) built as a plan, holding at each row only what the
     walk has resident there; built twice, paging in at each row only what the walk pages in its window and
     recomputing the rest, and paging in whatever is paged out, and the better kept. A tensor paged out is not
     the cheapest source in every window (MobileNetV1's least-time walk, built the second way, paged one 73 KB

@@ -39,14 +39,14 @@ from poet.errors import PoetError, UsageError
 from poet.files import load_yaml, read_text
 from poet.graph.dtypes import NARROW_STORAGE, converted_bytes
 from poet.graph.training_graph import GraphNode, TrainingGraph, numel
-from poet.plan.costs import costed, op_key
+from poet.plan.cost.costs import costed, op_key
 from poet.plan.strategies import found, plan_with
 from poet.plan.strategies.poet_milp import Switch, solve_switched
 from poet.plan.types import CostedGraph, Plan
 from poet.progress import Say
 
 MODES = ("fp32", "greedy", "auto")
-DEFAULT_RULES = Path(__file__).parents[1] / "data" / "precision.yaml"
+DEFAULT_RULES = Path(__file__).parents[2] / "data" / "precision.yaml"
 
 @dataclass(frozen=True)
 class Rules:
@@ -243,8 +243,8 @@ def flash_fit(g: TrainingGraph, flash_bytes: int | None) -> frozenset[int]:
     """The frozen layers (forward node ids) to run in int8 so that the model's flash part fits
     `flash_bytes`: none when fp32 fits, else the layers with the largest storable weights first (a
     weight stored int8 takes a quarter of its fp32 bytes), as few as fit. A model that does not fit
-    even with every storable weight in int8 gets them all (poet.plan.placement streams from there)."""
-    from poet.plan.memory import pool_for
+    even with every storable weight in int8 gets them all (poet.plan.transform.placement streams from there)."""
+    from poet.plan.cost.memory import pool_for
 
     if flash_bytes is None or pool_for(g).flash.total <= flash_bytes:
         return frozenset()
@@ -259,7 +259,7 @@ def flash_fit(g: TrainingGraph, flash_bytes: int | None) -> frozenset[int]:
         if total <= flash_bytes:
             return frozenset(chosen)
     # every storable weight int8 and still too big: the largest int8 conv weights stream from the SD card
-    # instead (poet.plan.placement.place), which says so when even that cannot fit
+    # instead (poet.plan.transform.placement.place), which says so when even that cannot fit
     return frozenset(chosen)
 
 

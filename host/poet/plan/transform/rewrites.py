@@ -3,11 +3,11 @@
 Four rewrites change the traced graph before it is planned, each decided from the graph, the board
 and the request alone:
 
-- the frozen prefix in static int8 (poet.plan.static_int8), when the fp32 graph's fixed part, its
+- the frozen prefix in static int8 (poet.plan.transform.static_int8), when the fp32 graph's fixed part, its
   flash part or one op cannot fit the board, or (after the fact) when no fp32 plan fits --ram;
-- the precision selection (poet.plan.precision): --precision greedy|auto, or the frozen layers that
+- the precision selection (poet.plan.transform.precision): --precision greedy|auto, or the frozen layers that
   must run int8 for the model to fit flash;
-- the placement (poet.plan.placement): the largest static-int8 conv weights streamed from the SD card
+- the placement (poet.plan.transform.placement): the largest static-int8 conv weights streamed from the SD card
   and the largest frozen dense weights stored int8 (`w8`) when flash still cannot hold them.
 
 `decide` makes them and returns a `Rewritten` (the graph to plan, its costs, what each rewrite made);
@@ -25,11 +25,11 @@ from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph.quantise import i8_bytes
 from poet.graph.training_graph import TrainingGraph, conv_window, numel
-from poet.plan.costs import costed, load_profile, with_stream_costs
-from poet.plan.memory import budget_for, pool_for
-from poet.plan.placement import place, stream_lines, streamed, w8_lines, weight_only_int8
-from poet.plan.precision import Selection, flash_fit, graph_for, load_rules, select
-from poet.plan.static_int8 import Int8Prefix, rewrite
+from poet.plan.cost.costs import costed, load_profile, with_stream_costs
+from poet.plan.cost.memory import budget_for, pool_for
+from poet.plan.transform.placement import place, stream_lines, streamed, w8_lines, weight_only_int8
+from poet.plan.transform.precision import Selection, flash_fit, graph_for, load_rules, select
+from poet.plan.transform.static_int8 import Int8Prefix, rewrite
 from poet.plan.types import CostedGraph
 from poet.progress import Say
 from poet.settings import PlanRequest
@@ -169,7 +169,7 @@ def for_profile(g: TrainingGraph, board: Board, runtime_static: int) -> tuple[Tr
 
 
 def int8_prefix_for(g: TrainingGraph, board: Board, ram: int, runtime_static: int) -> Int8Prefix | None:
-    """The frozen prefix in static int8 (poet.plan.static_int8) when the fp32 graph cannot fit: its fixed
+    """The frozen prefix in static int8 (poet.plan.transform.static_int8) when the fp32 graph cannot fit: its fixed
     part or flash part is too big for the board, or one op alone needs more than the arena. None when
     fp32 may fit (the plan as before) or no layer of g has an int8 form."""
     pool = pool_for(g)
@@ -183,7 +183,7 @@ def int8_prefix_for(g: TrainingGraph, board: Board, ram: int, runtime_static: in
 
 def select_for(request: PlanRequest, g: TrainingGraph, board: Board, runtime_static: int, deadline_s: float,
                say: Say) -> Selection:
-    """A plan request's `precision` and `precision_rules` for g (poet.plan.precision.select)."""
+    """A plan request's `precision` and `precision_rules` for g (poet.plan.transform.precision.select)."""
     assert request.ram is not None
     prof = load_profile(board.name, request.profile)
     arena = budget_for(g, request.ram, runtime_static).arena
@@ -196,7 +196,7 @@ def select_for(request: PlanRequest, g: TrainingGraph, board: Board, runtime_sta
     say(f"\n[precision] {request.precision} for {g.model}: which saved activations to store in 16 bits")
     if not prof.get("casts"):
         say(f"  note: the {board.name} profile has no casts section: cast costs are estimated like any op it "
-            f"lacks (poet.plan.costs.estimate_op), not measured; `poet profile --board {board.name} --casts` "
+            f"lacks (poet.plan.cost.costs.estimate_op), not measured; `poet profile --board {board.name} --casts` "
             "measures them")
     return select(request.precision, g, board, prof, arena, deadline_s, load_rules(request.precision_rules),
                   strategy=request.strategy, solver=request.solver, time_limit_s=request.time_limit_s,

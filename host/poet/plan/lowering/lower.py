@@ -15,9 +15,9 @@ from poet.errors import PoetError
 from poet.graph import dropout
 from poet.graph.training_graph import TrainingGraph, conv_window
 from poet.ops import OPS
-from poet.plan import modelblob as mb
-from poet.plan.modelblob import BlobNode, ModelBlob
-from poet.plan.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
+from poet.plan.lowering import modelblob as mb
+from poet.plan.lowering.modelblob import BlobNode, ModelBlob
+from poet.plan.lowering.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
 from poet.plan.types import Plan
 
 

@@ -379,9 +379,9 @@ def page_cost(board: Board, profile: dict[str, Any], nbytes: int, direction: str
 
 
 def stream_cost(board: Board, profile: dict[str, Any], g: TrainingGraph) -> dict[int, tuple[float, float]]:
-    """(seconds, joules) of the aux-storage reads of each node that streams its weight (poet.plan.placement),
+    """(seconds, joules) of the aux-storage reads of each node that streams its weight (poet.plan.transform.placement),
     by node id: the paging model's cost of each read, as the firmware makes them (memory.stream_reads)."""
-    from poet.plan.memory import streamed_reads
+    from poet.plan.cost.memory import streamed_reads
 
     out = {}
     for node, reads in streamed_reads(g).items():

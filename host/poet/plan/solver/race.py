@@ -1,7 +1,7 @@
 """A second POET MILP on another core, racing the planner's own (strategies/poet_milp.py); where no
 MILP is built, the relaxations' rounds by another path (strategies/relaxed.py, lp_first).
 
-POET spends the first half of its time limit on the relaxations (plan/bound.py) and gives the MILP
+POET spends the first half of its time limit on the relaxations (plan/solver/bound.py) and gives the MILP
 the rest. On a machine with a second core that core would idle; instead it solves the MILP for the
 whole limit, from the best heuristic's plan (or, where none meets the deadline, from the first plan
 the least-time MILP finds that does: race_worker.fastest) and with another HiGHS seed, while this
@@ -11,7 +11,7 @@ nRF52840's costs: 2.34 J or 2.70 J in 60 s from two seeds), so two paths find be
 one, and each one's proven bound bounds both: the planner keeps the better plan and the higher
 bound.
 
-The race runs in a subprocess (`python -m poet.plan.race_worker IN OUT`: the problem pickled in, the
+The race runs in a subprocess (`python -m poet.plan.solver.race_worker IN OUT`: the problem pickled in, the
 plan pickled out) rather than through multiprocessing: a fork would inherit HiGHS's thread pool
 half-alive, and a spawn would import the caller's __main__ (torch, for the CLI).
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from poet.device.children import spawn
-from poet.plan import clock
-from poet.plan.milp import proven
+from poet.plan.solver import clock
+from poet.plan.solver.milp import proven
 from poet.plan.types import CostedGraph, Plan, Semantics
 
 # Below this size (milp_size units) the MILP solves in seconds: a second process would only
@@ -96,7 +96,7 @@ class Race:
         self._in.write_bytes(pickle.dumps(problem))
         self._done: Result | None = None
         self._err = Path(self._dir.name) / "stderr"  # a file, not a pipe nobody reads until the end
-        argv = [sys.executable, "-m", "poet.plan.race_worker", str(self._in), str(self._out)]
+        argv = [sys.executable, "-m", "poet.plan.solver.race_worker", str(self._in), str(self._out)]
         try:
             with self._err.open("wb") as err:
                 # die_with_poet ties the child to the forking thread: a Race is started and stopped in one

@@ -35,8 +35,8 @@ import bisect
 import math
 import time
 
-from poet.plan import clock
-from poet.plan.bound import RowRelaxation, binding_rows, gaps_of, stage_floor
+from poet.plan.solver import clock
+from poet.plan.solver.bound import RowRelaxation, binding_rows, gaps_of, stage_floor
 from poet.plan.types import PURE_KINDS, CostedGraph
 
 MAX_STATES = 600  # resident sets at a row: the walk costs their square per row

@@ -15,9 +15,9 @@ import numpy as np
 from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
 from poet.graph.quantise import decode_i8, encode_i8, i8_bytes, quantise
 from poet.ops import CODE, MAX_DEPS, N_ATTRS, NO_DEP
-from poet.plan.memory import AUX_ALIGN, Pool, stream_row
-from poet.plan.memory import MODEL_HEADER_BYTES as HEADER_BYTES
-from poet.plan.memory import MODEL_NODE_BYTES as NODE_BYTES
+from poet.plan.cost.memory import AUX_ALIGN, Pool, stream_row
+from poet.plan.cost.memory import MODEL_HEADER_BYTES as HEADER_BYTES
+from poet.plan.cost.memory import MODEL_NODE_BYTES as NODE_BYTES
 
 MAGIC = b"PMDL"
 VERSION = 1
@@ -198,9 +198,10 @@ class ModelBlob:
 
     @property
     def pool(self) -> Pool:
-        """The board's pool for this model (poet.plan.memory): tables, weights, gradients, optimizer state, batch."""
+        """The board's pool for this model (poet.plan.cost.memory): tables, weights, gradients, optimizer
+        state, batch."""
         ps = range(len(self.param_elems))
-        # the stream buffer as the firmware sizes it (firmware/core/model.c): conv2d_q's a1 C, a5 kernel,
+        # the stream buffer as the firmware sizes it (firmware/core/ops/quant.c): conv2d_q's a1 C, a5 kernel,
         # a6 geometry, a7 weight
         stream = max((stream_row(n.attrs[1], (n.attrs[6] >> 16) + 1, n.attrs[5] & 0xFF, n.attrs[5] >> 8 & 0xFF)
                       for n in self.nodes

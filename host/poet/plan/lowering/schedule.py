@@ -12,7 +12,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
-from poet.plan.modelblob import KIND_FORWARD, KIND_LOSS, ModelBlob
+from poet.plan.lowering.modelblob import KIND_FORWARD, KIND_LOSS, ModelBlob
 
 MAGIC = b"PSCH"
 VERSION = 1

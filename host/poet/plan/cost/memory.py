@@ -13,7 +13,7 @@ byte for byte. The model blob (node table) and the frozen parameters are not in
 RAM: they live in the board's flash (the firmware's nv region), read in place, or, when
 flash cannot hold them, the largest static-int8 convolution weights live on the aux storage
 (the SD card) past the swap area and stream through a small pool region, the stream buffer,
-a few output channels per read (poet.plan.placement). The planner, the CLI and the model
+a few output channels per read (poet.plan.transform.placement). The planner, the CLI and the model
 blob take every one of these sizes from here.
 """
 
@@ -154,7 +154,7 @@ def stream_reads(out_channels: int, row: int, stream: int) -> list[int]:
 
 
 def streamed_reads(g: TrainingGraph) -> dict[int, list[int]]:
-    """Each node that streams its weight from aux storage (poet.plan.placement), by id: its reads' bytes."""
+    """Each node that streams its weight from aux storage (poet.plan.transform.placement), by id: its reads' bytes."""
     stream = pool_for(g).stream
     return {n.id: stream_reads(n.attrs["O"], conv_stream_row(n.attrs), stream)
             for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("stream")}
@@ -239,7 +239,7 @@ def check_flash(pool: Pool, flash_bytes: int, board: str) -> None:
     if f.total > flash_bytes:
         raise UsageError(f"the model blob ({format_size(f.model_blob)}) and frozen weights ({format_size(f.frozen)}) "
                          f"need {format_size(f.total)} of flash; {board}'s firmware leaves {format_size(flash_bytes)} "
-                         "for them: stream the largest frozen weights from the SD card (poet.plan.placement) "
+                         "for them: stream the largest frozen weights from the SD card (poet.plan.transform.placement) "
                          "or choose a smaller model")
 
 

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from poet.plan import clock
-from poet.plan.milp import run_highs, settle
+from poet.plan.solver import clock
+from poet.plan.solver.milp import run_highs, settle
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, Semantics
 
 

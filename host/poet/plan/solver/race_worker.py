@@ -1,4 +1,4 @@
-"""The second core's side of plan/race.py: `python -m poet.plan.race_worker IN OUT` solves the pickled
+"""The second core's side of plan/solver/race.py: `python -m poet.plan.solver.race_worker IN OUT` solves the pickled
 race.Problem in IN and pickles a race.Result to OUT. Apart from race.py, which poet_milp imports."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from poet.plan import clock
-from poet.plan.milp import proven
-from poet.plan.race import Problem, Result
+from poet.plan.solver import clock
+from poet.plan.solver.milp import proven
+from poet.plan.solver.race import Problem, Result
 from poet.plan.strategies import best_heuristic
 from poet.plan.strategies.base import Options
 from poet.plan.strategies.fastest import on_graph, timed

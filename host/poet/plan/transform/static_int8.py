@@ -25,7 +25,7 @@ from poet.graph.dtypes import F32
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, dequantise, quantise
 from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, conv_window, numel
 from poet.graph.training_graph import readers as reader_map
-from poet.plan.fuse import fuse_heads
+from poet.plan.transform.fuse import fuse_heads
 
 if TYPE_CHECKING:
     from poet.graph.reference import Fed
@@ -114,7 +114,7 @@ class Int8Prefix:
                 made[t.graph.nodes[node].name] = (c.name, k)
         calls: dict[int, Call] = {}  # prefix output (node here) -> the model's call
         for nid, old in self.boundary.items():
-            name = src.nodes[old].name  # by name: the source may be fused (poet.plan.fuse), the trace is not
+            name = src.nodes[old].name  # by name: the source may be fused (poet.plan.transform.fuse), the trace is not
             if name not in made:
                 raise ValueError(f"{name}: the model's trace does not make it; is this the model the graph was "
                                  "traced from?")
@@ -188,7 +188,7 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
     layer's output is int8 when some int8 layer reads it, with a dequantize for its other readers (the
     trained part, or a layer that has no int8 form), else fp32 straight from the epilogue. Nothing
     inside a fused layer may be saved for the backward pass (so only a frozen prefix qualifies)."""
-    g = fuse_heads(g)  # the trained head's maps too would outgrow the board (poet.plan.fuse)
+    g = fuse_heads(g)  # the trained head's maps too would outgrow the board (poet.plan.transform.fuse)
     found = _chains(g)
     if found is None:
         return None

@@ -1,13 +1,13 @@
 """Where each frozen weight lives: the board's flash, read in place, or its aux storage (the SD card),
 streamed; and which frozen dense weights flash keeps int8.
 
-Flash holds the model blob and the frozen weights while they fit (poet.plan.memory). When they
+Flash holds the model blob and the frozen weights while they fit (poet.plan.cost.memory). When they
 do not, even stored int8, the largest static-int8 convolution weights move to the aux storage,
 past the swap area, one at a time until flash holds the rest: the fewest layers pay the SD
 reads. Such a conv reads its weight a few output channels at a time into the pool's stream
 buffer (one output channel's weights of the widest streamed conv) and computes those channels
 before the next read (firmware/core/ops/quant.c), so the RAM cost is that buffer and the time
-cost the reads, which the planner charges to the node (poet.plan.costs) and the report to its
+cost the reads, which the planner charges to the node (poet.plan.cost.costs) and the report to its
 layer (poet.energy.accounting).
 
 A model with no such convs (an autoencoder: dense layers only) whose frozen fp32 weights still
@@ -29,7 +29,7 @@ from poet.boards import Board
 from poet.errors import UsageError
 from poet.graph.quantise import i8_bytes
 from poet.graph.training_graph import TrainingGraph, numel
-from poet.plan.memory import aux_area_bytes, pool_for
+from poet.plan.cost.memory import aux_area_bytes, pool_for
 from poet.units import format_size
 
 
@@ -121,7 +121,7 @@ def w8_lines(g: TrainingGraph) -> list[str]:
 
 def stream_lines(g: TrainingGraph) -> list[str]:
     """What `poet solve` says of the weights on the SD card: which layers, how big, how they are read."""
-    from poet.plan.memory import conv_stream_row, stream_reads
+    from poet.plan.cost.memory import conv_stream_row, stream_reads
 
     pool = pool_for(g)
     nodes = [n for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("stream")]

@@ -53,7 +53,7 @@ from typing import Any
 import pulp
 
 from poet.errors import signal_of
-from poet.plan import clock
+from poet.plan.solver import clock
 from poet.progress import Say
 
 # The solution's objective may exceed the bound by this much (relative) and still be optimal:
@@ -209,7 +209,7 @@ def solve(prob: pulp.LpProblem, solver: str, time_limit_s: float, gap: float = 0
     own bound; CBC runs on. The caller proves the plan by the outside bound either way.
     seed: HiGHS's random seed (two solves of one MILP racing on two cores take different paths).
     stop: HiGHS asks it as it searches, with its incumbent's objective (inf: none yet), and stops
-    with that incumbent when it says so (plan/race.py)."""
+    with that incumbent when it says so (plan/solver/race.py)."""
     say = say or (lambda _msg: None)
     if solver not in ("highs", "cbc"):
         raise ValueError(f"unknown solver {solver!r} (highs or cbc)")
