@@ -11,7 +11,7 @@ import pytest
 from conftest import data_batches, needs_qemu, run_steps
 from poet.boards import load_board
 from poet.device.connect import open_device
-from poet.device.link import DeviceError
+from poet.device.protocol import DeviceError
 from poet.graph.agreement import reference
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace

@@ -405,7 +405,7 @@ def pty_board():
     import threading
 
     from poet.device.framing import FrameReader, encode_frame
-    from poet.device.link import HELLO, HELLO_REPLY
+    from poet.device.protocol import HELLO, HELLO_REPLY
 
     master, slave = os.openpty()
     stop = threading.Event()

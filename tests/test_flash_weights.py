@@ -12,7 +12,7 @@ import torch
 from conftest import data_batches, needs_qemu, run_steps
 from poet.boards import load_board
 from poet.device.connect import open_device
-from poet.device.link import FROZEN, WEIGHTS, DeviceError
+from poet.device.protocol import FROZEN, WEIGHTS, DeviceError
 from poet.graph.agreement import reference
 from poet.graph.quantise import absmax_scale, dequantise, quantise
 from poet.graph.reference import running_stat_norms, weights_of

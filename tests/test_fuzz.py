@@ -17,7 +17,7 @@ import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
 from poet.device import firmware
-from poet.device.link import MODEL, DeviceError
+from poet.device.protocol import MODEL, DeviceError
 from poet.ops import CODE
 from poet.plan.lowering.modelblob import KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob, f32_bits
 

@@ -22,7 +22,8 @@ from fwhelpers import (
     predicted_peaks,
 )
 from poet.device import emulator, firmware
-from poet.device.link import BATCH, MODEL, PROTO, SCHEDULE, WEIGHTS, Link, StepResult
+from poet.device.link import Link
+from poet.device.protocol import BATCH, MODEL, PROTO, SCHEDULE, WEIGHTS, StepResult
 from poet.plan.lowering.modelblob import decode_weights, encode_batch, encode_weights
 from poet.plan.lowering.schedule import Schedule
 

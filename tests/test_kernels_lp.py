@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from fwhelpers import keep_all, native_link
 from poet.device import firmware
-from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError
+from poet.device.protocol import BATCH, MODEL, SCHEDULE, WEIGHTS, DeviceError
 from poet.graph.dtypes import DT_BF16, DT_F16, DT_F32, DT_I8
 from poet.graph.quantise import absmax_scale, quantise
 from poet.ops import CODE

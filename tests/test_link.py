@@ -12,7 +12,8 @@ import pytest
 from fwhelpers import init_params, keep_all, make_batches, mlp, native_link
 from poet.device import emulator
 from poet.device.framing import encode_frame
-from poet.device.link import BATCH, MODEL, NAK, PROTO, SCHEDULE, WEIGHTS, DeviceError, Link, LinkTimeout
+from poet.device.link import Link, LinkTimeout
+from poet.device.protocol import BATCH, MODEL, NAK, PROTO, SCHEDULE, WEIGHTS, DeviceError
 from poet.plan.lowering.modelblob import encode_batch, encode_weights
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
@@ -161,7 +162,7 @@ def test_qemu_uart_survives_a_full_receive_ring(tmp_path: Path) -> None:
     """
     import serial
     from poet.device import firmware
-    from poet.device.link import HELLO, HELLO_REPLY, STEP, TRACE
+    from poet.device.protocol import HELLO, HELLO_REPLY, STEP, TRACE
     from poet.graph.reference import weights_of
     from poet.graph.tracer import trace
     from poet.models.zoo import get_model

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
-from poet.device.link import BATCH, MODEL, SCHEDULE, WEIGHTS, StepResult
+from poet.device.protocol import BATCH, MODEL, SCHEDULE, WEIGHTS, StepResult
 from poet.energy.meters import align as al
 from poet.energy.meters import ppk2
 from poet.energy.meters.base import MeterError

@@ -21,16 +21,8 @@ from poet.boards import load_board
 from poet.cli import main
 from poet.device.connect import open_device
 from poet.device.framing import FrameReader, encode_frame
-from poet.device.link import (
-    HELLO,
-    HELLO_REPLY,
-    PROTO,
-    Link,
-    LinkError,
-    NotPoet,
-    ProtocolMismatch,
-    protocol_1_hello_reply,
-)
+from poet.device.link import Link, LinkError, NotPoet, ProtocolMismatch
+from poet.device.protocol import HELLO, HELLO_REPLY, PROTO, protocol_1_hello_reply
 
 P1_HELLO = bytes([0xA5, 0x01, 0, 0]) + struct.pack("<I", zlib.crc32(bytes([0x01, 0, 0])))
 

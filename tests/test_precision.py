@@ -19,7 +19,7 @@ from conftest import NO_LIMIT, REPO, needs_tools
 from conftest import digits_batches as batches
 from fwhelpers import native_link
 from poet.boards import load_board
-from poet.device.link import BATCH, SCHEDULE
+from poet.device.protocol import BATCH, SCHEDULE
 from poet.errors import UsageError
 from poet.graph.reference import accuracy, load_weights, weights_of
 from poet.graph.tracer import trace

@@ -21,8 +21,8 @@ from conftest import REPO, needs_tools
 from poet import progress
 from poet.boards import load_board
 from poet.cli import main
-from poet.device.link import StepResult, TraceRecord
 from poet.device.profile import measured_nodes, profile_graphs
+from poet.device.protocol import StepResult, TraceRecord
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model

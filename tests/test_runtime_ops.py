@@ -25,7 +25,8 @@ import torch
 from conftest import without_limits
 from fwhelpers import native_link
 from poet.boards import load_board
-from poet.device.link import BATCH, SCHEDULE, Link
+from poet.device.link import Link
+from poet.device.protocol import BATCH, SCHEDULE
 from poet.graph.agreement import reference
 from poet.graph.reference import train_steps, weights_of
 from poet.graph.tracer import trace
@@ -520,7 +521,7 @@ def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> Non
     attribute out of range is MODEL with the node's index (docs/spec.md 2)."""
     from dataclasses import replace as dc_replace
 
-    from poet.device.link import MODEL, DeviceError
+    from poet.device.protocol import MODEL, DeviceError
     from poet.plan.lowering import modelblob as mb
     from poet.plan.transform.placement import w8_candidates, weight_only_int8
     from poet.plan.transform.static_int8 import rewrite

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
-from poet.device.link import BATCH, MODEL, OPT_STATE, SCHEDULE, DeviceError, Link, status_name
+from poet.device.link import Link
+from poet.device.protocol import BATCH, MODEL, OPT_STATE, SCHEDULE, DeviceError, status_name
 from poet.graph.agreement import reference
 from poet.graph.reference import weights_of
 from poet.graph.tracer import trace

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fwhelpers import cnn, frugal, keep_all, mlp, native_link
 from poet.device import firmware
-from poet.device.link import MODEL, SCHEDULE, DeviceError
+from poet.device.protocol import MODEL, SCHEDULE, DeviceError
 from poet.plan.lowering.modelblob import ModelBlob
 from poet.plan.lowering.schedule import (
     COMPUTE,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import needs_tools
 from fwhelpers import native_link
-from poet.device.link import MODEL, SCHEDULE, DeviceError
+from poet.device.protocol import MODEL, SCHEDULE, DeviceError
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
 from poet.plan.cost.costs import uncosted

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from fwhelpers import native_link
-from poet.device.link import MODEL, DeviceError
+from poet.device.protocol import MODEL, DeviceError
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, quantise
 from poet.ops import CODE
 from poet.plan.lowering.modelblob import (

@@ -178,7 +178,7 @@ def test_a_streamed_conv_costs_its_streaming_compute_where_the_profile_measured_
 @needs_tools("cc", "make")
 def test_the_account_charges_the_reads_to_the_layer_that_made_them(tmp_path: Path) -> None:
     from fwhelpers import keep_all, native_link
-    from poet.device.link import BATCH, SCHEDULE
+    from poet.device.protocol import BATCH, SCHEDULE
     from poet.energy.accounting import account
     from poet.energy.report import sd_lines
     from poet.energy.tracefile import Trace
@@ -230,7 +230,7 @@ def test_a_card_that_holds_the_weights_is_checked_not_written_again(tmp_path: Pa
     again; a card holding anything else gets them over the link; a card image written directly (as a
     card reader would, `Device.load_model` on an emulated board) counts the same."""
     from fwhelpers import native_link
-    from poet.device.link import AUX
+    from poet.device.protocol import AUX
     from poet.graph.reference import state_tensors, weights_of
 
     m, _, prefix = _prefix()
@@ -264,7 +264,7 @@ def test_a_card_that_fails_mid_step_fails_the_step_not_the_board(tmp_path: Path)
     """A streamed read that fails (the card's weights gone) ends the step with PAGER; the board keeps
     serving, and with the weights back the same step runs."""
     from fwhelpers import keep_all, native_link
-    from poet.device.link import BATCH, SCHEDULE, DeviceError
+    from poet.device.protocol import BATCH, SCHEDULE, DeviceError
     from poet.graph.reference import state_tensors, weights_of
     from poet.plan.lowering.modelblob import encode_batch
 

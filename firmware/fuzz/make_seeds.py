@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import fwhelpers  # noqa: E402
 from poet.boards import load_board  # noqa: E402
-from poet.device.link import AUX, BATCH, FROZEN, MODEL, SCHEDULE, VERIFY, WEIGHTS  # noqa: E402
+from poet.device.protocol import AUX, BATCH, FROZEN, MODEL, SCHEDULE, VERIFY, WEIGHTS  # noqa: E402
 from poet.graph.tracer import trace  # noqa: E402
 from poet.graph.training_graph import TrainingGraph, with_optimizer  # noqa: E402
 from poet.models.zoo import get_model  # noqa: E402

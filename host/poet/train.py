@@ -30,7 +30,8 @@ import torch
 from poet.boards import Board, load_board
 from poet.device import firmware, flash
 from poet.device.connect import open_device
-from poet.device.link import OPT_STATE, PROTO, LinkError, ProtocolMismatch
+from poet.device.link import LinkError, ProtocolMismatch
+from poet.device.protocol import OPT_STATE, PROTO
 from poet.energy.battery import battery_energy_j, check_battery, refusal
 from poet.energy.carbon import intensity
 from poet.energy.meters.replay import open_meter

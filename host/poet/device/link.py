@@ -66,12 +66,6 @@ from poet.device.protocol import (
     status_name,
     unwrapped,
 )
-
-# blob numbers the host end itself never names, re-exported: train.py and firmware/fuzz/make_seeds.py take
-# every blob number from here
-from poet.device.protocol import BATCH as BATCH
-from poet.device.protocol import OPT_STATE as OPT_STATE
-from poet.device.protocol import SCHEDULE as SCHEDULE
 from poet.errors import PoetError
 from poet.files import open_in_folder
 from poet.plan.lowering.schedule import MEANINGS as SCHEDULE_MEANINGS

@@ -11,7 +11,7 @@ import torch
 
 from poet.boards import Board
 from poet.device.connect import Device
-from poet.device.link import OPT_STATE
+from poet.device.protocol import OPT_STATE
 from poet.energy.accounting import charges
 from poet.energy.predict import Epoch, Prediction, RunPredictor
 from poet.energy.tracefile import Trace
