@@ -291,9 +291,9 @@ def test_fp32_is_the_plan_of_before_bit_for_bit(tmp_path: Path) -> None:
     prof_path, g, cg, fixed, tight, deadline = _cnn_solve_setup(tmp_path)
     said: list[str] = []
     before = solve_request(_request(prof_path, None, fixed + tight), g, cg, BOARD, 28672, deadline, said.append,
-                             out=tmp_path / "a.poet")
+                             out=tmp_path / "a.poet", prof=_profile())
     now = solve_request(_request(prof_path, "fp32", fixed + tight), g, cg, BOARD, 28672, deadline, said.append,
-                          out=tmp_path / "b.poet")
+                          out=tmp_path / "b.poet", prof=_profile())
     assert (tmp_path / "a.poet").read_bytes() == (tmp_path / "b.poet").read_bytes()
     assert before.plan.stages == now.plan.stages and before.plan.energy_j == now.plan.energy_j
     assert not any("precision" in line for line in said)
@@ -303,7 +303,7 @@ def test_solve_says_which_tensors_changed(tmp_path: Path) -> None:
     prof_path, g, cg, fixed, tight, deadline = _cnn_solve_setup(tmp_path)
     said: list[str] = []
     p = solve_request(_request(prof_path, "greedy", fixed + tight), g, cg, BOARD, 28672, deadline, said.append,
-                        out=tmp_path / "g.poet")
+                        out=tmp_path / "g.poet", prof=_profile())
     text = "\n".join(said)
     assert "precision greedy:" in text and "saved tensors stored narrow" in text
     for i in allowed(g, load_rules()):

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -145,9 +146,10 @@ def train(cfg: RunConfig, say: Say = print, port: str | None = None, resume: Pat
         return _train(cfg, say, port, resume, held, bars)
 
 
-def _check_request(cfg: RunConfig, say: Say) -> None:
+def _check_request(cfg: RunConfig, say: Say) -> dict[str, Any] | None:
     """What a run can be refused for without a board: checked before one is touched or the workspace
-    written, so a refusal leaves nothing behind (no emulator booted, no run folder)."""
+    written, so a refusal leaves nothing behind (no emulator booted, no run folder). Returns the
+    profile the run plans with, read here once (None: --schedule plans nothing)."""
     if (cfg.battery_mah is None) != (cfg.volts is None):
         raise UsageError("--battery-mah and --volts go together (the battery's capacity and its nominal voltage)")
     if cfg.battery_mah is not None and cfg.volts is not None:
@@ -158,21 +160,23 @@ def _check_request(cfg: RunConfig, say: Say) -> None:
     parse_deadline(cfg.plan.deadline, 1.0)  # its form; against the model's pass once the plan is costed
     if cfg.plan.ram is None:
         raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
-    if not cfg.schedule:
-        from poet.paths import profile_to_read
-        from poet.plan.cost.costs import load_profile
-        prof_path = cfg.plan.profile or profile_to_read(cfg.board)
-        if prof_path.exists() or prof_path.is_symlink():  # a missing one: load_profile says what to do
-            read_bytes(prof_path, "profile")  # a regular file of a profile's size: never /dev/zero read to the end
-        load_profile(cfg.board, cfg.plan.profile, note=lambda m: say(f"note: {m}"))
-        if cfg.plan.precision != "fp32":
-            from poet.plan.transform.precision import load_rules
-            load_rules(cfg.plan.precision_rules)
+    if cfg.schedule:
+        return None
+    from poet.paths import profile_to_read
+    from poet.plan.cost.costs import load_profile
+    prof_path = cfg.plan.profile or profile_to_read(cfg.board)
+    if prof_path.exists() or prof_path.is_symlink():  # a missing one: load_profile says what to do
+        read_bytes(prof_path, "profile")  # a regular file of a profile's size: never /dev/zero read to the end
+    prof = load_profile(cfg.board, cfg.plan.profile, note=lambda m: say(f"note: {m}"))
+    if cfg.plan.precision != "fp32":
+        from poet.plan.transform.precision import load_rules
+        load_rules(cfg.plan.precision_rules)
+    return prof
 
 
 def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held: contextlib.ExitStack,
            bars: bool = False) -> Path:
-    _check_request(cfg, say)
+    prof = _check_request(cfg, say)
     ckpt = None
     if resume:
         run = Run(resume)
@@ -220,7 +224,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
         if port:
             _ensure_firmware(board, port, run.dir, say)
         with open_device(board, port, workdir=run.dir, ram=cfg.plan.ram) as dev:
-            plan, sched = plan_for_run(cfg, g, board, dev, run, say, bars, given)
+            plan, sched = plan_for_run(cfg, g, board, dev, run, say, bars, given, prof)
             g, prefix = run_graph(g, plan)
             w0, fed = _initial_weights(model, prefix, data, say)
             pred = _check_energy(cfg, plan, total_steps, cfg.epochs, say)

@@ -212,7 +212,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from poet.graph.file import read_graph
     from poet.graph.training_graph import TrainingGraph
     from poet.plan.request import solve_request
-    from poet.plan.transform.rewrites import costed_for
+    from poet.plan.transform.rewrites import costed_for, profile_for
 
     not_an_input("-o", args.output, [("--graph", args.graph), ("--profile", args.profile),
                                      ("--precision-rules", args.precision_rules)])
@@ -234,9 +234,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.semantics != "poet":
         raise UsageError("--semantics reference applies to costed graph files (the POET reference's instances)")
     check_ram(ram, board.ram_bytes, board.name)
-    cg, prof = costed_for(g, board, request, say)
+    prof = profile_for(board, request, say)
+    cg = costed_for(g, board, prof, say)
     solve_request(request, g, cg, board, int(prof["runtime_static_bytes"]), _deadline(args.deadline, cg), say,
-                  out=_path(args.output), need_schedule=bool(args.output), bars=True)
+                  out=_path(args.output), need_schedule=bool(args.output), bars=True, prof=prof)
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from poet.boards import Board
 from poet.errors import PoetError
@@ -14,7 +15,6 @@ from poet.paths import schedule_file, shown, write_output
 from poet.plan.pipeline import Planned, plan_step
 from poet.plan.strategies import MILP
 from poet.plan.transform import rewrites
-from poet.plan.transform.rewrites import costed_for
 from poet.plan.types import CostedGraph, Plan
 from poet.progress import Say, above, ticker
 from poet.settings import PlanRequest
@@ -23,9 +23,10 @@ from poet.units import format_size, parse_deadline
 
 def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board, runtime_static: int,
                   deadline_s: float, say: Say, out: Path | None = None, need_schedule: bool = True,
-                  bars: bool = False) -> Planned:
+                  bars: bool = False, *, prof: dict[str, Any]) -> Planned:
     """Plan, print the plan, write the schedule (default workspace/schedules/<model>.<board>.poet).
 
+    prof: the profile cg was costed with (rewrites.profile_for), which costs the rewritten graphs too.
     need_schedule=False (plain `poet solve`): a graph the C runtime cannot run yet is
     planned and printed, and the reason no schedule is written is said. bars: the solve's elapsed
     time against its time limit, on stderr when it is a terminal (poet.progress).
@@ -44,7 +45,7 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         except PoetError as exc:
             runnable = False
             why = str(exc)
-    done = rewrites.decide(request, g, cg, board, runtime_static, deadline_s, say)
+    done = rewrites.decide(request, g, cg, board, prof, runtime_static, deadline_s, say)
 
     def plan(g: TrainingGraph, cg: CostedGraph) -> Planned:
         # the solver reports nothing while it works: a ticker shows it is alive (heuristics have no time limit)
@@ -58,7 +59,7 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         p = plan(done.graph, done.cg)
     except PoetError:
         # fp32 fits no plan at this --ram: the frozen prefix in static int8 may
-        again = rewrites.after_no_fp32_plan(done, g, board, request, say)
+        again = rewrites.after_no_fp32_plan(done, g, board, prof, say)
         if again is None:
             raise
         done = again
@@ -87,9 +88,11 @@ def plan_for(g: TrainingGraph, board: Board, request: PlanRequest, say: Say = pr
              out: Path | None = None) -> Planned:
     """The Python API's one call: plan a traced graph for a board (costs from its profile, the
     firmware's own RAM from the profile too) and write its schedule."""
-    cg, prof = costed_for(g, board, request, say)
+    prof = rewrites.profile_for(board, request, say)
+    cg = rewrites.costed_for(g, board, prof, say)
     deadline_s = parse_deadline(request.deadline, cg.one_pass_s)
-    return solve_request(request, g, cg, board, int(prof["runtime_static_bytes"]), deadline_s, say, out=out)
+    return solve_request(request, g, cg, board, int(prof["runtime_static_bytes"]), deadline_s, say, out=out,
+                         prof=prof)
 
 
 def plan_line(plan: Plan) -> str:

@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from poet.boards import Board
 from poet.device.connect import Device
@@ -118,19 +119,21 @@ def _given_schedule(path: Path, data: bytes, run: Run, say: Say) -> dict:
 
 
 def plan_for_run(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, say: Say,
-                 bars: bool = False, given: bytes | None = None) -> tuple[dict, bytes]:
-    """The plan and schedule for this run (given: --schedule's bytes): from the cache when the same
-    configuration was solved before and the cached entry verifies."""
+                 bars: bool = False, given: bytes | None = None,
+                 prof: dict[str, Any] | None = None) -> tuple[dict, bytes]:
+    """The plan and schedule for this run (given: --schedule's bytes; prof: the run's profile, as
+    train checked it, None with --schedule): from the cache when the same configuration was solved
+    before and the cached entry verifies."""
     if cfg.schedule:
         assert given is not None
         return _given_schedule(cfg.schedule, given, run, say), given
     from poet.paths import profile_to_read
-    from poet.plan.cost.costs import costed, load_profile
+    from poet.plan.cost.costs import costed
     from poet.plan.request import solve_request
 
+    assert prof is not None
     request = cfg.plan
     prof_path = request.profile or profile_to_read(board.name)
-    prof = load_profile(board.name, request.profile)
     key = _plan_key(g, board, read_bytes(prof_path, "profile") if prof_path.exists() else b"", request)
     cache = runs_dir() / "plans" / key
     cache.mkdir(parents=True, exist_ok=True)
@@ -150,7 +153,7 @@ def plan_for_run(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
             deadline_s = parse_deadline(request.deadline, cg.one_pass_s)
             # plan.json, written last, marks the entry whole: a schedule without it is solved again
             p = solve_request(request, g, cg, board, dev.runtime_static, deadline_s, say, out=cache / "schedule.poet",
-                              bars=bars)
+                              bars=bars, prof=prof)
             if p.lowered is None:
                 raise PoetError(f"model {g.model} cannot run on the board yet")
             sched = p.lowered.schedule.encode()

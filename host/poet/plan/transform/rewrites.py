@@ -115,14 +115,19 @@ class Rewritten:
         return out + stream_lines(self.graph) + w8_lines(self.graph)
 
 
-def costed_for(g: TrainingGraph, board: Board, request: PlanRequest, say: Say) -> tuple[CostedGraph, dict]:
-    """The graph with the costs of the request's profile (its notes said), and the profile."""
-    prof = load_profile(board.name, request.profile, note=lambda m: say(f"note: {m}"))
-    return costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}")), prof
+def profile_for(board: Board, request: PlanRequest, say: Say) -> dict[str, Any]:
+    """The request's profile (--profile, else the board's), read once for a whole solve or run: every
+    costing of the graph and its rewrites takes it from the caller, so one solve parses one YAML."""
+    return load_profile(board.name, request.profile, note=lambda m: say(f"note: {m}"))
 
 
-def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board, runtime_static: int,
-           deadline_s: float, say: Say) -> Rewritten:
+def costed_for(g: TrainingGraph, board: Board, prof: dict[str, Any], say: Say) -> CostedGraph:
+    """The graph with the profile's costs, estimating what it lacks (its notes said)."""
+    return costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}"))
+
+
+def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board, prof: dict[str, Any],
+           runtime_static: int, deadline_s: float, say: Say) -> Rewritten:
     """The rewrites g needs for the request on this board, made: the static-int8 prefix where fp32 cannot fit,
     then the precision selection, then the weights' placement. Each says what it decided as it decides."""
     assert request.ram is not None
@@ -131,20 +136,20 @@ def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board
         say(f"  the fp32 graph cannot fit --ram {format_size(request.ram)} or the flash: planning with the frozen "
             f"prefix in static int8 ({len(prefix.layers)} fp32 ops)")
         g = prefix.graph
-        cg, _ = costed_for(g, board, request, lambda _m: None)
+        cg = costed_for(g, board, prof, lambda _m: None)
     sel = None
     # fp32 where the model's frozen weights fit flash: precision is not even consulted, the plan as before
     if request.precision != "fp32" or pool_for(g).flash.total > board.model_flash_bytes:
-        sel = select_for(request, g, board, runtime_static, deadline_s, say)
+        sel = select_for(request, g, board, prof, runtime_static, deadline_s, say)
         g, cg = sel.graph, sel.cg
     placed = place(g, board)  # flash still too small: the largest int8 conv weights stream from the SD card
     if placed is not g:
         g = placed
-        cg = with_stream_costs(cg, g, board, load_profile(board.name, request.profile))
+        cg = with_stream_costs(cg, g, board, prof)
     return Rewritten(g, cg, prefix, sel)
 
 
-def after_no_fp32_plan(done: Rewritten, g: TrainingGraph, board: Board, request: PlanRequest,
+def after_no_fp32_plan(done: Rewritten, g: TrainingGraph, board: Board, prof: dict[str, Any],
                        say: Say) -> Rewritten | None:
     """When no fp32 plan of g fits --ram: g with its frozen prefix in static int8, to plan again. None when
     `done` already rewrote g (nothing else to try) or g has no int8 prefix."""
@@ -154,8 +159,7 @@ def after_no_fp32_plan(done: Rewritten, g: TrainingGraph, board: Board, request:
     if prefix is None:
         return None
     say("  no fp32 plan fits: planning again with the frozen prefix in static int8")
-    cg, _ = costed_for(prefix.graph, board, request, lambda _m: None)
-    return Rewritten(prefix.graph, cg, prefix)
+    return Rewritten(prefix.graph, costed_for(prefix.graph, board, prof, lambda _m: None), prefix)
 
 
 def for_profile(g: TrainingGraph, board: Board, runtime_static: int) -> tuple[TrainingGraph, Int8Prefix] | None:
@@ -181,11 +185,10 @@ def int8_prefix_for(g: TrainingGraph, board: Board, ram: int, runtime_static: in
     return rewrite(g)
 
 
-def select_for(request: PlanRequest, g: TrainingGraph, board: Board, runtime_static: int, deadline_s: float,
-               say: Say) -> Selection:
+def select_for(request: PlanRequest, g: TrainingGraph, board: Board, prof: dict[str, Any], runtime_static: int,
+               deadline_s: float, say: Say) -> Selection:
     """A plan request's `precision` and `precision_rules` for g (poet.plan.transform.precision.select)."""
     assert request.ram is not None
-    prof = load_profile(board.name, request.profile)
     arena = budget_for(g, request.ram, runtime_static).arena
     flash = flash_fit(g, board.model_flash_bytes)
     if flash:
