@@ -17,10 +17,10 @@ from poet.errors import PoetError, Terminated, UsageError
 from poet.files import not_an_input
 from poet.models.zoo import ModelChoice
 from poet.paths import shown, write_output
-from poet.plan.cost.memory import check_ram, costed_fixed_bytes
+from poet.plan.cost.memory import check_ram
 from poet.plan.strategies import STRATEGIES
 from poet.settings import PlanRequest, RunConfig
-from poet.units import format_size, parse_deadline
+from poet.units import format_size
 
 
 def say(msg: str = "") -> None:
@@ -143,6 +143,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         write_profile,
     )
     from poet.paths import profile_file
+    from poet.plan.transform.rewrites import as_planned
 
     board = load_board(args.board)
     if args.repeats < 1 or args.max_repeats < args.repeats:
@@ -157,7 +158,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     graphs = []
     for m in models:
         g, model, w = _graph(args, m)
-        graphs.append(_as_planned(g, model, w, board))
+        graphs.append(as_planned(g, model, w, board, say))
     with tempfile.TemporaryDirectory() as work, open_device(board, args.port, workdir=Path(work)) as dev:
         prev = resumable(existing, dev)
         if existing and prev is None:
@@ -177,41 +178,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _as_planned(g, model, weights: list, board):
-    """A graph to profile as `poet solve` plans it: where its fp32 form cannot fit the board, with its
-    frozen prefix in static int8 (the int8 layers' weights folded, their scales calibrated on the
-    profile's own kind of input), so the profile measures the ops a run of it executes."""
-    import numpy as np
-
-    from poet.graph.reference import state_tensors
-    from poet.plan.cost.costs import load_profile
-    from poet.plan.transform.rewrites import for_profile
-
-    rewritten = for_profile(g, board, int(load_profile(board.name)["runtime_static_bytes"]))
-    if rewritten is None:
-        return g, weights
-    placed, prefix = rewritten
-    say(f"{g.model}: its fp32 graph cannot fit {board.name}; profiling it with its frozen prefix in static int8, "
-        "as `poet solve` plans it")
-    calib = np.random.default_rng(0).random((64, *g.input_shape), dtype=np.float32)
-    # and its largest int8 weights on the SD card where flash cannot hold them all
-    return (placed,
-            prefix.weights(dict(zip((n for n, _ in state_tensors(model)), weights, strict=True)), calib))
-
-
-def _deadline(text: str, cg) -> float:
-    """--deadline in seconds; refuse one below the compute-only time of a plain pass."""
-    deadline_s = parse_deadline(text, cg.one_pass_s)
-    if deadline_s < cg.one_pass_s * (1 - 1e-12):
-        raise UsageError(f"--deadline {text} ({deadline_s * 1e3:.6g} ms) is below the compute-only time of one "
-                         f"plain pass ({cg.one_pass_s * 1e3:.6g} ms); no plan can meet it: use 1x or more")
-    return deadline_s
-
-
 def cmd_solve(args: argparse.Namespace) -> int:
     from poet.graph.file import read_graph
     from poet.graph.training_graph import TrainingGraph
-    from poet.plan.request import solve_request
+    from poet.plan.request import deadline_for, solve_costed, solve_request
     from poet.plan.transform.rewrites import costed_for, profile_for
 
     not_an_input("-o", args.output, [("--graph", args.graph), ("--profile", args.profile),
@@ -228,7 +198,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
             if args.precision != "fp32":
                 raise UsageError(f"--precision {args.precision} needs a training graph (it inserts cast nodes); "
                                  f"{args.graph} is a costed graph")
-            return _solve_costed(args, g, ram)
+            if args.output:
+                raise UsageError(f"{args.graph} is a costed graph (no ops to run): it can be planned, not lowered "
+                                 f"to a schedule; drop -o")
+            solve_costed(g, ram, request, args.semantics, say)
+            return 0
     else:
         g, _, _ = _graph(args)
     if args.semantics != "poet":
@@ -236,45 +210,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     check_ram(ram, board.ram_bytes, board.name)
     prof = profile_for(board, request, say)
     cg = costed_for(g, board, prof, say)
-    solve_request(request, g, cg, board, int(prof["runtime_static_bytes"]), _deadline(args.deadline, cg), say,
+    solve_request(request, g, cg, board, int(prof["runtime_static_bytes"]), deadline_for(args.deadline, cg), say,
                   out=_path(args.output), need_schedule=bool(args.output), bars=True, prof=prof)
-    return 0
-
-
-def _solve_costed(args: argparse.Namespace, cg, ram: int) -> int:
-    """Plan a costed graph file: no board, no lowering (the file has no ops to run)."""
-    from poet.plan.pipeline import check_found
-    from poet.plan.request import plan_line
-    from poet.plan.strategies import MILP, plan_with
-    from poet.plan.strategies.checkpoint_all import keep_all
-    from poet.plan.types import POET, REFERENCE
-    from poet.progress import above, ticker
-
-    if args.output:
-        raise UsageError(f"{args.graph} is a costed graph (no ops to run): it can be planned, not lowered to a "
-                         f"schedule; drop -o")
-    semantics = REFERENCE if args.semantics == "reference" else POET
-    fixed = 0 if args.semantics == "reference" else costed_fixed_bytes(cg.param_bytes)
-    arena = ram - fixed
-    if arena <= 0:
-        raise UsageError(f"--ram {format_size(ram)} does not hold this graph's parameters and gradients "
-                         f"({format_size(fixed)}); the reference's budgets count activations only: "
-                         f"add --semantics reference")
-    deadline_s = _deadline(args.deadline, cg)
-    say(f"[solve] {args.strategy} for {cg.name} ({len(cg)} nodes): arena {arena} B"
-        + (f" (--ram {ram} B - parameters and gradients {fixed} B)" if fixed else "")
-        + f", deadline {deadline_s:.6g} s ({deadline_s / cg.one_pass_s:.3g}x one pass), {args.semantics} semantics")
-    limit = args.time_limit if args.strategy in MILP else None
-    with ticker(f"solving ({args.strategy})", limit, shown=True) as clock:
-        plan = plan_with(args.strategy, cg, arena, deadline_s, solver=args.solver, time_limit_s=args.time_limit,
-                         gap=args.gap, progress=above(clock, lambda m: say(f"  {m}")), semantics=semantics)
-    ka = keep_all(cg).peak_bytes
-    say(plan_line(plan))
-    check_found(plan, cg, arena, fixed, deadline_s, args.strategy, args.solver, args.time_limit, semantics)
-    say(f"    energy      {plan.energy_j:.6g} J per step")
-    say(f"    peak arena  {plan.peak_bytes} B of {arena} B (keep-everything needs {ka} B)")
-    say(f"    time        {plan.time_s:.6g} s of {deadline_s:.6g} s deadline")
-    say(f"    decisions   {plan.recomputes} recomputes, {plan.page_ins} page-ins, {plan.page_outs} page-outs")
     return 0
 
 
@@ -282,9 +219,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from poet.graph.file import read_graph
     from poet.graph.training_graph import TrainingGraph
     from poet.paths import sweep_dir
-    from poet.plan.cost.costs import costed, load_profile
-    from poet.plan.cost.memory import budget_for
-    from poet.plan.sweep import parse_ram_range, plot, run_sweep, semantics_named, write_csv
+    from poet.plan.request import deadline_for
+    from poet.plan.sweep import costed_for_sweep, parse_ram_range, plot, run_sweep, semantics_named, write_csv
 
     rams = parse_ram_range(args.ram)
     strategies = args.strategies.split(",") if args.strategies is not None else list(STRATEGIES)
@@ -292,15 +228,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"--strategies: unknown {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
     g = read_graph(args.graph, reference=args.semantics == "reference") if args.graph else _graph(args)[0]
-    if isinstance(g, TrainingGraph):
-        board = load_board(args.board)
-        prof = load_profile(board.name, Path(args.profile) if args.profile else None,
-                            note=lambda m: say(f"note: {m}"))
-        cg = costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}"))
-        fixed = budget_for(g, max(rams[-1], board.ram_bytes) * 4, int(prof["runtime_static_bytes"])).fixed
-    else:
-        cg, fixed = g, (0 if args.semantics == "reference" else costed_fixed_bytes(g.param_bytes))
-    deadlines = [_deadline(d, cg) / cg.one_pass_s for d in args.deadline.split(",")]
+    board = load_board(args.board) if isinstance(g, TrainingGraph) else None
+    cg, fixed = costed_for_sweep(g, board, _path(args.profile), rams, args.semantics, say)
+    deadlines = [deadline_for(d, cg) / cg.one_pass_s for d in args.deadline.split(",")]
     out = Path(args.output) if args.output else sweep_dir(cg.name)
     not_an_input("-o", out / "sweep.csv", [("--graph", args.graph), ("--profile", args.profile)])
     n = len(rams) * len(deadlines) * len(strategies)

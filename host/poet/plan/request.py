@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from poet.boards import Board
-from poet.errors import PoetError
+from poet.errors import PoetError, UsageError
 from poet.graph.training_graph import TrainingGraph
 from poet.paths import schedule_file, shown, write_output
 from poet.plan.pipeline import Planned, plan_step
@@ -137,3 +137,48 @@ def auto_budget(g: TrainingGraph, board: Board, prof: dict, runtime_static: int,
     say(f"\n[budget] {g.model}: keeping every activation needs {full} B of RAM in all, the smallest feasible "
         f"budget at deadline {deadline} is {smallest} B; the demo plans for --ram {ram} (a quarter of the way)")
     return ram
+
+
+def deadline_for(text: str, cg: CostedGraph) -> float:
+    """--deadline in seconds; refuse one below the compute-only time of a plain pass."""
+    deadline_s = parse_deadline(text, cg.one_pass_s)
+    if deadline_s < cg.one_pass_s * (1 - 1e-12):
+        raise UsageError(f"--deadline {text} ({deadline_s * 1e3:.6g} ms) is below the compute-only time of one "
+                         f"plain pass ({cg.one_pass_s * 1e3:.6g} ms); no plan can meet it: use 1x or more")
+    return deadline_s
+
+
+def solve_costed(cg: CostedGraph, ram: int, request: PlanRequest, semantics_name: str, say: Say) -> Plan:
+    """Plan a costed graph file (the POET reference's instances): no board, no lowering (the file has no
+    ops to run). Under the reference's semantics --ram is the arena; under poet's the parameters and
+    their gradients come out of it first."""
+    from poet.plan.cost.memory import costed_fixed_bytes
+    from poet.plan.pipeline import check_found
+    from poet.plan.strategies import plan_with
+    from poet.plan.strategies.checkpoint_all import keep_all
+    from poet.plan.types import POET, REFERENCE
+
+    semantics = REFERENCE if semantics_name == "reference" else POET
+    fixed = 0 if semantics_name == "reference" else costed_fixed_bytes(cg.param_bytes)
+    arena = ram - fixed
+    if arena <= 0:
+        raise UsageError(f"--ram {format_size(ram)} does not hold this graph's parameters and gradients "
+                         f"({format_size(fixed)}); the reference's budgets count activations only: "
+                         f"add --semantics reference")
+    deadline_s = deadline_for(request.deadline, cg)
+    say(f"[solve] {request.strategy} for {cg.name} ({len(cg)} nodes): arena {arena} B"
+        + (f" (--ram {ram} B - parameters and gradients {fixed} B)" if fixed else "")
+        + f", deadline {deadline_s:.6g} s ({deadline_s / cg.one_pass_s:.3g}x one pass), {semantics_name} semantics")
+    limit = request.time_limit_s if request.strategy in MILP else None
+    with ticker(f"solving ({request.strategy})", limit, shown=True) as clock:
+        plan = plan_with(request.strategy, cg, arena, deadline_s, solver=request.solver,
+                         time_limit_s=request.time_limit_s, gap=request.gap,
+                         progress=above(clock, lambda m: say(f"  {m}")), semantics=semantics)
+    ka = keep_all(cg).peak_bytes
+    say(plan_line(plan))
+    check_found(plan, cg, arena, fixed, deadline_s, request.strategy, request.solver, request.time_limit_s, semantics)
+    say(f"    energy      {plan.energy_j:.6g} J per step")
+    say(f"    peak arena  {plan.peak_bytes} B of {arena} B (keep-everything needs {ka} B)")
+    say(f"    time        {plan.time_s:.6g} s of {deadline_s:.6g} s deadline")
+    say(f"    decisions   {plan.recomputes} recomputes, {plan.page_ins} page-ins, {plan.page_outs} page-outs")
+    return plan

@@ -18,9 +18,11 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from poet.boards import Board
 from poet.device.children import signals_held
 from poet.errors import UsageError
 from poet.files import write_atomic
+from poet.graph.training_graph import TrainingGraph
 from poet.plan.types import POET, REFERENCE, CostedGraph, Plan, Semantics
 from poet.progress import Say
 from poet.units import parse_size
@@ -269,3 +271,19 @@ def plot(rows: list[Row], out_dir: Path) -> list[Path]:
 
 def semantics_named(name: str) -> Semantics:
     return REFERENCE if name == "reference" else POET
+
+
+def costed_for_sweep(g: TrainingGraph | CostedGraph, board: Board | None, profile: Path | None, rams: list[int],
+                     semantics_name: str, say: Say) -> tuple[CostedGraph, int]:
+    """The graph a sweep plans, costed (a training graph by its board's profile; a costed graph file as it
+    is), and the fixed part every --ram of the sweep holds besides the arena (0 under the reference's
+    semantics, whose budgets are the arena)."""
+    from poet.plan.cost.costs import costed, load_profile
+    from poet.plan.cost.memory import budget_for, costed_fixed_bytes
+
+    if isinstance(g, TrainingGraph):
+        assert board is not None
+        prof = load_profile(board.name, profile, note=lambda m: say(f"note: {m}"))
+        cg = costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}"))
+        return cg, budget_for(g, max(rams[-1], board.ram_bytes) * 4, int(prof["runtime_static_bytes"])).fixed
+    return g, (0 if semantics_name == "reference" else costed_fixed_bytes(g.param_bytes))

@@ -172,6 +172,25 @@ def for_profile(g: TrainingGraph, board: Board, runtime_static: int) -> tuple[Tr
     return place(prefix.graph, board), prefix
 
 
+def as_planned(g: TrainingGraph, model: Any, weights: list, board: Board, say: Say) -> tuple[TrainingGraph, list]:
+    """A graph to profile (and its weights) as `poet solve` plans it: where its fp32 form cannot fit the
+    board, with its frozen prefix in static int8 (the int8 layers' weights folded, their scales calibrated
+    on the profile's own kind of input) and its weights placed, so the profile measures the ops a run of
+    it executes."""
+    import numpy as np
+
+    from poet.graph.reference import state_tensors
+
+    rewritten = for_profile(g, board, int(load_profile(board.name)["runtime_static_bytes"]))
+    if rewritten is None:
+        return g, weights
+    placed, prefix = rewritten
+    say(f"{g.model}: its fp32 graph cannot fit {board.name}; profiling it with its frozen prefix in static int8, "
+        "as `poet solve` plans it")
+    calib = np.random.default_rng(0).random((64, *g.input_shape), dtype=np.float32)
+    return placed, prefix.weights(dict(zip((n for n, _ in state_tensors(model)), weights, strict=True)), calib)
+
+
 def int8_prefix_for(g: TrainingGraph, board: Board, ram: int, runtime_static: int) -> Int8Prefix | None:
     """The frozen prefix in static int8 (poet.plan.transform.static_int8) when the fp32 graph cannot fit: its fixed
     part or flash part is too big for the board, or one op alone needs more than the arena. None when
