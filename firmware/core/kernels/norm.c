@@ -327,16 +327,23 @@ void poet_layernorm_bwd(int rows, int D, float eps, const float *g, const float 
 
 /* ---- softmax -------------------------------------------------------------------------------- */
 
+/* Softmax and log-softmax shift a row by its max: expf stays finite, the result is the same. */
+static float row_max(const float *xr, int D)
+{
+    float mx = xr[0];
+    int j;
+    for (j = 1; j < D; j++)
+        if (xr[j] > mx)
+            mx = xr[j];
+    return mx;
+}
+
 void poet_softmax_fwd(int rows, int D, const float *x, float *y)
 {
     int r, j;
     for (r = 0; r < rows; r++) {
         const float *xr = x + (long)r * D;
-        float *yr = y + (long)r * D, mx = xr[0], s = 0.0f, inv;
-        /* shifting by the row max keeps expf finite; the result is the same */
-        for (j = 1; j < D; j++)
-            if (xr[j] > mx)
-                mx = xr[j];
+        float *yr = y + (long)r * D, mx = row_max(xr, D), s = 0.0f, inv;
         for (j = 0; j < D; j++) {
             yr[j] = expf(xr[j] - mx);
             s += yr[j];
@@ -367,10 +374,7 @@ void poet_log_softmax_fwd(int rows, int D, const float *x, float *y)
     int r, j;
     for (r = 0; r < rows; r++) {
         const float *xr = x + (long)r * D;
-        float *yr = y + (long)r * D, mx = xr[0], s = 0.0f, lse;
-        for (j = 1; j < D; j++)
-            if (xr[j] > mx)
-                mx = xr[j];
+        float *yr = y + (long)r * D, mx = row_max(xr, D), s = 0.0f, lse;
         for (j = 0; j < D; j++)
             s += expf(xr[j] - mx);
         /* (x - max) - log(s), not x - (max + log(s)): the shifted values are small, so the
