@@ -83,6 +83,13 @@ def _file(tmp: Path, name: str, text: str) -> str:
     return str(tmp / name)
 
 
+def _module(tmp: Path, name: str) -> str:
+    """A model module in tmp (the test's cwd, where poet finds module:factory models): its name."""
+    (tmp / f"{name}.py").write_text("import torch.nn as nn\n\ndef f():\n    m = nn.Linear(4, 2)\n"
+                                    "    m.input_shape = (4,)\n    return m\n")
+    return name
+
+
 def _graph_file(tmp: Path, name: str = "g.json") -> str:
     """mlp-digits' training graph as `poet graph -o` writes it."""
     from poet.graph.tracer import traced
@@ -172,6 +179,11 @@ CASES: list[tuple[str, Callable[[Path], list[str]], tuple[str, ...]]] = [
     ("solve-o-a-link-to-its-profile", lambda t: ["solve", "--model", "mlp-digits", "--ram", "200k", "--profile",
                                                  _file(t, "p.yaml", SHIPPED_PROFILE.read_text()), "-o",
                                                  _linked(t, "out.poet", t / "p.yaml")], ("--profile",)),
+    # -o over the model's own source: `poet graph --model mymod:f -o mymod.py` wrote the graph over it
+    ("graph-o-over-its-model", lambda t: ["graph", "--model", _module(t, "ownsrc_graph") + ":f", "-o",
+                                          str(t / "ownsrc_graph.py")], ("-o", "--model", "never writes over")),
+    ("solve-o-over-its-model", lambda t: ["solve", "--model", _module(t, "ownsrc_solve") + ":f", "--ram", "200k",
+                                          "-o", str(t / "ownsrc_solve.py")], ("-o", "--model", "never writes over")),
     ("sweep-o-over-its-graph", lambda t: ["sweep", "--graph", _graph_file(t, "sweep.csv"), "--ram", "64k",
                                           "-o", str(t)], ("sweep.csv", "--graph", "never writes over")),
     ("solve-o-missing-folder", lambda t: ["solve", "--ram", "200k", "-o", str(t / "no" / "dir" / "x.poet")],

@@ -110,6 +110,7 @@ def _graph(args: argparse.Namespace, name: str | None = None):
 def cmd_graph(args: argparse.Namespace) -> int:
     from poet.graph.training_graph import summary
 
+    not_an_input("-o", args.output, _model_choice(args).files())
     g, model, _ = _graph(args)
     say(summary(g))
     if args.output:
@@ -185,7 +186,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from poet.plan.transform.rewrites import costed_for, profile_for
 
     not_an_input("-o", args.output, [("--graph", args.graph), ("--profile", args.profile),
-                                     ("--precision-rules", args.precision_rules)])
+                                     ("--precision-rules", args.precision_rules),
+                                     *([] if args.graph else _model_choice(args).files())])
     board = load_board(args.board)
     request = _plan_request(args)
     ram = request.ram

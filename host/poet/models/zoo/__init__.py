@@ -4,6 +4,7 @@ this one), each in plain torch.nn (no torchvision: poet must not depend on it)."
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import io
 import os
 import re
@@ -126,6 +127,22 @@ class ModelChoice:
     layers: int | None = None  # bert only
     hidden: int | None = None  # bert only
     weights: Path | None = None  # a state_dict to start from (pretrained), instead of the seed's weights
+
+    def files(self) -> list[tuple[str, Path | None]]:
+        """The files this choice reads, by option: a module:factory model's source (found, not imported),
+        for an output that must not be one of them (poet.files.not_an_input)."""
+        source = None
+        module = self.name.partition(":")[0] if ":" in self.name else ""
+        if module:
+            if os.getcwd() not in sys.path:  # where _user_model will look
+                sys.path.insert(0, os.getcwd())
+            try:
+                spec = importlib.util.find_spec(module)
+            except (ImportError, ValueError):  # loading it says what is wrong, in one line
+                spec = None
+            if spec is not None and spec.origin and Path(spec.origin).is_file():
+                source = Path(spec.origin)
+        return [("--model", source)]
 
     def build(self) -> tuple[nn.Module, ZooModel]:
         model, spec = get_model(self.name, seed=self.seed, input_shape=self.input_shape, classes=self.classes,
