@@ -282,7 +282,7 @@ def test_given_options_tell_a_default_from_a_value_typed_equal_to_it() -> None:
     ap = build_parser()
     assert "lr" in cli.given_options(ap, ["train", "--lr", "0.1"], "train")  # 0.1 is the default
     assert "lr" not in cli.given_options(ap, ["train", "--ram", "1k"], "train")
-    assert cli._joined_negatives(ap, ["solve", "--deadline", "-1x", "--ram", "1k"])[1] == "--deadline=-1x"
+    assert cli.joined_negatives(ap, ["solve", "--deadline", "-1x", "--ram", "1k"])[1] == "--deadline=-1x"
 
 
 @pytest.mark.parametrize("argv,words", [

@@ -35,7 +35,7 @@ def _resumed(config: dict[str, Any], tmp: Path) -> RunConfig:
     (run / "config.json").write_text(json.dumps(config))
     args = cli.build_parser().parse_args(["train", "--resume", str(run)])
     args.given = {"resume"}
-    return cli._resumed(args)
+    return cli.resumed(args)
 
 
 def test_the_command_line_parses_into_the_records() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 from poet import settings
 from poet.boards import board_names, load_board
-from poet.cli.parser import _joined_negatives, build_parser, given_options
-from poet.cli.resume import _resumed
+from poet.cli.parser import build_parser, given_options, joined_negatives
+from poet.cli.resume import resumed
 from poet.errors import PoetError, Terminated, UsageError
 from poet.files import not_an_input
 from poet.models.zoo import ModelChoice
@@ -253,7 +253,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.port and args.emulate:
         raise UsageError("--port and --emulate: give one (a real board's port, or the emulated stand-in)")
     if args.resume:
-        cfg = _resumed(args)
+        cfg = resumed(args)
     elif args.ram is None:
         raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
     else:
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     ap = build_parser()
-    argv = _joined_negatives(ap, list(sys.argv[1:] if argv is None else argv))
+    argv = joined_negatives(ap, list(sys.argv[1:] if argv is None else argv))
     args = ap.parse_args(argv)
     args.given = given_options(ap, argv, args.command)
     saved = _stopping_signals()

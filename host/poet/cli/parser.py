@@ -341,7 +341,7 @@ def _value_options(ap: argparse.ArgumentParser) -> set[str]:
     return found
 
 
-def _joined_negatives(ap: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+def joined_negatives(ap: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """`--deadline -1x` as `--deadline=-1x`: argparse takes a value that starts with '-' and is not a
     plain number for an option and says "expected one argument"; joined, the option's own check says
     what is wrong with the value."""
@@ -357,7 +357,7 @@ def _joined_negatives(ap: argparse.ArgumentParser, argv: list[str]) -> list[str]
 
 def given_options(ap: argparse.ArgumentParser, argv: list[str], command: str) -> set[str]:
     """The dests of the options the command line gave `command` (not left at their defaults)."""
-    sub = _subcommand(ap, command)
+    sub = subcommand(ap, command)
     rest = argv[argv.index(command) + 1:]
     unset = object()
     dests = {a.dest for a in sub._actions if a.dest != "help"}
@@ -366,5 +366,5 @@ def given_options(ap: argparse.ArgumentParser, argv: list[str], command: str) ->
     return {k for k in dests if getattr(ns, k) is not unset}
 
 
-def _subcommand(ap: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+def subcommand(ap: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
     return next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction)).choices[command]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from poet import settings
-from poet.cli.parser import _subcommand, build_parser
+from poet.cli.parser import build_parser, subcommand
 from poet.errors import UsageError
 from poet.settings import RunConfig
 
@@ -17,7 +17,7 @@ from poet.settings import RunConfig
 RESUME_OPTIONS = {"resume", "port", "emulate", "model", "data"}
 
 
-def _resumed(args: argparse.Namespace) -> RunConfig:
+def resumed(args: argparse.Namespace) -> RunConfig:
     """The settings of the run --resume continues: its config.json, each value checked as the command
     line's would be.
 
@@ -50,7 +50,7 @@ def _checked(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """A run's config.json values, each checked and converted by the `poet train` option of its key, as the
     command line's would be (a NaN or negative lr in it is refused as --lr nan is), over train's defaults
     (what a key at null or false means). Keys that name no option (made_by) are not settings to check."""
-    train = _subcommand(build_parser(), "train")
+    train = subcommand(build_parser(), "train")
     values = vars(train.parse_args([]))
     options = {a.dest: a for a in train._actions if a.option_strings}
     for key, v in config.items():
