@@ -174,6 +174,19 @@ def _mode_for(path: Path) -> int:
     return 0o666 & ~mask
 
 
+def remove_temporaries(folder: Path, names: tuple[str, ...]) -> list[str]:
+    """Remove what an `atomic` write of one of `names` in `folder` left when its process was killed
+    (SIGKILL, a power cut: no handler runs) before the rename: `.<name>.<random>.tmp`. Only for a folder
+    the caller holds (a run's lock), where no write of poet's is under way. The names removed."""
+    gone = []
+    for entry in os.listdir(folder):
+        if entry.endswith(".tmp") and any(entry.startswith(f".{n}.") for n in names):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(folder / entry)  # a link is removed, never followed
+                gone.append(entry)
+    return sorted(gone)
+
+
 @contextlib.contextmanager
 def atomic(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
     """A binary file to write `path`'s new content into; on leaving the block it replaces `path`

@@ -40,7 +40,7 @@ from poet.energy.meters.window import recorded
 from poet.energy.predict import Epoch, Prediction, RunPredictor, plan_prediction
 from poet.energy.tracefile import Trace
 from poet.errors import PoetError, UsageError, signal_of, stopped_by
-from poet.files import read_bytes, write_atomic
+from poet.files import read_bytes, remove_temporaries, write_atomic
 from poet.graph.reference import Fed, state_tensors, weights_of
 from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
@@ -52,6 +52,7 @@ from poet.progress import Say
 from poet.run.finish import complete
 from poet.run.folder import (
     LOCK_FILE,
+    RUN_ENTRIES,
     Run,
     RunState,
     check_entries,
@@ -182,6 +183,8 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
         run = Run(resume)
         check_entries(run.dir)  # before anything in it is opened (run_config did too, for the CLI)
         held.callback(os.close, lock(run.dir / LOCK_FILE, "the run's lock"))
+        # a run killed inside an atomic write (a checkpoint, a plot) left its temporary: it is ours, and gone
+        remove_temporaries(run.dir, RUN_ENTRIES)
         state = run.load_state()
         if state.finished or state.complete:
             check_finished(run, state, cfg.epochs)
