@@ -15,10 +15,12 @@ import pytest
 from fwhelpers import cnn, frugal, keep_all, mlp, native_link
 from poet.device import firmware
 from poet.device.protocol import MODEL, SCHEDULE, DeviceError
-from poet.plan.lowering.modelblob import ModelBlob
+from poet.plan.lowering.lower import forward_lowered
+from poet.plan.lowering.modelblob import KIND_LOSS, ModelBlob
 from poet.plan.lowering.schedule import (
     COMPUTE,
     ERRORS,
+    FORWARD,
     FREE,
     NO_DETAIL,
     PAGE_IN,
@@ -133,6 +135,21 @@ def _cases() -> list[tuple[str, bytes, ModelBlob | None, int, tuple[int, int]]]:
     add("ORDER", with_instrs(s, [ins[1], ins[0], *ins[2:]]), (CODE["ORDER"], 0))
     add("ORDER-end", with_instrs(s, ins[: n - 1] + ins[n:]), (CODE["ORDER"], NO_DETAIL))
     add("LEAK", with_instrs(s, ins[:-1]), (CODE["LEAK"], NO_DETAIL))
+    # a forward schedule (predict): the nodes before the loss, ending on the loss's input
+    f = forward_lowered(m).schedule
+    fins = list(f.instrs)
+    loss = next(i for i, node in enumerate(m.nodes) if node.kind == KIND_LOSS)
+    out = m.nodes[loss].deps[0]
+    assert FORWARD == 1 and f.flags == FORWARD
+    add("FORWARD-ok", f.encode(), (0, NO_DETAIL))
+    add("VERSION-flag", replace(f, flags=2).encode(), (CODE["VERSION"], NO_DETAIL))
+    add("ORDER-past-loss", with_instrs(f, fins + [Instr(COMPUTE, loss, 0)]), (CODE["ORDER"], len(fins)))
+    last = max(k for k, i in enumerate(fins) if i.op == COMPUTE)
+    assert fins[-1].op == FREE and fins[last].node == loss - 1
+    add("ORDER-forward-end", with_instrs(f, fins[:last]), (CODE["ORDER"], NO_DETAIL))
+    add("LEAK-forward", with_instrs(f, fins[:-1]), (CODE["LEAK"], NO_DETAIL))
+    add("OUTPUT", with_instrs(f, fins + [Instr(FREE, out)]), (CODE["OUTPUT"], NO_DETAIL))
+    add("FORWARD-full-step", replace(s, flags=FORWARD).encode(), (CODE["ORDER"], loss))
     return cases
 
 
@@ -210,8 +227,7 @@ def corruptions(base: Schedule, n: int, seed: int) -> list[bytes]:
 @pytest.mark.parametrize("target", VALIDATORS)
 def test_differential_python_vs_c(target: str) -> None:
     statuses: set[int] = set()
-    for net in (mlp(), cnn()):
-        base = frugal(net.blob)
+    for net, base in ((n, b) for n in (mlp(), cnn()) for b in (frugal(n.blob), forward_lowered(n.blob).schedule)):
         cases = corruptions(base, 200, seed=1234)
         pool = base.arena_bytes + 4096
         py = [validate(d, net.blob, pool) for d in cases]

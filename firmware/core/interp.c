@@ -67,6 +67,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
     x.a = n.a;
     x.loss = &res->loss;
     x.err = &err;
+    x.eval = (uint8_t)poet_sched_forward(schedule);
     /* the step this one will be once the optimizer node counts it: the backward nodes that update in
      * backward apply the same rule before it runs */
     poet_update_init(&upd, m->opt, lr, m->opt_p[0], m->opt_p[1], m->opt_p[2], *buf->opt_step + 1u);

@@ -11,15 +11,15 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
     enum { RESIDENT = 1, COMPUTED = 2, PAGED = 4 };
     uint8_t *flag;
     uint32_t *offset;
-    uint32_t n_instr, arena, i, j, n_computes = 0;
-    uint16_t n_nodes;
+    uint32_t n_instr, arena, i, j, n_computes = 0, limit;
+    uint16_t n_nodes, out = 0xFFFFu;
 
     *detail = POET_NO_DETAIL;
     if (len < POET_SCHED_HDR + 4u)
         return POET_E_SHORT;
     if (data[0] != 'P' || data[1] != 'S' || data[2] != 'C' || data[3] != 'H')
         return POET_E_MAGIC;
-    if (data[4] != 1)
+    if (data[4] != 1 || (data[5] & ~POET_SCHED_FORWARD) != 0)
         return POET_E_VERSION;
     n_instr = poet_rd16(data + 20);
     if (len != POET_SCHED_HDR + 4u + 8u * n_instr)
@@ -35,6 +35,18 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
     if (arena > pool_free)
         return POET_E_ARENA;
 
+    /* A forward schedule computes the nodes before the first loss (the forward pass) and ends with
+     * the loss's input, the model's output, resident: what predict reads. */
+    limit = n_nodes;
+    if (data[5] & POET_SCHED_FORWARD) {
+        poet_node_t loss;
+        for (limit = 0; limit < n_nodes && poet_node_kind(m, (uint16_t)limit) != POET_KIND_LOSS; limit++)
+            ;
+        if (limit == n_nodes)
+            return POET_E_ORDER;
+        poet_node_view(m, (uint16_t)limit, &loss);
+        out = loss.deps[0];
+    }
     flag = m->flags;
     offset = m->arena_off;
     for (j = 0; j < n_nodes; j++) {
@@ -55,7 +67,7 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         if (node >= n_nodes)
             return POET_E_NODE_RANGE;
         poet_node_view(m, node, &n);
-        if (op == POET_I_COMPUTE && node != n_computes)
+        if (op == POET_I_COMPUTE && (node != n_computes || node >= limit))
             return POET_E_ORDER;
         if (op == POET_I_RECOMPUTE &&
             ((n.kind != POET_KIND_FORWARD && n.kind != POET_KIND_LOSS) || !(flag[node] & COMPUTED)))
@@ -106,10 +118,12 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         }
     }
     *detail = POET_NO_DETAIL;
-    if (n_computes != n_nodes)
+    if (n_computes != limit)
         return POET_E_ORDER;
     for (j = 0; j < n_nodes; j++)
-        if (flag[j] & RESIDENT)
+        if ((flag[j] & RESIDENT) && j != out)
             return POET_E_LEAK;
+    if (out != 0xFFFFu && poet_node_bytes(m, out) > 0 && !(flag[out] & RESIDENT))
+        return POET_E_OUTPUT;
     return POET_OK;
 }

@@ -12,6 +12,11 @@
 #define POET_SCHED_HDR 24u
 #define POET_SCHED_MAX_INSTR ((POET_SCHEDULE_BLOB_MAX - POET_SCHED_HDR - 4u) / 8u)
 
+/* Header flags (byte 5). FORWARD: a forward schedule (predict): it computes the nodes before the
+ * model's first loss node, runs the model in evaluation mode (a batch norm with its running
+ * statistics, no dropout) and ends with the loss's first dep, the output, resident. */
+#define POET_SCHED_FORWARD 0x01u
+
 enum {
     POET_I_COMPUTE = 1,
     POET_I_RECOMPUTE = 2,
@@ -25,6 +30,8 @@ enum {
  * index, or 0xFFFFFFFF for header and end checks (and on success). */
 int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t *m,
                            uint32_t pool_free, uint32_t *detail);
+
+static inline int poet_sched_forward(const uint8_t *data) { return (data[5] & POET_SCHED_FORWARD) != 0; }
 
 static inline uint16_t poet_sched_n_instr(const uint8_t *data)
 {

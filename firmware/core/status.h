@@ -24,6 +24,7 @@ enum {
     POET_E_RECOMPUTE = 17,
     POET_E_ORDER = 18,
     POET_E_LEAK = 19,
+    POET_E_OUTPUT = 20, /* a forward schedule ends without its output resident */
     /* link, docs/spec.md section 6 */
     POET_E_FRAME = 32,
     POET_E_UNKNOWN_MSG = 33,

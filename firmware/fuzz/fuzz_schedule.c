@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fprintf(stderr, "fuzz_schedule: accepted schedule failed its step: status %d\n", st);
             abort();
         }
-    } else if (st < POET_E_SHORT || st > POET_E_LEAK ||
+    } else if (st < POET_E_SHORT || st > POET_E_OUTPUT ||
                !(detail == POET_NO_DETAIL || (len >= POET_SCHED_HDR && detail < poet_sched_n_instr(s)))) {
         fprintf(stderr, "fuzz_schedule: status %d detail %u out of range\n", st, detail);
         abort();

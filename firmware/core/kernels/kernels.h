@@ -210,6 +210,9 @@ void poet_bn_relu_mean_fwd(int B, int C, int HW, float eps, float momentum, cons
                            const float *b, float *y, float *run_mean, float *run_var);
 void poet_bn_relu_mean_bwd(int B, int C, int HW, float eps, const float *g, const float *x, const float *w,
                            const float *b, const poet_grad_t *dw, const poet_grad_t *db, float *gx);
+/* The same in evaluation mode (a forward schedule: predict), with the running statistics. */
+void poet_bn_relu_mean_fwd_eval(int B, int C, int HW, float eps, const float *x, const float *w,
+                                const float *b, const float *run_mean, const float *run_var, float *y);
 void poet_batchnorm2d_fwd_eval(int B, int C, int HW, float eps, const float *x, const float *w,
                                const float *b, const float *run_mean, const float *run_var,
                                float *y);

@@ -221,6 +221,26 @@ void poet_batchnorm2d_fwd_eval(int B, int C, int HW, float eps, const float *x, 
     }
 }
 
+/* bn_relu_mean in evaluation mode: the running statistics normalise, nothing is updated. */
+void poet_bn_relu_mean_fwd_eval(int B, int C, int HW, float eps, const float *x, const float *w,
+                                const float *b, const float *run_mean, const float *run_var, float *y)
+{
+    int c, n, i;
+    for (c = 0; c < C; c++) {
+        float r = 1.0f / sqrtf(run_var[c] + eps);
+        float scale = w ? r * w[c] : r, shift = b ? b[c] : 0.0f;
+        for (n = 0; n < B; n++) {
+            const float *p = x + ((long)n * C + c) * HW;
+            float acc = 0.0f;
+            for (i = 0; i < HW; i++) {
+                float z = (p[i] - run_mean[c]) * scale + shift;
+                acc += z > 0.0f ? z : 0.0f;
+            }
+            y[(long)n * C + c] = acc / (float)HW;
+        }
+    }
+}
+
 void poet_batchnorm2d_bwd_eval(int B, int C, int HW, float eps, const float *g, const float *x,
                                const float *w, const float *run_mean, const float *run_var,
                                const poet_grad_t *dw, const poet_grad_t *db, float *gx)

@@ -176,6 +176,10 @@ int op_dropout_check(poet_model_t *m, const poet_node_t *n)
 void op_dropout_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
+    if (e->eval) {
+        poet_copy(a[N], e->in[0], e->out);
+        return;
+    }
     poet_dropout(a[N], poet_dropout_key((uint32_t)a[D_SALT], e->upd->step), (uint32_t)a[D_THRESHOLD],
                  poet_attr_f32(a[D_SCALE]), e->in[0], e->out);
 }

@@ -46,10 +46,14 @@ int op_batchnorm_check(poet_model_t *m, const poet_node_t *n)
 void op_batchnorm_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
+    if (e->eval && a[RUN_MEAN] >= 0) { /* without running statistics, PyTorch's eval() uses the batch's */
+        op_batchnorm_eval_run(e);
+        return;
+    }
     poet_batchnorm2d_fwd_train(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), poet_attr_f32(a[MOMENTUM]),
                                e->in[0], param(e, a[WEIGHT]), param(e, a[BIAS]), e->out, 0, 0,
-                               e->recompute ? 0 : param(e, a[RUN_MEAN]),
-                               e->recompute ? 0 : param(e, a[RUN_VAR]));
+                               e->recompute || e->eval ? 0 : param(e, a[RUN_MEAN]),
+                               e->recompute || e->eval ? 0 : param(e, a[RUN_VAR]));
 }
 
 void op_batchnorm_bwd_run(const poet_exec_t *e)
@@ -100,9 +104,15 @@ int op_bn_relu_mean_check(poet_model_t *m, const poet_node_t *n)
 void op_bn_relu_mean_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
+    if (e->eval && a[RUN_MEAN] >= 0) {
+        poet_bn_relu_mean_fwd_eval(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), e->in[0], param(e, a[WEIGHT]),
+                                   param(e, a[BIAS]), param(e, a[RUN_MEAN]), param(e, a[RUN_VAR]), e->out);
+        return;
+    }
     poet_bn_relu_mean_fwd(a[B], a[C], a[HW], poet_attr_f32(a[EPS]), poet_attr_f32(a[MOMENTUM]), e->in[0],
                           param(e, a[WEIGHT]), param(e, a[BIAS]), e->out,
-                          e->recompute ? 0 : param(e, a[RUN_MEAN]), e->recompute ? 0 : param(e, a[RUN_VAR]));
+                          e->recompute || e->eval ? 0 : param(e, a[RUN_MEAN]),
+                          e->recompute || e->eval ? 0 : param(e, a[RUN_VAR]));
 }
 
 void op_bn_relu_mean_bwd_run(const poet_exec_t *e)

@@ -27,6 +27,10 @@ typedef struct {
     int *err;          /* a run that reads aux storage (a streamed weight) leaves POET_E_PAGER here on failure */
     uint8_t n_deps;
     uint8_t recompute; /* the node runs again (a recompute instruction), not for the first time */
+    /* A forward schedule runs (docs/spec.md 5, predict): the model in evaluation mode, as PyTorch's
+     * eval(): a batch norm normalises with its running statistics and moves none, a dropout passes
+     * its input through. */
+    uint8_t eval;
 } poet_exec_t;
 
 /* 1 if node n of model m is a valid instance of its op. Called only after the generic checks of

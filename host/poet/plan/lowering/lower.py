@@ -17,7 +17,7 @@ from poet.graph.training_graph import TrainingGraph, conv_window
 from poet.ops import OPS
 from poet.plan.lowering import modelblob as mb
 from poet.plan.lowering.modelblob import BlobNode, ModelBlob
-from poet.plan.lowering.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
+from poet.plan.lowering.schedule import COMPUTE, FORWARD, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
 from poet.plan.types import Plan
 
 
@@ -165,4 +165,29 @@ def lower(plan: Plan, g: TrainingGraph, blob: ModelBlob | None = None) -> Lowere
     offsets, extent, peak = place(ops, sizes)
     instrs = [Instr(op, node, offsets[k]) for k, (op, node) in enumerate(ops)]
     sched = Schedule(n_nodes=len(g.nodes), model_hash=blob.hash(), arena_bytes=extent, instrs=instrs)
+    return Lowered(sched, peak, extent)
+
+
+def forward_lowered(blob: ModelBlob) -> Lowered:
+    """The forward schedule predict runs (docs/spec.md section 5, flag FORWARD): the nodes before the
+    model's first loss in order, each tensor freed after its last reader there, the output (the loss's
+    input) kept. It recomputes and pages nothing: it holds at most a node's inputs, its output and what
+    later nodes still read, never more than a training step's forward half keeps."""
+    nodes = blob.nodes
+    limit = next((i for i, n in enumerate(nodes) if n.kind == mb.KIND_LOSS), None)
+    if limit is None:
+        raise ValueError("the model has no loss node: no forward pass to predict with")
+    out = nodes[limit].deps[0]
+    sizes = [n.bytes for n in nodes]
+    last_read = {d: i for i in range(limit) for d in nodes[i].deps}
+    ops: list[tuple[int, int]] = []
+    for i in range(limit):
+        ops.append((COMPUTE, i))
+        done = [d for d in dict.fromkeys(nodes[i].deps) if last_read[d] == i]
+        if i not in last_read:
+            done.append(i)  # read by nothing before the loss (a tensor only the backward uses)
+        ops += [(FREE, d) for d in done if d != out and sizes[d]]
+    offsets, extent, peak = place(ops, sizes)
+    instrs = [Instr(op, node, offsets[k]) for k, (op, node) in enumerate(ops)]
+    sched = Schedule(n_nodes=len(nodes), model_hash=blob.hash(), arena_bytes=extent, instrs=instrs, flags=FORWARD)
     return Lowered(sched, peak, extent)

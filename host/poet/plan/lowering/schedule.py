@@ -21,6 +21,7 @@ INSTR_BYTES = 8
 CRC_BYTES = 4
 SCHEDULE_BLOB_MAX = 4096  # the firmware's static schedule buffer (2048 on the Cortex-M0+ images)
 NO_DETAIL = 0xFFFFFFFF
+FORWARD = 0x01  # header flag: a forward schedule (predict), firmware/core/schedule.h POET_SCHED_FORWARD
 
 COMPUTE = 1
 RECOMPUTE = 2
@@ -31,13 +32,13 @@ FREE = 5
 OK = 0
 SHORT, MAGIC_ERR, VERSION_ERR, CRC, LENGTH, HASH, NODES, ARENA = 1, 2, 3, 4, 5, 6, 7, 8
 OPCODE, NODE_RANGE, BOUNDS, OVERLAP, NOT_RESIDENT, NOT_PAGED = 9, 10, 11, 12, 13, 14
-DOUBLE_ALLOC, NOT_LIVE, RECOMPUTE_ERR, ORDER, LEAK = 15, 16, 17, 18, 19
+DOUBLE_ALLOC, NOT_LIVE, RECOMPUTE_ERR, ORDER, LEAK, OUTPUT = 15, 16, 17, 18, 19, 20
 
 ERRORS: dict[int, str] = {
     1: "SHORT", 2: "MAGIC", 3: "VERSION", 4: "CRC", 5: "LENGTH", 6: "HASH", 7: "NODES",
     8: "ARENA", 9: "OPCODE", 10: "NODE_RANGE", 11: "BOUNDS", 12: "OVERLAP",
     13: "NOT_RESIDENT", 14: "NOT_PAGED", 15: "DOUBLE_ALLOC", 16: "NOT_LIVE",
-    17: "RECOMPUTE", 18: "ORDER", 19: "LEAK",
+    17: "RECOMPUTE", 18: "ORDER", 19: "LEAK", 20: "OUTPUT",
 }
 
 # What each refusal means for the user, and what to do (the host prints it with the code).
@@ -62,6 +63,7 @@ MEANINGS: dict[int, str] = {
     17: "a recompute of a node that cannot be recomputed (backward, input, or not yet computed)",
     18: "the nodes are not computed in order, or not all of them",
     19: "a tensor is still resident at the end of the step",
+    20: "a forward schedule ends without the model's output resident",
 }
 
 _HEADER = struct.Struct("<4sBBHQIHH")
@@ -85,9 +87,10 @@ class Schedule:
     model_hash: int
     arena_bytes: int
     instrs: list[Instr] = field(default_factory=list)
+    flags: int = 0  # FORWARD: the forward pass in evaluation mode, ending on the output (predict)
 
     def encode(self) -> bytes:
-        body = bytearray(_HEADER.pack(MAGIC, VERSION, 0, self.n_nodes, self.model_hash,
+        body = bytearray(_HEADER.pack(MAGIC, VERSION, self.flags, self.n_nodes, self.model_hash,
                                       self.arena_bytes, len(self.instrs), 0))
         for ins in self.instrs:
             body += _INSTR.pack(ins.op, 0, ins.node, ins.offset)
@@ -98,7 +101,7 @@ class Schedule:
         """Parse without judging the plan; use `validate` for that."""
         if len(data) < HEADER_BYTES + CRC_BYTES:
             raise ValueError(f"schedule is {len(data)} bytes, shorter than header and CRC")
-        magic, version, _, n_nodes, model_hash, arena, n_instr, _ = _HEADER.unpack_from(data)
+        magic, version, flags, n_nodes, model_hash, arena, n_instr, _ = _HEADER.unpack_from(data)
         if magic != MAGIC or version != VERSION:
             raise ValueError(f"not a version-{VERSION} PSCH schedule (magic {magic!r}, version {version})")
         if len(data) != HEADER_BYTES + INSTR_BYTES * n_instr + CRC_BYTES:
@@ -109,7 +112,7 @@ class Schedule:
         for k in range(n_instr):
             op, _, node, offset = _INSTR.unpack_from(data, HEADER_BYTES + INSTR_BYTES * k)
             instrs.append(Instr(op, node, offset))
-        return cls(n_nodes, model_hash, arena, instrs)
+        return cls(n_nodes, model_hash, arena, instrs, flags)
 
 
 def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int, int]:
@@ -121,9 +124,9 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
         return SHORT, NO_DETAIL
     if data[:4] != MAGIC:
         return MAGIC_ERR, NO_DETAIL
-    if data[4] != VERSION:
+    if data[4] != VERSION or data[5] & ~FORWARD:
         return VERSION_ERR, NO_DETAIL
-    _, _, _, n_nodes, model_hash, arena, n_instr, _ = _HEADER.unpack_from(data)
+    _, _, flags, n_nodes, model_hash, arena, n_instr, _ = _HEADER.unpack_from(data)
     if len(data) != HEADER_BYTES + INSTR_BYTES * n_instr + CRC_BYTES:
         return LENGTH, NO_DETAIL
     if zlib.crc32(data[:-CRC_BYTES]) != struct.unpack_from("<I", data, len(data) - CRC_BYTES)[0]:
@@ -136,6 +139,13 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
         return ARENA, NO_DETAIL
 
     nodes = model.nodes
+    # a forward schedule: the nodes before the first loss, ending with the loss's input resident
+    limit, out = len(nodes), None
+    if flags & FORWARD:
+        limit = next((i for i, n in enumerate(nodes) if n.kind == KIND_LOSS), len(nodes))
+        if limit == len(nodes):
+            return ORDER, NO_DETAIL
+        out = nodes[limit].deps[0]
     resident: dict[int, int] = {}  # node -> offset
     computed: set[int] = set()
     paged: set[int] = set()
@@ -147,7 +157,7 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
         if node >= n_nodes:
             return NODE_RANGE, k
         n = nodes[node]
-        if op == COMPUTE and node != n_computes:
+        if op == COMPUTE and (node != n_computes or node >= limit):
             return ORDER, k
         if op == RECOMPUTE and (n.kind not in (KIND_FORWARD, KIND_LOSS) or node not in computed):
             return RECOMPUTE_ERR, k
@@ -177,10 +187,12 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
             del resident[node]
         if allocates:
             resident[node] = off
-    if n_computes != n_nodes:
+    if n_computes != limit:
         return ORDER, NO_DETAIL
-    if resident:
+    if any(j != out for j in resident):
         return LEAK, NO_DETAIL
+    if out is not None and nodes[out].bytes and out not in resident:
+        return OUTPUT, NO_DETAIL
     return OK, NO_DETAIL
 
 
