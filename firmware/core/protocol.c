@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "interp.h"
+#include "pool_layout.h"
 #include "model.h"
 #include "port.h"
 #include "schedule.h"
@@ -57,43 +58,25 @@ static struct {
     uint32_t n_tail, written; /* bytes in tail; bytes programmed since the upload began */
 } nvw;
 
-/* Pool layout (docs/spec.md section 6), each region 8-byte aligned: the model's tables, the
- * trained parameters, their gradients (none when the model updates in backward), the optimizer
- * state (a step counter, then opt_words floats per trained element), the staged batch, the stream
- * buffer of weights read from aux storage (none when no weight streams), the arena.
- * host/poet/plan/memory.py lays it out the same way. Frozen parameters are not in the pool: they stay in nv storage. */
-static uint32_t align8(uint32_t n) { return (n + 7u) & ~7u; }
+/* The pool's layout for the loaded model (layout.h): computed once the model parses. */
+static poet_layout_t lay;
 static uint32_t nv_align(uint32_t n) { return (n + POET_NV_PAGE - 1u) & ~(POET_NV_PAGE - 1u); }
-static uint32_t tables_bytes(void) { return st.tables; }
-static uint32_t params_bytes(void) { return 4u * (model.train_elems + model.state_elems); }
-static uint32_t grads_bytes(void) { return model.in_backward ? 0u : 4u * model.train_elems; }
-static uint32_t opt_bytes(void) { return model.opt_words ? 4u + 4u * model.opt_words * model.train_elems : 0u; }
-/* the inputs (fp32, or int8 padded to 4 bytes), then one i32 label per sample */
-static uint32_t labels_at(void) { return (model.x_bytes + 3u) & ~3u; }
-static uint32_t batch_bytes(void) { return labels_at() + 4u * model.batch; }
-static uint32_t params_at(void) { return tables_bytes(); }
-static uint32_t grads_at(void) { return params_at() + align8(params_bytes()); }
-static uint32_t opt_at(void) { return grads_at() + align8(grads_bytes()); }
-static uint32_t batch_at(void) { return opt_at() + align8(opt_bytes()); }
-static uint32_t stream_at(void) { return batch_at() + align8(batch_bytes()); }
-static uint32_t fixed_bytes(void) { return stream_at() + align8(model.stream_bytes); }
-/* The same sum without wrapping, for the fit check: each region fits 32 bits, but together they
- * may not (2^28 parameters with Adam's two state words are 4 GiB), and a wrapped sum would pass. */
-static uint64_t layout_bytes(uint32_t tables)
-{
-    return (uint64_t)tables + align8(params_bytes()) + align8(grads_bytes()) + align8(opt_bytes()) +
-           align8(batch_bytes()) + align8(model.stream_bytes);
-}
+static uint32_t params_bytes(void) { return lay.params_bytes; }
+static uint32_t grads_bytes(void) { return lay.grads_bytes; }
+static uint32_t opt_bytes(void) { return lay.opt_bytes; }
+static uint32_t labels_at(void) { return lay.labels; }
+static uint32_t batch_bytes(void) { return lay.batch_bytes; }
+static uint32_t fixed_bytes(void) { return lay.arena; }
 /* Where the frozen weights start in nv storage, and how many bytes they are. */
 static uint32_t frozen_at(void) { return nv_align(st.model_len); }
 static uint32_t frozen_bytes(void) { return 4u * model.frozen_words; }
 static uint32_t aux_bytes(void) { return 4u * model.aux_words; }
 
-static uint8_t *pool_params(void) { return port_pool() + params_at(); }
-static uint8_t *pool_grads(void) { return port_pool() + grads_at(); }
-static uint8_t *pool_opt(void) { return port_pool() + opt_at(); }
-static uint8_t *pool_batch(void) { return port_pool() + batch_at(); }
-static uint8_t *pool_arena(void) { return port_pool() + fixed_bytes(); }
+static uint8_t *pool_params(void) { return port_pool() + lay.params; }
+static uint8_t *pool_grads(void) { return port_pool() + lay.grads; }
+static uint8_t *pool_opt(void) { return port_pool() + lay.opt; }
+static uint8_t *pool_batch(void) { return port_pool() + lay.batch; }
+static uint8_t *pool_arena(void) { return port_pool() + lay.arena; }
 /* The step counter the optimizer keeps, and the state after it (4-byte aligned: opt_at is 8). */
 static uint32_t *opt_step(void)
 {
@@ -385,8 +368,10 @@ static void end_blob(const uint8_t *p, uint16_t len)
             break;
         }
         status = poet_model_parse(blob_nv, st.total, port_pool(), &model, &detail);
+        if (status == POET_OK)
+            poet_layout(&model, tables, 0, 0, &lay);
         /* the pool must hold the tables and the trained side; nv storage the frozen weights */
-        if (status == POET_OK && layout_bytes(tables) > port_pool_bytes()) {
+        if (status == POET_OK && lay.fixed > port_pool_bytes()) {
             status = POET_E_TOO_BIG;
             detail = port_pool_bytes();
         }
@@ -515,7 +500,7 @@ static void step(const uint8_t *p, uint16_t len)
     buf.opt_step = opt_step();
     buf.x = (const float *)(const void *)pool_batch();
     buf.labels = (const int32_t *)(const void *)(pool_batch() + labels_at());
-    buf.stream = port_pool() + stream_at();
+    buf.stream = port_pool() + lay.stream;
     buf.arena = pool_arena();
     if (port_pager_open() != 0) {
         step_fail(POET_E_PAGER);
