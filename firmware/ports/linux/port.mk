@@ -85,3 +85,21 @@ validate-asan: $(BUILD)/linux-asan/validate
 
 $(BUILD)/linux-asan/validate: $(VALIDATE_ASAN_OBJ)
 	$(CC) $(ASAN_FLAGS) -o $@ $^ -lm
+
+# device-run: the device API (core/poet.h) with a test port of its own, no protocol linked
+# (tests/device_main.c), under ASan + UBSan as well, for the tests that hold it to the host-driven runtime.
+DEVICE_RUN_SRC := $(DEVICE_SRC) tests/device_main.c
+DEVICE_RUN_OBJ := $(patsubst %.c,$(BUILD)/device-run/%.o,$(DEVICE_RUN_SRC))
+
+PORTS += device-run
+DEPS += $(DEVICE_RUN_OBJ:.o=.d)
+.PHONY: device-run
+
+device-run: $(BUILD)/device-run/device_run
+
+$(BUILD)/device-run/device_run: $(DEVICE_RUN_OBJ)
+	$(CC) $(ASAN_FLAGS) -o $@ $^ -lm
+
+$(BUILD)/device-run/%.o: %.c $(LINUX_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(HOST_CFLAGS) $(ASAN_FLAGS) -c -o $@ $<

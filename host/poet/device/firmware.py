@@ -55,6 +55,8 @@ TARGETS: dict[str, Target] = {
                             "RPi 4 / Jetson cross build, run here under qemu-user",
                             runner=("qemu-aarch64",)),
     "validate": Target(Path("build/linux/validate"), "cc", "schedule validator harness"),
+    "device-run": Target(Path("build/device-run/device_run"), "cc",
+                         "the device API (core/poet.h) driven from a file, under ASan + UBSan"),
 }
 
 

@@ -112,6 +112,12 @@ class Pool:
         return sum(_align(b) for b in (self.tables, self.params, self.grads, self.optimizer_state, self.staging,
                                        self.stream))
 
+    @property
+    def snapshot(self) -> int:
+        """The device API's copy of the trained and state parameters and the optimizer state, taken before
+        each step to undo one that diverges (docs/spec.md section 7)."""
+        return _align(self.params) + _align(self.optimizer_state)
+
     def arena(self, pool_bytes: int) -> int:
         """What a pool of `pool_bytes` leaves for the activation arena."""
         return pool_bytes - self.fixed

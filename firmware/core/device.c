@@ -1,0 +1,282 @@
+/* The device API (poet.h): training and prediction from a bundle (docs/spec.md section 7), no host.
+ * The bundle is read in place (the model's records and the frozen weights stay in flash); the pool
+ * holds section 6's regions, the snapshot a diverged step is undone from and the ticks. */
+#include "poet.h"
+
+#include <string.h>
+
+#include "interp.h"
+#include "model.h"
+#include "pool_layout.h"
+#include "port.h"
+#include "schedule.h"
+#include "util.h"
+
+#define HEADER 64u
+#define N_SECTIONS 5u
+enum { S_MODEL, S_FROZEN, S_WEIGHTS, S_TRAIN, S_FORWARD };
+
+typedef struct {
+    const uint8_t *bundle;
+    uint8_t *pool;
+    poet_model_t model;
+    poet_layout_t lay;
+    const uint8_t *sched[2]; /* training, forward */
+    const float *frozen;
+    float lr;
+    uint32_t sgd_step;       /* the step count when the optimizer keeps no state (plain SGD); the
+                              * optimizer node counts it, as it counts Adam's in its state */
+    uint32_t out_elems;      /* floats of the output per sample */
+    uint16_t out_node;
+    uint16_t n_ticks;        /* the last run's */
+    uint8_t needs_pager, ready;
+} device_t;
+
+/* C99's static assertion: the private state fits the storage poet.h gives it. */
+typedef char poet_device_fits[sizeof(device_t) <= sizeof(poet_device_t) ? 1 : -1];
+
+static device_t *priv(poet_device_t *d) { return (device_t *)(void *)d; }
+static const device_t *cpriv(const poet_device_t *d) { return (const device_t *)(const void *)d; }
+
+static uint32_t *opt_step(device_t *d)
+{
+    return d->model.opt_words ? (uint32_t *)(void *)(d->pool + d->lay.opt) : &d->sgd_step;
+}
+
+static int finite(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    return (bits & 0x7F800000u) != 0x7F800000u;
+}
+
+uint32_t poet_bundle_pool_bytes(const void *bundle, uint32_t bundle_bytes)
+{
+    const uint8_t *b = (const uint8_t *)bundle;
+    if (b == 0 || bundle_bytes < HEADER + 4u || memcmp(b, "PBDL", 4) != 0 || b[4] != 1)
+        return 0;
+    return poet_rd32(b + 16);
+}
+
+/* The sections of a bundle whose header and CRC have passed: in order, 8-aligned, inside it. */
+static int sections_ok(const uint8_t *b, uint32_t total, const uint8_t **at, uint32_t *len)
+{
+    uint32_t i, end = HEADER;
+    for (i = 0; i < N_SECTIONS; i++) {
+        uint32_t off = poet_rd32(b + 24u + 8u * i), n = poet_rd32(b + 28u + 8u * i);
+        if ((off & 7u) || off < end || off > total - 4u || n > total - 4u - off)
+            return 0;
+        at[i] = b + off;
+        len[i] = n;
+        end = off + n;
+    }
+    return 1;
+}
+
+static uint16_t schedule_instrs(const uint8_t *s, uint32_t len)
+{
+    return len >= POET_SCHED_HDR ? poet_sched_n_instr(s) : 0;
+}
+
+int poet_init(poet_device_t *dev, const void *bundle, uint32_t bundle_bytes, void *pool, uint32_t pool_bytes)
+{
+    device_t *d = priv(dev);
+    const uint8_t *b = (const uint8_t *)bundle, *at[N_SECTIONS];
+    uint32_t len[N_SECTIONS], tables, detail, k, n_ticks, total;
+    poet_node_t loss;
+    int status;
+
+    memset(d, 0, sizeof *d);
+    if (b == 0 || ((uintptr_t)b & 7u) || bundle_bytes < HEADER + 4u || memcmp(b, "PBDL", 4) != 0 || b[4] != 1 ||
+        b[5] != 0 || poet_rd16(b + 6) != 0)
+        return POET_E_BUNDLE;
+    total = poet_rd32(b + 8);
+    if (total != bundle_bytes)
+        return POET_E_BUNDLE;
+    if (poet_crc32(0, b, total - 4u) != poet_rd32(b + total - 4u))
+        return POET_E_CRC;
+    if (!sections_ok(b, total, at, len))
+        return POET_E_BUNDLE;
+    if (pool == 0 || ((uintptr_t)pool & 7u))
+        return POET_E_RANGE;
+    tables = poet_model_table_bytes(at[S_MODEL], len[S_MODEL]);
+    if (tables == 0)
+        return POET_E_MODEL;
+    if (tables > pool_bytes || poet_rd32(b + 16) > pool_bytes)
+        return POET_E_TOO_BIG;
+    d->pool = (uint8_t *)pool;
+    status = poet_model_parse(at[S_MODEL], len[S_MODEL], d->pool, &d->model, &detail);
+    if (status != POET_OK)
+        return status;
+    n_ticks = schedule_instrs(at[S_TRAIN], len[S_TRAIN]);
+    if (schedule_instrs(at[S_FORWARD], len[S_FORWARD]) > n_ticks)
+        n_ticks = schedule_instrs(at[S_FORWARD], len[S_FORWARD]);
+    poet_layout(&d->model, tables, 1, n_ticks, &d->lay);
+    if (d->lay.fixed > pool_bytes)
+        return POET_E_TOO_BIG;
+    if (len[S_FROZEN] != 4u * d->model.frozen_words || len[S_WEIGHTS] != d->lay.params_bytes)
+        return POET_E_RANGE;
+    for (k = 0; k < 2; k++) {
+        const uint8_t *s = at[S_TRAIN + k];
+        if (len[S_TRAIN + k] >= POET_SCHED_HDR && poet_sched_forward(s) != (int)k)
+            return POET_E_BUNDLE;
+        status = poet_schedule_validate(s, len[S_TRAIN + k], &d->model, pool_bytes - d->lay.arena, &detail);
+        if (status != POET_OK)
+            return status;
+        for (detail = 0; detail < poet_sched_n_instr(s); detail++)
+            if (s[POET_SCHED_HDR + 8u * detail] == POET_I_PAGE_OUT)
+                d->needs_pager = 1;
+        d->sched[k] = s;
+    }
+    d->needs_pager |= d->model.aux_words > 0;
+    /* the output predict reads: the first loss node's input (the validator found the loss) */
+    for (k = 0; poet_node_kind(&d->model, (uint16_t)k) != POET_KIND_LOSS; k++)
+        ;
+    poet_node_view(&d->model, (uint16_t)k, &loss);
+    d->out_node = loss.deps[0];
+    d->out_elems = poet_node_bytes(&d->model, d->out_node) / 4u / d->model.batch;
+    d->bundle = b;
+    d->frozen = (const float *)(const void *)at[S_FROZEN];
+    memcpy(&d->lr, b + 12, 4);
+    memcpy(d->pool + d->lay.params, at[S_WEIGHTS], len[S_WEIGHTS]);
+    memset(d->pool + d->lay.grads, 0, d->lay.grads_bytes);
+    memset(d->pool + d->lay.opt, 0, d->lay.opt_bytes);
+    d->ready = 1;
+    return POET_OK;
+}
+
+uint32_t poet_batch(const poet_device_t *dev) { return cpriv(dev)->ready ? cpriv(dev)->model.batch : 0u; }
+uint32_t poet_input_elems(const poet_device_t *dev)
+{
+    return cpriv(dev)->ready ? cpriv(dev)->model.x_elems / cpriv(dev)->model.batch : 0u;
+}
+uint32_t poet_output_elems(const poet_device_t *dev) { return cpriv(dev)->ready ? cpriv(dev)->out_elems : 0u; }
+
+uint32_t poet_steps(const poet_device_t *dev)
+{
+    device_t *d = priv((poet_device_t *)(uintptr_t)dev);
+    return d->ready ? *opt_step(d) : 0u;
+}
+
+const uint32_t *poet_instr_ticks(const poet_device_t *dev, uint16_t *n)
+{
+    const device_t *d = cpriv(dev);
+    *n = d->ready ? d->n_ticks : 0u;
+    return d->ready ? (const uint32_t *)(const void *)(d->pool + d->lay.ticks) : 0;
+}
+
+const float *poet_weights(const poet_device_t *dev, uint32_t *n_floats)
+{
+    const device_t *d = cpriv(dev);
+    *n_floats = d->ready ? d->lay.params_bytes / 4u : 0u;
+    return d->ready ? (const float *)(const void *)(d->pool + d->lay.params) : 0;
+}
+
+/* n samples (n <= batch) into the staging region, the rest zeros: fp32, or int8 with the input's
+ * fixed scale as the host quantised them (docs/spec.md 4). */
+static void stage(device_t *d, const float *x, uint32_t n)
+{
+    uint8_t *dst = d->pool + d->lay.batch;
+    uint32_t per = d->model.x_elems / d->model.batch, have = n * per;
+    if (d->model.x_bytes == d->model.x_elems) {
+        poet_node_t in;
+        float scale;
+        poet_node_view(&d->model, 0, &in); /* the input node is node 0 (its check admits it nowhere else) */
+        scale = d->frozen[d->model.param_off[in.a[2]]];
+        poet_quantize_i8((int)have, scale, x, (int8_t *)(void *)dst);
+        memset(dst + have, 0, d->lay.labels - have);
+    } else {
+        memcpy(dst, x, 4u * have);
+        memset(dst + 4u * have, 0, 4u * (d->model.x_elems - have));
+    }
+}
+
+static void buffers(device_t *d, poet_buffers_t *buf)
+{
+    buf->params = (float *)(void *)(d->pool + d->lay.params);
+    buf->frozen = d->frozen;
+    buf->grads = (float *)(void *)(d->pool + d->lay.grads);
+    buf->opt_state = (float *)(void *)(d->pool + d->lay.opt + 4u);
+    buf->opt_step = opt_step(d);
+    buf->x = (const float *)(const void *)(d->pool + d->lay.batch);
+    buf->labels = (const int32_t *)(const void *)(d->pool + d->lay.batch + d->lay.labels);
+    buf->stream = d->pool + d->lay.stream;
+    buf->arena = d->pool + d->lay.arena;
+}
+
+static int run(device_t *d, int k, poet_step_result_t *res)
+{
+    poet_buffers_t buf;
+    if (d->needs_pager && port_pager_open() != 0)
+        return POET_E_PAGER;
+    buffers(d, &buf);
+    poet_interp_step(&d->model, d->sched[k], &buf, d->lr, (uint32_t *)(void *)(d->pool + d->lay.ticks), res);
+    d->n_ticks = res->n_records;
+    return res->status;
+}
+
+int poet_train_step(poet_device_t *dev, const float *x, const int32_t *labels, poet_step_info_t *info)
+{
+    device_t *d = priv(dev);
+    uint8_t *snap = d->pool + d->lay.snapshot, *params = d->pool + d->lay.params, *opt = d->pool + d->lay.opt;
+    uint32_t snap_opt = (d->lay.params_bytes + 7u) & ~7u, i, step_before;
+    int32_t *staged_labels;
+    const float *w = (const float *)(const void *)params;
+    poet_step_result_t res;
+    int status;
+
+    if (!d->ready || x == 0)
+        return POET_E_LINK_ORDER;
+    for (i = 0; labels && i < d->model.batch; i++)
+        if (labels[i] < 0 || (uint32_t)labels[i] >= d->model.min_classes)
+            return POET_E_RANGE;
+    stage(d, x, d->model.batch);
+    staged_labels = (int32_t *)(void *)(d->pool + d->lay.batch + d->lay.labels);
+    for (i = 0; i < d->model.batch; i++)
+        staged_labels[i] = labels ? labels[i] : 0;
+    /* the snapshot: what a step that fails or diverges is undone to */
+    memcpy(snap, params, d->lay.params_bytes);
+    memcpy(snap + snap_opt, opt, d->lay.opt_bytes);
+    step_before = *opt_step(d);
+    status = run(d, 0, &res);
+    if (status == POET_OK && !finite(res.loss))
+        status = POET_E_DIVERGED;
+    for (i = 0; status == POET_OK && i < d->lay.params_bytes / 4u; i++)
+        if (!finite(w[i]))
+            status = POET_E_DIVERGED;
+    if (status != POET_OK) {
+        memcpy(params, snap, d->lay.params_bytes);
+        memcpy(opt, snap + snap_opt, d->lay.opt_bytes);
+        *opt_step(d) = step_before;
+        memset(d->pool + d->lay.grads, 0, d->lay.grads_bytes);
+    }
+    if (info) {
+        info->loss = res.loss;
+        info->step = *opt_step(d);
+        info->ticks = res.step_ticks;
+        info->tick_hz = port_tick_hz();
+        info->peak_bytes = res.peak_live_bytes;
+        info->n_instr = res.n_records;
+    }
+    return status;
+}
+
+int poet_predict(poet_device_t *dev, const float *x, uint32_t n, float *out)
+{
+    device_t *d = priv(dev);
+    uint32_t per = d->model.x_elems / (d->ready ? d->model.batch : 1u), done, k;
+    poet_step_result_t res;
+    int status;
+    if (!d->ready || (n && (x == 0 || out == 0)))
+        return POET_E_LINK_ORDER;
+    for (done = 0; done < n; done += k) {
+        k = n - done < d->model.batch ? n - done : d->model.batch;
+        stage(d, x + (uint64_t)done * per, k);
+        status = run(d, 1, &res);
+        if (status != POET_OK)
+            return status;
+        memcpy(out + (uint64_t)done * d->out_elems, d->pool + d->lay.arena + d->model.arena_off[d->out_node],
+               4u * k * d->out_elems);
+    }
+    return POET_OK;
+}

@@ -1,0 +1,223 @@
+"""The device API (firmware/core/poet.h): a bundle trained and predicted from with no host, held to the
+host-driven runtime bit for bit (the same kernels, the same schedule), and to PyTorch in evaluation mode
+for predict; a diverged step undone; a damaged bundle refused with a status, never a crash (the harness
+runs under ASan + UBSan: firmware/tests/device_main.c)."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import needs_tools
+from fwhelpers import native_link
+from poet.device import firmware
+from poet.device.protocol import BATCH, SCHEDULE
+from poet.export.bundle import Bundle, make_bundle
+from poet.graph.reference import weights_of
+from poet.graph.tracer import trace
+from poet.graph.training_graph import TrainingGraph, with_optimizer
+from poet.models.zoo import get_model
+from poet.plan.cost.costs import uncosted
+from poet.plan.lowering.lower import forward_lowered, lower, model_blob
+from poet.plan.lowering.modelblob import encode_batch
+from poet.plan.lowering.schedule import Schedule
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.run.finish import to_model
+from test_runtime_ops import _poet_plans
+
+pytestmark = needs_tools("cc", "make")
+LR = 0.05
+BUNDLE_E, DIVERGED = 40, 41
+
+
+class _BnDrop(torch.nn.Module):
+    """A batch norm that trains and a dropout: what predict must run in evaluation mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.drop = torch.nn.Dropout(0.25)
+        self.fc = torch.nn.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.drop(torch.relu(self.bn(self.conv(x)))).flatten(1))
+
+
+def _graph(name: str, optimizer: str, train: str, batch: int = 4) -> tuple[torch.nn.Module, TrainingGraph]:
+    torch.manual_seed(0)
+    if name == "bn-dropout":
+        model: torch.nn.Module = _BnDrop()
+        g = trace(model, name, (1, 8, 8), 10, batch, train=train)
+    else:
+        model, spec = get_model(name)
+        g = trace(model, name, spec.input_shape, spec.classes, batch, train=train)
+    return model, with_optimizer(g, optimizer)
+
+
+def _batches(g: TrainingGraph, n: int, seed: int = 3) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((g.batch, *g.input_shape)).astype(np.float32),
+             rng.integers(0, g.classes, size=g.batch).astype(np.int32)) for _ in range(n)]
+
+
+def _device(tmp_path: Path, bundle: bytes, batches: list[tuple[np.ndarray, np.ndarray]],
+            predict: np.ndarray | None = None) -> tuple[list[tuple[int, float]], np.ndarray, np.ndarray]:
+    """(status, loss) per step, the trained weights and predict's outputs, from the device API."""
+    path = tmp_path / "bundle.bin"
+    path.write_bytes(bundle)
+    req = struct.pack("<I", len(batches))
+    for x, y in batches:
+        req += np.ascontiguousarray(x, "<f4").tobytes() + np.ascontiguousarray(y, "<i4").tobytes()
+    pred = np.zeros((0,), np.float32) if predict is None else predict
+    req += struct.pack("<I", len(pred)) + np.ascontiguousarray(pred, "<f4").tobytes()
+    proc = subprocess.run([str(firmware.build("device-run")), str(path)], input=req, capture_output=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    out = proc.stdout
+    steps = [struct.unpack_from("<if", out, 8 * k) for k in range(len(batches))]
+    at = 8 * len(batches)
+    (nw,) = struct.unpack_from("<I", out, at)
+    w = np.frombuffer(out, "<f4", nw, at + 4)
+    return steps, w, np.frombuffer(out, "<f4", offset=at + 4 + 4 * nw)
+
+
+def _host_driven(tmp_path: Path, g: TrainingGraph, w0: list[np.ndarray], sched: bytes,
+                 batches: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[float], bytes]:
+    """The same steps driven over the protocol: losses and the trained weights blob read back."""
+    blob = model_blob(g)
+    with native_link(tmp_path) as link:
+        link.load_model(blob, w0)
+        link.upload(SCHEDULE, sched)
+        losses = []
+        for x, y in batches:
+            link.upload(BATCH, encode_batch(x, y))
+            losses.append(link.step(LR).loss)
+        weights, _, _ = blob.split_weights(link.read_params(blob))
+    return losses, weights
+
+
+def _bundle(g: TrainingGraph, w0: list[np.ndarray], sched: bytes) -> bytes:
+    blob = model_blob(g)
+    return make_bundle(blob, w0, Schedule.decode(sched), forward_lowered(blob).schedule, LR).encode()
+
+
+CASES = [("mlp-digits", "sgd", "all"), ("cnn-digits", "adam", "bias+last:1"), ("bn-dropout", "momentum", "all")]
+
+
+@pytest.mark.parametrize("name,optimizer,train", CASES, ids=[c[0] for c in CASES])
+def test_training_equals_host_driven_bit_for_bit(tmp_path: Path, name: str, optimizer: str, train: str) -> None:
+    model, g = _graph(name, optimizer, train)
+    w0 = weights_of(model)
+    plans = _poet_plans(g) or [keep_all(uncosted(g))]
+    sched = lower(plans[0], g).schedule.encode()  # a POET plan where one fits: recomputes the device must match
+    batches = _batches(g, 6)
+    losses, want = _host_driven(tmp_path, g, w0, sched, batches)
+    steps, got, _ = _device(tmp_path, _bundle(g, w0, sched), batches)
+    assert [s for s, _ in steps] == [0] * len(batches)
+    assert [struct.pack("<f", v) for _, v in steps] == [struct.pack("<f", v) for v in losses]
+    assert got.tobytes() == want
+    assert want != model_blob(g).split_weights(w0)[0]  # training moved them
+
+
+def _eval_logits(model: torch.nn.Module, g: TrainingGraph, trained: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """PyTorch's evaluation-mode output with the device's weights, in float64."""
+    blob = model_blob(g)
+    flat = [np.asarray(w, np.float32).ravel() for w in weights_of(model)]
+    at = 0
+    for i, w in enumerate(flat):
+        if not blob.frozen(i):
+            flat[i] = trained[at:at + w.size].copy()
+            at += w.size
+    to_model(model, g, flat)
+    m64 = model.double().eval()
+    with torch.no_grad():
+        return m64(torch.from_numpy(x).double()).numpy()
+
+
+@pytest.mark.parametrize("name,optimizer,train", CASES, ids=[c[0] for c in CASES])
+def test_predict_is_the_eval_forward(tmp_path: Path, name: str, optimizer: str, train: str) -> None:
+    model, g = _graph(name, optimizer, train)
+    w0 = weights_of(model)
+    sched = lower(keep_all(uncosted(g)), g).schedule.encode()
+    x = np.random.default_rng(9).standard_normal((g.batch * 2 + 1, *g.input_shape)).astype(np.float32)
+    steps, w, out = _device(tmp_path, _bundle(g, w0, sched), _batches(g, 3), x)
+    want = _eval_logits(model, g, w, x)
+    out = out.reshape(want.shape)
+    # fp32 against float64: a few ulps of each output's scale, nowhere near a change of class
+    scale = 1.0 + np.abs(want).max()
+    assert np.abs(out - want).max() <= 1e-4 * scale
+    margin = np.sort(want, axis=1)
+    clear = margin[:, -1] - margin[:, -2] > 1e-3 * scale
+    assert (out.argmax(1) == want.argmax(1))[clear].all()
+    if name == "bn-dropout":  # evaluation mode is not training mode: the batch's statistics would differ
+        model.train()
+        with torch.no_grad():
+            torch.manual_seed(0)
+            train_mode = model(torch.from_numpy(x[:g.batch]).double()).numpy()
+        assert np.abs(train_mode - want[:g.batch]).max() > 1e-2 * scale
+
+
+def test_a_diverged_step_is_undone(tmp_path: Path) -> None:
+    model, g = _graph("mlp-digits", "adam", "all")
+    w0 = weights_of(model)
+    sched = lower(keep_all(uncosted(g)), g).schedule.encode()
+    good = _batches(g, 2)
+    huge = (np.full_like(good[0][0], 3e38), good[0][1])
+    steps, w_after, _ = _device(tmp_path, _bundle(g, w0, sched), [*good, huge, good[0]])
+    _, w_two, _ = _device(tmp_path, _bundle(g, w0, sched), [*good, good[0]])
+    assert [s for s, _ in steps] == [0, 0, DIVERGED, 0]
+    assert w_after.tobytes() == w_two.tobytes()  # the diverged step left no trace, the next one ran as if
+
+
+def _refused(tmp_path: Path, bundle: bytes) -> int:
+    path = tmp_path / "bad.bin"
+    path.write_bytes(bundle)
+    proc = subprocess.run([str(firmware.build("device-run")), str(path)], input=struct.pack("<II", 0, 0),
+                          capture_output=True, timeout=60)
+    assert b"Sanitizer" not in proc.stderr and proc.returncode < 128, proc.stderr.decode()[-1500:]
+    return proc.returncode
+
+
+def _recrc(data: bytearray) -> bytes:
+    return bytes(data[:-4]) + struct.pack("<I", zlib.crc32(bytes(data[:-4])))
+
+
+def test_damaged_bundles_are_refused_with_a_status(tmp_path: Path) -> None:
+    model, g = _graph("cnn-digits", "adam", "bias+last:1")
+    good = _bundle(g, weights_of(model), lower(keep_all(uncosted(g)), g).schedule.encode())
+    b = Bundle.decode(good)
+    assert _refused(tmp_path, good) == 0
+    assert _refused(tmp_path, good[:-1]) == BUNDLE_E
+    flipped = bytearray(good)
+    flipped[100] ^= 1
+    assert _refused(tmp_path, bytes(flipped)) == 4  # CRC
+    swapped = Bundle(b.model, b.frozen, b.weights, b.forward, b.train, b.lr, b.pool_bytes).encode()
+    assert _refused(tmp_path, swapped) == BUNDLE_E  # the forward schedule where the training one goes
+    short = Bundle(b.model, b.frozen, b.weights[:-4], b.train, b.forward, b.lr, b.pool_bytes).encode()
+    assert _refused(tmp_path, short) == 39  # RANGE: weights of another size
+    rng = np.random.default_rng(5)
+    codes: set[int] = set()
+    for _ in range(60):  # damage inside the sections, the CRC made to match: refused, never a crash
+        d = bytearray(good)
+        for _ in range(int(rng.integers(1, 4))):
+            d[int(rng.integers(0, len(d) - 4))] ^= 1 << int(rng.integers(0, 8))
+        codes.add(_refused(tmp_path, _recrc(d)))
+    assert len(codes - {0}) >= 2, codes  # the model refused, a schedule's own CRC; weights are any floats
+
+
+def test_pool_bytes_is_what_init_needs(tmp_path: Path) -> None:
+    model, g = _graph("cnn-digits", "adam", "bias+last:1")
+    b = Bundle.decode(_bundle(g, weights_of(model), lower(keep_all(uncosted(g)), g).schedule.encode()))
+    tight = Bundle(b.model, b.frozen, b.weights, b.train, b.forward, b.lr, b.pool_bytes - 8).encode()
+    # the harness gives init exactly the header's pool: the bundle's own is enough (0), and two words
+    # fewer leave the larger schedule's arena short (ARENA): pool_bytes is exact, as host and C compute it
+    assert _refused(tmp_path, b.encode()) == 0
+    assert _refused(tmp_path, tight) == 8
+
+
