@@ -9,6 +9,7 @@ import struct
 import subprocess
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -66,25 +67,78 @@ def _batches(g: TrainingGraph, n: int, seed: int = 3) -> list[tuple[np.ndarray, 
              rng.integers(0, g.classes, size=g.batch).astype(np.int32)) for _ in range(n)]
 
 
+class Session:
+    """Commands for the device harness (firmware/tests/device_main.c), run in one process by `run`."""
+
+    def __init__(self) -> None:
+        self.req, self.want = bytearray(), ["init"]
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> Session:
+        self.req += b"S" + np.ascontiguousarray(x, "<f4").tobytes() + np.ascontiguousarray(y, "<i4").tobytes()
+        self.want.append("step")
+        return self
+
+    def predict(self, x: np.ndarray) -> Session:
+        self.req += b"P" + struct.pack("<I", len(x)) + np.ascontiguousarray(x, "<f4").tobytes()
+        self.want.append(f"predict {len(x)}")
+        return self
+
+    def simple(self, cmd: bytes, arg: int | None = None) -> Session:
+        self.req += cmd + (b"" if arg is None else struct.pack("<I", arg))
+        if cmd != b"K":
+            self.want.append(cmd.decode())
+        return self
+
+    def run(self, tmp_path: Path, bundle: bytes, store: Path | None = None) -> tuple[int, list[Any]]:
+        """The exit status and each command's answer: a status, or (status, loss), (status, outputs),
+        the weights as bytes. A cut power (exit 77) answers the commands before it only."""
+        path = tmp_path / "bundle.bin"
+        path.write_bytes(bundle)
+        store = store or tmp_path / "store.bin"
+        proc = subprocess.run([str(firmware.build("device-run")), str(path), str(store)], input=bytes(self.req),
+                              capture_output=True, timeout=300)
+        assert b"Sanitizer" not in proc.stderr and proc.returncode < 128, proc.stderr.decode()[-2000:]
+        out, at, answers = proc.stdout, 0, []
+        out_elems = None
+        for w in self.want:
+            if at + 4 > len(out):
+                break
+            (status,) = struct.unpack_from("<i", out, at)
+            at += 4
+            if w == "step":
+                answers.append((status, struct.unpack_from("<f", out, at)[0]))
+                at += 4
+            elif w.startswith("predict"):
+                n = int(w.split()[1])
+                rest = (len(out) - at) if out_elems is None else n * out_elems * 4
+                answers.append((status, np.frombuffer(out, "<f4", rest // 4, at)))
+                at += rest
+            elif w == "W":
+                (nw,) = struct.unpack_from("<I", out, at)
+                answers.append(out[at + 4:at + 4 + 4 * nw])
+                at += 4 + 4 * nw
+            else:
+                answers.append(status)
+        return proc.returncode, answers
+
+
 def _device(tmp_path: Path, bundle: bytes, batches: list[tuple[np.ndarray, np.ndarray]],
             predict: np.ndarray | None = None) -> tuple[list[tuple[int, float]], np.ndarray, np.ndarray]:
     """(status, loss) per step, the trained weights and predict's outputs, from the device API."""
-    path = tmp_path / "bundle.bin"
-    path.write_bytes(bundle)
-    req = struct.pack("<I", len(batches))
+    s = Session()
     for x, y in batches:
-        req += np.ascontiguousarray(x, "<f4").tobytes() + np.ascontiguousarray(y, "<i4").tobytes()
-    pred = np.zeros((0,), np.float32) if predict is None else predict
-    req += struct.pack("<I", len(pred)) + np.ascontiguousarray(pred, "<f4").tobytes()
-    proc = subprocess.run([str(firmware.build("device-run")), str(path)], input=req, capture_output=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    out = proc.stdout
-    steps = [struct.unpack_from("<if", out, 8 * k) for k in range(len(batches))]
-    at = 8 * len(batches)
-    (nw,) = struct.unpack_from("<I", out, at)
-    w = np.frombuffer(out, "<f4", nw, at + 4)
-    return steps, w, np.frombuffer(out, "<f4", offset=at + 4 + 4 * nw)
+        s.step(x, y)
+    s.simple(b"W")
+    if predict is not None:
+        s.predict(predict)
+    code, answers = s.run(tmp_path, bundle)
+    assert code == 0 and answers[0] == 0, (code, answers[:1])
+    steps = answers[1:1 + len(batches)]
+    w = np.frombuffer(answers[1 + len(batches)], "<f4")
+    out = answers[-1][1] if predict is not None else np.zeros(0, np.float32)
+    if predict is not None:
+        assert answers[-1][0] == 0
+    return steps, w, out
 
 
 def _host_driven(tmp_path: Path, g: TrainingGraph, w0: list[np.ndarray], sched: bytes,
@@ -176,12 +230,9 @@ def test_a_diverged_step_is_undone(tmp_path: Path) -> None:
 
 
 def _refused(tmp_path: Path, bundle: bytes) -> int:
-    path = tmp_path / "bad.bin"
-    path.write_bytes(bundle)
-    proc = subprocess.run([str(firmware.build("device-run")), str(path)], input=struct.pack("<II", 0, 0),
-                          capture_output=True, timeout=60)
-    assert b"Sanitizer" not in proc.stderr and proc.returncode < 128, proc.stderr.decode()[-1500:]
-    return proc.returncode
+    code, answers = Session().run(tmp_path, bundle)
+    assert answers == [code]
+    return code
 
 
 def _recrc(data: bytearray) -> bytes:
@@ -221,3 +272,79 @@ def test_pool_bytes_is_what_init_needs(tmp_path: Path) -> None:
     assert _refused(tmp_path, tight) == 8
 
 
+
+
+NO_STATE, CUT = 42, 77
+
+
+def _adam_bundle() -> tuple[TrainingGraph, bytes, list[tuple[np.ndarray, np.ndarray]]]:
+    model, g = _graph("cnn-digits", "adam", "bias+last:1")
+    bundle = _bundle(g, weights_of(model), lower(keep_all(uncosted(g)), g).schedule.encode())
+    return g, bundle, _batches(g, 6, seed=11)
+
+
+def _steps(s: Session, batches: list[tuple[np.ndarray, np.ndarray]]) -> Session:
+    for x, y in batches:
+        s.step(x, y)
+    return s
+
+
+def test_restore_continues_exactly_where_the_save_was(tmp_path: Path) -> None:
+    g, bundle, b = _adam_bundle()
+    store = tmp_path / "flash.bin"
+    code, a = _steps(_steps(Session().simple(b"R"), b[:3]).simple(b"V").simple(b"W"), b[3:]).simple(b"W").run(
+        tmp_path, bundle, store)
+    assert code == 0 and a[1] == NO_STATE and a[5] == 0  # a new board has nothing to restore
+    saved, uninterrupted = a[6], a[-1]
+    # a reset: the weights are the bundle's until restored; then Adam's state and step count are too
+    code, a = _steps(Session().simple(b"W").simple(b"R").simple(b"W"), b[3:]).simple(b"W").run(tmp_path, bundle, store)
+    assert code == 0 and a[2] == 0
+    assert a[1] != saved and a[3] == saved
+    assert a[-1] == uninterrupted
+    # whatever the pool held before (a reset scrambles it: 'I')
+    code, a = _steps(Session().simple(b"I").simple(b"R"), b[3:]).simple(b"W").run(tmp_path, bundle, store)
+    assert a[-1] == uninterrupted
+
+
+def test_restore_refuses_another_models_state(tmp_path: Path) -> None:
+    g, bundle, b = _adam_bundle()
+    store = tmp_path / "flash.bin"
+    _steps(Session(), b[:1]).simple(b"V").run(tmp_path, bundle, store)
+    model, g2 = _graph("mlp-digits", "adam", "all")
+    other = _bundle(g2, weights_of(model), lower(keep_all(uncosted(g2)), g2).schedule.encode())
+    code, a = Session().simple(b"W").simple(b"R").simple(b"W").run(tmp_path, other, store)
+    assert code == 0 and a[2] == NO_STATE and a[1] == a[3]  # refused, and nothing changed
+
+
+def test_power_cuts_never_leave_a_mixture(tmp_path: Path) -> None:
+    """The power goes at 24 seeded points of a save (erasing, writing the payload, writing the header):
+    after the restart the restored state is one whole earlier save, the older one unless the cut came
+    after the last byte, and training then continues to the uninterrupted run's weights."""
+    g, bundle, b = _adam_bundle()
+    code, a = _steps(_steps(_steps(Session(), b[:2]).simple(b"V").simple(b"W"), b[2:4]).simple(b"V").simple(b"W"),
+                     b[4:]).simple(b"W").run(tmp_path, bundle, tmp_path / "ref.bin")
+    first, second, uninterrupted = a[4], a[8], a[-1]
+    base = tmp_path / "base.bin"
+    _steps(Session(), b[:2]).simple(b"V").run(tmp_path, bundle, base)
+    after_first = base.read_bytes()
+    rng = np.random.default_rng(47)
+    # the second save writes its slot: erase (a whole slot), payload, header; cut anywhere in it, or past it
+    slot = (32 + 4 + 4 * (len(second) // 4) * 3 + 4 + 4095) // 4096 * 4096
+    cuts = sorted({0, 1, 31, slot, slot + 3, *(int(c) for c in rng.integers(0, slot + 6000, 20))})
+    seen = set()
+    for cut in cuts:
+        store = tmp_path / f"cut{cut}.bin"
+        store.write_bytes(after_first)
+        code, _ = _steps(Session().simple(b"R"), b[2:4]).simple(b"K", cut).simple(b"V").run(tmp_path, bundle, store)
+        done = code == 0
+        assert code in (0, CUT)
+        code, a = Session().simple(b"R").simple(b"W").run(tmp_path, bundle, store)
+        assert code == 0 and a[1] == 0
+        assert a[2] in (first, second), f"cut after {cut} bytes: restored a mixture"
+        assert (a[2] == second) == done, f"cut after {cut} bytes"
+        seen.add(a[2] == second)
+        # training continues from the restored save to the uninterrupted weights
+        code, a = _steps(Session().simple(b"R"), b[2:] if a[2] == first else b[4:]).simple(b"W").run(
+            tmp_path, bundle, store)
+        assert a[-1] == uninterrupted
+    assert seen == {False, True}  # cuts inside the save and after it

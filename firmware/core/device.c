@@ -5,9 +5,7 @@
 
 #include <string.h>
 
-#include "interp.h"
-#include "model.h"
-#include "pool_layout.h"
+#include "device_priv.h"
 #include "port.h"
 #include "schedule.h"
 #include "util.h"
@@ -16,38 +14,9 @@
 #define N_SECTIONS 5u
 enum { S_MODEL, S_FROZEN, S_WEIGHTS, S_TRAIN, S_FORWARD };
 
-typedef struct {
-    const uint8_t *bundle;
-    uint8_t *pool;
-    poet_model_t model;
-    poet_layout_t lay;
-    const uint8_t *sched[2]; /* training, forward */
-    const float *frozen;
-    float lr;
-    uint32_t sgd_step;       /* the step count when the optimizer keeps no state (plain SGD); the
-                              * optimizer node counts it, as it counts Adam's in its state */
-    uint32_t out_elems;      /* floats of the output per sample */
-    uint16_t out_node;
-    uint16_t n_ticks;        /* the last run's */
-    uint8_t needs_pager, ready;
-} device_t;
-
-/* C99's static assertion: the private state fits the storage poet.h gives it. */
-typedef char poet_device_fits[sizeof(device_t) <= sizeof(poet_device_t) ? 1 : -1];
-
-static device_t *priv(poet_device_t *d) { return (device_t *)(void *)d; }
-static const device_t *cpriv(const poet_device_t *d) { return (const device_t *)(const void *)d; }
-
-static uint32_t *opt_step(device_t *d)
+uint32_t *poet_dev_opt_step(device_t *d)
 {
     return d->model.opt_words ? (uint32_t *)(void *)(d->pool + d->lay.opt) : &d->sgd_step;
-}
-
-static int finite(float f)
-{
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    return (bits & 0x7F800000u) != 0x7F800000u;
 }
 
 uint32_t poet_bundle_pool_bytes(const void *bundle, uint32_t bundle_bytes)
@@ -155,7 +124,7 @@ uint32_t poet_output_elems(const poet_device_t *dev) { return cpriv(dev)->ready 
 uint32_t poet_steps(const poet_device_t *dev)
 {
     device_t *d = priv((poet_device_t *)(uintptr_t)dev);
-    return d->ready ? *opt_step(d) : 0u;
+    return d->ready ? *poet_dev_opt_step(d) : 0u;
 }
 
 const uint32_t *poet_instr_ticks(const poet_device_t *dev, uint16_t *n)
@@ -172,23 +141,29 @@ const float *poet_weights(const poet_device_t *dev, uint32_t *n_floats)
     return d->ready ? (const float *)(const void *)(d->pool + d->lay.params) : 0;
 }
 
-/* n samples (n <= batch) into the staging region, the rest zeros: fp32, or int8 with the input's
- * fixed scale as the host quantised them (docs/spec.md 4). */
+/* Sample i's inputs into the staging region: fp32, or int8 with the input's fixed scale as the host
+ * quantised them (docs/spec.md 4). Quantising per sample is quantising the batch: element-wise. */
+void poet_dev_stage_sample(device_t *d, uint32_t i, const float *x)
+{
+    uint8_t *dst = d->pool + d->lay.batch;
+    uint32_t per = d->model.x_elems / d->model.batch;
+    if (d->model.x_bytes == d->model.x_elems) {
+        poet_node_t in;
+        poet_node_view(&d->model, 0, &in); /* the input node is node 0 (its check admits it nowhere else) */
+        poet_quantize_i8((int)per, d->frozen[d->model.param_off[in.a[2]]], x, (int8_t *)(void *)(dst + per * i));
+    } else {
+        memcpy(dst + 4u * per * i, x, 4u * per);
+    }
+}
+
+/* n samples (n <= batch) into the staging region, the rest zeros. */
 static void stage(device_t *d, const float *x, uint32_t n)
 {
     uint8_t *dst = d->pool + d->lay.batch;
-    uint32_t per = d->model.x_elems / d->model.batch, have = n * per;
-    if (d->model.x_bytes == d->model.x_elems) {
-        poet_node_t in;
-        float scale;
-        poet_node_view(&d->model, 0, &in); /* the input node is node 0 (its check admits it nowhere else) */
-        scale = d->frozen[d->model.param_off[in.a[2]]];
-        poet_quantize_i8((int)have, scale, x, (int8_t *)(void *)dst);
-        memset(dst + have, 0, d->lay.labels - have);
-    } else {
-        memcpy(dst, x, 4u * have);
-        memset(dst + 4u * have, 0, 4u * (d->model.x_elems - have));
-    }
+    uint32_t per = d->model.x_elems / d->model.batch, i, elem = d->model.x_bytes == d->model.x_elems ? 1u : 4u;
+    for (i = 0; i < n; i++)
+        poet_dev_stage_sample(d, i, x + (uint64_t)i * per);
+    memset(dst + elem * per * n, 0, d->lay.labels - elem * per * n);
 }
 
 static void buffers(device_t *d, poet_buffers_t *buf)
@@ -197,7 +172,7 @@ static void buffers(device_t *d, poet_buffers_t *buf)
     buf->frozen = d->frozen;
     buf->grads = (float *)(void *)(d->pool + d->lay.grads);
     buf->opt_state = (float *)(void *)(d->pool + d->lay.opt + 4u);
-    buf->opt_step = opt_step(d);
+    buf->opt_step = poet_dev_opt_step(d);
     buf->x = (const float *)(const void *)(d->pool + d->lay.batch);
     buf->labels = (const int32_t *)(const void *)(d->pool + d->lay.batch + d->lay.labels);
     buf->stream = d->pool + d->lay.stream;
@@ -218,26 +193,32 @@ static int run(device_t *d, int k, poet_step_result_t *res)
 int poet_train_step(poet_device_t *dev, const float *x, const int32_t *labels, poet_step_info_t *info)
 {
     device_t *d = priv(dev);
-    uint8_t *snap = d->pool + d->lay.snapshot, *params = d->pool + d->lay.params, *opt = d->pool + d->lay.opt;
-    uint32_t snap_opt = (d->lay.params_bytes + 7u) & ~7u, i, step_before;
-    int32_t *staged_labels;
-    const float *w = (const float *)(const void *)params;
-    poet_step_result_t res;
-    int status;
-
+    int32_t *staged;
+    uint32_t i;
     if (!d->ready || x == 0)
         return POET_E_LINK_ORDER;
     for (i = 0; labels && i < d->model.batch; i++)
         if (labels[i] < 0 || (uint32_t)labels[i] >= d->model.min_classes)
             return POET_E_RANGE;
     stage(d, x, d->model.batch);
-    staged_labels = (int32_t *)(void *)(d->pool + d->lay.batch + d->lay.labels);
+    staged = (int32_t *)(void *)(d->pool + d->lay.batch + d->lay.labels);
     for (i = 0; i < d->model.batch; i++)
-        staged_labels[i] = labels ? labels[i] : 0;
+        staged[i] = labels ? labels[i] : 0;
+    return poet_dev_step_staged(d, info);
+}
+
+int poet_dev_step_staged(device_t *d, poet_step_info_t *info)
+{
+    uint8_t *snap = d->pool + d->lay.snapshot, *params = d->pool + d->lay.params, *opt = d->pool + d->lay.opt;
+    uint32_t snap_opt = (d->lay.params_bytes + 7u) & ~7u, i, step_before;
+    const float *w = (const float *)(const void *)params;
+    poet_step_result_t res;
+    int status;
+
     /* the snapshot: what a step that fails or diverges is undone to */
     memcpy(snap, params, d->lay.params_bytes);
     memcpy(snap + snap_opt, opt, d->lay.opt_bytes);
-    step_before = *opt_step(d);
+    step_before = *poet_dev_opt_step(d);
     status = run(d, 0, &res);
     if (status == POET_OK && !finite(res.loss))
         status = POET_E_DIVERGED;
@@ -247,12 +228,12 @@ int poet_train_step(poet_device_t *dev, const float *x, const int32_t *labels, p
     if (status != POET_OK) {
         memcpy(params, snap, d->lay.params_bytes);
         memcpy(opt, snap + snap_opt, d->lay.opt_bytes);
-        *opt_step(d) = step_before;
+        *poet_dev_opt_step(d) = step_before;
         memset(d->pool + d->lay.grads, 0, d->lay.grads_bytes);
     }
     if (info) {
         info->loss = res.loss;
-        info->step = *opt_step(d);
+        info->step = *poet_dev_opt_step(d);
         info->ticks = res.step_ticks;
         info->tick_hz = port_tick_hz();
         info->peak_bytes = res.peak_live_bytes;

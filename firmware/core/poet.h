@@ -24,8 +24,24 @@ extern "C" {
  * application: a bundle's schedule refused at init returns the validator's code). */
 enum {
     POET_E_BUNDLE = 40,   /* not a bundle this runtime reads, or its sections out of place */
-    POET_E_DIVERGED = 41  /* the step's loss or weights were not finite: undone, nothing changed */
+    POET_E_DIVERGED = 41, /* the step's loss or weights were not finite: undone, nothing changed */
+    POET_E_NO_STATE = 42, /* restore: neither slot holds a whole save of this model */
+    POET_E_STORE = 43     /* the store failed to read, write or erase, or is too small */
 };
+
+/* Non-volatile storage the application gives poet, by byte offset: for the saved state (poet_save,
+ * poet_restore) and for collected samples (poet_samples_*). Flash semantics: erase sets whole units
+ * of erase_bytes to 0xFF; write programs bytes that are erased (offsets and sizes multiples of 4).
+ * A store that writes in place (a file, FRAM, an SD card) says erase_bytes 4 and may make erase a
+ * write of 0xFF. Each function returns 0 on success. ctx is the application's. */
+typedef struct poet_store {
+    uint32_t bytes;
+    uint32_t erase_bytes;
+    int (*read)(const struct poet_store *s, uint32_t off, void *dst, uint32_t n);
+    int (*write)(const struct poet_store *s, uint32_t off, const void *src, uint32_t n);
+    int (*erase)(const struct poet_store *s, uint32_t off, uint32_t n);
+    void *ctx;
+} poet_store_t;
 
 /* The runtime's state: declare one (static storage is fine) and hand it to every call. Its fields
  * are private: storage sized for a 64-bit host, enough for any 32-bit board. */
@@ -64,6 +80,20 @@ int poet_train_step(poet_device_t *dev, const float *x, const int32_t *labels, p
  * the weights as trained so far, in evaluation mode (batch norms with their running statistics, no
  * dropout). Changes no weight. */
 int poet_predict(poet_device_t *dev, const float *x, uint32_t n, float *out);
+
+/* Save the trained weights, the optimizer state and the step count (docs/spec.md 7): two slots,
+ * each written whole (erase, payload, then its header with the checksums) over the older one, so a
+ * reset or power cut at any moment leaves the last complete save readable. The store needs
+ * poet_state_bytes of room. */
+int poet_save(poet_device_t *dev, const poet_store_t *store);
+
+/* Load the newest complete save of this model (a damaged or partial slot is passed over). On any
+ * failure the device's state is as it was: POET_E_NO_STATE when no slot holds a whole save of
+ * this model, POET_E_STORE when the store fails. */
+int poet_restore(poet_device_t *dev, const poet_store_t *store);
+
+/* The store bytes poet_save needs for this model: two slots, each a whole number of erase units. */
+uint32_t poet_state_bytes(const poet_device_t *dev, const poet_store_t *store);
 
 /* Optimizer steps taken since init. */
 uint32_t poet_steps(const poet_device_t *dev);
