@@ -141,18 +141,19 @@ const float *poet_weights(const poet_device_t *dev, uint32_t *n_floats)
     return d->ready ? (const float *)(const void *)(d->pool + d->lay.params) : 0;
 }
 
-/* Sample i's inputs into the staging region: fp32, or int8 with the input's fixed scale as the host
- * quantised them (docs/spec.md 4). Quantising per sample is quantising the batch: element-wise. */
-void poet_dev_stage_sample(device_t *d, uint32_t i, const float *x)
+/* Sample i's inputs (from element off, n of them) into the staging region: fp32, or int8 with the
+ * input's fixed scale as the host quantised them (docs/spec.md 4). Quantising is element-wise, so a
+ * sample staged in pieces is the batch quantised at once. */
+void poet_dev_stage_part(device_t *d, uint32_t i, uint32_t off, uint32_t n, const float *x)
 {
     uint8_t *dst = d->pool + d->lay.batch;
-    uint32_t per = d->model.x_elems / d->model.batch;
+    uint32_t at = d->model.x_elems / d->model.batch * i + off;
     if (d->model.x_bytes == d->model.x_elems) {
         poet_node_t in;
         poet_node_view(&d->model, 0, &in); /* the input node is node 0 (its check admits it nowhere else) */
-        poet_quantize_i8((int)per, d->frozen[d->model.param_off[in.a[2]]], x, (int8_t *)(void *)(dst + per * i));
+        poet_quantize_i8((int)n, d->frozen[d->model.param_off[in.a[2]]], x, (int8_t *)(void *)(dst + at));
     } else {
-        memcpy(dst + 4u * per * i, x, 4u * per);
+        memcpy(dst + 4u * at, x, 4u * n);
     }
 }
 
@@ -162,7 +163,7 @@ static void stage(device_t *d, const float *x, uint32_t n)
     uint8_t *dst = d->pool + d->lay.batch;
     uint32_t per = d->model.x_elems / d->model.batch, i, elem = d->model.x_bytes == d->model.x_elems ? 1u : 4u;
     for (i = 0; i < n; i++)
-        poet_dev_stage_sample(d, i, x + (uint64_t)i * per);
+        poet_dev_stage_part(d, i, 0, per, x + (uint64_t)i * per);
     memset(dst + elem * per * n, 0, d->lay.labels - elem * per * n);
 }
 

@@ -47,8 +47,8 @@ uint32_t *poet_dev_opt_step(device_t *d);
  * snapshot when it fails or diverges. */
 int poet_dev_step_staged(device_t *d, poet_step_info_t *info);
 
-/* Sample i of n (n <= batch) into the staging region from fp32 x (input elems of it); the rest of
- * the batch is zeros once all n are staged (poet_dev_stage_pad). */
-void poet_dev_stage_sample(device_t *d, uint32_t i, const float *x);
+/* Elements off..off+n of sample i's inputs into the staging region, from fp32 x: as they are, or
+ * quantised with the input's fixed scale (element-wise, so a sample may come in pieces). */
+void poet_dev_stage_part(device_t *d, uint32_t i, uint32_t off, uint32_t n, const float *x);
 
 #endif

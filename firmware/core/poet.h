@@ -95,6 +95,46 @@ int poet_restore(poet_device_t *dev, const poet_store_t *store);
 /* The store bytes poet_save needs for this model: two slots, each a whole number of erase units. */
 uint32_t poet_state_bytes(const poet_device_t *dev, const poet_store_t *store);
 
+/* The samples a device collects (a sensor's readings and their labels), appended to a store of
+ * their own: each record its label, a CRC and its fp32 inputs; an erased record ends them. A record
+ * torn by a power cut is passed over (up to POET_SAMPLES_MAX_TORN of them; clear the store past
+ * that). Fine-tuning visits its data more than once: poet_train_epoch. */
+#define POET_SAMPLES_MAX_TORN 8
+typedef struct {
+    const poet_store_t *store;
+    uint32_t record_bytes;   /* 8 + 4 x input elems */
+    uint32_t count;          /* whole samples */
+    uint32_t next;           /* the record the next sample goes to */
+    uint32_t n_torn;
+    uint32_t torn[POET_SAMPLES_MAX_TORN];
+    uint32_t classes;        /* labels must be below it (0xFFFFFFFF: any) */
+} poet_samples_t;
+
+/* Find the samples already in store (after a reset, they are all still there). */
+int poet_samples_open(poet_samples_t *s, const poet_device_t *dev, const poet_store_t *store);
+/* Append one sample: input_elems floats and its label. POET_E_STORE when the store is full. */
+int poet_samples_add(poet_samples_t *s, const float *x, int32_t label);
+/* Sample i (0 <= i < count) into x and *label. */
+int poet_samples_get(const poet_samples_t *s, uint32_t i, float *x, int32_t *label);
+/* Erase every sample. */
+int poet_samples_clear(poet_samples_t *s);
+
+typedef struct {
+    uint32_t steps;          /* steps that ran: count / batch (a last partial batch is left out) */
+    uint32_t diverged;       /* of them, undone (POET_E_DIVERGED) */
+    float mean_loss;         /* over the steps that were kept */
+    uint64_t ticks;          /* their duration, in ticks of tick_hz */
+} poet_epoch_info_t;
+
+/* One epoch over the samples: full batches in an order fixed by (seed, epoch) alone (a permutation
+ * the host computes alike: poet.export.order), each a training step. A diverged step is undone and
+ * counted, and the epoch goes on; any other failure stops it with that status. */
+int poet_train_epoch(poet_device_t *dev, const poet_samples_t *s, uint32_t seed, uint32_t epoch,
+                     poet_epoch_info_t *info);
+
+/* Sample index k of epoch `epoch`'s order over n samples (a bijection of 0..n-1). */
+uint32_t poet_epoch_order(uint32_t n, uint32_t seed, uint32_t epoch, uint32_t k);
+
 /* Optimizer steps taken since init. */
 uint32_t poet_steps(const poet_device_t *dev);
 
