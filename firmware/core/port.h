@@ -6,6 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Bring the board up: its clocks, the tick counter, the serial link. The image's main calls it
+ * first: the protocol server's (ports/shared/serve_main.c) or an application's (examples/). The
+ * MPS2 stand-ins have it; the other ports still do this in a main of their own. */
+void port_init(void);
+
 /* Serial link. port_getc blocks (idling, never spinning) until a byte arrives and returns it
  * (0..255), or -1 when the link is closed for good (the core then returns from poet_run). */
 int port_getc(void);

@@ -35,7 +35,7 @@ M0_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno 
              $(M0_ARCH) $(M0_LIMITS) -DPOET_UNTILED
 M0_LDFLAGS := $(M0_ARCH) -nostartfiles --specs=nano.specs -T ports/qemu-m0/linker.ld \
               -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-m0/poet.map
-M0_SRC := $(CORE_SRC) ports/qemu-m0/startup.c ports/qemu-m0/port.c ports/shared/mps2.c ports/shared/semihost_pager.c \
+M0_SRC := $(CORE_SRC) ports/qemu-m0/startup.c ports/qemu-m0/port.c ports/shared/mps2.c ports/shared/serve_main.c ports/shared/semihost_pager.c \
           ports/shared/no_marker.c ports/shared/pool.c ports/shared/nv_ram.c
 M0_OBJ := $(patsubst %.c,$(BUILD)/qemu-m0/%.o,$(M0_SRC))
 

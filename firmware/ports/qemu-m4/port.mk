@@ -9,7 +9,7 @@ ARM_COMMON := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno
 M4_CFLAGS := $(ARM_COMMON) $(M4_ARCH) -DPOOL_BYTES=236544u
 M4_LDFLAGS := $(M4_ARCH) -nostartfiles --specs=nano.specs -T ports/qemu-m4/linker.ld \
               -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-m4/poet.map
-M4_SRC := $(CORE_SRC) ports/qemu-m4/startup.c ports/qemu-m4/port.c ports/shared/mps2.c ports/shared/semihost_pager.c \
+M4_SRC := $(CORE_SRC) ports/qemu-m4/startup.c ports/qemu-m4/port.c ports/shared/mps2.c ports/shared/serve_main.c ports/shared/semihost_pager.c \
           ports/shared/no_marker.c ports/shared/pool.c ports/shared/nv_ram.c
 M4_OBJ := $(patsubst %.c,$(BUILD)/qemu-m4/%.o,$(M4_SRC))
 

@@ -6,7 +6,6 @@
 #include <stdint.h>
 
 #include "../../core/port.h"
-#include "../../core/protocol.h"
 #include "semihost.h"
 
 #define REG(a) (*(volatile uint32_t *)(a))
@@ -120,7 +119,7 @@ void Default_Handler(void)
     Fault_Handler();
 }
 
-int main(void)
+void port_init(void)
 {
     TIMER_CTRL = 0;
     TIMER_RELOAD = 0xFFFFFFFFu;
@@ -131,7 +130,4 @@ int main(void)
     UART_CTRL = UART_CTRL_TX_EN | UART_CTRL_RX_EN | UART_CTRL_RX_IE;
     NVIC_ISER0 = 1u << UART0_RX_IRQ;
     __asm__ volatile("cpsie i" ::: "memory");
-
-    poet_run();
-    return 0;
 }
