@@ -202,9 +202,9 @@ DAMAGES = [
 def test_a_cached_plan_that_does_not_verify_is_never_sent(stopped: tuple[Path, Path], tmp_path: Path,
                                                          damage, words: str) -> None:  # type: ignore[no-untyped-def]
     from poet.models.zoo import ModelChoice
+    from poet.run.inputs import model_graph as _graph
     from poet.run.plans import cached_plan as _cached_plan
     from poet.settings import RunConfig
-    from poet.train import _graph
 
     ws, _ = stopped
     (entry,) = (ws / "runs" / "plans").iterdir()

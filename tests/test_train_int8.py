@@ -22,7 +22,7 @@ from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
 from poet.plan.transform.static_int8 import rewrite
 from poet.run.folder import read_back
-from poet.train import CALIBRATION_SAMPLES
+from poet.run.inputs import CALIBRATION_SAMPLES
 
 
 def _board_and_host(run_dir: Path, choice: ModelChoice, limit: int, lr: float) -> tuple[

@@ -9,9 +9,10 @@ finished step, with the same data order: the final weights are those of an unint
 A run stopped after its last step but before its files (report, weights, plots, emissions) were
 all written gets them on --resume.
 
-This module puts a run together: what it can be refused for before a board is touched, the
-firmware, the energy refusal, the weights to upload. Its parts are poet.run: the folder (folder),
-the plan and its cache (plans), the epochs (loop) and the finished run's files (finish). Test
+This module puts a run together: the firmware, the energy refusal, the run's folder and board. Its
+parts are poet.run: what it starts from and can be refused for before a board is touched (inputs,
+shared with `poet export`), the folder (folder), the plan and its cache (plans), the epochs (loop)
+and the finished run's files (finish). Test
 accuracy is measured after every epoch on the host, with the weights read back from the board; for
 an autoencoder (a loss of its output against its input) the mean reconstruction error instead, and
 with 0/1 anomaly labels the ROC AUC of that error as the anomaly score.
@@ -23,31 +24,22 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
 
 from poet.boards import Board, load_board
 from poet.device import firmware, flash
 from poet.device.connect import open_device
 from poet.device.link import LinkError, ProtocolMismatch
 from poet.device.protocol import OPT_STATE, PROTO
-from poet.energy.battery import battery_energy_j, check_battery, refusal
+from poet.energy.battery import check_battery, refusal
 from poet.energy.carbon import intensity
 from poet.energy.meters.replay import open_meter
 from poet.energy.meters.window import recorded
 from poet.energy.predict import Epoch, Prediction, RunPredictor, plan_prediction
 from poet.energy.tracefile import Trace
 from poet.errors import PoetError, UsageError, signal_of, stopped_by
-from poet.files import read_bytes, remove_temporaries, write_atomic
-from poet.graph.reference import Fed, state_tensors, weights_of
-from poet.graph.tracer import traced
-from poet.graph.training_graph import TrainingGraph, parse_optimizer, with_optimizer
-from poet.models.datasets import Dataset, load_dataset
+from poet.files import remove_temporaries, write_atomic
 from poet.paths import shown
 from poet.plan.cost.memory import check_ram
-from poet.plan.transform.static_int8 import Int8Prefix
 from poet.progress import Say
 from poet.run.finish import complete
 from poet.run.folder import (
@@ -65,35 +57,12 @@ from poet.run.folder import (
     resume_checkpoint,
     unmake,
 )
+from poet.run.inputs import check_request, initial_weights, model_graph, run_data
 from poet.run.loop import train_epochs
 from poet.run.plans import plan_for_run, read_given_schedule, run_graph, run_plan
 from poet.settings import RunConfig, config_json
-from poet.units import parse_deadline
-
-
-def _graph(cfg: RunConfig) -> tuple[torch.nn.Module, TrainingGraph]:
-    model, g = traced(cfg.model)
-    return model, with_optimizer(g, parse_optimizer(cfg.optimizer))
-
 
 STEP_COUNTER_MAX = 0xFFFF_FFFF  # the board counts optimizer steps in a uint32 (core/interp.h, opt_step)
-
-
-CALIBRATION_SAMPLES = 64  # training samples a static-int8 prefix's scales are calibrated on
-
-
-def _initial_weights(model: torch.nn.Module, prefix: Int8Prefix | None, data: Dataset,
-                     say: Say) -> tuple[list[np.ndarray], Fed | None]:
-    """The weights uploaded to the board, in the run graph's order, and for a static-int8 prefix what the
-    host's PyTorch is fed to compute as the board does (evaluation)."""
-    w = weights_of(model)
-    if prefix is None:
-        return w, None
-    calib = data.x_train[:CALIBRATION_SAMPLES]
-    w = prefix.weights(dict(zip((n for n, _ in state_tensors(model)), w, strict=True)), calib)
-    say(f"[plan] {len(prefix.layers)} frozen ops run in static int8 ({len(prefix.folds) // 2} batch norms folded); "
-        f"their {len(prefix.scales)} scales calibrated on the first {len(calib)} training samples")
-    return w, prefix.fed(model, w)
 
 
 def _ensure_firmware(board: Board, port: str, run_dir: Path, say: Say) -> None:
@@ -147,37 +116,9 @@ def train(cfg: RunConfig, say: Say = print, port: str | None = None, resume: Pat
         return _train(cfg, say, port, resume, held, bars)
 
 
-def _check_request(cfg: RunConfig, say: Say) -> dict[str, Any] | None:
-    """What a run can be refused for without a board: checked before one is touched or the workspace
-    written, so a refusal leaves nothing behind (no emulator booted, no run folder). Returns the
-    profile the run plans with, read here once (None: --schedule plans nothing)."""
-    if (cfg.battery_mah is None) != (cfg.volts is None):
-        raise UsageError("--battery-mah and --volts go together (the battery's capacity and its nominal voltage)")
-    if cfg.battery_mah is not None and cfg.volts is not None:
-        battery_energy_j(cfg.battery_mah, cfg.volts)  # a capacity or voltage no battery has
-    if cfg.schedule and (cfg.budget_j is not None or cfg.battery_mah is not None):
-        raise UsageError("--budget-j and --battery-mah need a plan to predict the run from; drop --schedule")
-    intensity(cfg.country, cfg.carbon_intensity)  # an unknown --country
-    parse_deadline(cfg.plan.deadline, 1.0)  # its form; against the model's pass once the plan is costed
-    if cfg.plan.ram is None:
-        raise UsageError("--ram is required (what the training step may use in all, e.g. 128k)")
-    if cfg.schedule:
-        return None
-    from poet.paths import profile_to_read
-    from poet.plan.cost.costs import load_profile
-    prof_path = cfg.plan.profile or profile_to_read(cfg.board)
-    if prof_path.exists() or prof_path.is_symlink():  # a missing one: load_profile says what to do
-        read_bytes(prof_path, "profile")  # a regular file of a profile's size: never /dev/zero read to the end
-    prof = load_profile(cfg.board, cfg.plan.profile, note=lambda m: say(f"note: {m}"))
-    if cfg.plan.precision != "fp32":
-        from poet.plan.transform.precision import load_rules
-        load_rules(cfg.plan.precision_rules)
-    return prof
-
-
 def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held: contextlib.ExitStack,
            bars: bool = False) -> Path:
-    prof = _check_request(cfg, say)
+    prof = check_request(cfg, say)
     ckpt = None
     if resume:
         run = Run(resume)
@@ -199,8 +140,8 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
     board = load_board(cfg.board)
     assert cfg.plan.ram is not None
     check_ram(cfg.plan.ram, board.ram_bytes, board.name)
-    model, g = _graph(cfg)
-    data, per_epoch = _data(cfg, g)
+    model, g = model_graph(cfg)
+    data, per_epoch = run_data(cfg, g)
     if per_epoch * cfg.epochs > STEP_COUNTER_MAX:
         raise UsageError(f"--epochs {cfg.epochs} x {per_epoch} steps is {per_epoch * cfg.epochs:,} steps: more than "
                          f"the board's step counter holds ({STEP_COUNTER_MAX:,}; Adam's bias correction would "
@@ -229,7 +170,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
         with open_device(board, port, workdir=run.dir, ram=cfg.plan.ram) as dev:
             plan, sched = plan_for_run(cfg, g, board, dev, run, say, bars, given, prof)
             g, prefix = run_graph(g, plan)
-            w0, fed = _initial_weights(model, prefix, data, say)
+            w0, fed = initial_weights(model, prefix, data, say)
             pred = _check_energy(cfg, plan, total_steps, cfg.epochs, say)
             if not resume:
                 # only now: a run refused for its energy or schedule leaves no config, so no run to be refused for
@@ -266,15 +207,6 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
     return run.dir
 
 
-def _data(cfg: RunConfig, g: TrainingGraph) -> tuple[Dataset, int]:
-    """The run's data, fitted to the model, and its steps per epoch."""
-    data = load_dataset(cfg.data, cfg.data_limit).fitted(tuple(g.input_shape), g.classes, g.model, g.loss, g.vocab)
-    per_epoch = len(data.epoch_batches(g.batch, 0, cfg.model.seed))
-    if per_epoch == 0:
-        raise UsageError(f"--data {cfg.data}: {len(data.y_train)} samples make no full batch of {g.batch}")
-    return data, per_epoch
-
-
 def _complete_finished(cfg: RunConfig, run: Run, state: RunState, say: Say) -> None:
     """--resume of a run stopped after its last step, before its files: write them from the run's folder
     (checkpoint, trace, state, plan); no board is needed."""
@@ -283,8 +215,8 @@ def _complete_finished(cfg: RunConfig, run: Run, state: RunState, say: Say) -> N
     if not os.path.lexists(trace_path):
         raise UsageError(f"{shown(run.dir)}: trace.json is missing: the run's report cannot be written")
     board = load_board(cfg.board)
-    model, g = _graph(cfg)
-    _, per_epoch = _data(cfg, g)
+    model, g = model_graph(cfg)
+    _, per_epoch = run_data(cfg, g)
     plan = run_plan(run)
     g_run, _ = run_graph(g, plan)
     # the weights and report are written from the checkpoint: it must be the run's last step, as the state

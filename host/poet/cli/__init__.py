@@ -297,6 +297,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from poet.export.export import export
+
+    out = Path(args.out)
+    cfg = _run_config(args)
+    not_an_input("-o", out, [("--weights", args.weights), *_model_choice(args).files()])
+    export(cfg, out, say, bars=True)
+    return 0
+
+
 STOPPED = {2: "interrupted", 15: "terminated (SIGTERM)", 1: "hung up (SIGHUP)"}  # what main() says, by signal
 
 

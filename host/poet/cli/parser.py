@@ -99,6 +99,29 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                    "data/precision.yaml: softmax, loss and norm inputs stay fp32)")
 
 
+def _start_args(p: argparse.ArgumentParser) -> None:
+    """The weights a run starts from and its data: train and export."""
+    p.add_argument("--weights", type=_input_file, metavar="FILE.pt",
+                   help="start from these weights (a state_dict: torch.save(model.state_dict(), FILE.pt)) instead of "
+                   "--seed's: fine-tune a pretrained model; only tensors are read, no code")
+    p.add_argument("--data", default="digits", help="digits (scikit-learn's 8x8, bundled; upsampled for square image "
+                   "models, e.g. 3x32x32; folded into a model's fewer classes, e.g. even/odd for 2; 64 tokens, each "
+                   "pixel's intensity 0..16, for a model of token ids such as bert-tiny), "
+                   "mfcc (synthetic keyword clips, 1x49x10 MFCCs, 12 classes: for mlperf-kws), "
+                   "machine-sound (synthetic 5x128 log-mel machine sounds, normal to train, normal and anomalous to "
+                   "test: for mlperf-ad), a folder with train_x.npy "
+                   "and train_y.npy (test_x.npy/test_y.npy optional), or module:factory returning a torch Dataset "
+                   "(or a (train, test) pair); default digits")
+    p.add_argument("--data-limit", type=_whole(1, 10**9), help="use only the first N training samples")
+
+
+def _step_args(p: argparse.ArgumentParser) -> None:
+    """How each step updates the weights: train and export."""
+    p.add_argument("--lr", type=_learning_rate, default=0.1, help="learning rate (default 0.1)")
+    p.add_argument("--optimizer", type=_optimizer, default="sgd",
+                   help="sgd, momentum[:M] or adam[:BETA1,BETA2,EPS] (default sgd)")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line like every other poet error."""
 
@@ -130,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     _train_command(sub)
     _report_command(sub)
     _demo_command(sub)
+    _export_command(sub)
     return ap
 
 
@@ -228,22 +252,9 @@ def _train_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                    "--port)")
     _model_args(p)
     _solve_args(p, required=False)
-    p.add_argument("--weights", type=_input_file, metavar="FILE.pt",
-                   help="start from these weights (a state_dict: torch.save(model.state_dict(), FILE.pt)) instead of "
-                   "--seed's: fine-tune a pretrained model; only tensors are read, no code")
-    p.add_argument("--data", default="digits", help="digits (scikit-learn's 8x8, bundled; upsampled for square image "
-                   "models, e.g. 3x32x32; folded into a model's fewer classes, e.g. even/odd for 2; 64 tokens, each "
-                   "pixel's intensity 0..16, for a model of token ids such as bert-tiny), "
-                   "mfcc (synthetic keyword clips, 1x49x10 MFCCs, 12 classes: for mlperf-kws), "
-                   "machine-sound (synthetic 5x128 log-mel machine sounds, normal to train, normal and anomalous to "
-                   "test: for mlperf-ad), a folder with train_x.npy "
-                   "and train_y.npy (test_x.npy/test_y.npy optional), or module:factory returning a torch Dataset "
-                   "(or a (train, test) pair); default digits")
-    p.add_argument("--data-limit", type=_whole(1, 10**9), help="use only the first N training samples")
+    _start_args(p)
     p.add_argument("--epochs", type=_whole(1, MAX_STEPS), default=3, help=f"epochs, 1 to {MAX_STEPS} (default 3)")
-    p.add_argument("--lr", type=_learning_rate, default=0.1, help="learning rate (default 0.1)")
-    p.add_argument("--optimizer", type=_optimizer, default="sgd",
-                   help="sgd, momentum[:M] or adam[:BETA1,BETA2,EPS] (default sgd)")
+    _step_args(p)
     p.add_argument("--budget-j", type=_positive, help="refuse a run predicted to need more joules than this")
     p.add_argument("--battery-mah", type=_positive, help="refuse a run the battery cannot carry (with --volts)")
     p.add_argument("--volts", type=_positive, help="the battery's nominal voltage")
@@ -327,6 +338,25 @@ def _demo_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--run-dir", type=_output_folder,
                    help="where the run's files go (default workspace/runs/demo, rewritten by every demo)")
     p.set_defaults(func="cmd_demo")
+
+
+def _export_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("export", help="write a folder from which your own firmware trains and predicts, no host "
+                       "attached: bundle, runtime sources, C API, Makefile and CMake build",
+                       description="Plan as `poet train` with the same options would, then write -o DIR: the "
+                       "bundle (model, frozen and initial weights, training and forward schedules) as bundle.bin "
+                       "and bundle.c/.h, the runtime's sources and API (runtime/core/poet.h), a Makefile and a "
+                       "CMakeLists.txt building libpoet.a, card.img when weights stream from the SD card, README.md "
+                       "and export.json. The device's training equals the host-driven run's bit for bit. What does "
+                       "not fit the board (RAM, flash) is refused, and nothing is written.")
+    p.add_argument("--board", default=DEFAULT_BOARD, help=f"board name (default {DEFAULT_BOARD}; see `poet boards`)")
+    _model_args(p)
+    _solve_args(p)
+    _start_args(p)
+    _step_args(p)
+    p.add_argument("-o", "--out", type=_output_folder, required=True, metavar="DIR",
+                   help="the folder to write: new, or empty (made with the folders above it)")
+    p.set_defaults(func="cmd_export")
 
 
 def _value_options(ap: argparse.ArgumentParser) -> set[str]:

@@ -123,16 +123,27 @@ def plan_for_run(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
                  prof: dict[str, Any] | None = None) -> tuple[dict, bytes]:
     """The plan and schedule for this run (given: --schedule's bytes; prof: the run's profile, as
     train checked it, None with --schedule): from the cache when the same configuration was solved
-    before and the cached entry verifies."""
+    before and the cached entry verifies. The run's folder keeps both."""
     if cfg.schedule:
         assert given is not None
         return _given_schedule(cfg.schedule, given, run, say), given
+    assert prof is not None
+    info, sched = cached_or_solved(cfg.plan, g, board, dev.runtime_static, say, bars, prof)
+    write_atomic(run.dir / "plan.json", json.dumps(info, indent=1).encode())
+    write_atomic(run.dir / "schedule.poet", sched)
+    return info, sched
+
+
+def cached_or_solved(request: PlanRequest, g: TrainingGraph, board: Board, runtime_static: int, say: Say,
+                     bars: bool, prof: dict[str, Any]) -> tuple[dict, bytes]:
+    """The plan (plan.json's dict) and schedule of this request, from the cache when the same
+    configuration was solved before and the cached entry verifies, else solved and cached. Shared by
+    `poet train` (runtime_static from the board's HELLO) and `poet export` (from the profile), so an
+    exported bundle trains with the schedule a host-driven run of the same options uses."""
     from poet.paths import profile_to_read
     from poet.plan.cost.costs import costed
     from poet.plan.request import solve_request
 
-    assert prof is not None
-    request = cfg.plan
     prof_path = request.profile or profile_to_read(board.name)
     key = _plan_key(g, board, read_bytes(prof_path, "profile") if prof_path.exists() else b"", request)
     cache = runs_dir() / "plans" / key
@@ -146,29 +157,27 @@ def plan_for_run(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
             info, sched = cached
             say(f"\n[plan] reusing the plan solved for the same graph, board, profile and budget ({shown(cache)}): "
                 f"{info['recomputes']} recomputes, {info['page_ins']} page-ins, peak arena {info['peak_bytes']} B")
-        else:
-            # what did not verify goes: solve_request writes the schedule where it is, through whatever is there
-            (cache / "schedule.poet").unlink(missing_ok=True)
-            cg = costed(g, board, prof, estimate=True)
-            deadline_s = parse_deadline(request.deadline, cg.one_pass_s)
-            # plan.json, written last, marks the entry whole: a schedule without it is solved again
-            p = solve_request(request, g, cg, board, dev.runtime_static, deadline_s, say, out=cache / "schedule.poet",
-                              bars=bars, prof=prof)
-            if p.lowered is None:
-                raise PoetError(f"model {g.model} cannot run on the board yet")
-            sched = p.lowered.schedule.encode()
-            info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
-                    "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
-                    "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,
-                    "page_outs": p.plan.page_outs, "ram_bytes": request.ram, "key": key,
-                    # what the rewrites made of the traced graph: replayed on it by every run of this plan
-                    **p.rewrites.to_json()}
-            write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())  # last: it marks the entry whole
-        write_atomic(run.dir / "plan.json", json.dumps(info, indent=1).encode())
-        write_atomic(run.dir / "schedule.poet", sched)
+            return info, sched
+        # what did not verify goes: solve_request writes the schedule where it is, through whatever is there
+        (cache / "schedule.poet").unlink(missing_ok=True)
+        cg = costed(g, board, prof, estimate=True)
+        deadline_s = parse_deadline(request.deadline, cg.one_pass_s)
+        # plan.json, written last, marks the entry whole: a schedule without it is solved again
+        p = solve_request(request, g, cg, board, runtime_static, deadline_s, say, out=cache / "schedule.poet",
+                          bars=bars, prof=prof)
+        if p.lowered is None:
+            raise PoetError(f"model {g.model} cannot run on the board yet")
+        sched = p.lowered.schedule.encode()
+        info = {"strategy": p.plan.strategy, "status": p.plan.status, "energy_j": p.plan.energy_j,
+                "time_s": p.plan.time_s, "peak_bytes": p.plan.peak_bytes, "arena_budget": p.budget.arena,
+                "keep_all_peak": p.keep_all_peak, "recomputes": p.plan.recomputes, "page_ins": p.plan.page_ins,
+                "page_outs": p.plan.page_outs, "ram_bytes": request.ram, "key": key,
+                # what the rewrites made of the traced graph: replayed on it by every run of this plan
+                **p.rewrites.to_json()}
+        write_atomic(cache / "plan.json", json.dumps(info, indent=1).encode())  # last: it marks the entry whole
+        return info, sched
     finally:
         os.close(fd)
-    return info, sched
 
 
 def cached_plan(cache: Path, g: TrainingGraph, key: str, say: Say) -> tuple[dict, bytes] | None:
