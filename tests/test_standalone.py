@@ -1,0 +1,185 @@
+"""The device that trains itself, on the emulated nRF52840 (the real M4F image of the standalone
+example, firmware/examples/standalone, under QEMU): cnn-digits pretrained on digits 0-4 collects digits
+5-9, fine-tunes bias+last:1 for 3 epochs with no host, and its weights equal the host-driven protocol
+image's over the same batches bit for bit; its accuracy computed with predict equals the host's
+evaluation of those weights; a restart restores; power cuts at seeded points leave a whole save."""
+
+from __future__ import annotations
+
+import re
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import needs_tools
+from poet.boards import load_board
+from poet.device import firmware
+from poet.device.connect import open_device
+from poet.device.emulator import qemu_binary
+from poet.export.bundle import make_bundle
+from poet.export.order import epoch_order
+from poet.export.sources import bundle_c, bundle_h
+from poet.graph.reference import accuracy, train_steps, weights_of
+from poet.graph.tracer import traced
+from poet.graph.training_graph import parse_optimizer, with_optimizer
+from poet.models.datasets import digits_split
+from poet.models.zoo import ModelChoice
+from poet.plan.cost.costs import uncosted
+from poet.plan.lowering.lower import forward_lowered, lower, model_blob
+from poet.plan.strategies.checkpoint_all import keep_all
+from poet.run.finish import to_model
+
+pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc", "make")
+BATCH, LR, EPOCHS, N_TRAIN, CUT = 16, 0.05, 3, 96, 77
+
+
+class App:
+    """The standalone example built for one bundle, run in fresh working directories."""
+
+    def __init__(self, tmp: Path) -> None:
+        torch.manual_seed(0)
+        model, g = traced(ModelChoice("cnn-digits", batch=BATCH, seed=0, train="bias+last:1"))
+        xtr, ytr, xte, yte = digits_split()
+        old = ytr < 5
+        x_old, y_old = xtr[old].reshape((-1, *g.input_shape)), ytr[old]
+        order = np.random.default_rng(0).permutation(len(y_old))
+        train_steps(model, [(x_old[order[i:i + BATCH]], y_old[order[i:i + BATCH]])
+                            for i in range(0, len(order) - BATCH + 1, BATCH)], 0.1)  # pretrained on 0-4
+        self.model, self.g = model, with_optimizer(g, parse_optimizer("adam"))
+        new = ytr >= 5
+        self.x = xtr[new][:N_TRAIN].reshape((-1, *g.input_shape)).astype(np.float32)
+        self.y = ytr[new][:N_TRAIN].astype(np.int32)
+        self.xte = xte[yte >= 5].reshape((-1, *g.input_shape)).astype(np.float32)
+        self.yte = yte[yte >= 5].astype(np.int32)
+        self.w0 = weights_of(model)
+        self.blob = model_blob(self.g)
+        self.sched = lower(keep_all(uncosted(self.g)), self.g).schedule
+        bundle = make_bundle(self.blob, self.w0, self.sched, forward_lowered(self.blob).schedule, LR)
+        data = bundle.encode()
+        export = tmp / "export"
+        export.mkdir()
+        (export / "bundle.c").write_text(bundle_c(data))
+        (export / "bundle.h").write_text(bundle_h(bundle.pool_bytes, len(data)))
+        build = tmp / "build"
+        subprocess.run(["make", "-C", str(firmware.FIRMWARE_DIR), "standalone-qemu-m4", f"EXPORT={export}",
+                        f"STANDALONE_BUILD={build}", f"APP_FLAGS=-DPOET_APP_EPOCHS={EPOCHS}u"],
+                       check=True, capture_output=True)
+        self.elf, self.tmp, self.runs = build / "app.elf", tmp, 0
+        self.map = (build / "app.map").read_text()
+
+    def folder(self) -> Path:
+        self.runs += 1
+        wd = self.tmp / f"board{self.runs}"
+        wd.mkdir()
+        rec = b"".join(struct.pack("<i", int(y)) + np.ascontiguousarray(x, "<f4").tobytes()
+                       for x, y in zip(self.x, self.y, strict=True))
+        (wd / "sensor.bin").write_bytes(rec)
+        (wd / "test.bin").write_bytes(b"".join(struct.pack("<i", int(y)) + np.ascontiguousarray(x, "<f4").tobytes()
+                                               for x, y in zip(self.xte, self.yte, strict=True)))
+        return wd
+
+    def run(self, wd: Path, cut: int | None = None) -> tuple[int, str]:
+        """Boot the board once: its exit code (77: the power was cut) and what it printed."""
+        (wd / "poet-cut.txt").unlink(missing_ok=True)
+        if cut is not None:
+            (wd / "poet-cut.txt").write_text(str(cut))
+        proc = subprocess.run([qemu_binary(), "-M", "mps2-an386", "-cpu", "cortex-m4", "-nographic", "-monitor",
+                               "none", "-serial", "none", "-icount", "shift=0", "-semihosting-config",
+                               "enable=on,target=native", "-kernel", str(self.elf)],
+                              cwd=wd, capture_output=True, timeout=600)
+        return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+
+    def host_driven(self, wd: Path) -> bytes:
+        """The same epochs driven from the host over the protocol image on the same emulated board."""
+        with open_device(load_board("nrf52840"), workdir=wd, quiet=True) as dev:
+            dev.load_model(self.g, self.w0)
+            dev.load_schedule(self.sched.encode())
+            for epoch in range(EPOCHS):
+                order = epoch_order(N_TRAIN, 0, epoch)
+                for i in range(0, N_TRAIN - BATCH + 1, BATCH):
+                    dev.step(self.x[order[i:i + BATCH]], self.y[order[i:i + BATCH]], LR)
+            weights = dev.read_weights(self.g)
+        return self.blob.split_weights(weights)[0]
+
+    def host_accuracy(self, trained: bytes) -> float:
+        flat = np.frombuffer(trained, "<f4")
+        weights, at = [], 0
+        for i, w in enumerate(self.w0):
+            if self.blob.frozen(i):
+                weights.append(np.asarray(w))
+            else:
+                weights.append(flat[at:at + w.size].reshape(w.shape).copy())
+                at += w.size
+        to_model(self.model, self.g, weights)
+        self.model.eval()
+        return accuracy(self.model, self.xte, self.yte)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> App:
+    return App(tmp_path_factory.mktemp("standalone"))
+
+
+def _accuracy(log: str) -> tuple[int, int]:
+    m = re.search(r"accuracy on the device: (\d+)/(\d+)", log)
+    assert m, log
+    return int(m[1]), int(m[2])
+
+
+def test_standalone_training_equals_host_driven(app: App) -> None:
+    wd = app.folder()
+    code, log = app.run(wd)
+    assert code == 0, log
+    assert f"collected {N_TRAIN} samples" in log and log.count("saved step") == EPOCHS
+    trained = (wd / "weights.bin").read_bytes()
+    assert trained == app.host_driven(app.tmp / "host")
+    assert trained != app.blob.split_weights(app.w0)[0]
+    right, total = _accuracy(log)
+    assert total == len(app.yte)
+    assert right == round(app.host_accuracy(trained) * total)
+    # a restart: restores the last save, trains no more, and predicts the same
+    code, again = app.run(wd)
+    assert code == 0 and f"restored the save after step {EPOCHS * (N_TRAIN // BATCH)}" in again
+    assert "epoch" not in again and _accuracy(again) == (right, total)
+    assert (wd / "weights.bin").read_bytes() == trained
+    # no protocol server in the image: the device API and the board support only
+    assert "poet_run" not in app.map and "poet_handle_frame" not in app.map
+
+
+def _saves(log: str) -> list[tuple[int, int]]:
+    return [(int(a), int(b)) for a, b in re.findall(r"saved step (\d+), weights (\d+)", log)]
+
+
+def test_power_cuts_leave_a_whole_save(app: App) -> None:
+    """24 seeded cuts (the stand-in's power switch: the emulator stops dead after N bytes reach its
+    flash), during collection, training and saves: after the restart the restored state is one whole
+    earlier save, and once collection was whole, training ends at the uninterrupted weights."""
+    wd = app.folder()
+    code, log = app.run(wd)
+    assert code == 0
+    saves, final = _saves(log), (wd / "weights.bin").read_bytes()
+    record = 8 + 4 * int(np.prod(app.g.input_shape))
+    collect = N_TRAIN * record
+    # a save (core/device_state.c) erases its slot, then writes the payload (the step count, the weights,
+    # Adam's step counter and two words per weight) and its 32-byte header
+    payload = 4 + 3 * len(app.blob.split_weights(app.w0)[0]) + 4
+    per_save = -(-(32 + payload) // 4096) * 4096 + payload + 32
+    rng = np.random.default_rng(2026)
+    cuts = sorted({int(c) for c in rng.integers(collect, collect + EPOCHS * per_save + 4096, 20)} |
+                  {collect + per_save, 100, collect - 5, collect})
+    assert len(cuts) >= 20
+    whole_saves = set(saves)
+    for cut in cuts:
+        board = app.folder()
+        code, log = app.run(board, cut)
+        assert code in (0, CUT), log
+        code, log = app.run(board)
+        assert code == 0, log
+        restored = re.search(r"restored the save after step (\d+), weights (\d+)", log)
+        if restored:
+            assert (int(restored[1]), int(restored[2])) in whole_saves, f"cut after {cut} bytes: {log}"
+        if cut >= collect:
+            assert (board / "weights.bin").read_bytes() == final, f"cut after {cut} bytes"
