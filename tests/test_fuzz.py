@@ -1,4 +1,5 @@
-"""The libFuzzer harnesses of firmware/fuzz/ (schedule validator, model parser, serial protocol).
+"""The libFuzzer harnesses of firmware/fuzz/ (schedule validator, model parser, serial protocol, the device
+API's init and restore).
 
 Fast: every seed in corpus/ and every crash ever found in crashes/ replays through its harness under
 ASan and UBSan without a report: crashes/ is the regression suite of fixed bugs. Slow (`-m slow`, CI's
@@ -24,8 +25,9 @@ from poet.plan.lowering.modelblob import KIND_INPUT, KIND_OPTIMIZER, BlobNode, M
 FIRMWARE = Path(__file__).resolve().parents[1] / "firmware"
 FUZZ = FIRMWARE / "fuzz"
 # harness -> -max_len: the largest input the firmware would hand it (a mode byte plus a 2 KiB
-# schedule buffer; the 4 KiB model buffer; a few uploads of the small nets fuzz_port's pool holds)
-HARNESSES = {"schedule": 1 + 2048, "model": 4096, "protocol": 8192}
+# schedule buffer; the 4 KiB model buffer; a few uploads of the small nets fuzz_port's pool holds; a bundle
+# of up to 32 KiB and the first bytes of a store, fuzz_device.c's limits)
+HARNESSES = {"schedule": 1 + 2048, "model": 4096, "protocol": 8192, "device": 4 + 32768 + 8192}
 
 pytestmark = needs_tools("clang", "make")
 
