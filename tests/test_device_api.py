@@ -387,6 +387,15 @@ def test_epoch_order_is_the_hosts(tmp_path: Path) -> None:
         assert sorted(want.tolist()) == list(range(n))  # a permutation
     assert epoch_order(1000, 7, 1).tolist() != epoch_order(1000, 7, 2).tolist()  # epochs differ
     assert epoch_order(1000, 7, 1).tolist() != list(range(1000))
+    # poet train --order device: the run's epochs take their batches in the device's order
+    from poet.models.datasets import load_dataset
+    data = load_dataset("digits", limit=100)
+    order = epoch_order(len(data.y_train), 4, 2)
+    got = data.epoch_batches(16, 2, 4, "device")
+    assert len(got) == len(data.y_train) // 16
+    for k, (x, y) in enumerate(got):
+        picked = order[16 * k:16 * (k + 1)]
+        assert (x == data.x_train[picked]).all() and (y == data.y_train[picked]).all()
 
 
 def test_an_epoch_over_stored_samples_is_the_host_driven_epoch(tmp_path: Path) -> None:

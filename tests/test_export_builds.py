@@ -20,7 +20,8 @@ TOOLCHAINS = {
     "cortex-m4f": ("arm-none-eabi-gcc", "arm-none-eabi-ar",
                    "-mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16"),
     "cortex-m0plus": ("arm-none-eabi-gcc", "arm-none-eabi-ar", "-mcpu=cortex-m0plus -mthumb"),
-    "esp32c3-rv32": ("riscv64-unknown-elf-gcc", "riscv64-unknown-elf-ar", "-march=rv32imc_zicsr -mabi=ilp32 --specs=picolibc.specs"),
+    "esp32c3-rv32": ("riscv64-unknown-elf-gcc", "riscv64-unknown-elf-ar",
+                     "-march=rv32imc_zicsr -mabi=ilp32 --specs=picolibc.specs"),
 }
 
 

@@ -47,6 +47,7 @@ class RunConfig:
     data: str = "digits"  # digits, mfcc, machine-sound, a folder of .npy arrays, or module:factory
     data_limit: int | None = None  # the first N training samples
     epochs: int = 3
+    order: str = "host"  # each epoch's sample order: host (numpy's shuffle) or device (poet_train_epoch's)
     lr: float = 0.1
     optimizer: str = "sgd"  # sgd, momentum[:M] or adam[:BETA1,BETA2,EPS]
     budget_j: float | None = None  # refuse a run predicted to need more

@@ -254,6 +254,10 @@ def _train_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     _solve_args(p, required=False)
     _start_args(p)
     p.add_argument("--epochs", type=_whole(1, MAX_STEPS), default=3, help=f"epochs, 1 to {MAX_STEPS} (default 3)")
+    p.add_argument("--order", choices=("host", "device"), default="host",
+                   help="the order each epoch visits the training samples in: host (a shuffle fixed by --seed and "
+                   "the epoch; default) or device (the one an exported device's poet_train_epoch uses with that "
+                   "seed, so this run trains on the same batches: docs/device.md)")
     _step_args(p)
     p.add_argument("--budget-j", type=_positive, help="refuse a run predicted to need more joules than this")
     p.add_argument("--battery-mah", type=_positive, help="refuse a run the battery cannot carry (with --volts)")

@@ -80,7 +80,7 @@ def train_epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
         predictor.add(Epoch(per_epoch, h["energy_j"], h["time_s"]))
     weights = dev.read_weights(g)
     while state.epoch < cfg.epochs:
-        batches = data.epoch_batches(g.batch, state.epoch, cfg.model.seed)
+        batches = data.epoch_batches(g.batch, state.epoch, cfg.model.seed, cfg.order)
         epoch_start = state.global_step - state.step
         del state.losses[state.step:]  # the saved state has exactly the steps its checkpoint has
         # cleared when the epoch ends (or stops): its one summary line below takes the bar's place
