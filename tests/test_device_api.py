@@ -114,7 +114,6 @@ class Session:
                               capture_output=True, timeout=300)
         assert b"Sanitizer" not in proc.stderr and proc.returncode < 128, proc.stderr.decode()[-2000:]
         out, at, answers = proc.stdout, 0, []
-        out_elems = None
         for w in self.want:
             if at + 4 > len(out):
                 break
@@ -124,10 +123,9 @@ class Session:
                 answers.append((status, struct.unpack_from("<f", out, at)[0]))
                 at += 4
             elif w.startswith("predict"):
-                n = int(w.split()[1])
-                rest = (len(out) - at) if out_elems is None else n * out_elems * 4
-                answers.append((status, np.frombuffer(out, "<f4", rest // 4, at)))
-                at += rest
+                (floats,) = struct.unpack_from("<I", out, at)
+                answers.append((status, np.frombuffer(out, "<f4", floats, at + 4)))
+                at += 4 + 4 * floats
             elif w.startswith("Q"):
                 n = int(w.split()[1])
                 answers.append(np.frombuffer(out, "<u4", n, at))
@@ -179,9 +177,9 @@ def _host_driven(tmp_path: Path, g: TrainingGraph, w0: list[np.ndarray], sched: 
     return losses, weights
 
 
-def _bundle(g: TrainingGraph, w0: list[np.ndarray], sched: bytes) -> bytes:
+def _bundle(g: TrainingGraph, w0: list[np.ndarray], sched: bytes, lr: float = LR, snapshot: bool = True) -> bytes:
     blob = model_blob(g)
-    return make_bundle(blob, w0, Schedule.decode(sched), forward_lowered(blob).schedule, LR).encode()
+    return make_bundle(blob, w0, Schedule.decode(sched), forward_lowered(blob).schedule, lr, snapshot).encode()
 
 
 CASES = [("mlp-digits", "sgd", "all"), ("cnn-digits", "adam", "bias+last:1"), ("bn-dropout", "momentum", "all")]
@@ -240,16 +238,47 @@ def test_predict_is_the_eval_forward(tmp_path: Path, name: str, optimizer: str, 
         assert np.abs(train_mode - want[:g.batch]).max() > 1e-2 * scale
 
 
-def test_a_diverged_step_is_undone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("snapshot", [True, False], ids=["snapshot", "no-snapshot"])
+def test_a_non_finite_loss_changes_nothing(tmp_path: Path, snapshot: bool) -> None:
+    """The loss is checked at the loss node: a step whose loss overflows stops before any update, with
+    or without a snapshot, and the next step runs as if it had never been tried."""
     model, g = _graph("mlp-digits", "adam", "all")
     w0 = weights_of(model)
     sched = lower(keep_all(uncosted(g)), g).schedule.encode()
     good = _batches(g, 2)
     huge = (np.full_like(good[0][0], 3e38), good[0][1])
-    steps, w_after, _ = _device(tmp_path, _bundle(g, w0, sched), [*good, huge, good[0]])
-    _, w_two, _ = _device(tmp_path, _bundle(g, w0, sched), [*good, good[0]])
+    steps, w_after, _ = _device(tmp_path, _bundle(g, w0, sched, snapshot=snapshot), [*good, huge, good[0]])
+    _, w_two, _ = _device(tmp_path, _bundle(g, w0, sched, snapshot=snapshot), [*good, good[0]])
     assert [s for s, _ in steps] == [0, 0, DIVERGED, 0]
-    assert w_after.tobytes() == w_two.tobytes()  # the diverged step left no trace, the next one ran as if
+    assert not np.isfinite(steps[2][1])
+    assert w_after.tobytes() == w_two.tobytes()
+
+
+def test_weights_that_overflow_are_undone_from_the_snapshot(tmp_path: Path) -> None:
+    """A finite loss whose update overflows the weights (a learning rate of 1e38): undone from the
+    snapshot, weights, Adam's state and step count as before."""
+    model, g = _graph("mlp-digits", "sgd", "all")
+    w0 = weights_of(model)
+    sched = lower(keep_all(uncosted(g)), g).schedule.encode()
+    b = [(x * 1e4, y) for x, y in _batches(g, 1)]  # gradients of 1e4 or so, a finite loss
+    code, a = Session().simple(b"W").step(*b[0]).simple(b"W").run(tmp_path, _bundle(g, w0, sched, lr=1e38))
+    assert code == 0 and a[2][0] == DIVERGED and np.isfinite(a[2][1])
+    assert a[3] == a[1]
+
+
+def test_without_a_snapshot_overflowed_weights_stop_the_device_until_restored(tmp_path: Path) -> None:
+    model, g = _graph("mlp-digits", "sgd", "all")
+    w0 = weights_of(model)
+    sched = lower(keep_all(uncosted(g)), g).schedule.encode()
+    b = [(x * 1e4, y) for x, y in _batches(g, 1)]
+    x = np.zeros((1, *g.input_shape), np.float32)
+    s = Session().simple(b"V").simple(b"W").step(*b[0]).step(*b[0]).predict(x).simple(b"V").simple(b"R")
+    code, a = s.simple(b"W").step(*b[0]).run(tmp_path, _bundle(g, w0, sched, lr=1e38, snapshot=False))
+    assert code == 0 and a[1] == 0
+    assert a[3][0] == DIVERGED and a[4][0] == DIVERGED and a[5][0] == DIVERGED  # the step, then refused
+    assert a[6] == DIVERGED  # never a save of non-finite weights
+    assert a[7] == 0 and a[8] == a[2]  # restored the save taken before
+    assert a[9][0] == DIVERGED  # the same step overflows again: the device is honest about it
 
 
 def _refused(tmp_path: Path, bundle: bytes) -> int:

@@ -13,6 +13,7 @@
 #define HEADER 64u
 #define N_SECTIONS 5u
 enum { S_MODEL, S_FROZEN, S_WEIGHTS, S_TRAIN, S_FORWARD };
+#define BUNDLE_NO_SNAPSHOT 0x01u /* flags: the pool keeps no snapshot (docs/spec.md 7) */
 
 uint32_t *poet_dev_opt_step(device_t *d)
 {
@@ -57,7 +58,7 @@ int poet_init(poet_device_t *dev, const void *bundle, uint32_t bundle_bytes, voi
 
     memset(d, 0, sizeof *d);
     if (b == 0 || ((uintptr_t)b & 7u) || bundle_bytes < HEADER + 4u || memcmp(b, "PBDL", 4) != 0 || b[4] != 1 ||
-        b[5] != 0 || poet_rd16(b + 6) != 0)
+        (b[5] & ~BUNDLE_NO_SNAPSHOT) != 0 || poet_rd16(b + 6) != 0)
         return POET_E_BUNDLE;
     total = poet_rd32(b + 8);
     if (total != bundle_bytes)
@@ -80,7 +81,8 @@ int poet_init(poet_device_t *dev, const void *bundle, uint32_t bundle_bytes, voi
     n_ticks = schedule_instrs(at[S_TRAIN], len[S_TRAIN]);
     if (schedule_instrs(at[S_FORWARD], len[S_FORWARD]) > n_ticks)
         n_ticks = schedule_instrs(at[S_FORWARD], len[S_FORWARD]);
-    poet_layout(&d->model, tables, 1, n_ticks, &d->lay);
+    d->snapshot = (b[5] & BUNDLE_NO_SNAPSHOT) == 0;
+    poet_layout(&d->model, tables, d->snapshot, n_ticks, &d->lay);
     if (d->lay.fixed > pool_bytes)
         return POET_E_TOO_BIG;
     if (len[S_FROZEN] != 4u * d->model.frozen_words || len[S_WEIGHTS] != d->lay.params_bytes)
@@ -120,6 +122,8 @@ uint32_t poet_input_elems(const poet_device_t *dev)
     return cpriv(dev)->ready ? cpriv(dev)->model.x_elems / cpriv(dev)->model.batch : 0u;
 }
 uint32_t poet_output_elems(const poet_device_t *dev) { return cpriv(dev)->ready ? cpriv(dev)->out_elems : 0u; }
+
+int poet_has_snapshot(const poet_device_t *dev) { return cpriv(dev)->ready && cpriv(dev)->snapshot; }
 
 uint32_t poet_steps(const poet_device_t *dev)
 {
@@ -178,6 +182,7 @@ static void buffers(device_t *d, poet_buffers_t *buf)
     buf->labels = (const int32_t *)(const void *)(d->pool + d->lay.batch + d->lay.labels);
     buf->stream = d->pool + d->lay.stream;
     buf->arena = d->pool + d->lay.arena;
+    buf->stop_on_bad_loss = 1;
 }
 
 static int run(device_t *d, int k, poet_step_result_t *res)
@@ -198,6 +203,8 @@ int poet_train_step(poet_device_t *dev, const float *x, const int32_t *labels, p
     uint32_t i;
     if (!d->ready || x == 0)
         return POET_E_LINK_ORDER;
+    if (d->broken)
+        return POET_E_DIVERGED;
     for (i = 0; labels && i < d->model.batch; i++)
         if (labels[i] < 0 || (uint32_t)labels[i] >= d->model.min_classes)
             return POET_E_RANGE;
@@ -214,24 +221,29 @@ int poet_dev_step_staged(device_t *d, poet_step_info_t *info)
     uint32_t snap_opt = (d->lay.params_bytes + 7u) & ~7u, i, step_before;
     const float *w = (const float *)(const void *)params;
     poet_step_result_t res;
-    int status;
+    int status, stopped_early;
 
     /* the snapshot: what a step that fails or diverges is undone to */
-    memcpy(snap, params, d->lay.params_bytes);
-    memcpy(snap + snap_opt, opt, d->lay.opt_bytes);
+    if (d->snapshot) {
+        memcpy(snap, params, d->lay.params_bytes);
+        memcpy(snap + snap_opt, opt, d->lay.opt_bytes);
+    }
     step_before = *poet_dev_opt_step(d);
     status = run(d, 0, &res);
-    if (status == POET_OK && !finite(res.loss))
-        status = POET_E_DIVERGED;
+    /* a loss that is not finite stopped the step at the loss node: nothing was updated */
+    stopped_early = status == POET_E_DIVERGED;
     for (i = 0; status == POET_OK && i < d->lay.params_bytes / 4u; i++)
-        if (!finite(w[i]))
+        if (!poet_finite(w[i]))
             status = POET_E_DIVERGED;
-    if (status != POET_OK) {
+    if (status != POET_OK && d->snapshot) {
         memcpy(params, snap, d->lay.params_bytes);
         memcpy(opt, snap + snap_opt, d->lay.opt_bytes);
         *poet_dev_opt_step(d) = step_before;
-        memset(d->pool + d->lay.grads, 0, d->lay.grads_bytes);
+    } else if (status != POET_OK && !stopped_early) {
+        d->broken = 1; /* updated, and no copy to undo it from: poet_restore or poet_init */
     }
+    if (status != POET_OK)
+        memset(d->pool + d->lay.grads, 0, d->lay.grads_bytes);
     if (info) {
         info->loss = res.loss;
         info->step = *poet_dev_opt_step(d);
@@ -251,6 +263,8 @@ int poet_predict(poet_device_t *dev, const float *x, uint32_t n, float *out)
     int status;
     if (!d->ready || (n && (x == 0 || out == 0)))
         return POET_E_LINK_ORDER;
+    if (d->broken)
+        return POET_E_DIVERGED;
     for (done = 0; done < n; done += k) {
         k = n - done < d->model.batch ? n - done : d->model.batch;
         stage(d, x + (uint64_t)done * per, k);

@@ -10,6 +10,7 @@
 #include "model.h"
 #include "poet.h"
 #include "pool_layout.h"
+#include "util.h"
 
 typedef struct {
     const uint8_t *bundle;
@@ -25,6 +26,8 @@ typedef struct {
     uint16_t out_node;
     uint16_t n_ticks;        /* the last run's */
     uint8_t needs_pager, ready;
+    uint8_t snapshot; /* the pool keeps one (bundle flag): a diverged step is undone */
+    uint8_t broken;   /* weights turned non-finite with no snapshot: only restore or init go on */
 } device_t;
 
 /* C99's static assertion: the private state fits the storage poet.h gives it. */
@@ -32,13 +35,6 @@ typedef char poet_device_fits[sizeof(device_t) <= sizeof(poet_device_t) ? 1 : -1
 
 static inline device_t *priv(poet_device_t *d) { return (device_t *)(void *)d; }
 static inline const device_t *cpriv(const poet_device_t *d) { return (const device_t *)(const void *)d; }
-
-static inline int finite(float f)
-{
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    return (bits & 0x7F800000u) != 0x7F800000u;
-}
 
 /* Where the step count lives: the optimizer state's first word, or sgd_step. */
 uint32_t *poet_dev_opt_step(device_t *d);

@@ -105,7 +105,7 @@ int poet_samples_add(poet_samples_t *s, const float *x, int32_t label)
         return POET_E_RANGE;
     per = (s->record_bytes - 8u) / 4u;
     for (i = 0; i < per; i++)
-        if (!finite(x[i]))
+        if (!poet_finite(x[i]))
             return POET_E_RANGE;
     if ((uint64_t)(s->next + 1u) * s->record_bytes > s->store->bytes)
         return POET_E_STORE;
@@ -184,6 +184,8 @@ int poet_train_epoch(poet_device_t *dev, const poet_samples_t *s, uint32_t seed,
     memset(&e, 0, sizeof e);
     if (!d->ready || !s->store)
         return POET_E_LINK_ORDER;
+    if (d->broken)
+        return POET_E_DIVERGED;
     if (s->record_bytes != 8u + 4u * (d->model.x_elems / d->model.batch))
         return POET_E_RANGE; /* another model's samples */
     batch = d->model.batch;
@@ -198,6 +200,8 @@ int poet_train_epoch(poet_device_t *dev, const poet_samples_t *s, uint32_t seed,
         e.ticks += step.ticks;
         if (status == POET_E_DIVERGED) {
             e.diverged++;
+            if (d->broken)
+                break; /* updated with no snapshot to undo it: the epoch cannot go on */
             status = POET_OK;
             continue;
         }

@@ -101,6 +101,8 @@ int poet_save(poet_device_t *dev, const poet_store_t *store)
     int io_err = 0, latest;
     if (!d->ready)
         return POET_E_LINK_ORDER;
+    if (d->broken)
+        return POET_E_DIVERGED; /* never a save of non-finite weights */
     if (!store_ok(d, store))
         return POET_E_STORE;
     latest = newest(d, store, &last, &io_err);
@@ -147,24 +149,34 @@ int poet_restore(poet_device_t *dev, const poet_store_t *store)
         return POET_E_STORE;
     if (k < 0)
         return POET_E_NO_STATE;
-    /* into the snapshot region first, checked again as it lands: the store may change under us (a
-     * save interrupted and retried) and a torn read must not reach the weights */
-    if (store->read(store, (uint32_t)k * slot_bytes(d, store) + SLOT_HDR, step, 4) != 0 ||
-        (d->lay.params_bytes &&
-         store->read(store, (uint32_t)k * slot_bytes(d, store) + SLOT_HDR + 4u, snap, d->lay.params_bytes) != 0) ||
-        (d->lay.opt_bytes && store->read(store, (uint32_t)k * slot_bytes(d, store) + SLOT_HDR + 4u + d->lay.params_bytes,
-                                         snap + snap_opt, d->lay.opt_bytes) != 0))
-        return POET_E_STORE;
+    /* into the snapshot region first when there is one, checked again as it lands: the store may
+     * change under us and a torn read must not reach the weights. Without one, straight into place:
+     * the CRC checked it a moment ago, and a restore that fails leaves the device refusing to run
+     * (broken) until a restore succeeds. */
     {
-        uint32_t crc = poet_crc32(0, step, 4);
-        crc = poet_crc32(crc, snap, d->lay.params_bytes);
-        crc = poet_crc32(crc, snap + snap_opt, d->lay.opt_bytes);
-        if (crc != h.payload_crc)
+        uint8_t *params = d->snapshot ? snap : d->pool + d->lay.params;
+        uint8_t *opt = d->snapshot ? snap + snap_opt : d->pool + d->lay.opt;
+        uint32_t at = (uint32_t)k * slot_bytes(d, store) + SLOT_HDR, crc;
+        if (store->read(store, at, step, 4) != 0 ||
+            (d->lay.params_bytes && store->read(store, at + 4u, params, d->lay.params_bytes) != 0) ||
+            (d->lay.opt_bytes && store->read(store, at + 4u + d->lay.params_bytes, opt, d->lay.opt_bytes) != 0)) {
+            d->broken |= !d->snapshot;
+            return POET_E_STORE;
+        }
+        crc = poet_crc32(0, step, 4);
+        crc = poet_crc32(crc, params, d->lay.params_bytes);
+        crc = poet_crc32(crc, opt, d->lay.opt_bytes);
+        if (crc != h.payload_crc) {
+            d->broken |= !d->snapshot;
             return POET_E_NO_STATE;
+        }
+        if (d->snapshot) {
+            memcpy(d->pool + d->lay.params, snap, d->lay.params_bytes);
+            memcpy(d->pool + d->lay.opt, snap + snap_opt, d->lay.opt_bytes);
+        }
     }
-    memcpy(d->pool + d->lay.params, snap, d->lay.params_bytes);
-    memcpy(d->pool + d->lay.opt, snap + snap_opt, d->lay.opt_bytes);
     *poet_dev_opt_step(d) = poet_rd32(step);
     memset(d->pool + d->lay.grads, 0, d->lay.grads_bytes);
+    d->broken = 0;
     return POET_OK;
 }

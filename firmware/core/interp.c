@@ -109,6 +109,8 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
             x.n_deps = n.n_deps;
             x.recompute = op == POET_I_RECOMPUTE;
             poet_ops[n.op].run(&x);
+            if (n.kind == POET_KIND_LOSS && buf->stop_on_bad_loss && !poet_finite(res->loss))
+                err = POET_E_DIVERGED;
             break;
         case POET_I_PAGE_IN:
             err = port_pager_read(m->swap_off[node], t, bytes);
@@ -129,7 +131,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
         res->n_records = (uint16_t)(i + 1u);
 #endif
         if (err) {
-            res->status = POET_E_PAGER;
+            res->status = err == POET_E_DIVERGED ? POET_E_DIVERGED : POET_E_PAGER;
             break;
         }
     }

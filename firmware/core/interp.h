@@ -37,6 +37,9 @@ typedef struct {
     const int32_t *labels;  /* staged labels */
     uint8_t *stream;        /* the stream buffer (model stream_bytes): a streamed weight's reads land here */
     uint8_t *arena;
+    /* 1: a loss that is not finite ends the step at the loss node, POET_E_DIVERGED, before the
+     * backward pass updates anything (the device API; the protocol lets the host judge). */
+    int stop_on_bad_loss;
 } poet_buffers_t;
 
 typedef struct {

@@ -20,14 +20,9 @@
 extern "C" {
 #endif
 
-/* Statuses besides status.h's (the schedule validator's and the link's codes also reach the
- * application: a bundle's schedule refused at init returns the validator's code). */
-enum {
-    POET_E_BUNDLE = 40,   /* not a bundle this runtime reads, or its sections out of place */
-    POET_E_DIVERGED = 41, /* the step's loss or weights were not finite: undone, nothing changed */
-    POET_E_NO_STATE = 42, /* restore: neither slot holds a whole save of this model */
-    POET_E_STORE = 43     /* the store failed to read, write or erase, or is too small */
-};
+/* Statuses: status.h. The API's own are POET_E_BUNDLE (40), POET_E_DIVERGED (41), POET_E_NO_STATE
+ * (42) and POET_E_STORE (43); the schedule validator's codes reach the application too (a bundle's
+ * schedule refused at init returns the validator's code). */
 
 /* Non-volatile storage the application gives poet, by byte offset: for the saved state (poet_save,
  * poet_restore) and for collected samples (poet_samples_*). Flash semantics: erase sets whole units
@@ -73,7 +68,11 @@ uint32_t poet_output_elems(const poet_device_t *dev);
 
 /* One training step on poet_batch samples: x holds batch x input_elems floats (NCHW per sample as
  * the model was traced), labels batch class indices (NULL for a loss without classes). info may be
- * NULL. POET_E_DIVERGED: the weights are as they were before the call. */
+ * NULL. POET_E_DIVERGED: the loss or the weights were not finite. A loss that is not finite stops
+ * the step before any update, so nothing changed. Weights that turn non-finite are undone from the
+ * pool's snapshot when the bundle has one (poet_has_snapshot; poet export gives it one when --ram
+ * holds it); without one the device refuses every call but poet_restore and poet_init until one of
+ * them brings whole weights back, so a damaged state is never trained on, predicted with or saved. */
 int poet_train_step(poet_device_t *dev, const float *x, const int32_t *labels, poet_step_info_t *info);
 
 /* The model's output for n samples (x: n x input_elems floats; out: n x output_elems floats), with
@@ -127,13 +126,17 @@ typedef struct {
 } poet_epoch_info_t;
 
 /* One epoch over the samples: full batches in an order fixed by (seed, epoch) alone (a permutation
- * the host computes alike: poet.export.order), each a training step. A diverged step is undone and
- * counted, and the epoch goes on; any other failure stops it with that status. */
+ * the host computes alike: poet.export.order), each a training step. A diverged step that changed
+ * nothing (or was undone from the snapshot) is counted and the epoch goes on; one that left the
+ * weights non-finite with no snapshot, or any other failure, stops it with that status. */
 int poet_train_epoch(poet_device_t *dev, const poet_samples_t *s, uint32_t seed, uint32_t epoch,
                      poet_epoch_info_t *info);
 
 /* Sample index k of epoch `epoch`'s order over n samples (a bijection of 0..n-1). */
 uint32_t poet_epoch_order(uint32_t n, uint32_t seed, uint32_t epoch, uint32_t k);
+
+/* 1 when the pool keeps a snapshot that undoes a diverged step (the bundle's flags, docs/spec.md 7). */
+int poet_has_snapshot(const poet_device_t *dev);
 
 /* Optimizer steps taken since init. */
 uint32_t poet_steps(const poet_device_t *dev);

@@ -502,6 +502,7 @@ static void step(const uint8_t *p, uint16_t len)
     buf.labels = (const int32_t *)(const void *)(pool_batch() + labels_at());
     buf.stream = port_pool() + lay.stream;
     buf.arena = pool_arena();
+    buf.stop_on_bad_loss = 0; /* the host judges a step's loss */
     if (port_pager_open() != 0) {
         step_fail(POET_E_PAGER);
         return;

@@ -1,4 +1,4 @@
-/* Status codes shared by the schedule validator and the link (docs/spec.md 5, 6). */
+/* Status codes shared by the schedule validator, the link and the device API (docs/spec.md 5, 6, 7). */
 #ifndef POET_STATUS_H
 #define POET_STATUS_H
 
@@ -33,7 +33,12 @@ enum {
     POET_E_MODEL = 36,
     POET_E_NO_SCHEDULE = 37,
     POET_E_PAGER = 38,
-    POET_E_RANGE = 39
+    POET_E_RANGE = 39,
+    /* the device API (poet.h, docs/spec.md 7) */
+    POET_E_BUNDLE = 40,   /* not a bundle this runtime reads, or its sections out of place */
+    POET_E_DIVERGED = 41, /* the step's loss or weights were not finite (poet.h says what is left) */
+    POET_E_NO_STATE = 42, /* restore: neither slot holds a whole save of this model */
+    POET_E_STORE = 43     /* the store failed to read, write or erase, or is too small */
 };
 
 #define POET_NO_DETAIL 0xFFFFFFFFu

@@ -27,6 +27,18 @@ static inline void poet_wr32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)(v >> 24);
 }
 
+/* Whether f is a number: neither infinite nor NaN, read from its bits (no libm, no fast-math
+ * assumptions). */
+static inline int poet_finite(float f)
+{
+    union {
+        float f;
+        uint32_t u;
+    } v;
+    v.f = f;
+    return (v.u & 0x7F800000u) != 0x7F800000u;
+}
+
 /* IEEE CRC-32 as zlib.crc32: pass crc = 0 for a fresh checksum, or a previous result to continue. */
 uint32_t poet_crc32(uint32_t crc, const uint8_t *p, size_t n);
 /* FNV-1a 64 over a byte string (the model hash). */

@@ -70,6 +70,7 @@ int fuzz_step(const poet_model_t *m, const uint8_t *sched)
                                  : (uint64_t)m->swap_off[last] + poet_node_bytes(m, (uint16_t)last);
     uint64_t total = (uint64_t)arena + params + frozen + grads + opt + xb + lb + m->stream_bytes;
     poet_buffers_t buf;
+    memset(&buf, 0, sizeof buf);
     poet_step_result_t r;
     float *w, *f, *g, *o, *x;
     int32_t *labels;

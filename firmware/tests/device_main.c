@@ -5,7 +5,7 @@
  * Each command is one byte, then its arguments; each answer starts with an i32 status.
  *   'I'              init again (a reset: the pool is scrambled first)    -> status
  *   'S' x[batch*in] f32, labels[batch] i32   one training step            -> status, f32 loss
- *   'P' u32 n, x[n*in] f32                   predict                      -> status, n*out f32
+ *   'P' u32 n, x[n*in] f32                   predict                      -> status, u32 n*out, n*out f32
  *   'W'                                      the weights                  -> 0, u32 n, n f32
  *   'V' / 'R'                                save / restore               -> status
  *   'K' u32 n                                the power goes after n more bytes reach a store
@@ -183,8 +183,10 @@ int main(int argc, char **argv)
         } else if (c == 'P') {
             uint32_t n = rd_u32(), out_n = poet_output_elems(&dev);
             float *x = (float *)rd(4u * n * in), *out = (float *)calloc((size_t)n * out_n + 1u, 4);
+            uint32_t floats = n * out_n;
             say(poet_predict(&dev, x, n, out));
-            fwrite(out, 4, (size_t)n * out_n, stdout);
+            fwrite(&floats, 4, 1, stdout);
+            fwrite(out, 4, floats, stdout);
             free(x);
             free(out);
         } else if (c == 'W') {

@@ -68,7 +68,11 @@ def export(cfg: RunConfig, out: Path, say: Say = print, bars: bool = False) -> E
     w0, _ = initial_weights(model, prefix, data, say)
     blob = model_blob(g_run)
     train_s, forward = Schedule.decode(sched), forward_lowered(blob).schedule
+    # a snapshot undoes a diverged step exactly; it costs the trained weights' and optimizer state's
+    # bytes again, so the pool keeps one when --ram holds it (docs/device.md)
     bundle = make_bundle(blob, w0, train_s, forward, cfg.lr)
+    if bundle.pool_bytes > cfg.plan.ram:
+        bundle = make_bundle(blob, w0, train_s, forward, cfg.lr, snapshot=False)
     encoded = bundle.encode()
     aux = blob.split_weights(w0)[2]
     _check_fits(cfg, board, plan, forward, bundle, encoded)
@@ -117,6 +121,9 @@ def _needs(cfg: RunConfig, board: Board, plan: dict, per_epoch: int, bundle: Bun
              f"{fmt_j(step_j * per_epoch).strip()}",
              f"RAM: poet_init's pool {bundle.pool_bytes} B ({format_size(bundle.pool_bytes)}; planned at --ram "
              f"{format_size(cfg.plan.ram or 0)}; {board.name} has {format_size(board.ram_bytes)})",
+             "a diverged step is undone from a snapshot in the pool" if bundle.snapshot else
+             "no room for a snapshot at this --ram: a non-finite loss stops a step before any update; weights "
+             "that turn non-finite stop the device until poet_restore (docs/device.md)",
              f"flash: the bundle {len(encoded)} B ({format_size(len(encoded))} of the "
              f"{format_size(board.model_flash_bytes)} {board.name} leaves for a model)"]
     if aux:
