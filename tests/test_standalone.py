@@ -36,39 +36,54 @@ pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc", "make")
 BATCH, LR, EPOCHS, N_TRAIN, CUT = 16, 0.05, 3, 96, 77
 
 
-class App:
-    """The standalone example built for one bundle, run in fresh working directories."""
+# the stand-ins: their QEMU machine and CPU, the standalone target, the board the host drives
+M4 = ("mps2-an386", "cortex-m4", "qemu-m4", "nrf52840", "")
+M0 = ("mps2-an385", "cortex-m3", "qemu-m0", "mkr1000", " -DPOET_APP_X_FLOATS=256u")  # 32 KB of RAM
 
-    def __init__(self, tmp: Path) -> None:
+
+class App:
+    """The standalone example built for one bundle, run in fresh working directories: on the nRF52840,
+    cnn-digits pretrained on 0-4 fine-tuning bias+last:1 with Adam on 5-9; on the MKR1000's M0+,
+    mlp-digits training all its layers with SGD at batch 4, with no snapshot (its 32 KB hold none)."""
+
+    def __init__(self, tmp: Path, stand_in: tuple[str, str, str, str, str] = M4) -> None:
+        self.machine, self.cpu, target, self.board, flags = stand_in
         torch.manual_seed(0)
-        model, g = traced(ModelChoice("cnn-digits", batch=BATCH, seed=0, train="bias+last:1"))
         xtr, ytr, xte, yte = digits_split()
-        old = ytr < 5
-        x_old, y_old = xtr[old].reshape((-1, *g.input_shape)), ytr[old]
-        order = np.random.default_rng(0).permutation(len(y_old))
-        train_steps(model, [(x_old[order[i:i + BATCH]], y_old[order[i:i + BATCH]])
-                            for i in range(0, len(order) - BATCH + 1, BATCH)], 0.1)  # pretrained on 0-4
-        self.model, self.g = model, with_optimizer(g, parse_optimizer("adam"))
-        new = ytr >= 5
-        self.x = xtr[new][:N_TRAIN].reshape((-1, *g.input_shape)).astype(np.float32)
-        self.y = ytr[new][:N_TRAIN].astype(np.int32)
-        self.xte = xte[yte >= 5].reshape((-1, *g.input_shape)).astype(np.float32)
-        self.yte = yte[yte >= 5].astype(np.int32)
+        if target == "qemu-m4":
+            self.batch, self.n_train = BATCH, N_TRAIN
+            model, g = traced(ModelChoice("cnn-digits", batch=BATCH, seed=0, train="bias+last:1"))
+            old = ytr < 5
+            x_old, y_old = xtr[old].reshape((-1, *g.input_shape)), ytr[old]
+            order = np.random.default_rng(0).permutation(len(y_old))
+            train_steps(model, [(x_old[order[i:i + BATCH]], y_old[order[i:i + BATCH]])
+                                for i in range(0, len(order) - BATCH + 1, BATCH)], 0.1)  # pretrained on 0-4
+            self.g, new, test = with_optimizer(g, parse_optimizer("adam")), ytr >= 5, yte >= 5
+        else:
+            self.batch, self.n_train = 4, 32
+            model, g = traced(ModelChoice("mlp-digits", batch=4, seed=0))
+            self.g, new, test = with_optimizer(g, parse_optimizer("sgd")), ytr >= 0, yte >= 0
+        self.model = model
+        self.x = xtr[new][:self.n_train].reshape((-1, *g.input_shape)).astype(np.float32)
+        self.y = ytr[new][:self.n_train].astype(np.int32)
+        self.xte = xte[test].reshape((-1, *g.input_shape)).astype(np.float32)
+        self.yte = yte[test].astype(np.int32)
         self.w0 = weights_of(model)
         self.blob = model_blob(self.g)
         self.sched = lower(keep_all(uncosted(self.g)), self.g).schedule
-        bundle = make_bundle(self.blob, self.w0, self.sched, forward_lowered(self.blob).schedule, LR)
+        bundle = make_bundle(self.blob, self.w0, self.sched, forward_lowered(self.blob).schedule, LR,
+                             snapshot=target == "qemu-m4")
         data = bundle.encode()
         export = tmp / "export"
         export.mkdir()
         (export / "bundle.c").write_text(bundle_c(data))
         (export / "bundle.h").write_text(bundle_h(bundle.pool_bytes, len(data)))
         build = tmp / "build"
-        subprocess.run(["make", "-C", str(firmware.FIRMWARE_DIR), "standalone-qemu-m4", f"EXPORT={export}",
-                        f"STANDALONE_BUILD={build}", f"APP_FLAGS=-DPOET_APP_EPOCHS={EPOCHS}u"],
+        subprocess.run(["make", "-C", str(firmware.FIRMWARE_DIR), f"standalone-{target}", f"EXPORT={export}",
+                        f"STANDALONE_BUILD={build}", f"APP_FLAGS=-DPOET_APP_EPOCHS={EPOCHS}u{flags}"],
                        check=True, capture_output=True)
-        self.elf, self.tmp, self.runs = build / "app.elf", tmp, 0
-        self.map = (build / "app.map").read_text()
+        self.elf, self.tmp, self.runs = build / target / "app.elf", tmp, 0
+        self.map = (build / target / "app.map").read_text()
 
     def folder(self) -> Path:
         self.runs += 1
@@ -86,7 +101,7 @@ class App:
         (wd / "poet-cut.txt").unlink(missing_ok=True)
         if cut is not None:
             (wd / "poet-cut.txt").write_text(str(cut))
-        proc = subprocess.run([qemu_binary(), "-M", "mps2-an386", "-cpu", "cortex-m4", "-nographic", "-monitor",
+        proc = subprocess.run([qemu_binary(), "-M", self.machine, "-cpu", self.cpu, "-nographic", "-monitor",
                                "none", "-serial", "none", "-icount", "shift=0", "-semihosting-config",
                                "enable=on,target=native", "-kernel", str(self.elf)],
                               cwd=wd, capture_output=True, timeout=600)
@@ -94,13 +109,13 @@ class App:
 
     def host_driven(self, wd: Path) -> bytes:
         """The same epochs driven from the host over the protocol image on the same emulated board."""
-        with open_device(load_board("nrf52840"), workdir=wd, quiet=True) as dev:
+        with open_device(load_board(self.board), workdir=wd, quiet=True) as dev:
             dev.load_model(self.g, self.w0)
             dev.load_schedule(self.sched.encode())
             for epoch in range(EPOCHS):
-                order = epoch_order(N_TRAIN, 0, epoch)
-                for i in range(0, N_TRAIN - BATCH + 1, BATCH):
-                    dev.step(self.x[order[i:i + BATCH]], self.y[order[i:i + BATCH]], LR)
+                order = epoch_order(self.n_train, 0, epoch)
+                for i in range(0, self.n_train - self.batch + 1, self.batch):
+                    dev.step(self.x[order[i:i + self.batch]], self.y[order[i:i + self.batch]], LR)
             weights = dev.read_weights(self.g)
         return self.blob.split_weights(weights)[0]
 
@@ -123,17 +138,24 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> App:
     return App(tmp_path_factory.mktemp("standalone"))
 
 
+@pytest.fixture(scope="module")
+def app_m0(tmp_path_factory: pytest.TempPathFactory) -> App:
+    return App(tmp_path_factory.mktemp("standalone-m0"), M0)
+
+
 def _accuracy(log: str) -> tuple[int, int]:
     m = re.search(r"accuracy on the device: (\d+)/(\d+)", log)
     assert m, log
     return int(m[1]), int(m[2])
 
 
-def test_standalone_training_equals_host_driven(app: App) -> None:
+@pytest.mark.parametrize("which", ["app", "app_m0"], ids=["nrf52840-m4f", "mkr1000-m0plus"])
+def test_standalone_training_equals_host_driven(which: str, request: pytest.FixtureRequest) -> None:
+    app: App = request.getfixturevalue(which)
     wd = app.folder()
     code, log = app.run(wd)
     assert code == 0, log
-    assert f"collected {N_TRAIN} samples" in log and log.count("saved step") == EPOCHS
+    assert f"collected {app.n_train} samples" in log and log.count("saved step") == EPOCHS
     trained = (wd / "weights.bin").read_bytes()
     assert trained == app.host_driven(app.tmp / "host")
     assert trained != app.blob.split_weights(app.w0)[0]
@@ -142,7 +164,7 @@ def test_standalone_training_equals_host_driven(app: App) -> None:
     assert right == round(app.host_accuracy(trained) * total)
     # a restart: restores the last save, trains no more, and predicts the same
     code, again = app.run(wd)
-    assert code == 0 and f"restored the save after step {EPOCHS * (N_TRAIN // BATCH)}" in again
+    assert code == 0 and f"restored the save after step {EPOCHS * (app.n_train // app.batch)}" in again
     assert "epoch" not in again and _accuracy(again) == (right, total)
     assert (wd / "weights.bin").read_bytes() == trained
     # no protocol server in the image: the device API and the board support only

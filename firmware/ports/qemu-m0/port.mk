@@ -46,7 +46,7 @@ DEPS += $(M0_OBJ:.o=.d)
 qemu-m0: $(BUILD)/qemu-m0/poet.elf
 	@$(M0_SIZE) $<
 
-$(BUILD)/qemu-m0/poet.elf: $(M0_OBJ) ports/qemu-m0/linker.ld
+$(BUILD)/qemu-m0/poet.elf: $(M0_OBJ) ports/qemu-m0/linker.ld ports/qemu-m0/sections.ld
 	$(M0_CC) $(M0_LDFLAGS) -o $@ $(M0_OBJ) -lm -lc -lgcc
 
 $(BUILD)/qemu-m0/%.o: %.c Makefile ports/qemu-m0/port.mk
