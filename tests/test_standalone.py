@@ -7,6 +7,7 @@ evaluation of those weights; a restart restores; power cuts at seeded points lea
 from __future__ import annotations
 
 import re
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -36,15 +37,18 @@ pytestmark = needs_tools("qemu-system-arm", "arm-none-eabi-gcc", "make")
 BATCH, LR, EPOCHS, N_TRAIN, CUT = 16, 0.05, 3, 96, 77
 
 
-# the stand-ins: their QEMU machine and CPU, the standalone target, the board the host drives
+# the stand-ins: their QEMU machine and CPU, the standalone target, the board the host drives, the
+# example's flags
 M4 = ("mps2-an386", "cortex-m4", "qemu-m4", "nrf52840", "")
 M0 = ("mps2-an385", "cortex-m3", "qemu-m0", "mkr1000", " -DPOET_APP_X_FLOATS=256u")  # 32 KB of RAM
+RV = ("virt", "rv32,a=false,f=false,d=false", "qemu-rv32", "esp32c3", "")
 
 
 class App:
     """The standalone example built for one bundle, run in fresh working directories: on the nRF52840,
-    cnn-digits pretrained on 0-4 fine-tuning bias+last:1 with Adam on 5-9; on the MKR1000's M0+,
-    mlp-digits training all its layers with SGD at batch 4, with no snapshot (its 32 KB hold none)."""
+    cnn-digits pretrained on 0-4 fine-tuning bias+last:1 with Adam on 5-9; on the MKR1000's M0+ and the
+    ESP32-C3's RISC-V, mlp-digits training all its layers with SGD at batch 4 (on the M0+ with no
+    snapshot: its 32 KB hold none)."""
 
     def __init__(self, tmp: Path, stand_in: tuple[str, str, str, str, str] = M4) -> None:
         self.machine, self.cpu, target, self.board, flags = stand_in
@@ -72,7 +76,7 @@ class App:
         self.blob = model_blob(self.g)
         self.sched = lower(keep_all(uncosted(self.g)), self.g).schedule
         bundle = make_bundle(self.blob, self.w0, self.sched, forward_lowered(self.blob).schedule, LR,
-                             snapshot=target == "qemu-m4")
+                             snapshot=target != "qemu-m0")
         data = bundle.encode()
         export = tmp / "export"
         export.mkdir()
@@ -83,6 +87,7 @@ class App:
                         f"STANDALONE_BUILD={build}", f"APP_FLAGS=-DPOET_APP_EPOCHS={EPOCHS}u{flags}"],
                        check=True, capture_output=True)
         self.elf, self.tmp, self.runs = build / target / "app.elf", tmp, 0
+        self.qemu = (["qemu-system-riscv32", "-bios", "none"] if target == "qemu-rv32" else [qemu_binary()])
         self.map = (build / target / "app.map").read_text()
 
     def folder(self) -> Path:
@@ -101,7 +106,7 @@ class App:
         (wd / "poet-cut.txt").unlink(missing_ok=True)
         if cut is not None:
             (wd / "poet-cut.txt").write_text(str(cut))
-        proc = subprocess.run([qemu_binary(), "-M", self.machine, "-cpu", self.cpu, "-nographic", "-monitor",
+        proc = subprocess.run([*self.qemu, "-M", self.machine, "-cpu", self.cpu, "-nographic", "-monitor",
                                "none", "-serial", "none", "-icount", "shift=0", "-semihosting-config",
                                "enable=on,target=native", "-kernel", str(self.elf)],
                               cwd=wd, capture_output=True, timeout=600)
@@ -143,13 +148,20 @@ def app_m0(tmp_path_factory: pytest.TempPathFactory) -> App:
     return App(tmp_path_factory.mktemp("standalone-m0"), M0)
 
 
+@pytest.fixture(scope="module")
+def app_rv(tmp_path_factory: pytest.TempPathFactory) -> App:
+    if shutil.which("qemu-system-riscv32") is None or shutil.which("riscv64-unknown-elf-gcc") is None:
+        pytest.skip("needs qemu-system-riscv32 and riscv64-unknown-elf-gcc")
+    return App(tmp_path_factory.mktemp("standalone-rv"), RV)
+
+
 def _accuracy(log: str) -> tuple[int, int]:
     m = re.search(r"accuracy on the device: (\d+)/(\d+)", log)
     assert m, log
     return int(m[1]), int(m[2])
 
 
-@pytest.mark.parametrize("which", ["app", "app_m0"], ids=["nrf52840-m4f", "mkr1000-m0plus"])
+@pytest.mark.parametrize("which", ["app", "app_m0", "app_rv"], ids=["nrf52840-m4f", "mkr1000-m0plus", "esp32c3-rv32"])
 def test_standalone_training_equals_host_driven(which: str, request: pytest.FixtureRequest) -> None:
     app: App = request.getfixturevalue(which)
     wd = app.folder()

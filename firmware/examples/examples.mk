@@ -1,6 +1,7 @@
 # The standalone example (examples/standalone/main.c) built from a `poet export` folder, for a stand-in:
 #   make standalone-qemu-m4 EXPORT=/path/to/folder [STANDALONE_BUILD=dir] [APP_FLAGS=-DPOET_APP_EPOCHS=3u]
 #   make standalone-qemu-m0 EXPORT=...   (the MKR1000's M0+; APP_FLAGS=-DPOET_APP_X_FLOATS=256u fits 32 KB)
+#   make standalone-qemu-rv32 EXPORT=... (the ESP32-C3's RISC-V)
 # -> $(STANDALONE_BUILD)/<port>/app.elf (default build/standalone-<port>/app.elf): the device API (DEVICE_SRC) and the
 # board support it needs (ticks, semihosting files for sensor, flash and card), no protocol server.
 EXPORT ?=
@@ -37,3 +38,32 @@ endef
 
 $(eval $(call standalone,qemu-m4,$(ARM_COMMON) $(M4_ARCH)))
 $(eval $(call standalone,qemu-m0,$(ARM_COMMON) $(M0_ARCH) -DPOET_UNTILED))
+
+# The ESP32-C3 stand-in (qemu-rv32): the same application, its startup in assembly and picolibc.
+SA_RV_DIR := $(if $(STANDALONE_BUILD),$(STANDALONE_BUILD)/qemu-rv32,$(BUILD)/standalone-qemu-rv32)
+SA_RV_SRC := $(DEVICE_SRC) ports/qemu-rv32/port.c $(filter-out ports/shared/mps2.c,$(SA_BOARD_SRC))
+SA_RV_OBJ := $(patsubst %.c,$(SA_RV_DIR)/%.o,$(SA_RV_SRC)) $(SA_RV_DIR)/ports/qemu-rv32/startup.o \
+             $(SA_RV_DIR)/export/bundle.o
+SA_RV_CFLAGS := $(RV32_CFLAGS) -Icore -Iports/shared -I$(EXPORT) $(APP_FLAGS)
+.PHONY: standalone-qemu-rv32
+DEPS += $(SA_RV_OBJ:.o=.d)
+
+standalone-qemu-rv32: $(SA_RV_DIR)/app.elf
+	@$(RV_SIZE) $<
+
+$(SA_RV_DIR)/app.elf: $(SA_RV_OBJ) ports/qemu-rv32/standalone.ld ports/qemu-rv32/sections.ld
+	@test -n "$(EXPORT)" || { echo "standalone-qemu-rv32: give EXPORT=<a poet export folder>"; exit 2; }
+	$(RV_CC) $(RV32_LINK_ARCH) --specs=picolibc.specs -nostartfiles -T ports/qemu-rv32/standalone.ld \
+	    -Wl,--gc-sections -Wl,-Map,$(SA_RV_DIR)/app.map -o $@ $(SA_RV_OBJ) -lm -lc -lgcc
+
+$(SA_RV_DIR)/export/bundle.o: $(EXPORT)/bundle.c $(EXPORT)/bundle.h
+	@mkdir -p $(dir $@)
+	$(RV_CC) $(SA_RV_CFLAGS) -c -o $@ $<
+
+$(SA_RV_DIR)/%.o: %.c Makefile examples/examples.mk $(EXPORT)/bundle.h
+	@mkdir -p $(dir $@)
+	$(RV_CC) $(SA_RV_CFLAGS) -c -o $@ $<
+
+$(SA_RV_DIR)/%.o: %.S Makefile examples/examples.mk
+	@mkdir -p $(dir $@)
+	$(RV_CC) $(RV32_ARCH) -g -MMD -MP -c -o $@ $<

@@ -5,7 +5,6 @@
 #include <stdint.h>
 
 #include "../../core/port.h"
-#include "../../core/protocol.h"
 #include "../shared/semihost.h" /* port_semihost: startup.S */
 
 #define REG8(a) (*(volatile uint8_t *)(a))
@@ -117,7 +116,7 @@ const char *port_board(void) { return "esp32c3"; }
 uint32_t port_ram_bytes(void) { return 393216u; }
 void port_idle(void) { __asm__ volatile("wfi"); }
 
-int main(void)
+void port_init(void)
 {
     /* The FIFOs stay off as reset left them: enabling them flushes the receiver, and the host may
      * have sent its first bytes already (QEMU starts the guest when the host connects). */
@@ -127,7 +126,4 @@ int main(void)
     PLIC_ENABLE0 = 1u << UART0_IRQ;
     __asm__ volatile("csrs mie, %0" ::"r"(MIE_MEIE));
     __asm__ volatile("csrs mstatus, %0" ::"r"(MSTATUS_MIE) : "memory");
-
-    poet_run();
-    return 0;
 }

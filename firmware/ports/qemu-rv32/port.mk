@@ -15,7 +15,7 @@ RV32_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errn
                $(RV32_ARCH) --specs=picolibc.specs -DPOOL_BYTES=367616u -DPOET_UNTILED -DPOET_SMALL_CODE
 RV32_LDFLAGS := $(RV32_LINK_ARCH) --specs=picolibc.specs -nostartfiles -T ports/qemu-rv32/linker.ld \
                 -Wl,--gc-sections -Wl,-Map,$(BUILD)/qemu-rv32/poet.map
-RV32_SRC := $(CORE_SRC) ports/qemu-rv32/port.c ports/shared/semihost_pager.c ports/shared/no_marker.c ports/shared/pool.c ports/shared/nv_ram.c
+RV32_SRC := $(CORE_SRC) ports/qemu-rv32/port.c ports/shared/serve_main.c ports/shared/semihost_pager.c ports/shared/no_marker.c ports/shared/pool.c ports/shared/nv_ram.c
 RV32_OBJ := $(patsubst %.c,$(BUILD)/qemu-rv32/%.o,$(RV32_SRC)) $(BUILD)/qemu-rv32/ports/qemu-rv32/startup.o
 
 PORTS += qemu-rv32
@@ -25,7 +25,7 @@ DEPS += $(RV32_OBJ:.o=.d)
 qemu-rv32: $(BUILD)/qemu-rv32/poet.elf
 	@$(RV_SIZE) $<
 
-$(BUILD)/qemu-rv32/poet.elf: $(RV32_OBJ) ports/qemu-rv32/linker.ld
+$(BUILD)/qemu-rv32/poet.elf: $(RV32_OBJ) ports/qemu-rv32/linker.ld ports/qemu-rv32/sections.ld
 	$(RV_CC) $(RV32_LDFLAGS) -o $@ $(RV32_OBJ) -lm -lc -lgcc
 
 $(BUILD)/qemu-rv32/%.o: %.c Makefile ports/qemu-rv32/port.mk
