@@ -1,6 +1,7 @@
 """Flash and RAM of the standalone image (the device API, a `poet export` bundle and the example application:
 firmware/examples/standalone) against the protocol image (the serial server `poet train` drives), per
-stand-in board, from the linked ELF files (arm-none-eabi-size; sizes are the images', not emulated).
+stand-in board, from the linked ELF files (arm-none-eabi-size, riscv64-unknown-elf-size;
+sizes are the images', not emulated).
 
 Usage: .venv/bin/python benchmarks/standalone_sizes.py   (prints a Markdown table; writes under workspace/sizes/)
 """
@@ -18,12 +19,14 @@ from poet.paths import workspace
 # board, stand-in port, export options, the example's flags
 CASES = [("nrf52840", "qemu-m4", ["--model", "cnn-digits", "--train", "bias+last:1", "--ram", "200k"], ""),
          ("mkr1000", "qemu-m0", ["--model", "mlp-digits", "--batch", "4", "--ram", "32k"],
-          " -DPOET_APP_X_FLOATS=256u")]
+          " -DPOET_APP_X_FLOATS=256u"),
+         ("esp32c3", "qemu-rv32", ["--model", "cnn-digits", "--train", "bias+last:1", "--ram", "200k"], "")]
 
 
 def _size(elf: str) -> tuple[int, int, int]:
     """text, data, bss of an ELF (Berkeley format)."""
-    out = subprocess.run(["arm-none-eabi-size", elf], capture_output=True, text=True, check=True).stdout
+    tool = "riscv64-unknown-elf-size" if "rv32" in elf else "arm-none-eabi-size"
+    out = subprocess.run([tool, elf], capture_output=True, text=True, check=True).stdout
     text, data, bss = (int(v) for v in out.splitlines()[1].split()[:3])
     return text, data, bss
 
