@@ -20,7 +20,7 @@ from poet.boards import load_board
 from poet.device import firmware
 from poet.device.connect import open_device
 from poet.device.emulator import qemu_binary
-from poet.export.bundle import make_bundle
+from poet.export.bundle import Bundle, make_bundle
 from poet.export.order import epoch_order
 from poet.export.sources import bundle_c, bundle_h
 from poet.graph.reference import accuracy, train_steps, weights_of
@@ -30,6 +30,7 @@ from poet.models.datasets import digits_split
 from poet.models.zoo import ModelChoice
 from poet.plan.cost.costs import uncosted
 from poet.plan.lowering.lower import forward_lowered, lower, model_blob
+from poet.plan.lowering.modelblob import ModelBlob
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.run.finish import to_model
 
@@ -217,3 +218,46 @@ def test_power_cuts_leave_a_whole_save(app: App) -> None:
             assert (int(restored[1]), int(restored[2])) in whole_saves, f"cut after {cut} bytes: {log}"
         if cut >= collect:
             assert (board / "weights.bin").read_bytes() == final, f"cut after {cut} bytes"
+
+
+@pytest.mark.slow
+def test_mobilenetv2_last2_standalone_equals_poet_train(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MobileNetV2-0.35 fine-tuning its last two layers at 256 KB, its frozen prefix in static int8 in
+    flash (481 KiB of bundle), exported and run standalone on the emulated nRF52840 for an epoch of 16
+    samples, ends at the weights `poet train --order device` reaches driving the protocol image, bit for bit."""
+    from conftest import run
+    from poet.models.datasets import load_dataset
+    from poet.run.folder import read_back
+    from test_export import _workspace
+
+    monkeypatch.chdir(tmp_path)
+    _workspace(tmp_path / "workspace", monkeypatch)
+    options = ["--board", "nrf52840", "--ram", "256k", "--model", "mobilenetv2-cifar-0.35", "--batch", "1",
+               "--train", "last:2", "--data-limit", "16", "--lr", "0.01"]
+    export = tmp_path / "export"
+    assert run(["export", *options, "-o", str(export)]) == 0
+    bundle = Bundle.decode((export / "bundle.bin").read_bytes())
+    assert len(bundle.frozen) > 400 * 1024  # the int8 prefix, read in place from flash
+    build = tmp_path / "build"
+    subprocess.run(["make", "-C", str(firmware.FIRMWARE_DIR), "standalone-qemu-m4", f"EXPORT={export}",
+                    f"STANDALONE_BUILD={build}", "APP_FLAGS=-DPOET_APP_EPOCHS=1u -DPOET_APP_X_FLOATS=3072u"],
+                   check=True, capture_output=True)
+    model, g = traced(ModelChoice("mobilenetv2-cifar-0.35", batch=1, seed=0, train="last:2"))
+    data = load_dataset("digits", limit=16).fitted(tuple(g.input_shape), g.classes, g.model)
+    board = tmp_path / "board"
+    board.mkdir()
+    rec = lambda xs, ys: b"".join(struct.pack("<i", int(y)) + np.ascontiguousarray(x, "<f4").tobytes()  # noqa: E731
+                                  for x, y in zip(xs, ys, strict=True))
+    (board / "sensor.bin").write_bytes(rec(data.x_train, data.y_train))
+    (board / "test.bin").write_bytes(rec(data.x_test[:2], data.y_test[:2]))
+    proc = subprocess.run([qemu_binary(), "-M", "mps2-an386", "-cpu", "cortex-m4", "-nographic", "-monitor", "none",
+                           "-serial", "none", "-icount", "shift=0", "-semihosting-config", "enable=on,target=native",
+                           "-kernel", str(build / "qemu-m4" / "app.elf")], cwd=board, capture_output=True,
+                          timeout=3600)
+    log = (proc.stdout + proc.stderr).decode(errors="replace")
+    assert proc.returncode == 0 and "saved step 16" in log and "accuracy on the device" in log, log
+    assert run(["train", *options, "--epochs", "1", "--order", "device", "--run-dir", str(tmp_path / "run")]) == 0
+    blob = ModelBlob.decode(bundle.model)
+    host = blob.split_weights([np.ravel(w) for w in read_back(tmp_path / "run", g)])[0]
+    assert (board / "weights.bin").read_bytes() == host
+    assert host != bundle.weights
