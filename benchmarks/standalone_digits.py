@@ -73,7 +73,8 @@ def main() -> None:
             f"STANDALONE_BUILD={build}", f"APP_FLAGS=-DPOET_APP_EPOCHS={args.epochs}u -DPOET_APP_SEED={SEED}u"]
     print("$ " + " ".join(make), flush=True)
     subprocess.run(make, check=True, capture_output=True)
-    size = subprocess.run(["arm-none-eabi-size", str(build / "qemu-m4" / "app.elf")], capture_output=True, text=True).stdout
+    elf = build / "qemu-m4" / "app.elf"
+    size = subprocess.run(["arm-none-eabi-size", str(elf)], capture_output=True, text=True).stdout
     print(size.strip())
 
     # the board's sensor and test data: the samples poet train reads, in the same order, fitted alike
@@ -85,7 +86,7 @@ def main() -> None:
     (board / "test.bin").write_bytes(_records(ds.x_test, ds.y_test))
     qemu = [qemu_binary(), "-M", "mps2-an386", "-cpu", "cortex-m4", "-nographic", "-monitor", "none", "-serial",
             "none", "-icount", "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel",
-            str(build / "qemu-m4" / "app.elf")]
+            str(elf)]
     print(f"$ (cd {board} && {' '.join(qemu)})", flush=True)
     boots = []
     for _ in range(2):  # the second boot: a reset, after which the board restores its last save

@@ -2,9 +2,10 @@
 
     .venv/bin/python firmware/fuzz/make_device_seeds.py
 
-Each seed is what fuzz_device.c reads: u32 bundle length (with both CRC fix-up bits), a bundle (the small hand-built nets of
-tests/fwhelpers.py, keep-all and frugal schedules, SGD and Adam), then the first bytes of a store: erased,
-one save, two saves, and a save cut short, each made by the device API itself (firmware/tests/device_main.c).
+Each seed is what fuzz_device.c reads: u32 bundle length (with both CRC fix-up bits), a bundle (the small
+hand-built nets of tests/fwhelpers.py, keep-all and frugal schedules, SGD and Adam), then the first bytes of
+a store: erased, one save, two saves, and a save cut short, each made by the device API itself
+(firmware/tests/device_main.c).
 The directory is rewritten, not added to. Separate from make_seeds.py, which rewrites the other corpora.
 """
 
