@@ -9,16 +9,6 @@
 
 #define CHUNK 16u /* floats read, checked and staged at a time: on the stack */
 
-static uint32_t mix32(uint32_t x)
-{
-    x ^= x >> 16;
-    x *= 0x7FEB352Du;
-    x ^= x >> 15;
-    x *= 0x846CA68Bu;
-    x ^= x >> 16;
-    return x;
-}
-
 /* A 4-round Feistel permutation of 2h-bit numbers, walked until it lands below n: a bijection of
  * 0..n-1 that needs no table (an epoch over thousands of samples costs no RAM). Python's twin is
  * poet.export.order.epoch_order. */
@@ -31,12 +21,12 @@ uint32_t poet_epoch_order(uint32_t n, uint32_t seed, uint32_t epoch, uint32_t k)
         h++;
     mask = (1u << h) - 1u;
     for (j = 0; j < 4; j++)
-        key[j] = mix32(seed * 0x9E3779B9u + epoch * 0x85EBCA6Bu + j);
+        key[j] = poet_mix32(seed * 0x9E3779B9u + epoch * 0x85EBCA6Bu + j);
     do {
         uint32_t l = x >> h, r = x & mask, t;
         for (j = 0; j < 4; j++) {
             t = r;
-            r = l ^ (mix32(r ^ key[j]) & mask);
+            r = l ^ (poet_mix32(r ^ key[j]) & mask);
             l = t;
         }
         x = (l << h) | r;

@@ -39,6 +39,19 @@ static inline int poet_finite(float f)
     return (v.u & 0x7F800000u) != 0x7F800000u;
 }
 
+/* murmur3's 32-bit finaliser: each input bit flips each output bit with probability about 1/2, so
+ * consecutive inputs give independent-looking words (dropout's masks, the epochs' sample order;
+ * poet.graph.dropout.mix32 computes the same). */
+static inline uint32_t poet_mix32(uint32_t h)
+{
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    h *= 0xC2B2AE35u;
+    h ^= h >> 16;
+    return h;
+}
+
 /* IEEE CRC-32 as zlib.crc32: pass crc = 0 for a fresh checksum, or a previous result to continue. */
 uint32_t poet_crc32(uint32_t crc, const uint8_t *p, size_t n);
 /* FNV-1a 64 over a byte string (the model hash). */

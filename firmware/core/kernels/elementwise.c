@@ -1,6 +1,7 @@
 /* Elementwise kernels: activations, arithmetic between two tensors (or a tensor and a
  * broadcast vector) and the affine scale. Conventions are in kernels.h. */
 #include "kernels.h"
+#include "../util.h"
 
 #include <math.h>
 
@@ -278,26 +279,15 @@ void poet_scale_bwd(int n, float mul, const float *g, float *gx)
         gx[i] = g[i] * mul;
 }
 
-/* murmur3's 32-bit finaliser: each input bit flips each output bit with probability about 1/2, so
- * consecutive indices give independent-looking words (graph/dropout.py computes the same). */
-static uint32_t mix32(uint32_t h)
-{
-    h ^= h >> 16;
-    h *= 0x85EBCA6Bu;
-    h ^= h >> 13;
-    h *= 0xC2B2AE35u;
-    h ^= h >> 16;
-    return h;
-}
 
 uint32_t poet_dropout_key(uint32_t salt, uint32_t step)
 {
-    return mix32(mix32(salt) ^ step);
+    return poet_mix32(poet_mix32(salt) ^ step);
 }
 
 void poet_dropout(int n, uint32_t key, uint32_t threshold, float scale, const float *x, float *y)
 {
     int i;
     for (i = 0; i < n; i++)
-        y[i] = (mix32((uint32_t)i ^ key) >> 8) >= threshold ? x[i] * scale : 0.0f;
+        y[i] = (poet_mix32((uint32_t)i ^ key) >> 8) >= threshold ? x[i] * scale : 0.0f;
 }

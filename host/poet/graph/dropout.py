@@ -14,7 +14,7 @@ import numpy as np
 MASK_BITS = 24
 
 
-def _mix32(h: np.ndarray) -> np.ndarray:
+def mix32(h: np.ndarray) -> np.ndarray:
     """murmur3's 32-bit finaliser, elementwise on uint32 (wrapping multiplies, as C's uint32_t)."""
     h = h ^ (h >> np.uint32(16))
     h = h * np.uint32(0x85EBCA6B)
@@ -26,7 +26,7 @@ def _mix32(h: np.ndarray) -> np.ndarray:
 def key(salt: int, step: int) -> int:
     """poet_dropout_key: one layer's key in one step."""
     one = lambda v: np.array([v & 0xFFFFFFFF], np.uint32)  # noqa: E731
-    return int(_mix32(_mix32(one(salt)) ^ one(step))[0])
+    return int(mix32(mix32(one(salt)) ^ one(step))[0])
 
 
 def threshold(p: float) -> int:
@@ -43,5 +43,5 @@ def scale(p: float) -> np.float32:
 
 def keep(n: int, salt: int, step: int, p: float) -> np.ndarray:
     """The layer's mask in this step: True where element i (of n, in memory order) is kept."""
-    h = _mix32(np.arange(n, dtype=np.uint32) ^ np.uint32(key(salt, step)))
+    h = mix32(np.arange(n, dtype=np.uint32) ^ np.uint32(key(salt, step)))
     return (h >> np.uint32(32 - MASK_BITS)) >= threshold(p)
