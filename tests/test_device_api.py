@@ -5,6 +5,7 @@ runs under ASan + UBSan: firmware/tests/device_main.c)."""
 
 from __future__ import annotations
 
+import functools
 import struct
 import subprocess
 import zlib
@@ -67,6 +68,12 @@ def _batches(g: TrainingGraph, n: int, seed: int = 3) -> list[tuple[np.ndarray, 
              rng.integers(0, g.classes, size=g.batch).astype(np.int32)) for _ in range(n)]
 
 
+@functools.cache
+def _harness() -> str:
+    """The device harness, built once a session (make's own check costs more than a run of it)."""
+    return str(firmware.build("device-run"))
+
+
 class Session:
     """Commands for the device harness (firmware/tests/device_main.c), run in one process by `run`."""
 
@@ -110,7 +117,7 @@ class Session:
         path = tmp_path / "bundle.bin"
         path.write_bytes(bundle)
         store = store or tmp_path / "store.bin"
-        proc = subprocess.run([str(firmware.build("device-run")), str(path), str(store)], input=bytes(self.req),
+        proc = subprocess.run([_harness(), str(path), str(store)], input=bytes(self.req),
                               capture_output=True, timeout=300)
         assert b"Sanitizer" not in proc.stderr and proc.returncode < 128, proc.stderr.decode()[-2000:]
         out, at, answers = proc.stdout, 0, []

@@ -188,6 +188,7 @@ def _saves(log: str) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in re.findall(r"saved step (\d+), weights (\d+)", log)]
 
 
+@pytest.mark.slow
 def test_power_cuts_leave_a_whole_save(app: App) -> None:
     """24 seeded cuts (the stand-in's power switch: the emulator stops dead after N bytes reach its
     flash), during collection, training and saves: after the restart the restored state is one whole

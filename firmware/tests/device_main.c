@@ -29,7 +29,16 @@
 
 static uint8_t *swap;
 static uint32_t swap_bytes;
-int port_pager_open(void) { return swap == 0; }
+/* the card: made at the first open (only a bundle that pages or streams opens it), as ASan makes a
+ * large calloc cost its whole size at once */
+int port_pager_open(void)
+{
+    if (swap == 0) {
+        swap_bytes = 16u << 20;
+        swap = (uint8_t *)calloc(swap_bytes, 1);
+    }
+    return swap == 0;
+}
 int port_pager_write(uint32_t off, const void *src, uint32_t n)
 {
     if (off > swap_bytes || n > swap_bytes - off)
@@ -96,13 +105,16 @@ static int st_erase(const poet_store_t *s, uint32_t off, uint32_t n)
 /* A store file, made erased (0xFF) when new: a new board's flash. */
 static FILE *open_store(const char *path, uint32_t bytes)
 {
+    static uint8_t erased[65536];
     FILE *f = fopen(path, "r+b");
     uint32_t k;
     if (f)
         return f;
+    memset(erased, 0xFF, sizeof erased);
     f = fopen(path, "w+b");
-    for (k = 0; f && k < bytes; k++)
-        fputc(0xFF, f);
+    for (k = 0; f && k < bytes; k += (uint32_t)sizeof erased)
+        if (fwrite(erased, 1, bytes - k < sizeof erased ? bytes - k : sizeof erased, f) == 0)
+            return 0;
     return f;
 }
 
@@ -160,8 +172,6 @@ int main(int argc, char **argv)
         return 100;
     pool_bytes = poet_bundle_pool_bytes(bundle, bundle_bytes);
     pool = (uint8_t *)malloc(pool_bytes + 8u);
-    swap_bytes = 64u << 20;
-    swap = (uint8_t *)calloc(swap_bytes, 1);
     status = poet_init(&dev, bundle, bundle_bytes, pool, pool_bytes);
     say(status);
     if (status == POET_OK) {
