@@ -142,7 +142,8 @@ def test_an_interrupted_profile_resumes(workspace: Path, monkeypatch: pytest.Mon
     done = yaml.safe_load(path.read_text())
     assert set(done["models"]) == {"mlp-digits batch 16", "cnn-digits batch 16"}
     model, spec = get_model("cnn-digits")
-    cnn = {op_key(n) for n in trace(model, "cnn-digits", spec.input_shape, spec.classes, 16).nodes}
+    g = trace(model, "cnn-digits", spec.input_shape, spec.classes, 16)
+    cnn = {op_key(n, g) for n in g.nodes}
     mlp_only = {k: v for k, v in kept.items() if k not in cnn}
     assert mlp_only and all(done["ops"][k] == v for k, v in mlp_only.items())  # mlp-digits was not run again
 

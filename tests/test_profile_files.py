@@ -327,7 +327,8 @@ def _op_keys(*models: str) -> set[str]:
     keys = set()
     for name in models:
         model, spec = get_model(name)
-        keys |= {op_key(n) for n in measured_nodes(trace(model, name, spec.input_shape, spec.classes, 16))}
+        g = trace(model, name, spec.input_shape, spec.classes, 16)
+        keys |= {op_key(n, g) for n in measured_nodes(g)}
     return keys
 
 

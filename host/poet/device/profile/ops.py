@@ -45,7 +45,9 @@ def measured_nodes(g: TrainingGraph, emulated: bool = True) -> list:
 
 
 def _done_key(g: TrainingGraph) -> str:
-    return f"{g.model} batch {g.batch}"
+    """The models entry of a profiled graph: a fine-tuning mode other than `all` runs other backward calls
+    (a frozen layer's makes no weight gradient: costs.op_key), so it is a graph of its own to measure."""
+    return f"{g.model} batch {g.batch}" + (f" train {g.train}" if g.train != "all" else "")
 
 
 def profile_graphs(device: Any, graphs: list[tuple[TrainingGraph, list[np.ndarray]]], repeats: int = 3,
@@ -63,7 +65,7 @@ def profile_graphs(device: Any, graphs: list[tuple[TrainingGraph, list[np.ndarra
     prof["date"] = datetime.date.today().isoformat()
     prof["settings"] = {"min_repeats": settings.min_repeats, "max_repeats": settings.max_repeats,
                         "spread": settings.spread}
-    every = {op_key(n) for g, _ in graphs for n in measured_nodes(g, device.emulated)}
+    every = {op_key(n, g) for g, _ in graphs for n in measured_nodes(g, device.emulated)}
     for g, weights in graphs:
         key = _done_key(g)
         if prof["models"].get(key, {}).get("done"):
@@ -126,8 +128,8 @@ def _profile_graph(device: Any, g: TrainingGraph, weights: list[np.ndarray], s: 
     runs = r + 1
     by_key: dict[str, list[int]] = {}  # nodes of one shape (two ReLUs of one width) pool their samples
     for nid, ticks in samples.items():
-        by_key.setdefault(op_key(g.nodes[nid]), []).extend(ticks)
-    w = {op_key(g.nodes[nid]): work(g.nodes[nid]) for nid in samples}
+        by_key.setdefault(op_key(g.nodes[nid], g), []).extend(ticks)
+    w = {op_key(g.nodes[nid], g): work(g.nodes[nid]) for nid in samples}
     for key, ticks in by_key.items():
         med = statistics.median(ticks)
         prof["ops"][key] = {

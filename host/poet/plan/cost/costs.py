@@ -27,10 +27,26 @@ from poet.paths import profile_to_read, shown
 from poet.plan.types import COST_MAX, COST_MIN, CostedGraph, CostedNode
 from poet.progress import Say
 
+# The parameters a backward call makes gradients of, and the flag its key carries for each when it does not:
+# the kernels skip a frozen parameter's gradient (op_util.h grad() hands them NULL), so a frozen conv's backward
+# makes dX alone, a sparse update's (bias+last:N) dX and db: less work than the same shape training both.
+SKIPPED_GRADS = (("w", "dw"), ("b", "db"))
 
-def op_key(n: GraphNode) -> str:
+
+def trained_params(g: TrainingGraph) -> frozenset[int]:
+    """The indices of g's parameters that train (get gradients): all but the frozen ones."""
+    frozen = set(g.frozen)
+    return frozenset(i for i, (name, _) in enumerate(g.params) if name not in frozen)
+
+
+def op_key(n: GraphNode, g: TrainingGraph | None = None) -> str:
     """The identity of a kernel invocation for costing: op and shapes, not which parameter it uses (an
-    optional one only as whether it is there: a bias, running statistics, an int8 output's scale)."""
+    optional one only as whether it is there: a bias, running statistics, an int8 output's scale), and for a
+    backward call the gradients it skips: `dw=0` / `db=0` when its weight / bias is frozen in g (a key
+    without them makes every gradient its parameters have, as every profile before these flags measured).
+
+    g is the graph n belongs to, which says what trains; a backward node with parameters needs it (ValueError
+    without: its cost depends on it)."""
     attrs = {k: v for k, v in n.attrs.items() if k not in ("w", "scale", "rm", "rv", "b", "out_scale")}
     if "b" in n.attrs:
         attrs["bias"] = int(n.attrs["b"] >= 0)
@@ -38,6 +54,13 @@ def op_key(n: GraphNode) -> str:
         attrs["stats"] = int(n.attrs["rm"] >= 0)
     if "out_scale" in n.attrs:
         attrs["int8_out"] = int(n.attrs["out_scale"] >= 0)
+    params = [(p, flag) for k, flag in SKIPPED_GRADS if n.kind == "backward" and (p := n.attrs.get(k, -1)) >= 0]
+    if params:
+        if g is None:
+            raise ValueError(f"op_key({n.name}): a backward call's cost depends on which of its parameters train: "
+                             f"pass its graph")
+        trained = trained_params(g)
+        attrs.update({flag: 0 for p, flag in params if p not in trained})
     return f"{n.op}(" + ",".join(f"{k}={v}" for k, v in sorted(attrs.items())) + ")"
 
 
@@ -348,13 +371,23 @@ def op_name(key: str) -> str:
     return key.split("(", 1)[0]
 
 
-def estimate_op(n: GraphNode, ops: dict[str, Any]) -> Estimate | None:
-    """The cost of an unprofiled op: the measured shape of the same op with the closest work,
-    scaled by the work ratio; else the median seconds (and joules) per unit of work of every
-    measured op. None when the profile has no op with its work recorded."""
-    key, w = op_key(n), work(n)
+def _shape_key(key: str) -> str:
+    """A key without its skipped-gradient flags: the shape whatever trains."""
+    op, _, rest = key.partition("(")
+    return op + "(" + ",".join(a for a in rest.rstrip(")").split(",") if a.split("=")[0] not in ("dw", "db")) + ")"
+
+
+def estimate_op(n: GraphNode, ops: dict[str, Any], g: TrainingGraph | None = None) -> Estimate | None:
+    """The cost of an unprofiled op: the measured shape of the same op with the closest work, scaled by the
+    work ratio, and the same shape computing other gradients first when the profile has it (a frozen
+    layer's backward from the trained one's, by their FLOPs: dX alone is half of dX and dW); else the median
+    seconds (and joules) per unit of work of every measured op. None when the profile has no op with its
+    work recorded. g: n's graph (op_key)."""
+    key, w = op_key(n, g), work(n)
     known = {k: v for k, v in ops.items() if v.get("work")}
     same = [k for k in known if op_name(k) == n.op]
+    shape = _shape_key(key)
+    same = [k for k in same if _shape_key(k) == shape] or same
     if same:
         src = min(same, key=lambda k: (abs(math.log(w / float(known[k]["work"]))), k))
         r = w / float(known[src]["work"])
@@ -398,7 +431,7 @@ def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: 
     ops = profile.get("ops", {})
 
     def placed(n: CostedNode) -> CostedNode:
-        key = op_key(g.nodes[n.id])
+        key = op_key(g.nodes[n.id], g)
         s, j = (float(ops[key]["time_s"]), float(ops[key]["energy_j"])) if key in ops else (n.compute_s, n.compute_j)
         return _coefficients(board, replace(n, compute_s=s + cost[n.id][0], compute_j=j + cost[n.id][1]))
 
@@ -417,7 +450,7 @@ def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bo
     in_backward = g.updates_in_backward
     streamed = stream_cost(board, profile, g)  # compute as profiled, plus the SD reads of a streamed weight
     for n in g.nodes:
-        key = op_key(n)
+        key = op_key(n, g)
         if n.kind == "optimizer" and in_backward:
             time_s = energy_j = 0.0  # it only counts the step: the backward nodes' costs hold the update
         elif n.kind == "optimizer" and key in ops and ops[key].get("work"):
@@ -427,7 +460,7 @@ def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bo
         elif key in ops:
             time_s, energy_j = float(ops[key]["time_s"]), float(ops[key]["energy_j"])
         else:
-            est = estimate_op(n, ops) if estimate else None
+            est = estimate_op(n, ops, g) if estimate else None
             if est is None:
                 raise PoetError(f"profile for {board.name} has no cost for {key} ({n.name}): "
                                 f"run `poet profile --board {board.name} --model {g.model}`")
