@@ -146,7 +146,7 @@ def _finish(blob: ModelBlob, ops: list[tuple[int, int]]) -> Schedule:
     arena = _Arena()
     instrs = []
     for op, node in ops:
-        size = blob.nodes[node].bytes
+        size = blob.nodes[node].arena_bytes
         off = 0
         if op in (COMPUTE, RECOMPUTE, PAGE_IN) and size:
             off = arena.alloc(node, size)
@@ -159,14 +159,15 @@ def _finish(blob: ModelBlob, ops: list[tuple[int, int]]) -> Schedule:
 def keep_all(blob: ModelBlob) -> Schedule:
     """Every tensor computed once and kept to the end: the reference schedule."""
     ops = [(COMPUTE, i) for i in range(len(blob.nodes))]
-    ops += [(FREE, i) for i, n in enumerate(blob.nodes) if n.bytes]
+    ops += [(FREE, i) for i, n in enumerate(blob.nodes) if n.arena_bytes]
     return _finish(blob, ops)
 
 
 def frugal(blob: ModelBlob) -> Schedule:
     """Frees forward tensors as soon as the forward pass is done with them, then brings them back
-    for the backward pass: even-numbered ones (the input among them) by paging, odd ones by
-    recomputation. Stage order as docs/spec.md section 1: page_in, computes ascending, page_out, free."""
+    for the backward pass: even-numbered ones by paging, odd ones by recomputation (the input is the
+    staged batch, read in place: never in the arena). Stage order as docs/spec.md section 1: page_in,
+    computes ascending, page_out, free."""
     nodes = blob.nodes
     n = len(nodes)
     consumers: list[list[int]] = [[] for _ in range(n)]
@@ -175,13 +176,13 @@ def frugal(blob: ModelBlob) -> Schedule:
             consumers[d].append(i)
     first_bwd = next(i for i, nd in enumerate(nodes) if nd.kind == KIND_BACKWARD)
     pageable = {i for i, nd in enumerate(nodes)
-                if nd.bytes and (nd.kind == KIND_INPUT or (nd.kind == KIND_FORWARD and i % 2 == 0))}
+                if nd.arena_bytes and nd.kind == KIND_FORWARD and i % 2 == 0}
     resident: set[int] = set()
     ops: list[tuple[int, int]] = []
 
     def ensure(d: int, page_in: list[int], recompute: set[int]) -> None:
         """Bring dep d back for the current stage: page it in, or recompute it (and its deps)."""
-        if nodes[d].bytes == 0 or d in resident or d in page_in or d in recompute:
+        if nodes[d].arena_bytes == 0 or d in resident or d in page_in or d in recompute:
             return
         if d in pageable:
             page_in.append(d)
@@ -199,7 +200,7 @@ def frugal(blob: ModelBlob) -> Schedule:
         ops += [(PAGE_IN, d) for d in sorted(page_in)]
         ops += [(RECOMPUTE, d) for d in sorted(recompute)]
         ops.append((COMPUTE, t))
-        resident |= set(page_in) | recompute | ({t} if nodes[t].bytes else set())
+        resident |= set(page_in) | recompute | ({t} if nodes[t].arena_bytes else set())
         if t in pageable:
             ops.append((PAGE_OUT, t))
         frees = []
@@ -221,7 +222,7 @@ def predicted_peaks(blob: ModelBlob, sched: Schedule) -> tuple[int, int]:
     """Peak of resident bytes and peak extent, counted as docs/spec.md section 1 says."""
     live = peak = extent = 0
     for ins in sched.instrs:
-        size = blob.nodes[ins.node].bytes
+        size = blob.nodes[ins.node].arena_bytes
         if ins.op in (COMPUTE, RECOMPUTE, PAGE_IN) and size:
             live += size
             peak = max(peak, live)

@@ -118,13 +118,19 @@ def _cases() -> list[tuple[str, bytes, ModelBlob | None, int, tuple[int, int]]]:
     add("BOUNDS", with_instrs(s, ins[:1] + [Instr(COMPUTE, 1, s.arena_bytes)] + ins[2:]), (CODE["BOUNDS"], 1))
     add("BOUNDS-unaligned", with_instrs(s, ins[:1] + [Instr(COMPUTE, 1, ins[1].offset + 2)] + ins[2:]),
         (CODE["BOUNDS"], 1))
-    add("OVERLAP", with_instrs(s, ins[:1] + [Instr(COMPUTE, 1, 4)] + ins[2:]), (CODE["OVERLAP"], 1))
-    add("NOT_RESIDENT", with_instrs(s, [ins[0], Instr(FREE, 0), *ins[1:]]), (CODE["NOT_RESIDENT"], 2))
-    add("NOT_PAGED", with_instrs(s, [ins[0], Instr(PAGE_IN, 0, 0), *ins[1:]]), (CODE["NOT_PAGED"], 1))
+    add("OVERLAP", with_instrs(s, ins[:2] + [Instr(COMPUTE, 2, ins[1].offset + 4)] + ins[3:]), (CODE["OVERLAP"], 2))
+    add("NOT_RESIDENT", with_instrs(s, [*ins[:2], Instr(FREE, 1), *ins[2:]]), (CODE["NOT_RESIDENT"], 3))
+    add("NOT_PAGED", with_instrs(s, [*ins[:2], Instr(PAGE_IN, 1, 0), *ins[2:]]), (CODE["NOT_PAGED"], 2))
+    # the input is the staged batch, read in place (docs/spec.md section 1): never in the arena, so never
+    # paged out (hence never paged in) or freed, and its readers need nothing resident
+    add("NOT_PAGED-input", with_instrs(s, [ins[0], Instr(PAGE_IN, 0, 0), *ins[1:]]), (CODE["NOT_PAGED"], 1))
+    add("NOT_LIVE-input-free", with_instrs(s, [ins[0], Instr(FREE, 0), *ins[1:]]), (CODE["NOT_LIVE"], 1))
+    add("NOT_LIVE-input-page-out", with_instrs(s, [ins[0], Instr(PAGE_OUT, 0), *ins[1:]]), (CODE["NOT_LIVE"], 1))
+    add("OK-input-at-any-offset", with_instrs(s, [Instr(COMPUTE, 0, ins[1].offset), *ins[1:]]), (0, NO_DETAIL))
     add("DOUBLE_ALLOC", with_instrs(s, ins[:2] + [Instr(RECOMPUTE, 1, ins[1].offset)] + ins[2:]),
         (CODE["DOUBLE_ALLOC"], 2))
-    add("DOUBLE_ALLOC-page-in", with_instrs(s, [ins[0], Instr(PAGE_OUT, 0), Instr(PAGE_IN, 0, 0), *ins[1:]]),
-        (CODE["DOUBLE_ALLOC"], 2))
+    add("DOUBLE_ALLOC-page-in", with_instrs(s, [*ins[:2], Instr(PAGE_OUT, 1), Instr(PAGE_IN, 1, 0), *ins[2:]]),
+        (CODE["DOUBLE_ALLOC"], 3))
     add("NOT_LIVE", with_instrs(s, [ins[0], Instr(FREE, 1), *ins[1:]]), (CODE["NOT_LIVE"], 1))
     add("NOT_LIVE-zero-bytes", with_instrs(s, ins[:n] + [Instr(PAGE_OUT, n - 1)] + ins[n:]),
         (CODE["NOT_LIVE"], n))

@@ -271,7 +271,11 @@ int poet_predict(poet_device_t *dev, const float *x, uint32_t n, float *out)
         status = run(d, 1, &res);
         if (status != POET_OK)
             return status;
-        memcpy(out + (uint64_t)done * d->out_elems, d->pool + d->lay.arena + d->model.arena_off[d->out_node],
+        /* the output in the arena, or the staged batch itself when the model's output is its input */
+        memcpy(out + (uint64_t)done * d->out_elems,
+               d->pool + (poet_node_kind(&d->model, d->out_node) == POET_KIND_INPUT
+                              ? d->lay.batch
+                              : d->lay.arena + d->model.arena_off[d->out_node]),
                4u * k * d->out_elems);
     }
     return POET_OK;

@@ -40,6 +40,15 @@ void poet_trace_record(const poet_model_t *m, const uint8_t *schedule, uint16_t 
     r->bytes = poet_node_bytes(m, node);
 }
 
+/* Where dep d's tensor is: an input's is the staged batch, read in place (docs/spec.md section 1);
+ * any other's is in the arena where the schedule put it, or nowhere (NULL) when it has no output. */
+static float *dep_tensor(const poet_model_t *m, const poet_buffers_t *buf, const uint32_t *offset, uint16_t d)
+{
+    if (poet_node_kind(m, d) == POET_KIND_INPUT)
+        return (float *)(uintptr_t)buf->x; /* the ops take in[] non-const; none writes a dep */
+    return poet_node_bytes(m, d) ? (float *)(void *)(buf->arena + offset[d]) : 0;
+}
+
 void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet_buffers_t *buf,
                       float lr, uint32_t *ticks, poet_step_result_t *res)
 {
@@ -80,7 +89,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
         uint8_t op = p[0];
         uint16_t node = poet_rd16(p + 2);
         uint32_t off = poet_rd32(p + 4);
-        uint32_t bytes = poet_node_bytes(m, node);
+        uint32_t bytes = poet_arena_bytes(m, node); /* none for the input: the staged batch */
         uint8_t *t = buf->arena + off;
 
 #if POET_TRACE
@@ -101,9 +110,7 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
         case POET_I_RECOMPUTE:
             poet_node_view(m, node, &n);
             for (j = 0; j < 4; j++)
-                x.in[j] = (j < n.n_deps && poet_node_bytes(m, n.deps[j]))
-                              ? (float *)(void *)(buf->arena + offset[n.deps[j]])
-                              : 0;
+                x.in[j] = j < n.n_deps ? dep_tensor(m, buf, offset, n.deps[j]) : 0;
             x.out = (float *)(void *)t;
             x.deps = n.deps;
             x.n_deps = n.n_deps;

@@ -142,6 +142,13 @@ static inline uint32_t poet_node_bytes(const poet_model_t *m, uint16_t i)
 {
     return poet_rd32(poet_node_rec(m, i) + 12);
 }
+/* The bytes node i takes in the arena when a schedule makes it resident: its output's, but none for
+ * an input node, whose tensor is the staged batch itself (docs/spec.md section 1): read in place,
+ * never allocated, paged or freed, valid for the whole step. */
+static inline uint32_t poet_arena_bytes(const poet_model_t *m, uint16_t i)
+{
+    return poet_node_kind(m, i) == POET_KIND_INPUT ? 0u : poet_node_bytes(m, i);
+}
 static inline uint32_t poet_param_elems(const poet_model_t *m, uint16_t p)
 {
     return poet_rd32(m->blob + POET_MODEL_HDR + 4u * p) & POET_PARAM_ELEMS_MASK;

@@ -72,12 +72,17 @@ uint32_t poet_output_elems(const poet_device_t *dev);
  * the step before any update, so nothing changed. Weights that turn non-finite are undone from the
  * pool's snapshot when the bundle has one (poet_has_snapshot; poet export gives it one when --ram
  * holds it); without one the device refuses every call but poet_restore and poet_init until one of
- * them brings whole weights back, so a damaged state is never trained on, predicted with or saved. */
+ * them brings whole weights back, so a damaged state is never trained on, predicted with or saved.
+ * x and labels are copied into the pool's staging region (quantised there for an input staged int8)
+ * before anything runs, and the step reads its input there in place, as its input tensor, for the
+ * whole step (docs/spec.md section 1): the caller's buffers may change once the call returns, and
+ * nothing may write the pool while it runs (no other call on the device from an interrupt). */
 int poet_train_step(poet_device_t *dev, const float *x, const int32_t *labels, poet_step_info_t *info);
 
 /* The model's output for n samples (x: n x input_elems floats; out: n x output_elems floats), with
  * the weights as trained so far, in evaluation mode (batch norms with their running statistics, no
- * dropout). Changes no weight. */
+ * dropout). Changes no weight. Each group of up to poet_batch samples is staged as poet_train_step
+ * stages a batch, and read there. */
 int poet_predict(poet_device_t *dev, const float *x, uint32_t n, float *out);
 
 /* Save the trained weights, the optimizer state and the step count (docs/spec.md 7): two slots,
@@ -129,6 +134,7 @@ typedef struct {
  * the host computes alike: poet.export.order), each a training step. A diverged step that changed
  * nothing (or was undone from the snapshot) is counted and the epoch goes on; one that left the
  * weights non-finite with no snapshot, or any other failure, stops it with that status. */
+/* Each step's samples are read from the store into the pool's staging region, the step's input. */
 int poet_train_epoch(poet_device_t *dev, const poet_samples_t *s, uint32_t seed, uint32_t epoch,
                      poet_epoch_info_t *info);
 

@@ -59,6 +59,7 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         uint16_t node = poet_rd16(p + 2);
         uint32_t off = poet_rd32(p + 4);
         poet_node_t n; /* decoded from the blob on the stack; the model keeps no node table */
+        uint32_t bytes; /* its arena bytes: none for an input, the staged batch read in place */
         int allocates;
 
         *detail = i;
@@ -67,6 +68,7 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         if (node >= n_nodes)
             return POET_E_NODE_RANGE;
         poet_node_view(m, node, &n);
+        bytes = poet_arena_bytes(m, node);
         if (op == POET_I_COMPUTE && (node != n_computes || node >= limit))
             return POET_E_ORDER;
         if (op == POET_I_RECOMPUTE &&
@@ -75,27 +77,27 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         if (op == POET_I_PAGE_IN && !(flag[node] & PAGED))
             return POET_E_NOT_PAGED;
         allocates = (op == POET_I_COMPUTE || op == POET_I_RECOMPUTE || op == POET_I_PAGE_IN) &&
-                    n.bytes > 0;
+                    bytes > 0;
         if (allocates) {
             if (flag[node] & RESIDENT)
                 return POET_E_DOUBLE_ALLOC;
             /* offsets must be 4-aligned: the kernels read fp32 straight from the arena */
-            if ((off & 3u) != 0 || (uint64_t)off + n.bytes > arena)
+            if ((off & 3u) != 0 || (uint64_t)off + bytes > arena)
                 return POET_E_BOUNDS;
             for (j = 0; j < n_nodes; j++) {
-                if ((flag[j] & RESIDENT) && off < offset[j] + poet_node_bytes(m, (uint16_t)j) &&
-                    offset[j] < off + n.bytes)
+                if ((flag[j] & RESIDENT) && off < offset[j] + poet_arena_bytes(m, (uint16_t)j) &&
+                    offset[j] < off + bytes)
                     return POET_E_OVERLAP;
             }
         }
         if (op == POET_I_COMPUTE || op == POET_I_RECOMPUTE) {
             for (j = 0; j < n.n_deps; j++) {
                 uint16_t d = n.deps[j];
-                if (poet_node_bytes(m, d) > 0 && !(flag[d] & RESIDENT))
+                if (poet_arena_bytes(m, d) > 0 && !(flag[d] & RESIDENT))
                     return POET_E_NOT_RESIDENT;
             }
         }
-        if ((op == POET_I_PAGE_OUT || op == POET_I_FREE) && (!(flag[node] & RESIDENT) || n.bytes == 0))
+        if ((op == POET_I_PAGE_OUT || op == POET_I_FREE) && (!(flag[node] & RESIDENT) || bytes == 0))
             return POET_E_NOT_LIVE;
 
         switch (op) {
@@ -123,7 +125,7 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
     for (j = 0; j < n_nodes; j++)
         if ((flag[j] & RESIDENT) && j != out)
             return POET_E_LEAK;
-    if (out != 0xFFFFu && poet_node_bytes(m, out) > 0 && !(flag[out] & RESIDENT))
+    if (out != 0xFFFFu && poet_arena_bytes(m, out) > 0 && !(flag[out] & RESIDENT))
         return POET_E_OUTPUT;
     return POET_OK;
 }

@@ -1,6 +1,5 @@
 /* Data movement: the input, the reshapes (flatten, reshape: copies; their check is ops.c's
  * op_same_check), permute, select and embedding, forward and backward (kernels/layout.c). */
-#include <string.h>
 
 #include "op_util.h"
 
@@ -9,8 +8,9 @@ enum { N = 0 };
 
 /* ---- input and reshapes ----------------------------------------------------------------------- */
 
-/* The staged batch's x, all of it: fp32 (a1 0), or int8 (a1 1) quantised by the host with the
- * frozen scale parameter a2, for a static-int8 first layer (its input's quantize node folded in). */
+/* The staged batch's x, all of it, as it lies in the pool's staging region: fp32 (a1 0), or int8
+ * (a1 1) quantised by the host with the frozen scale parameter a2, for a static-int8 first layer
+ * (its input's quantize node folded in). */
 enum { I8 = 1, I8_SCALE = 2 };
 
 /* A staged-int8 input sets the staged inputs' bytes (model.h x_bytes) to one a element. */
@@ -28,13 +28,9 @@ int op_input_check(poet_model_t *m, const poet_node_t *n)
     return a[I8] == 0 && (uint64_t)n->bytes == 4ull * m->x_elems;
 }
 
-void op_input_run(const poet_exec_t *e)
-{
-    if (e->a[I8] == 1)
-        memcpy(e->out, e->buf->x, (size_t)e->a[N]);
-    else
-        poet_copy(e->a[N], e->buf->x, e->out);
-}
+/* Nothing to do: the input's tensor is the staged batch itself, which its readers read in place
+ * (interp.c dep_tensor; docs/spec.md section 1), so it takes no arena bytes and copies nothing. */
+void op_input_run(const poet_exec_t *e) { (void)e; }
 void op_copy_run(const poet_exec_t *e) { poet_copy(e->a[N], e->in[0], e->out); }
 
 /* ---- permute ---------------------------------------------------------------------------------- */

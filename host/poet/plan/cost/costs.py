@@ -24,6 +24,7 @@ from poet.errors import PoetError, UsageError
 from poet.files import read_bytes
 from poet.graph.training_graph import GraphNode, TrainingGraph
 from poet.paths import profile_to_read, shown
+from poet.plan.cost.memory import arena_bytes
 from poet.plan.types import COST_MAX, COST_MIN, CostedGraph, CostedNode
 from poet.progress import Say
 
@@ -341,7 +342,7 @@ def _coefficients(board: Board, n: CostedNode) -> CostedNode:
 
 def uncosted(g: TrainingGraph) -> CostedGraph:
     """The graph with unit compute costs: enough for plans that do not optimise (keep-all, profiling)."""
-    return CostedGraph(tuple(CostedNode(n.id, n.name, n.kind, tuple(n.deps), n.bytes, 1.0, 1.0,
+    return CostedGraph(tuple(CostedNode(n.id, n.name, n.kind, tuple(n.deps), arena_bytes(n), 1.0, 1.0,
                                         recomputable=n.recomputable) for n in g.nodes), name=g.model,
                        param_bytes=g.param_bytes)
 
@@ -451,7 +452,9 @@ def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bo
     streamed = stream_cost(board, profile, g)  # compute as profiled, plus the SD reads of a streamed weight
     for n in g.nodes:
         key = op_key(n, g)
-        if n.kind == "optimizer" and in_backward:
+        if n.kind == "input":
+            time_s = energy_j = 0.0  # the staged batch, read in place: nothing runs (memory.arena_bytes)
+        elif n.kind == "optimizer" and in_backward:
             time_s = energy_j = 0.0  # it only counts the step: the backward nodes' costs hold the update
         elif n.kind == "optimizer" and key in ops and ops[key].get("work"):
             # one key for every size (its node names no shape): per trained element, as measured
@@ -470,8 +473,8 @@ def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bo
             time_s, energy_j = time_s + streamed[n.id][0], energy_j + streamed[n.id][1]
         in_s, in_j = page_cost(board, profile, n.bytes, "in")
         out_s, out_j = page_cost(board, profile, n.bytes, "out")
-        nodes.append(_coefficients(board, CostedNode(n.id, n.name, n.kind, tuple(n.deps), n.bytes, time_s, energy_j,
-                                                     in_s, in_j, out_s, out_j, n.recomputable)))
+        nodes.append(_coefficients(board, CostedNode(n.id, n.name, n.kind, tuple(n.deps), arena_bytes(n), time_s,
+                                                     energy_j, in_s, in_j, out_s, out_j, n.recomputable)))
     if guessed and note:
         note(f"{len(guessed)} op shapes of {g.model} are not in the {board.name} profile; their costs are estimated, "
              f"not measured:")

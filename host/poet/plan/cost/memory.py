@@ -13,8 +13,10 @@ byte for byte. The model blob (node table) and the frozen parameters are not in
 RAM: they live in the board's flash (the firmware's nv region), read in place, or, when
 flash cannot hold them, the largest static-int8 convolution weights live on the aux storage
 (the SD card) past the swap area and stream through a small pool region, the stream buffer,
-a few output channels per read (poet.plan.transform.placement). The planner, the CLI and the model
-blob take every one of these sizes from here.
+a few output channels per read (poet.plan.transform.placement). The staged batch is the step's input
+tensor: the forward pass reads it where it lies, so the input takes no arena bytes (arena_bytes) and no
+plan keeps, pages or frees a copy of it. The planner, the CLI and the model blob take every one of these
+sizes from here.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from poet.graph.training_graph import conv_window
 from poet.units import format_size
 
 if TYPE_CHECKING:
-    from poet.graph.training_graph import TrainingGraph
+    from poet.graph.training_graph import GraphNode, TrainingGraph
 
 POOL_ALIGN = 8  # the firmware aligns each pool region to 8 bytes
 OPTIMIZER_WORDS = {"sgd": 0, "momentum": 1, "adam": 2}  # state floats per trained element
@@ -164,6 +166,13 @@ def streamed_reads(g: TrainingGraph) -> dict[int, list[int]]:
     stream = pool_for(g).stream
     return {n.id: stream_reads(n.attrs["O"], conv_stream_row(n.attrs), stream)
             for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("stream")}
+
+
+def arena_bytes(n: GraphNode) -> int:
+    """The bytes node n takes in the activation arena when a plan makes it resident: its output's, but none
+    for the input, whose tensor is the staged batch itself (the pool's staging region, in the fixed part),
+    read in place for the whole step: never copied, paged, freed or recomputed (docs/spec.md section 1)."""
+    return 0 if n.kind == "input" else n.bytes
 
 
 def swap_bytes(g: TrainingGraph) -> int:

@@ -15,6 +15,7 @@ from poet.errors import PoetError
 from poet.graph import dropout
 from poet.graph.training_graph import TrainingGraph, conv_window
 from poet.ops import OPS
+from poet.plan.cost.memory import arena_bytes
 from poet.plan.lowering import modelblob as mb
 from poet.plan.lowering.modelblob import BlobNode, ModelBlob
 from poet.plan.lowering.schedule import COMPUTE, FORWARD, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
@@ -159,8 +160,10 @@ def place(ops: list[tuple[int, int]], sizes: list[int]) -> tuple[list[int], int,
 
 
 def lower(plan: Plan, g: TrainingGraph, blob: ModelBlob | None = None) -> Lowered:
+    """The plan's schedule for g: its tensors placed in the arena, each at its arena bytes (the input none:
+    its readers read the staged batch in place, so no page, free or offset of it is ever emitted)."""
     blob = blob or model_blob(g)
-    sizes = [n.bytes for n in g.nodes]
+    sizes = [arena_bytes(n) for n in g.nodes]
     ops = instructions(plan, sizes)
     offsets, extent, peak = place(ops, sizes)
     instrs = [Instr(op, node, offsets[k]) for k, (op, node) in enumerate(ops)]
@@ -178,7 +181,7 @@ def forward_lowered(blob: ModelBlob) -> Lowered:
     if limit is None:
         raise ValueError("the model has no loss node: no forward pass to predict with")
     out = nodes[limit].deps[0]
-    sizes = [n.bytes for n in nodes]
+    sizes = [n.arena_bytes for n in nodes]
     last_read = {d: i for i in range(limit) for d in nodes[i].deps}
     ops: list[tuple[int, int]] = []
     for i in range(limit):

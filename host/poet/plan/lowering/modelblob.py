@@ -104,6 +104,12 @@ class BlobNode:
     bytes: int
     attrs: tuple[int, ...] = ()
 
+    @property
+    def arena_bytes(self) -> int:
+        """The bytes it takes in the arena (firmware/core/model.h poet_arena_bytes): its output's, but none
+        for an input node, whose tensor is the staged batch, read in place (docs/spec.md section 1)."""
+        return 0 if self.kind == KIND_INPUT else self.bytes
+
     def __post_init__(self) -> None:
         if len(self.deps) > MAX_DEPS:
             raise ValueError(f"node has {len(self.deps)} deps, the blob holds at most {MAX_DEPS}")

@@ -146,6 +146,7 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
         if limit == len(nodes):
             return ORDER, NO_DETAIL
         out = nodes[limit].deps[0]
+    sizes = [n.arena_bytes for n in nodes]
     resident: dict[int, int] = {}  # node -> offset
     computed: set[int] = set()
     paged: set[int] = set()
@@ -157,26 +158,27 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
         if node >= n_nodes:
             return NODE_RANGE, k
         n = nodes[node]
+        nb = sizes[node]
         if op == COMPUTE and (node != n_computes or node >= limit):
             return ORDER, k
         if op == RECOMPUTE and (n.kind not in (KIND_FORWARD, KIND_LOSS) or node not in computed):
             return RECOMPUTE_ERR, k
         if op == PAGE_IN and node not in paged:
             return NOT_PAGED, k
-        allocates = op in (COMPUTE, RECOMPUTE, PAGE_IN) and n.bytes > 0
+        allocates = op in (COMPUTE, RECOMPUTE, PAGE_IN) and nb > 0
         if allocates:
             if node in resident:
                 return DOUBLE_ALLOC, k
             # 4-aligned: the firmware's kernels read fp32 straight out of the arena
-            if off % 4 or off + n.bytes > arena:
+            if off % 4 or off + nb > arena:
                 return BOUNDS, k
             for j, o in resident.items():
-                if off < o + nodes[j].bytes and o < off + n.bytes:
+                if off < o + sizes[j] and o < off + nb:
                     return OVERLAP, k
         if op in (COMPUTE, RECOMPUTE):
-            if any(nodes[d].bytes > 0 and d not in resident for d in n.deps):
+            if any(sizes[d] > 0 and d not in resident for d in n.deps):
                 return NOT_RESIDENT, k
-        if op in (PAGE_OUT, FREE) and (node not in resident or n.bytes == 0):
+        if op in (PAGE_OUT, FREE) and (node not in resident or nb == 0):
             return NOT_LIVE, k
         if op == COMPUTE:
             computed.add(node)
@@ -191,18 +193,18 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
         return ORDER, NO_DETAIL
     if any(j != out for j in resident):
         return LEAK, NO_DETAIL
-    if out is not None and nodes[out].bytes and out not in resident:
+    if out is not None and sizes[out] and out not in resident:
         return OUTPUT, NO_DETAIL
     return OK, NO_DETAIL
 
 
 def peak_live_bytes(data: bytes, model: ModelBlob) -> int:
     """The peak of resident bytes a board reports for this schedule (firmware/core/interp.c: a compute,
-    recompute or page-in adds its tensor's bytes, a free takes them back): what the planner's peak must
+    recompute or page-in adds its tensor's arena bytes, a free takes them back): what the planner's peak must
     be, byte for byte. `data` must have passed `validate` against `model`."""
     live = peak = 0
     for ins in Schedule.decode(data).instrs:
-        n_bytes = model.nodes[ins.node].bytes
+        n_bytes = model.nodes[ins.node].arena_bytes
         if ins.op in (COMPUTE, RECOMPUTE, PAGE_IN):
             live += n_bytes
             peak = max(peak, live)
