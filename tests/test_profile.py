@@ -21,6 +21,7 @@ from poet.graph.training_graph import GraphNode
 from poet.models.zoo import get_model
 from poet.plan.cost.costs import costed, estimate_op, load_profile, op_key, page_cost, work
 from poet.plan.cost.memory import budget_for
+from poet.plan.lowering.schedule import NO_DETAIL, validate
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget
 
@@ -41,24 +42,25 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @needs_m4
 def test_planner_predicts_what_the_run_measures(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     prof_path = workspace / "nrf52840.yaml"
-    assert _poet("profile", "--board", "nrf52840", "--emulate", "--model", "cnn-digits", "-o", str(prof_path)) == 0
+    assert _poet("profile", "--board", "nrf52840", "--emulate", "--model", "mlp-digits", "-o", str(prof_path)) == 0
     prof = load_profile("nrf52840", prof_path)
-    assert prof["source"] == "emulated" and prof["models"]["cnn-digits batch 16"]["done"]
+    assert prof["source"] == "emulated" and prof["models"]["mlp-digits batch 16"]["done"]
     assert prof["paging"]["used"] == "datasheet" and prof["paging"]["fit"]["done"]  # semihosting: no SD timing
     assert all(op["repeats"] >= 3 and op["provenance"] == "emulated" for op in prof["ops"].values())
 
-    # a budget below keep-all, so the plan must recompute or page
+    # a budget below keep-all, so the plan must recompute or page (mlp-digits: cnn-digits at batch 16 keeps every
+    # activation at its smallest arena, its peak one backward op's inputs and output)
     board = load_board("nrf52840")
-    model, spec = get_model("cnn-digits")
-    g = trace(model, "cnn-digits", spec.input_shape, spec.classes, 16)
+    model, spec = get_model("mlp-digits")
+    g = trace(model, "mlp-digits", spec.input_shape, spec.classes, 16)
     cg = costed(g, board, prof)
     fixed = budget_for(g, board.ram_bytes, int(prof["runtime_static_bytes"])).fixed
     full = keep_all(cg).peak_bytes
     smallest = min_arena_budget(cg, 50 * cg.one_pass_s)
     assert smallest is not None and smallest < full
     ram = fixed + smallest + (full - smallest) // 4
-    sched = workspace / "cnn.poet"
-    common = ["--board", "nrf52840", "--model", "cnn-digits", "--ram", str(ram), "--deadline", "50x",
+    sched = workspace / "mlp.poet"
+    common = ["--board", "nrf52840", "--model", "mlp-digits", "--ram", str(ram), "--deadline", "50x",
               "--profile", str(prof_path)]
     assert _poet("solve", *common, "-o", str(sched)) == 0
     run = workspace / "run"
@@ -172,9 +174,10 @@ def test_fit_recovers_latency_and_throughput() -> None:
 def test_paging_model_only_pages() -> None:
     blob = paging_model(4096)
     sched = paging_schedule(blob, rounds=3)
-    assert [n.bytes for n in blob.nodes] == [4096, 0] and blob.param_elems == []
+    assert [n.arena_bytes for n in blob.nodes] == [0, 4096, 0] and blob.param_elems == []
     ops = [i.op for i in sched.instrs]
     assert ops.count(3) == ops.count(4) == 3  # PAGE_OUT, PAGE_IN
+    assert validate(sched.encode(), blob, 1 << 20) == (0, NO_DETAIL)  # the input itself is never paged
     assert page_sizes(233472)[-1] == 65536 and page_sizes(20000)[-1] == 8192
 
 

@@ -59,7 +59,7 @@ def cast_model(n: int) -> tuple[ModelBlob, dict[str, int]]:
 def _placed(blob: ModelBlob, ops: list[tuple[int, int]]) -> Schedule:
     from poet.plan.lowering.lower import place
 
-    sizes = [nd.bytes for nd in blob.nodes]
+    sizes = [nd.arena_bytes for nd in blob.nodes]  # the input none: the staged batch, read in place
     offsets, extent, _ = place(ops, sizes)
     return Schedule(len(blob.nodes), blob.hash(), extent,
                     [Instr(op, node, offsets[k]) for k, (op, node) in enumerate(ops)])
@@ -78,7 +78,7 @@ def cast_schedule(blob: ModelBlob, rounds: int = CAST_ROUNDS) -> Schedule:
         for _ in range(rounds - 1):
             ops += [(FREE, a), (RECOMPUTE, a), (RECOMPUTE, b), (FREE, b)]
         ops.append((FREE, a))
-    ops += [(COMPUTE, last), (FREE, 1), (FREE, 0)]
+    ops += [(COMPUTE, last), (FREE, 1)]
     return _placed(blob, ops)
 
 
@@ -219,7 +219,7 @@ def _profile_int8_layers(device: Any, graphs: list[tuple[TrainingGraph, list[np.
             done.add(_key(node))
             blob, roles, weights = int8_layer_model(node, g)
             sched = _placed(blob, [(COMPUTE, i) for i in range(len(blob.nodes))]
-                            + [(FREE, i) for i, nd in enumerate(blob.nodes) if nd.bytes])
+                            + [(FREE, i) for i, nd in enumerate(blob.nodes) if nd.arena_bytes])
             if not _fits(blob, sched, device.hello.pool_bytes):
                 progress(f"  {_key(node)}: does not fit the pool ({device.hello.pool_bytes} B), skipped")
                 continue

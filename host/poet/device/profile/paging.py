@@ -18,7 +18,7 @@ from poet.device.profile.stopped import ProfileInterrupted, exit_status, went
 from poet.device.protocol import MODEL, WEIGHTS
 from poet.ops import CODE
 from poet.paths import shown
-from poet.plan.lowering.modelblob import KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob
+from poet.plan.lowering.modelblob import KIND_FORWARD, KIND_INPUT, KIND_OPTIMIZER, BlobNode, ModelBlob
 from poet.plan.lowering.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, Instr, Schedule
 from poet.progress import Say
 
@@ -28,20 +28,22 @@ PAGE_ROUNDS = 6  # page-out + page-in round trips per size in one step; the firs
 
 
 def paging_model(nbytes: int) -> ModelBlob:
-    """A model whose only tensor is its input (nbytes) and whose step is an SGD over no parameters:
-    the schedule around it does nothing but page that tensor (docs/spec.md section 5: node 0 pages at
-    swap offset 0)."""
+    """A model whose only arena tensor is a copy of its input (nbytes; the input itself is the staged batch,
+    read in place, never paged: docs/spec.md section 1) and whose step is an SGD over no parameters: the
+    schedule around it does nothing but page that copy."""
     n = nbytes // 4
-    nodes = [BlobNode(CODE["input"], KIND_INPUT, (), nbytes, (n,)), BlobNode(CODE["sgd"], KIND_OPTIMIZER, (), 0, ())]
+    nodes = [BlobNode(CODE["input"], KIND_INPUT, (), nbytes, (n,)),
+             BlobNode(CODE["reshape"], KIND_FORWARD, (0,), nbytes, (n,)),
+             BlobNode(CODE["sgd"], KIND_OPTIMIZER, (), 0, ())]
     return ModelBlob(batch=1, x_elems=n, param_elems=[], nodes=nodes)
 
 
 def paging_schedule(blob: ModelBlob, rounds: int = PAGE_ROUNDS) -> Schedule:
-    nbytes = blob.nodes[0].bytes
-    instrs = [Instr(COMPUTE, 0, 0)]
+    nbytes = blob.nodes[1].bytes
+    instrs = [Instr(COMPUTE, 0, 0), Instr(COMPUTE, 1, 0)]
     for _ in range(rounds):
-        instrs += [Instr(PAGE_OUT, 0), Instr(FREE, 0), Instr(PAGE_IN, 0, 0)]
-    instrs += [Instr(COMPUTE, 1), Instr(FREE, 0)]
+        instrs += [Instr(PAGE_OUT, 1), Instr(FREE, 1), Instr(PAGE_IN, 1, 0)]
+    instrs += [Instr(COMPUTE, 2), Instr(FREE, 1)]
     return Schedule(len(blob.nodes), blob.hash(), nbytes, instrs)
 
 
