@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from conftest import needs_qemu
+from poet.plan.lowering.schedule import COMPUTE, Schedule
 
 
 @needs_qemu
@@ -20,9 +21,12 @@ def test_demo_runs_the_whole_loop_and_report_repeats_it(tmp_path):
     assert (tmp_path / "profiles" / "nrf52840.yaml").exists()
     sched = tmp_path / "runs" / "demo" / "schedule.poet"  # a demo is a `poet train` run: its schedule is its own
     assert f"schedule: {sched.stat().st_size} bytes" in out
-    # the plan had to recompute and page, and the board's peak equals the planner's
+    # the plan had to recompute, and the board's peak equals the planner's; it pages nothing: the input is the
+    # staged batch, read in place (docs/spec.md section 1), and the MLP's activations cost less to recompute
     m = re.search(r"decisions\s+(\d+) recomputes, (\d+) page-ins, (\d+) page-outs", out)
-    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0 and int(m.group(3)) > 0, out
+    assert m and int(m.group(1)) > 0, out
+    instrs = Schedule.decode(sched.read_bytes()).instrs
+    assert [(i.op, i.node) for i in instrs if i.node == 0] == [(COMPUTE, 0)]  # never paged, freed or recomputed
     m = re.search(r"board peak arena (\d+) B = planner's (\d+) B", out)
     assert m and m.group(1) == m.group(2)
     assert len(re.findall(r"step +\d+/3 +loss \d+\.\d+", out)) == 3
