@@ -424,19 +424,32 @@ def stream_cost(board: Board, profile: dict[str, Any], g: TrainingGraph) -> dict
     return out
 
 
-def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: dict[str, Any]) -> CostedGraph:
+def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: dict[str, Any],
+                      note: Say | None = None) -> CostedGraph:
     """cg with g's streamed weights costed as they run (cg's costs are of g before its frozen weights were
     placed): a streamed conv's compute as the profile measured it streaming, where it has that (its key
-    says stream=1: it runs a few output channels per read, which its loops cannot block), plus its reads."""
+    says stream=1: it runs a few output channels per read, which its loops cannot block), plus its reads.
+    Where it has not, the unstreamed conv's cost stands in for it, and note() names each such conv."""
     cost = stream_cost(board, profile, g)
     ops = profile.get("ops", {})
+    guessed: dict[str, str] = {}
 
     def placed(n: CostedNode) -> CostedNode:
         key = op_key(g.nodes[n.id], g)
-        s, j = (float(ops[key]["time_s"]), float(ops[key]["energy_j"])) if key in ops else (n.compute_s, n.compute_j)
+        if key in ops:
+            s, j = float(ops[key]["time_s"]), float(ops[key]["energy_j"])
+        else:
+            s, j = n.compute_s, n.compute_j
+            guessed.setdefault(key, n.name)
         return _coefficients(board, replace(n, compute_s=s + cost[n.id][0], compute_j=j + cost[n.id][1]))
 
-    return replace(cg, nodes=tuple(placed(n) if n.id in cost else n for n in cg.nodes))
+    out = replace(cg, nodes=tuple(placed(n) if n.id in cost else n for n in cg.nodes))
+    if guessed and note:
+        note(f"{len(guessed)} streamed conv shapes of {g.model} are not in the {board.name} profile; their compute is "
+             f"estimated, not measured:")
+        for key, name in guessed.items():
+            note(f"  {key} ({name}): estimated as the same conv unstreamed (its cost in the graph before placement)")
+    return out
 
 
 def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bool = False,

@@ -136,7 +136,7 @@ def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board
         say(f"  the fp32 graph cannot fit --ram {format_size(request.ram)} or the flash: planning with the frozen "
             f"prefix in static int8 ({len(prefix.layers)} fp32 ops)")
         g = prefix.graph
-        cg = costed_for(g, board, prof, lambda _m: None)
+        cg = costed_for(g, board, prof, lambda m: say(f"  {m}"))  # the graph planned: its estimates named
     sel = None
     # fp32 where the model's frozen weights fit flash: precision is not even consulted, the plan as before
     if request.precision != "fp32" or pool_for(g).flash.total > board.model_flash_bytes:
@@ -145,7 +145,7 @@ def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board
     placed = place(g, board)  # flash still too small: the largest int8 conv weights stream from the SD card
     if placed is not g:
         g = placed
-        cg = with_stream_costs(cg, g, board, prof)
+        cg = with_stream_costs(cg, g, board, prof, lambda m: say(f"  note: {m}"))
     return Rewritten(g, cg, prefix, sel)
 
 
@@ -159,7 +159,7 @@ def after_no_fp32_plan(done: Rewritten, g: TrainingGraph, board: Board, prof: di
     if prefix is None:
         return None
     say("  no fp32 plan fits: planning again with the frozen prefix in static int8")
-    return Rewritten(prefix.graph, costed_for(prefix.graph, board, prof, lambda _m: None), prefix)
+    return Rewritten(prefix.graph, costed_for(prefix.graph, board, prof, lambda m: say(f"  {m}")), prefix)
 
 
 def for_profile(g: TrainingGraph, board: Board, runtime_static: int) -> tuple[TrainingGraph, Int8Prefix] | None:
