@@ -11,6 +11,8 @@
 #include "../core/util.h"
 #include "fuzz_port.h"
 
+/* Every node computed in order at the next free offset, then every arena tensor freed (an input has none: the
+ * staged batch, read in place). */
 uint32_t fuzz_keep_all(const poet_model_t *m, uint8_t *out, uint32_t cap, uint32_t *arena)
 {
     uint32_t n = 0, off = 0, len, i;
@@ -18,12 +20,12 @@ uint32_t fuzz_keep_all(const poet_model_t *m, uint8_t *out, uint32_t cap, uint32
     uint64_t end = 0;
 
     for (i = 0; i < m->n_nodes; i++)
-        n += 1u + (poet_node_bytes(m, (uint16_t)i) > 0);
+        n += 1u + (poet_arena_bytes(m, (uint16_t)i) > 0);
     len = POET_SCHED_HDR + 8u * n + 4u;
     if (len > cap || n > 0xFFFFu)
         return 0;
     for (i = 0; i < m->n_nodes; i++, p += 8) {
-        uint32_t b = poet_node_bytes(m, (uint16_t)i);
+        uint32_t b = poet_arena_bytes(m, (uint16_t)i);
         p[0] = 1; /* COMPUTE */
         p[1] = 0;
         poet_wr16(p + 2, (uint16_t)i);
@@ -35,7 +37,7 @@ uint32_t fuzz_keep_all(const poet_model_t *m, uint8_t *out, uint32_t cap, uint32
             off = (uint32_t)end;
     }
     for (i = 0; i < m->n_nodes; i++) {
-        if (poet_node_bytes(m, (uint16_t)i) == 0)
+        if (poet_arena_bytes(m, (uint16_t)i) == 0)
             continue;
         p[0] = 5; /* FREE */
         p[1] = 0;
