@@ -47,6 +47,9 @@ class CostedNode:
     name: str
     kind: str  # input | forward | loss | backward | optimizer
     deps: tuple[int, ...]
+    # what it takes in the arena: a traced graph's input takes none (it is the staged batch, read in place:
+    # memory.arena_bytes), so it is resident throughout and never kept, paged or freed; a costed graph file's
+    # inputs (the POET reference's) have their bytes, kept or paged
     bytes: int
     compute_s: float
     compute_j: float
