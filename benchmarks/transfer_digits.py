@@ -95,6 +95,15 @@ def main() -> None:
     print(f"| in PyTorch on the host (same steps) | {before:.1%} | {host_after:.1%} |")
     print(f"board weights vs host: {agreed.summary()}; "
           f"{len(g.frozen)} of {len(g.params)} parameter tensors frozen")
+    # the plan's step against the board's (emulated instructions at 64 MHz x the datasheet's active power):
+    # a sparse update's frozen backwards skip their weight gradients, and the plan costs them so (issue 48)
+    plan = json.loads((run / "plan.json").read_text())
+    history = json.loads((run / "state.json").read_text())["history"]
+    steps = json.loads((run / "state.json").read_text())["global_step"]
+    board_j, board_s = sum(h["energy_j"] for h in history) / steps, sum(h["time_s"] for h in history) / steps
+    print(f"a step: planned {plan['energy_j'] * 1e6:.1f} uJ, {plan['time_s'] * 1e3:.2f} ms; the emulated board "
+          f"{board_j * 1e6:.1f} uJ, {board_s * 1e3:.2f} ms (plan error: energy "
+          f"{(plan['energy_j'] - board_j) / board_j:+.2%}, time {(plan['time_s'] - board_s) / board_s:+.2%})")
 
 
 if __name__ == "__main__":
