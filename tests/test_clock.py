@@ -12,7 +12,9 @@ import time
 import highspy
 import pytest
 from poet.plan.solver import clock, race
-from poet.plan.strategies.poet_milp import solve_poet
+from poet.plan.strategies.base import Options
+from poet.plan.strategies.poet_milp import run_milp, solve_poet
+from poet.plan.strategies.relaxed import relaxed
 from poet.plan.types import POET
 from test_race import _instance, raced
 
@@ -68,12 +70,20 @@ def test_a_solve_is_the_same_however_fast_time_passes(monkeypatch: pytest.Monkey
     assert (hurried.status, hurried.energy_j, hurried.stages) == (calm.status, calm.energy_j, calm.stages)
 
 
-@pytest.mark.time_limited  # the same solve with limits: HiGHS is given them (the test above can fail)
-def test_with_limits_solvers_are_given_them(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.time_limited  # with limits the MILP is given one (the test above can fail) ...
+def test_with_limits_the_milp_is_given_them(monkeypatch: pytest.MonkeyPatch) -> None:
     g, budget, deadline = _instance()
     given = _solver_limits(monkeypatch)
-    solve_poet(g, budget, deadline, time_limit_s=600.0)
+    run_milp(g, budget, deadline, True, True, POET, None, 600.0)
     assert given and all(0 < limit <= 600.0 for limit in given)
+
+
+@pytest.mark.time_limited  # ... and the searches before it none: they are budgeted in work (effort.py)
+def test_with_limits_the_relaxations_keep_no_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    g, budget, deadline = _instance()
+    given = _solver_limits(monkeypatch)
+    rel = relaxed(g, budget, deadline, options=Options(time_limit_s=600.0))
+    assert rel.stages and given == []
 
 
 def test_the_second_core_runs_to_its_proof_without_limits() -> None:

@@ -40,7 +40,7 @@ def test_on_a_chain_it_is_the_row_relaxations_optimum(make, monkeypatch) -> None
         rows = binding_rows(g, budget)
         if not rows:
             continue
-        rel = relax_rows(g, budget, 100 * g.one_pass_s, paging=False, time_limit_s=60)
+        rel = relax_rows(g, budget, 100 * g.one_pass_s, paging=False)
         walked = _bound(g, budget, paging=False, rows=rows, small=0.0)  # every tensor counted, as the relaxation does
         if rel.status == "infeasible":
             assert walked is None
@@ -131,7 +131,7 @@ def test_ds_cnn_at_a_quarter_of_keep_everything_is_proven_optimal_by_the_walk() 
     g = costed(trace(model, "mlperf-kws", spec.input_shape, spec.classes, 1, spec.input_dtype), load_board("rpi4"),
                load_profile("rpi4"), estimate=True)
     budget, deadline = keep_all(g).peak_bytes // 4, 1.5 * g.one_pass_s
-    walked = walk(g, budget, time_limit_s=600)
+    walked = walk(g, budget)
     assert walked is not None
     plan = walked_plan(g, budget, deadline, walked, POET)
     assert plan.status == "feasible" and plan.peak_bytes <= budget

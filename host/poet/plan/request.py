@@ -46,6 +46,7 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
             runnable = False
             why = str(exc)
     done = rewrites.decide(request, g, cg, board, prof, runtime_static, deadline_s, say)
+    deadline_s = _of_planned(request.deadline, done.cg, deadline_s, say)
 
     def plan(g: TrainingGraph, cg: CostedGraph) -> Planned:
         # the solver reports nothing while it works: a ticker shows it is alive (heuristics have no time limit)
@@ -63,6 +64,7 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         if again is None:
             raise
         done = again
+        deadline_s = _of_planned(request.deadline, done.cg, deadline_s, say)
         p = plan(done.graph, done.cg)
     # the graph the schedule runs on and what the rewrites made of it, for the caller (poet train keeps
     # the record in plan.json and replays it on a fresh trace)
@@ -82,6 +84,18 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
     say(f"\n[lower] schedule: {len(sched)} bytes ({len(p.lowered.schedule.instrs)} instructions, "
         f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {shown(out)}")
     return p
+
+
+def _of_planned(deadline: str, planned: CostedGraph, deadline_s: float, say: Say) -> float:
+    """A deadline given as a multiple of one plain pass (`3x`), as a multiple of the pass of the graph planned
+    (after a rewrite: the int8 prefix runs faster than the fp32 graph it replaces); a time, as it is."""
+    if not str(deadline).strip().lower().endswith("x"):
+        return deadline_s
+    again = parse_deadline(deadline, planned.one_pass_s)
+    if abs(again - deadline_s) > 1e-12 * deadline_s:
+        say(f"  deadline {deadline} of the graph planned: {again * 1e3:.3f} ms (one plain pass "
+            f"{planned.one_pass_s * 1e3:.3f} ms)")
+    return again
 
 
 def plan_for(g: TrainingGraph, board: Board, request: PlanRequest, say: Say = print,

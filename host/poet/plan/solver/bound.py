@@ -38,10 +38,11 @@ import bisect
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from poet.plan.solver import clock
+from poet.plan.solver.effort import Effort
 from poet.plan.solver.milp import run_highs, settle
 from poet.plan.types import POET, PURE_KINDS, CostedGraph, Semantics
 
@@ -126,27 +127,42 @@ class _Lp:
         self.index += cols
         self.value += vals
 
-    def solve(self, time_limit_s: float, integer: bool = True) -> tuple[str, float, list[float] | None]:
+    def solve(self, effort: Effort | None = None, integer: bool = True) -> tuple[str, float, list[float] | None]:
         """Minimise over binaries (or their LP relaxation) with HiGHS: (status, bound, values).
 
-        status: optimal | feasible (stopped by the time limit) | infeasible | no-solution; bound:
-        no solution costs less (the solver's, lowered by BOUND_MARGIN; 0 if it gave none);
-        values: the best solution's, or None.
+        status: optimal | feasible (stopped when `effort`, HiGHS work, was spent: effort.py) | infeasible |
+        no-solution; bound: no solution costs less (the solver's, lowered by BOUND_MARGIN; 0 if it gave
+        none); values: the best solution's, or None. The work done is spent from `effort`.
         """
         import highspy
 
         settle()  # one HiGHS solve at a time (milp.py)
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
-        limit = clock.solver_limit(time_limit_s)
-        if limit is not None:
-            h.setOptionValue("time_limit", float(max(limit, 0.01)))
         for option, value in (("mip_rel_gap", 0.0), ("mip_abs_gap", 0.0), ("primal_feasibility_tolerance", 1e-9),
                               ("mip_feasibility_tolerance", 1e-9)):
             h.setOptionValue(option, value)
         nv = len(self.cost)
         # costs scaled to at most 1: at joules (1e-5 J a page-in) HiGHS took choices 1e-6 J apart for equal
         scale = max(self.cost, default=0.0) or 1.0
+        # a node's (an iteration's) work grows with the matrix; HiGHS reports nodes at its MIP callbacks
+        # (iterations at an LP's), where it stops once they reach the budget: the same callback on every
+        # run (effort.py)
+        kind, per = ("mip" if integer else "lp"), float(max(1, len(self.index)))
+        done = [0]
+        if effort is not None and math.isfinite(effort.left):
+            most = max(1.0, effort.units_left(kind) / per)
+
+            def spent(e: Any) -> None:
+                done[0] = int(e.data_out.mip_node_count if integer else e.data_out.simplex_iteration_count)
+                if done[0] >= most:
+                    e.interrupt()
+
+            # a MIP's LPs report nothing to a simplex callback: it counts its nodes at its own
+            if integer:
+                h.cbMipInterrupt += spent
+            else:
+                h.cbSimplexInterrupt += spent
         if nv:
             idx = np.arange(nv, dtype=np.int32)
             h.addVars(nv, np.zeros(nv), np.ones(nv))
@@ -159,12 +175,15 @@ class _Lp:
                       np.array(self.value, dtype=np.float64))
         run_highs(h)  # on a thread: a Ctrl-C stops it at once (milp.py)
         status, info = h.getModelStatus(), h.getInfo()
+        if effort is not None:
+            count = int(info.mip_node_count if integer else info.simplex_iteration_count)
+            effort.spend(kind, max(done[0], count) * per)
         ms = highspy.HighsModelStatus
         if status == ms.kInfeasible:
             return "infeasible", math.inf, None
         raw = info.mip_dual_bound if integer else info.objective_function_value
         bound = max(0.0, raw * scale * (1 - BOUND_MARGIN)) if math.isfinite(raw) else 0.0
-        if info.primal_solution_status != 2:  # nothing found in the time limit
+        if info.primal_solution_status != 2:  # nothing found within its effort
             return "no-solution", bound, None
         x = list(h.getSolution().col_value)
         value = sum(c for c, v in zip(self.cost, x, strict=True) if v > 0.5)
@@ -188,7 +207,7 @@ def binding_rows(graph: CostedGraph, arena_budget: int) -> list[int]:
 
 
 def relax(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics = POET,
-          recompute: bool = True, paging: bool = True, time_limit_s: float = 30.0) -> Relaxation:
+          recompute: bool = True, paging: bool = True, effort: Effort | None = None) -> Relaxation:
     """Solve the gap relaxation (module docstring) with HiGHS."""
     t0 = time.perf_counter()
     nodes, n_nodes = graph.nodes, len(graph)
@@ -290,7 +309,7 @@ def relax(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: S
             return out("infeasible", math.inf, rows=len(rows))
         lp.row(float(need[t]), math.inf, [v for v, _ in shed[t]], [b for _, b in shed[t]])
     _deadline_row(lp, secs, slack)
-    status, bound, x = lp.solve(time_limit_s)
+    status, bound, x = lp.solve(effort)
     if status == "infeasible":
         return out("infeasible", math.inf, rows=len(rows))
     objective = plain_j + sum(c for c, v in zip(lp.cost, x, strict=True) if v > 0.5) if x is not None else math.inf
@@ -437,7 +456,7 @@ def _row_model(graph: CostedGraph, rows: list[int], semantics: Semantics, recomp
 
 
 def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semantics: Semantics = POET,
-               recompute: bool = True, paging: bool = True, time_limit_s: float = 30.0,
+               recompute: bool = True, paging: bool = True, effort: Effort | None = None,
                rows: list[int] | None = None, integer: bool = True) -> RowRelaxation:
     """The relaxation at RAM-row granularity (docs/planner.md, "The bound").
 
@@ -464,7 +483,7 @@ def relax_rows(graph: CostedGraph, arena_budget: int, deadline_s: float, semanti
         cols = [v for v, _ in m.at_row[k]]
         lp.row(-math.inf, float(arena_budget - floor[t]), cols, [float(b) for _, b in m.at_row[k]])
     _deadline_row(lp, m.secs, deadline_s - graph.one_pass_s)
-    status, bound, x = lp.solve(time_limit_s, integer)
+    status, bound, x = lp.solve(effort, integer)
     dt, nv = time.perf_counter() - t0, len(lp.cost)
     if status == "infeasible":
         return RowRelaxation("infeasible", math.inf, rows, solve_time_s=dt, variables=nv)

@@ -1,8 +1,9 @@
 """The planner's clock: every time limit a solve keeps is measured here, and only here.
 
-A limit decides what a solve returns (the incumbent HiGHS holds when it stops, how many rounds a
-relaxation runs, whether a walk ends), so under a limit the plan depends on how fast and how busy
-the machine is. With POET_NO_TIME_LIMITS=1 in the environment the clock stands still: no limit is
+A limit decides what a solve returns (the incumbent HiGHS holds when it stops), so under a limit the
+plan depends on how fast and how busy the machine is. Only the MILP keeps one: the searches before it
+(walks, relaxations' rounds) are budgeted in work (effort.py), the same on every machine.
+With POET_NO_TIME_LIMITS=1 in the environment the clock stands still: no limit is
 ever reached and HiGHS is given none, so every solve runs to its end and its result depends on its
 inputs alone (reproducible plans; the test suite runs this way, tests/conftest.py). A limit still
 shapes what is tried (whether the MILP is built after the relaxations: strategies/poet_milp.py),

@@ -65,7 +65,8 @@ def _main(src: str, dst: str) -> None:
         return math.isfinite(bound) and proven(incumbent_j, bound)
 
     if p.what == "row relaxation":  # the relaxations' rounds from their LP (strategies/relaxed.py)
-        opts = Options(time_limit_s=clock.left(p.ends_at))
+        # their budget is work, not time (plan/solver/effort.py): the same rounds however busy this core is
+        opts = Options(time_limit_s=p.time_limit_s)
         plan = relaxed(p.graph, p.arena_budget, p.deadline_s, p.semantics, opts, p.recompute, p.paging, p.start,
                        lp_first=True)
         bound_j = plan.bound_j

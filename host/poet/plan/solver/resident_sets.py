@@ -35,8 +35,8 @@ import bisect
 import math
 import time
 
-from poet.plan.solver import clock
 from poet.plan.solver.bound import RowRelaxation, binding_rows, gaps_of, stage_floor
+from poet.plan.solver.effort import Effort
 from poet.plan.types import PURE_KINDS, CostedGraph
 
 MAX_STATES = 600  # resident sets at a row: the walk costs their square per row
@@ -49,13 +49,14 @@ State = tuple[frozenset[int], frozenset[int]]  # (resident at a row, the paid te
 
 
 def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: bool = True,
-         time_limit_s: float = 20.0, rows: list[int] | None = None, small: float = SMALL,
+         effort: Effort | None = None, rows: list[int] | None = None, small: float = SMALL,
          whole: bool = True) -> RowRelaxation | None:
     """The relaxation's optimum and its walk (see _walk), with whole page-outs for the tensors a
     walk that divides them pages (and the input), where paging is allowed and `whole`; tensors
-    under `small` of the largest taken as always resident."""
-    t_end = clock.ends_at(time_limit_s)
-    first = _walk(graph, arena_budget, recompute, paging, time_limit_s, rows, frozenset(), small)
+    under `small` of the largest taken as always resident. effort: the walks' budget (effort.py;
+    None: none), spent here."""
+    effort = effort or Effort(math.inf)
+    first = _walk(graph, arena_budget, recompute, paging, effort, rows, frozenset(), small)
     if first is None or not first.paged or not whole:
         return first  # not asked, or its cheapest walk pages nothing: whole page-outs would find it again
     nodes = graph.nodes
@@ -63,23 +64,21 @@ def walk(graph: CostedGraph, arena_budget: int, recompute: bool = True, paging: 
     paid = sorted({*first.paged, *inputs}, key=lambda i: -nodes[i].page_out_j)[:MAX_PAID]
     if not paid:
         return first
-    second = _walk(graph, arena_budget, recompute, paging, clock.left(t_end), first.rows, frozenset(paid),
-                   small)
+    second = _walk(graph, arena_budget, recompute, paging, effort, first.rows, frozenset(paid), small)
     if second is None or second.bound_j <= first.bound_j:
         return first
     second.solve_time_s = first.solve_time_s + second.solve_time_s
     return second
 
 
-def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, time_limit_s: float,
+def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, effort: Effort,
           rows: list[int] | None, paid: frozenset[int], small: float) -> RowRelaxation | None:
     """The relaxation's optimum (bound_j: no plan that fits `arena_budget` costs less), and the
     cheapest walk as the row relaxation answers: the tensors resident at each row kept, what each
     window pages in (the rest it recomputes), what it pages out (strategies/relaxed.py builds it
     into a plan). None where this relaxation does not apply: not a chain, no row with few
-    resident sets, no solution, out of time."""
+    resident sets, no solution, `effort` spent."""
     t0 = time.perf_counter()
-    t_end = clock.ends_at(time_limit_s)
     nodes, n_nodes = graph.nodes, len(graph)
     floor = stage_floor(graph)
     if not nodes or n_nodes > MAX_NODES or max(floor) > arena_budget:
@@ -117,7 +116,8 @@ def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, 
         sets = _sets(candidates(t, inside_at(t)), nodes, arena_budget - floor[t])
         if sets is not None:
             kept.append((t, sets))
-        if clock.past(t_end):
+            effort.spend("walk", len(sets))
+        if effort.over:
             return None
     if not kept:
         return None
@@ -144,12 +144,15 @@ def _walk(graph: CostedGraph, arena_budget: int, recompute: bool, paging: bool, 
             touched.add(s)
             touched.update(nodes[s].deps)
         at_row = {d for d in range(n_nodes) if lo in points[d]}
-        window = _Window(nodes, parent, can_rec, page_j, paid, free, touched, at_row)
+        window = _Window(nodes, parent, can_rec, page_j, paid, free, touched, at_row, effort)
         windows.append(window)
         nxt = kept[k + 1][1] if k + 1 < n_rows else [frozenset()]
-        best, came_k = _step(window, best, frozenset(ends[k]), nxt, paid, page_out_j)
+        try:
+            best, came_k = _step(window, best, frozenset(ends[k]), nxt, paid, page_out_j)
+        except _Spent:
+            return None
         came.append(came_k)
-        if not best or clock.past(t_end):
+        if not best:
             return None
     sets = _back(best, came)
     resident: dict[int, set[int]] = {}
@@ -245,20 +248,29 @@ def _undominated(best: dict[State, float]) -> list[tuple[State, float]]:
     return out
 
 
+class _Spent(Exception):
+    """The walk's effort is spent (inside a window: a window's costings can number millions)."""
+
+
 class _Window:
     """What making tensors again in one window costs, on a chain."""
 
     def __init__(self, nodes: list, parent: list[int | None], can_rec: list[bool],  # type: ignore[type-arg]
                  page_j: list[float], paid: frozenset[int], free: list[bool], touched: set[int],
-                 at_row: set[int]) -> None:
+                 at_row: set[int], effort: Effort) -> None:
         self.nodes, self.parent, self.can_rec, self.page_j = nodes, parent, can_rec, page_j
         self.paid = paid  # tensors that page in only once their page-out is paid
         self.free, self.touched, self.at_row = free, touched, at_row
         self.source_free = touched | at_row  # at hand as a recompute's input
+        self.effort = effort
 
     def cost(self, need: frozenset[int], resident: frozenset[int], paged: frozenset[int]) -> float:
         """The least cost to make every tensor of `need` with `resident` at the row, lowest first; of
-        the paid tensors only those in `paged` (paged out already) page in."""
+        the paid tensors only those in `paged` (paged out already) page in. Each is a unit of the
+        walk's effort: _Spent once it is spent."""
+        self.effort.spend("walk", 1)
+        if self.effort.over:
+            raise _Spent
         return self.make(need, resident, paged)[0]
 
     def make(self, need: frozenset[int], resident: frozenset[int],

@@ -19,7 +19,7 @@ import math
 from dataclasses import replace
 
 from poet.plan.simulate import DEADLINE_RTOL
-from poet.plan.solver import clock
+from poet.plan.solver.effort import Effort
 from poet.plan.solver.resident_sets import walk
 from poet.plan.strategies.builder import checked
 from poet.plan.strategies.relaxed import walked_plan
@@ -42,18 +42,19 @@ def timed(graph: CostedGraph, semantics: Semantics) -> CostedGraph:
 
 
 def least_time_walk(graph: CostedGraph, arena_budget: int, deadline_s: float, recompute: bool, paging: bool,
-                    semantics: Semantics, time_limit_s: float, say: Say | None = None) -> Plan | None:
+                    semantics: Semantics, budget_s: float, say: Say | None = None) -> Plan | None:
     """The least-time walk's plan, accounted on `graph`, if it fits `arena_budget` and meets
     `deadline_s`; a plan with status infeasible and no stages if the walk's bound proves that no
     plan meets the deadline (its least time is a lower bound on every plan's, as its least energy
-    is on their energy); None if neither, or the walk does not apply (not a chain, too many sets)."""
+    is on their energy); None if neither, or the walk does not apply (not a chain, too many sets, more
+    work than the reference machine does in `budget_s`: plan/solver/effort.py)."""
     say = say or (lambda _msg: None)
-    t_end = clock.ends_at(time_limit_s)
+    effort = Effort.of(budget_s)
     fast = timed(graph, semantics)
     # the walks with page-outs divided first: a second each where the whole page-outs' walk may take 15
     # (MobileNetV1 at 25%, the same plans); then those, whose bounds are higher
     for whole, small in ((w, s) for w in (False, True) for s in WALK_SMALL):
-        rel = walk(fast, arena_budget, recompute, paging, clock.left(t_end), small=small, whole=whole)
+        rel = walk(fast, arena_budget, recompute, paging, effort, small=small, whole=whole)
         if rel is None:
             continue
         if rel.bound_j > deadline_s * (1 + 2 * DEADLINE_RTOL):  # beyond what the simulator lets pass

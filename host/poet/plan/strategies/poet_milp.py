@@ -208,6 +208,11 @@ def _solve_poet(graph: CostedGraph, arena_budget: int, deadline_s: float, solver
     plan.solve_time_s = time.perf_counter() - t0
     if start is not None and plan.status == "feasible" and plan.energy_j >= start.energy_j * (1 - milp.PROVEN_REL_TOL):
         plan.note = "; ".join(x for x in (plan.note, f"{maker(start)}: the MILP found none better") if x)
+    if plan.status == "feasible" and not (other is not None and other.proved()):
+        # the one part of the plan the clock decides (plan/solver/effort.py): say so
+        plan.note = "; ".join(x for x in (plan.note, f"the MILP stopped at --time-limit {time_limit_s:g} s before "
+                                          "proving its plan: a longer limit, or a less busy machine, may find a "
+                                          "better one") if x)
     if plan.bound_j is None and bound and plan.status == "no-solution":  # none found; none can cost less
         plan.bound_j = bound_j
     return plan

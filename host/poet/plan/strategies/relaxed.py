@@ -34,8 +34,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from poet.plan.solver import clock
 from poet.plan.solver.bound import RowRelaxation, relax, relax_rows, shortfall
+from poet.plan.solver.effort import Effort
 from poet.plan.solver.milp import PROVEN_REL_TOL
 from poet.plan.solver.resident_sets import walk
 from poet.plan.strategies.base import Options
@@ -46,6 +46,9 @@ FIRST_ROWS = 16  # rows of the first round
 ROUNDS = 12
 HOLDS = 64  # links of recompute chains held per plan before giving up
 RESIDENT_SETS_SHARE = 0.5  # of the time limit, at most, for the walk over resident sets (plan/solver/resident_sets.py)
+MIN_ROUND = 0.5  # s of work left at least to start a round
+GAP_RELAXATION_S = 20.0  # at most, for the gap relaxation (milliseconds, mostly)
+# (each a budget of work, not of time, that the reference machine does in so long: plan/solver/effort.py)
 
 
 class Rows(Policy):
@@ -211,8 +214,10 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
     """
     opts = options or Options()
     say = opts.progress or (lambda _msg: None)
-    t_end = clock.ends_at(opts.time_limit_s)
-    quick = relax(graph, budget, deadline_s, semantics, recompute, paging, min(opts.time_limit_s, 20.0))
+    # opts.time_limit_s is a budget of work, not of time (plan/solver/effort.py): the rounds end where their
+    # work does, on a quiet machine or a busy one
+    gap_work = Effort.of(min(opts.time_limit_s, GAP_RELAXATION_S))
+    quick = relax(graph, budget, deadline_s, semantics, recompute, paging, gap_work)
     best = Plan(strategy="relaxed", stages=[], status="infeasible", arena_budget=budget, deadline_s=deadline_s,
                 solver="row relaxation", bound_j=None if quick.status == "infeasible" else quick.bound_j)
     if quick.status == "infeasible":
@@ -224,7 +229,8 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
         best = start
         if _within(best, bound, opts.gap):
             return _as_relaxed(best, bound)
-    walked = None if lp_first else walk(graph, budget, recompute, paging, RESIDENT_SETS_SHARE * opts.time_limit_s)
+    walking = Effort.of(RESIDENT_SETS_SHARE * opts.time_limit_s)
+    walked = None if lp_first else walk(graph, budget, recompute, paging, walking)
     # (the racer that takes the LP's path leaves the walk to the other core); a walk below the gap
     # relaxation saw too few rows to be worth building (MobileNetV1 at 25%: seconds of builds that fail)
     if walked is not None and walked.bound_j >= bound:
@@ -237,14 +243,15 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
             + (f"{plan.energy_j:.6g} J" if plan.status == "feasible" else plan.status))
         if _within(best, bound, opts.gap):
             return _as_relaxed(best, bound)
+    # the rounds: what is left of the limit after the gap relaxation and the walk, at the reference machine's rates
+    work = Effort.of(opts.time_limit_s - gap_work.spent - walking.spent)
     short = shortfall(graph, budget)
     every = [int(t) for t in np.flatnonzero(short > 0)]
     # half where the most bytes must go, half spread over the rest
     top = sorted(every, key=lambda t: -short[t])[: FIRST_ROWS // 2]
     rows = sorted(set(top) | set(_spread(every, FIRST_ROWS // 2)))
     if lp_first:
-        rel = relax_rows(graph, budget, deadline_s, semantics, recompute, paging, clock.left(t_end), rows,
-                         integer=False)
+        rel = relax_rows(graph, budget, deadline_s, semantics, recompute, paging, work, rows, integer=False)
         if rel.status in ("optimal", "feasible"):
             plan, best, more = _round(graph, budget, deadline_s, semantics, rel, best, rows)
             if rel.status == "optimal":  # the LP's optimum bounds the relaxation's, so every plan
@@ -253,10 +260,9 @@ def relaxed(graph: CostedGraph, budget: int, deadline_s: float, semantics: Seman
             say("row relaxation, its LP: plan " + (f"{plan.energy_j:.6g} J" if plan.status == "feasible"
                                                    else plan.status) + f", {len(rows)} RAM rows next")
     for n_round in range(ROUNDS):
-        left = clock.left(t_end)
-        if left <= 0.5 or (stop is not None and stop()):
+        if work.left < MIN_ROUND or (stop is not None and stop()):
             break
-        rel = relax_rows(graph, budget, deadline_s, semantics, recompute, paging, left, rows)
+        rel = relax_rows(graph, budget, deadline_s, semantics, recompute, paging, work, rows)
         if rel.status == "infeasible":
             best.note, best.bound_j = "no plan fits: the row relaxation (plan/solver/bound.py) has no solution", None
             return best
