@@ -373,17 +373,20 @@ def op_name(key: str) -> str:
 
 
 def _shape_key(key: str) -> str:
-    """A key without its skipped-gradient flags: the shape whatever trains."""
+    """A key without the flags that say how its call runs rather than on what: the gradients it skips, whether
+    its weight streams from the SD card (an unstreamed conv's cost is what a plan takes for a streamed one
+    the profile lacks: with_stream_costs)."""
     op, _, rest = key.partition("(")
-    return op + "(" + ",".join(a for a in rest.rstrip(")").split(",") if a.split("=")[0] not in ("dw", "db")) + ")"
+    kept = (a for a in rest.rstrip(")").split(",") if a.split("=")[0] not in ("dw", "db", "stream"))
+    return op + "(" + ",".join(kept) + ")"
 
 
 def estimate_op(n: GraphNode, ops: dict[str, Any], g: TrainingGraph | None = None) -> Estimate | None:
     """The cost of an unprofiled op: the measured shape of the same op with the closest work, scaled by the
-    work ratio, and the same shape computing other gradients first when the profile has it (a frozen
-    layer's backward from the trained one's, by their FLOPs: dX alone is half of dX and dW); else the median
-    seconds (and joules) per unit of work of every measured op. None when the profile has no op with its
-    work recorded. g: n's graph (op_key)."""
+    work ratio, and the same shape run another way first when the profile has it (a frozen layer's backward
+    from the trained one's, by their FLOPs: dX alone is half of dX and dW; a streamed conv from the same conv
+    unstreamed); else the median seconds (and joules) per unit of work of every measured op. None when the
+    profile has no op with its work recorded. g: n's graph (op_key)."""
     key, w = op_key(n, g), work(n)
     known = {k: v for k, v in ops.items() if v.get("work")}
     same = [k for k in known if op_name(k) == n.op]
@@ -424,32 +427,19 @@ def stream_cost(board: Board, profile: dict[str, Any], g: TrainingGraph) -> dict
     return out
 
 
-def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: dict[str, Any],
-                      note: Say | None = None) -> CostedGraph:
+def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: dict[str, Any]) -> CostedGraph:
     """cg with g's streamed weights costed as they run (cg's costs are of g before its frozen weights were
     placed): a streamed conv's compute as the profile measured it streaming, where it has that (its key
-    says stream=1: it runs a few output channels per read, which its loops cannot block), plus its reads.
-    Where it has not, the unstreamed conv's cost stands in for it, and note() names each such conv."""
+    says stream=1: it runs a few output channels per read, which its loops cannot block), plus its reads."""
     cost = stream_cost(board, profile, g)
     ops = profile.get("ops", {})
-    guessed: dict[str, str] = {}
 
     def placed(n: CostedNode) -> CostedNode:
         key = op_key(g.nodes[n.id], g)
-        if key in ops:
-            s, j = float(ops[key]["time_s"]), float(ops[key]["energy_j"])
-        else:
-            s, j = n.compute_s, n.compute_j
-            guessed.setdefault(key, n.name)
+        s, j = (float(ops[key]["time_s"]), float(ops[key]["energy_j"])) if key in ops else (n.compute_s, n.compute_j)
         return _coefficients(board, replace(n, compute_s=s + cost[n.id][0], compute_j=j + cost[n.id][1]))
 
-    out = replace(cg, nodes=tuple(placed(n) if n.id in cost else n for n in cg.nodes))
-    if guessed and note:
-        note(f"{len(guessed)} streamed conv shapes of {g.model} are not in the {board.name} profile; their compute is "
-             f"estimated, not measured:")
-        for key, name in guessed.items():
-            note(f"  {key} ({name}): estimated as the same conv unstreamed (its cost in the graph before placement)")
-    return out
+    return replace(cg, nodes=tuple(placed(n) if n.id in cost else n for n in cg.nodes))
 
 
 def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bool = False,

@@ -28,7 +28,7 @@ from poet.graph.training_graph import TrainingGraph, conv_window, numel
 from poet.plan.cost.costs import costed, load_profile, with_stream_costs
 from poet.plan.cost.memory import budget_for, pool_for
 from poet.plan.transform.placement import place, stream_lines, streamed, w8_lines, weight_only_int8
-from poet.plan.transform.precision import Selection, flash_fit, graph_for, load_rules, select
+from poet.plan.transform.precision import Selection, costed_storage, flash_fit, graph_for, load_rules, select
 from poet.plan.transform.static_int8 import Int8Prefix, rewrite
 from poet.plan.types import CostedGraph
 from poet.progress import Say
@@ -131,12 +131,13 @@ def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board
     """The rewrites g needs for the request on this board, made: the static-int8 prefix where fp32 cannot fit,
     then the precision selection, then the weights' placement. Each says what it decided as it decides."""
     assert request.ram is not None
+    traced = g
     prefix = int8_prefix_for(g, board, request.ram, runtime_static)
     if prefix is not None:
         say(f"  the fp32 graph cannot fit --ram {format_size(request.ram)} or the flash: planning with the frozen "
             f"prefix in static int8 ({len(prefix.layers)} fp32 ops)")
         g = prefix.graph
-        cg = costed_for(g, board, prof, lambda m: say(f"  {m}"))  # the graph planned: its estimates named
+        cg = costed_for(g, board, prof, lambda _m: None)  # its estimates are named once the graph is final
     sel = None
     # fp32 where the model's frozen weights fit flash: precision is not even consulted, the plan as before
     if request.precision != "fp32" or pool_for(g).flash.total > board.model_flash_bytes:
@@ -145,7 +146,11 @@ def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board
     placed = place(g, board)  # flash still too small: the largest int8 conv weights stream from the SD card
     if placed is not g:
         g = placed
-        cg = with_stream_costs(cg, g, board, prof, lambda m: say(f"  note: {m}"))
+        cg = with_stream_costs(cg, g, board, prof)
+    if g is not traced:
+        # the graph planned is not the one the caller costed (and named the estimates of): name its own, once
+        # final (an unstreamed conv's estimate that the placement replaced is no cost of the plan)
+        costed_storage(g, board, prof, note=lambda m: say(f"  note: {m}"))
     return Rewritten(g, cg, prefix, sel)
 
 
