@@ -83,9 +83,10 @@ def _solve_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                    + " (default poet)")
     p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
     p.add_argument("--time-limit", type=_time_limit, default=60.0,
-                   help="planner time limit in seconds, lower-bound relaxations and MILP together; with a second "
-                   "core free a second MILP (or, where none is built, the relaxations by another path) races on it "
-                   "for the whole limit (default 60)")
+                   help="how hard the planner looks, in seconds (default 60): the searches before the MILP get "
+                   "the work a reference machine does in their share of it, so a busy or slow machine finds the "
+                   "same plan, later; the MILP stops at the limit (the plan says if it did). With a second core "
+                   "free a second MILP (or, where none is built, the relaxations by another path) races on it")
     p.add_argument("--gap", type=_fraction, default=0.0,
                    help="stop once the plan is proven within this relative gap of a lower bound, e.g. 0.01 (default 0)")
     p.add_argument("--profile", type=_planner_file(pipes=False), help=PROFILE_HELP)
@@ -231,7 +232,8 @@ def _sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                    help="deadlines, comma-separated: 1.2x,1.5x,2x or 45ms (default 1.5x)")
     p.add_argument("--strategies", help=f"comma-separated subset of {','.join(STRATEGIES)} (default all)")
     p.add_argument("--solver", default="highs", choices=["highs", "cbc"], help="MILP solver (default highs)")
-    p.add_argument("--time-limit", type=_time_limit, default=60.0, help="per-plan solver time limit in s (default 60)")
+    p.add_argument("--time-limit", type=_time_limit, default=60.0,
+                   help="per plan, as solve's --time-limit (default 60)")
     # Python forks every worker up front: a huge --jobs would fork that many
     p.add_argument("--jobs", type=_whole(1, 256), help="parallel processes, 1 to 256 (default: one per core)")
     p.add_argument("--profile", type=_planner_file(pipes=False), help=PROFILE_HELP)
