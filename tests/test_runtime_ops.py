@@ -118,9 +118,16 @@ def _poet_plans(g: TrainingGraph) -> list[Plan]:
         if smallest is not None and smallest < full:
             plans = [p for p in [_poet_plan(cg, (smallest + full) // 2, deadline)] if p is not None]
     if not plans:
-        frugal = build(cg, 1 << 40, math.inf, _Frugal())
+        frugal = _frugal_plan(cg)
         plans = [frugal] if found(frugal) and frugal.page_ins and frugal.recomputes else []
     return plans
+
+
+def _frugal_plan(cg: CostedGraph) -> Plan:
+    """_Frugal's plan of cg, whatever the budget and deadline: one that pages and recomputes where no optimal
+    plan does (a small CNN, whose smallest arena is keep-all's; the digits models on the nRF52840, where
+    recomputing from the input read in place is cheaper than paging). The caller checks that it does."""
+    return build(cg, 1 << 40, math.inf, _Frugal())
 
 
 class _Frugal(Policy):
