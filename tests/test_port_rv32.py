@@ -1,10 +1,11 @@
 """The ESP32-C3 stand-in (qemu-rv32: rv32imc, soft float, on QEMU virt) trains like PyTorch.
 
 The real firmware image behind poet.device.open_device, as for the nRF52840: HELLO names the board
-and its memories, a few SGD steps under keep-all and under a POET plan that pages through the
-semihosting pager give bit-identical weights and losses, as close to float64 PyTorch's as float32
-PyTorch's are (poet.graph.agreement). The image is a 32-bit RISC-V ELF without a single F/D
-instruction (the C3 has no FPU).
+and its memories, a few SGD steps under keep-all and under a plan that pages through the
+semihosting pager (POET's for mlp-digits, a frugal one for cnn-digits, which has none below keep-all)
+give bit-identical weights and losses, as close to float64 PyTorch's as float32 PyTorch's are
+(poet.graph.agreement). The image is a 32-bit RISC-V ELF without a single F/D instruction (the C3 has
+no FPU).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from poet.plan.strategies import plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.plan.types import Plan
+from test_runtime_ops import _frugal_plan
 
 pytestmark = needs_tools("make", "riscv64-unknown-elf-gcc", "qemu-system-riscv32")
 STEPS = 3
@@ -71,13 +73,18 @@ def test_image_is_rv32_without_float_instructions() -> None:
     assert not {m for m in mnemonics if m.startswith("f") and not m.startswith("fence")}
 
 
-def _paging_plan(device: Device, g) -> Plan:  # type: ignore[no-untyped-def]
-    """A POET plan a quarter of the way from the smallest feasible arena to keep-all's peak, with a
-    deadline that allows paging. No esp32c3 op profile exists yet, so op times come from the
-    nRF52840's (estimated where missing): the plan is only used for where values live."""
-    cg = costed(g, device.board, load_profile("nrf52840"), estimate=True)
-    deadline = 50 * cg.one_pass_s
+def _paging_plan(device: Device, g, how: str) -> Plan:  # type: ignore[no-untyped-def]
+    """how "poet": POET's plan a quarter of the way from the smallest feasible arena to keep-all's peak,
+    costed with the ESP32-C3's profile, which pages (to its flash) and recomputes at a deadline of 2x one pass.
+    how "frugal": a plan that pages and recomputes whatever the budget (test_runtime_ops._Frugal), for a
+    model with no plan below keep-all (a small CNN: its peak is one backward op's inputs and output)."""
+    cg = costed(g, device.board, load_profile(device.board.name), estimate=True)
     full = keep_all(cg).peak_bytes
+    if how == "frugal":
+        plan = _frugal_plan(cg)
+        assert plan.page_outs > 0 and plan.recomputes > 0 and plan.peak_bytes <= full
+        return plan
+    deadline = 2 * cg.one_pass_s
     smallest = min_arena_budget(cg, deadline)
     assert smallest is not None
     plan = plan_with("poet", cg, smallest + (full - smallest) // 4, deadline, time_limit_s=5.0)
@@ -87,15 +94,16 @@ def _paging_plan(device: Device, g) -> Plan:  # type: ignore[no-untyped-def]
     return plan
 
 
-@pytest.mark.parametrize("name,batch", [("mlp-digits", 16), ("cnn-digits", 4)])
+@pytest.mark.parametrize("name,batch,how", [("mlp-digits", 16, "poet"), ("cnn-digits", 4, "frugal")],
+                         ids=["mlp-digits-16", "cnn-digits-4"])
 def test_trains_like_pytorch_and_paging_changes_nothing(device: Device, qemu_dir: Path, name: str,
-                                                        batch: int) -> None:
+                                                        batch: int, how: str) -> None:
     model, spec = get_model(name)
     g = trace(model, name, spec.input_shape, spec.classes, batch)
     w0 = weights_of(model)
     data = data_batches(g, STEPS)
     results = []
-    for plan in (keep_all(uncosted(g)), _paging_plan(device, g)):
+    for plan in (keep_all(uncosted(g)), _paging_plan(device, g, how)):
         losses = run_steps(device, g, w0, lower(plan, g).schedule.encode(), data, LR, None, lambda _m: None,
                            expect_peak=plan.peak_bytes)
         results.append((losses, device.read_weights(g)))
