@@ -211,7 +211,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise UsageError("--semantics reference applies to costed graph files (the POET reference's instances)")
     check_ram(ram, board.ram_bytes, board.name)
     prof = profile_for(board, request, say)
-    cg = costed_for(g, board, prof, say)
+    cg = costed_for(g, board, prof, lambda _m: None)  # its estimates: named by decide(), once final
     solve_request(request, g, cg, board, int(prof["runtime_static_bytes"]), deadline_for(args.deadline, cg), say,
                   out=_path(args.output), need_schedule=bool(args.output), bars=True, prof=prof)
     return 0

@@ -103,7 +103,7 @@ def plan_for(g: TrainingGraph, board: Board, request: PlanRequest, say: Say = pr
     """The Python API's one call: plan a traced graph for a board (costs from its profile, the
     firmware's own RAM from the profile too) and write its schedule."""
     prof = rewrites.profile_for(board, request, say)
-    cg = rewrites.costed_for(g, board, prof, say)
+    cg = rewrites.costed_for(g, board, prof, lambda _m: None)  # its estimates: named by decide(), once final
     deadline_s = parse_deadline(request.deadline, cg.one_pass_s)
     return solve_request(request, g, cg, board, int(prof["runtime_static_bytes"]), deadline_s, say, out=out,
                          prof=prof)

@@ -160,7 +160,7 @@ def cached_or_solved(request: PlanRequest, g: TrainingGraph, board: Board, runti
             return info, sched
         # what did not verify goes: solve_request writes the schedule where it is, through whatever is there
         (cache / "schedule.poet").unlink(missing_ok=True)
-        cg = costed(g, board, prof, estimate=True, note=lambda m: say(f"note: {m}"))  # what it estimates, named
+        cg = costed(g, board, prof, estimate=True)  # what it estimates: named by decide(), once final
         deadline_s = parse_deadline(request.deadline, cg.one_pass_s)
         # plan.json, written last, marks the entry whole: a schedule without it is solved again
         p = solve_request(request, g, cg, board, runtime_static, deadline_s, say, out=cache / "schedule.poet",

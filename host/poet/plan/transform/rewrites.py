@@ -131,7 +131,6 @@ def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board
     """The rewrites g needs for the request on this board, made: the static-int8 prefix where fp32 cannot fit,
     then the precision selection, then the weights' placement. Each says what it decided as it decides."""
     assert request.ram is not None
-    traced = g
     prefix = int8_prefix_for(g, board, request.ram, runtime_static)
     if prefix is not None:
         say(f"  the fp32 graph cannot fit --ram {format_size(request.ram)} or the flash: planning with the frozen "
@@ -147,10 +146,10 @@ def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board
     if placed is not g:
         g = placed
         cg = with_stream_costs(cg, g, board, prof)
-    if g is not traced:
-        # the graph planned is not the one the caller costed (and named the estimates of): name its own, once
-        # final (an unstreamed conv's estimate that the placement replaced is no cost of the plan)
-        costed_storage(g, board, prof, note=lambda m: say(f"  note: {m}"))
+    # the estimates of the graph planned, named once it is final (the caller's costing of the traced graph
+    # names none: a graph rewritten to its int8 prefix would list ops that never run; an unstreamed conv's
+    # estimate that the placement replaced is no cost of the plan)
+    costed_storage(g, board, prof, note=lambda m: say(f"  note: {m}"))
     return Rewritten(g, cg, prefix, sel)
 
 
