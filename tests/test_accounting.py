@@ -1,18 +1,19 @@
-"""Acceptance: `poet report` on real emulated cnn-digits runs at a tight budget.
+"""Acceptance: `poet report` on real emulated mlp-digits runs at a tight budget.
 
-Two schedules of cnn-digits run on the emulated nRF52840 (the real firmware in QEMU):
-A, the POET plan at the smallest feasible arena, pages the input out and back in;
-B, Chen's sqrt(n) checkpointing, recomputes. (cnn-digits has no POET plan that both
-recomputes and pages: its peak is relu's backward, which needs all three 32 KiB
-tensors live at once, so recomputing anything never lowers it; paging the 4 KiB
-input is the only saving, and POET takes it.) Each run's trace and schedule are
-saved as `poet train` saves them, and `poet report` is run on them in-process.
+Two schedules of mlp-digits run on the emulated nRF52840 (the real firmware in QEMU):
+A, POET's page-only plan (the MILP with paging alone) at an arena just below keep-all's,
+pages a tensor out and back in and recomputes nothing; B, Chen's sqrt(n) checkpointing,
+recomputes and pages nothing. (The input is the staged batch, read in place and never
+paged, so the digits models' POET plans no longer page on this board: recomputing the
+MLP's activations costs less, and cnn-digits has no plan below keep-all at all, its peak
+being relu's backward, which needs all three 32 KiB tensors at once. POET restricted to
+paging is the POET plan that pages.) Each run's trace and schedule are saved as
+`poet train` saves them, and `poet report` is run on them in-process.
 
 The plans are made from FLOP-estimated costs (one FLOP per cycle at the board's
 clock, the storage model for paging), so the test needs no profile; the account
 itself uses only the trace's ticks and the board file.
 """
-
 from __future__ import annotations
 
 import csv
@@ -32,15 +33,14 @@ from poet.graph.tracer import trace
 from poet.graph.training_graph import TrainingGraph
 from poet.models.zoo import get_model
 from poet.plan.cost.costs import work
-from poet.plan.cost.memory import budget_for
+from poet.plan.cost.memory import arena_bytes, budget_for
 from poet.plan.pipeline import plan_step
 from poet.plan.strategies.checkpoint_all import keep_all
-from poet.plan.strategies.poet_milp import min_arena_budget
 from poet.plan.types import CostedGraph, CostedNode
 
 pytestmark = needs_qemu
 STEPS = 3
-MODULES = ("conv1", "relu", "pool", "flatten", "fc1", "relu_1", "fc2", "loss", "optimizer", "input")
+MODULES = ("fc1", "relu1", "fc2", "relu2", "fc3", "relu3", "fc4", "loss", "optimizer", "input")
 KIND_ROWS = ("forward", "backward", "recompute", "page_in", "page_out", "optimizer", "overhead")
 
 
@@ -48,8 +48,8 @@ def flop_costed(g: TrainingGraph, board: Board) -> CostedGraph:
     """Costs for planning only: one FLOP per cycle (an estimate), paging from the board's storage model."""
     nodes = []
     for n in g.nodes:
-        t = work(n) / board.clock_hz
-        nodes.append(CostedNode(n.id, n.name, n.kind, tuple(n.deps), n.bytes, t, t * board.cpu_active_w,
+        t = 0.0 if n.kind == "input" else work(n) / board.clock_hz  # the staged batch: nothing runs
+        nodes.append(CostedNode(n.id, n.name, n.kind, tuple(n.deps), arena_bytes(n), t, t * board.cpu_active_w,
                                 *board.page_cost(n.bytes, "in"), *board.page_cost(n.bytes, "out"),
                                 n.recomputable))
     return CostedGraph(tuple(nodes), name=g.model, param_bytes=g.param_bytes)
@@ -58,20 +58,21 @@ def flop_costed(g: TrainingGraph, board: Board) -> CostedGraph:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     board = load_board("nrf52840")
-    model, spec = get_model("cnn-digits")
-    g = trace(model, "cnn-digits", spec.input_shape, spec.classes, 16)
+    model, spec = get_model("mlp-digits")
+    g = trace(model, "mlp-digits", spec.input_shape, spec.classes, 16)
     cg = flop_costed(g, board)
     deadline = 3 * cg.one_pass_s
     data = data_batches(g, STEPS)
     out: dict[str, Path] = {}
     with open_device(board, None, workdir=tmp_path_factory.mktemp("qemu"), quiet=True) as dev:
         fixed = budget_for(g, board.ram_bytes, dev.runtime_static).fixed
-        smallest = min_arena_budget(cg, deadline)
-        plans = {"poet": plan_step(g, cg, board, fixed + smallest, dev.runtime_static, deadline,
-                                   progress=lambda _m: None),
-                 "sqrtn": plan_step(g, cg, board, fixed + keep_all(cg).peak_bytes, dev.runtime_static, deadline,
+        full = keep_all(cg).peak_bytes
+        plans = {"poet": plan_step(g, cg, board, fixed + full - 1, dev.runtime_static, deadline,
+                                   progress=lambda _m: None, strategy="page-only"),
+                 "sqrtn": plan_step(g, cg, board, fixed + full, dev.runtime_static, deadline,
                                     progress=lambda _m: None, strategy="sqrtn")}
-        assert plans["poet"].plan.page_outs > 0 and plans["sqrtn"].plan.recomputes > 0
+        assert plans["poet"].plan.page_outs > 0 and plans["poet"].plan.recomputes == 0
+        assert plans["sqrtn"].plan.recomputes > 0 and plans["sqrtn"].plan.page_outs == 0
         for name, p in plans.items():
             run_dir = tmp_path_factory.mktemp(name)
             sched = p.lowered.schedule.encode()
@@ -96,7 +97,7 @@ def report(capsys, *argv: str) -> tuple[int, str, str]:
 def test_report_shows_module_tree_kinds_and_shares(runs, capsys):
     rc, out, err = report(capsys, runs["poet"])
     assert rc == 0, err
-    assert "energy of 3 training step(s) of cnn-digits on nrf52840 (modelled)" in out
+    assert "energy of 3 training step(s) of mlp-digits on nrf52840 (modelled)" in out
     for m in MODULES:  # the module tree, tensors below their module
         assert re.search(rf"^    {re.escape(m)} ", out, re.M), m
     assert re.search(r"^      forward ", out, re.M) and re.search(r"^      backward ", out, re.M)
@@ -219,23 +220,23 @@ def test_truncated_and_foreign_traces_are_refused(runs, capsys, tmp_path):
     negative["steps"][1]["records"][3][4] = -5
     _one_line(*report(capsys, saved("negative", negative))[::2], "step 1 record 3", "impossible")
 
-    # the nodes of another graph (mlp-digits) under cnn-digits' records
-    model, spec = get_model("mlp-digits")
-    mlp = trace(model, "mlp-digits", spec.input_shape, spec.classes, 16)
+    # the nodes of another graph (cnn-digits) under mlp-digits' records
+    model, spec = get_model("cnn-digits")
+    cnn = trace(model, "cnn-digits", spec.input_shape, spec.classes, 16)
     foreign = json.loads(json.dumps(src))
-    foreign["nodes"] = Trace.for_graph(mlp, "nrf52840", "emulated", 25e6).nodes
+    foreign["nodes"] = Trace.for_graph(cnn, "nrf52840", "emulated", 25e6).nodes
     _one_line(*report(capsys, saved("foreign", foreign, with_schedule=False))[::2], "another graph")
     _one_line(*report(capsys, saved("foreign-sched", foreign))[::2], "another graph")
 
-    # a whole, valid mlp-digits trace cannot be diffed against a cnn-digits one
-    mlp_tr = Trace.for_graph(mlp, "nrf52840", "emulated", 25e6)
+    # a whole, valid cnn-digits trace cannot be diffed against an mlp-digits one
+    cnn_tr = Trace.for_graph(cnn, "nrf52840", "emulated", 25e6)
     records = [[i, n.id, {"input": "forward", "loss": "forward"}.get(n.kind, n.kind), 0, 10, n.bytes]
-               for i, n in enumerate(mlp.nodes)]
-    mlp_tr.steps = [{"step": 0, "lr": 0.1, "loss": 2.3, "peak_live_bytes": 0, "peak_extent_bytes": 0,
+               for i, n in enumerate(cnn.nodes)]
+    cnn_tr.steps = [{"step": 0, "lr": 0.1, "loss": 2.3, "peak_live_bytes": 0, "peak_extent_bytes": 0,
                      "step_ticks": 10 * len(records) + 7, "records": records}]
-    (tmp_path / "mlp").mkdir()
-    mlp_tr.save(tmp_path / "mlp" / "trace.json")
-    _one_line(*report(capsys, runs["poet"], "--diff", tmp_path / "mlp" / "trace.json")[::2],
+    (tmp_path / "cnn").mkdir()
+    cnn_tr.save(tmp_path / "cnn" / "trace.json")
+    _one_line(*report(capsys, runs["poet"], "--diff", tmp_path / "cnn" / "trace.json")[::2],
               "cannot diff", "different models")
 
     _one_line(*report(capsys, tmp_path / "nope.json")[::2], "does not exist", status=2)

@@ -14,6 +14,7 @@ from poet.device.protocol import MODEL, SCHEDULE, DeviceError
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
 from poet.plan.cost.costs import uncosted
+from poet.plan.cost.memory import arena_bytes
 from poet.plan.lowering.lower import lower, model_blob
 from poet.plan.lowering.schedule import COMPUTE, Instr
 from poet.plan.strategies.checkpoint_all import keep_all
@@ -29,11 +30,13 @@ def test_refusals_are_distinct_and_explained(tmp_path: Path) -> None:
     good = sched.encode()
     bad_crc = good[:-1] + bytes([good[-1] ^ 0xFF])
     foreign = replace(sched, model_hash=model_blob(other).hash()).encode()
-    k, first = next((k, i) for k, i in enumerate(sched.instrs) if i.op == COMPUTE and g.nodes[i.node].bytes)
+    # the first arena allocation (the input takes none: it is the staged batch, read in place)
+    k, first = next((k, i) for k, i in enumerate(sched.instrs) if i.op == COMPUTE and arena_bytes(g.nodes[i.node]))
     outside = replace(sched, instrs=[*sched.instrs[:k], Instr(first.op, first.node, sched.arena_bytes),
                                      *sched.instrs[k + 1:]]).encode()
     # the second allocation placed on top of the first while the first is live
-    k2 = next(j for j in range(k + 1, len(sched.instrs)) if g.nodes[sched.instrs[j].node].bytes)
+    k2 = next(j for j in range(k + 1, len(sched.instrs))
+              if sched.instrs[j].op == COMPUTE and arena_bytes(g.nodes[sched.instrs[j].node]))
     clash = replace(sched, instrs=[*sched.instrs[:k2], replace(sched.instrs[k2], offset=first.offset),
                                    *sched.instrs[k2 + 1:]]).encode()
     seen: dict[int, str] = {}
