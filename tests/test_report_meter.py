@@ -1,6 +1,8 @@
 """`poet report TRACE --meter RECORDING`: measured energy from a meter's recording, synced by host step times.
 
-One short emulated cnn-digits run (`poet train`, 4 steps, at 146k: the plan pages the input) with `--meter file:...`
+One short emulated mlp-digits run (`poet train`, 4 steps, at 56k with `--strategy page-only`: the plan pages a
+hidden layer's activation out and back in, recomputing nothing; POET's own plans of the digits models no longer
+page on the nRF52840, as the input is read in place) with `--meter file:...`
 replaying a constant-power recording (item: `poet train --meter`). Recordings of that run are then
 synthesised on the host clock from the trace itself: each record's modelled power over the span
 the report places it at inside its step's host window, idle power between steps, Gaussian noise,
@@ -53,8 +55,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = ws / "runs" / "m"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("POET_WORKSPACE", str(ws))
-        assert main(["train", "--model", "cnn-digits", "--ram", "146k", "--epochs", "1", "--data-limit", "64",
-                     "--run-dir", str(run_dir), "--meter", f"file:{flat}"]) == 0
+        assert main(["train", "--model", "mlp-digits", "--ram", "56k", "--strategy", "page-only", "--epochs", "1",
+                     "--data-limit", "64", "--run-dir", str(run_dir), "--meter", f"file:{flat}"]) == 0
     return run_dir
 
 
@@ -123,7 +125,7 @@ def test_measured_matches_modelled(trace: Trace, recording: Path, run: Path,
 
     rc, out, err = report(capsys, run / "trace.json", "--meter", recording)
     assert rc == 0, err
-    assert "energy of 4 training step(s) of cnn-digits on nrf52840 (measured)" in out
+    assert "energy of 4 training step(s) of mlp-digits on nrf52840 (measured)" in out
     assert f"source: measured by synthetic at 100 us ({recording}" in out
     n = re.search(r"resolution: (\d+) of (\d+) ops", out)
     assert n and int(n.group(1)) == len(m.unresolvable) > 0
