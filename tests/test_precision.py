@@ -1,7 +1,7 @@
 """Storage precision (poet.precision): the cast-node graph transform, the rules, the three modes, the
 fp32 default bit for bit as before, and greedy/auto plans of cnn-digits on the native runtime: they
-run, their weights stay within 16-bit rounding of fp32's, and fine-tuning with auto keeps the test
-accuracy within a point of fp32's."""
+run, their weights stay within 16-bit rounding of fp32's; fine-tuning mlp-digits with auto keeps the
+test accuracy within a point of fp32's."""
 
 from __future__ import annotations
 
@@ -233,18 +233,35 @@ def _m0_graph() -> tuple[Any, TrainingGraph, dict[str, Any], int, int, float]:
 
 def test_auto_runs_layers_in_int8_where_it_pays() -> None:
     """On the M0 the int8 layers (quantising input and weight every step) are far cheaper than soft-float
-    fp32: auto runs them in int8. On the M4F (firmware 2.2's SMLAD kernels) int8 pays for cnn-digits' conv,
+    fp32: auto runs them in int8, every one where the arena holds their int8 copies. At the tight arena
+    fc1's do not fit: its fp32 form reads the input in place (the staged batch, no arena bytes), its
+    int8 form needs the input's and the weight's int8 copies (1.5 KiB) in the arena, and no plan of the
+    all-int8 graph fits there; auto runs the other three in int8. (Greedy, which also stores the input
+    in bf16, has no plan at either arena.) On the M4F (firmware 2.2's SMLAD kernels) int8 pays for cnn-digits' conv,
     whose weight is 72 values, but not for its linear layers, whose larger weights are requantised every step:
     auto takes the conv alone, and greedy, which quantises every layer it may, is worse than fp32."""
     _, g, prof, tight, roomy, deadline = _m0_graph()
     m0 = load_board("mkr1000")
+    layers = int8_allowed(g, load_rules())
+    fc1 = next(k for k in layers if g.nodes[k].name == "fc1/forward")
+    assert len(layers) == 4 and g.nodes[fc1].deps == [0]  # fc1 reads the input
     for arena in (tight, roomy):
         sel = {mode: select(mode, g, m0, prof, arena, deadline, time_limit_s=NO_LIMIT)
                for mode in ("fp32", "greedy", "auto")}
-        e = {mode: (s.plan or plan_with("poet", s.cg, arena, deadline, time_limit_s=NO_LIMIT)).energy_j
-             for mode, s in sel.items()}
-        assert sorted(sel["auto"].int8) == int8_allowed(g, load_rules()) and len(sel["auto"].int8) == 4
-        assert e["auto"] <= e["greedy"] * (1 + 1e-9) and e["auto"] < 0.8 * e["fp32"], e
+        plans = {mode: s.plan or plan_with("poet", s.cg, arena, deadline, time_limit_s=NO_LIMIT)
+                 for mode, s in sel.items()}
+        e = {mode: p.energy_j for mode, p in plans.items()}
+        # greedy (every layer int8, the input's bf16 copy too) fits neither arena: fp32's keep-all holds
+        # no copy of the input
+        assert found(plans["fp32"]) and found(plans["auto"]) and not found(plans["greedy"])
+        if arena == roomy:
+            assert sorted(sel["auto"].int8) == layers
+            assert e["auto"] < 0.8 * e["fp32"], e
+        else:  # fc1's int8 copies do not fit
+            assert not found(plan_with("poet", costed_storage(apply_storage(g, {}, set(layers)), m0, prof), arena,
+                                       deadline, time_limit_s=NO_LIMIT))
+            assert sorted(sel["auto"].int8) == [k for k in layers if k != fc1]
+            assert e["auto"] < 0.9 * e["fp32"], e
         assert any(name in line for line in sel["auto"].lines() for name in sel["auto"].int8.values())
         assert sel["auto"].to_json()["int8"]
     _, g4 = _graph("cnn-digits", 16)
@@ -275,12 +292,14 @@ def _request(profile: Path, precision: str | None, ram: int) -> PlanRequest:
     return PlanRequest(ram=ram, time_limit_s=NO_LIMIT, profile=profile, precision=precision)
 
 
-def _cnn_solve_setup(tmp_path: Path) -> tuple[Path, TrainingGraph, Any, int, int, float]:
-    """cnn-digits for solve_request: the profile written out, the graph, its costs, the fixed RAM, the
-    tight arena and the deadline."""
+def _solve_setup(tmp_path: Path) -> tuple[Path, TrainingGraph, Any, int, int, float]:
+    """mlp-digits for solve_request: the profile written out, the graph, its costs, the fixed RAM, the
+    tight arena and the deadline. (Not cnn-digits: with the input read in place its smallest arena is
+    keep-all's, so its tight arena is too, and a graph with casts, whose schedule takes more of the
+    fixed part, has no plan at the fp32 graph's smallest --ram.)"""
     prof_path = tmp_path / "nrf52840.yaml"
     prof_path.write_text(yaml.safe_dump(_profile()))
-    _, g = _graph("cnn-digits", 16)
+    _, g = _graph("mlp-digits", 16)
     cg = costed(g, BOARD, _profile(), estimate=True)
     tight, _, deadline = _budgets(g, _profile())
     return prof_path, g, cg, budget_for(g, 1 << 30, 28672).fixed, tight, deadline
@@ -288,7 +307,7 @@ def _cnn_solve_setup(tmp_path: Path) -> tuple[Path, TrainingGraph, Any, int, int
 
 def test_fp32_is_the_plan_of_before_bit_for_bit(tmp_path: Path) -> None:
     """--precision fp32 goes through the same code as a solve without the flag: same plan, same bytes."""
-    prof_path, g, cg, fixed, tight, deadline = _cnn_solve_setup(tmp_path)
+    prof_path, g, cg, fixed, tight, deadline = _solve_setup(tmp_path)
     said: list[str] = []
     before = solve_request(_request(prof_path, None, fixed + tight), g, cg, BOARD, 28672, deadline, said.append,
                              out=tmp_path / "a.poet", prof=_profile())
@@ -300,7 +319,7 @@ def test_fp32_is_the_plan_of_before_bit_for_bit(tmp_path: Path) -> None:
 
 
 def test_solve_says_which_tensors_changed(tmp_path: Path) -> None:
-    prof_path, g, cg, fixed, tight, deadline = _cnn_solve_setup(tmp_path)
+    prof_path, g, cg, fixed, tight, deadline = _solve_setup(tmp_path)
     said: list[str] = []
     p = solve_request(_request(prof_path, "greedy", fixed + tight), g, cg, BOARD, 28672, deadline, said.append,
                         out=tmp_path / "g.poet", prof=_profile())
@@ -396,9 +415,12 @@ def test_int8_layers_run_on_the_runtime_and_train_within_a_point(tmp_path: Path)
 
 @needs_cc
 def test_fine_tuning_with_auto_keeps_accuracy_within_a_point(tmp_path: Path) -> None:
-    model, g = _graph("cnn-digits", 16)
+    """mlp-digits at its tight arena, where auto stores hidden activations in bf16 (cnn-digits' tight arena
+    is keep-all's now the input is read in place: there auto stores nothing narrow)."""
+    model, g = _graph("mlp-digits", 16)
     w0 = weights_of(model)
-    steps = 2 * 89  # two epochs of the digits training split
+    steps = 6 * 89  # six epochs of the digits training split at 0.3 (the MLP is at 0.2 after two at 0.1, still
+    # climbing at four: the two runs apart by their rounding, not their plans)
     data = _digits(g, steps)
     plans = _plans(g)
     g_auto, plan_auto, changed = plans["auto"]
@@ -406,7 +428,7 @@ def test_fine_tuning_with_auto_keeps_accuracy_within_a_point(tmp_path: Path) -> 
     _, _, xte, yte = digits_split()
     acc = {}
     for mode, (g2, plan, _) in (("fp32", plans["fp32"]), ("auto", (g_auto, plan_auto, changed))):
-        _, w = _run(tmp_path, g2, plan, w0, data, 0.1)
+        _, w = _run(tmp_path, g2, plan, w0, data, 0.3)
         load_weights(model, w)
         model.eval()
         acc[mode] = accuracy(model, xte.reshape((-1, *g.input_shape)), yte)
@@ -418,17 +440,18 @@ def test_fine_tuning_with_auto_keeps_accuracy_within_a_point(tmp_path: Path) -> 
 def test_poet_train_with_auto_runs_the_narrow_graph_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """`poet train --precision auto` on the emulated nrf52840 at a RAM budget where half-size storage
-    pays: the plan (and plan.json) names the tensors stored narrow, and the board runs that graph."""
+    pays (mlp-digits' tight arena; cnn-digits has none below keep-all's now the input is read in place):
+    the plan (and plan.json) names the tensors stored narrow, and the board runs that graph."""
     from poet.cli import main
 
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "nrf52840.yaml").write_text(yaml.safe_dump(_profile()))
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path))
-    _, g = _graph("cnn-digits", 16)
+    _, g = _graph("mlp-digits", 16)
     tight, _, _ = _budgets(g, _profile())
     ram = budget_for(g, 1 << 30, int(_profile()["runtime_static_bytes"])).fixed + tight
     run_dir = tmp_path / "runs" / "auto"
-    assert main(["train", "--model", "cnn-digits", "--ram", str(ram), "--epochs", "1", "--data-limit", "48",
+    assert main(["train", "--model", "mlp-digits", "--ram", str(ram), "--epochs", "1", "--data-limit", "48",
                  "--lr", "0.1", "--precision", "auto", "--run-dir", str(run_dir)]) == 0
     out = capsys.readouterr().out
     plan = json.loads((run_dir / "plan.json").read_text())
@@ -438,7 +461,7 @@ def test_poet_train_with_auto_runs_the_narrow_graph_and_records_it(tmp_path: Pat
         assert s["name"] in out and s["bytes_saved"] > 0
     assert "precision auto:" in out
     # the run's energy report says which tensors changed precision and what their casts cost
-    # (and which layers run int8: on firmware 2.2 the conv pays in int8 here)
+    # (and which layers run int8, if any)
     report = (run_dir / "report.txt").read_text()
     int8 = plan["precision"]["int8"]
     assert f"precision: {len(stored)} tensor(s) stored narrow, {len(int8)} layer(s) in int8" in report, report
