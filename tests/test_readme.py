@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 
-from conftest import needs_qemu
+from conftest import needs_tools
 from poet.paths import REPO_ROOT
 
 
@@ -15,7 +15,7 @@ def _api_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-@needs_qemu
+@needs_tools("qemu-system-riscv32", "riscv64-unknown-elf-gcc")  # the emulated ESP32-C3
 def test_the_readme_python_example_runs(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-c", _api_example()], capture_output=True, text=True, timeout=600,
                        cwd=tmp_path, env=dict(os.environ, POET_WORKSPACE=str(tmp_path)))
