@@ -100,33 +100,65 @@ def test_a_kept_tensor_is_the_step_own_output_byte_for_byte(tmp_path: Path) -> N
     assert len(kept.records) == len(again.records) + 1
 
 
-def test_staged_features_train_the_suffix_bit_for_bit_as_the_whole(tmp_path: Path) -> None:
+def _int8_net() -> tuple[list[np.ndarray], TrainingGraph, list[tuple[np.ndarray, np.ndarray]]]:
+    """A frozen conv prefix in static int8 (test_static_int8's net, rewritten and calibrated), staged int8."""
+    from poet.graph.tracer import trace
+    from poet.plan.transform.static_int8 import rewrite
+    from test_static_int8 import _model_weights, _net
+
+    m = _net()
+    g = trace(m, "net", (1, 8, 8), 5, 2, train="last:1")
+    prefix = rewrite(g)
+    assert prefix is not None
+    rng = np.random.default_rng(4)
+    data = [(rng.standard_normal((2, 64)).astype(np.float32), rng.integers(0, 5, 2).astype(np.int32))
+            for _ in range(3)]
+    return prefix.weights(_model_weights(m), data[0][0]), prefix.graph, data
+
+
+def _case(name: str) -> tuple[list[np.ndarray], TrainingGraph, list[tuple[np.ndarray, np.ndarray]], int]:
+    """Weights, graph, three batches and the cut kept: mlp-digits' last fp32 cut, or the int8 net's last int8
+    one (its suffix stages int8 at the cut's scale)."""
+    if name == "fp32":
+        w0, g = _whole()
+        return w0, g, _data(g, 3), cuts(g)[-1].node
+    w0, g, data = _int8_net()
+    c = [c for c in cuts(g) if c.suffix.nodes[0].attrs.get("i8")][-1]
+    return w0, g, data, c.node
+
+
+def _batch(blob_of: TrainingGraph, w: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> bytes:
+    return encode_batch(x, y, model_blob(blob_of).x_scale(w))
+
+
+@pytest.mark.parametrize("name", ["fp32", "int8"])
+def test_staged_features_train_the_suffix_bit_for_bit_as_the_whole(tmp_path: Path, name: str) -> None:
     """Epoch 1 keeps each batch's features; then the suffix model, holding the whole's weights, trains a step
     on a batch staged from the cache (its samples in another order) to exactly the weights and loss the whole
-    model's step on that batch gives."""
-    w0, g = _whole()
-    c = cuts(g)[-1]
+    model's step on that batch gives. fp32 features, and int8 ones staged at the kept layer's scale."""
+    w0, g, data, node = _case(name)
+    c = next(c for c in cuts(g) if c.node == node)
     s = suffix_of(g, c.node)
+    assert bool(s.nodes[0].attrs.get("i8")) == (name == "int8")
     at = _cache_at(g, s)
-    data = _data(g, 3)
-    order = np.array([2, 0, 3, 1])
+    order = np.arange(g.batch)[::-1].copy()
     x, y = data[0]
     with native_link(tmp_path) as link:
         # the reference: the whole model's steps, then the first batch again, reordered
         _load(link, g, w0)
         for xb, yb in [*data, (x[order], y[order])]:
-            link.upload(BATCH, encode_batch(xb, yb))
+            link.upload(BATCH, _batch(g, w0, xb, yb))
             ref_loss = link.step(LR).loss
         ref = _params(link, g)
         # epoch 1 with the cache: every step keeps its batch's features
         _load(link, g, w0)
         for k, (xb, yb) in enumerate(data):
-            link.upload(BATCH, encode_batch(xb, yb))
+            link.upload(BATCH, _batch(g, w0, xb, yb))
             link.keep_features(c.node, at + k * c.batch_bytes)
             link.step(LR)
         now = _params(link, g)
         # epoch 2: the suffix, its weights the whole's now, its batch from the cache
-        _load(link, s, [now[name] for name, _ in s.params])
+        _load(link, s, [now[p] for p, _ in s.params])
         link.stage_features([at + int(r) * c.sample_bytes for r in order], [int(v) for v in y[order]])
         got = link.step(LR)
         after = _params(link, s)
@@ -134,10 +166,10 @@ def test_staged_features_train_the_suffix_bit_for_bit_as_the_whole(tmp_path: Pat
     assert got.records[0].bytes == c.batch_bytes
     assert [r.kind for r in got.records].count("cache_read") == 1
     assert struct.pack("<f", got.loss) == struct.pack("<f", ref_loss)
-    trained = [name for name, _ in s.params if name not in set(s.frozen)]
+    trained = [p for p, _ in s.params if p not in set(s.frozen)]
     assert trained
-    for name in trained:
-        assert np.array_equal(after[name], ref[name]), name
+    for p in trained:
+        assert np.array_equal(after[p], ref[p]), p
 
 
 def test_a_staged_batch_stays_the_batch_and_a_batch_upload_replaces_it(tmp_path: Path) -> None:
@@ -157,7 +189,9 @@ def test_a_staged_batch_stays_the_batch_and_a_batch_upload_replaces_it(tmp_path:
         with pytest.raises(DeviceError) as e:
             link.step(LR)  # the suffix has no batch yet
         assert e.value.name == "ORDER"
+        link.part = 32  # three samples a request (a lossy line's frames): the batch in two
         link.stage_features([at + r * c.sample_bytes for r in range(g.batch)], [int(v) for v in y])
+        link.part = 1000
         first = link.step(LR)
         second = link.step(LR)
         assert "cache_read" not in [r.kind for r in second.records]
