@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs_tools
+from conftest import needs_qemu, needs_tools
 from fwhelpers import native_link
 from poet.device.framing import encode_frame
 from poet.device.link import Link
@@ -131,11 +131,10 @@ def _batch(blob_of: TrainingGraph, w: list[np.ndarray], x: np.ndarray, y: np.nda
     return encode_batch(x, y, model_blob(blob_of).x_scale(w))
 
 
-@pytest.mark.parametrize("name", ["fp32", "int8"])
-def test_staged_features_train_the_suffix_bit_for_bit_as_the_whole(tmp_path: Path, name: str) -> None:
+def _cached_against_whole(link: Link, name: str) -> None:
     """Epoch 1 keeps each batch's features; then the suffix model, holding the whole's weights, trains a step
     on a batch staged from the cache (its samples in another order) to exactly the weights and loss the whole
-    model's step on that batch gives. fp32 features, and int8 ones staged at the kept layer's scale."""
+    model's step on that batch gives."""
     w0, g, data, node = _case(name)
     c = next(c for c in cuts(g) if c.node == node)
     s = suffix_of(g, c.node)
@@ -143,25 +142,24 @@ def test_staged_features_train_the_suffix_bit_for_bit_as_the_whole(tmp_path: Pat
     at = _cache_at(g, s)
     order = np.arange(g.batch)[::-1].copy()
     x, y = data[0]
-    with native_link(tmp_path) as link:
-        # the reference: the whole model's steps, then the first batch again, reordered
-        _load(link, g, w0)
-        for xb, yb in [*data, (x[order], y[order])]:
-            link.upload(BATCH, _batch(g, w0, xb, yb))
-            ref_loss = link.step(LR).loss
-        ref = _params(link, g)
-        # epoch 1 with the cache: every step keeps its batch's features
-        _load(link, g, w0)
-        for k, (xb, yb) in enumerate(data):
-            link.upload(BATCH, _batch(g, w0, xb, yb))
-            link.keep_features(c.node, at + k * c.batch_bytes)
-            link.step(LR)
-        now = _params(link, g)
-        # epoch 2: the suffix, its weights the whole's now, its batch from the cache
-        _load(link, s, [now[p] for p, _ in s.params])
-        link.stage_features([at + int(r) * c.sample_bytes for r in order], [int(v) for v in y[order]])
-        got = link.step(LR)
-        after = _params(link, s)
+    # the reference: the whole model's steps, then the first batch again, reordered
+    _load(link, g, w0)
+    for xb, yb in [*data, (x[order], y[order])]:
+        link.upload(BATCH, _batch(g, w0, xb, yb))
+        ref_loss = link.step(LR).loss
+    ref = _params(link, g)
+    # epoch 1 with the cache: every step keeps its batch's features
+    _load(link, g, w0)
+    for k, (xb, yb) in enumerate(data):
+        link.upload(BATCH, _batch(g, w0, xb, yb))
+        link.keep_features(c.node, at + k * c.batch_bytes)
+        link.step(LR)
+    now = _params(link, g)
+    # epoch 2: the suffix, its weights the whole's now, its batch from the cache
+    _load(link, s, [now[p] for p, _ in s.params])
+    link.stage_features([at + int(r) * c.sample_bytes for r in order], [int(v) for v in y[order]])
+    got = link.step(LR)
+    after = _params(link, s)
     assert got.records[0].kind == "cache_read" and got.records[0].node == 0
     assert got.records[0].bytes == c.batch_bytes
     assert [r.kind for r in got.records].count("cache_read") == 1
@@ -170,6 +168,24 @@ def test_staged_features_train_the_suffix_bit_for_bit_as_the_whole(tmp_path: Pat
     assert trained
     for p in trained:
         assert np.array_equal(after[p], ref[p]), p
+
+
+@pytest.mark.parametrize("name", ["fp32", "int8"])
+def test_staged_features_train_the_suffix_bit_for_bit_as_the_whole(tmp_path: Path, name: str) -> None:
+    """_cached_against_whole on the native runtime: fp32 features, and int8 ones staged at the kept layer's
+    scale."""
+    with native_link(tmp_path) as link:
+        _cached_against_whole(link, name)
+
+
+@needs_qemu
+def test_the_emulated_nrf52840_keeps_and_stages_features(tmp_path: Path) -> None:
+    """The same on the emulated nRF52840 (QEMU, its card a file reached by semihosting)."""
+    from poet.boards import load_board
+    from poet.device.connect import open_device
+
+    with open_device(load_board("nrf52840"), None, workdir=tmp_path, quiet=True) as dev:
+        _cached_against_whole(dev.link, "fp32")
 
 
 def test_a_staged_batch_stays_the_batch_and_a_batch_upload_replaces_it(tmp_path: Path) -> None:
