@@ -41,7 +41,7 @@ from poet.plan.types import CostedGraph, CostedNode
 pytestmark = needs_qemu
 STEPS = 3
 MODULES = ("fc1", "relu1", "fc2", "relu2", "fc3", "relu3", "fc4", "loss", "optimizer", "input")
-KIND_ROWS = ("forward", "backward", "recompute", "page_in", "page_out", "optimizer", "overhead")
+KIND_ROWS = ("forward", "backward", "recompute", "page_in", "page_out", "cache", "optimizer", "overhead")
 
 
 def flop_costed(g: TrainingGraph, board: Board) -> CostedGraph:

@@ -398,7 +398,7 @@ def test_sweep_bad_input(args, words):
 
 @pytest.fixture
 def pty_board():
-    """A pty whose far end answers HELLO as a board speaking protocol 4 (a newer firmware than this poet)."""
+    """A pty whose far end answers HELLO as a board speaking protocol 5 (a newer firmware than this poet)."""
     import os
     import select
     import struct
@@ -421,7 +421,7 @@ def pty_board():
                 return
             for msg_type, seq, _ in reader.feed(data):
                 if msg_type == HELLO:
-                    hello = struct.pack("<HBBIIII", 4, 3, 0, 1000, 262144, 200000, 1 << 20)
+                    hello = struct.pack("<HBBIIII", 5, 3, 0, 1000, 262144, 200000, 1 << 20)
                     hello += b"nrf52840".ljust(16, b"\0") + bytes(5)
                     os.write(master, encode_frame(HELLO_REPLY, seq, hello))
 
@@ -453,4 +453,4 @@ def test_profile_port_another_program_holds(pty_board):
 
 def test_profile_board_with_another_protocol(pty_board):
     one_line_error(poet("profile", "--port", pty_board, "--model", "mlp-digits"), 1,
-                   f"the nrf52840 on {pty_board} speaks protocol 4, this poet speaks 3", "update poet")
+                   f"the nrf52840 on {pty_board} speaks protocol 5, this poet speaks 4", "update poet")

@@ -183,6 +183,7 @@ static void buffers(device_t *d, poet_buffers_t *buf)
     buf->stream = d->pool + d->lay.stream;
     buf->arena = d->pool + d->lay.arena;
     buf->stop_on_bad_loss = 1;
+    buf->cache = 0; /* the feature cache is the protocol's (docs/spec.md 6) */
 }
 
 static int run(device_t *d, int k, poet_step_result_t *res)

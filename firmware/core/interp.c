@@ -49,6 +49,18 @@ static float *dep_tensor(const poet_model_t *m, const poet_buffers_t *buf, const
     return poet_node_bytes(m, d) ? (float *)(void *)(buf->arena + offset[d]) : 0;
 }
 
+/* STAGE: each sample's features from the aux offset its row holds, into the row (docs/spec.md 6). */
+static int stage_features(poet_cache_t *c)
+{
+    uint16_t r;
+    for (r = 0; r < c->stage_n; r++) {
+        uint8_t *row = c->stage + (uint32_t)r * c->stage_row;
+        if (port_pager_read(poet_rd32(row), row, c->stage_row) != 0)
+            return POET_E_PAGER;
+    }
+    return POET_OK;
+}
+
 void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet_buffers_t *buf,
                       float lr, uint32_t *ticks, poet_step_result_t *res)
 {
@@ -83,6 +95,28 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
     x.upd = &upd;
 
     t_step = port_ticks();
+    if (buf->cache) {
+        buf->cache->read_done = buf->cache->read_ok = buf->cache->write_done = 0;
+        if (buf->cache->stage_n) {
+#if POET_TRACE
+            port_mark(1);
+            t0 = port_ticks();
+#endif
+            err = stage_features(buf->cache);
+            buf->cache->read_done = 1;
+            buf->cache->read_ok = err == POET_OK;
+#if POET_TRACE
+            buf->cache->read_ticks = port_ticks() - t0;
+            port_mark(0);
+            res->n_records = 1;
+#endif
+            if (err) {
+                res->status = err;
+                res->step_ticks = port_ticks() - t_step;
+                return;
+            }
+        }
+    }
     for (i = 0; i < n_instr; i++) {
         err = 0;
         const uint8_t *p = schedule + POET_SCHED_HDR + 8u * i;
@@ -135,11 +169,30 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
 #if POET_TRACE
         ticks[i] = port_ticks() - t0;
         port_mark(0); /* before the error check below, so a failed step leaves the pin low too */
-        res->n_records = (uint16_t)(i + 1u);
+        res->n_records = (uint16_t)(res->n_records + 1u);
 #endif
         if (err) {
             res->status = err == POET_E_DIVERGED ? POET_E_DIVERGED : POET_E_PAGER;
             break;
+        }
+        /* KEEP: the kept node's output, just made in its own stage, to the feature cache */
+        if (op == POET_I_COMPUTE && buf->cache && node == buf->cache->keep_node) {
+#if POET_TRACE
+            port_mark(1);
+            t0 = port_ticks();
+#endif
+            err = port_pager_write(buf->cache->keep_at, t, bytes);
+            buf->cache->write_done = 1;
+            buf->cache->write_after = i;
+#if POET_TRACE
+            buf->cache->write_ticks = port_ticks() - t0;
+            port_mark(0);
+            res->n_records = (uint16_t)(res->n_records + 1u);
+#endif
+            if (err) {
+                res->status = POET_E_PAGER;
+                break;
+            }
         }
     }
     res->step_ticks = port_ticks() - t_step;

@@ -14,8 +14,32 @@ enum {
     POET_TRACE_PAGE_IN = 3,
     POET_TRACE_PAGE_OUT = 4,
     POET_TRACE_OPTIMIZER = 5,
-    POET_TRACE_FREE = 6
+    POET_TRACE_FREE = 6,
+    POET_TRACE_CACHE_WRITE = 7, /* a KEEP: the kept node's output written to the feature cache */
+    POET_TRACE_CACHE_READ = 8   /* a STAGE: the batch's features read from the cache into the staging region */
 };
+
+#define POET_NO_KEEP 0xFFFFu
+
+/* The feature cache's work in one step (docs/spec.md 6, FEATURES), armed by the protocol: filled in
+ * before the step, its results after. */
+typedef struct {
+    /* KEEP: right after the COMPUTE of keep_node (its own stage, never a recompute) its whole
+     * output is written to aux storage at keep_at. POET_NO_KEEP: none. */
+    uint16_t keep_node;
+    uint32_t keep_at;
+    /* STAGE: before the first instruction, stage_n samples are read into the staging region
+     * `stage`, sample r's stage_row bytes into row r from the aux offset that row's first 4 bytes
+     * hold (the protocol puts it there: the row is the only RAM it needs). 0: none. */
+    uint16_t stage_n;
+    uint32_t stage_row;
+    uint8_t *stage;
+    /* results: whether each ran (its record is in the trace), whether the read succeeded, their
+     * ticks, and the instruction the write followed */
+    uint8_t read_done, read_ok, write_done;
+    uint16_t write_after;
+    uint32_t read_ticks, write_ticks;
+} poet_cache_t;
 
 typedef struct {
     uint16_t instr;
@@ -40,6 +64,7 @@ typedef struct {
     /* 1: a loss that is not finite ends the step at the loss node, POET_E_DIVERGED, before the
      * backward pass updates anything (the device API; the protocol lets the host judge). */
     int stop_on_bad_loss;
+    poet_cache_t *cache;    /* the feature cache's reads and writes this step, or NULL (none) */
 } poet_buffers_t;
 
 typedef struct {
@@ -52,7 +77,8 @@ typedef struct {
 } poet_step_result_t;
 
 /* Run one step. ticks (POET_SCHED_MAX_INSTR of them) gets each instruction's duration: the one part
- * of its trace record the schedule and the model do not already say (poet_trace_record). */
+ * of its trace record the schedule and the model do not already say (poet_trace_record). n_records
+ * counts the instructions run and the cache's records (buf->cache), which keep their own ticks. */
 void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet_buffers_t *buf,
                       float lr, uint32_t *ticks, poet_step_result_t *res);
 

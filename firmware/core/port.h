@@ -24,6 +24,10 @@ uint32_t port_tick_hz(void);
 int port_pager_open(void);
 int port_pager_write(uint32_t offset, const void *src, uint32_t n);
 int port_pager_read(uint32_t offset, void *dst, uint32_t n);
+/* The aux storage's size: the bytes the pager addresses from offset 0 (the card's or flash region's
+ * area for poet); 0xFFFFFFFF where it is a file that grows (the emulated boards' and Linux's card),
+ * bounded only by the 32-bit offsets. The protocol refuses a feature cache past it (docs/spec.md 6). */
+uint32_t port_pager_bytes(void);
 
 /* What the board is, for HELLO. */
 const char *port_board(void);

@@ -39,6 +39,11 @@ static int step_status;
 static uint16_t trace_per_frame = POET_TRACE_PER_FRAME_MAX;
 static uint32_t steps_done; /* since the weights were loaded: HELLO reports it for resynchronising */
 
+/* The feature cache (FEATURES): what the next STEP writes (KEEP) and reads (STAGE), and after it
+ * what it did, for its trace. A STAGE's offsets wait in the staging rows they fill (interp.h). */
+static poet_cache_t cache = {POET_NO_KEEP, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+static uint16_t staged; /* samples a STAGE has given so far; the batch's count arms the next STEP */
+
 /* Which blobs are loaded and valid; a new BEGIN of a blob invalidates it (and what depends on it). */
 static struct {
     uint8_t model, frozen, aux, weights, batch, schedule;
@@ -180,8 +185,11 @@ static void begin_blob(const uint8_t *p, uint16_t len)
     st.to_nv = 0;
     switch (blob) {
     case POET_BLOB_MODEL:
-        /* everything depends on the model, and its nv pages are about to be rewritten */
+        /* everything depends on the model, and its nv pages are about to be rewritten; the feature
+         * cache on aux storage stays, but nothing is armed for a model that is going */
         st.model = st.frozen = st.aux = st.weights = st.batch = st.schedule = 0;
+        cache.keep_node = POET_NO_KEEP;
+        staged = 0;
         st.to_nv = 1;
         st.nv_at = 0;
         cap = port_nv_bytes();
@@ -227,6 +235,7 @@ static void begin_blob(const uint8_t *p, uint16_t len)
             cap = opt_bytes();
         } else {
             st.batch = 0;
+            staged = 0; /* a batch uploaded replaces a STAGE given for the next step */
             st.dst = pool_batch();
             cap = batch_bytes();
         }
@@ -439,6 +448,31 @@ static void done(int status, const poet_step_result_t *r)
     send(POET_MSG_DONE, p, 20);
 }
 
+/* Record r of the last step, in the order things happened: a STAGE's read first, a KEEP's write right
+ * after the compute it follows, each instruction's record in between; instr is the record's index. */
+static void step_record(uint32_t r, poet_trace_t *t)
+{
+    uint32_t i = r - cache.read_done;
+    if (cache.read_done && r == 0) {
+        t->node = 0;
+        while (t->node + 1u < model.n_nodes && poet_node_kind(&model, t->node) != POET_KIND_INPUT)
+            t->node++;
+        t->kind = POET_TRACE_CACHE_READ;
+        t->ticks = cache.read_ticks;
+        t->bytes = model.x_bytes;
+    } else if (cache.write_done && i == cache.write_after + 1u) {
+        /* the kept node's: the compute it follows */
+        poet_trace_record(&model, schedule_blob, cache.write_after, cache.write_ticks, t);
+        t->kind = POET_TRACE_CACHE_WRITE;
+    } else {
+        if (cache.write_done && i > cache.write_after)
+            i--;
+        poet_trace_record(&model, schedule_blob, (uint16_t)i, trace_ticks[i], t);
+    }
+    t->op = poet_node_op(&model, t->node);
+    t->instr = (uint16_t)r;
+}
+
 /* The step's trace (trace_per_frame records per frame, as the host asked) and DONE; sent again,
  * unchanged, when the STEP is retransmitted. */
 static void send_step_result(void)
@@ -451,7 +485,7 @@ static void send_step_result(void)
             /* the model and schedule the step ran with: any upload in between would have been the
              * last request, so a STEP after it is a new step, not a retransmission replayed here */
             poet_trace_t rec, *t = &rec;
-            poet_trace_record(&model, schedule_blob, (uint16_t)(i + k), trace_ticks[i + k], t);
+            step_record(i + k, t);
             poet_wr16(q, t->instr);
             poet_wr16(q + 2, t->node);
             q[4] = t->kind;
@@ -477,17 +511,24 @@ static void step(const uint8_t *p, uint16_t len)
     poet_buffers_t buf;
     uint32_t bits;
     float lr;
+    int stage;
 
     if (len != 6 || poet_rd16(p + 4) == 0 || poet_rd16(p + 4) > POET_TRACE_PER_FRAME_MAX) {
         step_fail(POET_E_FRAME);
         return;
     }
-    if (!st.model || !st.frozen || !st.aux || !st.weights || !st.batch) {
+    stage = st.model && staged == model.batch;
+    if (!st.model || !st.frozen || !st.aux || !st.weights || !(st.batch || stage)) {
         step_fail(POET_E_LINK_ORDER);
         return;
     }
     if (!st.schedule) {
         step_fail(POET_E_NO_SCHEDULE);
+        return;
+    }
+    /* the cache's records follow the instructions' in the trace, whose count is a u16 */
+    if ((uint32_t)poet_sched_n_instr(schedule_blob) + stage + (cache.keep_node != POET_NO_KEEP) > 0xFFFFu) {
+        step_fail(POET_E_TOO_BIG);
         return;
     }
     trace_per_frame = poet_rd16(p + 4);
@@ -503,6 +544,10 @@ static void step(const uint8_t *p, uint16_t len)
     buf.stream = port_pool() + lay.stream;
     buf.arena = pool_arena();
     buf.stop_on_bad_loss = 0; /* the host judges a step's loss */
+    cache.stage_n = stage ? model.batch : 0;
+    cache.stage_row = model.x_bytes / model.batch;
+    cache.stage = pool_batch();
+    buf.cache = &cache;
     if (port_pager_open() != 0) {
         step_fail(POET_E_PAGER);
         return;
@@ -510,6 +555,12 @@ static void step(const uint8_t *p, uint16_t len)
     /* Accepted: the host now knows the step runs and waits for it rather than retransmitting. */
     ack(POET_OK, 0);
     poet_interp_step(&model, schedule_blob, &buf, lr, trace_ticks, &step_res);
+    /* each arms one step; the staged features are then the batch, as an uploaded one is */
+    cache.keep_node = POET_NO_KEEP;
+    if (stage) {
+        staged = 0;
+        st.batch = cache.read_ok;
+    }
     step_status = step_res.status;
     steps_done++;
     /* Trace after the step, so sending it never perturbs the measured ticks. */
@@ -579,6 +630,98 @@ static void verify(const uint8_t *p, uint16_t len)
     ack(st.aux ? POET_OK : POET_E_RANGE, crc);
 }
 
+/* The first aux byte a feature cache may use: past the swap area and the aux weights of the model
+ * loaded (the host keeps it past every model's it uploads, so a new model never overwrites it). */
+static uint32_t cache_from(void) { return model.aux_at + aux_bytes(); }
+
+/* RANGE's detail for n cache bytes at off, or POET_OK when they fit the aux storage past cache_from. */
+static int cache_fits(uint32_t off, uint32_t n, uint32_t *detail)
+{
+    if (off < cache_from()) {
+        *detail = cache_from();
+        return POET_E_RANGE;
+    }
+    if ((uint64_t)off + n > port_pager_bytes()) {
+        *detail = port_pager_bytes();
+        return POET_E_RANGE;
+    }
+    return POET_OK;
+}
+
+/* FEATURES: arm the next STEP to write a node's output to the feature cache (KEEP), or to read its
+ * batch from it (STAGE, in one or more requests of consecutive samples). Everything is checked
+ * before anything changes: a refused request leaves what was uploaded or armed as it was. */
+static void features(const uint8_t *p, uint16_t len)
+{
+    uint32_t detail = POET_NO_DETAIL, row, i, n, first;
+    int status;
+    if (len < 1u || (p[0] == POET_FEATURES_KEEP && len != 7u) ||
+        (p[0] == POET_FEATURES_STAGE && (len < 5u || (len - 5u) % 8u != 0))) {
+        ack(POET_E_FRAME, POET_NO_DETAIL);
+        return;
+    }
+    if (p[0] != POET_FEATURES_KEEP && p[0] != POET_FEATURES_STAGE) {
+        ack(POET_E_UNKNOWN_MSG, p[0]);
+        return;
+    }
+    if (!st.model) {
+        ack(POET_E_LINK_ORDER, POET_NO_DETAIL);
+        return;
+    }
+    if (p[0] == POET_FEATURES_KEEP) {
+        uint16_t node = poet_rd16(p + 1);
+        if (node >= model.n_nodes || poet_node_kind(&model, node) != POET_KIND_FORWARD ||
+            poet_arena_bytes(&model, node) == 0) {
+            ack(POET_E_RANGE, node);
+            return;
+        }
+        status = cache_fits(poet_rd32(p + 3), poet_node_bytes(&model, node), &detail);
+        if (status == POET_OK) {
+            cache.keep_node = node;
+            cache.keep_at = poet_rd32(p + 3);
+        }
+        ack(status, status == POET_OK ? 0u : detail);
+        return;
+    }
+    /* STAGE: u16 count (the batch), u16 first sample, then (u32 offset, i32 label) per sample */
+    first = poet_rd16(p + 3);
+    n = (len - 5u) / 8u;
+    row = model.x_bytes / model.batch;
+    if (poet_rd16(p + 1) != model.batch || model.x_bytes % model.batch != 0 || row < 4u) {
+        ack(POET_E_RANGE, model.batch); /* a row holds its offset until the step reads it (interp.h) */
+        return;
+    }
+    if (first > staged) { /* consecutive, as CHUNKs: a repeat may cover samples already given */
+        ack(POET_E_LINK_ORDER, staged);
+        return;
+    }
+    if (n > model.batch - first) {
+        ack(POET_E_RANGE, model.batch);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        int32_t label = (int32_t)poet_rd32(p + 9 + 8u * i);
+        if (label < 0 || (uint32_t)label >= model.min_classes ||
+            cache_fits(poet_rd32(p + 5 + 8u * i), row, &detail) != POET_OK) {
+            ack(POET_E_RANGE, first + i);
+            return;
+        }
+    }
+    if (first == 0) {
+        /* the staging region is the next step's batch from now on; its int8 padding is zeros */
+        st.batch = 0;
+        staged = 0;
+        memset(pool_batch() + model.x_bytes, 0, labels_at() - model.x_bytes);
+    }
+    for (i = 0; i < n; i++) {
+        poet_wr32(pool_batch() + (first + i) * row, poet_rd32(p + 5 + 8u * i));
+        memcpy(pool_batch() + labels_at() + 4u * (first + i), p + 9 + 8u * i, 4);
+    }
+    if (first + n > staged)
+        staged = (uint16_t)(first + n);
+    ack(POET_OK, 0);
+}
+
 void poet_handle_frame(uint8_t type, uint8_t seq, const uint8_t *payload, uint16_t len)
 {
     cur_seq = seq;
@@ -607,6 +750,7 @@ void poet_handle_frame(uint8_t type, uint8_t seq, const uint8_t *payload, uint16
     case POET_MSG_STEP: step(payload, len); break;
     case POET_MSG_READ: read_blob(payload, len); break;
     case POET_MSG_VERIFY: verify(payload, len); break;
+    case POET_MSG_FEATURES: features(payload, len); break;
     default: ack(POET_E_UNKNOWN_MSG, type); break;
     }
 }

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#define POET_PROTO 3
+#define POET_PROTO 4
 #define POET_FW_MAJOR 2
 #define POET_FW_MINOR 2
 
@@ -22,6 +22,7 @@ enum {
     POET_MSG_STEP = 0x05,
     POET_MSG_READ = 0x06,
     POET_MSG_VERIFY = 0x07, /* the aux weights already on aux storage: CRC-32 them (docs/spec.md 6) */
+    POET_MSG_FEATURES = 0x08, /* the feature cache: KEEP a node's output, or STAGE a batch from it */
     POET_MSG_ACK = 0x80,
     POET_MSG_HELLO_REPLY = 0x81,
     POET_MSG_DATA = 0x84,
@@ -39,6 +40,9 @@ enum {
     POET_BLOB_FROZEN = 6,  /* the frozen parameters: nv storage, after the model (POET_NV_PAGE-aligned) */
     POET_BLOB_AUX = 7      /* the frozen parameters on aux storage (POET_PARAM_AUX): the pager, past the swap area */
 };
+
+/* FEATURES modes (docs/spec.md 6) */
+enum { POET_FEATURES_KEEP = 1, POET_FEATURES_STAGE = 2 };
 
 /* The alignment of each upload into nv storage: a multiple of every port's flash erase unit
  * (nRF52840 page 4 KiB, SAMD21 row 256 B, ESP32-C3 sector 4 KiB), so re-uploading one blob never

@@ -119,6 +119,9 @@ void port_mark(int running)
  * clipping, so an access outside it is reported, not hidden. */
 int port_pager_open(void) { return 0; }
 
+/* The harness's aux storage is its swap buffer: a feature cache the protocol accepts lies inside it. */
+uint32_t port_pager_bytes(void) { return swap ? swap_len : 0u; }
+
 int port_pager_write(uint32_t offset, const void *src, uint32_t n)
 {
     if (!swap)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import fwhelpers  # noqa: E402
 from poet.boards import load_board  # noqa: E402
-from poet.device.protocol import AUX, BATCH, FROZEN, MODEL, SCHEDULE, VERIFY, WEIGHTS  # noqa: E402
+from poet.device.protocol import AUX, BATCH, FEATURES, FROZEN, KEEP, MODEL, SCHEDULE, STAGE, VERIFY, WEIGHTS  # noqa: E402
 from poet.graph.tracer import trace  # noqa: E402
 from poet.graph.training_graph import TrainingGraph, with_optimizer  # noqa: E402
 from poet.models.zoo import get_model  # noqa: E402
@@ -221,6 +221,23 @@ def session(blob: ModelBlob, sched: Schedule, seed: int, token_vocab: int = 0) -
     return reqs
 
 
+def features_session(blob: ModelBlob, sched: Schedule, seed: int) -> list[tuple[int, bytes]]:
+    """A session with the feature cache (FEATURES): a step keeping the first forward tensor past the swap
+    area and aux weights, a batch staged from it in two requests (and one refused label), and its step."""
+    reqs = session(blob, sched, seed)[:-1]  # the steps run; the READ after them dropped
+    node = next(i for i, n in enumerate(blob.nodes) if n.kind == fwhelpers.KIND_FORWARD and n.arena_bytes)
+    at = -(-(blob.aux_at + blob.aux_bytes) // 512) * 512
+    row = blob.nodes[0].bytes // blob.batch
+    reqs += [(FEATURES, struct.pack("<BHI", KEEP, node, at)), (STEP, struct.pack("<fH", 0.05, 60))]
+    entries = [struct.pack("<Ii", at + r * row, 0) for r in range(blob.batch)]
+    half = blob.batch // 2
+    reqs += [(FEATURES, struct.pack("<BHH", STAGE, blob.batch, 0) + b"".join(entries[:half])),
+             (FEATURES, struct.pack("<BHH", STAGE, blob.batch, half) + struct.pack("<Ii", at, 1 << 20)),
+             (FEATURES, struct.pack("<BHH", STAGE, blob.batch, half) + b"".join(entries[half:])),
+             (STEP, struct.pack("<fH", 0.05, 7))]
+    return reqs
+
+
 def write(dirname: str, data: bytes) -> None:
     d = HERE / "corpus" / dirname
     d.mkdir(parents=True, exist_ok=True)
@@ -303,6 +320,9 @@ def main() -> None:
                 continue
             write("protocol", b"\x00" + frame_records(reqs))
             write("protocol", b"\x01" + raw_frames(reqs))
+    features = features_session(mlp.blob, fwhelpers.keep_all(mlp.blob), seed=1)
+    write("protocol", b"\x00" + frame_records(features))
+    write("protocol", b"\x01" + raw_frames(features))
     print(f"seeds in {HERE / 'corpus'}, models in {HERE / 'seed_models.h'}")
 
 

@@ -160,6 +160,9 @@ int port_pager_open(void)
     return swap ? 0 : -1;
 }
 
+/* a file: it grows as it is written, to what 32-bit offsets address */
+uint32_t port_pager_bytes(void) { return 0xFFFFFFFFu; }
+
 int port_pager_write(uint32_t offset, const void *src, uint32_t n)
 {
     if (port_pager_open() || fseek(swap, (long)offset, SEEK_SET) || fwrite(src, 1, n, swap) != n)

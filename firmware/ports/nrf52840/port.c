@@ -589,6 +589,8 @@ int port_pager_open(void)
     return 0;
 }
 
+uint32_t port_pager_bytes(void) { return QSPI_SWAP_BYTES; }
+
 int port_pager_write(uint32_t offset, const void *src, uint32_t n)
 {
     return flash_ready && nor_pager_write(&nor, offset, src, n) == NOR_OK ? 0 : -1;

@@ -29,6 +29,12 @@ int port_pager_open(void)
     return sd_init(&card, &port_sd_ops, SD_FIRST_SECTOR, SD_SECTORS) ? -1 : 0;
 }
 
+uint32_t port_pager_bytes(void)
+{
+    uint64_t n = (uint64_t)SD_SECTORS * 512u;
+    return n > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)n;
+}
+
 int port_pager_write(uint32_t offset, const void *src, uint32_t n)
 {
     return sd_pager_write(&card, offset, src, n) ? -1 : 0;

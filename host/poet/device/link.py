@@ -38,9 +38,11 @@ from poet.device.protocol import (
     DATA,
     DONE,
     END_BLOB,
+    FEATURES,
     FROZEN,
     HELLO,
     HELLO_REPLY,
+    KEEP,
     LINK_MEANINGS,
     LOADED_BITS,
     MODEL,
@@ -51,6 +53,7 @@ from poet.device.protocol import (
     PAGER_FAILED,
     PROTO,
     READ,
+    STAGE,
     STEP,
     TRACE,
     TRACE_KINDS,
@@ -476,6 +479,34 @@ class Link:
         out = self._exchange(STEP, request, "the STEP's TRACE/DONE", handle, work_s)
         assert isinstance(out, StepResult)
         return out
+
+    def keep_features(self, node: int, offset: int) -> None:
+        """Arm the next STEP to write node's output (the batch's, its arena bytes) to the board's aux storage
+        at `offset`, right after the step computes it (FEATURES KEEP, docs/spec.md section 6). The offset
+        must lie past the swap area and aux weights of every model the cache is to outlive."""
+        self._ack(FEATURES, struct.pack("<BHI", KEEP, node, offset), f"keeping node {node}'s features at {offset}")
+
+    def stage_features(self, offsets: Sequence[int], labels: Sequence[int]) -> None:
+        """Arm the next STEP to read its batch from the feature cache: sample r's features from aux offset
+        offsets[r] into row r of the staging region, with label labels[r] (FEATURES STAGE, in as many
+        requests as the frame size needs; the board refuses a count other than the model's batch)."""
+        if len(offsets) != len(labels):
+            raise ValueError(f"{len(offsets)} offsets for {len(labels)} labels")
+        count = len(offsets)
+        first = 0
+        while True:
+            sent = [0]
+
+            def request(first: int = first, sent: list[int] = sent) -> bytes:
+                n = min(count - first, max(1, (self.part - 5) // 8))
+                sent[0] = n
+                return struct.pack("<BHH", STAGE, count, first) + b"".join(
+                    struct.pack("<Ii", offsets[i], labels[i]) for i in range(first, first + n))
+
+            self._ack(FEATURES, request, f"staging samples {first}.. of the batch from the feature cache")
+            first += sent[0]
+            if first >= count:
+                return
 
     def read_weights(self, n_bytes: int) -> bytes:
         return self.read_blob(WEIGHTS, n_bytes)

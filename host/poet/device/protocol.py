@@ -23,11 +23,12 @@ BLOB_NAMES = {MODEL: "model", WEIGHTS: "weights", SCHEDULE: "schedule", BATCH: "
 # HELLO's loaded flags, bit by bit
 LOADED_BITS = ("model", "weights", "batch", "schedule", "frozen weights", "aux weights")
 
-PROTO = 3  # the protocol this host speaks; HELLO's first field is the board's
+PROTO = 4  # the protocol this host speaks; HELLO's first field is the board's
 TRACE_RECORD_BYTES = 16
 TRACE_PER_FRAME_MAX = 60
 
-HELLO, BEGIN_BLOB, CHUNK, END_BLOB, STEP, READ, VERIFY = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07
+HELLO, BEGIN_BLOB, CHUNK, END_BLOB, STEP, READ, VERIFY, FEATURES = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08
+KEEP, STAGE = 1, 2  # FEATURES' modes: write a node's output to the feature cache, or stage a batch from it
 PAGER_FAILED, OUT_OF_RANGE = 38, 39  # LINK_ERRORS' PAGER and RANGE
 ACK, HELLO_REPLY, DATA, DONE, TRACE, NAK = 0x80, 0x81, 0x84, 0x85, 0x86, 0x8F
 
@@ -37,7 +38,9 @@ LINK_ERRORS: dict[int, str] = {
 }
 STATUS_NAMES: dict[int, str] = {0: "OK", **SCHEDULE_ERRORS, **LINK_ERRORS}
 
-TRACE_KINDS = ("forward", "backward", "recompute", "page_in", "page_out", "optimizer", "free")
+TRACE_KINDS = ("forward", "backward", "recompute", "page_in", "page_out", "optimizer", "free", "cache_write",
+               "cache_read")
+CACHE_KINDS = ("cache_write", "cache_read")  # the feature cache's records (FEATURES), priced as paging is
 
 
 class DeviceError(PoetError):

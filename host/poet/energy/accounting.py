@@ -7,6 +7,9 @@ Charging rules (docs/energy.md states them for users):
   forward, backward, optimizer for the plan's computes; `recompute` is charged to the
   tensor that was recomputed, `page_in` / `page_out` to the tensor that was paged:
   what rematerialization and paging cost shows up on the tensor that caused it.
+- The feature cache's records (`cache_write`, a kept tensor written to the board's storage in epoch 1;
+  `cache_read`, a batch's features read back from it later) are kind `cache`, charged to the kept
+  tensor and to the input, and priced with the storage model as paging is.
 - A `free` record is runtime bookkeeping: kind `overhead`, charged to the freed tensor.
 - What no record covers, `step_ticks` minus the sum of the step's record ticks
   (interpreter dispatch and timer reads between records), is kind `overhead`,
@@ -51,8 +54,11 @@ from poet.boards import Board
 from poet.energy.tracefile import Trace, same_graph
 from poet.errors import PoetError
 
-KINDS = ("forward", "backward", "recompute", "page_in", "page_out", "optimizer", "overhead")
+KINDS = ("forward", "backward", "recompute", "page_in", "page_out", "cache", "optimizer", "overhead")
 PAGING = ("page_in", "page_out")
+CACHE = ("cache_write", "cache_read")  # the feature cache's record kinds (device.protocol.CACHE_KINDS): kind "cache"
+# the records the storage model prices, and which way each moves the bytes
+STORAGE = {"page_in": "in", "page_out": "out", "cache_read": "in", "cache_write": "out"}
 RUNTIME = "(runtime)"  # module and tensor of the time between records
 OVERHEAD_RECORD = -1  # energy_of's record index for the part of a step no record covers
 
@@ -136,10 +142,11 @@ def charges(trace: Trace, board: Board, energy_of: EnergyOf | None = None) -> li
         for i, (_instr, node, kind, _op, ticks, nbytes) in enumerate(st["records"]):
             covered += ticks
             n = trace.nodes[node]
-            if kind in PAGING and (energy_of is None or trace.provenance == "emulated"):
+            if kind in STORAGE and (energy_of is None or trace.provenance == "emulated"):
                 # emulated paging takes no virtual time (semihosting): its time is the storage model's,
-                # measured or not (meters.measure places an emulated trace's records the same way)
-                t, e = board.page_cost(nbytes, "in" if kind == "page_in" else "out")
+                # measured or not (meters.measure places an emulated trace's records the same way); the
+                # feature cache's reads and writes are the same storage's
+                t, e = board.page_cost(nbytes, STORAGE[kind])
             else:
                 t = board.compute_time_s(ticks, trace.tick_hz)
                 e = board.compute_energy_j(t)
@@ -147,8 +154,8 @@ def charges(trace: Trace, board: Board, energy_of: EnergyOf | None = None) -> li
                     t, e = _with_sd_reads(board, sd[node], t, e, trace.provenance == "emulated")
             if energy_of is not None:
                 e = _measured(energy_of, k, i, f"record {i} ({kind} {n['name']})")
-            out.append(Charge(k, i, n["name"], n["module"], "overhead" if kind == "free" else kind, t, e,
-                              nbytes, clock))
+            charged = "overhead" if kind == "free" else "cache" if kind in CACHE else kind
+            out.append(Charge(k, i, n["name"], n["module"], charged, t, e, nbytes, clock))
             clock += t
         rest = st["step_ticks"] - covered
         if rest < 0:  # Trace.check refuses this; an account is never built on it

@@ -55,8 +55,9 @@ def header(acct: Account, trace: Trace, board: Board, measured: Measured | None 
         f"  recompute {pct(acct.by_kind['recompute'][0], acct.total_j).strip()}, paging "
         f"{pct(acct.by_kind['page_in'][0] + acct.by_kind['page_out'][0], acct.total_j).strip()} "
         f"(page-in {pct(acct.by_kind['page_in'][0], acct.total_j).strip()}, page-out "
-        f"{pct(acct.by_kind['page_out'][0], acct.total_j).strip()}), runtime overhead "
-        f"{pct(acct.by_kind['overhead'][0], acct.total_j).strip()} of the energy",
+        f"{pct(acct.by_kind['page_out'][0], acct.total_j).strip()}), "
+        + (f"feature cache {pct(acct.by_kind['cache'][0], acct.total_j).strip()}, " if acct.by_kind['cache'][0] else "")
+        + f"runtime overhead {pct(acct.by_kind['overhead'][0], acct.total_j).strip()} of the energy",
         *precision_lines(acct, trace),
         *sd_lines(acct, trace, board),
     ]
@@ -303,7 +304,7 @@ def box_label(b: Box) -> str:
 # ---------------------------------------------------------------- plots (--plot)
 
 KIND_COLORS = {"forward": "#4c72b0", "backward": "#55a868", "recompute": "#c44e52", "page_in": "#8172b2",
-               "page_out": "#ccb974", "optimizer": "#64b5cd", "overhead": "#999999"}
+               "page_out": "#ccb974", "cache": "#dd8452", "optimizer": "#64b5cd", "overhead": "#999999"}
 
 
 def _icicle(ax: Any, root: Box, total: float, depth: int | None) -> None:

@@ -61,6 +61,10 @@ PROVENANCES = ("emulated", "measured")
 _COMPUTE_KIND = {"input": "forward", "forward": "forward", "loss": "forward", "backward": "backward",
                  "optimizer": "optimizer"}
 _MOVES = ("page_in", "page_out", "free")
+# the feature cache's records (docs/spec.md 6, FEATURES): a kept forward tensor written after its compute, the
+# batch's features read into the staging region (the input's record) before the first instruction; no
+# schedule instruction makes them
+_CACHE = {"cache_write": ("forward",), "cache_read": ("input",)}
 _OP_KIND = {RECOMPUTE: "recompute", PAGE_IN: "page_in", PAGE_OUT: "page_out", FREE: "free"}
 
 
@@ -152,7 +156,7 @@ class Trace:
             if not isinstance(recs, list) or "step_ticks" not in st:
                 raise bad(f"step {k} has no records or step_ticks: the trace is damaged")
             _check_step(k, st, bad)
-            seq = [self._record(k, i, r, bad) for i, r in enumerate(recs)]
+            seq = [rec for rec in (self._record(k, i, r, bad) for i, r in enumerate(recs)) if rec[1] not in _CACHE]
             ref = expect if expect is not None else first
             if ref is not None and len(seq) != len(ref):
                 what = "the schedule beside it has" if expect is not None else "step 0 has"
@@ -210,7 +214,11 @@ class Trace:
             raise bad(f"step {k} record {i} names node {_shown(node)}, the trace's graph has {len(self.nodes)}: "
                       f"a trace from another graph")
         n = self.nodes[node]
-        if kind not in _MOVES and kind != "recompute" and kind != _COMPUTE_KIND.get(n["kind"]):
+        if kind in _CACHE:
+            if n["kind"] not in _CACHE[kind]:
+                raise bad(f"step {k} record {i} is a {kind} record of {n['name']} (a {n['kind']} node): the feature "
+                          f"cache writes forward tensors and reads the input")
+        elif kind not in _MOVES and kind != "recompute" and kind != _COMPUTE_KIND.get(n["kind"]):
             raise bad(f"step {k} record {i} is a {_shown(kind)} record of {n['name']} (a {n['kind']} node): "
                       f"a trace from another graph, or an unknown kind")
         if kind == "recompute" and n["kind"] not in ("forward", "loss"):
