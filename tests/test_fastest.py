@@ -18,7 +18,6 @@ from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.fastest import least_time_walk, timed
 from poet.plan.strategies.poet_milp import solve_poet
 from poet.plan.strategies.poet_milp_model import lower_bound_bytes
-from poet.plan.strategies.relaxed import Rows
 from poet.plan.types import POET, REFERENCE, Plan
 from test_planner import chain
 from test_race import raced
@@ -128,10 +127,12 @@ def test_with_no_time_left_after_it_the_second_core_says_its_plan_is_the_least_t
 
 
 @pytest.mark.slow
-def test_mobilenet_v1_at_a_quarter_of_keep_everything_on_the_nrf52840_has_a_plan_from_the_walk(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """MLPerf Tiny's MobileNetV1 (mlperf-vww), batch 1, 25% of keep-everything, the zoo's deadline: every
-    heuristic that fits takes over twice the deadline. The least-time walk's plan meets it only when built
-    paging in at each row what the walk pages in there: paging in whatever is paged out, 0.8% over."""
+def test_mobilenet_v1_at_a_quarter_of_keep_everything_on_the_nrf52840_has_a_plan_from_the_walk() -> None:
+    """MLPerf Tiny's MobileNetV1 (mlperf-vww), batch 1, 25% of keep-everything, the zoo's deadline: no
+    heuristic's plan meets the deadline; the least-time walk's does. (Before the input was read in place,
+    the walk's plan met it only built the first way, paging in at each row what the walk pages in there;
+    with the input free both ways meet it here, and at the budgets (1/3 to 1/5 of keep-everything) and
+    deadlines (1.05x to 1.5x) tried near it both or neither do.)"""
     from poet.boards import load_board
     from poet.graph.tracer import trace
     from poet.models.zoo import get_model
@@ -145,5 +146,3 @@ def test_mobilenet_v1_at_a_quarter_of_keep_everything_on_the_nrf52840_has_a_plan
     plan = least_time_walk(g, budget, deadline, True, True, POET, 600.0)
     assert plan is not None
     simulate(g, plan, budget, deadline)
-    monkeypatch.setattr(Rows, "fetch", lambda self, b, t, i: True)
-    assert least_time_walk(g, budget, deadline, True, True, POET, 600.0) is None
