@@ -25,7 +25,7 @@ from poet.plan.lowering.lower import lower, model_blob
 from poet.plan.lowering.modelblob import encode_batch
 from poet.plan.lowering.schedule import COMPUTE, PAGE_OUT, Instr, Schedule
 from poet.plan.strategies.checkpoint_all import keep_all
-from poet.plan.transform.feature_cache import cuts, suffix_of
+from poet.plan.transform.feature_cache import Cut, cuts, suffix_of
 
 pytestmark = needs_tools("cc", "make")
 LR = 0.05
@@ -188,6 +188,17 @@ def test_the_emulated_nrf52840_keeps_and_stages_features(tmp_path: Path) -> None
         _cached_against_whole(dev.link, "fp32")
 
 
+def _keep_then_load_suffix(link: Link, g: TrainingGraph, w0: list[np.ndarray], c: Cut, s: TrainingGraph, at: int,
+                           x: np.ndarray, y: np.ndarray) -> None:
+    """One whole step on (x, y) keeping c's features at `at`, then the suffix s loaded with w0's weights of its
+    parameters."""
+    _load(link, g, w0)
+    link.upload(BATCH, encode_batch(x, y))
+    link.keep_features(c.node, at)
+    link.step(LR)
+    _load(link, s, [w for w, (name, _) in zip(w0, g.params, strict=True) if name in dict(s.params)])
+
+
 def test_a_staged_batch_stays_the_batch_and_a_batch_upload_replaces_it(tmp_path: Path) -> None:
     """After its step the staged features are the batch (a STEP without a new one reruns them, with no read);
     a batch uploaded after a STAGE is what the next step trains on."""
@@ -197,11 +208,7 @@ def test_a_staged_batch_stays_the_batch_and_a_batch_upload_replaces_it(tmp_path:
     at = _cache_at(g, s)
     x, y = _data(g, 1)[0]
     with native_link(tmp_path) as link:
-        _load(link, g, w0)
-        link.upload(BATCH, encode_batch(x, y))
-        link.keep_features(c.node, at)
-        link.step(LR)
-        _load(link, s, [w for w, (name, _) in zip(w0, g.params, strict=True) if name in dict(s.params)])
+        _keep_then_load_suffix(link, g, w0, c, s, at, x, y)
         with pytest.raises(DeviceError) as e:
             link.step(LR)  # the suffix has no batch yet
         assert e.value.name == "ORDER"
@@ -282,11 +289,7 @@ def test_a_repeated_features_request_is_answered_again_not_run_twice(tmp_path: P
     at = _cache_at(g, c.suffix)
     x, y = _data(g, 1)[0]
     with native_link(tmp_path) as link:
-        _load(link, g, w0)
-        link.upload(BATCH, encode_batch(x, y))
-        link.keep_features(c.node, at)
-        link.step(LR)
-        _load(link, c.suffix, [w for w, (name, _) in zip(w0, g.params, strict=True) if name in dict(c.suffix.params)])
+        _keep_then_load_suffix(link, g, w0, c, c.suffix, at, x, y)
         payload = struct.pack("<BHH", STAGE, g.batch, 0) + b"".join(
             struct.pack("<Ii", at + r * c.sample_bytes, int(y[r])) for r in range(g.batch))
         link._seq = link._seq % 255 + 1
