@@ -57,6 +57,7 @@ class RunConfig:
     country: str | None = None  # the grid's carbon intensity
     carbon_intensity: float | None = None  # gCO2eq/kWh instead of the country's
     checkpoint_every: int = 1
+    no_feature_cache: bool = False  # compute the frozen prefix every epoch even where the plan would keep its features
     schedule: Path | None = None  # run this schedule file instead of planning
     meter: str | None = None  # BACKEND[:ARG] recorded over the steps
     run_dir: Path | None = None  # default workspace/runs/<time>-<model>

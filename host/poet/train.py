@@ -31,16 +31,17 @@ from poet.device.connect import open_device
 from poet.device.link import LinkError, ProtocolMismatch
 from poet.device.protocol import OPT_STATE, PROTO
 from poet.energy.battery import check_battery, refusal
-from poet.energy.carbon import intensity
+from poet.energy.carbon import Intensity, intensity
 from poet.energy.meters.replay import open_meter
 from poet.energy.meters.window import recorded
-from poet.energy.predict import Epoch, Prediction, RunPredictor, plan_prediction
+from poet.energy.predict import Epoch, Prediction, plan_prediction
 from poet.energy.tracefile import Trace
 from poet.errors import PoetError, UsageError, signal_of, stopped_by
-from poet.files import remove_temporaries, write_atomic
+from poet.files import read_bytes, remove_temporaries, write_atomic
 from poet.paths import shown
 from poet.plan.cost.memory import check_ram
 from poet.progress import Say
+from poet.run.features import Kept
 from poet.run.finish import complete
 from poet.run.folder import (
     LOCK_FILE,
@@ -58,8 +59,8 @@ from poet.run.folder import (
     unmake,
 )
 from poet.run.inputs import check_request, initial_weights, model_graph, run_data
-from poet.run.loop import train_epochs
-from poet.run.plans import plan_for_run, read_given_schedule, run_graph, run_plan
+from poet.run.loop import run_predictor, train_epochs
+from poet.run.plans import SUFFIX_FILE, plan_for_run, read_given_schedule, run_graph, run_plan
 from poet.settings import RunConfig, config_json
 
 STEP_COUNTER_MAX = 0xFFFF_FFFF  # the board counts optimizer steps in a uint32 (core/interp.h, opt_step)
@@ -84,13 +85,13 @@ def _ensure_firmware(board: Board, port: str, run_dir: Path, say: Say) -> None:
     flash.flash(board, port, say)
 
 
-def _check_energy(cfg: RunConfig, plan: dict, steps: int, epochs: int, say: Say) -> Prediction:
+def _check_energy(cfg: RunConfig, plan: dict, per_epoch: int, epochs: int, say: Say) -> Prediction:
     """The plan's prediction of the run; refuse, before anything runs, a run the energy budget or the
     battery cannot carry (unless --force)."""
     grid = intensity(cfg.country, cfg.carbon_intensity)
+    pred = plan_run(plan, per_epoch, epochs, grid)
     if "energy_j" not in plan:  # a given schedule: nothing predicts it before it runs
-        return plan_prediction(0.0, 0.0, steps, epochs, grid)
-    pred = plan_prediction(plan["energy_j"], plan["time_s"], steps, epochs, grid)
+        return pred
     say(f"\n[energy] {pred.line('the plan predicts')}")
     msg = None
     if cfg.budget_j is not None and pred.energy_j > cfg.budget_j:
@@ -105,6 +106,21 @@ def _check_energy(cfg: RunConfig, plan: dict, steps: int, epochs: int, say: Say)
             raise UsageError(msg)
         say(f"  warning: {msg.split(':')[0]} (--force given: running anyway)")
     return pred
+
+
+def plan_run(plan: dict, per_epoch: int, epochs: int, grid: Intensity) -> Prediction:
+    """The run as its plan predicts it: every step the plan's; or, when it keeps features, epoch 1's steps
+    the whole step and the write, the later ones the read and the suffix (plan.json's "features")."""
+    steps = per_epoch * epochs
+    if "energy_j" not in plan:
+        return plan_prediction(0.0, 0.0, steps, epochs, grid)
+    feats = plan.get("features")
+    if feats is None:
+        return plan_prediction(plan["energy_j"], plan["time_s"], steps, epochs, grid)
+    (e1, t1), (e2, t2) = feats["first"], feats["later"]
+    later = steps - per_epoch
+    return plan_prediction((per_epoch * e1 + later * e2) / steps, (per_epoch * t1 + later * t2) / steps, steps,
+                           epochs, grid)
 
 
 def train(cfg: RunConfig, say: Say = print, port: str | None = None, resume: Path | None = None,
@@ -168,10 +184,12 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
         if port:
             _ensure_firmware(board, port, run.dir, say)
         with open_device(board, port, workdir=run.dir, ram=cfg.plan.ram) as dev:
-            plan, sched = plan_for_run(cfg, g, board, dev, run, say, bars, given, prof)
+            plan, sched = plan_for_run(cfg, g, board, dev, run, say, bars, given, prof, len(data.y_train))
             g, prefix = run_graph(g, plan)
+            kept = Kept.of_run(plan, g, read_bytes(run.dir / SUFFIX_FILE, "suffix.poet"),
+                               data.epoch_order(0, cfg.model.seed, cfg.order)) if "features" in plan else None
             w0, fed = initial_weights(model, prefix, data, say)
-            pred = _check_energy(cfg, plan, total_steps, cfg.epochs, say)
+            pred = _check_energy(cfg, plan, per_epoch, cfg.epochs, say)
             if not resume:
                 # only now: a run refused for its energy or schedule leaves no config, so no run to be refused for
                 write_atomic(run.config_path, json.dumps(config_json(cfg), indent=1).encode())
@@ -193,7 +211,8 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
             try:
                 # the meter records the steps on the host clock; `poet report trace.json --meter meter.csv` aligns
                 with recorded(meter, run.dir / "meter.csv", say) if meter else contextlib.nullcontext():
-                    train_epochs(cfg, g, board, dev, run, state, tr, data, model, fed, per_epoch, pred, say, bars)
+                    train_epochs(cfg, g, board, dev, run, state, tr, data, model, fed, per_epoch, pred, say, bars,
+                                 kept)
             except (LinkError, KeyboardInterrupt) as exc:
                 ctrl_c = isinstance(exc, KeyboardInterrupt)
                 why = f"stopped by {stopped_by(exc)}" if ctrl_c else f"lost the board: {exc}"
@@ -227,9 +246,8 @@ def _complete_finished(cfg: RunConfig, run: Run, state: RunState, say: Say) -> N
     tr = Trace.load(trace_path)
     tr.plan = plan
     grid = intensity(cfg.country, cfg.carbon_intensity)
-    total = state.global_step
-    plan_pred = plan_prediction(plan.get("energy_j", 0.0), plan.get("time_s", 0.0), total, cfg.epochs, grid)
-    predictor = RunPredictor(cfg.epochs, total, grid)
+    plan_pred = plan_run(plan, per_epoch, cfg.epochs, grid)
+    predictor = run_predictor(cfg.epochs, per_epoch, plan_pred, "features" in plan)
     for h in state.history:
         predictor.add(Epoch(per_epoch, h["energy_j"], h["time_s"]))
     complete(cfg, g_run, board, run, state, tr, model, ckpt[0], predictor, plan_pred, say)

@@ -273,6 +273,10 @@ def _train_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                    help="read weights and optimizer state back every N steps (default 1: a resumed run loses "
                    "nothing; on a slow serial line a larger N saves link time, and --resume re-runs up to N-1 "
                    "steps, with the same result)")
+    p.add_argument("--no-feature-cache", action="store_true",
+                   help="compute the frozen layers every epoch, even where the plan would keep their output on the "
+                   "board's storage after epoch 1 and train only the rest from it (same weights either way; "
+                   "docs/planner.md, \"Features once\")")
     p.add_argument("--run-dir", type=_output_folder,
                    help="the run's folder, new or empty (default workspace/runs/<time>-<model>, with "
                    "-2, -3... when taken); one that holds a run is refused: continue that with --resume")

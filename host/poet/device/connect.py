@@ -93,8 +93,16 @@ class Device:
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> TimedStep:
         self.link.upload(BATCH, encode_batch(x, y, self.x_scale))
-        # The batch upload stays outside the window: the window should hold the step and as little
-        # link time as the protocol allows (STEP, its ACK, the trace frames and DONE).
+        return self._timed_step(lr)
+
+    def step_staged(self, offsets: list[int], labels: list[int], lr: float) -> TimedStep:
+        """A step on a batch the board reads from its feature cache (Link.stage_features), not sent."""
+        self.link.stage_features(offsets, labels)
+        return self._timed_step(lr)
+
+    def _timed_step(self, lr: float) -> TimedStep:
+        # The batch's upload (or STAGE) stays outside the window: the window should hold the step and as
+        # little link time as the protocol allows (STEP, its ACK, the trace frames and DONE).
         t0 = time.time()
         res = self.link.step(lr, self.planned_time_s and self.planned_time_s * self.slowdown)
         t1 = time.time()

@@ -108,6 +108,9 @@ class RunPredictor:
     grid: Intensity | None = None
     pue: float = BOARD_PUE
     after: int = 1  # carbontracker's epochs_before_pred, default 1 as there
+    # the first epoch whose steps are like those left: a run keeping features (poet.run.features) pays its
+    # first epoch's steps apart, so the steps left are predicted from the second on
+    like_rest: int = 0
     seen: list[Epoch] = field(default_factory=list)
     prediction: Prediction | None = None
 
@@ -117,6 +120,8 @@ class RunPredictor:
                              f"{self.total_steps} steps)")
         if not 1 <= self.after <= self.epochs:
             raise ValueError(f"after={self.after}: predict after 1..{self.epochs} epochs")
+        if not 0 <= self.like_rest < self.after:
+            raise ValueError(f"like_rest={self.like_rest}: one of the {self.after} epochs predicted from")
 
     def add(self, epoch: Epoch) -> Prediction | None:
         """Record an epoch; returns the prediction on the epoch it is made (the `after`-th), else None."""
@@ -140,8 +145,10 @@ class RunPredictor:
         if steps_left < 0:
             raise ValueError(f"{steps_seen} steps measured, more than the run's {self.total_steps}")
         epochs_left = self.epochs - len(self.seen)
-        step_j = sum(e.energy_j for e in self.seen) / steps_seen
-        step_s = sum(e.time_s for e in self.seen) / steps_seen
+        like = self.seen[self.like_rest:] if len(self.seen) > self.like_rest else self.seen
+        steps_like = sum(e.steps for e in like) or steps_seen
+        step_j = sum(e.energy_j for e in like) / steps_like
+        step_s = sum(e.time_s for e in like) / steps_like
         over_j = sum(e.overhead_j for e in self.seen) / len(self.seen)
         over_s = sum(e.overhead_s for e in self.seen) / len(self.seen)
         energy = done[0] + step_j * steps_left + over_j * epochs_left

@@ -120,17 +120,20 @@ class Dataset:
             return np.ascontiguousarray(np.broadcast_to(img, (len(x), c, h, h)), dtype=np.float32)
         return Dataset(self.name, up(self.x_train), self.y_train, up(self.x_test), self.y_test)
 
-    def epoch_batches(self, batch: int, epoch: int, seed: int,
-                      order_of: str = "host") -> list[tuple[np.ndarray, np.ndarray]]:
-        """Full batches of one epoch in a shuffled order fixed by (seed, epoch): a resumed run and the
-        PyTorch reference see exactly the same batches. order_of "device": the order an exported device's
-        poet_train_epoch visits its stored samples in (poet.export.order), rather than numpy's."""
+    def epoch_order(self, epoch: int, seed: int, order_of: str = "host") -> np.ndarray:
+        """The training samples' indices in the order epoch `epoch` visits them, fixed by (seed, epoch): a
+        resumed run and the PyTorch reference see exactly the same batches. order_of "device": the order an
+        exported device's poet_train_epoch visits its stored samples in (poet.export.order), not numpy's."""
         if order_of == "device":
             from poet.export.order import epoch_order
 
-            order = epoch_order(len(self.x_train), seed, epoch)
-        else:
-            order = np.random.default_rng([seed, epoch]).permutation(len(self.x_train))
+            return np.asarray(epoch_order(len(self.x_train), seed, epoch))
+        return np.random.default_rng([seed, epoch]).permutation(len(self.x_train))
+
+    def epoch_batches(self, batch: int, epoch: int, seed: int,
+                      order_of: str = "host") -> list[tuple[np.ndarray, np.ndarray]]:
+        """Full batches of one epoch, in epoch_order's order."""
+        order = self.epoch_order(epoch, seed, order_of)
         return [(self.x_train[order[i:i + batch]], self.y_train[order[i:i + batch]])
                 for i in range(0, len(order) - batch + 1, batch)]
 

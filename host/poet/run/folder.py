@@ -86,8 +86,8 @@ QEMU_LOG = "qemu.log"  # poet.device.emulator: QEMU's output, in the run's folde
 PLOTS = ("energy.edd.png", "energy.tensors.png", "energy.power.png")  # energy.report.plot(run.dir, "energy")
 
 
-RUN_ENTRIES = (*RUN_FILES, "plan.json", "schedule.poet", "report.txt", "weights.pt", "emissions.csv", "meter.csv",
-               *PLOTS, LOCK_FILE, QEMU_LOG, SWAP_FILE)
+RUN_ENTRIES = (*RUN_FILES, "plan.json", "schedule.poet", "suffix.poet", "report.txt", "weights.pt", "emissions.csv",
+               "meter.csv", *PLOTS, LOCK_FILE, QEMU_LOG, SWAP_FILE)
 
 
 # written where they are, not replaced by a rename: a hard link among them would change its other name too

@@ -23,6 +23,7 @@ from poet.models.metrics import anomaly_labels, roc_auc
 from poet.paths import shown
 from poet.plan.cost.memory import pool_for
 from poet.progress import Say, bar
+from poet.run.features import Kept
 from poet.run.finish import complete, metrics_line, to_model
 from poet.run.folder import Run, RunState
 from poet.settings import RunConfig
@@ -72,15 +73,26 @@ def _evaluate(model: torch.nn.Module, g: TrainingGraph, weights: list[np.ndarray
 
 def train_epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, state: RunState,
                  tr: Trace, data: Dataset, model: torch.nn.Module, fed: Fed | None, per_epoch: int,
-                 plan_pred: Prediction, say: Say, bars: bool = False) -> None:
+                 plan_pred: Prediction, say: Say, bars: bool = False, kept: Kept | None = None) -> None:
+    """The run's epochs from where `state` is, on the board holding the whole model g with the run's weights
+    and optimizer state. kept: the run keeps its frozen prefix's features (poet.run.features): epoch 1
+    writes them, and the board holds the suffix from epoch 2."""
     opt_bytes = pool_for(g).optimizer_state
     every = max(1, cfg.checkpoint_every or 1)
-    predictor = RunPredictor(cfg.epochs, per_epoch * cfg.epochs, plan_pred.grid)
+    predictor = run_predictor(cfg.epochs, per_epoch, plan_pred, kept is not None)
     for h in state.history:  # a resumed run's finished epochs
         predictor.add(Epoch(per_epoch, h["energy_j"], h["time_s"]))
     weights = dev.read_weights(g)
+    opt_state = dev.link.read_blob(OPT_STATE, opt_bytes) if opt_bytes else b""
+    on_suffix = False
     while state.epoch < cfg.epochs:
+        order = data.epoch_order(state.epoch, cfg.model.seed, cfg.order)
         batches = data.epoch_batches(g.batch, state.epoch, cfg.model.seed, cfg.order)
+        if kept is not None and state.epoch > 0 and not on_suffix:
+            if not kept.on_card(dev):
+                kept.rebuild(dev, data.epoch_batches(g.batch, 0, cfg.model.seed, cfg.order), cfg.lr, say, run.dir)
+            kept.to_suffix(dev, weights, opt_state)
+            on_suffix = True
         epoch_start = state.global_step - state.step
         del state.losses[state.step:]  # the saved state has exactly the steps its checkpoint has
         # cleared when the epoch ends (or stops): its one summary line below takes the bar's place
@@ -90,7 +102,14 @@ def train_epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
                 x, y = batches[state.step]
                 if g.loss != "cross_entropy":  # the target is the input: the board ignores labels, send valid ones
                     y = np.zeros_like(y)
-                res = dev.step(x, y, cfg.lr)
+                if on_suffix:
+                    assert kept is not None
+                    rows = order[state.step * g.batch:(state.step + 1) * g.batch]
+                    res = kept.as_whole(dev.step_staged(kept.offsets(rows), [int(v) for v in y], cfg.lr))
+                else:
+                    if kept is not None:  # epoch 1: the step writes its batch's features as it computes them
+                        dev.link.keep_features(kept.node, kept.keep_at(state.step))
+                    res = dev.step(x, y, cfg.lr)
                 if not math.isfinite(res.loss):
                     _diverged(run, state, f"the loss is {res.loss}", cfg.lr)
                 tr.add_step(res, cfg.lr)
@@ -99,7 +118,11 @@ def train_epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
                 state.global_step += 1
                 if state.global_step % every == 0 or state.step == per_epoch:
                     # checkpoint, trace, then state: a crash between them leaves state behind, never ahead
-                    weights = dev.read_weights(g)
+                    if on_suffix:
+                        assert kept is not None
+                        weights = kept.whole_weights(weights, dev.read_weights(kept.suffix))
+                    else:
+                        weights = dev.read_weights(g)
                     if not all(np.isfinite(w).all() for w in weights):
                         state.global_step -= 1  # the step that broke them, for the message
                         state.step -= 1
@@ -132,6 +155,14 @@ def train_epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
     state.finished = True
     run.save_state(state)
     complete(cfg, g, board, run, state, tr, model, weights, predictor, plan_pred, say)
+
+
+def run_predictor(epochs: int, per_epoch: int, plan_pred: Prediction, kept: bool) -> RunPredictor:
+    """The run's predictor from its measured epochs: after the first, or, when the run keeps features (its
+    first epoch is not like the rest), after the second, from it alone."""
+    if kept and epochs > 1:
+        return RunPredictor(epochs, per_epoch * epochs, plan_pred.grid, after=2, like_rest=1)
+    return RunPredictor(epochs, per_epoch * epochs, plan_pred.grid)
 
 
 def _diverged(run: Run, state: RunState, what: str, lr: float) -> None:

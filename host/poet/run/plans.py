@@ -31,6 +31,7 @@ from poet.units import parse_deadline
 
 # a schedule is 8 bytes an instruction and at most 65,535 of them (a u16 count), with its header and CRC
 SCHEDULE_LIMIT = 24 + 8 * 0xFFFF + 4
+SUFFIX_FILE = "suffix.poet"  # a run that keeps features: the schedule of what trains from them
 
 
 def _plan_key(g: TrainingGraph, board: Board, profile_bytes: bytes, request: PlanRequest) -> str:
@@ -90,6 +91,12 @@ def _plan_problem(info: object) -> str | None:
     for k in ("streamed", "w8"):
         if k in info and not (isinstance(info[k], list) and all(isinstance(n, str) for n in info[k])):
             return f"{k} is not a list of names"
+    if "features" in info:
+        from poet.run.features import record_problem
+
+        why = record_problem(info["features"])
+        if why:
+            return why
     if not isinstance(info.get("int8_prefix", False), bool) or not isinstance(info.get("precision", {}), dict):
         return "int8_prefix or precision is of the wrong kind"
     return None
@@ -120,17 +127,27 @@ def _given_schedule(path: Path, data: bytes, run: Run, say: Say) -> dict:
 
 def plan_for_run(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, say: Say,
                  bars: bool = False, given: bytes | None = None,
-                 prof: dict[str, Any] | None = None) -> tuple[dict, bytes]:
+                 prof: dict[str, Any] | None = None, samples: int = 0) -> tuple[dict, bytes]:
     """The plan and schedule for this run (given: --schedule's bytes; prof: the run's profile, as
     train checked it, None with --schedule): from the cache when the same configuration was solved
-    before and the cached entry verifies. The run's folder keeps both."""
+    before and the cached entry verifies. The run's folder keeps both, and when the run keeps its
+    frozen prefix's features after epoch 1 (poet.run.features; samples: the training set's), plan.json
+    says which and suffix.poet is the schedule of the rest."""
     if cfg.schedule:
         assert given is not None
         return _given_schedule(cfg.schedule, given, run, say), given
     assert prof is not None
     info, sched = cached_or_solved(cfg.plan, g, board, dev.runtime_static, say, bars, prof)
-    write_atomic(run.dir / "plan.json", json.dumps(info, indent=1).encode())
+    (run.dir / SUFFIX_FILE).unlink(missing_ok=True)
+    if cfg.epochs > 1 and not cfg.no_feature_cache:
+        from poet.run.features import planned_features
+
+        kept = planned_features(cfg, g, info, board, dev.runtime_static, prof, samples, say)
+        if kept is not None:
+            info = {**info, "features": kept[0]}
+            write_atomic(run.dir / SUFFIX_FILE, kept[1])
     write_atomic(run.dir / "schedule.poet", sched)
+    write_atomic(run.dir / "plan.json", json.dumps(info, indent=1).encode())  # last: the suffix is there before it
     return info, sched
 
 
