@@ -246,3 +246,21 @@ def test_a_run_killed_anywhere_and_resumed_ends_as_the_run_nobody_killed(workspa
     assert len(list(faulted.glob("*.png"))) == 3
     rows = (faulted / "emissions.csv").read_text().splitlines()
     assert len(rows) == 2 and faulted.name in rows[1]  # the run's row, once
+
+
+def test_a_run_stopped_between_its_checkpoint_and_its_state_resumes_from_the_checkpoint(tmp_path: Path) -> None:
+    """The trace and the checkpoint are written, state.json not yet: the checkpoint's own state is the run's
+    (its steps are in the trace), never refused as a checkpoint ahead of its state."""
+    from poet.run.folder import RunState
+
+    run = Run(tmp_path)
+    behind = RunState(epoch=0, step=2, global_step=2, losses=[1.0, 0.5])
+    run.save_checkpoint([np.ones(3, np.float32)], b"", behind)
+    run.save_state(behind)
+    ahead = RunState(epoch=0, step=3, global_step=3, losses=[1.0, 0.5, 0.25])
+    run.save_checkpoint([np.full(3, 2.0, np.float32)], b"", ahead)  # killed here, before save_state
+    assert run.caught_up(run.load_state()) == ahead
+    run.save_state(ahead)
+    assert run.caught_up(run.load_state()) == ahead
+    # a checkpoint behind its state (written by an older poet, or damaged) is not this function's to take
+    assert run.caught_up(RunState(epoch=0, step=4, global_step=4)).global_step == 4

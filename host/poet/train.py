@@ -142,7 +142,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
         held.callback(os.close, lock(run.dir / LOCK_FILE, "the run's lock"))
         # a run killed inside an atomic write (a checkpoint, a plot) left its temporary: it is ours, and gone
         remove_temporaries(run.dir, RUN_ENTRIES)
-        state = run.load_state()
+        state = run.caught_up(run.load_state())
         if state.finished or state.complete:
             check_finished(run, state, cfg.epochs)
             if state.complete:

@@ -36,6 +36,7 @@ from poet.plan.lowering.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMP
 FORMAT = "poet-trace/1"
 RECORD_FIELDS = ("instr", "node", "kind", "op", "ticks", "bytes")
 SCHEDULE_BESIDE = "schedule.poet"  # a run directory holds the schedule the trace ran (poet.train)
+SUFFIX_BESIDE = "suffix.poet"  # and, when it keeps features, the schedule of the steps that read them
 # A trace holds every record of every step, ~30 bytes each: ResNet-18's ~2,000 records a step for
 # 1,000 steps is 60 MB. 512 MB is far past any run poet makes, and short of what parsing it would
 # need of a small host's memory (Python holds a parsed record in ~10x its text).
@@ -64,7 +65,8 @@ _MOVES = ("page_in", "page_out", "free")
 # the feature cache's records (docs/spec.md 6, FEATURES): a kept forward tensor written after its compute, the
 # batch's features read into the staging region (the input's record) before the first instruction; no
 # schedule instruction makes them
-_CACHE = {"cache_write": ("forward",), "cache_read": ("input",)}
+# a read names the suffix's input, or in a run's trace (poet.run.features) the whole graph's kept forward tensor
+_CACHE = {"cache_write": ("forward",), "cache_read": ("input", "forward")}
 _OP_KIND = {RECOMPUTE: "recompute", PAGE_IN: "page_in", PAGE_OUT: "page_out", FREE: "free"}
 
 
@@ -130,12 +132,15 @@ class Trace:
         tr = cls(**{k: data[k] for k in ("board", "model", "provenance", "tick_hz", "nodes", "steps")},
                  plan=data.get("plan") if data.get("plan") is not None else {})
         if check:
-            sched = p.with_name(SCHEDULE_BESIDE)
-            tr.check(_read_schedule(sched) if sched.exists() or sched.is_symlink() else None, where=str(p))
+            sched, suffix = p.with_name(SCHEDULE_BESIDE), p.with_name(SUFFIX_BESIDE)
+            tr.check(_read_schedule(sched) if sched.exists() or sched.is_symlink() else None, where=str(p),
+                     suffix=_read_schedule(suffix) if suffix.exists() or suffix.is_symlink() else None)
         return tr
 
-    def check(self, schedule: Schedule | None = None, where: str = "trace") -> None:
-        """Refuse what the account could not charge; see the module docstring. One PoetError, one line."""
+    def check(self, schedule: Schedule | None = None, where: str = "trace", suffix: Schedule | None = None) -> None:
+        """Refuse what the account could not charge; see the module docstring. One PoetError, one line.
+        suffix: a run that keeps features (poet.run.features): the schedule its steps that read them ran,
+        its node j the trace's node c + j (c: the kept tensor, plan's "features")."""
 
         def bad(msg: str) -> PoetError:
             return PoetError(f"{where}: {msg}", status=2)
@@ -149,14 +154,21 @@ class Trace:
             _check_node(j, n, bad)
         if not isinstance(self.steps, list) or not self.steps:
             raise bad("it holds no steps: nothing to account")
-        expect = _expected(schedule, self.nodes, bad) if schedule is not None else None
-        first: list[tuple[int, str]] | None = None
+        kept = self.plan.get("features") if isinstance(self.plan, dict) else None
+        cut = kept.get("node") if isinstance(kept, dict) else None
+        expects = {False: _expected(schedule, self.nodes, bad) if schedule is not None else None,
+                   True: _expected(suffix, self.nodes[cut:], bad, cut) if suffix is not None and _is_count(cut)
+                   and 0 < cut < len(self.nodes) else None}
+        firsts: dict[bool, list[tuple[int, str]] | None] = {False: None, True: None}
         for k, st in enumerate(self.steps):
             recs = st.get("records") if isinstance(st, dict) else None
             if not isinstance(recs, list) or "step_ticks" not in st:
                 raise bad(f"step {k} has no records or step_ticks: the trace is damaged")
             _check_step(k, st, bad)
-            seq = [rec for rec in (self._record(k, i, r, bad) for i, r in enumerate(recs)) if rec[1] not in _CACHE]
+            every = [self._record(k, i, r, bad) for i, r in enumerate(recs)]
+            seq = [rec for rec in every if rec[1] not in _CACHE]
+            read = any(rec[1] == "cache_read" for rec in every)  # a step of the suffix, from its features
+            expect, first = expects[read], firsts[read]
             ref = expect if expect is not None else first
             if ref is not None and len(seq) != len(ref):
                 what = "the schedule beside it has" if expect is not None else "step 0 has"
@@ -167,7 +179,7 @@ class Trace:
                 src = "the schedule beside it" if expect is not None else "step 0"
                 raise bad(f"step {k} record {i} is {seq[i][1]} of node {seq[i][0]}, {src} says {ref[i][1]} of "
                           f"node {ref[i][0]}: the trace and its schedule come from different plans or graphs")
-            first = first if first is not None else seq
+            firsts[read] = first if first is not None else seq
             if ("host_t0" in st) != ("host_t1" in st) or ("host_t0" in st and not (
                     _is_time(st["host_t0"]) and _is_time(st["host_t1"]) and st["host_t0"] <= st["host_t1"])):
                 raise bad(f"step {k} has host times {_shown(st.get('host_t0'))}..{_shown(st.get('host_t1'))}: not a "
@@ -217,7 +229,7 @@ class Trace:
         if kind in _CACHE:
             if n["kind"] not in _CACHE[kind]:
                 raise bad(f"step {k} record {i} is a {kind} record of {n['name']} (a {n['kind']} node): the feature "
-                          f"cache writes forward tensors and reads the input")
+                          f"cache writes and reads forward tensors (or reads the input)")
         elif kind not in _MOVES and kind != "recompute" and kind != _COMPUTE_KIND.get(n["kind"]):
             raise bad(f"step {k} record {i} is a {_shown(kind)} record of {n['name']} (a {n['kind']} node): "
                       f"a trace from another graph, or an unknown kind")
@@ -326,8 +338,9 @@ def _check_step(k: int, st: dict[str, Any], bad: Any) -> None:
         raise bad(f"step {k} has lr {_shown(st['lr'])}: not a learning rate (a finite number > 0)")
 
 
-def _expected(s: Schedule, nodes: list[dict[str, Any]], bad: Any) -> list[tuple[int, str]]:
-    """The (node, kind) record each schedule instruction makes (firmware/core/interp.c trace_kind)."""
+def _expected(s: Schedule, nodes: list[dict[str, Any]], bad: Any, at: int = 0) -> list[tuple[int, str]]:
+    """The (node, kind) record each schedule instruction makes (firmware/core/interp.c trace_kind); with
+    `at`, a suffix's schedule over nodes[at:], its records named by the whole graph's nodes."""
     if s.n_nodes != len(nodes):
         raise bad(f"the schedule beside it is for a graph of {s.n_nodes} nodes, the trace's has {len(nodes)}: "
                   f"a trace from another graph")
@@ -337,9 +350,9 @@ def _expected(s: Schedule, nodes: list[dict[str, Any]], bad: Any) -> list[tuple[
             raise bad(f"instruction {k} of the schedule beside it names node {ins.node} of {len(nodes)}: "
                       f"a trace from another graph")
         if ins.op == COMPUTE:
-            out.append((ins.node, _COMPUTE_KIND.get(nodes[ins.node]["kind"], "?")))
+            out.append((at + ins.node, _COMPUTE_KIND.get(nodes[ins.node]["kind"], "?")))
         else:
-            out.append((ins.node, _OP_KIND.get(ins.op, "?")))
+            out.append((at + ins.node, _OP_KIND.get(ins.op, "?")))
     return out
 
 

@@ -186,9 +186,27 @@ class Run:
         return state
 
     def save_checkpoint(self, weights: list[np.ndarray], opt_state: bytes, state: RunState) -> None:
+        """The weights and optimizer state after `state`'s steps, with the state itself: a run killed after
+        the checkpoint and before state.json resumes from the checkpoint's (caught_up)."""
         arrays = {f"w{i}": w for i, w in enumerate(weights)}
         with atomic(self.dir / "checkpoint.npz") as f:
-            np.savez(f, opt_state=np.frombuffer(opt_state, dtype=np.uint8), global_step=state.global_step, **arrays)
+            np.savez(f, opt_state=np.frombuffer(opt_state, dtype=np.uint8), global_step=state.global_step,
+                     state=np.frombuffer(json.dumps(asdict(state)).encode(), dtype=np.uint8), **arrays)
+
+    def caught_up(self, state: RunState, limit: int = CHECKPOINT_LIMIT) -> RunState:
+        """`state`, or the state the checkpoint was saved with when it is further on: the run was stopped
+        between writing its checkpoint and its state.json (the trace is written before both)."""
+        p = self.dir / "checkpoint.npz"
+        if not os.path.lexists(p):
+            return state
+        try:
+            z = _npz(read_bytes(p, follow=False, limit=limit), limit)
+            if "state" not in z or int(z["global_step"]) <= state.global_step:
+                return state
+            ahead = RunState(**json.loads(z["state"].tobytes()))
+        except Exception:  # noqa: BLE001 - an unreadable checkpoint is resume_checkpoint's to refuse, in its words
+            return state
+        return ahead if _well_typed(ahead) and ahead.global_step == int(z["global_step"]) else state
 
     def load_checkpoint(self, limit: int = CHECKPOINT_LIMIT) -> tuple[list[np.ndarray], bytes, int] | None:
         """The weights, optimizer state and step of the run's checkpoint (None: it has none). `limit`: the

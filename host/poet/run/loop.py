@@ -117,7 +117,6 @@ def train_epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
                 state.step += 1
                 state.global_step += 1
                 if state.global_step % every == 0 or state.step == per_epoch:
-                    # checkpoint, trace, then state: a crash between them leaves state behind, never ahead
                     if on_suffix:
                         assert kept is not None
                         weights = kept.whole_weights(weights, dev.read_weights(kept.suffix))
@@ -128,8 +127,10 @@ def train_epochs(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
                         state.step -= 1
                         _diverged(run, state, "the weights are NaN or infinite", cfg.lr)
                     opt_state = dev.link.read_blob(OPT_STATE, opt_bytes) if opt_bytes else b""
-                    run.save_checkpoint(weights, opt_state, state)
+                    # trace, checkpoint (holding the state), then state: a run stopped between them resumes
+                    # from the checkpoint (Run.caught_up) or the state before it, the trace cut to either
                     tr.save(run.dir / "trace.json")
+                    run.save_checkpoint(weights, opt_state, state)
                     run.save_state(state)
                 step_j, step_s = _step_energy(tr, board)
                 if steps.disable:  # no bar (not a terminal): the step's line, as before
