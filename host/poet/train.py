@@ -60,7 +60,7 @@ from poet.run.folder import (
 )
 from poet.run.inputs import check_request, initial_weights, model_graph, run_data
 from poet.run.loop import run_predictor, train_epochs
-from poet.run.plans import SUFFIX_FILE, plan_for_run, read_given_schedule, run_graph, run_plan
+from poet.run.plans import SCHEDULE_LIMIT, SUFFIX_FILE, plan_for_run, read_given_schedule, run_graph, run_plan
 from poet.settings import RunConfig, config_json
 
 STEP_COUNTER_MAX = 0xFFFF_FFFF  # the board counts optimizer steps in a uint32 (core/interp.h, opt_step)
@@ -186,7 +186,8 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
         with open_device(board, port, workdir=run.dir, ram=cfg.plan.ram) as dev:
             plan, sched = plan_for_run(cfg, g, board, dev, run, say, bars, given, prof, len(data.y_train))
             g, prefix = run_graph(g, plan)
-            kept = Kept.of_run(plan, g, read_bytes(run.dir / SUFFIX_FILE, "suffix.poet"),
+            kept = Kept.of_run(plan, g, read_bytes(run.dir / SUFFIX_FILE, "suffix.poet", limit=SCHEDULE_LIMIT,
+                                                     follow=False),
                                data.epoch_order(0, cfg.model.seed, cfg.order)) if "features" in plan else None
             w0, fed = initial_weights(model, prefix, data, say)
             pred = _check_energy(cfg, plan, per_epoch, cfg.epochs, say)

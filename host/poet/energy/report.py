@@ -22,7 +22,7 @@ from poet.boards import Board
 from poet.energy.accounting import KINDS, PAGING, Account, Box, DiffRow, Entry, account, edd, fold, sd_read_cost, walk
 from poet.energy.fmt import fmt_j, fmt_s, fmt_w, pct
 from poet.energy.meters.measure import Measured, measure
-from poet.energy.tracefile import SCHEDULE_BESIDE, Trace
+from poet.energy.tracefile import SCHEDULE_BESIDE, SUFFIX_BESIDE, Trace
 from poet.errors import UsageError
 from poet.files import atomic, kind, same_file, write_atomic
 from poet.graph.dtypes import NARROW_STORAGE, converted_bytes
@@ -478,12 +478,14 @@ def outputs(o: ReportOptions) -> list[tuple[str, Path]]:
 
 def inputs(o: ReportOptions) -> list[tuple[str, Path]]:
     """(what it is, the file) of everything `report` reads for these options."""
-    files = [("the trace", o.trace), ("the schedule beside the trace", o.trace.with_name(SCHEDULE_BESIDE))]
+    files = [("the trace", o.trace), ("the schedule beside the trace", o.trace.with_name(SCHEDULE_BESIDE)),
+             ("the suffix's schedule beside the trace", o.trace.with_name(SUFFIX_BESIDE))]
     if o.meter is not None:
         files.append(("the meter recording", o.meter))
     if o.diff is not None:
         files += [("the trace --diff compares", o.diff),
-                  ("the schedule beside the --diff trace", o.diff.with_name(SCHEDULE_BESIDE))]
+                  ("the schedule beside the --diff trace", o.diff.with_name(SCHEDULE_BESIDE)),
+                  ("the suffix's schedule beside the --diff trace", o.diff.with_name(SUFFIX_BESIDE))]
     return files
 
 
