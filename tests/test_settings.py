@@ -27,8 +27,9 @@ BEFORE = {"board": "nrf52840", "model": "mlp-digits", "batch": 16, "seed": 0, "t
           "battery_mah": None, "volts": None, "force": False, "country": None, "carbon_intensity": None,
           "checkpoint_every": 2, "schedule": None, "input_shape": [1, 8, 8], "classes": None, "layers": None,
           "hidden": None, "meter": None, "precision": "fp32", "precision_rules": None, "weights": None}
-# what poet writes now: the keys of before and those added since (order: poet train --order, issue 47)
-NOW = {**BEFORE, "order": "host"}
+# what poet writes now: the keys of before and those added since (order: poet train --order, issue 47;
+# no_feature_cache: --no-feature-cache, issue 48)
+NOW = {**BEFORE, "order": "host", "no_feature_cache": False}
 
 
 def _resumed(config: dict[str, Any], tmp: Path) -> RunConfig:
