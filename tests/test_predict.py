@@ -314,3 +314,19 @@ def test_prediction_after_one_epoch_within_5_percent(tmp_path):
         row = next(csv.DictReader(f))
     assert float(row["energy_consumed"]) == pytest.approx(actual.energy_j / 3.6e6)
     assert row["country_iso_code"] == "DEU" and row["cpu_model"] == "nrf52840 (emulated)"
+
+
+def test_a_run_keeping_features_is_predicted_from_its_second_epoch() -> None:
+    """Epoch 1 of a run that keeps features (poet.run.features) writes them and costs more; the steps left
+    are like epoch 2's: the prediction is made after it, from it alone, and is then exact for equal epochs."""
+    p = RunPredictor(5, 50, after=2, like_rest=1)
+    assert p.add(Epoch(10, 100.0, 10.0)) is None
+    made = p.add(Epoch(10, 1.0, 0.5))
+    assert made is not None
+    assert made.energy_j == pytest.approx((100.0 + 4 * 1.0) * p.pue, rel=1e-12)
+    assert made.time_s == pytest.approx(10.0 + 4 * 0.5, rel=1e-12)
+    plain = RunPredictor(5, 50, after=2)  # both epochs alike: the mean of the two
+    plain.add(Epoch(10, 100.0, 10.0))
+    assert plain.add(Epoch(10, 1.0, 0.5)).energy_j == pytest.approx((101.0 + 3 * 50.5) * plain.pue, rel=1e-12)
+    with pytest.raises(ValueError):
+        RunPredictor(5, 50, after=1, like_rest=1)
