@@ -157,3 +157,18 @@ def test_cuts_are_forward_nodes_each_once() -> None:
     g = _graph("mlp-digits", "last:1")
     ids = [c.node for c in cuts(g)]
     assert all(a < b for a, b in itertools.pairwise(ids)) and all(g.nodes[i].kind == "forward" for i in ids)
+
+
+def test_a_damaged_features_record_is_named_and_never_used() -> None:
+    """plan.json's "features" (poet.run.features) is checked as the rest of a plan.json is: each count a
+    count, the epochs' costs an energy and a time, finite; a damaged one is named."""
+    from poet.run.features import record_problem
+
+    good = {"node": 5, "name": "relu3/forward", "base": 4096, "sample_bytes": 128, "peak_bytes": 640,
+            "arena_budget": 9000, "first": [1e-3, 1e-2], "later": [1e-4, 1e-3]}
+    assert record_problem(good) is None
+    for k, v in [("node", -1), ("base", 1.5), ("sample_bytes", True), ("peak_bytes", None), ("first", [1e-3]),
+                 ("later", [float("nan"), 0.0]), ("first", [1.0, -1.0])]:
+        why = record_problem({**good, k: v})
+        assert why is not None and k in why, (k, v)
+    assert record_problem([1, 2]) is not None
