@@ -9,24 +9,19 @@ cost of epoch 1 (the whole step and the write of the kept tensor) and of epoch 2
 suffix), the board's (its trace, every tick), and the run before and after: "before" is ten epochs of the
 whole step, the board's epoch-1 step less its cache writes (the same schedule, without KEEP).
 
-Usage: .venv/bin/python benchmarks/features_emulated.py [--only mlperf-vww ...] [--epochs 10]
+Usage: .venv/bin/python benchmarks/features_emulated.py [--only mlperf-vww ...] [--epochs 10] [--reuse]
 Writes its runs under workspace/features-emulated/ (the plans are cached in workspace/runs/plans/).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
-import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from plan_vs_board import BOARD, CASES, Case, _transfer_inputs  # beside this script
+from plan_vs_board import BOARD, CASES, Case, rows_of, train  # beside this script
 from poet.boards import load_board
-from poet.cli import main as poet
 from poet.energy.accounting import charges
 from poet.energy.tracefile import Trace
 from poet.paths import workspace
@@ -50,20 +45,10 @@ class Row:
         return n * self.board[0][0] + (self.epochs - 1) * n * self.board[1][0]
 
 
-def run_case(case: Case, base: Path, epochs: int) -> Row:
+def run_case(case: Case, base: Path, epochs: int, reuse: bool = False) -> Row:
     run = base / f"{case.model}-{case.train.replace(':', '')}"
-    if run.exists():
-        shutil.rmtree(run)
-    extra = _transfer_inputs(base / "transfer") if case.transfer else []
-    argv = ["train", "--board", BOARD, "--emulate", "--model", case.model, "--train", case.train, "--batch",
-            str(case.batch), "--ram", case.ram, "--epochs", str(epochs), "--data-limit",
-            str(case.steps * case.batch), "--run-dir", str(run), *extra]
-    print("$ poet " + " ".join(argv), file=sys.stderr, flush=True)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = poet(argv)
-    if status != 0:
-        sys.exit(f"poet train failed ({status}):\n{out.getvalue()[-3000:]}")
+    if not (reuse and _finished(run, epochs)):
+        train(case, run, epochs)
     plan = json.loads((run / "plan.json").read_text())
     hist = json.loads((run / "state.json").read_text())["history"]
     n = case.steps
@@ -83,13 +68,21 @@ def run_case(case: Case, base: Path, epochs: int) -> Row:
     return Row(case, kept, planned, board, whole, epochs)
 
 
-def _err(plan: float, board: float) -> str:
-    return f"{(plan - board) / board:+.2%}"
+def _finished(run: Path, epochs: int) -> bool:
+    try:
+        state = json.loads((run / "state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(state.get("complete")) and len(state.get("history", [])) == epochs
+
+
+def _j(j: float) -> str:
+    return f"{j * 1e3:,.4g} mJ" if j < 1 else f"{j:,.4g} J"
 
 
 def _cost(j: float, s: float) -> str:
     t = f"{s * 1e3:,.2f} ms" if s < 10 else f"{s:,.1f} s"
-    return f"{j * 1e3:,.4g} mJ, {t}"
+    return f"{_j(j)}, {t}"
 
 
 def table(rows: list[Row]) -> str:
@@ -101,7 +94,7 @@ def table(rows: list[Row]) -> str:
         errs = [abs((p - b) / b) for ps, bs in zip(r.plan, r.board, strict=True) for p, b in zip(ps, bs, strict=True)]
         lines.append(f"| {c.model} `{c.train}` ({c.batch}, {c.ram}) | {r.kept} | {_cost(*r.plan[0])} / "
                      f"{_cost(*r.board[0])} | {_cost(*r.plan[1])} / {_cost(*r.board[1])} | {max(errs):.2%} | "
-                     f"{r.run('before') * 1e3:,.4g} mJ / {r.run('after') * 1e3:,.4g} mJ | "
+                     f"{_j(r.run('before'))} / {_j(r.run('after'))} | "
                      f"{r.whole[0] / r.board[1][0]:,.1f}x |")
     return "\n".join(lines)
 
@@ -110,14 +103,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", help="models to run (default: all five)")
     ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--reuse", action="store_true", help="read the runs a previous invocation finished, not run again")
     args = ap.parse_args()
     cases = [c for c in CASES if not args.only or c.model in args.only]
     base = workspace() / "features-emulated"
     base.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for c in cases:
-        rows.append(run_case(c, base, args.epochs))
-        print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    rows = rows_of(cases, lambda c: run_case(c, base, args.epochs, args.reuse), table)
     print(f"features once on the emulated {BOARD} (QEMU, firmware image; time = emulated instructions at the "
           "board's clock, energy = time x datasheet active power + the board file's storage model):")
     print(table(rows))

@@ -21,8 +21,10 @@ import io
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from poet.boards import load_board
 from poet.cli import main as poet
@@ -33,6 +35,7 @@ from poet.plan.cost.costs import costed, load_profile
 from poet.run.plans import run_graph
 
 BOARD = "nrf52840"
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -88,21 +91,35 @@ def _transfer_inputs(base: Path) -> list[str]:
     return ["--weights", str(pre), "--data", str(data), "--lr", "0.1"]
 
 
-def run_case(case: Case, base: Path, profile: Path | None) -> Row:
-    """One epoch of case.steps steps on the emulated board; the plan's and the board's step."""
-    run = base / f"{case.model}-{case.train.replace(':', '')}"
+def train(case: Case, run: Path, epochs: int, *extra: str) -> None:
+    """`poet train` of `epochs` epochs of case.steps steps on the emulated board, into the folder `run`."""
     if run.exists():
         shutil.rmtree(run)
-    extra = _transfer_inputs(base / "transfer") if case.transfer else []
+    inputs = _transfer_inputs(run.parent / "transfer") if case.transfer else []
     argv = ["train", "--board", BOARD, "--emulate", "--model", case.model, "--train", case.train, "--batch",
-            str(case.batch), "--ram", case.ram, "--epochs", "1", "--data-limit", str(case.steps * case.batch),
-            "--run-dir", str(run), *extra, *(["--profile", str(profile)] if profile else [])]
+            str(case.batch), "--ram", case.ram, "--epochs", str(epochs), "--data-limit", str(case.steps * case.batch),
+            "--run-dir", str(run), *inputs, *extra]
     print("$ poet " + " ".join(argv), file=sys.stderr, flush=True)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         status = poet(argv)
     if status != 0:
         sys.exit(f"poet train failed ({status}):\n{out.getvalue()[-3000:]}")
+
+
+def rows_of(cases: list[Case], run_case: Callable[[Case], R], table: Callable[[list[R]], str]) -> list[R]:
+    """Each case's row, its table line on stderr as it comes."""
+    rows = []
+    for c in cases:
+        rows.append(run_case(c))
+        print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    return rows
+
+
+def run_case(case: Case, base: Path, profile: Path | None) -> Row:
+    """One epoch of case.steps steps on the emulated board; the plan's and the board's step."""
+    run = base / f"{case.model}-{case.train.replace(':', '')}"
+    train(case, run, 1, *(["--profile", str(profile)] if profile else []))
     plan = json.loads((run / "plan.json").read_text())
     state = json.loads((run / "state.json").read_text())
     steps = state["global_step"]
@@ -140,10 +157,7 @@ def main() -> None:
     cases = [c for c in CASES if not args.only or c.model in args.only]
     base = workspace() / "plan-vs-board"
     base.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for c in cases:
-        rows.append(run_case(c, base, args.profile))
-        print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    rows = rows_of(cases, lambda c: run_case(c, base, args.profile), table)
     print(f"plan vs the emulated {BOARD} (QEMU, firmware image; time = emulated instructions at the board's clock, "
           f"energy = time x datasheet active power + the board file's storage model for paging and SD reads):")
     print(table(rows))
