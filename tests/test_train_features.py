@@ -122,3 +122,26 @@ def test_a_run_killed_while_it_writes_the_cache_and_resumed_trains_the_same_weig
     assert any("lacks epoch 1's features: writing them again" in line for line in poet.out), "".join(poet.out)
     _same_weights(run, straight)
     assert len(_records(run)) == PER_EPOCH * EPOCHS
+
+
+@pytest.mark.slow
+def test_a_run_that_started_without_the_cache_is_resumed_without_it(runs: tuple[Path, Path, Path],
+                                                                    workspace: Path) -> None:
+    """A run whose plan.json keeps nothing (one started by a poet before features once) resumed in epoch 2:
+    it reads no cache it never wrote, and goes on with the whole model to the same weights."""
+    _, straight, _ = runs
+    run = workspace / "runs" / "older"
+    poet = Poet(workspace, *BASE, "--run-dir", str(run))
+    for line in poet.lines():
+        if line.strip().startswith(f"epoch 2/{EPOCHS} step   2/"):
+            break
+    assert poet.kill() in (-signal.SIGKILL, 0), "".join(poet.out)
+    assert _gone(run) == []
+    plan = json.loads((run / "plan.json").read_text())
+    del plan["features"]
+    (run / "plan.json").write_text(json.dumps(plan))
+    poet = Poet(workspace, "train", "--resume", str(run))
+    assert poet.wait() == 0, "".join(poet.out)
+    assert "features" not in json.loads((run / "plan.json").read_text()) and not (run / "suffix.poet").exists()
+    _same_weights(run, straight)
+    assert not any(r[2] == "cache_read" for records in _records(run)[-PER_EPOCH:] for r in records)  # epoch 3

@@ -184,7 +184,8 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
         if port:
             _ensure_firmware(board, port, run.dir, say)
         with open_device(board, port, workdir=run.dir, ram=cfg.plan.ram) as dev:
-            plan, sched = plan_for_run(cfg, g, board, dev, run, say, bars, given, prof, len(data.y_train))
+            plan, sched = plan_for_run(cfg, g, board, dev, run, say, bars, given, prof, len(data.y_train),
+                                       resuming=resume is not None)
             g, prefix = run_graph(g, plan)
             kept = Kept.of_run(plan, g, read_bytes(run.dir / SUFFIX_FILE, "suffix.poet", limit=SCHEDULE_LIMIT,
                                                      follow=False),

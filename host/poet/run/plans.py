@@ -127,7 +127,7 @@ def _given_schedule(path: Path, data: bytes, run: Run, say: Say) -> dict:
 
 def plan_for_run(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, run: Run, say: Say,
                  bars: bool = False, given: bytes | None = None,
-                 prof: dict[str, Any] | None = None, samples: int = 0) -> tuple[dict, bytes]:
+                 prof: dict[str, Any] | None = None, samples: int = 0, resuming: bool = False) -> tuple[dict, bytes]:
     """The plan and schedule for this run (given: --schedule's bytes; prof: the run's profile, as
     train checked it, None with --schedule): from the cache when the same configuration was solved
     before and the cached entry verifies. The run's folder keeps both, and when the run keeps its
@@ -137,15 +137,21 @@ def plan_for_run(cfg: RunConfig, g: TrainingGraph, board: Board, dev: Device, ru
         assert given is not None
         return _given_schedule(cfg.schedule, given, run, say), given
     assert prof is not None
+    # a resumed run keeps features only as it started: a cache it never wrote is not read
+    before = run_plan(run).get("features") if resuming else None
     info, sched = cached_or_solved(cfg.plan, g, board, dev.runtime_static, say, bars, prof)
-    (run.dir / SUFFIX_FILE).unlink(missing_ok=True)
-    if cfg.epochs > 1 and not cfg.no_feature_cache:
+    if cfg.epochs > 1 and not cfg.no_feature_cache and (before is not None or not resuming):
         from poet.run.features import planned_features
 
         kept = planned_features(cfg, g, info, board, dev.runtime_static, prof, samples, say)
+        if kept is not None and before not in (None, kept[0]):
+            say("  features once: not kept (this run started keeping other features; it goes on without)")
+            kept = None
         if kept is not None:
             info = {**info, "features": kept[0]}
             write_atomic(run.dir / SUFFIX_FILE, kept[1])
+    if "features" not in info:
+        (run.dir / SUFFIX_FILE).unlink(missing_ok=True)
     write_atomic(run.dir / "schedule.poet", sched)
     write_atomic(run.dir / "plan.json", json.dumps(info, indent=1).encode())  # last: the suffix is there before it
     return info, sched
