@@ -244,6 +244,37 @@ def test_trace_leaves_the_model_as_it_was():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+class _Versioned(nn.Module):
+    """As torchvision's MNASNet: its state loads only with its version in the state dict's _metadata."""
+
+    _version = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if local_metadata.get("version") not in (1, 2):
+            raise ValueError(f"version should be set to 1 or 2 instead of {local_metadata.get('version')}")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
+
+
+def test_a_model_that_reads_its_state_version_traces_and_is_left_as_it_was():
+    """Issue 49, bug 1: the trace put the batch norm's statistics back with load_state_dict from a copy that
+    lost _metadata, and MNASNet's check ended `poet graph` in an internal error."""
+    torch.manual_seed(0)
+    model = _Versioned()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    real_step(model, "versioned", (1, 8, 8), 10, 2, train="all")  # as `poet graph --check`: on real values
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    model.load_state_dict(model.state_dict())  # and it still loads as its own code wants
+
+
 def test_a_model_that_needs_values_is_traced_on_real_tensors():
     """Shapes come from a pass on meta tensors; code that reads values falls back to a real pass."""
     class Gated(nn.Module):

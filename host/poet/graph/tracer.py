@@ -339,7 +339,11 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
             tr.add_call(call)
     finally:
         if state:
-            model.load_state_dict(state)
+            # in place, not load_state_dict: a dict copy lost its _metadata, and a module that reads its
+            # version from it (torchvision's MNASNet) refuses to load without it
+            with torch.no_grad():
+                for k, v in model.state_dict(keep_vars=True).items():
+                    v.copy_(state[k])
         for m, mode in modes.items():
             m.training = mode
         for (_, p), (req, grad) in zip(params, before):
