@@ -15,7 +15,7 @@ Two tools on the instrumentation layer:
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -170,7 +170,33 @@ def saved_check(model: nn.Module, t: Traced) -> SavedReport:
                       None)
         name = g.nodes[prod].name if prod is not None else f"inside {', '.join(g.nodes[s].name for s in savers[st])}"
         report.differences.append(Difference(name, sorted(g.nodes[s].name for s in savers[st]), kind, tb, gb, reason))
+    _explain_in_place(t, report)
     return report
+
+
+IN_PLACE_REASON = ("in place: PyTorch keeps a copy of the input it overwrites and the output in the input's "
+                   "storage; the graph keeps the input and the output as two tensors, of the same bytes")
+
+
+def _explain_in_place(t: Traced, report: SavedReport) -> None:
+    """An activation run in place (ReLU6, hardswish, SiLU... with inplace=True) whose backward reads its input:
+    PyTorch saves a copy of that input (a tensor inside the call) and the output shares the input's storage,
+    so the graph's two tensors on one storage are torch's one plus the copy. The two differences, when their
+    bytes make up exactly the graph's, are that and no more."""
+    g = t.graph
+    inplace = {t.node_of_call[c.id] for c in t.ins.calls
+               if c.id in t.node_of_call and (c.name in INPLACE or c.kwargs.get("inplace"))}
+    for nid in sorted(inplace):
+        name = g.nodes[nid].name
+        inside = [i for i, d in enumerate(report.differences)
+                  if d.reason is None and d.kind == "internal" and d.savers == [name]]
+        # its output may be read by a view too (a flatten after it): that storage's difference is this one
+        out = [i for i, d in enumerate(report.differences) if d.kind == "output" and d.tensor == name]
+        if len(inside) == 1 and len(out) == 1:
+            a, b = report.differences[inside[0]], report.differences[out[0]]
+            if a.torch_bytes + b.torch_bytes == b.graph_bytes:
+                report.differences[inside[0]] = replace(a, reason=IN_PLACE_REASON)
+                report.differences[out[0]] = replace(b, reason=IN_PLACE_REASON)
 
 
 @dataclass
