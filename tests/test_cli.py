@@ -278,7 +278,7 @@ def test_graph_errors_from_user_models_are_one_line(tmp_path):
         "    return nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))\n")
     one_line_error(_in(tmp_path, "graph", "--model", "bad:raises", "--input-shape", "4"), 2,
                    "building model 'bad:raises' failed: ValueError: no such width")
-    one_line_error(_in(tmp_path, "graph", "--model", "bad:Sorts", "--input-shape", "4", "--classes", "2"), 1,
+    one_line_error(_in(tmp_path, "graph", "--model", "bad:Sorts", "--input-shape", "4", "--classes", "2"), 2,
                    "model: sort is not in the runtime's op set; supported: linear")
     one_line_error(_in(tmp_path, "graph", "--model", "bad:chain", "--input-shape", "5", "--classes", "2"), 1,
                    "fails on a batch of shape [16, 5] (float32): RuntimeError")

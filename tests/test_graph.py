@@ -191,6 +191,29 @@ def test_unsupported_op_is_named_with_its_module_path_and_the_supported_set():
         trace(model, "m", (4,), 2, batch=2)
 
 
+def test_every_unsupported_op_is_named_in_one_line_at_once():
+    """Issue 49: ShuffleNetV2 took three rounds of rewrites to learn its problems, one op a round. Every op
+    the loss reads through that the runtime lacks is named, with its module, in one line; exit status 2 (a
+    model poet cannot take is a bad input, as a bad file is)."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.fc = nn.Linear(4, 4), nn.Softplus(), nn.Linear(4, 2)
+
+        def forward(self, x):
+            y = self.b(self.a(x))  # softplus: not in the op set
+            y = torch.cumsum(y, 1) + torch.sort(x, 1).values  # cumsum of it, and a sort of the input
+            return self.fc(y)
+
+    with pytest.raises(PoetError) as e:
+        trace(M(), "m", (4,), 2, batch=2)
+    msg = str(e.value)
+    assert e.value.status == 2 and "\n" not in msg
+    assert msg.startswith("model 'm' uses 3 ops the runtime cannot run: b: softplus")
+    assert "model: sort" in msg and "model: cumsum" in msg and msg.count("; supported: ") == 1
+
+
 class _Recurrent(nn.Module):
     def __init__(self):
         super().__init__()

@@ -50,7 +50,9 @@ class _Tracer:
         self.node_of: dict[int, int] = {}  # id(tensor) -> node id (tensors are kept alive by the calls)
         self.node_of_call: dict[int, int] = {}  # CallEvent id -> the node it made (or aliased)
         self.const_calls: set[int] = set()  # calls that make constants or only read metadata
-        self.poison: dict[int, PoetError] = {}  # id(tensor) -> why no runtime op can make it
+        self.poison: dict[int, tuple[PoetError, ...]] = {}  # id(tensor) -> why no runtime op can make it
+        # why each op the loss reads through cannot run, in the order met: all are reported at once
+        self.blocking: list[PoetError] = []
         self.consts: dict[int, tuple[str, CallEvent]] = {}
         self.fwd: list[tuple[Fwd, CallEvent]] = []
         self.train = train
@@ -77,11 +79,11 @@ class _Tracer:
             return
         ins = call.inputs
         # An op outside the op set is an error only if the loss depends on it: its outputs carry the
-        # error, and the first supported op that reads one (or the logits) raises it. So values read
-        # only for control flow (`if x.sum() > 0`) or logging do not stop a trace.
-        inherited = next((self.poison[id(t)] for t in ins if id(t) in self.poison), None)
+        # error, and a supported op that reads one (or the logits) makes it count. So values read only
+        # for control flow (`if x.sum() > 0`) or logging do not stop a trace.
+        inherited = tuple(e for t in ins for e in self.poison.get(id(t), ()))
         live = [t for t in ins if id(t) in self.node_of]
-        if inherited is None and not live and not any(id(t) in self.pindex for t in ins):
+        if not inherited and not live and not any(id(t) in self.pindex for t in ins):
             for t in outs:  # made from constants only: arange, zeros, running-statistics updates
                 self.consts[id(t)] = (call.name, call)
             self.const_calls.add(call.id)
@@ -90,23 +92,28 @@ class _Tracer:
         alias = call.name in ALIAS or (call.name == "dropout" and (not arg(call, 2, "training", True)
                                                                   or arg(call, 1, "p", 0.5) == 0))
         handler = FORWARD.get(call.name)
-        if inherited is not None:
-            if handler is None or alias:
-                self._poison(outs, inherited)
-                return
-            raise inherited
+        if alias and inherited:
+            self._poison(outs, inherited)
+            return
         if alias:
             self.node_of[id(call.result)] = self.node_of_call[call.id] = self.node_of[id(call.args[0])]
             return
         if handler is None:
-            self._poison(outs, PoetError(f"{call.module or 'model'}: {call.name} is not in the runtime's op set; "
-                                         f"supported: {SUPPORTED}"))
+            self._poison(outs, (*inherited, PoetError(f"{call.module or 'model'}: {call.name} is not in the "
+                                                      f"runtime's op set; supported: {SUPPORTED}")))
             return
+        # a supported op that reads what none can make: the unmade tensor stands in as the input node, so the
+        # trace goes on and finds every op a model lacks in one pass
+        for t in ins:
+            if id(t) in self.poison:
+                self.node_of.setdefault(id(t), 0)
         try:
             f = handler(ctx)
         except PoetError as exc:  # a supported op in a form the runtime lacks: same rule
-            self._poison(outs, exc)
+            self._poison(outs, (*inherited, exc))
             return
+        for e in inherited:
+            self._block(e)
         for t in f.inputs:
             if id(t) not in self.node_of:
                 raise ctx.fail("reads a tensor that is neither an activation nor a parameter "
@@ -115,9 +122,26 @@ class _Tracer:
         self.node_of[id(f.out)] = self.node_of_call[call.id] = len(self.fwd) + 1  # node 0 is the input
         self.fwd.append((f, call))
 
-    def _poison(self, outs: list[torch.Tensor], err: PoetError) -> None:
+    def _poison(self, outs: list[torch.Tensor], errs: tuple[PoetError, ...]) -> None:
         for t in outs:
-            self.poison[id(t)] = err
+            self.poison[id(t)] = errs
+
+    def _block(self, err: PoetError) -> None:
+        if all(str(e) != str(err) for e in self.blocking):
+            self.blocking.append(err)
+
+    def refusal(self, name: str) -> PoetError | None:
+        """One line naming every op the loss reads through that the runtime cannot run (None: there is none).
+        A model that uses ops poet lacks is an input poet cannot take: status 2."""
+        if not self.blocking:
+            return None
+        why = [str(e).removesuffix(f"; supported: {SUPPORTED}") for e in self.blocking]
+        lacks = any(str(e).endswith(f"; supported: {SUPPORTED}") for e in self.blocking)
+        tail = f"; supported: {SUPPORTED}" if lacks else ""
+        if len(why) == 1:
+            return PoetError(why[0] + tail, status=2)
+        return PoetError(f"model {name!r} uses {len(why)} ops the runtime cannot run: {' | '.join(why)}{tail}",
+                         status=2)
 
 
 # The most elements one tensor may have: the board counts them in i32 (docs/spec.md section 2,
@@ -349,8 +373,11 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
         for (_, p), (req, grad) in zip(params, before):
             p.requires_grad_(req)
             p.grad = grad
-    if id(logits) in tr.poison:
-        raise tr.poison[id(logits)]
+    for e in tr.poison.get(id(logits), ()):
+        tr._block(e)
+    refused = tr.refusal(name)
+    if refused is not None:
+        raise refused
     if id(logits) not in tr.node_of:
         raise PoetError(f"model {name!r}: its output is not computed from its input by traced ops")
     g = _build(tr, name, batch, tuple(x.shape[1:]), classes, input_dtype, tr.node_of[id(logits)], loss)
