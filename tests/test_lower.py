@@ -1,6 +1,7 @@
 """Lowering: the byte schedule does what the plan says, at offsets where no two live tensors overlap."""
 
 import pytest
+from conftest import needs_tools
 from poet.errors import UsageError
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
@@ -191,3 +192,39 @@ def test_fragmentation_replans_below_the_plans_own_peak(monkeypatch):
     p = pipeline.plan_step(g, cg, board, fixed + peak + 1000, static, 50 * cg.one_pass_s, progress=lambda _m: None)
     assert arenas == [peak + 1000, peak - 88]
     assert p.plan.peak_bytes <= peak - 88 and p.lowered.extent_bytes <= p.budget.arena
+
+
+@needs_tools("cc", "make")
+@pytest.mark.parametrize("side", [7, 8])
+def test_a_max_pool_the_board_refuses_is_refused_before_anything_boots(tmp_path, side):
+    """Issue 49, bug 2: a max pool on an odd map passed the host and the planner, then the board refused the
+    model upload (MODEL, detail 7). The host's check says what the board's says, for both map sizes: the
+    native runtime's verdict on the same blob is the reference."""
+    import torch
+    from fwhelpers import native_link
+    from poet.device.protocol import DeviceError
+    from poet.errors import PoetError
+    from poet.graph.reference import weights_of
+    from poet.plan.lowering.lower import check_runtime
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(2 * (side // 2) ** 2, 3))
+    g = trace(model, "m", (1, side, side), 3, 2)
+    try:
+        check_runtime(g)
+        host = None
+    except PoetError as e:
+        host = str(e)
+    with native_link(tmp_path) as link, pytest.MonkeyPatch.context() as mp:
+        mp.setattr("poet.plan.lowering.lower.check_runtime", lambda _g: None)  # the blob the board would get
+        try:
+            link.load_model(model_blob(g), weights_of(model))
+            board = None
+        except DeviceError as e:
+            board = e.name
+    assert (host is None) == (board is None), (host, board)
+    if side % 2:
+        assert board == "MODEL"
+        assert host == "1/forward: maxpool2d with H=7, W=7; the C runtime supports even H and W for now"

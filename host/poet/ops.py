@@ -53,6 +53,7 @@ class Op:
     flops: int = 0  # > 0: a pointwise op of this many FLOPs per element (the tracer's generic handler)
     traced: str = ""  # how it is written in PyTorch, for the tracer's "supported:" list ("": its calls)
     limits: tuple[tuple[str, int], ...] = ()  # attributes the C runtime takes only one value of, for now
+    even: tuple[str, ...] = ()  # attributes the C runtime takes only even values of, for now
 
 
 _CONV = ("B", "C", "H", "W", "O", "kernel", "geom", "w", "b")
@@ -68,11 +69,12 @@ _NEED = ("need_grad_input",)  # a backward that may skip dL/dx (nothing before i
 
 def _pair(name: str, code: int, bwd_code: int, slots: tuple[str, ...], saves: str = "rule",
           bwd_slots: tuple[str, ...] | None = None, kind: str = "forward", calls: tuple[str, ...] = (),
-          flops: int = 0, traced: str = "", limits: tuple[tuple[str, int], ...] = ()) -> tuple[Op, Op]:
+          flops: int = 0, traced: str = "", limits: tuple[tuple[str, int], ...] = (),
+          even: tuple[str, ...] = ()) -> tuple[Op, Op]:
     """An op and its one backward op, `<name>_bwd`, whose slots are the op's unless given."""
     bwd = f"{name}_bwd"
-    return (Op(name, code, kind, slots, saves, (bwd,), calls, flops, traced, limits),
-            Op(bwd, bwd_code, "backward", slots if bwd_slots is None else bwd_slots, limits=limits))
+    return (Op(name, code, kind, slots, saves, (bwd,), calls, flops, traced, limits, even),
+            Op(bwd, bwd_code, "backward", slots if bwd_slots is None else bwd_slots, limits=limits, even=even))
 
 
 def _pointwise(name: str, code: int, bwd_code: int, saves: str, flops: int, calls: tuple[str, ...],
@@ -112,7 +114,8 @@ _TABLE: tuple[Op, ...] = (
            traced="x + s, x - s, x * s, x / s (s a scalar)"),
     *_pair("dropout", 89, 90, _DROP, "", calls=("dropout",)),
     # ---- pooling and resampling
-    *_pair("maxpool2d", 4, 19, _MAP, "x", calls=("max_pool2d", "_max_pool2d"), limits=(("k", 2),)),
+    *_pair("maxpool2d", 4, 19, _MAP, "x", calls=("max_pool2d", "_max_pool2d"), limits=(("k", 2),),
+          even=("H", "W")),
     *_pair("avgpool2d", 73, 74, _POOL, "", calls=("avg_pool2d",)),
     *_pair("upsample", 87, 88, (*_MAP, "sh", "sw"), "", calls=("interpolate",),
            traced="interpolate (nearest, whole factors)"),

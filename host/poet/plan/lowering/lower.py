@@ -48,6 +48,10 @@ def check_runtime(g: TrainingGraph) -> None:
             if n.attrs.get(attr, want) != want:
                 raise PoetError(f"{n.name}: {n.op} with {attr}={n.attrs[attr]}; the C runtime supports "
                                 f"{attr}={want} for now")
+        odd = [f"{a}={n.attrs[a]}" for a in OPS[n.op].even if n.attrs.get(a, 0) % 2]
+        if odd:  # the board's check refuses it (firmware/core/ops): say so before anything boots
+            raise PoetError(f"{n.name}: {n.op} with {', '.join(odd)}; the C runtime supports even "
+                            f"{' and '.join(OPS[n.op].even)} for now")
 
 
 def _attr(attrs: dict[str, Any], name: str) -> int:
