@@ -31,6 +31,7 @@ from poet.paths import runs_dir, shown
 from poet.plan.lowering.lower import model_blob
 from poet.plan.lowering.schedule import OK, peak_live_bytes, validate
 from poet.plan.transform.feature_cache import Step, suffix_of
+from poet.plan.transform.rewrites import Rewrites
 from poet.progress import Say
 from poet.settings import RunConfig
 from poet.units import format_size
@@ -50,9 +51,7 @@ def planned_features(cfg: RunConfig, g: TrainingGraph, info: dict[str, Any], boa
     """What the run keeps after epoch 1 (plan.json's "features") and the suffix's schedule, or None: the
     planner's choice (plan/features.py) for this plan and number of epochs, kept beside the plan in its
     cache entry (features-<epochs>.json, suffix-<epochs>.poet) so a second run or a resume reuses it."""
-    from poet.run.plans import run_graph
-
-    g_run, _ = run_graph(g, info)
+    g_run, _ = Rewrites.from_json(info).apply(g)  # the graph the plan runs (run.plans.run_graph)
     if samples % g.batch:
         say(f"  features once: not kept ({samples} training samples are not whole batches of {g.batch}: the "
             f"{samples % g.batch} epoch 1 leaves out would have none); the frozen layers run every epoch")
