@@ -78,6 +78,9 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_l1_fwd": [INT, F32P, F32P],
     "poet_l1_bwd": [INT] + [F32P] * 3,
     "poet_avgpool2d_fwd": [INT] * 11 + [F32P] * 2,
+    "poet_maxpool2d_general_fwd": [INT] * 11 + [F32P] * 2,
+    "poet_maxpool2d_general_bwd": [INT] * 11 + [F32P] * 3,
+    "poet_pool_out": [INT] * 5,
     "poet_avgpool2d_bwd": [INT] * 11 + [F32P] * 2,
     "poet_global_avgpool2d_fwd": [INT, INT, INT, F32P, F32P],
     "poet_global_avgpool2d_bwd": [INT, INT, INT, F32P, F32P],
@@ -142,7 +145,7 @@ def lib() -> ctypes.CDLL:
     for name, args in SIGNATURES.items():
         fn = getattr(dll, name)
         fn.argtypes = args
-        fn.restype = INT if name == "poet_conv2d_out" else FLT if name in ("poet_mse_fwd", "poet_l1_fwd") else \
+        fn.restype = INT if name in ("poet_conv2d_out", "poet_pool_out") else FLT if name in ("poet_mse_fwd", "poet_l1_fwd") else \
             ctypes.c_uint32 if name == "poet_dropout_key" else None
     return dll
 
@@ -419,6 +422,39 @@ def test_avgpool2d(lib: ctypes.CDLL, seed: int) -> None:
     g = randn(rng, *y_ref.shape)
     y_ref.backward(t64(g))
     check_backward(lambda bf: lib.poet_avgpool2d_bwd(*args, fp(g), fp(bf["gx"])), {}, {"gx": x64.grad})
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_maxpool2d_general(lib: ctypes.CDLL, seed: int) -> None:
+    """Any window, stride, padding and ceil_mode PyTorch takes, on odd and even maps: windows overlap
+    (stride below the window: a gradient lands twice on one maximum), skip elements, run into the padding
+    and, with ceil_mode, past the map's end."""
+    rng = np.random.default_rng([17, seed])
+    kh, kw = ints(rng, 1, 5), ints(rng, 1, 5)
+    ph, pw = ints(rng, 0, kh // 2), ints(rng, 0, kw // 2)
+    B, C, H, W = ints(rng, 1, 2), ints(rng, 1, 3), ints(rng, max(1, kh - 2 * ph), 9), ints(rng, max(1, kw - 2 * pw), 9)
+    sh, sw, ceil = ints(rng, 1, 3), ints(rng, 1, 3), seed % 2
+    x = randn(rng, B, C, H, W)
+    x64 = leaf(x)
+    y_ref = F.max_pool2d(x64, (kh, kw), (sh, sw), (ph, pw), ceil_mode=bool(ceil))
+    assert lib.poet_pool_out(H, kh, sh, ph, ceil) == y_ref.shape[2]
+    assert lib.poet_pool_out(W, kw, sw, pw, ceil) == y_ref.shape[3]
+    y = nan(*y_ref.shape)
+    args = (B, C, H, W, kh, kw, sh, sw, ph, pw, ceil)
+    lib.poet_maxpool2d_general_fwd(*args, fp(x), fp(y))
+    assert_close(y, y_ref, "y")
+    g = randn(rng, *y_ref.shape)
+    y_ref.backward(t64(g))
+    check_backward(lambda bf: lib.poet_maxpool2d_general_bwd(*args, fp(g), fp(x), fp(bf["gx"])), {}, {"gx": x64.grad})
+
+
+@pytest.mark.parametrize(("n", "k", "s", "p"), [(7, 3, 2, 1), (6, 3, 2, 0), (8, 3, 2, 1), (13, 3, 2, 0), (5, 2, 2, 1)])
+def test_pool_out_ceil_mode(lib: ctypes.CDLL, n: int, k: int, s: int, p: int) -> None:
+    """The extents of the stems poet meets (ResNet's 3x3/2 pad 1, SqueezeNet's 3x3/2 ceil_mode) and the
+    case where ceil_mode's last window would start in the padding and is dropped (5, 2, 2, 1)."""
+    for ceil in (0, 1):
+        want = F.max_pool2d(torch.zeros(1, 1, n, 1), (k, 1), (s, 1), (p, 0), ceil_mode=bool(ceil)).shape[2]
+        assert lib.poet_pool_out(n, k, s, p, ceil) == want
 
 
 def test_avgpool2d_divisors_differ(lib: ctypes.CDLL) -> None:

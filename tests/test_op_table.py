@@ -121,6 +121,7 @@ class _Convs(nn.Module):
         h = nn.functional.hardsigmoid(h) - torch.clamp(h, -1, 1) / 2 + nn.functional.relu6(h)
         h = h * torch.sigmoid(h) + torch.tanh(nn.functional.hardtanh(h)) + nn.functional.gelu(h)
         h = h + torch.clamp(h, min=0)
+        h = h + nn.functional.max_pool2d(h, 3, 1, 1)  # any other window: maxpool2d_general
         m = h.mean(dim=(2, 3)) * torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1)
         return self.fc(self.drop(torch.flatten(h, 1))) + self.fc2(m)
 

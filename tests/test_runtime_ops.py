@@ -270,6 +270,38 @@ def test_avgpool2d_trains_like_pytorch(tmp_path: Path) -> None:
     _check_model(tmp_path, "avgpools", model, g, data)
 
 
+class _MaxPools(torch.nn.Module):
+    """max_pool2d as ImageNet-style stems use it: ResNet's 3x3/2 with padding 1 on an odd map, SqueezeNet's
+    3x3/2 with ceil_mode, and an overlapping non-square window of stride 1 (a maximum's gradient lands twice)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.conv2 = nn.Conv2d(2, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.pool1 = nn.MaxPool2d(3, 2, 1)  # 9x7 -> 5x4
+        self.pool2 = nn.MaxPool2d(3, 2, ceil_mode=True)  # 5x4 -> 2x2
+        self.fc = nn.Linear(4 * 2 * 1, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.pool2(torch.relu(self.conv2(self.pool1(torch.relu(self.conv1(x))))))
+        h = torch.nn.functional.max_pool2d(h, (1, 2), 1)  # 2x2 -> 2x1
+        return self.fc(torch.flatten(h, 1))
+
+
+def test_maxpool2d_general_trains_like_pytorch(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _MaxPools()
+    g = trace(model, "maxpools", (2, 9, 7), 3, 2)
+    pools = [n for n in g.nodes if n.op == "maxpool2d_general"]
+    assert [(n.attrs["kh"], n.attrs["kw"], n.attrs["sh"], n.attrs["sw"], n.attrs["ph"], n.attrs["ceil"])
+            for n in pools] == [(3, 3, 2, 2, 1, 0), (3, 3, 2, 2, 0, 1), (1, 2, 1, 1, 0, 0)]
+    assert [n.shape for n in pools] == [[2, 4, 5, 4], [2, 4, 2, 2], [2, 4, 2, 1]]
+    rng = np.random.default_rng(4)
+    data = [(rng.standard_normal((2, 2, 9, 7)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "maxpools", model, g, data)
+
+
 class _AutoEncoder(torch.nn.Module):
     """MLPerf Tiny's anomaly-detection autoencoder in miniature: dense + batch norm + ReLU down to a
     bottleneck and back, the output the input's shape."""

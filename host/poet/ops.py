@@ -22,7 +22,7 @@ PARAM_SLOTS = ("w", "b", "rm", "rv")
 PACKED: dict[str, tuple[str, ...]] = {
     "kernel": ("k",),  # conv2d's window (k, kw, padw), modelblob.conv_kernel
     "geom": ("pad",),  # conv2d's pad, stride and groups, modelblob.conv_geometry
-    "pgeom": ("ph", "pw", "sh", "sw"),  # avgpool2d's padding and strides, modelblob.pool_geometry
+    "pgeom": ("ph", "pw", "sh", "sw"),  # avg/max pooling's padding and strides, modelblob.pool_geometry
     "epi": ("out_scale",),  # a static-int8 output's scale parameter and ReLU, modelblob.q_epilogue
     "keep_from": ("p",),  # dropout's mask bound and scale, from its drop share (graph/dropout.py)
     "keep_scale": ("p",),
@@ -117,6 +117,8 @@ _TABLE: tuple[Op, ...] = (
     *_pair("maxpool2d", 4, 19, _MAP, "x", calls=("max_pool2d", "_max_pool2d"), limits=(("k", 2),),
           even=("H", "W")),
     *_pair("avgpool2d", 73, 74, _POOL, "", calls=("avg_pool2d",)),
+    # any window, stride, padding and ceil_mode, any map (max_pool2d's handler picks it when maxpool2d cannot)
+    *_pair("maxpool2d_general", 93, 94, (*_MAP, "kh", "kw", "pgeom", "ceil"), "x"),
     *_pair("upsample", 87, 88, (*_MAP, "sh", "sw"), "", calls=("interpolate",),
            traced="interpolate (nearest, whole factors)"),
     *_pair("mean", 14, 29, ("outer", "r", "inner"), "", calls=("mean", "adaptive_avg_pool2d"),

@@ -162,6 +162,17 @@ uint32_t poet_dropout_key(uint32_t salt, uint32_t step);
 /* 2x2 window, stride 2, first maximum (NaN wins) as PyTorch. */
 void poet_maxpool2d_fwd(int B, int C, int H, int W, const float *x, float *y);
 void poet_maxpool2d_bwd(int B, int C, int H, int W, const float *g, const float *x, float *gx);
+/* A pooled extent as PyTorch sizes it: (n + 2p - k) / s + 1, rounded up with ceil_mode, less the last window
+ * if it would start in the right padding. The caller has checked k <= n + 2p and s >= 1. */
+int poet_pool_out(int n, int k, int s, int p, int ceil_mode);
+/* max_pool2d of x[B,C,H,W] with any kh x kw window, stride sh, sw, padding ph, pw (padding never wins) and
+ * ceil_mode, y[B,C,Ho,Wo] (poet_pool_out). A window's value is its first maximum in row-major order, a NaN
+ * winning over a number, as the 2x2 kernel; the backward adds each g to its window's maximum (windows may
+ * overlap), zero elsewhere, finding the maxima again in x. */
+void poet_maxpool2d_general_fwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw,
+                                int ceil_mode, const float *x, float *y);
+void poet_maxpool2d_general_bwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw,
+                                int ceil_mode, const float *g, const float *x, float *gx);
 /* Mean over the middle extent of x[outer, r, inner] -> y[outer, inner]: x.mean(dims) over adjacent
  * dims (inner = 1 is a mean over a contiguous inner extent). The backward spreads g / r; it reads
  * nothing else. */

@@ -71,6 +71,70 @@ void poet_maxpool2d_bwd(int B, int C, int H, int W, const float *g, const float 
 }
 #endif
 
+/* ---- general max pooling ------------------------------------------------------------------- */
+
+int poet_pool_out(int n, int k, int s, int p, int ceil_mode)
+{
+    int span = n + 2 * p - k, out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+    if (ceil_mode && (long)(out - 1) * s >= (long)n + p)
+        out--;
+    return out;
+}
+
+/* The offset (within one map) of window (oy, ox)'s first maximum: its in-bounds rows and columns scanned
+ * row-major, as the 2x2 kernel picks. Every window holds at least one in-bounds element (padding is at most
+ * half the window, and ceil_mode drops a window starting in the padding). */
+static long window_max_at(const float *xc, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw, int oy,
+                          int ox)
+{
+    int y0 = oy * sh - ph, x0 = ox * sw - pw, y1 = y0 + kh, x1 = x0 + kw, i, j;
+    long best;
+    if (y1 > H)
+        y1 = H;
+    if (x1 > W)
+        x1 = W;
+    if (y0 < 0)
+        y0 = 0;
+    if (x0 < 0)
+        x0 = 0;
+    best = (long)y0 * W + x0;
+    for (i = y0; i < y1; i++)
+        for (j = x0; j < x1; j++) {
+            float v = xc[(long)i * W + j], b = xc[best];
+            if (v > b || (v != v && b == b))
+                best = (long)i * W + j;
+        }
+    return best;
+}
+
+void poet_maxpool2d_general_fwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw,
+                                int ceil_mode, const float *x, float *y)
+{
+    int Ho = poet_pool_out(H, kh, sh, ph, ceil_mode), Wo = poet_pool_out(W, kw, sw, pw, ceil_mode), bc, oy, ox;
+    for (bc = 0; bc < B * C; bc++) {
+        const float *xc = x + (long)bc * H * W;
+        for (oy = 0; oy < Ho; oy++)
+            for (ox = 0; ox < Wo; ox++)
+                *y++ = xc[window_max_at(xc, H, W, kh, kw, sh, sw, ph, pw, oy, ox)];
+    }
+}
+
+void poet_maxpool2d_general_bwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw,
+                                int ceil_mode, const float *g, const float *x, float *gx)
+{
+    int Ho = poet_pool_out(H, kh, sh, ph, ceil_mode), Wo = poet_pool_out(W, kw, sw, pw, ceil_mode), bc, oy, ox;
+    long i;
+    for (i = 0; i < (long)B * C * H * W; i++)
+        gx[i] = 0.0f;
+    for (bc = 0; bc < B * C; bc++) {
+        const float *xc = x + (long)bc * H * W;
+        float *gc = gx + (long)bc * H * W;
+        for (oy = 0; oy < Ho; oy++)
+            for (ox = 0; ox < Wo; ox++)
+                gc[window_max_at(xc, H, W, kh, kw, sh, sw, ph, pw, oy, ox)] += *g++;
+    }
+}
+
 /* ---- means ---------------------------------------------------------------------------------- */
 
 void poet_mean_fwd(int outer, int r, int inner, const float *x, float *y)

@@ -56,6 +56,8 @@
     /* pool.c */ \
     X(MAXPOOL2D, 4, FORWARD, NONE, 4, op_maxpool2d_check, op_maxpool2d_run) \
     X(MAXPOOL2D_BWD, 19, BACKWARD, NONE, 4, op_maxpool2d_check, op_maxpool2d_bwd_run) \
+    X(MAXPOOL2D_GENERAL, 93, FORWARD, NONE, 8, op_maxpool2d_general_check, op_maxpool2d_general_run) \
+    X(MAXPOOL2D_GENERAL_BWD, 94, BACKWARD, NONE, 8, op_maxpool2d_general_check, op_maxpool2d_general_bwd_run) \
     X(AVGPOOL2D, 73, FORWARD, NONE, 8, op_avgpool2d_check, op_avgpool2d_run) \
     X(AVGPOOL2D_BWD, 74, BACKWARD, NONE, 8, op_avgpool2d_check, op_avgpool2d_bwd_run) \
     X(UPSAMPLE, 87, FORWARD, NONE, 6, op_upsample_check, op_upsample_run) \

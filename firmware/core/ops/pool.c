@@ -1,4 +1,4 @@
-/* Pooling and reductions: 2x2 max pooling, average pooling, and the mean over adjacent dims
+/* Pooling and reductions: 2x2 and general max pooling, average pooling, and the mean over adjacent dims
  * (kernels/pool.c). */
 #include "op_util.h"
 
@@ -66,6 +66,44 @@ static void avgpool2d(const poet_exec_t *e, int bwd)
 
 void op_avgpool2d_run(const poet_exec_t *e) { avgpool2d(e, 0); }
 void op_avgpool2d_bwd_run(const poet_exec_t *e) { avgpool2d(e, 1); }
+
+/* ---- maxpool2d_general ------------------------------------------------------------------------ */
+
+/* a0..a6 as avgpool2d; a7 ceil_mode (0/1). The backward: dL/dy and the forward's input x in, dL/dx out. */
+enum { CEIL = 7 };
+
+int op_maxpool2d_general_check(poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    int32_t ph = POET_POOL_PAD_H(a[PGEOM]), pw = POET_POOL_PAD_W(a[PGEOM]);
+    uint64_t bc, x, y;
+    /* PyTorch's limits, as avgpool2d's */
+    if (!pos(a[B]) || !pos(a[C]) || !pos(a[H]) || !pos(a[W]) || !pos(a[KH]) || !pos(a[KW]) || a[H] > 0xFFFF ||
+        a[W] > 0xFFFF || a[KH] > a[H] + 2 * ph || a[KW] > a[W] + 2 * pw || 2 * ph > a[KH] || 2 * pw > a[KW] ||
+        (a[CEIL] != 0 && a[CEIL] != 1))
+        return 0;
+    bc = mul((uint64_t)a[B], (uint64_t)a[C]);
+    x = f32s(mul(bc, mul((uint64_t)a[H], (uint64_t)a[W])));
+    y = f32s(mul(bc, mul((uint64_t)poet_pool_out(a[H], a[KH], POET_POOL_STRIDE_H(a[PGEOM]), ph, a[CEIL]),
+                         (uint64_t)poet_pool_out(a[W], a[KW], POET_POOL_STRIDE_W(a[PGEOM]), pw, a[CEIL]))));
+    return n->op == POET_OP_MAXPOOL2D_GENERAL ? io1(m, n, x, y) : io2(m, n, y, x, x);
+}
+
+void op_maxpool2d_general_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    int g = a[PGEOM];
+    poet_maxpool2d_general_fwd(a[B], a[C], a[H], a[W], a[KH], a[KW], POET_POOL_STRIDE_H(g), POET_POOL_STRIDE_W(g),
+                               POET_POOL_PAD_H(g), POET_POOL_PAD_W(g), a[CEIL], e->in[0], e->out);
+}
+
+void op_maxpool2d_general_bwd_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    int g = a[PGEOM];
+    poet_maxpool2d_general_bwd(a[B], a[C], a[H], a[W], a[KH], a[KW], POET_POOL_STRIDE_H(g), POET_POOL_STRIDE_W(g),
+                               POET_POOL_PAD_H(g), POET_POOL_PAD_W(g), a[CEIL], e->in[0], e->in[1], e->out);
+}
 
 /* ---- upsample (nearest) ------------------------------------------------------------------------ */
 

@@ -37,6 +37,8 @@ DOCUMENTED: dict[str, tuple[str, set[str]]] = {
     "cross_entropy": ("PyTorch keeps log-softmax(logits) and the int64 labels; the runtime keeps the logits and "
                       "reads the labels from the staged batch", {"internal", "graph"}),
     "maxpool2d": ("PyTorch keeps the argmax indices (int64); the runtime finds the max again in x", {"internal"}),
+    "maxpool2d_general": ("PyTorch keeps the argmax indices (int64); the runtime finds the max again in x",
+                          {"internal"}),
     "l1": ("PyTorch keeps the difference output - target; the runtime keeps the output and subtracts again",
            {"internal", "graph"}),
     "dropout": ("PyTorch keeps the mask it drew; the runtime makes it again from the layer's salt and the step "

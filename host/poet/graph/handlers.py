@@ -180,31 +180,44 @@ def _hardtanh(c: Ctx) -> Fwd:
     raise c.fail(f"clamp(min={lo}, max={hi}): the runtime clamps to both bounds (hardtanh) or at 0 from below (relu)")
 
 
-def _max_pool2d(c: Ctx) -> Fwd:
-    x = c.call.args[0]
-    k = arg(c.call, 1, "kernel_size")
-    s = arg(c.call, 2, "stride") or k
-    p, d = arg(c.call, 3, "padding", 0), arg(c.call, 4, "dilation", 1)
-    one = lambda v: v if isinstance(v, int) else (v[0] if len(set(v)) == 1 else None)  # noqa: E731
-    k, s, p, d = one(k), one(s), one(p), one(d)
-    if k is None or k != s or p != 0 or d != 1 or arg(c.call, 5, "ceil_mode", False) or x.dim() != 4:
-        raise c.fail("the runtime pools square windows with stride equal to the window, no padding")
-    attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "k": k}
-    return Fwd("maxpool2d", [x], attrs, c.call.result, c.call.result.numel() * k * k)
-
-
-def _avg_pool2d(c: Ctx) -> Fwd:
-    """avg_pool2d with any window, stride and padding (ceil_mode False, no divisor override)."""
+def _pool_args(c: Ctx, what: str) -> tuple[torch.Tensor, tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """A 2-d pooling call's input, window, stride and padding as (h, w) pairs (stride defaults to the
+    window), refused in one line where the model blob cannot hold them."""
     x = c.call.args[0]
     pair = lambda v: (v, v) if isinstance(v, int) else tuple(v) if len(v) == 2 else (v[0], v[0])  # noqa: E731
     k = pair(arg(c.call, 1, "kernel_size"))
     s = pair(arg(c.call, 2, "stride") or k)
     p = pair(arg(c.call, 3, "padding", 0))
-    if arg(c.call, 4, "ceil_mode", False) or arg(c.call, 6, "divisor_override") is not None or x.dim() != 4:
-        raise c.fail("the runtime pools 4-d maps with ceil_mode False and the window's own divisor")
+    if x.dim() != 4:
+        raise c.fail(f"{what} of a {x.dim()}-d tensor: the runtime pools 4-d maps [N, C, H, W]")
     if max(p) > 255 or max(s) > 256 or max(x.shape[2:]) > 0xFFFF:
         raise c.fail(f"padding {p}, stride {s} on a {tuple(x.shape[2:])} map: the runtime takes padding up to 255, "
                      "stride up to 256, maps up to 65535")
+    return x, k, s, p
+
+
+def _max_pool2d(c: Ctx) -> Fwd:
+    """max_pool2d: 2x2 windows of stride 2 on even maps as maxpool2d (the fast kernel), any other window,
+    stride, padding or ceil_mode as maxpool2d_general (dilation 1)."""
+    x, k, s, p = _pool_args(c, "max_pool2d")
+    d = arg(c.call, 4, "dilation", 1)
+    ceil = bool(arg(c.call, 5, "ceil_mode", False))
+    if d not in (1, (1, 1), [1, 1]):
+        raise c.fail(f"dilation {d}: the runtime pools dense windows (dilation 1)")
+    H, W = x.shape[2], x.shape[3]
+    flops = c.call.result.numel() * k[0] * k[1]
+    if k == s == (2, 2) and p == (0, 0) and H % 2 == 0 and W % 2 == 0:
+        return Fwd("maxpool2d", [x], {"B": x.shape[0], "C": x.shape[1], "H": H, "W": W, "k": 2}, c.call.result, flops)
+    attrs = {"B": x.shape[0], "C": x.shape[1], "H": H, "W": W, "kh": k[0], "kw": k[1], "sh": s[0], "sw": s[1],
+             "ph": p[0], "pw": p[1], "ceil": int(ceil)}
+    return Fwd("maxpool2d_general", [x], attrs, c.call.result, flops)
+
+
+def _avg_pool2d(c: Ctx) -> Fwd:
+    """avg_pool2d with any window, stride and padding (ceil_mode False, no divisor override)."""
+    x, k, s, p = _pool_args(c, "avg_pool2d")
+    if arg(c.call, 4, "ceil_mode", False) or arg(c.call, 6, "divisor_override") is not None:
+        raise c.fail("the runtime averages with ceil_mode False and the window's own divisor")
     attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "kh": k[0], "kw": k[1],
              "sh": s[0], "sw": s[1], "ph": p[0], "pw": p[1],
              "include_pad": int(bool(arg(c.call, 5, "count_include_pad", True)))}
