@@ -145,8 +145,8 @@ def lib() -> ctypes.CDLL:
     for name, args in SIGNATURES.items():
         fn = getattr(dll, name)
         fn.argtypes = args
-        fn.restype = INT if name in ("poet_conv2d_out", "poet_pool_out") else FLT if name in ("poet_mse_fwd", "poet_l1_fwd") else \
-            ctypes.c_uint32 if name == "poet_dropout_key" else None
+        fn.restype = INT if name in ("poet_conv2d_out", "poet_pool_out") else \
+            FLT if name in ("poet_mse_fwd", "poet_l1_fwd") else ctypes.c_uint32 if name == "poet_dropout_key" else None
     return dll
 
 
