@@ -96,7 +96,7 @@ def soft_lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     core = FIRMWARE / "core"
     proc = subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", "-fPIC", "-shared",
                            "-DPOET_SOFT_FLOAT=1", "-o", str(out), str(core / "kernels" / "lowp.c"),
-                           *(str(core / "kernels" / f) for f in ("dense.c", "linear.c", "conv.c", "optim.c")),
+                           *(str(core / "kernels" / f) for f in ("dense.c", "linear.c", "conv.c", "optim.c", "pool.c")),
                            "-lm"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return _load(out)

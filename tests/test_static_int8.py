@@ -15,7 +15,7 @@ import pytest
 import torch
 from fwhelpers import native_link
 from poet.device.protocol import MODEL, DeviceError
-from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, quantise
+from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, maxpool2d_q, quantise
 from poet.ops import CODE
 from poet.plan.lowering.modelblob import (
     KIND_BACKWARD,
@@ -34,6 +34,7 @@ from test_kernels_lp import CONVP, F32P, FLT, I8P, INT, Conv, _train, ptr
 SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "poet_conv2d_q_fwd": ([CONVP, I8P, FLT, I8P, FLT, F32P, INT, F32P, ctypes.c_void_p], None),
     "poet_add_q_fwd": ([INT, I8P, FLT, I8P, FLT, INT, F32P, ctypes.c_void_p], None),
+    "poet_maxpool2d_q_fwd": ([INT] * 11 + [I8P, I8P], None),
 }
 
 
@@ -98,6 +99,26 @@ def test_add_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     assert np.array_equal(y.view(np.uint8), want.view(np.uint8))
     if i8:
         assert (np.abs(y.astype(int)) == 127).any()  # a small output scale saturates some
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_maxpool2d_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
+    """Any window, stride, padding and ceil_mode; -128 never appears in a quantised tensor but is the
+    padding's stand-in, so a window of -127s shows it is never picked."""
+    rng = np.random.default_rng(300 + seed)
+    kh, kw = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    ph, pw = int(rng.integers(0, kh // 2 + 1)), int(rng.integers(0, kw // 2 + 1))
+    B, C = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    H, W = int(rng.integers(max(1, kh - 2 * ph), 10)), int(rng.integers(max(1, kw - 2 * pw), 10))
+    sh, sw, ceil = int(rng.integers(1, 4)), int(rng.integers(1, 4)), seed % 2
+    x = rng.integers(-127, 128, (B, C, H, W)).astype(np.int8)
+    if seed == 0:
+        x[:] = -127
+    want = maxpool2d_q(x, (kh, kw), (sh, sw), (ph, pw), bool(ceil))
+    y = np.full(want.shape, 99, np.int8)
+    qlib.poet_maxpool2d_q_fwd(B, C, H, W, kh, kw, sh, sw, ph, pw, ceil, ptr(x, I8P), ptr(y, I8P))
+    assert np.array_equal(y, want)
+    assert want.min() >= -127
 
 
 # ---------------------------------------------------------------- a prefix on the native runtime
@@ -380,3 +401,63 @@ def test_a_traced_int8_prefix_trains_on_the_runtime_like_its_reference(tmp_path:
         np.testing.assert_allclose(forward(m, xs, fed).numpy(), want, rtol=1e-5, atol=1e-5)
         assert np.abs(forward(m, xs).numpy() - want).max() > 1e-3  # unfed, the fp32 prefix: the feeding is seen
     assert accuracy(m, xs, want.argmax(1), fed) == 1.0
+
+
+class _PoolNet(torch.nn.Module):
+    """An ImageNet-style frozen prefix: conv + BN + ReLU, a 2x2 max pool (the fast kernel's), a conv and
+    ReLU, ResNet's 3x3/2 pad 1 max pool, a conv, SqueezeNet's ceil_mode pool, then the trained linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.bn1 = nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.conv2, self.conv3 = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 2 * 2, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        F = torch.nn.functional
+        h = F.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)  # 10x10 -> 5x5
+        h = F.max_pool2d(torch.relu(self.conv2(h)), 3, 2, 1)  # -> 3x3
+        h = F.max_pool2d(self.conv3(h), 2, 2, ceil_mode=True)  # -> 2x2
+        return self.fc(torch.flatten(h, 1))
+
+
+def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path: Path) -> None:
+    """Issue 49: max pooling ended the int8 prefix, so ResNet-18's ImageNet stem kept its whole body fp32
+    (10.7 MiB of weights). Pooled in int8 at its input's scale, the prefix runs to the trained layer, and
+    the board's steps agree with PyTorch fed the prefix's exact outputs."""
+    from poet.graph.agreement import reference
+    from poet.graph.reference import state_tensors
+    from poet.graph.tracer import trace
+    from poet.plan.lowering.lower import model_blob
+    from poet.plan.transform.static_int8 import rewrite
+
+    torch.manual_seed(5)
+    m = _PoolNet()
+    g = trace(m, "pools", (1, 10, 10), 5, 2, train="last:1")
+    prefix = rewrite(g)
+    assert prefix is not None
+    q = prefix.graph
+    fwd = [n.op for n in q.nodes if n.kind in ("input", "forward")]
+    assert fwd == ["input", "conv2d_q", "maxpool2d_q", "conv2d_q", "maxpool2d_q", "conv2d_q", "maxpool2d_q",
+                   "dequantize", "flatten", "linear"]
+    pools = [n for n in q.nodes if n.op == "maxpool2d_q"]
+    assert [n.bytes for n in pools] == [2 * 8 * 25, 2 * 8 * 9, 2 * 4 * 4]  # int8
+    makers = [q.nodes[p.deps[0]] for p in pools]  # each pool's output is at its input's scale
+    assert [p.attrs["scale"] for p in pools] == [mk.attrs["out_scale"] for mk in makers]
+    rng = np.random.default_rng(6)
+    data = [(rng.standard_normal((2, 100)).astype(np.float32), rng.integers(0, 5, 2).astype(np.int32))
+            for _ in range(3)]
+    w = prefix.weights(_model_weights(m), data[0][0])
+    lr = 0.05
+    losses, after = _train(tmp_path, model_blob(q), w, data, lr=lr)
+    names = [n for n, _ in q.params]
+    ref = reference(m, [(xb.reshape(2, 1, 10, 10), yb) for xb, yb in data], lr, frozen=g.frozen, graph=g,
+                    fed=prefix.fed(m, w))
+    model_names = [n for n, _ in state_tensors(m)]
+    trained = [model_names.index("fc.weight"), model_names.index("fc.bias")]
+    board = list(ref.weights)
+    for i in trained:
+        board[i] = after[names.index(model_names[i])]
+    agreed = ref.agree(board, losses, names=model_names, only=trained)
+    assert agreed.ok, agreed.report()

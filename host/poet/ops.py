@@ -152,6 +152,9 @@ _TABLE: tuple[Op, ...] = (
     Op("dequantize", 68, "forward", ("n",), saves=""),
     Op("conv2d_q", 69, "forward", (*_CONV, "epi"), saves=""),
     Op("add_q", 70, "forward", ("n", "epi"), saves=""),
+    # max pooling of an int8 tensor: its output has its input's scale ("scale", the same parameter), as max
+    # commutes with the monotone quantisation
+    Op("maxpool2d_q", 97, "forward", (*_MAP, "kh", "kw", "pgeom", "ceil", "scale"), saves=""),
     # ---- the optimizer: its slots come from the graph's optimizer settings (lower.optimizer_attrs)
     Op("sgd", 32, "optimizer", ("opt", "f:p1", "f:p2", "f:p3", "in_backward"), saves=""),
 )

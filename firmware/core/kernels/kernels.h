@@ -346,6 +346,9 @@ void poet_q_put(void *y, long i, float v, int relu, int i8, float inv);
 void poet_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float x_scale,
                             const int8_t *wq, float w_scale, const float *b, int relu, const float *y_scale,
                             void *y);
+/* poet_maxpool2d_general_fwd over int8 values: the output keeps the input's scale. */
+void poet_maxpool2d_q_fwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw, int ceil_mode,
+                          const int8_t *x, int8_t *y);
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
                     const float *y_scale, void *y);
 

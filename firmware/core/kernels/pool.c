@@ -135,6 +135,25 @@ void poet_maxpool2d_general_bwd(int B, int C, int H, int W, int kh, int kw, int 
     }
 }
 
+void poet_maxpool2d_q_fwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw, int ceil_mode,
+                          const int8_t *x, int8_t *y)
+{
+    int Ho = poet_pool_out(H, kh, sh, ph, ceil_mode), Wo = poet_pool_out(W, kw, sw, pw, ceil_mode), bc, oy, ox, i, j;
+    for (bc = 0; bc < B * C; bc++) {
+        const int8_t *xc = x + (long)bc * H * W;
+        for (oy = 0; oy < Ho; oy++)
+            for (ox = 0; ox < Wo; ox++) {
+                int y0 = oy * sh - ph, x0 = ox * sw - pw, y1 = y0 + kh < H ? y0 + kh : H, x1 = x0 + kw < W ? x0 + kw : W;
+                int8_t best = -128;
+                for (i = y0 > 0 ? y0 : 0; i < y1; i++)
+                    for (j = x0 > 0 ? x0 : 0; j < x1; j++)
+                        if (xc[(long)i * W + j] > best)
+                            best = xc[(long)i * W + j];
+                *y++ = best;
+            }
+    }
+}
+
 /* ---- means ---------------------------------------------------------------------------------- */
 
 void poet_mean_fwd(int outer, int r, int inner, const float *x, float *y)

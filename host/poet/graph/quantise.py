@@ -88,3 +88,12 @@ def add_q(a: np.ndarray, a_scale: np.float32, b: np.ndarray, b_scale: np.float32
     """poet_add_q_fwd bit for bit: v = a a_scale + b b_scale (each product rounded), the epilogue."""
     v = a.astype(np.float32) * np.float32(a_scale) + b.astype(np.float32) * np.float32(b_scale)
     return _epilogue(v.astype(np.float32), relu, y_scale)
+
+
+def maxpool2d_q(q: np.ndarray, k: tuple[int, int], s: tuple[int, int], p: tuple[int, int], ceil: bool) -> np.ndarray:
+    """poet_maxpool2d_q_fwd: max pooling of int8 values (at the input's scale; padding never wins)."""
+    import torch
+    import torch.nn.functional as F
+
+    y = F.max_pool2d(torch.from_numpy(np.asarray(q, np.float32)), k, s, p, ceil_mode=ceil)
+    return y.numpy().astype(np.int8)

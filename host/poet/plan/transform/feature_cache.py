@@ -81,7 +81,7 @@ def suffix_of(g: TrainingGraph, c: int) -> TrainingGraph:
     elems = numel(src.shape)
     attrs: dict[str, int] = {"n": elems}
     if src.op in INT8_OUT and src.bytes == elems:  # an int8 tensor: staged int8, at its own scale
-        attrs |= {"i8": 1, "scale": src.attrs["scale" if src.op == "quantize" else "out_scale"]}
+        attrs |= {"i8": 1, "scale": src.attrs["scale" if src.op in ("quantize", "maxpool2d_q") else "out_scale"]}
     nodes = [GraphNode(0, "input", "input", "input", "input", [], src.bytes, list(src.shape), attrs)]
     renum = {c: 0}
     for n in g.nodes[c + 1:]:

@@ -232,10 +232,10 @@ def select_for(request: PlanRequest, g: TrainingGraph, board: Board, prof: dict[
 def prefix_lines(prefix: Int8Prefix) -> list[str]:
     """What `poet solve` says of a static-int8 prefix: which layers, and what became of them."""
     g = prefix.graph
-    n_q = sum(1 for n in g.nodes if n.op in ("conv2d_q", "add_q"))
+    n_q = sum(1 for n in g.nodes if n.op in ("conv2d_q", "add_q", "maxpool2d_q"))
     return [f"frozen prefix in static int8 (the fp32 graph cannot fit): {len(prefix.layers)} fp32 ops run as "
-            f"{n_q} int8 layers (conv + frozen batch norm folded + ReLU fused; adds), every int8 tensor's scale "
-            "fixed once from calibration data",
+            f"{n_q} int8 layers (conv + frozen batch norm folded + ReLU fused; adds; max pools), every int8 "
+            "tensor's scale fixed once from calibration data",
             f"  int8 from {prefix.layers[0]} to {prefix.layers[-1]}, layer by layer:",
             *(f"    {line}" for line in layer_lines(prefix))]
 
@@ -246,9 +246,13 @@ def layer_lines(prefix: Int8Prefix) -> list[str]:
     g = prefix.graph
     out = []
     for n in g.nodes:
-        if n.op not in ("conv2d_q", "add_q"):
+        if n.op not in ("conv2d_q", "add_q", "maxpool2d_q"):
             continue
         a = n.attrs
+        if n.op == "maxpool2d_q":
+            shapes = f"{a['C']}x{a['H']}x{a['W']} -> {'x'.join(map(str, n.shape[1:]))}"
+            out.append(f"{n.name:<30} maxpool2d_q {shapes:<20} {a['kh']}x{a['kw']} s{a['sh']}, at its input's scale")
+            continue
         dest = "int8 out" if a["out_scale"] >= 0 else "fp32 out"
         relu = " + ReLU" if a.get("relu") else ""
         if n.op == "add_q":

@@ -6,7 +6,7 @@ whose activations the backward pass never reads. In fp32 its early feature maps 
 and the prefix computes them as deployed int8 networks do (TFLite Micro, tiny-training): a frozen
 batch norm folded into the conv before it, the ReLU after it fused, each tensor quantised with a
 scale fixed once on the host from calibration data, so no fp32 copy of an activation exists inside
-the prefix. The runtime's ops are quantize, conv2d_q, add_q and dequantize (docs/spec.md 2).
+the prefix. The runtime's ops are quantize, conv2d_q, add_q, maxpool2d_q and dequantize (docs/spec.md 2).
 
 `rewrite(g)` makes the graph (sizes only: enough to plan); `Int8Prefix.weights` fills in the
 folded weights and calibrated scales from the model's weights and a calibration batch;
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from poet.graph.dtypes import F32
-from poet.graph.quantise import absmax_scale, add_q, conv2d_q, dequantise, quantise
+from poet.graph.quantise import absmax_scale, add_q, conv2d_q, dequantise, maxpool2d_q, quantise
 from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, conv_window, numel
 from poet.graph.training_graph import readers as reader_map
 from poet.plan.transform.fuse import fuse_heads
@@ -30,7 +30,8 @@ from poet.plan.transform.fuse import fuse_heads
 if TYPE_CHECKING:
     from poet.graph.reference import Fed
 
-Q_OPS = ("quantize", "conv2d_q", "add_q", "dequantize")
+Q_OPS = ("quantize", "conv2d_q", "add_q", "maxpool2d_q", "dequantize")
+POOLS = ("maxpool2d", "maxpool2d_general")  # max pooling runs on int8 values at its input's scale
 FOLDED = "#folded"  # a conv's weight or bias with its frozen batch norm folded in: "layer.conv.weight#folded"
 
 
@@ -148,11 +149,15 @@ class Int8Prefix:
                 continue
             a = n.attrs
             out_scale = names[a["out_scale"]] if a.get("out_scale", -1) >= 0 else None
-            if n.op == "quantize":
+            if n.op in ("quantize", "maxpool2d_q"):
                 out_scale = names[a["scale"]]
             ys = None if scales is None or out_scale is None else scales[out_scale]
             xs = [vals[d] for d in n.deps]
-            if n.op == "quantize":
+            if n.op == "maxpool2d_q":
+                window = ((a["kh"], a["kw"]), (a["sh"], a["sw"]), (a["ph"], a["pw"]), bool(a["ceil"]))
+                y = (F.max_pool2d(torch.from_numpy(xs[0]), *window[:3], ceil_mode=window[3]).numpy()
+                     if scales is None else maxpool2d_q(xs[0], *window))
+            elif n.op == "quantize":
                 y = xs[0] if scales is None else quantise(xs[0], ys)
             elif n.op == "dequantize":
                 y = xs[0] if scales is None else dequantise(xs[0], scale_of[n.deps[0]])
@@ -186,7 +191,8 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
     int8 tensor runs as conv2d_q, with the frozen batch norm reading only it folded in and the ReLU
     reading only that fused; an add of two int8 tensors runs as add_q (ReLU fused likewise). A fused
     layer's output is int8 when some int8 layer reads it, with a dequantize for its other readers (the
-    trained part, or a layer that has no int8 form), else fp32 straight from the epilogue. Nothing
+    trained part, or a layer that has no int8 form), else fp32 straight from the epilogue. A max pool of an
+    int8 tensor runs as maxpool2d_q, int8 out at its input's scale (dequantized for fp32 readers). Nothing
     inside a fused layer may be saved for the backward pass (so only a frozen prefix qualifies)."""
     g = fuse_heads(g)  # the trained head's maps too would outgrow the board (poet.plan.transform.fuse)
     found = _chains(g)
@@ -212,9 +218,12 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
                                flops))
         return len(nodes) - 1
 
+    scale_at: dict[int, int] = {}  # new id of an int8 tensor -> its scale parameter
+
     def scale_param(name: str, node: int) -> int:
         params.append((f"{name}#scale", [1]))
         scales[f"{name}#scale"] = node
+        scale_at[node] = len(params) - 1
         return len(params) - 1
 
     for n in g.nodes:
@@ -225,13 +234,21 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
             last = chain[-1]
             elems = numel(last.shape)
             relu = int(last.op == "relu")
-            i8 = last.id in int8_out
+            pool = n.op in POOLS  # int8 out always: at its input's scale, no epilogue to make fp32
+            i8 = last.id in int8_out or pool
             if n.op == "conv2d" and n.deps[0] not in q_new:  # the input: quantized once, first
                 _quantize(g, n.deps[0], nodes, new, q_new, scale_param,
                           staged=all(r in chains and g.nodes[r].op == "conv2d" for r in readers[n.deps[0]]))
             nid = len(nodes)
-            out_scale = scale_param(last.name, nid) if i8 else -1
-            if n.op == "conv2d":
+            out_scale = scale_param(last.name, nid) if i8 and not pool else -1
+            if pool:
+                a = n.attrs
+                window = {"kh": a["k"], "kw": a["k"], "sh": a["k"], "sw": a["k"], "ph": 0, "pw": 0, "ceil": 0} \
+                    if n.op == "maxpool2d" else {k: a[k] for k in ("kh", "kw", "sh", "sw", "ph", "pw", "ceil")}
+                scale_at[nid] = scale_at[q_new[n.deps[0]]]
+                add(last, last.name, "maxpool2d_q", [q_new[n.deps[0]]], elems,
+                    {k: a[k] for k in ("B", "C", "H", "W")} | window | {"scale": scale_at[nid]}, n.flops)
+            elif n.op == "conv2d":
                 bn = next((c for c in chain if c.op == "batchnorm_eval"), None)
                 w, b = n.attrs["w"], n.attrs.get("b", -1)
                 attrs = {k: n.attrs[k] for k in ("B", "C", "H", "W", "O", "k", "kw", "pad", "padw", "stride", "groups")
@@ -307,9 +324,11 @@ def _chains(g: TrainingGraph) -> tuple[dict[int, list[int]], set[int], set[int]]
         elif n.op == "add" and n.attrs.get("n") == n.attrs.get("m") and len(n.deps) == 2 \
                 and all(d in q_out and d != 0 for d in n.deps):
             chain = [n.id]
+        elif n.op in POOLS and n.deps[0] in q_out and n.deps[0] != 0 and n.deps[0] not in saved:  # no backward
+            chain = [n.id]
         if not chain:
             continue
-        relu = sole_reader(chain[-1], "relu")
+        relu = sole_reader(chain[-1], "relu") if n.op not in POOLS else None
         if relu is not None:
             chain.append(relu)
         if any(i in saved for i in chain[:-1]):
