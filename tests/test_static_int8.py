@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from fwhelpers import native_link
 from poet.device.protocol import MODEL, DeviceError
 from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, maxpool2d_q, quantise
@@ -68,7 +69,7 @@ def test_conv2d_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     wq = rng.integers(-127, 128, (oc, C // groups, kh, kw)).astype(np.int8)
     xs, ws = np.float32(rng.uniform(1e-3, 0.1)), np.float32(rng.uniform(1e-3, 0.1))
     b = rng.standard_normal(oc).astype(np.float32) if seed % 2 else None
-    relu, i8 = bool(seed % 4 < 2), bool(seed % 5 != 4)
+    relu, i8 = (int(seed % 4 < 2) if seed % 3 else 2), bool(seed % 5 != 4)  # relu 2: ReLU6
     ys = np.float32(rng.uniform(0.01, 0.5)) if i8 else None
     Ho, Wo = (H + 2 * ph - kh) // stride + 1, (W + 2 * pw - kw) // stride + 1
     y = _out((B, oc, Ho, Wo), i8)
@@ -82,6 +83,9 @@ def test_conv2d_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
         assert np.abs(y.astype(int)).max() > 0
     if relu and not i8:
         assert (y >= 0).all()
+    if relu == 2:  # ReLU6 is ReLU clamped at 6 (at q(6) in int8)
+        top = np.float32(6) if not i8 else quantise(np.float32(6), ys)
+        assert np.array_equal(y, np.minimum(conv2d_q(xq, xs, wq, ws, b, stride, (ph, pw), groups, 1, ys), top))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -90,7 +94,7 @@ def test_add_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     n = int(rng.integers(1, 500))
     a, b = (rng.integers(-127, 128, n).astype(np.int8) for _ in range(2))
     sa, sb = np.float32(rng.uniform(1e-3, 1)), np.float32(rng.uniform(1e-3, 1))
-    relu, i8 = bool(seed % 2), seed < 4
+    relu, i8 = seed % 3, seed < 4  # relu 2: ReLU6
     ys = np.float32(rng.uniform(0.005, 0.05)) if i8 else None
     y = _out((n,), i8)
     ysa = None if ys is None else np.array([ys], np.float32)
@@ -405,7 +409,7 @@ def test_a_traced_int8_prefix_trains_on_the_runtime_like_its_reference(tmp_path:
 
 class _PoolNet(torch.nn.Module):
     """An ImageNet-style frozen prefix: conv + BN + ReLU, a 2x2 max pool (the fast kernel's), a conv and
-    ReLU, ResNet's 3x3/2 pad 1 max pool, a conv, SqueezeNet's ceil_mode pool, then the trained linear."""
+    ReLU6, ResNet's 3x3/2 pad 1 max pool, a conv, SqueezeNet's ceil_mode pool, then the trained linear."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -415,17 +419,17 @@ class _PoolNet(torch.nn.Module):
         self.fc = nn.Linear(4 * 2 * 2, 5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        F = torch.nn.functional
         h = F.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)  # 10x10 -> 5x5
-        h = F.max_pool2d(torch.relu(self.conv2(h)), 3, 2, 1)  # -> 3x3
+        h = F.max_pool2d(F.relu6(self.conv2(h)), 3, 2, 1)  # -> 3x3
         h = F.max_pool2d(self.conv3(h), 2, 2, ceil_mode=True)  # -> 2x2
         return self.fc(torch.flatten(h, 1))
 
 
 def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path: Path) -> None:
-    """Issue 49: max pooling ended the int8 prefix, so ResNet-18's ImageNet stem kept its whole body fp32
-    (10.7 MiB of weights). Pooled in int8 at its input's scale, the prefix runs to the trained layer, and
-    the board's steps agree with PyTorch fed the prefix's exact outputs."""
+    """Issue 49: max pooling and ReLU6 ended the int8 prefix, so ResNet-18's ImageNet stem kept its whole
+    body fp32 (10.7 MiB of weights), and torchvision's MobileNetV2 did not fit. Pooled in int8 at its input's
+    scale and ReLU6 fused as the epilogue's clamp, the prefix runs to the trained layer, and the board's
+    steps agree with PyTorch fed the prefix's exact outputs."""
     from poet.graph.agreement import reference
     from poet.graph.reference import state_tensors
     from poet.graph.tracer import trace
@@ -434,6 +438,8 @@ def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path
 
     torch.manual_seed(5)
     m = _PoolNet()
+    with torch.no_grad():
+        m.conv2.weight.mul_(4.0)  # so ReLU6 clamps some of its outputs
     g = trace(m, "pools", (1, 10, 10), 5, 2, train="last:1")
     prefix = rewrite(g)
     assert prefix is not None
@@ -443,12 +449,16 @@ def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path
                    "dequantize", "flatten", "linear"]
     pools = [n for n in q.nodes if n.op == "maxpool2d_q"]
     assert [n.bytes for n in pools] == [2 * 8 * 25, 2 * 8 * 9, 2 * 4 * 4]  # int8
+    assert [n.attrs["relu"] for n in q.nodes if n.op == "conv2d_q"] == [1, 2, 0]  # ReLU, ReLU6, none
     makers = [q.nodes[p.deps[0]] for p in pools]  # each pool's output is at its input's scale
     assert [p.attrs["scale"] for p in pools] == [mk.attrs["out_scale"] for mk in makers]
     rng = np.random.default_rng(6)
     data = [(rng.standard_normal((2, 100)).astype(np.float32), rng.integers(0, 5, 2).astype(np.int32))
             for _ in range(3)]
     w = prefix.weights(_model_weights(m), data[0][0])
+    with torch.no_grad():
+        h = F.max_pool2d(torch.relu(m.bn1(m.conv1(torch.from_numpy(data[0][0]).reshape(2, 1, 10, 10)))), 2)
+        assert (m.conv2(h) > 6).any()  # the clamp is reached
     lr = 0.05
     losses, after = _train(tmp_path, model_blob(q), w, data, lr=lr)
     names = [n for n, _ in q.params]

@@ -433,18 +433,24 @@ void poet_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t 
     }
 }
 
-/* A static-int8 layer's output element: v with ReLU if asked, then poet_q8(v * inv) into int8 y, or v
- * into fp32 y. Which, the node's attributes decide (q8), never a value read from flash. */
+/* A static-int8 layer's output element: v with its activation (relu: 0 none, 1 ReLU, 2 ReLU6), then
+ * poet_q8(v * inv) into int8 y, or v into fp32 y. Which, the node's attributes decide (q8), never a value
+ * read from flash. */
 void poet_q_put(void *y, long i, float v, int relu, int i8, float inv)
 {
 #if defined(Q8_VCVTR) && defined(SIMD_I8)
     /* ReLU after the rounding, as saturation: v < 0 rounds to q <= 0 and NaN to 0, so clamping q to
-     * [0, 127] (USAT) gives what rounding 0 would; without ReLU, SSAT to [-128, 127] and -128 raised. */
+     * [0, 127] (USAT) gives what rounding 0 would; without ReLU, SSAT to [-128, 127] and -128 raised.
+     * ReLU6's top likewise: fp32 products and rounding are monotone, so min(v, 6) rounds to min(q, q(6)). */
     if (i8) {
         int32_t q = vcvtr(v * inv);
-        if (relu)
+        if (relu) {
             q = __usat(q, 7);
-        else if ((q = __ssat(q, 8)) < -127)
+            if (relu == 2) {
+                int32_t top = __usat(vcvtr(6.0f * inv), 7);
+                q = q < top ? q : top;
+            }
+        } else if ((q = __ssat(q, 8)) < -127)
             q = -127;
         ((int8_t *)y)[i] = (int8_t)q;
         return;
@@ -452,6 +458,8 @@ void poet_q_put(void *y, long i, float v, int relu, int i8, float inv)
 #endif
     if (relu && v < 0.0f)
         v = 0.0f;
+    if (relu == 2 && v > 6.0f)
+        v = 6.0f;
     if (i8)
         ((int8_t *)y)[i] = poet_q8(v * inv);
     else

@@ -52,10 +52,12 @@ def decode_i8(data: bytes, elems: int) -> np.ndarray:
 
 # ---------------------------------------------------------------- static int8 (firmware/core/ops/quant.c)
 
-def _epilogue(v: np.ndarray, relu: bool, y_scale: np.float32 | None) -> np.ndarray:
-    """ReLU if asked, then fp32 (y_scale None) or int8 at y_scale: put() in lowp.c."""
+def _epilogue(v: np.ndarray, relu: int, y_scale: np.float32 | None) -> np.ndarray:
+    """The activation (relu 1: ReLU, 2: ReLU6), then fp32 (y_scale None) or int8 at y_scale: put() in lowp.c."""
     if relu:
         v = np.where(v < 0, np.float32(0.0), v).astype(np.float32)
+    if relu == 2:
+        v = np.where(v > 6, np.float32(6.0), v).astype(np.float32)
     return v if y_scale is None else quantise(v, y_scale)
 
 
@@ -73,7 +75,7 @@ def conv2d_int_sum(xq: np.ndarray, wq: np.ndarray, stride: int, pad: int | tuple
 
 
 def conv2d_q(xq: np.ndarray, x_scale: np.float32, wq: np.ndarray, w_scale: np.float32, b: np.ndarray | None,
-             stride: int, pad: int | tuple[int, int], groups: int, relu: bool,
+             stride: int, pad: int | tuple[int, int], groups: int, relu: int,
              y_scale: np.float32 | None) -> np.ndarray:
     """poet_conv2d_q_fwd bit for bit: v = acc * (x_scale * w_scale) (+ b) in fp32, the epilogue."""
     acc = conv2d_int_sum(xq, wq, stride, pad, groups).astype(np.float32)
@@ -83,7 +85,7 @@ def conv2d_q(xq: np.ndarray, x_scale: np.float32, wq: np.ndarray, w_scale: np.fl
     return _epilogue(v.astype(np.float32), relu, y_scale)
 
 
-def add_q(a: np.ndarray, a_scale: np.float32, b: np.ndarray, b_scale: np.float32, relu: bool,
+def add_q(a: np.ndarray, a_scale: np.float32, b: np.ndarray, b_scale: np.float32, relu: int,
           y_scale: np.float32 | None) -> np.ndarray:
     """poet_add_q_fwd bit for bit: v = a a_scale + b b_scale (each product rounded), the epilogue."""
     v = a.astype(np.float32) * np.float32(a_scale) + b.astype(np.float32) * np.float32(b_scale)

@@ -33,8 +33,9 @@ OPTIMIZERS = ("sgd", "momentum", "adam")  # by the optimizer node's a0 (docs/spe
 Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
 
 
-def q_epilogue(out_scale: int, relu: bool) -> int:
-    """conv2d_q's a9 and add_q's a1: the output's scale parameter (-1: an fp32 output) and a ReLU."""
+def q_epilogue(out_scale: int, relu: int) -> int:
+    """conv2d_q's a9 and add_q's a1: the output's scale parameter (-1: an fp32 output) and the activation
+    (relu 1: ReLU, bit 16; 2: ReLU6, bit 17)."""
     return (Q_FP32 if out_scale < 0 else out_scale) | (int(relu) << 16)
 
 

@@ -168,16 +168,17 @@ class Int8Prefix:
                     t = F.conv2d(torch.from_numpy(xs[0]), torch.from_numpy(wt),
                                  None if bias is None else torch.from_numpy(bias), stride=geo[0], padding=geo[1],
                                  groups=geo[2])
-                    y = (F.relu(t) if a.get("relu") else t).numpy()
+                    y = (F.relu6(t) if a.get("relu") == 2 else F.relu(t) if a.get("relu") else t).numpy()
                 else:
                     ws = absmax_scale(wt)
-                    y = conv2d_q(xs[0], scale_of[n.deps[0]], quantise(wt, ws), ws, bias, *geo, bool(a.get("relu")), ys)
+                    y = conv2d_q(xs[0], scale_of[n.deps[0]], quantise(wt, ws), ws, bias, *geo, int(a.get("relu", 0)),
+                                 ys)
             else:  # add_q
                 if scales is None:
                     y = xs[0] + xs[1]
-                    y = np.maximum(y, 0) if a.get("relu") else y
+                    y = np.clip(y, 0, 6) if a.get("relu") == 2 else np.maximum(y, 0) if a.get("relu") else y
                 else:
-                    y = add_q(xs[0], scale_of[n.deps[0]], xs[1], scale_of[n.deps[1]], bool(a.get("relu")), ys)
+                    y = add_q(xs[0], scale_of[n.deps[0]], xs[1], scale_of[n.deps[1]], int(a.get("relu", 0)), ys)
             vals[n.id] = np.asarray(y).reshape(batch, *n.shape[1:])
             if ys is not None:
                 scale_of[n.id] = ys
@@ -233,7 +234,7 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
             chain = [g.nodes[i] for i in chains[n.id]]
             last = chain[-1]
             elems = numel(last.shape)
-            relu = int(last.op == "relu")
+            relu = 2 if last.op == "hardtanh" else int(last.op == "relu")  # hardtanh: ReLU6 (_chains)
             pool = n.op in POOLS  # int8 out always: at its input's scale, no epilogue to make fp32
             i8 = last.id in int8_out or pool
             if n.op == "conv2d" and n.deps[0] not in q_new:  # the input: quantized once, first
@@ -328,7 +329,11 @@ def _chains(g: TrainingGraph) -> tuple[dict[int, list[int]], set[int], set[int]]
             chain = [n.id]
         if not chain:
             continue
-        relu = sole_reader(chain[-1], "relu") if n.op not in POOLS else None
+        relu = None if n.op in POOLS else sole_reader(chain[-1], "relu")
+        if relu is None and n.op not in POOLS:  # ReLU6 (hardtanh 0..6) fuses as the epilogue's clamp too
+            six = sole_reader(chain[-1], "hardtanh")
+            relu = six if six is not None and (g.nodes[six].attrs["lo"], g.nodes[six].attrs["hi"]) == (0.0, 6.0) \
+                else None
         if relu is not None:
             chain.append(relu)
         if any(i in saved for i in chain[:-1]):
