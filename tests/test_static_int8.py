@@ -69,7 +69,7 @@ def test_conv2d_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     wq = rng.integers(-127, 128, (oc, C // groups, kh, kw)).astype(np.int8)
     xs, ws = np.float32(rng.uniform(1e-3, 0.1)), np.float32(rng.uniform(1e-3, 0.1))
     b = rng.standard_normal(oc).astype(np.float32) if seed % 2 else None
-    relu, i8 = (int(seed % 4 < 2) if seed % 3 else 2), bool(seed % 5 != 4)  # relu 2: ReLU6
+    relu, i8 = (seed * 3) % 5, bool(seed % 5 != 4)  # relu: poet.graph.quantise.ACTIVATIONS, each twice
     ys = np.float32(rng.uniform(0.01, 0.5)) if i8 else None
     Ho, Wo = (H + 2 * ph - kh) // stride + 1, (W + 2 * pw - kw) // stride + 1
     y = _out((B, oc, Ho, Wo), i8)
@@ -81,7 +81,7 @@ def test_conv2d_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     assert want.dtype == y.dtype and np.array_equal(y.view(np.uint8), want.view(np.uint8))
     if i8:  # saturation and rounding really happen, so the comparison is not of zeros
         assert np.abs(y.astype(int)).max() > 0
-    if relu and not i8:
+    if relu in (1, 2, 4) and not i8:
         assert (y >= 0).all()
     if relu == 2:  # ReLU6 is ReLU clamped at 6 (at q(6) in int8)
         top = np.float32(6) if not i8 else quantise(np.float32(6), ys)
@@ -94,7 +94,7 @@ def test_add_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     n = int(rng.integers(1, 500))
     a, b = (rng.integers(-127, 128, n).astype(np.int8) for _ in range(2))
     sa, sb = np.float32(rng.uniform(1e-3, 1)), np.float32(rng.uniform(1e-3, 1))
-    relu, i8 = seed % 3, seed < 4  # relu 2: ReLU6
+    relu, i8 = seed % 5, seed < 4  # relu: poet.graph.quantise.ACTIVATIONS
     ys = np.float32(rng.uniform(0.005, 0.05)) if i8 else None
     y = _out((n,), i8)
     ysa = None if ys is None else np.array([ys], np.float32)
@@ -247,7 +247,9 @@ def test_the_runtime_keeps_int8_tensors_and_scales_where_they_belong(tmp_path: P
     # a scale is a one-element frozen parameter: not a trained one, not a bigger one
     assert _refused(tmp_path, with_node(2, attrs=(*conv[:9], q_epilogue(P_LB, True)))) == 2
     assert _refused(tmp_path, with_node(1, attrs=(XE, P_B1))) == 1
-    assert _refused(tmp_path, with_node(2, attrs=(*conv[:9], q_epilogue(P_S1, True) | 1 << 17))) == 2
+    # an activation past hardsigmoid's (4), and a bit above the activation's three
+    assert _refused(tmp_path, with_node(2, attrs=(*conv[:9], q_epilogue(P_S1, True) | 1 << 18))) == 2
+    assert _refused(tmp_path, with_node(2, attrs=(*conv[:9], q_epilogue(P_S1, True) | 1 << 19))) == 2
     # the output's size follows its type: int8 bytes for an int8 epilogue, fp32 for an fp32 one
     assert _refused(tmp_path, with_node(2, bytes=4 * FE)) == 2
     assert _refused(tmp_path, with_node(5, bytes=FE)) == 5
@@ -409,7 +411,8 @@ def test_a_traced_int8_prefix_trains_on_the_runtime_like_its_reference(tmp_path:
 
 class _PoolNet(torch.nn.Module):
     """An ImageNet-style frozen prefix: conv + BN + ReLU, a 2x2 max pool (the fast kernel's), a conv and
-    ReLU6, ResNet's 3x3/2 pad 1 max pool, a conv, SqueezeNet's ceil_mode pool, then the trained linear."""
+    ReLU6, ResNet's 3x3/2 pad 1 max pool, a conv and hardswish, SqueezeNet's ceil_mode pool, then the trained
+    linear."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -421,7 +424,7 @@ class _PoolNet(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)  # 10x10 -> 5x5
         h = F.max_pool2d(F.relu6(self.conv2(h)), 3, 2, 1)  # -> 3x3
-        h = F.max_pool2d(self.conv3(h), 2, 2, ceil_mode=True)  # -> 2x2
+        h = F.max_pool2d(F.hardswish(self.conv3(h)), 2, 2, ceil_mode=True)  # -> 2x2
         return self.fc(torch.flatten(h, 1))
 
 
@@ -449,7 +452,7 @@ def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path
                    "dequantize", "flatten", "linear"]
     pools = [n for n in q.nodes if n.op == "maxpool2d_q"]
     assert [n.bytes for n in pools] == [2 * 8 * 25, 2 * 8 * 9, 2 * 4 * 4]  # int8
-    assert [n.attrs["relu"] for n in q.nodes if n.op == "conv2d_q"] == [1, 2, 0]  # ReLU, ReLU6, none
+    assert [n.attrs["relu"] for n in q.nodes if n.op == "conv2d_q"] == [1, 2, 3]  # ReLU, ReLU6, hardswish
     makers = [q.nodes[p.deps[0]] for p in pools]  # each pool's output is at its input's scale
     assert [p.attrs["scale"] for p in pools] == [mk.attrs["out_scale"] for mk in makers]
     rng = np.random.default_rng(6)

@@ -433,11 +433,17 @@ void poet_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t 
     }
 }
 
-/* A static-int8 layer's output element: v with its activation (relu: 0 none, 1 ReLU, 2 ReLU6), then
- * poet_q8(v * inv) into int8 y, or v into fp32 y. Which, the node's attributes decide (q8), never a value
- * read from flash. */
+/* A static-int8 layer's output element: v with its activation (relu: 0 none, 1 ReLU, 2 ReLU6, 3 hardswish,
+ * 4 hardsigmoid, as poet_hardswish_fwd and poet_hardsigmoid_fwd compute them), then poet_q8(v * inv) into
+ * int8 y, or v into fp32 y. Which, the node's attributes decide (q8), never a value read from flash. */
 void poet_q_put(void *y, long i, float v, int relu, int i8, float inv)
 {
+    if (relu >= 3) {
+        float r = v + 3.0f;
+        r = r < 0.0f ? 0.0f : r > 6.0f ? 6.0f : r;
+        v = relu == 3 ? v * r / 6.0f : r / 6.0f;
+        relu = 0;
+    }
 #if defined(Q8_VCVTR) && defined(SIMD_I8)
     /* ReLU after the rounding, as saturation: v < 0 rounds to q <= 0 and NaN to 0, so clamping q to
      * [0, 127] (USAT) gives what rounding 0 would; without ReLU, SSAT to [-128, 127] and -128 raised.

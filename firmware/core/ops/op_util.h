@@ -75,9 +75,9 @@ int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we,
 #define POET_I8_MAX_REDUCE 133143u
 
 /* Static int8 (ops/quant.c). A layer's epilogue attribute: bits 0-15 its output's scale parameter,
- * or POET_Q_FP32 for an fp32 output; bit 16 a ReLU, bit 17 a ReLU6 (not both); nothing above. */
+ * or POET_Q_FP32 for an fp32 output; bits 16-18 the activation (Q_RELU); nothing above. */
 #define POET_Q_FP32 0xFFFF
-#define Q_RELU(epi) (((epi) >> 16) & 3) /* 0 none, 1 ReLU, 2 ReLU6 (bit 17) */
+#define Q_RELU(epi) (((epi) >> 16) & 7) /* the activation: 0 none, 1 ReLU, 2 ReLU6, 3 hardswish, 4 hardsigmoid */
 static inline int32_t q_epi_scale(int32_t epi) { return (epi & 0xFFFF) == POET_Q_FP32 ? -1 : (epi & 0xFFFF); }
 static inline uint64_t q_out_bytes(int32_t epi, uint64_t elems) { return q_epi_scale(epi) < 0 ? f32s(elems) : elems; }
 /* The scale parameter of the int8 tensor node d makes, -1 if d makes none with a fixed scale. */

@@ -111,7 +111,7 @@ int q_scale_ok(const poet_model_t *m, int32_t p)
 
 int q_epi_ok(const poet_model_t *m, int32_t epi)
 {
-    return epi >= 0 && (epi >> 18) == 0 && Q_RELU(epi) != 3 && (q_epi_scale(epi) < 0 || q_scale_ok(m, q_epi_scale(epi)));
+    return epi >= 0 && (epi >> 19) == 0 && Q_RELU(epi) <= 4 && (q_epi_scale(epi) < 0 || q_scale_ok(m, q_epi_scale(epi)));
 }
 
 int q_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems)

@@ -52,8 +52,16 @@ def decode_i8(data: bytes, elems: int) -> np.ndarray:
 
 # ---------------------------------------------------------------- static int8 (firmware/core/ops/quant.c)
 
+ACTIVATIONS = {"relu": 1, "relu6": 2, "hardswish": 3, "hardsigmoid": 4}  # a static-int8 epilogue's (docs/spec.md)
+
+
 def _epilogue(v: np.ndarray, relu: int, y_scale: np.float32 | None) -> np.ndarray:
-    """The activation (relu 1: ReLU, 2: ReLU6), then fp32 (y_scale None) or int8 at y_scale: put() in lowp.c."""
+    """The activation (relu: ACTIVATIONS), then fp32 (y_scale None) or int8 at y_scale: put() in lowp.c."""
+    if relu >= 3:  # hardswish, hardsigmoid as poet_hardswish_fwd computes them, in fp32 step by step
+        r = (v + np.float32(3.0)).astype(np.float32)
+        r = np.where(r < 0, np.float32(0.0), np.where(r > 6, np.float32(6.0), r)).astype(np.float32)
+        v = ((v * r).astype(np.float32) / np.float32(6.0) if relu == 3 else r / np.float32(6.0)).astype(np.float32)
+        relu = 0
     if relu:
         v = np.where(v < 0, np.float32(0.0), v).astype(np.float32)
     if relu == 2:

@@ -35,7 +35,7 @@ Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/c
 
 def q_epilogue(out_scale: int, relu: int) -> int:
     """conv2d_q's a9 and add_q's a1: the output's scale parameter (-1: an fp32 output) and the activation
-    (relu 1: ReLU, bit 16; 2: ReLU6, bit 17)."""
+    in bits 16-18 (poet.graph.quantise.ACTIVATIONS: 1 ReLU, 2 ReLU6, 3 hardswish, 4 hardsigmoid)."""
     return (Q_FP32 if out_scale < 0 else out_scale) | (int(relu) << 16)
 
 

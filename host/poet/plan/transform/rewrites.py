@@ -234,8 +234,8 @@ def prefix_lines(prefix: Int8Prefix) -> list[str]:
     g = prefix.graph
     n_q = sum(1 for n in g.nodes if n.op in ("conv2d_q", "add_q", "maxpool2d_q"))
     return [f"frozen prefix in static int8 (the fp32 graph cannot fit): {len(prefix.layers)} fp32 ops run as "
-            f"{n_q} int8 layers (conv + frozen batch norm folded + ReLU or ReLU6 fused; adds; max pools), every "
-            "int8 tensor's scale fixed once from calibration data",
+            f"{n_q} int8 layers (conv + frozen batch norm folded + ReLU, ReLU6 or hard activation fused; adds; "
+            "max pools), every int8 tensor's scale fixed once from calibration data",
             f"  int8 from {prefix.layers[0]} to {prefix.layers[-1]}, layer by layer:",
             *(f"    {line}" for line in layer_lines(prefix))]
 
@@ -254,7 +254,7 @@ def layer_lines(prefix: Int8Prefix) -> list[str]:
             out.append(f"{n.name:<30} maxpool2d_q {shapes:<20} {a['kh']}x{a['kw']} s{a['sh']}, at its input's scale")
             continue
         dest = "int8 out" if a["out_scale"] >= 0 else "fp32 out"
-        relu = {1: " + ReLU", 2: " + ReLU6"}.get(a.get("relu", 0), "")
+        relu = {1: " + ReLU", 2: " + ReLU6", 3: " + hardswish", 4: " + hardsigmoid"}.get(a.get("relu", 0), "")
         if n.op == "add_q":
             out.append(f"{n.name:<30} add_q     {'x'.join(map(str, n.shape[1:])):<22} residual add{relu}, {dest}")
             continue

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from poet.graph.dtypes import F32
-from poet.graph.quantise import absmax_scale, add_q, conv2d_q, dequantise, maxpool2d_q, quantise
+from poet.graph.quantise import ACTIVATIONS, absmax_scale, add_q, conv2d_q, dequantise, maxpool2d_q, quantise
 from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, conv_window, numel
 from poet.graph.training_graph import readers as reader_map
 from poet.plan.transform.fuse import fuse_heads
@@ -32,6 +32,14 @@ if TYPE_CHECKING:
 
 Q_OPS = ("quantize", "conv2d_q", "add_q", "maxpool2d_q", "dequantize")
 POOLS = ("maxpool2d", "maxpool2d_general")  # max pooling runs on int8 values at its input's scale
+FUSED = ("relu", "hardtanh", "hardswish", "hardsigmoid")  # activations an epilogue applies (hardtanh: ReLU6 only)
+
+
+def _activation(t: Any, act: int) -> Any:
+    """An epilogue's activation on a torch tensor in fp32 (calibration: the values, not the board's bits)."""
+    import torch.nn.functional as F
+
+    return [lambda v: v, F.relu, F.relu6, F.hardswish, F.hardsigmoid][act](t)
 FOLDED = "#folded"  # a conv's weight or bias with its frozen batch norm folded in: "layer.conv.weight#folded"
 
 
@@ -168,7 +176,7 @@ class Int8Prefix:
                     t = F.conv2d(torch.from_numpy(xs[0]), torch.from_numpy(wt),
                                  None if bias is None else torch.from_numpy(bias), stride=geo[0], padding=geo[1],
                                  groups=geo[2])
-                    y = (F.relu6(t) if a.get("relu") == 2 else F.relu(t) if a.get("relu") else t).numpy()
+                    y = _activation(t, int(a.get("relu", 0))).numpy()
                 else:
                     ws = absmax_scale(wt)
                     y = conv2d_q(xs[0], scale_of[n.deps[0]], quantise(wt, ws), ws, bias, *geo, int(a.get("relu", 0)),
@@ -176,7 +184,7 @@ class Int8Prefix:
             else:  # add_q
                 if scales is None:
                     y = xs[0] + xs[1]
-                    y = np.clip(y, 0, 6) if a.get("relu") == 2 else np.maximum(y, 0) if a.get("relu") else y
+                    y = _activation(torch.from_numpy(np.asarray(y, np.float32)), int(a.get("relu", 0))).numpy()
                 else:
                     y = add_q(xs[0], scale_of[n.deps[0]], xs[1], scale_of[n.deps[1]], int(a.get("relu", 0)), ys)
             vals[n.id] = np.asarray(y).reshape(batch, *n.shape[1:])
@@ -234,7 +242,7 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
             chain = [g.nodes[i] for i in chains[n.id]]
             last = chain[-1]
             elems = numel(last.shape)
-            relu = 2 if last.op == "hardtanh" else int(last.op == "relu")  # hardtanh: ReLU6 (_chains)
+            relu = ACTIVATIONS["relu6" if last.op == "hardtanh" else last.op] if last.op in FUSED else 0
             pool = n.op in POOLS  # int8 out always: at its input's scale, no epilogue to make fp32
             i8 = last.id in int8_out or pool
             if n.op == "conv2d" and n.deps[0] not in q_new:  # the input: quantized once, first
@@ -329,13 +337,11 @@ def _chains(g: TrainingGraph) -> tuple[dict[int, list[int]], set[int], set[int]]
             chain = [n.id]
         if not chain:
             continue
-        relu = None if n.op in POOLS else sole_reader(chain[-1], "relu")
-        if relu is None and n.op not in POOLS:  # ReLU6 (hardtanh 0..6) fuses as the epilogue's clamp too
-            six = sole_reader(chain[-1], "hardtanh")
-            relu = six if six is not None and (g.nodes[six].attrs["lo"], g.nodes[six].attrs["hi"]) == (0.0, 6.0) \
-                else None
-        if relu is not None:
-            chain.append(relu)
+        act = None if n.op in POOLS else \
+            next((r for op in FUSED if (r := sole_reader(chain[-1], op)) is not None), None)
+        if act is not None and (g.nodes[act].op != "hardtanh"  # of hardtanh, only ReLU6 (0..6)
+                                or (g.nodes[act].attrs["lo"], g.nodes[act].attrs["hi"]) == (0.0, 6.0)):
+            chain.append(act)
         if any(i in saved for i in chain[:-1]):
             continue
         chains[n.id] = chain
