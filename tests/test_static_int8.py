@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from fwhelpers import native_link
 from poet.device.protocol import MODEL, DeviceError
-from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, maxpool2d_q, quantise
+from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, maxpool2d_q, mean_q, quantise
 from poet.ops import CODE
 from poet.plan.lowering.modelblob import (
     KIND_BACKWARD,
@@ -36,6 +36,7 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "poet_conv2d_q_fwd": ([CONVP, I8P, FLT, I8P, FLT, F32P, INT, F32P, ctypes.c_void_p], None),
     "poet_add_q_fwd": ([INT, I8P, FLT, I8P, FLT, INT, F32P, ctypes.c_void_p], None),
     "poet_maxpool2d_q_fwd": ([INT] * 11 + [I8P, I8P], None),
+    "poet_mean_q_fwd": ([INT, INT, INT, I8P, FLT, INT, F32P, ctypes.c_void_p], None),
 }
 
 
@@ -123,6 +124,22 @@ def test_maxpool2d_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     qlib.poet_maxpool2d_q_fwd(B, C, H, W, kh, kw, sh, sw, ph, pw, ceil, ptr(x, I8P), ptr(y, I8P))
     assert np.array_equal(y, want)
     assert want.min() >= -127
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mean_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
+    """Global average pooling (inner 1) and means over a middle extent, int8 out or fp32, each activation."""
+    rng = np.random.default_rng(400 + seed)
+    outer, r, inner = int(rng.integers(1, 5)), int(rng.integers(1, 60)), (1 if seed < 3 else int(rng.integers(1, 4)))
+    x = rng.integers(-60, 128, (outer, r, inner)).astype(np.int8)  # means above 0: ReLU leaves something
+    xs, relu, i8 = np.float32(rng.uniform(0.01, 0.5)), seed % 5, seed != 5
+    ys = np.float32(rng.uniform(0.002, 0.02)) if i8 else None
+    y = _out((outer, inner), i8)
+    ysa = None if ys is None else np.array([ys], np.float32)
+    qlib.poet_mean_q_fwd(outer, r, inner, ptr(x, I8P), float(xs), relu, ptr(ysa, F32P), y.ctypes.data)
+    want = mean_q(x, xs, outer, r, inner, relu, ys)
+    assert np.array_equal(y.view(np.uint8), want.view(np.uint8))
+    assert np.abs(want.astype(np.float64)).max() > 0  # not a comparison of zeros
 
 
 # ---------------------------------------------------------------- a prefix on the native runtime
@@ -419,20 +436,21 @@ class _PoolNet(torch.nn.Module):
         nn = torch.nn
         self.conv1, self.bn1 = nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
         self.conv2, self.conv3 = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 4, 3, padding=1)
-        self.fc = nn.Linear(4 * 2 * 2, 5)
+        self.fc, self.fc2 = nn.Linear(4 * 2 * 2, 5), nn.Linear(4, 5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)  # 10x10 -> 5x5
         h = F.max_pool2d(F.relu6(self.conv2(h)), 3, 2, 1)  # -> 3x3
         h = F.max_pool2d(F.hardswish(self.conv3(h)), 2, 2, ceil_mode=True)  # -> 2x2
-        return self.fc(torch.flatten(h, 1))
+        return self.fc(torch.flatten(h, 1)) + self.fc2(F.adaptive_avg_pool2d(h, 1).flatten(1))  # mean_q
 
 
 def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path: Path) -> None:
-    """Issue 49: max pooling and ReLU6 ended the int8 prefix, so ResNet-18's ImageNet stem kept its whole
-    body fp32 (10.7 MiB of weights), and torchvision's MobileNetV2 did not fit. Pooled in int8 at its input's
-    scale and ReLU6 fused as the epilogue's clamp, the prefix runs to the trained layer, and the board's
-    steps agree with PyTorch fed the prefix's exact outputs."""
+    """Issue 49: max pooling, ReLU6, hardswish and global average pooling ended the int8 prefix, so
+    ResNet-18's ImageNet stem kept its whole body fp32 (10.7 MiB of weights), and torchvision's MobileNetV2
+    did not fit. Pooled in int8 at its input's scale, the activations fused as the epilogue's, the mean as
+    mean_q, the prefix runs to the trained layers, and the board's steps agree with PyTorch fed the prefix's
+    exact outputs."""
     from poet.graph.agreement import reference
     from poet.graph.reference import state_tensors
     from poet.graph.tracer import trace
@@ -443,13 +461,14 @@ def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path
     m = _PoolNet()
     with torch.no_grad():
         m.conv2.weight.mul_(4.0)  # so ReLU6 clamps some of its outputs
-    g = trace(m, "pools", (1, 10, 10), 5, 2, train="last:1")
+    g = trace(m, "pools", (1, 10, 10), 5, 2, train="last:2")
     prefix = rewrite(g)
     assert prefix is not None
     q = prefix.graph
     fwd = [n.op for n in q.nodes if n.kind in ("input", "forward")]
     assert fwd == ["input", "conv2d_q", "maxpool2d_q", "conv2d_q", "maxpool2d_q", "conv2d_q", "maxpool2d_q",
-                   "dequantize", "flatten", "linear"]
+                   "dequantize", "flatten", "linear", "mean_q", "flatten", "linear", "add"]
+    assert next(n for n in q.nodes if n.op == "mean_q").bytes == 4 * 2 * 4  # fp32 out: the trained fc2 reads it
     pools = [n for n in q.nodes if n.op == "maxpool2d_q"]
     assert [n.bytes for n in pools] == [2 * 8 * 25, 2 * 8 * 9, 2 * 4 * 4]  # int8
     assert [n.attrs["relu"] for n in q.nodes if n.op == "conv2d_q"] == [1, 2, 3]  # ReLU, ReLU6, hardswish
@@ -468,7 +487,7 @@ def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path
     ref = reference(m, [(xb.reshape(2, 1, 10, 10), yb) for xb, yb in data], lr, frozen=g.frozen, graph=g,
                     fed=prefix.fed(m, w))
     model_names = [n for n, _ in state_tensors(m)]
-    trained = [model_names.index("fc.weight"), model_names.index("fc.bias")]
+    trained = [model_names.index(n) for n in ("fc.weight", "fc.bias", "fc2.weight", "fc2.bias")]
     board = list(ref.weights)
     for i in trained:
         board[i] = after[names.index(model_names[i])]

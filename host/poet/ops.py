@@ -155,6 +155,8 @@ _TABLE: tuple[Op, ...] = (
     # max pooling of an int8 tensor: its output has its input's scale ("scale", the same parameter), as max
     # commutes with the monotone quantisation
     Op("maxpool2d_q", 97, "forward", (*_MAP, "kh", "kw", "pgeom", "ceil", "scale"), saves=""),
+    # the mean over adjacent dims of an int8 tensor (global average pooling: squeeze-and-excitation's squeeze)
+    Op("mean_q", 98, "forward", ("outer", "r", "inner", "epi"), saves=""),
     # ---- the optimizer: its slots come from the graph's optimizer settings (lower.optimizer_attrs)
     Op("sgd", 32, "optimizer", ("opt", "f:p1", "f:p2", "f:p3", "in_backward"), saves=""),
 )

@@ -349,6 +349,10 @@ void poet_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const
 /* poet_maxpool2d_general_fwd over int8 values: the output keeps the input's scale. */
 void poet_maxpool2d_q_fwd(int B, int C, int H, int W, int kh, int kw, int sh, int sw, int ph, int pw, int ceil_mode,
                           const int8_t *x, int8_t *y);
+/* The mean over r of int8 x[outer, r, inner] at x_scale: v = ((float)(integer sum) / r) * x_scale, the
+ * epilogue as poet_add_q_fwd's. r is at most 2^16, so the sum is exact in fp32. */
+void poet_mean_q_fwd(int outer, int r, int inner, const int8_t *x, float x_scale, int relu, const float *y_scale,
+                     void *y);
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
                     const float *y_scale, void *y);
 

@@ -754,6 +754,21 @@ void poet_conv2d_i8_fwd(const poet_conv_t *cv, const int8_t *xq, float x_scale, 
     poet_conv2d_q_fwd(cv, xq, x_scale, wq, w_scale, b, 0, 0, y);
 }
 
+void poet_mean_q_fwd(int outer, int r, int inner, const int8_t *x, float x_scale, int relu, const float *y_scale,
+                     void *y)
+{
+    int o, j, i;
+    float inv = y_scale ? 1.0f / *y_scale : 0.0f;
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < inner; i++) {
+            const int8_t *p = x + (long)o * r * inner + i;
+            int32_t acc = 0;
+            for (j = 0; j < r; j++)
+                acc += p[(long)j * inner];
+            poet_q_put(y, (long)o * inner + i, (float)acc / (float)r * x_scale, relu, y_scale != 0, inv);
+        }
+}
+
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
                     const float *y_scale, void *y)
 {

@@ -108,6 +108,7 @@
     X(CONV2D_Q, 69, FORWARD, NARROW, 10, op_conv2d_q_check, op_conv2d_q_run) \
     X(ADD_Q, 70, FORWARD, NARROW, 2, op_add_q_check, op_add_q_run) \
     X(MAXPOOL2D_Q, 97, FORWARD, NARROW, 9, op_maxpool2d_q_check, op_maxpool2d_q_run) \
+    X(MEAN_Q, 98, FORWARD, NARROW, 4, op_mean_q_check, op_mean_q_run) \
     /* optim.c */ \
     X(SGD, 32, OPTIMIZER, NONE, 5, op_optimizer_check, op_optimizer_run)
 

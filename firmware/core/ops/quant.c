@@ -130,6 +130,28 @@ void op_maxpool2d_q_run(const poet_exec_t *e)
                          (int8_t *)(void *)e->out);
 }
 
+/* ---- mean_q: x[outer, r, inner] int8 -> y[outer, inner], a3 the epilogue ------------------------- */
+
+enum { Q_OUTER = 0, Q_R = 1, Q_INNER = 2, MEAN_EPI = 3 };
+
+int op_mean_q_check(poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    uint64_t y;
+    if (!pos(a[Q_OUTER]) || !pos(a[Q_R]) || !pos(a[Q_INNER]) || a[Q_R] > 0x10000 || !q_epi_ok(m, a[MEAN_EPI]) ||
+        n->n_deps != 1 || !q_dep_ok(m, n, 0))
+        return 0;
+    y = mul((uint64_t)a[Q_OUTER], (uint64_t)a[Q_INNER]);
+    return dep_bytes(m, n, 0) == mul(y, (uint64_t)a[Q_R]) && n->bytes == q_out_bytes(a[MEAN_EPI], y);
+}
+
+void op_mean_q_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_mean_q_fwd(a[Q_OUTER], a[Q_R], a[Q_INNER], (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
+                    Q_RELU(a[MEAN_EPI]), q_out_scale(e, a[MEAN_EPI]), e->out);
+}
+
 /* ---- add_q: two int8 tensors of N elements, EPI in a1 ------------------------------------------ */
 
 enum { ADD_EPI = 1 };

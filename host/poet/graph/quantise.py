@@ -107,3 +107,11 @@ def maxpool2d_q(q: np.ndarray, k: tuple[int, int], s: tuple[int, int], p: tuple[
 
     y = F.max_pool2d(torch.from_numpy(np.asarray(q, np.float32)), k, s, p, ceil_mode=ceil)
     return y.numpy().astype(np.int8)
+
+
+def mean_q(q: np.ndarray, scale: np.float32, outer: int, r: int, inner: int, relu: int,
+           y_scale: np.float32 | None) -> np.ndarray:
+    """poet_mean_q_fwd bit for bit: v = (exact integer sum / r) * scale in fp32, the epilogue."""
+    s = np.asarray(q, np.int64).reshape(outer, r, inner).sum(axis=1).astype(np.float32)
+    v = (s / np.float32(r)).astype(np.float32) * np.float32(scale)
+    return _epilogue(v.astype(np.float32), relu, y_scale)

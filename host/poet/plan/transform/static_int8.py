@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from poet.graph.dtypes import F32
-from poet.graph.quantise import ACTIVATIONS, absmax_scale, add_q, conv2d_q, dequantise, maxpool2d_q, quantise
+from poet.graph.quantise import ACTIVATIONS, absmax_scale, add_q, conv2d_q, dequantise, maxpool2d_q, mean_q, quantise
 from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, conv_window, numel
 from poet.graph.training_graph import readers as reader_map
 from poet.plan.transform.fuse import fuse_heads
@@ -30,7 +30,7 @@ from poet.plan.transform.fuse import fuse_heads
 if TYPE_CHECKING:
     from poet.graph.reference import Fed
 
-Q_OPS = ("quantize", "conv2d_q", "add_q", "maxpool2d_q", "dequantize")
+Q_OPS = ("quantize", "conv2d_q", "add_q", "maxpool2d_q", "mean_q", "dequantize")
 POOLS = ("maxpool2d", "maxpool2d_general")  # max pooling runs on int8 values at its input's scale
 FUSED = ("relu", "hardtanh", "hardswish", "hardsigmoid")  # activations an epilogue applies (hardtanh: ReLU6 only)
 
@@ -165,6 +165,13 @@ class Int8Prefix:
                 window = ((a["kh"], a["kw"]), (a["sh"], a["sw"]), (a["ph"], a["pw"]), bool(a["ceil"]))
                 y = (F.max_pool2d(torch.from_numpy(xs[0]), *window[:3], ceil_mode=window[3]).numpy()
                      if scales is None else maxpool2d_q(xs[0], *window))
+            elif n.op == "mean_q":
+                dims = (int(a["outer"]), int(a["r"]), int(a["inner"]))
+                if scales is None:
+                    t = torch.from_numpy(np.asarray(xs[0], np.float32).reshape(dims).mean(axis=1))
+                    y = _activation(t, int(a.get("relu", 0))).numpy()
+                else:
+                    y = mean_q(xs[0], scale_of[n.deps[0]], *dims, int(a.get("relu", 0)), ys)
             elif n.op == "quantize":
                 y = xs[0] if scales is None else quantise(xs[0], ys)
             elif n.op == "dequantize":
@@ -200,7 +207,8 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
     int8 tensor runs as conv2d_q, with the frozen batch norm reading only it folded in and the ReLU
     reading only that fused; an add of two int8 tensors runs as add_q (ReLU fused likewise). A fused
     layer's output is int8 when some int8 layer reads it, with a dequantize for its other readers (the
-    trained part, or a layer that has no int8 form), else fp32 straight from the epilogue. A max pool of an
+    trained part, or a layer that has no int8 form), else fp32 straight from the epilogue; a mean (global
+    average pooling) of an int8 tensor runs as mean_q with the same epilogue. A max pool of an
     int8 tensor runs as maxpool2d_q, int8 out at its input's scale (dequantized for fp32 readers). Nothing
     inside a fused layer may be saved for the backward pass (so only a frozen prefix qualifies)."""
     g = fuse_heads(g)  # the trained head's maps too would outgrow the board (poet.plan.transform.fuse)
@@ -274,6 +282,9 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
                     w, b = len(params) - 2, len(params) - 1
                 add(last, last.name, "conv2d_q", [q_new[n.deps[0]]], elems if i8 else F32 * elems,
                     attrs | {"w": w, "b": b, "out_scale": out_scale, "relu": relu}, n.flops)
+            elif n.op == "mean":
+                add(last, last.name, "mean_q", [q_new[n.deps[0]]], elems if i8 else F32 * elems,
+                    {k: n.attrs[k] for k in ("outer", "r", "inner")} | {"out_scale": out_scale, "relu": relu}, n.flops)
             else:
                 add(last, last.name, "add_q", [q_new[d] for d in n.deps], elems if i8 else F32 * elems,
                     {"n": elems, "out_scale": out_scale, "relu": relu}, n.flops)
@@ -334,6 +345,8 @@ def _chains(g: TrainingGraph) -> tuple[dict[int, list[int]], set[int], set[int]]
                 and all(d in q_out and d != 0 for d in n.deps):
             chain = [n.id]
         elif n.op in POOLS and n.deps[0] in q_out and n.deps[0] != 0 and n.deps[0] not in saved:  # no backward
+            chain = [n.id]
+        elif n.op == "mean" and n.deps[0] in q_out and n.deps[0] != 0 and n.attrs["r"] <= 0x10000:
             chain = [n.id]
         if not chain:
             continue
