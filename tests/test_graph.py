@@ -412,6 +412,46 @@ def test_a_clamp_the_runtime_cannot_do_is_named():
         trace(M(), "m", (4,), 2, batch=2)
 
 
+class _Masked(nn.Module):
+    """A conv's output times a bernoulli_ mask of the given shape ("B" the batch), divided by its keep share
+    or not: stochastic depth as torchvision writes it, and the forms around it."""
+
+    def __init__(self, shape, divide=True):
+        super().__init__()
+        self.shape, self.divide = shape, divide
+        self.conv, self.fc = nn.Conv2d(1, 2, 3, padding=1), nn.Linear(2 * 3 * 3, 3)
+
+    def forward(self, x):
+        h = self.conv(x)
+        noise = torch.empty([h.shape[0] if d == "B" else d for d in self.shape], dtype=h.dtype).bernoulli_(0.75)
+        if self.divide:
+            noise = noise / 0.75
+        # the mask first when it spans the batch: either operand order is the same multiply
+        return self.fc(torch.flatten(noise * h if self.shape[0] == "B" else h * noise, 1))
+
+
+@pytest.mark.parametrize("shape, row", [(["B", 1, 1, 1], 18), ([1, 1, 1], 18 * 4), (["B", 2, 1, 1], 9),
+                                        (["B", 2, 3, 3], 1)])
+def test_stochastic_depth_is_dropout_by_rows(shape, row):
+    """x times a divided bernoulli_ mask of x's leading dims then 1s is a dropout node drawing once a row
+    (what the 1s span; [1, ..., 1] once a batch), which PyTorch's own record of the step accounts for."""
+    model = _Masked(shape)
+    t = real_step(model, "m", (1, 3, 3), 3, batch=4)
+    (n,) = [n for n in t.graph.nodes if n.op == "dropout"]
+    assert n.attrs["row"] == row and n.attrs["n"] == 72 and abs(n.attrs["p"] - 0.25) < 1e-12
+    assert not [n for n in t.graph.nodes if n.op == "mul"]
+    assert not op_check(t).unaccounted and not saved_check(model, t).unexplained
+
+
+@pytest.mark.parametrize("shape, divide, said", [
+    (["B", 1, 1, 1], False, r"^model: mul: x times a bernoulli_\(0.75\) mask not divided by 0.75"),
+    ([1, 2, 1, 1], True, r"^model: mul: x of \[2, 2, 3, 3\] times a mask of \[1, 2, 1, 1\]: the runtime draws a "
+                         r"mask of x's leading dims then 1s")])
+def test_a_mask_the_runtime_cannot_draw_is_named(shape, divide, said):
+    with pytest.raises(PoetError, match=said):
+        trace(_Masked(shape, divide), "m", (1, 3, 3), 3, batch=2)
+
+
 def test_frozen_batch_norms_let_a_batch_of_one_through():
     """BatchNorm1d cannot run in training mode on one sample; a fine-tuning mode that freezes it runs it on
     its running statistics, so MLPerf Tiny's autoencoder fine-tunes its last layer at batch 1. One that

@@ -110,7 +110,7 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_add_bcast_bwd": [INT, INT, INT, F32P, F32P, F32P],
     "poet_sub_bcast_bwd": [INT, INT, INT, F32P, F32P, F32P],
     "poet_scale_fwd": [INT, FLT, FLT, F32P, F32P],
-    "poet_dropout": [INT, ctypes.c_uint32, ctypes.c_uint32, FLT, F32P, F32P],
+    "poet_dropout": [INT, ctypes.c_uint32, ctypes.c_uint32, FLT, INT, F32P, F32P],
     "poet_dropout_key": [ctypes.c_uint32, ctypes.c_uint32],
     "poet_scale_bwd": [INT, FLT, F32P, F32P],
     "poet_embedding_fwd": [INT, INT, INT, I32P, F32P, F32P],
@@ -807,17 +807,48 @@ def test_dropout(lib: ctypes.CDLL, p: float, seed: int) -> None:
     x64 = leaf(x)
     y_ref = torch.where(torch.from_numpy(keep), x64 * float(dropout.scale(p)), torch.zeros((), dtype=torch.float64))
     y = nan(n)
-    lib.poet_dropout(n, dropout.key(salt, step), dropout.threshold(p), dropout.scale(p), fp(x), fp(y))
+    row = int(rng.integers(0, 2))  # 0 and 1 both mean a draw per element (blobs before stochastic depth: 0)
+    lib.poet_dropout(n, dropout.key(salt, step), dropout.threshold(p), dropout.scale(p), row, fp(x), fp(y))
     assert_close(y, y_ref, "y")
     assert np.array_equal(y == 0, ~keep)
     g = randn(rng, n)
     y_ref.backward(t64(g))
     check_backward(lambda bf: lib.poet_dropout(n, dropout.key(salt, step), dropout.threshold(p), dropout.scale(p),
-                                               fp(g), fp(bf["gx"])), {}, {"gx": x64.grad})
+                                               row, fp(g), fp(bf["gx"])), {}, {"gx": x64.grad})
     if n >= 2000:
         assert abs(float((~keep).mean()) - p) < 0.05
     # another step, another mask
     assert not np.array_equal(keep, dropout.keep(n, salt, step + 1, p)) or n < 8
+
+
+@pytest.mark.parametrize("p", [0.2, 0.5])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_dropout_by_rows(lib: ctypes.CDLL, p: float, seed: int) -> None:
+    """Stochastic depth: poet_dropout with row > 1 keeps or drops whole rows, row r taking the per-element
+    mask's draw r (the Python twin's keep(rows) is the mask PyTorch's reference fills); the last row
+    may be short. Forward and backward against PyTorch in float64 with that mask."""
+    from poet.graph import dropout
+
+    rng = np.random.default_rng([19, seed])
+    rows, row, salt, step = ints(rng, 1, 40), ints(rng, 2, 300), ints(rng, 0, 40), ints(rng, 1, 10**6)
+    n = rows * row - ints(rng, 0, row - 1)  # a short last row: the board's n need not fill it
+    keep = dropout.keep(n, salt, step, p, row)
+    drawn = dropout.keep(rows, salt, step, p)  # the mask's elements, one a row
+    assert np.array_equal(keep, np.repeat(drawn, row)[:n])
+    x = randn(rng, n)
+    x64 = leaf(x)
+    mask = torch.from_numpy(np.repeat(drawn, row)[:n].astype(np.float64))
+    y_ref = x64 * mask * float(dropout.scale(p))
+    y = nan(n)
+    lib.poet_dropout(n, dropout.key(salt, step), dropout.threshold(p), dropout.scale(p), row, fp(x), fp(y))
+    assert_close(y, y_ref, "y")
+    assert np.array_equal(y == 0, ~keep)
+    g = randn(rng, n)
+    y_ref.backward(t64(g))
+    check_backward(lambda bf: lib.poet_dropout(n, dropout.key(salt, step), dropout.threshold(p), dropout.scale(p),
+                                               row, fp(g), fp(bf["gx"])), {}, {"gx": x64.grad})
+    # a row's elements share one draw: not the per-element mask
+    assert rows < 4 or not np.array_equal(keep, dropout.keep(n, salt, step, p))
 
 
 # ---- embedding, select, layout --------------------------------------------------------------------

@@ -166,3 +166,37 @@ def test_every_traced_op_round_trips_through_a_graph_file(tmp_path: Path) -> Non
     traced = {op.name for op in OPS.values() if op.calls or op.kind == "loss"}
     traced |= {b for o in traced for b in OPS[o].backward}
     assert traced - seen == set(), "ops the tracer makes that no model here traces: add them to _Convs or _Tokens"
+
+
+class _Depth(nn.Module):
+    """A residual branch dropped per sample, written as torchvision.ops.stochastic_depth writes it
+    (torchvision is no dependency of poet's): a bernoulli_ mask of [N, 1, 1, 1], divided, multiplied in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.fc = nn.Conv2d(1, 2, 3, padding=1), nn.Linear(2 * 4 * 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(x))
+        noise = torch.empty([h.shape[0]] + [1] * (h.ndim - 1), dtype=h.dtype).bernoulli_(0.8)
+        noise.div_(0.8)
+        return self.fc(torch.flatten(h + h * noise, 1))
+
+
+def test_stochastic_depth_round_trips_with_its_row(tmp_path: Path) -> None:
+    """Stochastic depth is dropout with a draw per row: the graph file carries its row (a sample's 32
+    elements) and lowering packs it into the record's last slot; a dropout written before rows existed
+    (no "row") lowers to 0, a draw per element, the meaning its blobs always had."""
+    torch.manual_seed(0)
+    g = trace(_Depth(), "depth", (1, 4, 4), 3, 2)
+    path = tmp_path / "depth.json"
+    g.to_json(path)
+    back = read_graph(path)
+    assert back.nodes == g.nodes
+    drops = [n for n in back.nodes if n.op in ("dropout", "dropout_bwd")]
+    assert len(drops) == 2 and all(n.attrs["row"] == 32 and n.attrs["n"] == 64 for n in drops)
+    fwd = drops[0]
+    assert abs(fwd.attrs["p"] - 0.2) < 1e-12 and fwd.attrs["salt"] == 0
+    assert blob_attrs("dropout", fwd.attrs)[OPS["dropout"].slots.index("drop_row")] == 32
+    old = {k: v for k, v in fwd.attrs.items() if k != "row"}
+    assert blob_attrs("dropout", old)[4] == 0 and "row" not in attrs_needed(OPS["dropout"])

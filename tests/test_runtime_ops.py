@@ -29,6 +29,7 @@ from fwhelpers import native_link
 from poet.boards import load_board
 from poet.device.link import Link
 from poet.device.protocol import BATCH, SCHEDULE
+from poet.graph import dropout
 from poet.graph.agreement import reference
 from poet.graph.reference import train_steps, weights_of
 from poet.graph.tracer import trace
@@ -468,6 +469,96 @@ def test_the_reference_drops_what_the_board_drops_and_differs_by_step() -> None:
     assert abs(float((a == 0).float().mean()) - 0.25) < 0.03
 
 
+def _stochastic_depth(input: torch.Tensor, p: float, mode: str, training: bool = True) -> torch.Tensor:
+    """torchvision.ops.stochastic_depth as torchvision writes it (torchvision is no dependency of poet's)."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"drop probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    survival_rate = 1.0 - p
+    if mode == "row":
+        size = [input.shape[0]] + [1] * (input.ndim - 1)
+    else:
+        size = [1] * input.ndim
+    noise = torch.empty(size, dtype=input.dtype, device=input.device)
+    noise = noise.bernoulli_(survival_rate)
+    if survival_rate > 0.0:
+        noise.div_(survival_rate)
+    return input * noise
+
+
+class _StochasticDepth(torch.nn.Module):
+    def __init__(self, p: float, mode: str) -> None:
+        super().__init__()
+        self.p, self.mode = p, mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _stochastic_depth(x, self.p, self.mode, self.training)
+
+
+class _Residual(torch.nn.Module):
+    """EfficientNet's residual blocks in miniature: each branch dropped per sample (mode "row") or for
+    the whole batch ("batch") before it joins the shortcut, with a dropout between them sharing the
+    salts' count; the board's draws are the reference's, step by step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Conv2d(2, 4, 3, padding=1)
+        self.a, self.b = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.sd_a, self.sd_b = _StochasticDepth(0.5, "row"), _StochasticDepth(0.3, "batch")
+        self.drop, self.fc = nn.Dropout(0.25), nn.Linear(4 * 4 * 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.stem(x))
+        h = h + self.sd_a(torch.relu(self.a(h)))
+        h = self.drop(h)
+        h = h + self.sd_b(torch.tanh(self.b(h)))
+        return self.fc(torch.flatten(h, 1))
+
+
+def test_stochastic_depth_trains_like_pytorch_with_the_boards_draws(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _Residual()
+    g = trace(model, "sdepth", (2, 4, 4), 3, 4)
+    drops = [n for n in g.nodes if n.op == "dropout"]
+    # a draw per sample (64 elements a row), the dropout's per element, the batch's one draw for all
+    assert [(round(n.attrs["p"], 6), n.attrs["salt"], n.attrs.get("row", 0)) for n in drops] == \
+        [(0.5, 0, 64), (0.25, 1, 0), (0.3, 2, 256)]
+    assert all(len(n.deps) == 1 for n in g.nodes if n.op == "dropout_bwd")
+    assert [a[4] for a in (model_blob(g).nodes[n.id].attrs for n in drops)] == [64, 0, 256]
+    rng = np.random.default_rng(6)
+    data = [(rng.standard_normal((4, 2, 4, 4)).astype(np.float32), rng.integers(0, 3, 4).astype(np.int32))
+            for _ in range(STEPS)]
+    # the steps drop some samples' branch and keep others' (else the test would not show rows)
+    drawn = np.stack([dropout.keep(4, 0, step, 0.5) for step in range(1, STEPS + 1)])
+    assert drawn.any() and not drawn.all()
+    _check_model(tmp_path, "sdepth", model, g, data)
+
+
+def test_the_reference_draws_stochastic_depth_as_the_board() -> None:
+    """PoetDropout fills a bernoulli_ mask with the board's draws: per row (whole samples kept, scaled
+    by 1 / (1 - p), or zero), one for the batch, the salt counted with the dropout calls; eval mode and
+    p = 0 draw nothing."""
+    from poet.graph.reference import PoetDropout
+
+    x = torch.ones(400, 3)
+    drop = PoetDropout()
+    with drop:
+        drop.begin(5)
+        rows = _stochastic_depth(x, 0.25, "row")
+        once = torch.nn.functional.dropout(x, 0.5)
+        batch = _stochastic_depth(x, 0.3, "batch")
+        assert torch.equal(_stochastic_depth(x, 0.3, "row", training=False), x)
+        assert torch.equal(_stochastic_depth(x, 0.0, "row"), x)
+    kept = dropout.keep(400, 0, 5, 0.25)  # salt 0: the first draw of the forward
+    want = torch.from_numpy(np.repeat(kept, 3).reshape(400, 3) / 0.75).float()
+    assert torch.allclose(rows, want, rtol=1e-6) and 0.15 < 1 - kept.mean() < 0.35
+    assert torch.equal(once == 0, ~torch.from_numpy(dropout.keep(1200, 1, 5, 0.5).reshape(400, 3)))
+    assert len(set(batch.flatten().tolist())) == 1
+    assert bool(batch[0, 0] != 0) == bool(dropout.keep(1, 2, 5, 1 - 0.7)[0])
+
+
 class _Concat(torch.nn.Module):
     """torch.cat along channels (an inception-style block: two branches joined) and along features (a
     tensor with a scaled copy of itself: the same node's gradient summed from both parts)."""
@@ -615,6 +706,7 @@ def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> Non
     bad = [
         (with_attr(drops, d, 1, 1 << 24), d),  # keep-from past 2^24: would drop everything
         (with_attr(drops, d, 2, 0x7F800000), d),  # an infinite scale
+        (with_attr(drops, d, 4, -1), d),  # a negative row (stochastic depth's elements a draw)
         (with_attr(drops, c, 5, drops.nodes[c].attrs[5] & ~0xFF00 | 65 << 8), c),  # a kernel 65 wide
         (with_attr(drops, c, 5, drops.nodes[c].attrs[5] | 0x3F << 16), c),  # 63 columns of padding
         (with_attr(staged, inp, 1, 2), inp),  # no such input type

@@ -26,6 +26,7 @@ PACKED: dict[str, tuple[str, ...]] = {
     "epi": ("out_scale",),  # a static-int8 output's scale parameter and ReLU, modelblob.q_epilogue
     "keep_from": ("p",),  # dropout's mask bound and scale, from its drop share (graph/dropout.py)
     "keep_scale": ("p",),
+    "drop_row": ("n",),  # dropout's elements a draw (optional "row": 0 or 1 one per element, stochastic depth more)
     "staged_i8": ("n",),  # an input staged int8 (optional "i8", "scale")
     "staged_scale": ("n",),
 }
@@ -61,7 +62,7 @@ _BN = ("B", "C", "HW", "f:eps", "f:momentum", "w", "b", "rm", "rv")  # rm/rv: ru
 _LN = ("rows", "D", "f:eps", "w", "b")
 _PERM = ("d0", "d1", "d2", "d3", "p0", "p1", "p2", "p3")
 _EMB = ("n", "V", "D", "ids", "w")
-_DROP = ("n", "keep_from", "keep_scale", "salt")
+_DROP = ("n", "keep_from", "keep_scale", "salt", "drop_row")
 _POOL = ("B", "C", "H", "W", "kh", "kw", "pgeom", "include_pad")
 _MAP = ("B", "C", "H", "W")
 _NEED = ("need_grad_input",)  # a backward that may skip dL/dx (nothing before it needs one)

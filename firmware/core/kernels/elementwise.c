@@ -285,9 +285,20 @@ uint32_t poet_dropout_key(uint32_t salt, uint32_t step)
     return poet_mix32(poet_mix32(salt) ^ step);
 }
 
-void poet_dropout(int n, uint32_t key, uint32_t threshold, float scale, const float *x, float *y)
+void poet_dropout(int n, uint32_t key, uint32_t threshold, float scale, int row, const float *x, float *y)
 {
-    int i;
-    for (i = 0; i < n; i++)
-        y[i] = (poet_mix32((uint32_t)i ^ key) >> 8) >= threshold ? x[i] * scale : 0.0f;
+    int i, end;
+    uint32_t draw;
+    if (row <= 1) {
+        for (i = 0; i < n; i++)
+            y[i] = (poet_mix32((uint32_t)i ^ key) >> 8) >= threshold ? x[i] * scale : 0.0f;
+        return;
+    }
+    /* one draw a row: hashed once, applied to the row's elements */
+    for (i = 0, draw = 0; i < n; draw++) {
+        int kept = (poet_mix32(draw ^ key) >> 8) >= threshold;
+        end = n - i > row ? i + row : n;
+        for (; i < end; i++)
+            y[i] = kept ? x[i] * scale : 0.0f;
+    }
 }

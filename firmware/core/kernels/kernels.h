@@ -149,11 +149,12 @@ void poet_sub_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, 
  * y may alias x, gx may alias g. */
 void poet_scale_fwd(int n, float mul, float add, const float *x, float *y);
 void poet_scale_bwd(int n, float mul, const float *g, float *gx);
-/* Dropout with a mask no buffer holds: element i is kept when the top 24 bits of a hash of i and key
- * are at least threshold (p 2^24, so a share p is dropped), then y = x * scale (1 / (1 - p)), else
- * 0. The forward, its recomputation and the backward (g in, gx out) make the same mask from the same
- * key. y may alias x. */
-void poet_dropout(int n, uint32_t key, uint32_t threshold, float scale, const float *x, float *y);
+/* Dropout with a mask no buffer holds: element i is kept when the top 24 bits of a hash of its draw
+ * (i / row; row 0 or 1: i itself) and key are at least threshold (p 2^24, so a share p is dropped),
+ * then y = x * scale (1 / (1 - p)), else 0. A row above 1 is stochastic depth: whole rows (samples)
+ * kept or dropped together. The forward, its recomputation and the backward (g in, gx out) make the
+ * same mask from the same key. y may alias x. */
+void poet_dropout(int n, uint32_t key, uint32_t threshold, float scale, int row, const float *x, float *y);
 /* The key of one dropout layer (salt: which) in one training step (step: the optimizer's count). */
 uint32_t poet_dropout_key(uint32_t salt, uint32_t step);
 

@@ -9,7 +9,8 @@ enum { N = 0 };
 enum { GELU_TANH = 1 };        /* gelu: 0 exact erf, 1 approximate='tanh' */
 enum { LO = 1, HI = 2 };       /* hardtanh: the clamp's bounds (f32) */
 enum { S_MUL = 1, S_ADD = 2 }; /* scale: y = x * mul + add (f32) */
-enum { D_THRESHOLD = 1, D_SCALE = 2, D_SALT = 3 }; /* dropout: p 2^24, 1 / (1 - p) (f32), which layer */
+/* dropout: p 2^24, 1 / (1 - p) (f32), which layer, elements a draw (0 or 1: a draw each element) */
+enum { D_THRESHOLD = 1, D_SCALE = 2, D_SALT = 3, D_ROW = 4 };
 enum { M = 1 };                /* add, sub, mul: b's elements, broadcast over a's leading dims;
                                   mul_bwd_a/b: the other operand's elements */
 
@@ -170,7 +171,7 @@ int op_dropout_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     return pos(a[N]) && a[D_THRESHOLD] >= 0 && a[D_THRESHOLD] < (1 << 24) && finite_attr(a[D_SCALE]) &&
-           io1(m, n, f32s((uint64_t)a[N]), f32s((uint64_t)a[N]));
+           a[D_ROW] >= 0 && io1(m, n, f32s((uint64_t)a[N]), f32s((uint64_t)a[N]));
 }
 
 void op_dropout_run(const poet_exec_t *e)
@@ -181,5 +182,5 @@ void op_dropout_run(const poet_exec_t *e)
         return;
     }
     poet_dropout(a[N], poet_dropout_key((uint32_t)a[D_SALT], e->upd->step), (uint32_t)a[D_THRESHOLD],
-                 poet_attr_f32(a[D_SCALE]), e->in[0], e->out);
+                 poet_attr_f32(a[D_SCALE]), a[D_ROW], e->in[0], e->out);
 }

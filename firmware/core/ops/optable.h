@@ -62,8 +62,8 @@
     X(AVGPOOL2D_BWD, 74, BACKWARD, NONE, 8, op_avgpool2d_check, op_avgpool2d_bwd_run) \
     X(UPSAMPLE, 87, FORWARD, NONE, 6, op_upsample_check, op_upsample_run) \
     X(UPSAMPLE_BWD, 88, BACKWARD, NONE, 6, op_upsample_check, op_upsample_bwd_run) \
-    X(DROPOUT, 89, FORWARD, NONE, 4, op_dropout_check, op_dropout_run) \
-    X(DROPOUT_BWD, 90, BACKWARD, NONE, 4, op_dropout_check, op_dropout_run) \
+    X(DROPOUT, 89, FORWARD, NONE, 5, op_dropout_check, op_dropout_run) \
+    X(DROPOUT_BWD, 90, BACKWARD, NONE, 5, op_dropout_check, op_dropout_run) \
     X(MEAN, 14, FORWARD, NONE, 3, op_mean_check, op_mean_run) \
     X(MEAN_BWD, 29, BACKWARD, NONE, 3, op_mean_check, op_mean_bwd_run) \
     /* norm.c */ \

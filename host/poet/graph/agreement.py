@@ -172,7 +172,9 @@ def _drops(model: nn.Module, train: dict[str, Any]) -> bool:
     graph = train.get("graph")
     if graph is not None:
         return any(n.op == "dropout" for n in graph.nodes)
-    return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules())
+    # torchvision's StochasticDepth by name: torchvision is no dependency of poet's
+    return any((isinstance(m, nn.modules.dropout._DropoutNd) or type(m).__name__ == "StochasticDepth")
+               and getattr(m, "p", 0) > 0 for m in model.modules())
 
 
 def _one_thread_channels_last(model: nn.Module, batches: list[Batch], lr: float, train: dict[str, Any]) -> list[float]:

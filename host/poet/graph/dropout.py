@@ -5,9 +5,19 @@ elements. firmware/core/kernels/elementwise.c poet_dropout is the C twin; the Py
 
 Element i of the layer with salt s in optimizer step t (1 for the first step after weights are
 loaded) is kept when the top 24 bits of mix32(i ^ key(s, t)) are at least round(p 2^24); a kept
-element is multiplied by 1 / (1 - p), rounded to fp32 once."""
+element is multiplied by 1 / (1 - p), rounded to fp32 once.
+
+Stochastic depth (torchvision.ops.stochastic_depth) is the same op with one draw per row: with `row`
+elements a row (0 or 1: one draw per element, plain dropout), element i takes draw i // row. A model
+writes it as a mask of x's leading dims then 1s ([N, 1, ..., 1]: one draw per sample; [1, ..., 1]: one
+for the batch) filled by `bernoulli_(1 - p)`, divided by 1 - p and multiplied into x; draw j is the
+mask's element j, so the PyTorch reference fills the mask with keep(mask elements) and computes on."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +51,29 @@ def scale(p: float) -> np.float32:
     return np.float32(1.0 / (1.0 - p))
 
 
-def keep(n: int, salt: int, step: int, p: float) -> np.ndarray:
-    """The layer's mask in this step: True where element i (of n, in memory order) is kept."""
-    h = mix32(np.arange(n, dtype=np.uint32) ^ np.uint32(key(salt, step)))
+def keep(n: int, salt: int, step: int, p: float, row: int = 1) -> np.ndarray:
+    """The layer's mask in this step: True where element i (of n, in memory order) is kept; element i
+    takes draw i // row (row 0 or 1: a draw per element)."""
+    draw = np.arange(n, dtype=np.uint32) // np.uint32(max(row, 1))
+    h = mix32(draw ^ np.uint32(key(salt, step)))
     return (h >> np.uint32(32 - MASK_BITS)) >= threshold(p)
+
+
+@dataclass(frozen=True)
+class Mask:
+    """A tensor a model filled with `bernoulli_`: which draw of the forward it was (its salt, counted
+    with the dropout calls) and the share it keeps; `scaled` once divided by that share."""
+
+    salt: int
+    kept: float
+    scaled: bool = False
+
+
+def drawn_share(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float | None:
+    """The keep share of a call that fills a mask, `t.bernoulli_(q)` with q a number (torchvision's
+    stochastic_depth draws so); None for any other call. The tracer and the PyTorch reference number
+    the same calls with it, so a mask's salt is the same in both."""
+    if name != "bernoulli_" or not args:
+        return None
+    q = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+    return float(q) if isinstance(q, Real) and not isinstance(q, bool) else None

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import torch
 
 from poet.errors import PoetError
+from poet.graph.dropout import Mask
 from poet.graph.instrument import CallEvent
 from poet.graph.training_graph import numel
 from poet.ops import OPS
@@ -25,6 +26,7 @@ class Seen(Protocol):
     node_of: dict[int, int]  # id(tensor) -> the node that made it
     pindex: dict[int, int]  # id(tensor) -> the parameter it is
     dropout_calls: dict[int, int]  # CallEvent id -> which dropout call of the forward (its mask's salt)
+    masks: dict[int, Mask]  # id(tensor) -> the bernoulli_ mask it holds (stochastic depth)
 
     def const_index(self, t: torch.Tensor) -> int | None: ...
 
@@ -159,6 +161,32 @@ def _dropout(c: Ctx) -> Fwd:
         raise c.fail(f"p={p}: the runtime drops a share 0 < p < 1")
     return Fwd("dropout", [x], {"n": x.numel(), "p": p, "salt": c.tracer.dropout_calls[c.call.id]}, c.call.result,
                2 * x.numel())
+
+
+def _masked(c: Ctx, a: Any, b: Any) -> Fwd | None:
+    """x * mask, mask a bernoulli_ draw divided by its keep share (torchvision's stochastic_depth; the
+    tracer follows the mask, graph/tracer.py): a dropout node with one draw per row of x, the row being
+    what the mask's trailing 1s span. None when neither operand is such a mask."""
+    masks = c.tracer.masks
+    if isinstance(a, torch.Tensor) and id(a) in masks:
+        a, b = b, a
+    mask = masks.get(id(b)) if isinstance(b, torch.Tensor) else None
+    if mask is None or not c.live(a):
+        return None
+    if not mask.scaled:
+        raise c.fail(f"x times a bernoulli_({mask.kept}) mask not divided by {mask.kept}; the runtime's dropout "
+                     f"scales what it keeps by 1 / (1 - p), as torchvision's stochastic_depth does")
+    if not 0.0 < mask.kept <= 1.0:
+        raise c.fail(f"a mask keeping a share {mask.kept}: the runtime keeps a share 0 < 1 - p <= 1")
+    shape = [1] * (a.dim() - b.dim()) + list(b.shape)
+    lead = len(shape)
+    while lead and shape[lead - 1] == 1:
+        lead -= 1
+    if b.dim() > a.dim() or shape[:lead] != list(a.shape[:lead]):
+        raise c.fail(f"x of {list(a.shape)} times a mask of {list(b.shape)}: the runtime draws a mask of x's "
+                     f"leading dims then 1s ([N, 1, ..., 1] per sample, [1, ..., 1] per batch)")
+    attrs = {"n": a.numel(), "p": 1.0 - mask.kept, "salt": mask.salt, "row": numel(list(a.shape[lead:]))}
+    return Fwd("dropout", [a], attrs, c.call.result, 2 * a.numel())
 
 
 def _hardtanh(c: Ctx) -> Fwd:
@@ -296,6 +324,8 @@ def _binary(c: Ctx) -> Fwd:
     """x + y, x - y, x * y, x / y: elementwise on two activations, or an affine map by a scalar."""
     name = {"scale": "div"}.get(CALL_OP[c.call.name], CALL_OP[c.call.name])  # x / y is a scale by 1 / y
     a, b = c.call.args[0], c.call.args[1]
+    if name == "mul" and (drop := _masked(c, a, b)) is not None:  # stochastic depth
+        return drop
     alpha = c.call.kwargs.get("alpha", 1)
     reflected = c.call.name.startswith("__r")
     if isinstance(b, (int, float)) or (isinstance(b, torch.Tensor) and b.dim() == 0 and not c.live(b)):

@@ -105,7 +105,8 @@ class Fed(TorchFunctionMode):
 class PoetDropout(TorchFunctionMode):
     """Dropout with the board's masks (graph/dropout.py): the k-th dropout call of a forward has salt
     k, as the tracer numbers them, and `step` is the optimizer step it belongs to. Eval-mode and p = 0
-    calls count too (so do the tracer's) and stay identities."""
+    calls count too (so do the tracer's) and stay identities. A `bernoulli_(q)` mask (stochastic depth)
+    counts as a dropout call and is filled with the board's draws."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -118,10 +119,17 @@ class PoetDropout(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
-        if getattr(func, "__name__", "") != "dropout" or torch._C._current_autograd_node() is not None:
+        name = getattr(func, "__name__", "")
+        kept = dropout.drawn_share(name, args, kwargs)
+        if (name != "dropout" and kept is None) or torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)
         salt = self._calls
         self._calls += 1
+        if kept is not None:  # a stochastic depth mask: draw j is the mask's element j (graph/dropout.py)
+            t = args[0]
+            with torch.no_grad():
+                t.copy_(torch.from_numpy(dropout.keep(t.numel(), salt, self.step, 1.0 - kept).reshape(t.shape)))
+            return t
         x = args[0]
         p = float(args[1] if len(args) > 1 else kwargs.get("p", 0.5))
         training = bool(args[2] if len(args) > 2 else kwargs.get("training", True))

@@ -6,7 +6,8 @@ every call its code makes into the torch API (`F.linear`, `x + y`,
 the runtime's op set (poet.ops, with graph/handlers.py; docs/graph.md lists it with what
 each backward reads). Calls that only make constants (`torch.arange`) or read
 metadata (`x.shape`) make no node; views that the runtime needs no kernel for
-(`contiguous`, `dropout` with p=0 or in eval mode) alias their input. Any other call is an error
+(`contiguous`, `dropout` with p=0 or in eval mode) alias their input; a `bernoulli_` mask divided by its
+keep share and multiplied in (torchvision's stochastic_depth) is a dropout by rows. Any other call is an error
 naming the call, its module path and the supported set: nothing is dropped.
 
 The backward pass is then built from the forward nodes, not traced (graph/backward.py):
@@ -18,13 +19,14 @@ really does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from poet.errors import PoetError, UsageError
+from poet.graph import dropout
 from poet.graph import file as graphfile
 from poet.graph.backward import Backward
 from poet.graph.dtypes import F32
@@ -57,6 +59,7 @@ class _Tracer:
         self.fwd: list[tuple[Fwd, CallEvent]] = []
         self.train = train
         self.dropout_calls: dict[int, int] = {}  # CallEvent id -> which dropout call of the forward (its salt)
+        self.masks: dict[int, dropout.Mask] = {}  # id(tensor) -> the bernoulli_ mask it holds (stochastic depth)
 
     def const_index(self, t: torch.Tensor) -> int | None:
         """Index tensors the model makes itself: 1 = arange(n), 2 = zeros(n); None = anything else."""
@@ -71,8 +74,13 @@ class _Tracer:
         return None
 
     def add_call(self, call: CallEvent) -> None:
-        if call.name == "dropout":  # numbered as reference.PoetDropout numbers them: every call counts
+        kept = dropout.drawn_share(call.name, call.args, call.kwargs)
+        if call.name == "dropout" or kept is not None:  # numbered as reference.PoetDropout numbers them
             self.dropout_calls[call.id] = len(self.dropout_calls)
+        if kept is not None:
+            self.masks[id(call.args[0])] = dropout.Mask(self.dropout_calls[call.id], kept)
+        else:
+            self._follow_mask(call)
         outs = call.outputs
         if call.name in IGNORED or not outs:
             self.const_calls.add(call.id)
@@ -121,6 +129,21 @@ class _Tracer:
         f.deps = [self.node_of[id(t)] for t in f.inputs]
         self.node_of[id(f.out)] = self.node_of_call[call.id] = len(self.fwd) + 1  # node 0 is the input
         self.fwd.append((f, call))
+
+    def _follow_mask(self, call: CallEvent) -> None:
+        """A bernoulli_ mask divided by its keep share (in place or not) is one a dropout node makes: the
+        multiply with x becomes the node (handlers._binary). Any other in-place change makes it a tensor
+        the tracer knows nothing of."""
+        t = call.args[0] if call.args else None
+        mask = self.masks.get(id(t)) if isinstance(t, torch.Tensor) else None
+        if mask is None:
+            return
+        by = call.args[1] if len(call.args) > 1 else None
+        if (call.name in ("div_", "div", "__truediv__", "__itruediv__") and not mask.scaled and not call.kwargs
+                and isinstance(by, int | float) and float(by) == mask.kept and isinstance(call.result, torch.Tensor)):
+            self.masks[id(call.result)] = replace(mask, scaled=True)
+        elif call.name.endswith("_") or call.name.startswith("__i"):
+            del self.masks[id(t)]
 
     def _poison(self, outs: list[torch.Tensor], errs: tuple[PoetError, ...]) -> None:
         for t in outs:

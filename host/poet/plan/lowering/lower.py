@@ -64,6 +64,8 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
         return dropout.threshold(float(attrs["p"]))
     if name == "keep_scale":
         return mb.f32_bits(float(dropout.scale(float(attrs["p"]))))
+    if name == "drop_row":  # absent in graphs written before stochastic depth: a draw per element
+        return int(attrs.get("row", 0))
     if name == "kernel":
         kh, kw, _, pw = conv_window(attrs)
         return mb.conv_kernel(kh, kw, pw)
