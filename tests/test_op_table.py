@@ -121,6 +121,7 @@ class _Convs(nn.Module):
         h = nn.functional.hardsigmoid(h) - torch.clamp(h, -1, 1) / 2 + nn.functional.relu6(h)
         h = h * torch.sigmoid(h) + torch.tanh(nn.functional.hardtanh(h)) + nn.functional.gelu(h)
         h = h + torch.clamp(h, min=0)
+        h = nn.functional.adaptive_avg_pool2d(h, 1) * h  # squeeze-and-excitation's broadcast
         m = h.mean(dim=(2, 3)) * torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1)
         return self.fc(self.drop(torch.flatten(h, 1))) + self.fc2(m)
 
@@ -165,3 +166,13 @@ def test_every_traced_op_round_trips_through_a_graph_file(tmp_path: Path) -> Non
     traced = {op.name for op in OPS.values() if op.calls or op.kind == "loss"}
     traced |= {b for o in traced for b in OPS[o].backward}
     assert traced - seen == set(), "ops the tracer makes that no model here traces: add them to _Convs or _Tokens"
+
+
+def test_a_broadcast_operands_repeats_are_the_third_slot() -> None:
+    """add/sub/mul's b as [outer, inner] over a's [outer, r, inner]: the slot holds inner, or 0 for b a's
+    trailing shape (inner = m), which every blob written before the slot says."""
+    convs, tokens = _graphs()[:2]
+    se = [n for n in convs.nodes if n.op in ("mul", "mul_bwd_a", "mul_bwd_b") and "inner" in n.attrs]
+    assert [blob_attrs(n.op, n.attrs) for n in se] == [(2 * 4 * 16, 2 * 4, 1)] * 3
+    pos = [n for n in tokens.nodes if n.op in ("add", "add_bwd") and n.attrs["m"] < n.attrs["n"]]
+    assert pos and all("inner" not in n.attrs and blob_attrs(n.op, n.attrs)[2] == 0 for n in pos)
