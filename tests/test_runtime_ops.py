@@ -504,7 +504,8 @@ def test_nearest_upsampling_trains_like_pytorch(tmp_path: Path) -> None:
 
 class _SqueezeExcite(torch.nn.Module):
     """A squeeze-and-excitation block as MobileNetV3 writes it (its scale [N, C, 1, 1] times the map,
-    scale first), then a [N, 1, D] row repeated over [N, S, D] by sub, mul (the row second) and add."""
+    scale first), then a [N, 1, D] row repeated over [N, S, D] by sub, mul (the row second) and add (the
+    row first)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -519,7 +520,7 @@ class _SqueezeExcite(torch.nn.Module):
         s = nnf.hardsigmoid(self.excite(torch.relu(self.squeeze(nnf.adaptive_avg_pool2d(h, 1)))))
         t = torch.flatten(s * h, 2)  # [N, 4, 36]
         u = t.mean(1).reshape(-1, 1, 36)
-        return self.fc(torch.flatten((t - u) * torch.sigmoid(u) + u, 1))
+        return self.fc(torch.flatten(u + (t - u) * torch.sigmoid(u), 1))
 
 
 def test_squeeze_and_excitation_trains_like_pytorch(tmp_path: Path) -> None:
