@@ -523,7 +523,8 @@ class _SqueezeExcite(torch.nn.Module):
         return self.fc(torch.flatten(u + (t - u) * torch.sigmoid(u), 1))
 
 
-def test_squeeze_and_excitation_trains_like_pytorch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", [None, "linux-asan"])
+def test_squeeze_and_excitation_trains_like_pytorch(tmp_path: Path, target: str | None) -> None:
     torch.manual_seed(0)
     model = _SqueezeExcite()
     g = _checked_trace(model, "se", (2, 6, 6))
@@ -536,7 +537,7 @@ def test_squeeze_and_excitation_trains_like_pytorch(tmp_path: Path) -> None:
     rng = np.random.default_rng(8)
     data = [(rng.standard_normal((2, 2, 6, 6)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
             for _ in range(STEPS)]
-    _check_model(tmp_path, "se", model, g, data)
+    _check_model(tmp_path, "se", model, g, data, poet=target is None, target=target)  # ASan: keep-all only
 
 
 def test_the_board_refuses_a_broadcast_it_cannot_view(tmp_path: Path) -> None:
