@@ -266,6 +266,48 @@ def test_unsupported_form_of_a_supported_op_says_what_is_supported():
         trace(model, "m", (1, 6, 6), 2, batch=2)
 
 
+@pytest.mark.parametrize("big,small,view", [
+    ([2, 16, 24, 24], [2, 16, 1, 1], (32, 576, 1)),  # squeeze-and-excitation's scale over its map
+    ([2, 5, 8], [5, 8], (1, 2, 40)),  # a trailing-shape operand over the leading dims
+    ([2, 5, 8], [2, 1, 8], (2, 5, 8)),  # a row per sample over a sequence
+    ([2, 1, 5, 1, 8], [2, 1, 1, 1, 8], (2, 5, 8)),  # size-1 dims squeeze away
+    ([2, 3, 4, 5], [3, 1, 1], None),  # [1, 3, 1, 1]: repeated before and after 3, two runs
+    ([2, 3], [2, 3], (6, 1, 1)),
+    ([2, 3, 4], [2, 1, 1], (2, 12, 1)),  # adjacent repeated dims merge
+    ([2, 3, 4, 5], [2, 1, 4, 1], None),  # two runs repeated
+    ([4, 5], [2, 5], None),  # no broadcast
+    ([5], [1, 5], None),
+])
+def test_a_broadcast_operand_is_viewed_as_one_run_of_repeats(big, small, view):
+    from poet.graph.handlers import bcast_view
+
+    assert bcast_view(big, small) == view
+
+
+def test_an_elementwise_op_the_runtime_cannot_broadcast_is_refused_in_one_line():
+    """b repeated over two separate runs of a's dims, and x - y with y the larger operand: one line each,
+    saying the form the runtime takes."""
+
+    class M(nn.Module):
+        def __init__(self, sub: bool):
+            super().__init__()
+            self.sub, self.conv, self.fc = sub, nn.Conv2d(1, 2, 3, padding=1), nn.Linear(2 * 4 * 4, 3)
+
+        def forward(self, x):
+            h = self.conv(x)  # [N, 2, 4, 4]
+            s = h.mean(1).mean(2).reshape(-1, 1, 4, 1)
+            return self.fc(torch.flatten(s - h if self.sub else h * s, 1))
+
+    with pytest.raises(PoetError, match=r"^model: mul: elementwise mul of tensors \[2, 2, 4, 4\] and \[2, 1, 4, 1\]: "
+                                        r"the runtime repeats one operand along one run of the other's dims") as e:
+        trace(M(False), "m", (1, 4, 4), 3, batch=2)
+    assert "\n" not in str(e.value)
+    with pytest.raises(PoetError, match=r"^model: sub: x - y of tensors \[2, 1, 4, 1\] and \[2, 2, 4, 4\], "
+                                        r"y the larger") as e:
+        trace(M(True), "m", (1, 4, 4), 3, batch=2)
+    assert "\n" not in str(e.value)
+
+
 def test_wrong_input_shape_is_one_clear_error():
     model, _ = get_model("mlp-digits")
     with pytest.raises(PoetError, match=r"fails on a batch of shape \[2, 65\] \(float32\): RuntimeError: mat1"):

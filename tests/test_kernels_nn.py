@@ -109,6 +109,12 @@ SIGNATURES: dict[str, list[Any]] = {
     "poet_sub_bcast_fwd": [INT, INT, INT, F32P, F32P, F32P],
     "poet_add_bcast_bwd": [INT, INT, INT, F32P, F32P, F32P],
     "poet_sub_bcast_bwd": [INT, INT, INT, F32P, F32P, F32P],
+    "poet_add_rep_fwd": [INT, INT, INT, F32P, F32P, F32P],
+    "poet_sub_rep_fwd": [INT, INT, INT, F32P, F32P, F32P],
+    "poet_mul_rep_fwd": [INT, INT, INT, F32P, F32P, F32P],
+    "poet_add_rep_bwd": [INT, INT, INT, F32P, F32P],
+    "poet_sub_rep_bwd": [INT, INT, INT, F32P, F32P],
+    "poet_mul_rep_bwd_b": [INT, INT, INT, F32P, F32P, F32P],
     "poet_scale_fwd": [INT, FLT, FLT, F32P, F32P],
     "poet_dropout": [INT, ctypes.c_uint32, ctypes.c_uint32, FLT, INT, F32P, F32P],
     "poet_dropout_key": [ctypes.c_uint32, ctypes.c_uint32],
@@ -764,6 +770,40 @@ def test_broadcast(lib: ctypes.CDLL, form: str, op: str, seed: int) -> None:
     gv = nan(*vshape)
     bwd(outer, C, inner, fp(g), None, fp(gv))
     assert_close(gv, v64.grad, "gv alone")
+
+
+@pytest.mark.parametrize("form", ["trailing", "excite", "middle", "same"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_repeated_operand(lib: ctypes.CDLL, form: str, op: str, seed: int) -> None:
+    """The graph's add, sub and mul with b[outer, inner] repeated over a[outer, r, inner]: b a's trailing
+    shape (outer 1), squeeze-and-excitation's scale [N, C, 1, 1] over its map (inner 1), [N, 1, D] over
+    [N, S, D] (neither 1), and r = 1; forward and the gradients to both operands."""
+    rng = np.random.default_rng([16, seed, len(form), len(op)])
+    outer, r, inner = ints(rng, 2, 4), ints(rng, 2, 7), ints(rng, 2, 5)
+    outer, r, inner = {"trailing": (1, r, inner), "excite": (outer, r, 1), "middle": (outer, r, inner),
+                       "same": (outer, 1, inner)}[form]
+    a, b = randn(rng, outer, r, inner), randn(rng, outer, 1, inner)
+    a64, b64 = leaf(a), leaf(b)
+    y_ref = {"add": torch.add, "sub": torch.sub, "mul": torch.mul}[op](a64, b64)
+    y = nan(outer, r, inner)
+    fwd = getattr(lib, f"poet_{op}_rep_fwd")
+    fwd(outer, r, inner, fp(a), fp(b), fp(y))
+    assert_close(y, y_ref, "y")
+    y_alias = a.copy()  # the header allows y = a
+    fwd(outer, r, inner, fp(y_alias), fp(b), fp(y_alias))
+    np.testing.assert_array_equal(y_alias, y)
+
+    g = randn(rng, outer, r, inner)
+    y_ref.backward(t64(g))
+    if op == "mul":  # a's gradient is the forward with g for a; b's sums g * a over the repeats
+        check_backward(lambda bf: lib.poet_mul_rep_fwd(outer, r, inner, fp(g), fp(b), fp(bf["ga"])), {},
+                       {"ga": a64.grad})
+        check_backward(lambda bf: lib.poet_mul_rep_bwd_b(outer, r, inner, fp(g), fp(a), fp(bf["gb"])), {},
+                       {"gb": b64.grad})
+    else:  # a's gradient is g itself (the graph passes it on); b's is +/- g summed over the repeats
+        bwd = getattr(lib, f"poet_{op}_rep_bwd")
+        check_backward(lambda bf: bwd(outer, r, inner, fp(g), fp(bf["gb"])), {}, {"gb": b64.grad})
 
 
 @pytest.mark.parametrize("form", ["affine", "div", "rsub"])

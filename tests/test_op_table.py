@@ -122,6 +122,7 @@ class _Convs(nn.Module):
         h = h * torch.sigmoid(h) + torch.tanh(nn.functional.hardtanh(h)) + nn.functional.gelu(h)
         h = h + torch.clamp(h, min=0)
         h = h + nn.functional.max_pool2d(h, 3, 1, 1)  # any other window: maxpool2d_general
+        h = nn.functional.adaptive_avg_pool2d(h, 1) * h  # squeeze-and-excitation's broadcast
         m = h.mean(dim=(2, 3)) * torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1)
         return self.fc(self.drop(torch.flatten(h, 1))) + self.fc2(m)
 
@@ -200,3 +201,13 @@ def test_stochastic_depth_round_trips_with_its_row(tmp_path: Path) -> None:
     assert blob_attrs("dropout", fwd.attrs)[OPS["dropout"].slots.index("drop_row")] == 32
     old = {k: v for k, v in fwd.attrs.items() if k != "row"}
     assert blob_attrs("dropout", old)[4] == 0 and "row" not in attrs_needed(OPS["dropout"])
+
+
+def test_a_broadcast_operands_repeats_are_the_third_slot() -> None:
+    """add/sub/mul's b as [outer, inner] over a's [outer, r, inner]: the slot holds inner, or 0 for b a's
+    trailing shape (inner = m), which every blob written before the slot says."""
+    convs, tokens = _graphs()[:2]
+    se = [n for n in convs.nodes if n.op in ("mul", "mul_bwd_a", "mul_bwd_b") and "inner" in n.attrs]
+    assert [blob_attrs(n.op, n.attrs) for n in se] == [(2 * 4 * 16, 2 * 4, 1)] * 3
+    pos = [n for n in tokens.nodes if n.op in ("add", "add_bwd") and n.attrs["m"] < n.attrs["n"]]
+    assert pos and all("inner" not in n.attrs and blob_attrs(n.op, n.attrs)[2] == 0 for n in pos)

@@ -625,6 +625,79 @@ def test_nearest_upsampling_trains_like_pytorch(tmp_path: Path) -> None:
     _check_model(tmp_path, "up", model, g, data)
 
 
+class _SqueezeExcite(torch.nn.Module):
+    """A squeeze-and-excitation block as MobileNetV3 writes it (its scale [N, C, 1, 1] times the map,
+    scale first), then a [N, 1, D] row repeated over [N, S, D] by sub, mul (the row second) and add (the
+    row first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.squeeze, self.excite = nn.Conv2d(4, 2, 1), nn.Conv2d(2, 4, 1)
+        self.fc = nn.Linear(4 * 6 * 6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        nnf = torch.nn.functional
+        h = torch.relu(self.conv(x))
+        s = nnf.hardsigmoid(self.excite(torch.relu(self.squeeze(nnf.adaptive_avg_pool2d(h, 1)))))
+        t = torch.flatten(s * h, 2)  # [N, 4, 36]
+        u = t.mean(1).reshape(-1, 1, 36)
+        return self.fc(torch.flatten(u + (t - u) * torch.sigmoid(u), 1))
+
+
+@pytest.mark.parametrize("target", [None, "linux-asan"])
+def test_squeeze_and_excitation_trains_like_pytorch(tmp_path: Path, target: str | None) -> None:
+    torch.manual_seed(0)
+    model = _SqueezeExcite()
+    g = _checked_trace(model, "se", (2, 6, 6))
+    binary = ("add", "sub", "mul", "add_bwd", "sub_bwd", "mul_bwd_a", "mul_bwd_b")
+    views = [(n.op, n.attrs["n"], n.attrs["m"], n.attrs.get("inner")) for n in g.nodes
+             if n.op in binary and n.attrs["m"] < n.attrs["n"]]
+    assert views == [("mul", 288, 8, 1), ("sub", 288, 72, 36), ("mul", 288, 72, 36), ("add", 288, 72, 36),
+                     ("add_bwd", 288, 72, 36), ("mul_bwd_a", 288, 72, 36), ("mul_bwd_b", 288, 72, 36),
+                     ("sub_bwd", 288, 72, 36), ("mul_bwd_a", 288, 8, 1), ("mul_bwd_b", 288, 8, 1)]
+    rng = np.random.default_rng(8)
+    data = [(rng.standard_normal((2, 2, 6, 6)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "se", model, g, data, poet=target is None, target=target)  # ASan: keep-all only
+
+
+def test_the_board_refuses_a_broadcast_it_cannot_view(tmp_path: Path) -> None:
+    """add/sub/mul's third slot, inner, must divide b's elements m (0: inner = m), m must divide n, and
+    mul_bwd_b's output is b's size: each broken node is MODEL with its index (docs/spec.md 2)."""
+    from dataclasses import replace as dc_replace
+
+    from poet.device.protocol import MODEL, DeviceError
+    from poet.plan.lowering import modelblob as mb
+
+    torch.manual_seed(0)
+    good = model_blob(trace(_SqueezeExcite(), "se", (2, 6, 6), 3, 2))
+
+    def at(op: str, inner: int) -> int:
+        return next(i for i, n in enumerate(good.nodes) if n.op == CODE[op] and n.attrs[2] == inner)
+
+    def with_attr(i: int, slot: int, value: int) -> mb.ModelBlob:
+        a = list(good.nodes[i].attrs)
+        a[slot] = value
+        return dc_replace(good, nodes=[*good.nodes[:i], dc_replace(good.nodes[i], attrs=tuple(a)), *good.nodes[i + 1:]])
+
+    se, row, grad_b = at("mul", 1), at("sub", 36), at("mul_bwd_b", 1)
+    bad = [
+        (with_attr(se, 2, 3), se),  # inner 3 does not divide m = 8
+        (with_attr(se, 2, -1), se),
+        (with_attr(row, 2, 144), row),  # inner past m = 72
+        (with_attr(row, 1, 70), row),  # m = 70 does not divide n = 288
+        (with_attr(grad_b, 1, 16), grad_b),  # b's gradient would be 16 elements, its tensor is 8
+    ]
+    with native_link(tmp_path) as link:
+        link.upload(MODEL, good.encode())
+        for blob, node in bad:
+            with pytest.raises(DeviceError) as e:
+                link.upload(MODEL, blob.encode())
+            assert e.value.name == "MODEL" and e.value.detail == node, (e.value, node)
+
+
 def test_dense_weights_stored_int8_train_like_pytorch_given_them(tmp_path: Path) -> None:
     """Weight-only int8 (poet.plan.transform.placement, the autoencoder's way into a small flash): the frozen dense
     weights sit int8 in the board's nv storage and compute in fp32 on q x scale, forward and for the input

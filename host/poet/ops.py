@@ -29,6 +29,9 @@ PACKED: dict[str, tuple[str, ...]] = {
     "drop_row": ("n",),  # dropout's elements a draw (optional "row": 0 or 1 one per element, stochastic depth more)
     "staged_i8": ("n",),  # an input staged int8 (optional "i8", "scale")
     "staged_scale": ("n",),
+    # add/sub/mul's broadcast (b viewed [outer, inner] over a's [outer, r, inner]): the optional "inner",
+    # 0 when absent, meaning inner = m (b is a's trailing shape, the form before the slot)
+    "b_inner": ("m",),
 }
 
 KINDS = ("input", "forward", "loss", "backward", "optimizer")
@@ -65,6 +68,7 @@ _EMB = ("n", "V", "D", "ids", "w")
 _DROP = ("n", "keep_from", "keep_scale", "salt", "drop_row")
 _POOL = ("B", "C", "H", "W", "kh", "kw", "pgeom", "include_pad")
 _MAP = ("B", "C", "H", "W")
+_BIN = ("n", "m", "b_inner")  # a's elements, b's, how b repeats over a (PACKED)
 _NEED = ("need_grad_input",)  # a backward that may skip dL/dx (nothing before it needs one)
 
 
@@ -104,13 +108,12 @@ _TABLE: tuple[Op, ...] = (
     *_pair("hardtanh", 13, 28, ("n", "f:lo", "f:hi"), "x",
            calls=("hardtanh", "hardtanh_", "relu6", "relu6_", "clamp", "clamp_", "clip", "clip_"),
            traced="hardtanh, relu6, clamp (both bounds, or min=0)"),
-    *_pair("add", 40, 56, ("n", "m"), calls=("add", "__add__", "__radd__", "__iadd__", "add_"),
-           traced="x + y"),
-    *_pair("sub", 41, 57, ("n", "m"), calls=("sub", "__sub__", "__rsub__"), traced="x - y"),
-    Op("mul", 42, "forward", ("n", "m"), backward=("mul_bwd_a", "mul_bwd_b"), calls=("mul", "__mul__", "__rmul__"),
+    *_pair("add", 40, 56, _BIN, calls=("add", "__add__", "__radd__", "__iadd__", "add_"), traced="x + y"),
+    *_pair("sub", 41, 57, _BIN, calls=("sub", "__sub__", "__rsub__"), traced="x - y"),
+    Op("mul", 42, "forward", _BIN, backward=("mul_bwd_a", "mul_bwd_b"), calls=("mul", "__mul__", "__rmul__"),
        traced="x * y"),
-    Op("mul_bwd_a", 58, "backward", ("n", "m")),
-    Op("mul_bwd_b", 59, "backward", ("n", "m")),
+    Op("mul_bwd_a", 58, "backward", _BIN),
+    Op("mul_bwd_b", 59, "backward", _BIN),
     *_pair("scale", 43, 60, ("n", "f:mul", "f:add"), "", calls=("div", "__truediv__"),
            traced="x + s, x - s, x * s, x / s (s a scalar)"),
     *_pair("dropout", 89, 90, _DROP, "", calls=("dropout",)),

@@ -226,20 +226,13 @@ static void bcast_fwd(int outer, int C, int inner, const float *x, const float *
         }
 }
 
+static void bcast_sum(int outer, int C, int inner, const float *g, const float *x, float sign, float *gv);
+
 static void bcast_bwd(int outer, int C, int inner, const float *g, float sign, float *gx,
                       float *gv)
 {
-    int o, c, i;
     if (gv)
-        for (c = 0; c < C; c++) {
-            float acc = 0.0f;
-            for (o = 0; o < outer; o++) {
-                const float *p = g + ((long)o * C + c) * inner;
-                for (i = 0; i < inner; i++)
-                    acc += p[i];
-            }
-            gv[c] = sign * acc;
-        }
+        bcast_sum(outer, C, inner, g, 0, sign, gv);
     if (gx && gx != g)
         poet_copy(outer * C * inner, g, gx);
 }
@@ -263,6 +256,96 @@ void poet_add_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, 
 void poet_sub_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv)
 {
     bcast_bwd(outer, C, inner, g, -1.0f, gx, gv);
+}
+
+static void bcast_mul(int outer, int C, int inner, const float *x, const float *v, float *y)
+{
+    int o, c, i;
+    for (o = 0; o < outer; o++)
+        for (c = 0; c < C; c++) {
+            long off = ((long)o * C + c) * inner;
+            float s = v[c];
+            for (i = 0; i < inner; i++)
+                y[off + i] = x[off + i] * s;
+        }
+}
+
+/* gv[c] = the sum over outer and inner of g (x NULL) or of g * x, times sign */
+static void bcast_sum(int outer, int C, int inner, const float *g, const float *x, float sign, float *gv)
+{
+    int o, c, i;
+    for (c = 0; c < C; c++) {
+        float acc = 0.0f;
+        for (o = 0; o < outer; o++) {
+            long off = ((long)o * C + c) * inner;
+            for (i = 0; i < inner; i++)
+                acc += x ? g[off + i] * x[off + i] : g[off + i];
+        }
+        gv[c] = sign * acc;
+    }
+}
+
+/* b[outer, inner] over a[outer, r, inner] in the v[C] over x[outer', C, inner'] form of the loops
+ * above: one call when inner = 1 (v[outer] over x[outer, r], squeeze-and-excitation's scale over its
+ * maps) or outer = 1 (v[inner] over x[r, inner], the trailing-shape case), else one per outer row. */
+static void rep_fwd(int outer, int r, int inner, const float *a, const float *b, float sign, int mul_op,
+                    float *y)
+{
+    long o, block = (long)r * inner;
+    if (inner == 1) {
+        if (mul_op)
+            bcast_mul(1, outer, r, a, b, y);
+        else
+            bcast_fwd(1, outer, r, a, b, sign, y);
+        return;
+    }
+    for (o = 0; o < outer; o++) {
+        if (mul_op)
+            bcast_mul(r, inner, 1, a + o * block, b + o * inner, y + o * block);
+        else
+            bcast_fwd(r, inner, 1, a + o * block, b + o * inner, sign, y + o * block);
+    }
+}
+
+static void rep_sum(int outer, int r, int inner, const float *g, const float *a, float sign, float *gb)
+{
+    long o, block = (long)r * inner;
+    if (inner == 1) {
+        bcast_sum(1, outer, r, g, a, sign, gb);
+        return;
+    }
+    for (o = 0; o < outer; o++)
+        bcast_sum(r, inner, 1, g + o * block, a ? a + o * block : 0, sign, gb + o * inner);
+}
+
+void poet_add_rep_fwd(int outer, int r, int inner, const float *a, const float *b, float *y)
+{
+    rep_fwd(outer, r, inner, a, b, 1.0f, 0, y);
+}
+
+void poet_sub_rep_fwd(int outer, int r, int inner, const float *a, const float *b, float *y)
+{
+    rep_fwd(outer, r, inner, a, b, -1.0f, 0, y);
+}
+
+void poet_mul_rep_fwd(int outer, int r, int inner, const float *a, const float *b, float *y)
+{
+    rep_fwd(outer, r, inner, a, b, 1.0f, 1, y);
+}
+
+void poet_add_rep_bwd(int outer, int r, int inner, const float *g, float *gb)
+{
+    rep_sum(outer, r, inner, g, 0, 1.0f, gb);
+}
+
+void poet_sub_rep_bwd(int outer, int r, int inner, const float *g, float *gb)
+{
+    rep_sum(outer, r, inner, g, 0, -1.0f, gb);
+}
+
+void poet_mul_rep_bwd_b(int outer, int r, int inner, const float *g, const float *a, float *gb)
+{
+    rep_sum(outer, r, inner, g, a, 1.0f, gb);
 }
 
 void poet_scale_fwd(int n, float mul, float add, const float *x, float *y)

@@ -137,14 +137,24 @@ void poet_sub_bwd(int n, const float *g, float *ga, float *gb);
 /* mul's gradient to one operand is g times the other: mul_bwd_a passes b, mul_bwd_b passes a. */
 void poet_mul_bwd(int n, const float *g, const float *other, float *gx);
 /* y[o, c, i] = x[o, c, i] +/- v[c] for x[outer, C, inner]: a row vector broadcast over leading dims
- * (inner = 1, C = row length, the graph's add/sub with m < n: outer = n / m) or a per-channel vector
- * of an NCHW tensor (outer = B, inner = H*W). y may alias x. */
+ * (inner = 1, C = row length) or a per-channel vector of an NCHW tensor (outer = B, inner = H*W).
+ * y may alias x. */
 void poet_add_bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float *y);
 void poet_sub_bcast_fwd(int outer, int C, int inner, const float *x, const float *v, float *y);
 /* gx = g (may be NULL or alias g); gv = +/- the sum of g over outer and inner, WRITTEN: in the
  * training graph v is an activation (the tracer refuses parameter operands). */
 void poet_add_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv);
 void poet_sub_bcast_bwd(int outer, int C, int inner, const float *g, float *gx, float *gv);
+/* The graph's add, sub and mul with b broadcast (docs/spec.md section 2): b[outer, inner] repeated r
+ * times over a[outer, r, inner], y[o, j, i] = a[o, j, i] (op) b[o, i]; y may alias a. mul's gradient
+ * to a is poet_mul_rep_fwd(g, b); the gradients to b, WRITTEN, are gb[o, i] = +/- the sum over j of
+ * g[o, j, i] (add, sub) and of g[o, j, i] * a[o, j, i] (mul). */
+void poet_add_rep_fwd(int outer, int r, int inner, const float *a, const float *b, float *y);
+void poet_sub_rep_fwd(int outer, int r, int inner, const float *a, const float *b, float *y);
+void poet_mul_rep_fwd(int outer, int r, int inner, const float *a, const float *b, float *y);
+void poet_add_rep_bwd(int outer, int r, int inner, const float *g, float *gb);
+void poet_sub_rep_bwd(int outer, int r, int inner, const float *g, float *gb);
+void poet_mul_rep_bwd_b(int outer, int r, int inner, const float *g, const float *a, float *gb);
 /* y = x * mul + add (the graph's scale: x * s, x / s as mul = 1/s, x + s, s - x); gx = g * mul.
  * y may alias x, gx may alias g. */
 void poet_scale_fwd(int n, float mul, float add, const float *x, float *y);

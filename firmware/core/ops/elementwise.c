@@ -11,8 +11,10 @@ enum { LO = 1, HI = 2 };       /* hardtanh: the clamp's bounds (f32) */
 enum { S_MUL = 1, S_ADD = 2 }; /* scale: y = x * mul + add (f32) */
 /* dropout: p 2^24, 1 / (1 - p) (f32), which layer, elements a draw (0 or 1: a draw each element) */
 enum { D_THRESHOLD = 1, D_SCALE = 2, D_SALT = 3, D_ROW = 4 };
-enum { M = 1 };                /* add, sub, mul: b's elements, broadcast over a's leading dims;
-                                  mul_bwd_a/b: the other operand's elements */
+/* add, sub, mul and their backwards: a (n elements) viewed as [outer, r, inner] and b (m elements)
+ * as [outer, inner], repeated r = n / m times along a's middle dim; INNER 0 means inner = m (b is a's
+ * trailing shape, repeated over its leading dims: the only form before the slot). m = n: same shapes. */
+enum { M = 1, INNER = 2 };
 
 /* ---- activations ------------------------------------------------------------------------------ */
 
@@ -87,71 +89,91 @@ void op_hardtanh_bwd_run(const poet_exec_t *e)
 
 /* ---- arithmetic ------------------------------------------------------------------------------- */
 
-/* add and sub: b broadcasts over a's leading dims (m divides n). */
+/* m divides n, and inner divides m (then outer = m / inner, r = n / m). */
+static int bcast_ok(const int32_t *a)
+{
+    if (!pos(a[N]) || !pos(a[M]) || a[N] % a[M] || a[INNER] < 0)
+        return 0;
+    return a[INNER] == 0 || a[M] % a[INNER] == 0;
+}
+
+/* add, sub and mul: a and b in, a's shape out. */
 int op_add_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
-    if (!pos(a[N]) || !pos(a[M]) || a[N] % a[M])
-        return 0;
-    return io2(m, n, f32s((uint64_t)a[N]), f32s((uint64_t)a[M]), f32s((uint64_t)a[N]));
+    return bcast_ok(a) && io2(m, n, f32s((uint64_t)a[N]), f32s((uint64_t)a[M]), f32s((uint64_t)a[N]));
 }
 
-/* mul: same shapes only. */
-int op_mul_check(poet_model_t *m, const poet_node_t *n)
-{
-    const int32_t *a = n->a;
-    if (!pos(a[N]) || a[M] != a[N])
-        return 0;
-    return io2(m, n, f32s((uint64_t)a[N]), f32s((uint64_t)a[M]), f32s((uint64_t)a[N]));
-}
-
-/* add and sub backward: dL/dy in, the gradient to b (dL/dy summed over a's leading dims) out. */
+/* add and sub backward: dL/dy in, the gradient to b (dL/dy summed over r) out. */
 int op_add_bwd_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
-    if (!pos(a[N]) || !pos(a[M]) || a[N] % a[M])
-        return 0;
-    return io1(m, n, f32s((uint64_t)a[N]), f32s((uint64_t)a[M]));
+    return bcast_ok(a) && io1(m, n, f32s((uint64_t)a[N]), f32s((uint64_t)a[M]));
 }
 
-/* mul backward, to either operand: dL/dy and the other operand. */
+/* mul backward: dL/dy and b in, a's gradient out (mul_bwd_a); dL/dy and a in, b's out (mul_bwd_b). */
 int op_mul_bwd_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
-    uint64_t x = f32s((uint64_t)a[N]);
-    return pos(a[N]) && a[M] == a[N] && io2(m, n, x, x, x);
+    uint64_t big = f32s((uint64_t)a[N]), small = f32s((uint64_t)a[M]);
+    if (!bcast_ok(a))
+        return 0;
+    return n->op == POET_OP_MUL_BWD_A ? io2(m, n, big, small, big) : io2(m, n, big, big, small);
 }
 
-void op_add_run(const poet_exec_t *e)
+static void b_view(const int32_t *a, int *outer, int *r, int *inner)
 {
-    const int32_t *a = e->a;
-    if (a[N] == a[M])
-        poet_add_fwd(a[N], e->in[0], e->in[1], e->out);
-    else
-        poet_add_bcast_fwd(a[N] / a[M], a[M], 1, e->in[0], e->in[1], e->out);
+    *inner = a[INNER] ? a[INNER] : a[M];
+    *outer = a[M] / *inner;
+    *r = a[N] / a[M];
 }
 
-void op_sub_run(const poet_exec_t *e)
+typedef void (*rep_fn)(int outer, int r, int inner, const float *a, const float *b, float *y);
+
+/* a (op) b: the same-shape kernel when m = n, else b repeated (kernels.h) */
+static void binary(const poet_exec_t *e, void (*same)(int, const float *, const float *, float *), rep_fn rep)
 {
-    const int32_t *a = e->a;
-    if (a[N] == a[M])
-        poet_sub_fwd(a[N], e->in[0], e->in[1], e->out);
-    else
-        poet_sub_bcast_fwd(a[N] / a[M], a[M], 1, e->in[0], e->in[1], e->out);
+    int outer, r, inner;
+    if (e->a[N] == e->a[M]) {
+        same(e->a[N], e->in[0], e->in[1], e->out);
+        return;
+    }
+    b_view(e->a, &outer, &r, &inner);
+    rep(outer, r, inner, e->in[0], e->in[1], e->out);
 }
 
+void op_add_run(const poet_exec_t *e) { binary(e, poet_add_fwd, poet_add_rep_fwd); }
+void op_sub_run(const poet_exec_t *e) { binary(e, poet_sub_fwd, poet_sub_rep_fwd); }
+void op_mul_run(const poet_exec_t *e) { binary(e, poet_mul_fwd, poet_mul_rep_fwd); }
+/* a's gradient, g * b repeated: mul's forward with g for a (poet_mul_bwd is poet_mul_fwd's loop) */
+void op_mul_bwd_a_run(const poet_exec_t *e) { binary(e, poet_mul_fwd, poet_mul_rep_fwd); }
+
+/* b's gradient, g summed over the repeats (negated for sub; r = 1: g itself, or -g) */
 void op_add_bwd_run(const poet_exec_t *e)
 {
-    poet_add_bcast_bwd(e->a[N] / e->a[M], e->a[M], 1, e->in[0], 0, e->out);
+    int outer, r, inner;
+    b_view(e->a, &outer, &r, &inner);
+    poet_add_rep_bwd(outer, r, inner, e->in[0], e->out);
 }
 
 void op_sub_bwd_run(const poet_exec_t *e)
 {
-    poet_sub_bcast_bwd(e->a[N] / e->a[M], e->a[M], 1, e->in[0], 0, e->out);
+    int outer, r, inner;
+    b_view(e->a, &outer, &r, &inner);
+    poet_sub_rep_bwd(outer, r, inner, e->in[0], e->out);
 }
 
-void op_mul_run(const poet_exec_t *e) { poet_mul_fwd(e->a[N], e->in[0], e->in[1], e->out); }
-void op_mul_bwd_run(const poet_exec_t *e) { poet_mul_bwd(e->a[N], e->in[0], e->in[1], e->out); }
+/* b's gradient: g * a, summed over the repeats */
+void op_mul_bwd_b_run(const poet_exec_t *e)
+{
+    int outer, r, inner;
+    if (e->a[N] == e->a[M]) {
+        poet_mul_bwd(e->a[N], e->in[0], e->in[1], e->out);
+        return;
+    }
+    b_view(e->a, &outer, &r, &inner);
+    poet_mul_rep_bwd_b(outer, r, inner, e->in[0], e->in[1], e->out);
+}
 
 void op_scale_run(const poet_exec_t *e)
 {

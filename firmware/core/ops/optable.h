@@ -33,13 +33,13 @@
     X(GELU_BWD, 27, BACKWARD, NONE, 2, op_gelu_bwd_check, op_gelu_bwd_run) \
     X(HARDTANH, 13, FORWARD, NONE, 3, op_two_floats_check, op_hardtanh_run) \
     X(HARDTANH_BWD, 28, BACKWARD, NONE, 3, op_hardtanh_bwd_check, op_hardtanh_bwd_run) \
-    X(ADD, 40, FORWARD, GRAD_SUM, 2, op_add_check, op_add_run) \
-    X(ADD_BWD, 56, BACKWARD, NONE, 2, op_add_bwd_check, op_add_bwd_run) \
-    X(SUB, 41, FORWARD, NONE, 2, op_add_check, op_sub_run) \
-    X(SUB_BWD, 57, BACKWARD, NONE, 2, op_add_bwd_check, op_sub_bwd_run) \
-    X(MUL, 42, FORWARD, NONE, 2, op_mul_check, op_mul_run) \
-    X(MUL_BWD_A, 58, BACKWARD, NONE, 2, op_mul_bwd_check, op_mul_bwd_run) \
-    X(MUL_BWD_B, 59, BACKWARD, NONE, 2, op_mul_bwd_check, op_mul_bwd_run) \
+    X(ADD, 40, FORWARD, GRAD_SUM, 3, op_add_check, op_add_run) \
+    X(ADD_BWD, 56, BACKWARD, NONE, 3, op_add_bwd_check, op_add_bwd_run) \
+    X(SUB, 41, FORWARD, NONE, 3, op_add_check, op_sub_run) \
+    X(SUB_BWD, 57, BACKWARD, NONE, 3, op_add_bwd_check, op_sub_bwd_run) \
+    X(MUL, 42, FORWARD, NONE, 3, op_add_check, op_mul_run) \
+    X(MUL_BWD_A, 58, BACKWARD, NONE, 3, op_mul_bwd_check, op_mul_bwd_a_run) \
+    X(MUL_BWD_B, 59, BACKWARD, NONE, 3, op_mul_bwd_check, op_mul_bwd_b_run) \
     X(SCALE, 43, FORWARD, NONE, 3, op_two_floats_check, op_scale_run) \
     X(SCALE_BWD, 60, BACKWARD, NONE, 3, op_two_floats_check, op_scale_bwd_run) \
     /* linear.c */ \

@@ -81,8 +81,10 @@ class Backward:
             for i in (0, 1):
                 if need[i]:
                     other = x[1 - i]
+                    # b's gradient from a broadcast mul also sums g * a over the repeats: a multiply-add
+                    sums = op == "mul" and i == 1 and attrs["m"] < attrs["n"]
                     s = self.add(f"{name}_{'ab'[i]}", mod, OPS[op].backward[i], [g], [other],
-                                 self.nodes[x[i]].shape, attrs, node.flops)
+                                 self.nodes[x[i]].shape, attrs, node.flops * (2 if sums else 1))
                     self._give(x[i], s)
             return
         if op in ("linear", "conv2d", "embedding", "batchnorm", "batchnorm_eval", "layernorm"):

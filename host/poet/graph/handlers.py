@@ -340,19 +340,52 @@ def _binary(c: Ctx) -> Fwd:
     if not (c.live(a) and c.live(b)):
         raise c.fail("an elementwise op between an activation and a parameter or constant tensor; "
                      "the runtime's elementwise ops take two activations (use a module such as nn.Linear)")
-    if name not in ("add", "sub", "mul") or alpha != 1 or (name == "mul" and a.shape != b.shape):
-        raise c.fail(f"elementwise {name} of tensors {list(a.shape)} and {list(b.shape)} (alpha {alpha}); "
-                     f"the runtime has add, sub and same-shape mul")
-    if a.numel() < b.numel():
-        a, b = b, a  # commutative (sub is not, but sub's broadcast operand is always b)
-        if name == "sub":
-            raise c.fail("x - y where y is the larger (broadcast) operand")
-    if list(torch.broadcast_shapes(a.shape, b.shape)) != list(a.shape) or \
-            (b.numel() != a.numel() and list(a.shape[a.dim() - b.dim():]) != list(b.shape)):
-        raise c.fail(f"shapes {list(a.shape)} and {list(b.shape)}: the runtime broadcasts only a trailing-shape "
-                     f"operand over leading dimensions")
-    op = {"add": "add", "sub": "sub", "mul": "mul"}[name]
-    return Fwd(op, [a, b], {"n": a.numel(), "m": b.numel()}, c.call.result, a.numel())
+    shapes = f"tensors {list(a.shape)} and {list(b.shape)}"
+    if name not in ("add", "sub", "mul") or alpha != 1:
+        raise c.fail(f"elementwise {name} of {shapes} (alpha {alpha}); the runtime has add, sub and mul")
+    out = list(c.call.result.shape)
+    if a.numel() == b.numel() == numel(out):  # the same elements, whatever size-1 dims either has
+        return Fwd(name, [a, b], {"n": a.numel(), "m": b.numel()}, c.call.result, a.numel())
+    if list(a.shape) != out:
+        if name == "sub":  # sub is not commutative: its broadcast operand must be y
+            raise c.fail(f"x - y of {shapes}, y the larger (broadcast) operand; the runtime repeats y over x")
+        a, b = b, a  # add and mul commute: a is the operand of the output's shape
+    view = bcast_view(list(a.shape), list(b.shape))
+    if view is None:
+        raise c.fail(f"elementwise {name} of {shapes}: the runtime repeats one operand along one run of the "
+                     f"other's dims, [outer, inner] over [outer, r, inner] (e.g. [N, C, 1, 1] over [N, C, H, W])")
+    outer, r, inner = view
+    attrs = {"n": a.numel(), "m": b.numel()}
+    if r > 1 and outer > 1:  # absent: inner = m, b repeated over a's leading dims
+        attrs["inner"] = inner
+    return Fwd(name, [a, b], attrs, c.call.result, a.numel())
+
+
+def bcast_view(big: list[int], small: list[int]) -> tuple[int, int, int] | None:
+    """(outer, r, inner) such that `small`, broadcast to `big`, is b[outer, inner] repeated r times over
+    a[outer, r, inner]; None when its repeated dims are not one run of adjacent dims of `big` (size-1
+    dims of `big` are no dims: they squeeze away) or `small` does not broadcast to `big`."""
+    if len(small) > len(big):
+        return None
+    sizes = [1] * (len(big) - len(small)) + small
+    runs: list[tuple[bool, int]] = []  # (repeated, size) of big's dims, adjacent dims of one kind merged
+    for dim, size in zip(big, sizes, strict=True):
+        if size not in (1, dim):
+            return None
+        if dim == 1:
+            continue
+        repeated = size == 1
+        if runs and runs[-1][0] == repeated:
+            runs[-1] = (repeated, runs[-1][1] * dim)
+        else:
+            runs.append((repeated, dim))
+    kinds = [rep for rep, _ in runs]
+    if kinds.count(True) > 1:
+        return None
+    if True not in kinds:
+        return numel(big), 1, 1
+    k = kinds.index(True)
+    return numel([size for _, size in runs[:k]]), runs[k][1], numel([size for _, size in runs[k + 1:]])
 
 
 def _matmul(c: Ctx) -> Fwd:

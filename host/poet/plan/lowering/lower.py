@@ -60,6 +60,8 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
         return int(bool(attrs.get("i8")))
     if name == "staged_scale":
         return int(attrs["scale"]) if attrs.get("i8") else 0
+    if name == "b_inner":
+        return int(attrs.get("inner", 0))
     if name == "keep_from":
         return dropout.threshold(float(attrs["p"]))
     if name == "keep_scale":
