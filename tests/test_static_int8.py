@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from fwhelpers import native_link
 from poet.device.protocol import MODEL, DeviceError
-from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, maxpool2d_q, mean_q, quantise
+from poet.graph.quantise import absmax_scale, add_q, conv2d_q, encode_i8, maxpool2d_q, mean_q, mul_q, quantise
 from poet.ops import CODE
 from poet.plan.lowering.modelblob import (
     KIND_BACKWARD,
@@ -37,6 +37,7 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "poet_add_q_fwd": ([INT, I8P, FLT, I8P, FLT, INT, F32P, ctypes.c_void_p], None),
     "poet_maxpool2d_q_fwd": ([INT] * 11 + [I8P, I8P], None),
     "poet_mean_q_fwd": ([INT, INT, INT, I8P, FLT, INT, F32P, ctypes.c_void_p], None),
+    "poet_mul_q_fwd": ([INT, INT, INT, I8P, FLT, I8P, FLT, INT, F32P, ctypes.c_void_p], None),
 }
 
 
@@ -140,6 +141,25 @@ def test_mean_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     want = mean_q(x, xs, outer, r, inner, relu, ys)
     assert np.array_equal(y.view(np.uint8), want.view(np.uint8))
     assert np.abs(want.astype(np.float64)).max() > 0  # not a comparison of zeros
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mul_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
+    """b [outer, inner] repeated over a [outer, r, inner]: squeeze-and-excitation's (inner 1), a row's
+    (outer 1) and same shapes (r 1); int8 out or fp32, each activation."""
+    rng = np.random.default_rng(500 + seed)
+    outer, r, inner = [(3, 7, 1), (1, 5, 4), (4, 1, 3), (2, 3, 2), (6, 4, 1), (1, 1, 9)][seed]
+    a = rng.integers(-127, 128, (outer, r, inner)).astype(np.int8)
+    b = rng.integers(-127, 128, (outer, inner)).astype(np.int8)
+    sa, sb, relu, i8 = np.float32(rng.uniform(0.01, 0.1)), np.float32(rng.uniform(0.001, 0.01)), seed % 5, seed != 5
+    ys = np.float32(rng.uniform(0.001, 0.01)) if i8 else None
+    y = _out((outer, r, inner), i8)
+    ysa = None if ys is None else np.array([ys], np.float32)
+    qlib.poet_mul_q_fwd(outer, r, inner, ptr(a, I8P), float(sa), ptr(b, I8P), float(sb), relu, ptr(ysa, F32P),
+                        y.ctypes.data)
+    want = mul_q(a, sa, b, sb, outer, inner, relu, ys)
+    assert np.array_equal(y.view(np.uint8), want.view(np.uint8))
+    assert np.abs(want.astype(np.float64)).max() > 0
 
 
 # ---------------------------------------------------------------- a prefix on the native runtime
@@ -436,11 +456,13 @@ class _PoolNet(torch.nn.Module):
         nn = torch.nn
         self.conv1, self.bn1 = nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
         self.conv2, self.conv3 = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 4, 3, padding=1)
+        self.se = nn.Conv2d(8, 8, 1)  # squeeze-and-excitation's excite, one layer
         self.fc, self.fc2 = nn.Linear(4 * 2 * 2, 5), nn.Linear(4, 5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)  # 10x10 -> 5x5
         h = F.max_pool2d(F.relu6(self.conv2(h)), 3, 2, 1)  # -> 3x3
+        h = F.hardsigmoid(self.se(F.adaptive_avg_pool2d(h, 1))) * h  # mean_q, conv2d_q, mul_q
         h = F.max_pool2d(F.hardswish(self.conv3(h)), 2, 2, ceil_mode=True)  # -> 2x2
         return self.fc(torch.flatten(h, 1)) + self.fc2(F.adaptive_avg_pool2d(h, 1).flatten(1))  # mean_q
 
@@ -466,12 +488,15 @@ def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path
     assert prefix is not None
     q = prefix.graph
     fwd = [n.op for n in q.nodes if n.kind in ("input", "forward")]
-    assert fwd == ["input", "conv2d_q", "maxpool2d_q", "conv2d_q", "maxpool2d_q", "conv2d_q", "maxpool2d_q",
-                   "dequantize", "flatten", "linear", "mean_q", "flatten", "linear", "add"]
-    assert next(n for n in q.nodes if n.op == "mean_q").bytes == 4 * 2 * 4  # fp32 out: the trained fc2 reads it
+    assert fwd == ["input", "conv2d_q", "maxpool2d_q", "conv2d_q", "maxpool2d_q", "mean_q", "conv2d_q", "mul_q",
+                   "conv2d_q", "maxpool2d_q", "dequantize", "flatten", "linear", "mean_q", "flatten", "linear", "add"]
+    squeeze, head = [n for n in q.nodes if n.op == "mean_q"]
+    assert (squeeze.bytes, head.bytes) == (2 * 8, 4 * 2 * 4)  # int8; fp32 out where the trained fc2 reads it
     pools = [n for n in q.nodes if n.op == "maxpool2d_q"]
     assert [n.bytes for n in pools] == [2 * 8 * 25, 2 * 8 * 9, 2 * 4 * 4]  # int8
-    assert [n.attrs["relu"] for n in q.nodes if n.op == "conv2d_q"] == [1, 2, 3]  # ReLU, ReLU6, hardswish
+    assert [n.attrs["relu"] for n in q.nodes if n.op == "conv2d_q"] == [1, 2, 4, 3]  # ReLU, ReLU6, hard sigmoid, swish
+    se = next(n for n in q.nodes if n.op == "mul_q")
+    assert se.attrs["inner"] == 1 and se.bytes == 2 * 8 * 9 and q.nodes[se.deps[1]].bytes == 2 * 8  # int8
     makers = [q.nodes[p.deps[0]] for p in pools]  # each pool's output is at its input's scale
     assert [p.attrs["scale"] for p in pools] == [mk.attrs["out_scale"] for mk in makers]
     rng = np.random.default_rng(6)

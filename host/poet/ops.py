@@ -161,6 +161,8 @@ _TABLE: tuple[Op, ...] = (
     Op("maxpool2d_q", 97, "forward", (*_MAP, "kh", "kw", "pgeom", "ceil", "scale"), saves=""),
     # the mean over adjacent dims of an int8 tensor (global average pooling: squeeze-and-excitation's squeeze)
     Op("mean_q", 98, "forward", ("outer", "r", "inner", "epi"), saves=""),
+    # a product of int8 tensors, b repeated over a as mul's (squeeze-and-excitation's excite: scale * map)
+    Op("mul_q", 99, "forward", (*_BIN, "epi"), saves=""),
     # ---- the optimizer: its slots come from the graph's optimizer settings (lower.optimizer_attrs)
     Op("sgd", 32, "optimizer", ("opt", "f:p1", "f:p2", "f:p3", "in_backward"), saves=""),
 )

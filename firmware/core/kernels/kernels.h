@@ -364,6 +364,10 @@ void poet_maxpool2d_q_fwd(int B, int C, int H, int W, int kh, int kw, int sh, in
  * epilogue as poet_add_q_fwd's. r is at most 2^16, so the sum is exact in fp32. */
 void poet_mean_q_fwd(int outer, int r, int inner, const int8_t *x, float x_scale, int relu, const float *y_scale,
                      void *y);
+/* int8 a[outer, r, inner] at a_scale times int8 b[outer, inner] at b_scale repeated over r: v = (a a_scale) *
+ * (b b_scale), each product rounded, the epilogue as poet_add_q_fwd's. */
+void poet_mul_q_fwd(int outer, int r, int inner, const int8_t *a, float a_scale, const int8_t *b, float b_scale,
+                    int relu, const float *y_scale, void *y);
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
                     const float *y_scale, void *y);
 

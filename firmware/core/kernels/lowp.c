@@ -769,6 +769,19 @@ void poet_mean_q_fwd(int outer, int r, int inner, const int8_t *x, float x_scale
         }
 }
 
+void poet_mul_q_fwd(int outer, int r, int inner, const int8_t *a, float a_scale, const int8_t *b, float b_scale,
+                    int relu, const float *y_scale, void *y)
+{
+    int o, j, i;
+    long k = 0;
+    float inv = y_scale ? 1.0f / *y_scale : 0.0f;
+    for (o = 0; o < outer; o++)
+        for (j = 0; j < r; j++)
+            for (i = 0; i < inner; i++, k++)
+                poet_q_put(y, k, ((float)a[k] * a_scale) * ((float)b[(long)o * inner + i] * b_scale), relu,
+                           y_scale != 0, inv);
+}
+
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
                     const float *y_scale, void *y)
 {

@@ -98,6 +98,7 @@ int32_t q_scale_of(const poet_model_t *m, uint16_t d)
     case POET_OP_CONV2D_Q:
         return q_epi_scale((int32_t)poet_rd32(p + 16 + 4 * 9));
     case POET_OP_MEAN_Q:
+    case POET_OP_MUL_Q:
         return q_epi_scale((int32_t)poet_rd32(p + 16 + 4 * 3));
     case POET_OP_MAXPOOL2D_Q: /* its input's scale, a8 */
         return (int32_t)poet_rd32(p + 16 + 4 * 8);

@@ -109,6 +109,7 @@
     X(ADD_Q, 70, FORWARD, NARROW, 2, op_add_q_check, op_add_q_run) \
     X(MAXPOOL2D_Q, 97, FORWARD, NARROW, 9, op_maxpool2d_q_check, op_maxpool2d_q_run) \
     X(MEAN_Q, 98, FORWARD, NARROW, 4, op_mean_q_check, op_mean_q_run) \
+    X(MUL_Q, 99, FORWARD, NARROW, 4, op_mul_q_check, op_mul_q_run) \
     /* optim.c */ \
     X(SGD, 32, OPTIMIZER, NONE, 5, op_optimizer_check, op_optimizer_run)
 

@@ -152,6 +152,29 @@ void op_mean_q_run(const poet_exec_t *e)
                     Q_RELU(a[MEAN_EPI]), q_out_scale(e, a[MEAN_EPI]), e->out);
 }
 
+/* ---- mul_q: a0 n, a1 m, a2 inner (0: m) as mul's, a3 the epilogue ----------------------------------- */
+
+enum { MQ_N = 0, MQ_M = 1, MQ_INNER = 2, MQ_EPI = 3 };
+
+int op_mul_q_check(poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    int32_t inner = a[MQ_INNER] ? a[MQ_INNER] : a[MQ_M];
+    return pos(a[MQ_N]) && pos(a[MQ_M]) && a[MQ_INNER] >= 0 && a[MQ_N] % a[MQ_M] == 0 && a[MQ_M] % inner == 0 &&
+           q_epi_ok(m, a[MQ_EPI]) && n->n_deps == 2 && dep_bytes(m, n, 0) == (uint64_t)a[MQ_N] &&
+           dep_bytes(m, n, 1) == (uint64_t)a[MQ_M] && q_dep_ok(m, n, 0) && q_dep_ok(m, n, 1) &&
+           n->bytes == q_out_bytes(a[MQ_EPI], (uint64_t)a[MQ_N]);
+}
+
+void op_mul_q_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    int inner = a[MQ_INNER] ? a[MQ_INNER] : a[MQ_M];
+    poet_mul_q_fwd(a[MQ_M] / inner, a[MQ_N] / a[MQ_M], inner, (const int8_t *)(const void *)e->in[0],
+                   q_in_scale(e, 0), (const int8_t *)(const void *)e->in[1], q_in_scale(e, 1), Q_RELU(a[MQ_EPI]),
+                   q_out_scale(e, a[MQ_EPI]), e->out);
+}
+
 /* ---- add_q: two int8 tensors of N elements, EPI in a1 ------------------------------------------ */
 
 enum { ADD_EPI = 1 };

@@ -37,7 +37,7 @@ DIMENSIONS = frozenset({"B", "C", "D", "H", "W", "HW", "K", "M", "N", "O", "S", 
                         "n", "m", "rows", "outer", "r", "inner", "k", "kh", "kw", "sh", "sw", "stride", "groups",
                         "d0", "d1", "d2", "d3", "l0", "l1"})
 # ops whose output may be int8 (static int8's layers, an int8-staged input), not fp32
-INT8_OUT = frozenset({"quantize", "conv2d_q", "add_q", "maxpool2d_q", "mean_q", "input"})
+INT8_OUT = frozenset({"quantize", "conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q", "input"})
 
 # The most nodes poet plans, from a graph file or a traced model. Planning is not linear in the
 # size: the heuristics the MILP starts from (and that stand in for it once it is too big to

@@ -115,3 +115,12 @@ def mean_q(q: np.ndarray, scale: np.float32, outer: int, r: int, inner: int, rel
     s = np.asarray(q, np.int64).reshape(outer, r, inner).sum(axis=1).astype(np.float32)
     v = (s / np.float32(r)).astype(np.float32) * np.float32(scale)
     return _epilogue(v.astype(np.float32), relu, y_scale)
+
+
+def mul_q(a: np.ndarray, a_scale: np.float32, b: np.ndarray, b_scale: np.float32, outer: int, inner: int, relu: int,
+          y_scale: np.float32 | None) -> np.ndarray:
+    """poet_mul_q_fwd bit for bit: v = (a a_scale) (b b_scale), each product rounded, b[outer, inner] repeated
+    over a[outer, r, inner]; the epilogue."""
+    av = np.asarray(a).reshape(outer, -1, inner).astype(np.float32) * np.float32(a_scale)
+    bv = np.asarray(b).reshape(outer, 1, inner).astype(np.float32) * np.float32(b_scale)
+    return _epilogue((av * bv).astype(np.float32).reshape(np.asarray(a).shape), relu, y_scale)

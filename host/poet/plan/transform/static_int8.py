@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from poet.graph import quantise as qz
 from poet.graph.dtypes import F32
 from poet.graph.quantise import ACTIVATIONS, absmax_scale, add_q, conv2d_q, dequantise, maxpool2d_q, mean_q, quantise
 from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, conv_window, numel
@@ -30,7 +31,7 @@ from poet.plan.transform.fuse import fuse_heads
 if TYPE_CHECKING:
     from poet.graph.reference import Fed
 
-Q_OPS = ("quantize", "conv2d_q", "add_q", "maxpool2d_q", "mean_q", "dequantize")
+Q_OPS = ("quantize", "conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q", "dequantize")
 POOLS = ("maxpool2d", "maxpool2d_general")  # max pooling runs on int8 values at its input's scale
 FUSED = ("relu", "hardtanh", "hardswish", "hardsigmoid")  # activations an epilogue applies (hardtanh: ReLU6 only)
 
@@ -172,6 +173,15 @@ class Int8Prefix:
                     y = _activation(t, int(a.get("relu", 0))).numpy()
                 else:
                     y = mean_q(xs[0], scale_of[n.deps[0]], *dims, int(a.get("relu", 0)), ys)
+            elif n.op == "mul_q":
+                inner = int(a.get("inner", 0)) or int(a["m"])
+                outer = int(a["m"]) // inner
+                if scales is None:
+                    t = (xs[0].reshape(outer, -1, inner) * xs[1].reshape(outer, 1, inner)).reshape(xs[0].shape)
+                    y = _activation(torch.from_numpy(np.asarray(t, np.float32)), int(a.get("relu", 0))).numpy()
+                else:
+                    y = qz.mul_q(xs[0], scale_of[n.deps[0]], xs[1], scale_of[n.deps[1]], outer, inner,
+                              int(a.get("relu", 0)), ys)
             elif n.op == "quantize":
                 y = xs[0] if scales is None else quantise(xs[0], ys)
             elif n.op == "dequantize":
@@ -208,7 +218,8 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
     reading only that fused; an add of two int8 tensors runs as add_q (ReLU fused likewise). A fused
     layer's output is int8 when some int8 layer reads it, with a dequantize for its other readers (the
     trained part, or a layer that has no int8 form), else fp32 straight from the epilogue; a mean (global
-    average pooling) of an int8 tensor runs as mean_q with the same epilogue. A max pool of an
+    average pooling) of an int8 tensor runs as mean_q, a product of two (squeeze-and-excitation's) as mul_q,
+    with the same epilogue. A max pool of an
     int8 tensor runs as maxpool2d_q, int8 out at its input's scale (dequantized for fp32 readers). Nothing
     inside a fused layer may be saved for the backward pass (so only a frozen prefix qualifies)."""
     g = fuse_heads(g)  # the trained head's maps too would outgrow the board (poet.plan.transform.fuse)
@@ -282,6 +293,10 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
                     w, b = len(params) - 2, len(params) - 1
                 add(last, last.name, "conv2d_q", [q_new[n.deps[0]]], elems if i8 else F32 * elems,
                     attrs | {"w": w, "b": b, "out_scale": out_scale, "relu": relu}, n.flops)
+            elif n.op == "mul":
+                add(last, last.name, "mul_q", [q_new[d] for d in n.deps], elems if i8 else F32 * elems,
+                    {k: n.attrs[k] for k in ("n", "m", "inner") if k in n.attrs}
+                    | {"out_scale": out_scale, "relu": relu}, n.flops)
             elif n.op == "mean":
                 add(last, last.name, "mean_q", [q_new[n.deps[0]]], elems if i8 else F32 * elems,
                     {k: n.attrs[k] for k in ("outer", "r", "inner")} | {"out_scale": out_scale, "relu": relu}, n.flops)
@@ -347,6 +362,8 @@ def _chains(g: TrainingGraph) -> tuple[dict[int, list[int]], set[int], set[int]]
         elif n.op in POOLS and n.deps[0] in q_out and n.deps[0] != 0 and n.deps[0] not in saved:  # no backward
             chain = [n.id]
         elif n.op == "mean" and n.deps[0] in q_out and n.deps[0] != 0 and n.attrs["r"] <= 0x10000:
+            chain = [n.id]
+        elif n.op == "mul" and len(n.deps) == 2 and all(d in q_out and d != 0 for d in n.deps):
             chain = [n.id]
         if not chain:
             continue
