@@ -489,9 +489,9 @@ def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path
     q = prefix.graph
     fwd = [n.op for n in q.nodes if n.kind in ("input", "forward")]
     assert fwd == ["input", "conv2d_q", "maxpool2d_q", "conv2d_q", "maxpool2d_q", "mean_q", "conv2d_q", "mul_q",
-                   "conv2d_q", "maxpool2d_q", "dequantize", "flatten", "linear", "mean_q", "flatten", "linear", "add"]
-    squeeze, head = [n for n in q.nodes if n.op == "mean_q"]
-    assert (squeeze.bytes, head.bytes) == (2 * 8, 4 * 2 * 4)  # int8; fp32 out where the trained fc2 reads it
+                   "conv2d_q", "maxpool2d_q", "dequantize", "flatten", "linear", "mean", "flatten", "linear", "add"]
+    # the squeeze is int8; the trained head's pool stays fp32 (as the shipped profiles measured it)
+    assert next(n for n in q.nodes if n.op == "mean_q").bytes == 2 * 8
     pools = [n for n in q.nodes if n.op == "maxpool2d_q"]
     assert [n.bytes for n in pools] == [2 * 8 * 25, 2 * 8 * 9, 2 * 4 * 4]  # int8
     assert [n.attrs["relu"] for n in q.nodes if n.op == "conv2d_q"] == [1, 2, 4, 3]  # ReLU, ReLU6, hard sigmoid, swish

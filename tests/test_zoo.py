@@ -38,6 +38,12 @@ PARAMS = {
     # MLPerf Tiny (models/zoo/mlperf_tiny.py): the Keras models' totals less their batch norms' running
     # statistics (two per channel, buffers in PyTorch). ResNet-8: Keras 78,666, 240 BN channels.
     "mlperf-kws": 23_756,  # Keras 24,908 - 2 x 576
+    # torchvision's (models/zoo/vision.py) at 10 classes: its published 1000-class totals (docs of
+    # torchvision.models: 11,689,512, 1,235,496, 1,366,792, 2,218,512, 2,542,856, 5,288,548) less the
+    # classifier's difference (test_vision_counts_at_1000_classes checks those)
+    "resnet18": 11_689_512 - 990 * 513,
+    "squeezenet1.1": 1_235_496 - 990 * 513,
+    "mnasnet-0.5": 2_218_512 - 990 * 1281,
     "mlperf-ic": 78_186,
     # MobileNetV1 0.25 at 96x96, 2 classes, convs with bias: Keras 221,794, 2,736 BN channels
     "mlperf-vww": 216_322,
@@ -161,3 +167,23 @@ def test_bert_family_is_sized_on_the_command_line():
     h, v = 64, 30522
     assert _n_params(model) == (v + 512 + 2) * h + 2 * h + (12 * h * h + 13 * h) + (h * h + h) + (h * 10 + 10)
     assert spec.input_dtype == "int64" and spec.input_shape == (128,)
+
+
+@pytest.mark.parametrize(("build", "published"), [
+    ("ResNet18", 11_689_512), ("SqueezeNet11", 1_235_496), ("ShuffleNetV2", 1_366_792), ("MNASNet", 2_218_512),
+    ("MobileNetV3Small", 2_542_856), ("EfficientNetB0", 5_288_548)])
+def test_vision_counts_at_1000_classes(build, published):
+    """torchvision's published parameter counts (ImageNet, 1000 classes), and a few of its state_dict names,
+    so its pretrained weights load into poet's definitions by name."""
+    from poet.models.zoo import vision
+
+    net = getattr(vision, build)(num_classes=1000)
+    assert _n_params(net) == published
+    keys = set(net.state_dict())
+    expect = {"ResNet18": ["layer2.0.downsample.0.weight", "fc.weight"],
+              "SqueezeNet11": ["features.3.expand3x3.weight", "classifier.1.weight"],
+              "ShuffleNetV2": ["stage2.0.branch1.0.weight", "conv5.1.running_var"],
+              "MNASNet": ["layers.8.0.layers.3.weight", "classifier.1.weight"],
+              "MobileNetV3Small": ["features.1.block.1.fc2.weight", "classifier.3.weight"],
+              "EfficientNetB0": ["features.2.1.block.2.fc1.weight", "classifier.1.weight"]}[build]
+    assert set(expect) <= keys, sorted(keys)[:20]

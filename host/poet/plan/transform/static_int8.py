@@ -361,7 +361,8 @@ def _chains(g: TrainingGraph) -> tuple[dict[int, list[int]], set[int], set[int]]
             chain = [n.id]
         elif n.op in POOLS and n.deps[0] in q_out and n.deps[0] != 0 and n.deps[0] not in saved:  # no backward
             chain = [n.id]
-        elif n.op == "mean" and n.deps[0] in q_out and n.deps[0] != 0 and n.attrs["r"] <= 0x10000:
+        elif n.op == "mean" and n.deps[0] in q_out and n.deps[0] != 0 and n.attrs["r"] <= 0x10000 \
+                and all(g.nodes[r].op == "conv2d" for r in readers[n.id]):  # a squeeze, not a trained head's pool
             chain = [n.id]
         elif n.op == "mul" and len(n.deps) == 2 and all(d in q_out and d != 0 for d in n.deps):
             chain = [n.id]
