@@ -409,15 +409,22 @@ def test_mean(lib: ctypes.CDLL, seed: int) -> None:
     check_backward(lambda bf: lib.poet_mean_bwd(outer, r, inner, fp(g), fp(bf["gx"])), {}, {"gx": x64.grad})
 
 
+def _pool_case(rng: np.random.Generator) -> tuple[int, ...]:
+    """A pooling window PyTorch takes (padding up to half the window, the window within the padded map) on a
+    small map: B, C, H, W, kh, kw, sh, sw, ph, pw."""
+    kh, kw = ints(rng, 1, 5), ints(rng, 1, 5)
+    ph, pw = ints(rng, 0, kh // 2), ints(rng, 0, kw // 2)
+    B, C, H, W = ints(rng, 1, 2), ints(rng, 1, 3), ints(rng, max(1, kh - 2 * ph), 9), ints(rng, max(1, kw - 2 * pw), 9)
+    return B, C, H, W, kh, kw, ints(rng, 1, 3), ints(rng, 1, 3), ph, pw
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_avgpool2d(lib: ctypes.CDLL, seed: int) -> None:
     """Any window, stride and padding PyTorch takes (padding up to half the window), both divisors; the
     windows overlap (stride below the window) in some, skip elements (stride above it) in others."""
     rng = np.random.default_rng([16, seed])
-    kh, kw = ints(rng, 1, 5), ints(rng, 1, 5)
-    ph, pw = ints(rng, 0, kh // 2), ints(rng, 0, kw // 2)
-    B, C, H, W = ints(rng, 1, 2), ints(rng, 1, 3), ints(rng, max(1, kh - 2 * ph), 9), ints(rng, max(1, kw - 2 * pw), 9)
-    sh, sw, include = ints(rng, 1, 3), ints(rng, 1, 3), seed % 2
+    B, C, H, W, kh, kw, sh, sw, ph, pw = _pool_case(rng)
+    include = seed % 2
     x = randn(rng, B, C, H, W)
     x64 = leaf(x)
     y_ref = F.avg_pool2d(x64, (kh, kw), (sh, sw), (ph, pw), count_include_pad=bool(include))
@@ -436,10 +443,8 @@ def test_maxpool2d_general(lib: ctypes.CDLL, seed: int) -> None:
     (stride below the window: a gradient lands twice on one maximum), skip elements, run into the padding
     and, with ceil_mode, past the map's end."""
     rng = np.random.default_rng([17, seed])
-    kh, kw = ints(rng, 1, 5), ints(rng, 1, 5)
-    ph, pw = ints(rng, 0, kh // 2), ints(rng, 0, kw // 2)
-    B, C, H, W = ints(rng, 1, 2), ints(rng, 1, 3), ints(rng, max(1, kh - 2 * ph), 9), ints(rng, max(1, kw - 2 * pw), 9)
-    sh, sw, ceil = ints(rng, 1, 3), ints(rng, 1, 3), seed % 2
+    B, C, H, W, kh, kw, sh, sw, ph, pw = _pool_case(rng)
+    ceil = seed % 2
     x = randn(rng, B, C, H, W)
     x64 = leaf(x)
     y_ref = F.max_pool2d(x64, (kh, kw), (sh, sw), (ph, pw), ceil_mode=bool(ceil))

@@ -85,6 +85,10 @@ int32_t q_scale_of(const poet_model_t *m, uint16_t d);
 /* A scale: a one-element fp32 frozen parameter. */
 int q_scale_ok(const poet_model_t *m, int32_t p);
 int q_epi_ok(const poet_model_t *m, int32_t epi);
+/* A 2-d pooling record's a0..a6 (B, C, H, W, KH, KW, the POET_POOL_* geometry) and a flag a7 (0 or 1) within
+ * PyTorch's limits (padding at most half the window, the window within the padded map): *in and *out the
+ * map's and the pooled map's elements (ceil, with ceil_mode), else 0. */
+int pool_window_ok(const int32_t *a, int ceil, uint64_t *in, uint64_t *out);
 /* A static-int8 layer's weight: a frozen int8 parameter (POET_PARAM_I8), in flash or on aux storage
  * (POET_PARAM_AUX); its bias: frozen fp32 or -1. */
 int q_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems);

@@ -112,6 +112,21 @@ int q_scale_ok(const poet_model_t *m, int32_t p)
     return param_ok(m, p, 1u) && poet_param_frozen(m, (uint16_t)p);
 }
 
+int pool_window_ok(const int32_t *a, int ceil, uint64_t *in, uint64_t *out)
+{
+    int32_t ph = POET_POOL_PAD_H(a[6]), pw = POET_POOL_PAD_W(a[6]);
+    uint64_t bc;
+    if (!pos(a[0]) || !pos(a[1]) || !pos(a[2]) || !pos(a[3]) || !pos(a[4]) || !pos(a[5]) || a[2] > 0xFFFF ||
+        a[3] > 0xFFFF || a[4] > a[2] + 2 * ph || a[5] > a[3] + 2 * pw || 2 * ph > a[4] || 2 * pw > a[5] ||
+        (a[7] != 0 && a[7] != 1))
+        return 0;
+    bc = mul((uint64_t)a[0], (uint64_t)a[1]);
+    *in = mul(bc, mul((uint64_t)a[2], (uint64_t)a[3]));
+    *out = mul(bc, mul((uint64_t)poet_pool_out(a[2], a[4], POET_POOL_STRIDE_H(a[6]), ph, ceil),
+                       (uint64_t)poet_pool_out(a[3], a[5], POET_POOL_STRIDE_W(a[6]), pw, ceil)));
+    return 1;
+}
+
 int q_epi_ok(const poet_model_t *m, int32_t epi)
 {
     return epi >= 0 && (epi >> 19) == 0 && Q_RELU(epi) <= 4 && (q_epi_scale(epi) < 0 || q_scale_ok(m, q_epi_scale(epi)));

@@ -37,18 +37,11 @@ enum { KH = 4, KW = 5, PGEOM = 6, INCLUDE_PAD = 7 };
 
 int op_avgpool2d_check(poet_model_t *m, const poet_node_t *n)
 {
-    const int32_t *a = n->a;
-    int32_t ph = POET_POOL_PAD_H(a[PGEOM]), pw = POET_POOL_PAD_W(a[PGEOM]);
-    uint64_t bc, x, y;
-    /* PyTorch's limits: padding at most half the window; a window within the padded map */
-    if (!pos(a[B]) || !pos(a[C]) || !pos(a[H]) || !pos(a[W]) || !pos(a[KH]) || !pos(a[KW]) || a[H] > 0xFFFF ||
-        a[W] > 0xFFFF || a[KH] > a[H] + 2 * ph || a[KW] > a[W] + 2 * pw || 2 * ph > a[KH] || 2 * pw > a[KW] ||
-        (a[INCLUDE_PAD] != 0 && a[INCLUDE_PAD] != 1))
+    uint64_t x, y;
+    if (!pool_window_ok(n->a, 0, &x, &y))
         return 0;
-    bc = mul((uint64_t)a[B], (uint64_t)a[C]);
-    x = f32s(mul(bc, mul((uint64_t)a[H], (uint64_t)a[W])));
-    y = f32s(mul(bc, mul((uint64_t)((a[H] + 2 * ph - a[KH]) / POET_POOL_STRIDE_H(a[PGEOM]) + 1),
-                         (uint64_t)((a[W] + 2 * pw - a[KW]) / POET_POOL_STRIDE_W(a[PGEOM]) + 1))));
+    x = f32s(x);
+    y = f32s(y);
     return n->op == POET_OP_AVGPOOL2D ? io1(m, n, x, y) : io1(m, n, y, x);
 }
 
@@ -74,18 +67,11 @@ enum { CEIL = 7 };
 
 int op_maxpool2d_general_check(poet_model_t *m, const poet_node_t *n)
 {
-    const int32_t *a = n->a;
-    int32_t ph = POET_POOL_PAD_H(a[PGEOM]), pw = POET_POOL_PAD_W(a[PGEOM]);
-    uint64_t bc, x, y;
-    /* PyTorch's limits, as avgpool2d's */
-    if (!pos(a[B]) || !pos(a[C]) || !pos(a[H]) || !pos(a[W]) || !pos(a[KH]) || !pos(a[KW]) || a[H] > 0xFFFF ||
-        a[W] > 0xFFFF || a[KH] > a[H] + 2 * ph || a[KW] > a[W] + 2 * pw || 2 * ph > a[KH] || 2 * pw > a[KW] ||
-        (a[CEIL] != 0 && a[CEIL] != 1))
+    uint64_t x, y;
+    if (!pool_window_ok(n->a, n->a[CEIL], &x, &y))
         return 0;
-    bc = mul((uint64_t)a[B], (uint64_t)a[C]);
-    x = f32s(mul(bc, mul((uint64_t)a[H], (uint64_t)a[W])));
-    y = f32s(mul(bc, mul((uint64_t)poet_pool_out(a[H], a[KH], POET_POOL_STRIDE_H(a[PGEOM]), ph, a[CEIL]),
-                         (uint64_t)poet_pool_out(a[W], a[KW], POET_POOL_STRIDE_W(a[PGEOM]), pw, a[CEIL]))));
+    x = f32s(x);
+    y = f32s(y);
     return n->op == POET_OP_MAXPOOL2D_GENERAL ? io1(m, n, x, y) : io2(m, n, y, x, x);
 }
 

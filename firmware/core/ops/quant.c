@@ -107,18 +107,9 @@ enum { MB = 0, MC = 1, MH = 2, MW = 3, MKH = 4, MKW = 5, MGEOM = 6, MCEIL = 7, M
 
 int op_maxpool2d_q_check(poet_model_t *m, const poet_node_t *n)
 {
-    const int32_t *a = n->a;
-    int32_t ph = POET_POOL_PAD_H(a[MGEOM]), pw = POET_POOL_PAD_W(a[MGEOM]);
-    uint64_t bc;
-    if (!pos(a[MB]) || !pos(a[MC]) || !pos(a[MH]) || !pos(a[MW]) || !pos(a[MKH]) || !pos(a[MKW]) || a[MH] > 0xFFFF ||
-        a[MW] > 0xFFFF || a[MKH] > a[MH] + 2 * ph || a[MKW] > a[MW] + 2 * pw || 2 * ph > a[MKH] ||
-        2 * pw > a[MKW] || (a[MCEIL] != 0 && a[MCEIL] != 1) || n->n_deps != 1 || !q_dep_ok(m, n, 0) ||
-        q_scale_of(m, n->deps[0]) != a[MSCALE])
-        return 0;
-    bc = mul((uint64_t)a[MB], (uint64_t)a[MC]);
-    return dep_bytes(m, n, 0) == mul(bc, mul((uint64_t)a[MH], (uint64_t)a[MW])) &&
-           n->bytes == mul(bc, mul((uint64_t)poet_pool_out(a[MH], a[MKH], POET_POOL_STRIDE_H(a[MGEOM]), ph, a[MCEIL]),
-                                   (uint64_t)poet_pool_out(a[MW], a[MKW], POET_POOL_STRIDE_W(a[MGEOM]), pw, a[MCEIL])));
+    uint64_t x, y;
+    return pool_window_ok(n->a, n->a[MCEIL], &x, &y) && n->n_deps == 1 && q_dep_ok(m, n, 0) &&
+           q_scale_of(m, n->deps[0]) == n->a[MSCALE] && dep_bytes(m, n, 0) == x && n->bytes == y;
 }
 
 void op_maxpool2d_q_run(const poet_exec_t *e)

@@ -1,0 +1,49 @@
+"""Issue 49's acceptance: torchvision's small networks, as poet's zoo writes them (models/zoo/vision.py,
+torchvision's names and forward), fine-tune `--train last:1` on the emulated nRF52840 at `--ram 256k`, their
+frozen prefixes in static int8 (ImageNet stems' max pools, ReLU6, hardswish, squeeze-and-excitation), and
+the board's trained weights after a step agree with PyTorch's same step fed the same int8 prefix: as close
+to float64 PyTorch's as float32 PyTorch's are (poet.graph.agreement). A minute or more each in QEMU: slow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import needs_qemu
+from poet.cli import main
+from poet.graph.reference import state_tensors, weights_of
+from poet.graph.tracer import traced
+from poet.models.zoo import ModelChoice
+from test_train_int8 import _board_and_host, _like_pytorch
+
+
+@needs_qemu
+@pytest.mark.slow
+@pytest.mark.parametrize("model,ops", [
+    ("squeezenet1.1", {"maxpool2d_q"}),  # ceil_mode pools on odd maps
+    ("mnasnet-0.5", {"add_q"}),
+    ("resnet18", {"maxpool2d_q", "add_q"}),  # the 7x7/2 stem and its padded 3x3/2 pool; weights from the SD card
+    ("mobilenetv3-small", {"mean_q", "mul_q"}),  # hardswish and squeeze-and-excitation in int8
+])
+def test_a_torchvision_network_fine_tunes_on_the_nrf52840_like_pytorch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, ops: set[str]) -> None:
+    monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
+    run_dir, lr, limit = tmp_path / "run", 0.05, 1
+    assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", model, "--batch", "1", "--train",
+                 "last:1", "--epochs", "1", "--data-limit", str(limit), "--lr", str(lr), "--run-dir",
+                 str(run_dir)]) == 0
+    assert json.loads((run_dir / "plan.json").read_text())["int8_prefix"] is True
+    ran = {n["op"] for n in json.loads((run_dir / "trace.json").read_text())["nodes"]}
+    assert ops <= ran, sorted(ran)
+
+    choice = ModelChoice(model, batch=1, train="last:1")
+    net, g, board, ref = _board_and_host(run_dir, choice, limit, lr)
+    names = [n for n, _ in state_tensors(net)]
+    trained = [n for n in names if n not in g.frozen]
+    assert len(trained) == 2 and trained[0].endswith("weight"), trained  # the classifier's last linear or conv
+    _like_pytorch(net, ref, board, trained)
+    before = dict(zip(names, weights_of(traced(choice)[0]), strict=True))
+    host = dict(zip(names, ref.weights, strict=True))
+    assert any(not np.array_equal(host[n], before[n]) for n in trained), "the step moved nothing: no check"
