@@ -138,7 +138,7 @@ def test_mean_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     y = _out((outer, inner), i8)
     ysa = None if ys is None else np.array([ys], np.float32)
     qlib.poet_mean_q_fwd(outer, r, inner, ptr(x, I8P), float(xs), relu, ptr(ysa, F32P), y.ctypes.data)
-    want = mean_q(x, xs, outer, r, inner, relu, ys)
+    want = mean_q(x, xs, r, inner, relu, ys)
     assert np.array_equal(y.view(np.uint8), want.view(np.uint8))
     assert np.abs(want.astype(np.float64)).max() > 0  # not a comparison of zeros
 
@@ -157,7 +157,7 @@ def test_mul_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     ysa = None if ys is None else np.array([ys], np.float32)
     qlib.poet_mul_q_fwd(outer, r, inner, ptr(a, I8P), float(sa), ptr(b, I8P), float(sb), relu, ptr(ysa, F32P),
                         y.ctypes.data)
-    want = mul_q(a, sa, b, sb, outer, inner, relu, ys)
+    want = mul_q(a, sa, b.reshape(outer, 1, inner), sb, relu, ys)
     assert np.array_equal(y.view(np.uint8), want.view(np.uint8))
     assert np.abs(want.astype(np.float64)).max() > 0
 
@@ -506,6 +506,10 @@ def test_max_pools_stay_int8_in_the_prefix_and_train_like_the_reference(tmp_path
     with torch.no_grad():
         h = F.max_pool2d(torch.relu(m.bn1(m.conv1(torch.from_numpy(data[0][0]).reshape(2, 1, 10, 10)))), 2)
         assert (m.conv2(h) > 6).any()  # the clamp is reached
+    # per sample, at any batch (poet train evaluates its test set through the prefix in one batch)
+    whole = prefix.forward(w, np.concatenate([data[0][0], data[1][0][:1]]))
+    for nid, v in prefix.forward(w, data[0][0]).items():
+        assert np.array_equal(whole[nid][:2], v) and whole[nid].shape[0] == 3
     lr = 0.05
     losses, after = _train(tmp_path, model_blob(q), w, data, lr=lr)
     names = [n for n, _ in q.params]

@@ -109,18 +109,18 @@ def maxpool2d_q(q: np.ndarray, k: tuple[int, int], s: tuple[int, int], p: tuple[
     return y.numpy().astype(np.int8)
 
 
-def mean_q(q: np.ndarray, scale: np.float32, outer: int, r: int, inner: int, relu: int,
-           y_scale: np.float32 | None) -> np.ndarray:
-    """poet_mean_q_fwd bit for bit: v = (exact integer sum / r) * scale in fp32, the epilogue."""
-    s = np.asarray(q, np.int64).reshape(outer, r, inner).sum(axis=1).astype(np.float32)
+def mean_q(q: np.ndarray, scale: np.float32, r: int, inner: int, relu: int, y_scale: np.float32 | None) -> np.ndarray:
+    """poet_mean_q_fwd bit for bit: v = (exact integer sum / r) * scale in fp32 over x[outer, r, inner] (any
+    outer: the batch is in it), the epilogue."""
+    s = np.asarray(q, np.int64).reshape(-1, r, inner).sum(axis=1).astype(np.float32)
     v = (s / np.float32(r)).astype(np.float32) * np.float32(scale)
     return _epilogue(v.astype(np.float32), relu, y_scale)
 
 
-def mul_q(a: np.ndarray, a_scale: np.float32, b: np.ndarray, b_scale: np.float32, outer: int, inner: int, relu: int,
+def mul_q(a: np.ndarray, a_scale: np.float32, b: np.ndarray, b_scale: np.float32, relu: int,
           y_scale: np.float32 | None) -> np.ndarray:
-    """poet_mul_q_fwd bit for bit: v = (a a_scale) (b b_scale), each product rounded, b[outer, inner] repeated
-    over a[outer, r, inner]; the epilogue."""
-    av = np.asarray(a).reshape(outer, -1, inner).astype(np.float32) * np.float32(a_scale)
-    bv = np.asarray(b).reshape(outer, 1, inner).astype(np.float32) * np.float32(b_scale)
-    return _epilogue((av * bv).astype(np.float32).reshape(np.asarray(a).shape), relu, y_scale)
+    """poet_mul_q_fwd bit for bit: v = (a a_scale) (b b_scale), each product rounded, b broadcast over a (as
+    shaped: [outer, 1, inner] over [outer, r, inner], [N, C, 1, 1] over [N, C, H, W]); the epilogue."""
+    av = np.asarray(a).astype(np.float32) * np.float32(a_scale)
+    bv = np.asarray(b).astype(np.float32) * np.float32(b_scale)
+    return _epilogue(np.broadcast_to((av * bv).astype(np.float32), av.shape), relu, y_scale)

@@ -166,22 +166,19 @@ class Int8Prefix:
                 window = ((a["kh"], a["kw"]), (a["sh"], a["sw"]), (a["ph"], a["pw"]), bool(a["ceil"]))
                 y = (F.max_pool2d(torch.from_numpy(xs[0]), *window[:3], ceil_mode=window[3]).numpy()
                      if scales is None else maxpool2d_q(xs[0], *window))
-            elif n.op == "mean_q":
-                dims = (int(a["outer"]), int(a["r"]), int(a["inner"]))
+            elif n.op == "mean_q":  # outer holds the batch: any batch reshapes by r and inner alone
+                r, inner = int(a["r"]), int(a["inner"])
                 if scales is None:
-                    t = torch.from_numpy(np.asarray(xs[0], np.float32).reshape(dims).mean(axis=1))
+                    t = torch.from_numpy(np.asarray(xs[0], np.float32).reshape(-1, r, inner).mean(axis=1))
                     y = _activation(t, int(a.get("relu", 0))).numpy()
                 else:
-                    y = mean_q(xs[0], scale_of[n.deps[0]], *dims, int(a.get("relu", 0)), ys)
-            elif n.op == "mul_q":
-                inner = int(a.get("inner", 0)) or int(a["m"])
-                outer = int(a["m"]) // inner
+                    y = mean_q(xs[0], scale_of[n.deps[0]], r, inner, int(a.get("relu", 0)), ys)
+            elif n.op == "mul_q":  # the values as shaped (batch first) broadcast as the model's mul did
                 if scales is None:
-                    t = (xs[0].reshape(outer, -1, inner) * xs[1].reshape(outer, 1, inner)).reshape(xs[0].shape)
-                    y = _activation(torch.from_numpy(np.asarray(t, np.float32)), int(a.get("relu", 0))).numpy()
+                    t = np.asarray(xs[0] * xs[1], np.float32)
+                    y = _activation(torch.from_numpy(t), int(a.get("relu", 0))).numpy()
                 else:
-                    y = qz.mul_q(xs[0], scale_of[n.deps[0]], xs[1], scale_of[n.deps[1]], outer, inner,
-                              int(a.get("relu", 0)), ys)
+                    y = qz.mul_q(xs[0], scale_of[n.deps[0]], xs[1], scale_of[n.deps[1]], int(a.get("relu", 0)), ys)
             elif n.op == "quantize":
                 y = xs[0] if scales is None else quantise(xs[0], ys)
             elif n.op == "dequantize":
