@@ -87,7 +87,7 @@ def sd_lines(acct: Account, trace: Trace, board: Board) -> list[str]:
 
 
 # a static-int8 prefix's ops (poet.plan.transform.static_int8), the quantize and dequantize at its edges included
-STATIC_INT8_OPS = ("conv2d_q", "add_q", "maxpool2d_q", "mean_q", "quantize", "dequantize")
+STATIC_INT8_OPS = ("conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q", "quantize", "dequantize")
 
 
 def precision_lines(acct: Account, trace: Trace) -> list[str]:
@@ -119,8 +119,9 @@ def static_int8_lines(acct: Account, static: list[dict]) -> list[str]:
         return []
     energy = sum(acct.tensors[n["name"]].energy_j for n in static if n["name"] in acct.tensors)
     count = {op: sum(1 for n in static if n["op"] == op) for op in STATIC_INT8_OPS}
-    pools = "".join(f", {count[op]} {op}" for op in ("maxpool2d_q", "mean_q") if count[op])
-    layers = count["conv2d_q"] + count["add_q"] + count["maxpool2d_q"] + count["mean_q"]
+    more = ("maxpool2d_q", "mean_q", "mul_q")
+    pools = "".join(f", {count[op]} {op}" for op in more if count[op])
+    layers = count["conv2d_q"] + count["add_q"] + sum(count[op] for op in more)
     return [f"  static int8 prefix: {layers} frozen layer(s) "
             f"({count['conv2d_q']} conv2d_q, {count['add_q']} add_q{pools}; {count['quantize']} quantize, "
             f"{count['dequantize']} dequantize), "

@@ -232,7 +232,7 @@ def select_for(request: PlanRequest, g: TrainingGraph, board: Board, prof: dict[
 def prefix_lines(prefix: Int8Prefix) -> list[str]:
     """What `poet solve` says of a static-int8 prefix: which layers, and what became of them."""
     g = prefix.graph
-    n_q = sum(1 for n in g.nodes if n.op in ("conv2d_q", "add_q", "maxpool2d_q", "mean_q"))
+    n_q = sum(1 for n in g.nodes if n.op in ("conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q"))
     return [f"frozen prefix in static int8 (the fp32 graph cannot fit): {len(prefix.layers)} fp32 ops run as "
             f"{n_q} int8 layers (conv + frozen batch norm folded + ReLU, ReLU6 or hard activation fused; adds; "
             "max pools), every int8 tensor's scale fixed once from calibration data",
@@ -246,7 +246,7 @@ def layer_lines(prefix: Int8Prefix) -> list[str]:
     g = prefix.graph
     out = []
     for n in g.nodes:
-        if n.op not in ("conv2d_q", "add_q", "maxpool2d_q", "mean_q"):
+        if n.op not in ("conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q"):
             continue
         a = n.attrs
         if n.op == "maxpool2d_q":
@@ -255,8 +255,8 @@ def layer_lines(prefix: Int8Prefix) -> list[str]:
             continue
         dest = "int8 out" if a["out_scale"] >= 0 else "fp32 out"
         relu = {1: " + ReLU", 2: " + ReLU6", 3: " + hardswish", 4: " + hardsigmoid"}.get(a.get("relu", 0), "")
-        if n.op in ("add_q", "mean_q"):
-            what = "residual add" if n.op == "add_q" else f"mean of {a['r']}"
+        if n.op in ("add_q", "mean_q", "mul_q"):
+            what = {"add_q": "residual add", "mean_q": f"mean of {a.get('r')}", "mul_q": "scaled by its SE gate"}[n.op]
             out.append(f"{n.name:<30} {n.op:<9} {'x'.join(map(str, n.shape[1:])):<22} {what}{relu}, {dest}")
             continue
         fold = prefix.folds.get(g.params[a["w"]][0])
