@@ -22,7 +22,11 @@ from test_train_int8 import _board_and_host, _like_pytorch
 @needs_qemu
 @pytest.mark.slow
 @pytest.mark.parametrize("model,ops", [
-    ("squeezenet1.1", {"maxpool2d_q"}),  # ceil_mode pools on odd maps
+    # ceil_mode pools on odd maps. Known bug (issue 49, open): the step runs, but its trained conv lands 1e-2
+    # from PyTorch's fed the same prefix (the same network trained in fp32 with `all` agrees, so the int8
+    # prefix's hand-over at the fire module's cat is the suspect); strict, so a fix is seen
+    pytest.param("squeezenet1.1", {"maxpool2d_q"}, marks=pytest.mark.xfail(strict=True, reason="issue 49: "
+                 "SqueezeNet's last:1 step disagrees with its fed reference")),
     ("mnasnet-0.5", {"add_q"}),
     ("resnet18", {"maxpool2d_q", "add_q"}),  # the 7x7/2 stem and its padded 3x3/2 pool; weights from the SD card
     ("mobilenetv3-small", {"mean_q", "mul_q"}),  # hardswish and squeeze-and-excitation in int8
