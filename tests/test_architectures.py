@@ -23,8 +23,9 @@ from test_train_int8 import _board_and_host, _like_pytorch
 @pytest.mark.slow
 @pytest.mark.parametrize("model,ops", [
     # ceil_mode pools on odd maps. Known bug (issue 49, open): the step runs, but its trained conv lands 1e-2
-    # from PyTorch's fed the same prefix (the same network trained in fp32 with `all` agrees, so the int8
-    # prefix's hand-over at the fire module's cat is the suspect); strict, so a fix is seen
+    # from PyTorch's fed the same prefix. The same int8 graph under keep-all on the native (linux) runtime
+    # agrees, and so does the fp32 network trained `all`; the plan has no recompute or paging, and predicts
+    # twice the board's time: the M4 image's kernels are the suspect. Strict, so a fix is seen
     pytest.param("squeezenet1.1", {"maxpool2d_q"}, marks=pytest.mark.xfail(strict=True, reason="issue 49: "
                  "SqueezeNet's last:1 step disagrees with its fed reference")),
     ("mnasnet-0.5", {"add_q"}),
