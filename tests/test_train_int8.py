@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +30,12 @@ def _board_and_host(run_dir: Path, choice: ModelChoice, limit: int, lr: float) -
         torch.nn.Module, TrainingGraph, dict[str, np.ndarray], Reference]:
     """A static-int8 run's model and graph, its board's weights (the run graph's names) and PyTorch's same
     steps fed the same int8 prefix (poet.graph.agreement, in the model's order); the board ran with the
-    scales calibrated on the first training samples."""
+    scales calibrated on the first training samples, and the frozen layers after the prefix the plan ran
+    in int8 (plan.json precision, weight-only int8 for flash) the reference runs so too."""
     model, g = traced(choice)
+    i8 = {n["name"] for n in json.loads((run_dir / "plan.json").read_text()).get("precision", {}).get("int8", [])}
+    op8 = {"conv2d": "conv2d_i8", "linear": "linear_i8"}
+    as_run = replace(g, nodes=[replace(n, op=op8[n.op]) if n.name in i8 else n for n in g.nodes])
     prefix = rewrite(g)
     assert prefix is not None
     data = load_dataset("digits", limit).fitted(tuple(g.input_shape), g.classes, g.model)
@@ -39,7 +44,7 @@ def _board_and_host(run_dir: Path, choice: ModelChoice, limit: int, lr: float) -
     board = dict(zip((n for n, _ in prefix.graph.params), read_back(run_dir, prefix.graph), strict=True))
     for name in prefix.scales:
         assert board[name] == w0[[n for n, _ in prefix.graph.params].index(name)], name
-    ref = reference(model, data.epoch_batches(1, 0, 0), lr, frozen=g.frozen, graph=g, fed=prefix.fed(model, w0))
+    ref = reference(model, data.epoch_batches(1, 0, 0), lr, frozen=g.frozen, graph=as_run, fed=prefix.fed(model, w0))
     return model, g, board, ref
 
 

@@ -179,7 +179,9 @@ class _Int8Output(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, y_fp32: torch.Tensor, y_int8: torch.Tensor) -> torch.Tensor:
-        return y_int8
+        # a copy: an input returned as-is is a view autograd forbids the next in-place op on (torchvision's
+        # ReLU(inplace=True) after a conv the board runs in int8)
+        return y_int8.clone()
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
