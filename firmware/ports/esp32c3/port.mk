@@ -71,6 +71,10 @@ $(BUILD)/esp32c3/poet.bin $(BUILD)/esp32c3-usb/poet.bin: %/poet.bin: %/poet.elf
 	    echo "esp32c3: esptool not installed (pip install -e '.[dev]'): $@ not made"; \
 	fi
 
+# The ops' checks and runs built for size, as the nRF52840's (ports/nrf52840/port.mk): code runs from the SRAM
+# the pool would have (tests/test_port_esp32c3.py)
+$(BUILD)/esp32c3/core/ops/%.o $(BUILD)/esp32c3-usb/core/ops/%.o: C3_CFLAGS += -Os
+
 $(BUILD)/esp32c3/%.o: %.c $(C3_DEPS)
 	@mkdir -p $(dir $@)
 	$(C3_CC) $(C3_CFLAGS) -DPOET_C3_USB=0 -c -o $@ $<
