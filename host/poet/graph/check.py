@@ -72,6 +72,7 @@ class Difference:
     torch_bytes: int
     graph_bytes: int
     reason: str | None  # None: unexplained
+    storage: int = 0  # the storage it is about (only to pair an in-place call's two differences)
 
 
 @dataclass
@@ -171,20 +172,23 @@ def saved_check(model: nn.Module, t: Traced) -> SavedReport:
         reason = next((DOCUMENTED[o][0] for o in sorted(ops) if o in DOCUMENTED and kind in DOCUMENTED[o][1]),
                       None)
         name = g.nodes[prod].name if prod is not None else f"inside {', '.join(g.nodes[s].name for s in savers[st])}"
-        report.differences.append(Difference(name, sorted(g.nodes[s].name for s in savers[st]), kind, tb, gb, reason))
-    _explain_in_place(t, report)
+        report.differences.append(Difference(name, sorted(g.nodes[s].name for s in savers[st]), kind, tb, gb, reason,
+                                             st))
+    _explain_in_place(t, report, of_node)
     return report
 
 
-IN_PLACE_REASON = ("in place: PyTorch keeps a copy of the input it overwrites and the output in the input's "
-                   "storage; the graph keeps the input and the output as two tensors, of the same bytes")
+IN_PLACE_REASON = ("in place: PyTorch keeps a copy of the input it overwrites, and the output in the input's "
+                   "storage when a later op needs it; the graph keeps each as a tensor of its own, of the same bytes")
 
 
-def _explain_in_place(t: Traced, report: SavedReport) -> None:
+def _explain_in_place(t: Traced, report: SavedReport, of_node: dict[int, int]) -> None:
     """An activation run in place (ReLU6, hardswish, SiLU... with inplace=True) whose backward reads its input:
     PyTorch saves a copy of that input (a tensor inside the call) and the output shares the input's storage,
-    so the graph's two tensors on one storage are torch's one plus the copy. The two differences, when their
-    bytes make up exactly the graph's, are that and no more."""
+    so the graph's tensors on that storage are torch's plus the copy. The two differences, when their bytes
+    make up exactly the graph's, are that and no more. The storage's difference may name a later in-place call
+    (a dropout after the activation takes the storage over), and torch may keep nothing of it (a mean after the
+    activation keeps only the shape): the graph then keeps the input where torch keeps its copy."""
     g = t.graph
     inplace = {t.node_of_call[c.id] for c in t.ins.calls
                if c.id in t.node_of_call and (c.name in INPLACE or c.kwargs.get("inplace"))}
@@ -193,7 +197,8 @@ def _explain_in_place(t: Traced, report: SavedReport) -> None:
         inside = [i for i, d in enumerate(report.differences)
                   if d.reason is None and d.kind == "internal" and d.savers == [name]]
         # its output may be read by a view too (a flatten after it): that storage's difference is this one
-        out = [i for i, d in enumerate(report.differences) if d.kind == "output" and d.tensor == name]
+        out = [i for i, d in enumerate(report.differences)
+               if d.kind in ("output", "graph") and d.storage == of_node.get(nid)]
         if len(inside) == 1 and len(out) == 1:
             a, b = report.differences[inside[0]], report.differences[out[0]]
             if a.torch_bytes + b.torch_bytes == b.graph_bytes:
@@ -255,9 +260,12 @@ def op_check(t: Traced) -> OpReport:
     graph_bwd = {n.id for n in g.nodes if n.kind in ("forward", "loss") and n.module in has_bwd}
     mismatch = [f"{g.nodes[i].name}: PyTorch ran backward ops, the graph has no backward node"
                 for i in sorted(torch_bwd - graph_bwd)]
-    # ops whose backward PyTorch runs as no ATen op at all (a plain add passes its gradient through)
+    # ops whose backward PyTorch runs as no ATen op at all (a plain add passes its gradient through), and views
+    # an op then wrote in place (their backward is folded into the in-place op's CopySlices)
     silent = {"add"}
+    written = {d for c in ins.calls if c.id in t.node_of_call and (c.name in INPLACE or c.kwargs.get("inplace"))
+               for d in g.nodes[t.node_of_call[c.id]].deps if g.nodes[d].op in VIEWS}
     mismatch += [f"{g.nodes[i].name}: the graph has a backward node, PyTorch ran no backward op"
-                 for i in sorted(graph_bwd - torch_bwd) if g.nodes[i].op not in silent]
+                 for i in sorted(graph_bwd - torch_bwd) if g.nodes[i].op not in silent and i not in written]
     n_fwd = sum(1 for e in ins.events if e.phase == "forward")
     return OpReport(n_fwd, len(ins.events) - n_fwd, dict(accounts), unaccounted, mismatch)

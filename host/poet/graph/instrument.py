@@ -220,10 +220,13 @@ class Instrumented:
             if ev.phase != "forward":
                 continue
             for t in ev.outputs:
-                fn = t.grad_fn
-                if fn is not None and id(fn) not in self._grad_fn_owner:
-                    self._grad_fn_owner[id(fn)] = ev.id
-                    self._watch(fn)
+                # an op writing a view in place gives the view's base a CopySlices node, which runs the op's
+                # backward (a dropout in place on a flatten's output): it is the op's too
+                base = t._base.grad_fn if t._base is not None else None
+                for fn in (t.grad_fn, base):
+                    if fn is not None and id(fn) not in self._grad_fn_owner:
+                        self._grad_fn_owner[id(fn)] = ev.id
+                        self._watch(fn)
 
 
 # ---------------------------------------------------------------- tools built on the hooks

@@ -106,21 +106,19 @@ ZOO: dict[str, ZooModel] = {
         ZooModel("resnet18", lambda: ResNet18(10), (3, 64, 64), 10, "ResNet-18, ImageNet stem (7x7/2, max pool 3x3/2)"),
         ZooModel("squeezenet1.1", lambda: SqueezeNet11(10), (3, 32, 32), 10, "SqueezeNet 1.1 (fire modules)"),
         ZooModel("mnasnet-0.5", lambda: MNASNet(0.5, 10), (3, 64, 64), 10, "MNASNet 0.5"),
+        ZooModel("mobilenetv3-small", lambda: MobileNetV3Small(10), (3, 96, 96), 10,
+                 "MobileNetV3-Small (hardswish, squeeze-and-excitation)"),
+        ZooModel("efficientnet-b0", lambda: EfficientNetB0(10), (3, 64, 64), 10,
+                 "EfficientNet-B0 (SiLU, squeeze-and-excitation, stochastic depth)"),
     )
 }
 
 # torchvision's networks poet does not take end to end yet (issue 49), kept apart from ZOO (whose every
 # entry passes `poet graph --check`, tests/test_graph.py); get_model and the CLI take them like zoo names.
-# ShuffleNetV2: chunk and its 5-d channel shuffle do not trace yet; MobileNetV3-Small and EfficientNet-B0
-# trace, but --check does not yet explain what PyTorch saves for their in-place hardswish and SiLU, and
-# EfficientNet's SiLU ends the static int8 prefix, so its frozen weights do not fit the nRF52840.
+# ShuffleNetV2: chunk and its 5-d channel shuffle do not trace yet.
 OPEN: dict[str, ZooModel] = {m.name: m for m in (
     ZooModel("shufflenetv2-0.5", lambda: ShuffleNetV2(num_classes=10), (3, 64, 64), 10,
              "ShuffleNetV2 x0.5 (chunk, channel shuffle)"),
-    ZooModel("mobilenetv3-small", lambda: MobileNetV3Small(10), (3, 96, 96), 10,
-             "MobileNetV3-Small (hardswish, squeeze-and-excitation)"),
-    ZooModel("efficientnet-b0", lambda: EfficientNetB0(10), (3, 64, 64), 10,
-             "EfficientNet-B0 (SiLU, squeeze-and-excitation, stochastic depth)"),
 )}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
@@ -100,7 +101,7 @@ class ResNet18(nn.Module):
             stride = 1 if i == 0 else 2
             setattr(self, f"layer{i + 1}", nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)))
             cin = cout
-        self.avgpool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(512, num_classes)
+        self.avgpool, self.fc = nn.AdaptiveAvgPool2d((1, 1)), nn.Linear(512, num_classes)
         for m in self.modules():  # He initialisation, as torchvision
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -137,7 +138,7 @@ class SqueezeNet11(nn.Module):
             pool(), Fire(128, 32, 128, 128), Fire(256, 32, 128, 128), pool(), Fire(256, 48, 192, 192),
             Fire(384, 48, 192, 192), Fire(384, 64, 256, 256), Fire(512, 64, 256, 256))
         final = nn.Conv2d(512, num_classes, 1)
-        self.classifier = nn.Sequential(nn.Dropout(0.5), final, nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1))
+        self.classifier = nn.Sequential(nn.Dropout(0.5), final, nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d((1, 1)))
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 if m is final:
@@ -155,7 +156,7 @@ class SqueezeNet11(nn.Module):
 def channel_shuffle(x: torch.Tensor, groups: int) -> torch.Tensor:
     b, c, h, w = x.size()
     x = torch.transpose(x.view(b, groups, c // groups, h, w), 1, 2).contiguous()
-    return x.view(b, -1, h, w)
+    return x.view(b, c, h, w)
 
 
 class ShuffleUnit(nn.Module):
@@ -332,7 +333,8 @@ class MBConv(nn.Module):
         if mid != cin:
             layers.append(ConvBNAct(cin, mid, 1, act=nn.SiLU))
         layers += [ConvBNAct(mid, mid, k, stride, groups=mid, act=nn.SiLU),
-                   SqueezeExcitation(mid, max(1, cin // 4), act=nn.SiLU), ConvBNAct(mid, cout, 1, act=None)]
+                   SqueezeExcitation(mid, max(1, cin // 4), act=partial(nn.SiLU, inplace=True)),
+                   ConvBNAct(mid, cout, 1, act=None)]
         self.block = nn.Sequential(*layers)
         self.stochastic_depth = StochasticDepth(drop)
 
