@@ -120,7 +120,8 @@ int poet_model_parse(const uint8_t *blob, uint32_t len, void *tables, poet_model
         if (!poet_op_check(m, &n, i))
             return POET_E_MODEL;
         m->swap_off[i] = (uint32_t)swap;
-        swap += n.bytes;
+        /* each slot starts 4-aligned: an int8 tensor's bytes need not be a multiple of 4 */
+        swap += ((uint64_t)n.bytes + 3u) & ~(uint64_t)3u;
         if (swap > 0xFFFFFFFFull)
             return POET_E_MODEL;
     }

@@ -48,9 +48,8 @@ static void check_accepted(const poet_model_t *m, const uint8_t *blob, uint32_t 
         CHECK(n.n_deps <= 4);
         for (k = 0; k < n.n_deps; k++)
             CHECK(n.deps[k] < i);
-        CHECK(m->swap_off[i] == swap);
-        CHECK(n.bytes % 4u == 0);
-        swap += n.bytes;
+        CHECK(m->swap_off[i] == swap && swap % 4u == 0);
+        swap += (n.bytes + 3u) & ~3u;
         CHECK(n.op != POET_OP_SGD || i + 1u == m->n_nodes);
     }
     /* aux weights past the swap area, sector-aligned, so no page-out can overwrite them */

@@ -177,11 +177,11 @@ class QStem(nn.Module):
 
 
 def issue49_models() -> list[TrainingGraph]:
-    """StemNet in fp32 and QStem's int8 prefix. Their maps are of 4n elements: an int8 tensor of another size
-    would leave the swap offsets after it unaligned, which the board does not refuse yet (fuzz_model's
-    invariant names it)."""
+    """StemNet in fp32 and QStem's int8 prefix, also at 7x7: its staged int8 input is 98 B, and the swap slots
+    after it must still start 4-aligned (fuzz_model's invariant; firmware/core/model.c swap_off)."""
     return [traced("stem", StemNet, (1, 8, 8), 3, 2, optimizer="momentum"),
-            static_int8(traced("q-stem", QStem, (1, 8, 8), 3, 2, train="last:1"))]
+            static_int8(traced("q-stem", QStem, (1, 8, 8), 3, 2, train="last:1")),
+            static_int8(traced("q-stem-7", QStem, (1, 7, 7), 3, 2, train="last:1"))]
 
 
 def autoencoder() -> nn.Module:

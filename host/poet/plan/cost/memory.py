@@ -175,9 +175,16 @@ def arena_bytes(n: GraphNode) -> int:
     return 0 if n.kind == "input" else n.bytes
 
 
+def swap_slot(nbytes: int) -> int:
+    """A node's slot in the swap area: its bytes rounded up to 4, so every slot starts 4-aligned (an int8
+    tensor of 7x7 elements takes 52), as the pager's DMA and the kernels reading a paged-in tensor want
+    (firmware/core/model.c swap_off)."""
+    return _align(nbytes, 4)
+
+
 def swap_bytes(g: TrainingGraph) -> int:
     """The swap area on aux storage: a slot for every node's output (firmware/core/model.c swap_off)."""
-    return sum(n.bytes for n in g.nodes)
+    return sum(swap_slot(n.bytes) for n in g.nodes)
 
 
 def aux_area_bytes(g: TrainingGraph) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
 from poet.graph.quantise import decode_i8, encode_i8, i8_bytes, quantise
 from poet.ops import CODE, MAX_DEPS, N_ATTRS, NO_DEP
-from poet.plan.cost.memory import AUX_ALIGN, Pool, stream_row
+from poet.plan.cost.memory import AUX_ALIGN, Pool, stream_row, swap_slot
 from poet.plan.cost.memory import MODEL_HEADER_BYTES as HEADER_BYTES
 from poet.plan.cost.memory import MODEL_NODE_BYTES as NODE_BYTES
 
@@ -238,7 +238,7 @@ class ModelBlob:
     def aux_at(self) -> int:
         """Where the aux weights start on the board's aux storage: past the swap area, sector-aligned
         (firmware/core/model.c aux_at)."""
-        return -(-sum(n.bytes for n in self.nodes) // AUX_ALIGN) * AUX_ALIGN
+        return -(-sum(swap_slot(n.bytes) for n in self.nodes) // AUX_ALIGN) * AUX_ALIGN
 
     @property
     def aux_bytes(self) -> int:
