@@ -28,6 +28,9 @@ from test_train_int8 import _board_and_host, _like_pytorch
     ("mnasnet-0.5", {"add_q"}),
     ("resnet18", {"maxpool2d_q", "add_q"}),  # the 7x7/2 stem and its padded 3x3/2 pool; weights from the SD card
     ("mobilenetv3-small", {"mean_q", "mul_q"}),  # hardswish and squeeze-and-excitation in int8
+    # chunk's pieces, the 5-d channel shuffle as a 4-d permute, cat; the prefix ends at the first chunk and the
+    # frozen fp32 units' weights are stored int8 (weight-only)
+    ("shufflenetv2-0.5", {"maxpool2d_q", "slice", "permute", "cat", "conv2d_i8"}),
 ])
 def test_a_torchvision_network_fine_tunes_on_the_nrf52840_like_pytorch(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, ops: set[str]) -> None:

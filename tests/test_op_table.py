@@ -123,6 +123,8 @@ class _Convs(nn.Module):
         h = h + torch.clamp(h, min=0)
         h = h + nn.functional.max_pool2d(h, 3, 1, 1)  # any other window: maxpool2d_general
         h = nn.functional.adaptive_avg_pool2d(h, 1) * h  # squeeze-and-excitation's broadcast
+        lo, hi = h.chunk(2, dim=1)  # a split's pieces
+        h = torch.cat([hi, lo], dim=1)
         m = h.mean(dim=(2, 3)) * torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1)
         return self.fc(self.drop(torch.flatten(h, 1))) + self.fc2(m)
 

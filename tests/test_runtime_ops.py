@@ -597,6 +597,47 @@ def test_cat_trains_like_pytorch(tmp_path: Path) -> None:
     _check_model(tmp_path, "cat", model, g, data)
 
 
+class _Split(torch.nn.Module):
+    """ShuffleNetV2's stride-1 unit: chunk the channels in two, a branch on one half, cat, the 5-d channel
+    shuffle (view, transpose(1, 2), contiguous, view); then unequal pieces of split, unbind, and x[:, a:b]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.branch = nn.Sequential(nn.Conv2d(2, 2, 1), nn.ReLU(), nn.Conv2d(2, 2, 3, padding=1, groups=2))
+        self.fc = nn.Linear(3 * 4 * 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.chunk(2, dim=1)
+        h = torch.cat((x1, self.branch(x2)), dim=1)
+        b, c, hh, ww = h.size()
+        h = torch.transpose(h.view(b, 2, c // 2, hh, ww), 1, 2).contiguous().view(b, c, hh, ww)
+        a, rest = torch.split(h, [1, 3], dim=1)  # pieces of 1 and 3 channels
+        rows = torch.unbind(rest, dim=1)  # three [B, 4, 4] maps, only the second read
+        flat = torch.flatten(a, 1)
+        return self.fc(torch.cat((flat * torch.flatten(rows[1], 1), torch.flatten(rest[:, 2:3], 1), flat), 1))
+
+
+def test_split_pieces_and_the_channel_shuffle_train_like_pytorch(tmp_path: Path) -> None:
+    """Issue 49: chunk, split and unbind make one slice node per piece an op reads (an unread piece makes
+    none), and the 5-d shuffle is a 4-d permute; the step agrees with PyTorch's."""
+    torch.manual_seed(0)
+    model = _Split()
+    g = _checked_trace(model, "split", (4, 4, 4))
+    slices = [(n.attrs["outer"], n.attrs["total"], n.attrs["offset"], n.attrs["len"]) for n in g.nodes
+              if n.op == "slice"]
+    # in the order they are first read: x2, x1; rest (by unbind), a; row 1 of rest, then rest[:, 2:3]
+    assert slices == [(2, 64, 32, 32), (2, 64, 0, 32), (2, 64, 16, 48), (2, 64, 0, 16), (2, 48, 16, 16),
+                      (2, 48, 32, 16)]
+    perm = next(n.attrs for n in g.nodes if n.op == "permute")
+    assert [perm[f"d{i}"] for i in range(4)] == [2, 2, 2, 16] and [perm[f"p{i}"] for i in range(4)] == [0, 2, 1, 3]
+    assert sum(1 for n in g.nodes if n.op == "slice_bwd") == 4  # x's two pieces give none: x is the input
+    rng = np.random.default_rng(7)
+    data = [(rng.standard_normal((2, 4, 4, 4)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "split", model, g, data)
+
+
 class _Upsample(torch.nn.Module):
     """Nearest upsampling as small segmentation and detection heads use it: by 2 (a module) and by 3x2
     (a size), a skip joined by cat."""

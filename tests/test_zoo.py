@@ -46,6 +46,7 @@ PARAMS = {
     "mnasnet-0.5": 2_218_512 - 990 * 1281,
     "mobilenetv3-small": 2_542_856 - 990 * 1025,
     "efficientnet-b0": 5_288_548 - 990 * 1281,
+    "shufflenetv2-0.5": 1_366_792 - 990 * 1025,
     "mlperf-ic": 78_186,
     # MobileNetV1 0.25 at 96x96, 2 classes, convs with bias: Keras 221,794, 2,736 BN channels
     "mlperf-vww": 216_322,

@@ -176,12 +176,29 @@ class QStem(nn.Module):
         return self.fc(torch.flatten(nn.functional.hardswish(self.b(h)), 1))
 
 
+class SplitShuffle(nn.Module):
+    """ShuffleNetV2's unit: chunk, a branch on one half, cat, the channel shuffle; unequal split pieces."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.branch, self.fc = nn.Conv2d(2, 2, 1), nn.Linear(2 * 4 * 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.chunk(2, dim=1)
+        h = torch.cat((x1, torch.relu(self.branch(x2))), dim=1)
+        h = torch.transpose(h.view(h.shape[0], 2, 2, 4, 4), 1, 2).contiguous().view(h.shape[0], 4, 4, 4)
+        a, rest = torch.split(h, [1, 3], dim=1)
+        return self.fc(torch.flatten(torch.cat((a, rest[:, :1] * 2), 1), 1))
+
+
 def issue49_models() -> list[TrainingGraph]:
     """StemNet in fp32 and QStem's int8 prefix, also at 7x7: its staged int8 input is 98 B, and the swap slots
-    after it must still start 4-aligned (fuzz_model's invariant; firmware/core/model.c swap_off)."""
+    after it must still start 4-aligned (fuzz_model's invariant; firmware/core/model.c swap_off); SplitShuffle's
+    slice pieces."""
     return [traced("stem", StemNet, (1, 8, 8), 3, 2, optimizer="momentum"),
             static_int8(traced("q-stem", QStem, (1, 8, 8), 3, 2, train="last:1")),
-            static_int8(traced("q-stem-7", QStem, (1, 7, 7), 3, 2, train="last:1"))]
+            static_int8(traced("q-stem-7", QStem, (1, 7, 7), 3, 2, train="last:1")),
+            traced("split-shuffle", SplitShuffle, (4, 4, 4), 3, 2, optimizer="momentum")]
 
 
 def autoencoder() -> nn.Module:

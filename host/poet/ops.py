@@ -141,6 +141,12 @@ _TABLE: tuple[Op, ...] = (
     *_pair("select", 47, 65, ("B", "S", "D", "index"), "", calls=("__getitem__",), traced="x[:, i]"),
     *_pair("cat", 85, 86, ("outer", "l0", "l1", "l2", "l3"), bwd_slots=("outer", "total", "offset", "len"),
            calls=("cat", "concat", "concatenate"), traced="cat (2 to 4 activations)"),
+    # one piece of a split: the columns [offset, offset + len) of x's rows [outer, total], a node per piece read;
+    # its backward writes g there and zeros in the rest of x's gradient (the pieces' parts are summed)
+    # (x[:, a:b] too: __getitem__ is select's call, whose handler makes a slice of a basic slice)
+    *_pair("slice", 95, 96, ("outer", "total", "offset", "len"), "",
+           calls=("chunk", "split", "split_with_sizes", "tensor_split", "unbind"),
+           traced="chunk/split/unbind, x[:, a:b]"),
     *_pair("embedding", 46, 64, _EMB, bwd_slots=(*_EMB, *_NEED), calls=("embedding",)),
     # ---- losses (the one --loss names; not traced from calls)
     *_pair("cross_entropy", 6, 21, ("B", "classes"), kind="loss", traced="cross_entropy loss"),

@@ -279,6 +279,9 @@ void poet_l1_bwd(int n, const float *p, const float *t, float *gp);
  * one input's gradient, g[outer, total]'s columns offset .. offset + len. */
 void poet_cat_fwd(int outer, int k, const int *len, const float *const *x, float *y);
 void poet_cat_bwd(int outer, int total, int offset, int len, const float *g, float *gx);
+/* One piece of a split (chunk, split, unbind) is poet_cat_bwd of x; its backward writes the whole of
+ * gx[outer, total]: g[outer, len] in the columns offset .. offset + len, zeros elsewhere. */
+void poet_slice_bwd(int outer, int total, int offset, int len, const float *g, float *gx);
 /* y[i, :] = w[ids[i], :] for w[V, D]; an id outside [0, V) (torch raises) gives a zero row in the
  * forward and is skipped in the backward, so a bad batch cannot write outside the weights. */
 void poet_embedding_fwd(int n, int V, int D, const int32_t *ids, const float *w, float *y);

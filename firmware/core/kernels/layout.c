@@ -75,6 +75,19 @@ void poet_cat_bwd(int outer, int total, int offset, int len, const float *g, flo
         poet_copy(len, g + (long)o * total + offset, gx + (long)o * len);
 }
 
+void poet_slice_bwd(int outer, int total, int offset, int len, const float *g, float *gx)
+{
+    int o, j;
+    for (o = 0; o < outer; o++) {
+        float *row = gx + (long)o * total;
+        for (j = 0; j < offset; j++)
+            row[j] = 0.0f;
+        poet_copy(len, g + (long)o * len, row + offset);
+        for (j = offset + len; j < total; j++)
+            row[j] = 0.0f;
+    }
+}
+
 /* ---- permutes ------------------------------------------------------------------------------- */
 
 /* Walks y (the permuted layout) in order and x through its strides; the backward is the same walk

@@ -138,6 +138,26 @@ void op_cat_bwd_run(const poet_exec_t *e)
     poet_cat_bwd(e->a[OUTER], e->a[TOTAL], e->a[OFFSET], e->a[LEN], e->in[0], e->out);
 }
 
+/* ---- slice: one piece of a split ---------------------------------------------------------------- */
+
+/* a0 OUTER, a1 TOTAL, a2 OFFSET, a3 LEN as cat_bwd's: the forward is cat_bwd's copy of x's columns
+ * (its run is op_cat_bwd_run); the backward writes all of x's gradient, zeros outside the piece. */
+int op_slice_check(poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    uint64_t whole, piece;
+    if (!pos(a[OUTER]) || !pos(a[TOTAL]) || !pos(a[LEN]) || a[OFFSET] < 0 || a[OFFSET] > a[TOTAL] - a[LEN])
+        return 0;
+    whole = f32s(mul((uint64_t)a[OUTER], (uint64_t)a[TOTAL]));
+    piece = f32s(mul((uint64_t)a[OUTER], (uint64_t)a[LEN]));
+    return n->op == POET_OP_SLICE ? io1(m, n, whole, piece) : io1(m, n, piece, whole);
+}
+
+void op_slice_bwd_run(const poet_exec_t *e)
+{
+    poet_slice_bwd(e->a[OUTER], e->a[TOTAL], e->a[OFFSET], e->a[LEN], e->in[0], e->out);
+}
+
 /* ---- embedding -------------------------------------------------------------------------------- */
 
 /* N ids -> y[N, EMB_D] = table[ids], table[V, EMB_D] the parameter TABLE. IDS says where the ids

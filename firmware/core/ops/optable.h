@@ -97,6 +97,8 @@
     X(SELECT_BWD, 65, BACKWARD, NONE, 4, op_select_check, op_select_bwd_run) \
     X(CAT, 85, FORWARD, NONE, 5, op_cat_check, op_cat_run) \
     X(CAT_BWD, 86, BACKWARD, NONE, 4, op_cat_check, op_cat_bwd_run) \
+    X(SLICE, 95, FORWARD, NONE, 4, op_slice_check, op_cat_bwd_run) \
+    X(SLICE_BWD, 96, BACKWARD, NONE, 4, op_slice_check, op_slice_bwd_run) \
     X(EMBEDDING, 46, FORWARD, NONE, 5, op_embedding_check, op_embedding_run) \
     X(EMBEDDING_BWD, 64, BACKWARD, NONE, 6, op_embedding_check, op_embedding_bwd_run) \
     /* cast.c */ \

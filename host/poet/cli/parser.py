@@ -29,7 +29,7 @@ from poet.cli.values import (
     logic_input,
     meter_offset,
 )
-from poet.models.zoo import OPEN, SMALL, ZOO
+from poet.models.zoo import SMALL, ZOO
 from poet.plan.strategies import STRATEGIES
 
 DEFAULT_BOARD = "nrf52840"
@@ -37,7 +37,7 @@ DEFAULT_BOARD = "nrf52840"
 
 def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") -> None:
     p.add_argument("--model", default=default,
-                   help=f"zoo model ({', '.join([*ZOO, *SMALL, *OPEN])}), bert (sized by --layers, --hidden) or "
+                   help=f"zoo model ({', '.join([*ZOO, *SMALL])}), bert (sized by --layers, --hidden) or "
                    "package.module:factory"
                    + (f"; default {default}" if default else ""))
     p.add_argument("--batch", type=_whole(1, MAX_BATCH), default=16,

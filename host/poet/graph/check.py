@@ -24,7 +24,7 @@ from poet.graph.tracer import Traced, trace_step
 from poet.graph.training_graph import GraphNode, TrainingGraph
 
 INPLACE = {"relu_", "add_", "__iadd__"}
-VIEWS = {"flatten", "reshape", "permute", "select"}
+VIEWS = {"flatten", "reshape", "permute", "select", "slice"}
 
 # Saved-tensor differences by design, by the op of the node whose backward saves the tensor: why, and
 # which kinds of difference the reason covers: "internal" (PyTorch keeps a tensor made inside the call
@@ -125,6 +125,9 @@ def _storages(t: Traced) -> tuple[dict[int, int], dict[int, int], set[int]]:
         elif t.graph.nodes[nid].op in VIEWS:
             views.add(nid)
         of_node.setdefault(nid, st)
+        for piece in t.pieces.get(call.id, ()):  # a split's other pieces: views of the same storage
+            views.add(piece)
+            of_node.setdefault(piece, st)
     return made, of_node, views
 
 
@@ -253,6 +256,8 @@ def op_check(t: Traced) -> OpReport:
                 unaccounted.append(f"backward {ev.op}: a gradient sum for an input of {node.name}")
             continue
         torch_bwd.add(nid)
+        # a split's one autograd node (SplitBackward) is the backward of every piece the graph made a node of
+        torch_bwd.update(next((ps for ps in t.pieces.values() if nid in ps), ()))
         if node.module in has_bwd:
             accounts["backward node"] += 1
         else:

@@ -299,6 +299,20 @@ def _reshape(op: str) -> Callable[[Ctx], Fwd]:
     return handler
 
 
+def merged_permute(shape: list[int], perm: list[int]) -> tuple[list[int], list[int]]:
+    """The same permute with every run of input dims that stays together, in order, merged into one: the
+    channel shuffle's 5-d transpose (b, g, c/g, h, w) -> (b, c/g, g, h, w) is the 4-d (b, g, c/g, h*w) one."""
+    runs: list[list[int]] = []  # runs of input dims, in output order
+    for p in perm:
+        if runs and runs[-1][-1] + 1 == p:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    order = sorted(range(len(runs)), key=lambda r: runs[r][0])  # the runs in input order
+    merged = [numel([shape[i] for i in runs[r]]) for r in order]
+    return merged, [order.index(r) for r in range(len(runs))]
+
+
 def _permute(c: Ctx) -> Fwd:
     x = c.call.args[0]
     nd = x.dim()
@@ -311,10 +325,14 @@ def _permute(c: Ctx) -> Fwd:
         else:  # t()
             a, b = 0, 1
         perm[a], perm[b] = perm[b], perm[a]
+    shape = list(x.shape)
+    if nd > 4:  # (only then: a 4-d permute keeps the attributes, and the profile keys, it always had)
+        shape, perm = merged_permute(shape, perm)
+        nd = len(perm)
     if nd > 4:
-        raise c.fail(f"a {nd}-d permute; the runtime permutes up to 4 dims")
+        raise c.fail(f"a {nd}-d permute (after merging the dims it keeps together); the runtime permutes up to 4 dims")
     pad = 4 - nd  # leading unit dims, so every permute is a 4-d one
-    dims = [1] * pad + list(x.shape)
+    dims = [1] * pad + shape
     perm = list(range(pad)) + [p + pad for p in perm]
     attrs = {f"d{i}": dims[i] for i in range(4)} | {f"p{i}": perm[i] for i in range(4)}
     return Fwd("permute", [x], attrs, c.call.result, 0)
@@ -431,8 +449,47 @@ def _cat(c: Ctx) -> Fwd:
     return Fwd("cat", xs, attrs, c.call.result, 0)
 
 
+def _basic_slice(x: torch.Tensor, idx: Any) -> dict[str, int] | None:
+    """x[:, a:b] (step 1, along one dim, every other dim whole) as a slice node's attributes; None if not that."""
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    if not idx or len(idx) > x.dim() or not all(isinstance(i, slice) for i in idx):
+        return None
+    cut = [d for d, i in enumerate(idx) if i != slice(None)]
+    if len(cut) != 1 or idx[cut[0]].step not in (None, 1):
+        return None
+    d = cut[0]
+    start, stop, _ = idx[d].indices(x.shape[d])
+    if stop <= start:
+        return None
+    inner = numel(list(x.shape[d + 1:]))
+    return {"outer": numel(list(x.shape[:d])), "total": x.shape[d] * inner, "offset": start * inner,
+            "len": (stop - start) * inner}
+
+
+def _slice(c: Ctx) -> list[Fwd]:
+    """chunk, split, split_with_sizes, tensor_split and unbind along one dim: each piece is the columns
+    [offset, offset + len) of x's rows [outer, dim's size x inner], a node of its own (the tracer makes those
+    a later op reads)."""
+    x = c.call.args[0]
+    dim = arg(c.call, 1, "dim", 0) if c.call.name == "unbind" else arg(c.call, 2, "dim", 0)
+    d = int(dim) % x.dim()
+    outer, inner = numel(list(x.shape[:d])), numel(list(x.shape[d + 1:]))
+    pieces, offset, out = c.call.outputs, 0, []
+    for p in pieces:
+        size = 1 if c.call.name == "unbind" else p.shape[d]
+        if size == 0:
+            raise c.fail(f"an empty piece along dim {d}: the runtime's pieces hold at least one element")
+        attrs = {"outer": outer, "total": x.shape[d] * inner, "offset": offset * inner, "len": size * inner}
+        out.append(Fwd("slice", [x], attrs, p, 0))
+        offset += size
+    return out
+
+
 def _getitem(c: Ctx) -> Fwd:
     x, idx = c.call.args[0], c.call.args[1]
+    cut = _basic_slice(x, idx)
+    if cut is not None:
+        return Fwd("slice", [x], cut, c.call.result, 0)
     if not (isinstance(idx, tuple) and len(idx) == 2 and idx[0] == slice(None) and isinstance(idx[1], int)
             and x.dim() == 3):
         raise c.fail(f"indexing {idx!r}: the runtime selects one position of a [B, S, D] tensor, x[:, i]")
@@ -442,17 +499,17 @@ def _getitem(c: Ctx) -> Fwd:
 
 # The handler of each op the tracer makes from a PyTorch call (the op's `calls` in poet.ops): it reads the
 # call's arguments into the node's attributes. A pointwise op of the table (its `flops`) needs none.
-HANDLERS: dict[str, Callable[[Ctx], Fwd]] = {
+HANDLERS: dict[str, Callable[[Ctx], Fwd | list[Fwd]]] = {
     "linear": _linear, "conv2d": _conv2d, "batchnorm": _batch_norm, "layernorm": _layer_norm, "hardtanh": _hardtanh,
     "maxpool2d": _max_pool2d, "avgpool2d": _avg_pool2d, "upsample": _interpolate, "mean": _mean,
     "flatten": _reshape("flatten"), "reshape": _reshape("reshape"), "permute": _permute,
     **{op: _binary for op in ("add", "sub", "mul", "scale")}, "matmul": _matmul,
     "softmax": _softmax, "log_softmax": _softmax, "embedding": _embedding, "select": _getitem, "cat": _cat,
-    "dropout": _dropout,
+    "dropout": _dropout, "slice": _slice,
 }
 # PyTorch call name -> the op it becomes (the handler may pick a sibling: clamp(min=0) is a relu)
 CALL_OP = {call: op.name for op in OPS.values() for call in op.calls}
-FORWARD: dict[str, Callable[[Ctx], Fwd]] = {
+FORWARD: dict[str, Callable[[Ctx], Fwd | list[Fwd]]] = {
     call: HANDLERS[op] if op in HANDLERS else _pointwise(op, OPS[op].flops) for call, op in CALL_OP.items()}
 SUPPORTED = ", ".join(op.traced or "/".join(c for c in op.calls if not c.startswith("_") and not c.endswith("_"))
                       for op in OPS.values() if op.calls or op.traced)

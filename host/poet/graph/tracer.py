@@ -19,7 +19,8 @@ really does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +61,9 @@ class _Tracer:
         self.train = train
         self.dropout_calls: dict[int, int] = {}  # CallEvent id -> which dropout call of the forward (its salt)
         self.masks: dict[int, dropout.Mask] = {}  # id(tensor) -> the bernoulli_ mask it holds (stochastic depth)
+        # a split's pieces, made nodes only when an op reads them (x1, x2 = x.chunk(2) with x1 unused is one)
+        self.pending: dict[int, tuple[Fwd, CallEvent]] = {}  # id(piece) -> its node, not yet made
+        self.pieces: dict[int, list[int]] = {}  # CallEvent id -> the nodes made of its pieces
 
     def const_index(self, t: torch.Tensor) -> int | None:
         """Index tensors the model makes itself: 1 = arange(n), 2 = zeros(n); None = anything else."""
@@ -86,6 +90,8 @@ class _Tracer:
             self.const_calls.add(call.id)
             return
         ins = call.inputs
+        for t in ins:
+            self.made(t)
         # An op outside the op set is an error only if the loss depends on it: its outputs carry the
         # error, and a supported op that reads one (or the logits) makes it count. So values read only
         # for control flow (`if x.sum() > 0`) or logging do not stop a trace.
@@ -122,12 +128,30 @@ class _Tracer:
             return
         for e in inherited:
             self._block(e)
-        for t in f.inputs:
+        fs = f if isinstance(f, list) else [f]
+        for t in fs[0].inputs:
             if id(t) not in self.node_of:
                 raise ctx.fail("reads a tensor that is neither an activation nor a parameter "
                                "(register constant tensors as buffers, or compute them from the input)")
-        f.deps = [self.node_of[id(t)] for t in f.inputs]
+        for one in fs:
+            one.deps = [self.node_of[id(t)] for t in one.inputs]
+        if isinstance(f, list):
+            for one in f:
+                self.pending[id(one.out)] = (one, call)
+            return
         self.node_of[id(f.out)] = self.node_of_call[call.id] = len(self.fwd) + 1  # node 0 is the input
+        self.fwd.append((f, call))
+
+    def made(self, t: Any) -> None:
+        """A piece of a split becomes a node when first read (its deps fixed when the split was recorded)."""
+        got = self.pending.pop(id(t), None) if isinstance(t, torch.Tensor) else None
+        if got is None:
+            return
+        f, call = got
+        nid = len(self.fwd) + 1  # node 0 is the input
+        self.node_of[id(f.out)] = nid
+        self.node_of_call.setdefault(call.id, nid)
+        self.pieces.setdefault(call.id, []).append(nid)
         self.fwd.append((f, call))
 
     def _follow_mask(self, call: CallEvent) -> None:
@@ -260,6 +284,7 @@ class Traced:
     const_calls: set[int]  # CallEvent ids that made constants (arange, buffer updates) or read metadata
     x: torch.Tensor
     labels: torch.Tensor
+    pieces: dict[int, list[int]] = field(default_factory=dict)  # CallEvent id -> a split's piece nodes
 
 
 def trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tensor, classes: int,
@@ -396,6 +421,7 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
         for (_, p), (req, grad) in zip(params, before):
             p.requires_grad_(req)
             p.grad = grad
+    tr.made(logits)
     for e in tr.poison.get(id(logits), ()):
         tr._block(e)
     refused = tr.refusal(name)
@@ -405,7 +431,7 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
         raise PoetError(f"model {name!r}: its output is not computed from its input by traced ops")
     g = _build(tr, name, batch, tuple(x.shape[1:]), classes, input_dtype, tr.node_of[id(logits)], loss)
     loss_call = ins.calls[n_model_calls].id
-    return Traced(g, ins, tr.node_of_call | {loss_call: len(tr.fwd) + 1}, tr.const_calls, x, labels)
+    return Traced(g, ins, tr.node_of_call | {loss_call: len(tr.fwd) + 1}, tr.const_calls, x, labels, tr.pieces)
 
 
 TRAIN_MODES = "give all, bias, or last:N (N >= 1), or bias+last:N (a sparse update)"

@@ -110,17 +110,10 @@ ZOO: dict[str, ZooModel] = {
                  "MobileNetV3-Small (hardswish, squeeze-and-excitation)"),
         ZooModel("efficientnet-b0", lambda: EfficientNetB0(10), (3, 64, 64), 10,
                  "EfficientNet-B0 (SiLU, squeeze-and-excitation, stochastic depth)"),
+        ZooModel("shufflenetv2-0.5", lambda: ShuffleNetV2(num_classes=10), (3, 64, 64), 10,
+                 "ShuffleNetV2 x0.5 (chunk, channel shuffle)"),
     )
 }
-
-# torchvision's networks poet does not take end to end yet (issue 49), kept apart from ZOO (whose every
-# entry passes `poet graph --check`, tests/test_graph.py); get_model and the CLI take them like zoo names.
-# ShuffleNetV2: chunk and its 5-d channel shuffle do not trace yet.
-OPEN: dict[str, ZooModel] = {m.name: m for m in (
-    ZooModel("shufflenetv2-0.5", lambda: ShuffleNetV2(num_classes=10), (3, 64, 64), 10,
-             "ShuffleNetV2 x0.5 (chunk, channel shuffle)"),
-)}
-
 
 # Models for the smallest boards, kept apart from ZOO (whose every entry has a published size checked
 # in tests/test_zoo.py); get_model and the CLI take them like zoo names.
@@ -282,12 +275,12 @@ def get_model(name: str, seed: int = 0, input_shape: tuple[int, ...] | None = No
     """
     if ":" in name:
         spec = _user_model(name, input_shape, classes)
-    elif name in ZOO or name in SMALL or name in OPEN:
-        spec = ZOO.get(name) or SMALL.get(name) or OPEN[name]
+    elif name in ZOO or name in SMALL:
+        spec = ZOO.get(name) or SMALL[name]
     elif name == "bert":  # the BERT family, sized on the command line
         spec = _bert(layers or 12, hidden or 768)
     else:
-        raise UsageError(f"unknown model {name!r}; known: {', '.join([*ZOO, *SMALL, *OPEN])}, bert (with --layers, "
+        raise UsageError(f"unknown model {name!r}; known: {', '.join([*ZOO, *SMALL])}, bert (with --layers, "
                          f"--hidden), or package.module:factory")
     if (layers is not None or hidden is not None) and name != "bert":
         raise UsageError(f"--layers and --hidden size the bert model, not {name}")
