@@ -638,6 +638,39 @@ def test_split_pieces_and_the_channel_shuffle_train_like_pytorch(tmp_path: Path)
     _check_model(tmp_path, "split", model, g, data)
 
 
+class _Sensor(torch.nn.Module):
+    """A 1-D sensor network as tutorials write it: conv1d, BatchNorm1d, max_pool1d, a strided conv1d,
+    avg_pool1d with padding, adaptive_avg_pool1d(1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.c1, self.bn1 = nn.Conv1d(3, 4, 5, padding=2), nn.BatchNorm1d(4)
+        self.c2, self.pool, self.ap = nn.Conv1d(4, 4, 3, stride=2), nn.MaxPool1d(2), nn.AvgPool1d(3, 1, 1)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.pool(torch.relu(self.bn1(self.c1(x))))
+        h = self.ap(torch.relu(self.c2(h)))
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool1d(h, 1), 1))
+
+
+def test_one_dimensional_layers_train_like_pytorch(tmp_path: Path) -> None:
+    """Issue 49: conv1d, BatchNorm1d and the 1-d pools are their 2-d ops over a map one row high (a conv1d
+    weight [O, C, k] is the [O, C, 1, k] the kernels read); the step agrees with PyTorch's."""
+    torch.manual_seed(0)
+    model = _Sensor()
+    g = _checked_trace(model, "sensor", (3, 16))
+    convs = [(n.attrs["H"], n.attrs["k"], n.attrs["kw"], n.attrs["padw"], n.attrs["stride"]) for n in g.nodes
+             if n.op == "conv2d"]
+    assert convs == [(1, 1, 5, 2, 1), (1, 1, 3, 0, 2)]
+    assert {n.op for n in g.nodes if n.kind == "forward"} >= {"batchnorm", "maxpool2d_general", "avgpool2d", "mean"}
+    rng = np.random.default_rng(8)
+    data = [(rng.standard_normal((2, 3, 16)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "sensor", model, g, data)
+
+
 class _Upsample(torch.nn.Module):
     """Nearest upsampling as small segmentation and detection heads use it: by 2 (a module) and by 3x2
     (a size), a skip joined by cat."""

@@ -92,7 +92,8 @@ _TABLE: tuple[Op, ...] = (
     # ---- dense
     *_pair("linear", 1, 16, ("B", "in", "out", "w", "b"), bwd_slots=("B", "in", "out", "w", "b", *_NEED),
            calls=("linear",)),
-    *_pair("conv2d", 2, 17, _CONV, bwd_slots=(*_CONV, *_NEED), calls=("conv2d",)),
+    *_pair("conv2d", 2, 17, _CONV, bwd_slots=(*_CONV, *_NEED), calls=("conv2d", "conv1d"),
+           traced="conv2d, conv1d"),
     Op("matmul", 44, "forward", ("batch", "M", "K", "N"), backward=("matmul_bwd_a", "matmul_bwd_b"),
        calls=("matmul", "__matmul__", "bmm")),
     Op("matmul_bwd_a", 61, "backward", ("batch", "M", "K", "N")),
@@ -118,15 +119,16 @@ _TABLE: tuple[Op, ...] = (
            traced="x + s, x - s, x * s, x / s (s a scalar)"),
     *_pair("dropout", 89, 90, _DROP, "", calls=("dropout",)),
     # ---- pooling and resampling
-    *_pair("maxpool2d", 4, 19, _MAP, "x", calls=("max_pool2d", "_max_pool2d"), limits=(("k", 2),),
+    *_pair("maxpool2d", 4, 19, _MAP, "x", calls=("max_pool2d", "_max_pool2d", "max_pool1d", "_max_pool1d"),
+          traced="max_pool2d, max_pool1d", limits=(("k", 2),),
           even=("H", "W")),
-    *_pair("avgpool2d", 73, 74, _POOL, "", calls=("avg_pool2d",)),
+    *_pair("avgpool2d", 73, 74, _POOL, "", calls=("avg_pool2d", "avg_pool1d"), traced="avg_pool2d, avg_pool1d"),
     # any window, stride, padding and ceil_mode, any map (max_pool2d's handler picks it when maxpool2d cannot)
     *_pair("maxpool2d_general", 93, 94, (*_MAP, "kh", "kw", "pgeom", "ceil"), "x"),
     *_pair("upsample", 87, 88, (*_MAP, "sh", "sw"), "", calls=("interpolate",),
            traced="interpolate (nearest, whole factors)"),
-    *_pair("mean", 14, 29, ("outer", "r", "inner"), "", calls=("mean", "adaptive_avg_pool2d"),
-           traced="mean, adaptive_avg_pool2d(1)"),
+    *_pair("mean", 14, 29, ("outer", "r", "inner"), "", calls=("mean", "adaptive_avg_pool2d", "adaptive_avg_pool1d"),
+           traced="mean, adaptive_avg_pool2d(1), adaptive_avg_pool1d(1)"),
     # ---- normalisation
     *_pair("batchnorm", 8, 23, _BN, bwd_slots=(*_BN, *_NEED), calls=("batch_norm",)),
     *_pair("batchnorm_eval", 48, 66, _BN, bwd_slots=(*_BN, *_NEED)),  # frozen (running) statistics

@@ -89,25 +89,35 @@ def _linear(c: Ctx) -> Fwd:
     return Fwd("linear", [x], attrs, c.call.result, 2 * rows * w.shape[0] * w.shape[1], params)
 
 
+def _one(v: Any) -> Any:
+    """A 1-d call's size argument as its one number (conv1d's padding=(2,) is 2); a string stays one."""
+    return v[0] if isinstance(v, (tuple, list)) and len(v) == 1 else v
+
+
 def _conv2d(c: Ctx) -> Fwd:
+    """conv2d, and conv1d as a conv2d of a map one row high: its [O, C/g, k] weight is the [O, C/g, 1, k]
+    the kernels read, byte for byte."""
     x, w, b = c.call.args[0], c.call.args[1], arg(c.call, 2, "bias")
     stride, pad, dil, groups = (arg(c.call, i, n, d) for i, n, d in
                                 ((3, "stride", 1), (4, "padding", 0), (5, "dilation", 1), (6, "groups", 1)))
     pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)  # noqa: E731
+    if c.call.name == "conv1d" and x.dim() == 3:
+        x = x.unsqueeze(2)  # shapes only: the node reads the traced tensor (Fwd's input below)
+        stride, pad, dil = (1, _one(stride)), (0, _one(pad)), (1, _one(dil))
     stride, pad, dil = pair(stride), pair(pad), pair(dil)
-    k = tuple(w.shape[2:])
-    if x.dim() != 4 or stride[0] != stride[1] or dil != (1, 1) or isinstance(pad[0], str) \
+    k = tuple(w.shape[2:]) if w.dim() == 4 else (1, w.shape[2])
+    if x.dim() != 4 or (stride[0] != stride[1] and x.shape[2] > 1) or dil != (1, 1) or isinstance(pad[0], str) \
             or max(k) > 64 or max(pad) > 64 or stride[0] > 64:
         raise c.fail(f"kernel {k} stride {stride} padding {pad} dilation {dil}: the runtime supports "
                      f"kernels up to 64x64, one stride on both axes (up to 64), zero padding up to 64 on "
                      f"each side, no dilation")
     y = c.call.result
     attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "O": w.shape[0], "k": k[0],
-             "pad": int(pad[0]), "stride": int(stride[0]), "groups": int(groups)}
+             "pad": int(pad[0]), "stride": int(stride[1]), "groups": int(groups)}
     if k[1] != k[0] or pad[1] != pad[0]:  # a rectangle: training_graph.conv_window reads both
         attrs |= {"kw": k[1], "padw": int(pad[1])}
     params = {"w": w} | ({"b": b} if b is not None else {})
-    return Fwd("conv2d", [x], attrs, y, 2 * y.numel() * (x.shape[1] // groups) * k[0] * k[1], params)
+    return Fwd("conv2d", [c.call.args[0]], attrs, y, 2 * y.numel() * (x.shape[1] // groups) * k[0] * k[1], params)
 
 
 def _batch_norm(c: Ctx) -> Fwd:
@@ -216,6 +226,9 @@ def _pool_args(c: Ctx, what: str) -> tuple[torch.Tensor, tuple[int, int], tuple[
     k = pair(arg(c.call, 1, "kernel_size"))
     s = pair(arg(c.call, 2, "stride") or k)
     p = pair(arg(c.call, 3, "padding", 0))
+    if "pool1d" in c.call.name and x.dim() == 3:  # a 1-d pool: a 2-d one over a map one row high
+        x = x.unsqueeze(2)  # shapes only: the node reads the traced tensor
+        k, s, p = (1, _one(k[1])), (1, _one(s[1])), (0, _one(p[1]))
     if x.dim() != 4:
         raise c.fail(f"{what} of a {x.dim()}-d tensor: the runtime pools 4-d maps [N, C, H, W]")
     if max(p) > 255 or max(s) > 256 or max(x.shape[2:]) > 0xFFFF:
@@ -235,10 +248,11 @@ def _max_pool2d(c: Ctx) -> Fwd:
     H, W = x.shape[2], x.shape[3]
     flops = c.call.result.numel() * k[0] * k[1]
     if k == s == (2, 2) and p == (0, 0) and H % 2 == 0 and W % 2 == 0:
-        return Fwd("maxpool2d", [x], {"B": x.shape[0], "C": x.shape[1], "H": H, "W": W, "k": 2}, c.call.result, flops)
+        return Fwd("maxpool2d", [c.call.args[0]], {"B": x.shape[0], "C": x.shape[1], "H": H, "W": W, "k": 2},
+                   c.call.result, flops)
     attrs = {"B": x.shape[0], "C": x.shape[1], "H": H, "W": W, "kh": k[0], "kw": k[1], "sh": s[0], "sw": s[1],
              "ph": p[0], "pw": p[1], "ceil": int(ceil)}
-    return Fwd("maxpool2d_general", [x], attrs, c.call.result, flops)
+    return Fwd("maxpool2d_general", [c.call.args[0]], attrs, c.call.result, flops)
 
 
 def _avg_pool2d(c: Ctx) -> Fwd:
@@ -249,7 +263,7 @@ def _avg_pool2d(c: Ctx) -> Fwd:
     attrs = {"B": x.shape[0], "C": x.shape[1], "H": x.shape[2], "W": x.shape[3], "kh": k[0], "kw": k[1],
              "sh": s[0], "sw": s[1], "ph": p[0], "pw": p[1],
              "include_pad": int(bool(arg(c.call, 5, "count_include_pad", True)))}
-    return Fwd("avgpool2d", [x], attrs, c.call.result, c.call.result.numel() * k[0] * k[1])
+    return Fwd("avgpool2d", [c.call.args[0]], attrs, c.call.result, c.call.result.numel() * k[0] * k[1])
 
 
 def _interpolate(c: Ctx) -> Fwd:
@@ -268,7 +282,7 @@ def _interpolate(c: Ctx) -> Fwd:
 
 def _mean(c: Ctx) -> Fwd:
     """mean over adjacent dims, and adaptive_avg_pool2d to one element per map."""
-    if c.call.name == "adaptive_avg_pool2d":
+    if c.call.name.startswith("adaptive_avg_pool"):
         return _adaptive_avg_pool2d(c)
     x = c.call.args[0]
     dims = arg(c.call, 1, "dim")
@@ -283,10 +297,11 @@ def _mean(c: Ctx) -> Fwd:
 
 
 def _adaptive_avg_pool2d(c: Ctx) -> Fwd:
+    """adaptive_avg_pool2d (and 1d) to one element per map: the mean of each map."""
     x, size = c.call.args[0], arg(c.call, 1, "output_size")
-    if size not in (1, (1, 1), [1, 1]) or x.dim() != 4:
+    if size not in (1, (1,), (1, 1), [1], [1, 1]) or x.dim() != (3 if "1d" in c.call.name else 4):
         raise c.fail(f"output size {size}: the runtime averages the whole map (output size 1)")
-    attrs = {"outer": x.shape[0] * x.shape[1], "r": x.shape[2] * x.shape[3], "inner": 1}
+    attrs = {"outer": x.shape[0] * x.shape[1], "r": numel(list(x.shape[2:])), "inner": 1}
     return Fwd("mean", [x], attrs, c.call.result, x.numel())
 
 
