@@ -260,6 +260,36 @@ def test_a_card_that_holds_the_weights_is_checked_not_written_again(tmp_path: Pa
 
 
 @needs_tools("cc", "make")
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_planners_flash_is_the_size_the_board_checks(tmp_path: Path, stream: bool) -> None:
+    """Issue 49, bug 3: `poet solve` said 761.3 of 768 KiB of flash for a SqueezeNet and the board then refused
+    the upload TOO_BIG. The flash the planner counts (the model blob page-aligned, then the frozen weights,
+    int8 ones with their scale word) is what the board checks: a board whose nv storage is exactly that takes
+    the model, one a byte smaller refuses it, TOO_BIG, and the aux weights take no flash."""
+    from fwhelpers import native_link
+    from poet.device.protocol import DeviceError
+    from poet.graph.reference import state_tensors, weights_of
+
+    m, _, prefix = _prefix()
+    g = streamed(prefix.graph, set(_convs(prefix.graph)[1:3]) if stream else set())
+    x = np.zeros((2, 64), np.float32)
+    w = prefix.weights(dict(zip([n for n, _ in state_tensors(m)], weights_of(m), strict=True)), x)
+    blob = model_blob(g)
+    flash = blob.pool.flash
+    assert (flash.aux > 0) == stream and flash.total % 4096 != 0  # a total that is not a page count: no slack
+    for nv, fits in ((flash.total, True), (flash.total - 1, False)):
+        d = tmp_path / str(nv)
+        d.mkdir()
+        with native_link(d, args=["--nv", str(nv)]) as link:
+            if fits:
+                link.load_model(blob, w)
+            else:
+                with pytest.raises(DeviceError) as e:
+                    link.load_model(blob, w)
+                assert e.value.name == "TOO_BIG"
+
+
+@needs_tools("cc", "make")
 def test_a_card_that_fails_mid_step_fails_the_step_not_the_board(tmp_path: Path) -> None:
     """A streamed read that fails (the card's weights gone) ends the step with PAGER; the board keeps
     serving, and with the weights back the same step runs."""
