@@ -133,6 +133,9 @@ class _Tracer:
             if id(t) not in self.node_of:
                 raise ctx.fail("reads a tensor that is neither an activation nor a parameter "
                                "(register constant tensors as buffers, or compute them from the input)")
+        if any(id(p) not in self.pindex for p in fs[0].params.values()):
+            raise ctx.fail("its weight is not one of the model's parameters (a layer kept outside the model's "
+                           "modules, in a list or a closure: register it, e.g. with nn.ModuleList)")
         for one in fs:
             one.deps = [self.node_of[id(t)] for t in one.inputs]
         if isinstance(f, list):
