@@ -253,3 +253,21 @@ def test_the_optimizer_costs_what_it_runs() -> None:
     opt = costed(b, board, prof, estimate=True).nodes[-1]
     assert opt.compute_s == pytest.approx(sgd["time_s"] * work(b.nodes[-1]) / sgd["work"])
     assert work(b.nodes[-1]) > 100 * sgd["work"]  # scaled to BERT-tiny's trained elements, not the profile's
+
+
+def test_a_model_whose_frozen_layers_need_int8_storage_profiles_as_solve_plans_it() -> None:
+    """ShuffleNetV2 x0.5 `last:1` on the nRF52840: its static-int8 prefix ends at the first chunk, and its
+    frozen fp32 units fit flash only with their weights stored int8, as `poet solve`'s default precision
+    stores them. `poet profile` refused it ("fit neither flash nor the SD card"); it now measures that graph."""
+    from poet.graph.tracer import traced
+    from poet.models.zoo import ModelChoice
+    from poet.plan.cost.memory import pool_for
+    from poet.plan.transform.rewrites import for_profile
+
+    board = load_board("nrf52840")
+    _, g = traced(ModelChoice("shufflenetv2-0.5", batch=1, train="last:1"))
+    made = for_profile(g, board, int(load_profile("nrf52840")["runtime_static_bytes"]))
+    assert made is not None
+    planned, _ = made
+    assert pool_for(planned).flash.total <= board.model_flash_bytes
+    assert {"conv2d_q", "conv2d_i8", "slice"} <= {n.op for n in planned.nodes}

@@ -28,7 +28,15 @@ from poet.graph.training_graph import TrainingGraph, conv_window, numel
 from poet.plan.cost.costs import costed, load_profile, with_stream_costs
 from poet.plan.cost.memory import budget_for, pool_for
 from poet.plan.transform.placement import place, stream_lines, streamed, w8_lines, weight_only_int8
-from poet.plan.transform.precision import Selection, costed_storage, flash_fit, graph_for, load_rules, select
+from poet.plan.transform.precision import (
+    Selection,
+    apply_storage,
+    costed_storage,
+    flash_fit,
+    graph_for,
+    load_rules,
+    select,
+)
 from poet.plan.transform.static_int8 import Int8Prefix, rewrite
 from poet.plan.types import CostedGraph
 from poet.progress import Say
@@ -168,12 +176,14 @@ def after_no_fp32_plan(done: Rewritten, g: TrainingGraph, board: Board, prof: di
 
 def for_profile(g: TrainingGraph, board: Board, runtime_static: int) -> tuple[TrainingGraph, Int8Prefix] | None:
     """The graph `poet solve` would plan g as at the board's whole RAM when its fp32 form cannot fit: its
-    frozen prefix in static int8, its weights placed (None: g as it is), for `poet profile` to measure
-    the ops such a run executes; and the prefix, whose weights are folded and calibrated."""
+    frozen prefix in static int8, the frozen fp32 layers' weights stored int8 where flash needs it (as
+    the default precision selects them: flash_fit), its weights placed (None: g as it is), for `poet
+    profile` to measure the ops such a run executes; and the prefix, whose weights are folded and calibrated."""
     prefix = int8_prefix_for(g, board, board.ram_bytes, runtime_static)
     if prefix is None:
         return None
-    return place(prefix.graph, board), prefix
+    q = prefix.graph
+    return place(apply_storage(q, {}, set(flash_fit(q, board.model_flash_bytes))), board), prefix
 
 
 def as_planned(g: TrainingGraph, model: Any, weights: list, board: Board, say: Say) -> tuple[TrainingGraph, list]:
