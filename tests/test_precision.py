@@ -237,9 +237,10 @@ def test_auto_runs_layers_in_int8_where_it_pays() -> None:
     fc1's do not fit: its fp32 form reads the input in place (the staged batch, no arena bytes), its
     int8 form needs the input's and the weight's int8 copies (1.5 KiB) in the arena, and no plan of the
     all-int8 graph fits there; auto runs the other three in int8. (Greedy, which also stores the input
-    in bf16, has no plan at either arena.) On the M4F (firmware 2.2's SMLAD kernels) int8 pays for cnn-digits' conv,
-    whose weight is 72 values, but not for its linear layers, whose larger weights are requantised every step:
-    auto takes the conv alone, and greedy, which quantises every layer it may, is worse than fp32."""
+    in bf16, has no plan at either arena.) On the M4F (firmware 2.2's SMLAD kernels) int8 does not pay for
+    cnn-digits' linear layers, whose larger weights are requantised every step: auto takes at most the conv
+    (whose weight is 72 values), exactly when the profile says its int8 plan costs less, and greedy, which
+    quantises every layer it may, is worse than fp32."""
     _, g, prof, tight, roomy, deadline = _m0_graph()
     m0 = load_board("mkr1000")
     layers = int8_allowed(g, load_rules())
@@ -269,10 +270,15 @@ def test_auto_runs_layers_in_int8_where_it_pays() -> None:
     auto = select("auto", g4, BOARD, _profile(), roomy4, deadline4, time_limit_s=NO_LIMIT)
     greedy = select("greedy", g4, BOARD, _profile(), roomy4, deadline4)
     fp32 = plan_with("poet", costed_storage(g4, BOARD, _profile()), roomy4, deadline4, time_limit_s=NO_LIMIT)
-    assert list(auto.int8.values()) == ["conv1/forward"] and auto.plan is not None
+    # whether the conv pays in int8 is the profile's to say (its int8 total is within a few percent of fp32's
+    # on the M4F: firmware 2.2's epilogue made it 1.13x the fp32 kernel, it was 0.97x): auto takes it iff it does
+    conv = next(n.id for n in g4.nodes if n.name == "conv1/forward")
+    conv_j = plan_with("poet", costed_storage(apply_storage(g4, {}, {conv}), BOARD, _profile()), roomy4, deadline4,
+                       time_limit_s=NO_LIMIT).energy_j
+    assert list(auto.int8.values()) == (["conv1/forward"] if conv_j < fp32.energy_j else []) and auto.plan is not None
     assert {"conv1/forward", "fc1/forward"} <= set(greedy.int8.values())
     greedy_j = plan_with("poet", greedy.cg, roomy4, deadline4, time_limit_s=NO_LIMIT).energy_j
-    assert auto.plan.energy_j < fp32.energy_j < greedy_j
+    assert auto.plan.energy_j <= min(fp32.energy_j, conv_j) * (1 + 1e-9) and fp32.energy_j < greedy_j
 
 
 def test_auto_with_int8_layers_is_the_best_of_every_choice() -> None:
