@@ -474,11 +474,13 @@ def _basic_slice(x: torch.Tensor, idx: Any) -> dict[str, int] | None:
         return None
     d = cut[0]
     start, stop, _ = idx[d].indices(x.shape[d])
-    if stop <= start:
-        return None
-    inner = numel(list(x.shape[d + 1:]))
-    return {"outer": numel(list(x.shape[:d])), "total": x.shape[d] * inner, "offset": start * inner,
-            "len": (stop - start) * inner}
+    return _columns(list(x.shape), d, start, stop - start) if stop > start else None
+
+
+def _columns(shape: list[int], d: int, start: int, size: int) -> dict[str, int]:
+    """A slice node's attributes for positions [start, start + size) of dim d: x as rows [outer, total]."""
+    inner = numel(shape[d + 1:])
+    return {"outer": numel(shape[:d]), "total": shape[d] * inner, "offset": start * inner, "len": size * inner}
 
 
 def _slice(c: Ctx) -> list[Fwd]:
@@ -488,14 +490,12 @@ def _slice(c: Ctx) -> list[Fwd]:
     x = c.call.args[0]
     dim = arg(c.call, 1, "dim", 0) if c.call.name == "unbind" else arg(c.call, 2, "dim", 0)
     d = int(dim) % x.dim()
-    outer, inner = numel(list(x.shape[:d])), numel(list(x.shape[d + 1:]))
-    pieces, offset, out = c.call.outputs, 0, []
-    for p in pieces:
+    offset, out = 0, []
+    for p in c.call.outputs:
         size = 1 if c.call.name == "unbind" else p.shape[d]
         if size == 0:
             raise c.fail(f"an empty piece along dim {d}: the runtime's pieces hold at least one element")
-        attrs = {"outer": outer, "total": x.shape[d] * inner, "offset": offset * inner, "len": size * inner}
-        out.append(Fwd("slice", [x], attrs, p, 0))
+        out.append(Fwd("slice", [x], _columns(list(x.shape), d, offset, size), p, 0))
         offset += size
     return out
 

@@ -142,20 +142,21 @@ class _Tracer:
             for one in f:
                 self.pending[id(one.out)] = (one, call)
             return
-        self.node_of[id(f.out)] = self.node_of_call[call.id] = len(self.fwd) + 1  # node 0 is the input
+        self._add(f, call)
+
+    def _add(self, f: Fwd, call: CallEvent) -> int:
+        """f as the next forward node, made by call (a split's first piece read names the call's node)."""
+        nid = len(self.fwd) + 1  # node 0 is the input
+        self.node_of[id(f.out)] = nid
+        self.node_of_call.setdefault(call.id, nid)
         self.fwd.append((f, call))
+        return nid
 
     def made(self, t: Any) -> None:
         """A piece of a split becomes a node when first read (its deps fixed when the split was recorded)."""
         got = self.pending.pop(id(t), None) if isinstance(t, torch.Tensor) else None
-        if got is None:
-            return
-        f, call = got
-        nid = len(self.fwd) + 1  # node 0 is the input
-        self.node_of[id(f.out)] = nid
-        self.node_of_call.setdefault(call.id, nid)
-        self.pieces.setdefault(call.id, []).append(nid)
-        self.fwd.append((f, call))
+        if got is not None:
+            self.pieces.setdefault(got[1].id, []).append(self._add(*got))
 
     def _follow_mask(self, call: CallEvent) -> None:
         """A bernoulli_ mask divided by its keep share (in place or not) is one a dropout node makes: the
