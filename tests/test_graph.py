@@ -251,24 +251,13 @@ class _Recurrent(nn.Module):
         return self.fc(y[:, -1])
 
 
-class _MaskedAttention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.att, self.fc = nn.MultiheadAttention(8, 2, batch_first=True), nn.Linear(8, 3)
-
-    def forward(self, x):
-        y, _ = self.att(x, x, x, attn_mask=torch.triu(torch.ones(5, 5, dtype=torch.bool), 1))
-        return self.fc(y.mean(1))
-
-
 @pytest.mark.parametrize("model,shape,named", [
     (_Recurrent, (5, 8), "rnn: lstm"),
-    (_MaskedAttention, (5, 8), "att: multi_head_attention_forward"),
     (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Dropout2d(0.3), nn.Flatten(), nn.Linear(32, 3)), (1, 6, 6),
      "1: dropout2d"),
 ])
 def test_what_stays_unsupported_is_refused_in_one_line_naming_it(model, shape, named):
-    """RNNs, attention with masks, channel dropout: one line, the module and the op."""
+    """RNNs, channel dropout: one line, the module and the op (attention with masks: test_attention.py)."""
     with pytest.raises(PoetError, match=f"^{named} is not in the runtime's op set; supported: ") as e:
         trace(model(), "m", shape, 3, batch=2)
     assert "\n" not in str(e.value)

@@ -134,11 +134,14 @@ _TABLE: tuple[Op, ...] = (
     *_pair("batchnorm_eval", 48, 66, _BN, bwd_slots=(*_BN, *_NEED)),  # frozen (running) statistics
     *_pair("bn_relu_mean", 71, 72, _BN, bwd_slots=(*_BN, *_NEED)),  # a head's batch norm, ReLU and mean fused
     *_pair("layernorm", 9, 24, _LN, bwd_slots=(*_LN, *_NEED), calls=("layer_norm",)),
+    # (nn.MultiheadAttention and scaled_dot_product_attention are traced as the calls they are made of:
+    # linear, chunk, view, transpose, scale, matmul, softmax, dropout; graph/composite.py)
     *_pair("softmax", 45, 63, ("rows", "D"), "y", calls=("softmax",)),
     *_pair("log_softmax", 91, 92, ("rows", "D"), "y", calls=("log_softmax",)),
     # ---- layout
     *_pair("flatten", 5, 20, ("n",), "", calls=("flatten",)),
-    *_pair("reshape", 7, 22, ("n",), "", calls=("view", "reshape"), traced="view/reshape, contiguous"),
+    *_pair("reshape", 7, 22, ("n",), "", calls=("view", "reshape", "unsqueeze", "squeeze", "unflatten"),
+           traced="view/reshape/unsqueeze/squeeze, contiguous"),
     *_pair("permute", 15, 30, _PERM, "", calls=("transpose", "permute", "t"), traced="transpose/permute"),
     *_pair("select", 47, 65, ("B", "S", "D", "index"), "", calls=("__getitem__",), traced="x[:, i]"),
     *_pair("cat", 85, 86, ("outer", "l0", "l1", "l2", "l3"), bwd_slots=("outer", "total", "offset", "len"),

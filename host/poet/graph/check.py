@@ -49,6 +49,8 @@ DOCUMENTED: dict[str, tuple[str, set[str]]] = {
                   {"output"}),
     "matmul": ("PyTorch keeps contiguous copies of transposed operands; the runtime's operands are contiguous",
                {"internal", "graph"}),
+    "linear": ("PyTorch's linear keeps a contiguous copy of a transposed input, made inside the call; the runtime's "
+               "permute node made that copy, and the graph keeps it", {"internal"}),
     "embedding": ("PyTorch keeps indices as int64; the runtime's ids are int32 from the staged batch, or "
                   "generated (arange, zeros)", {"internal", "output"}),
     # with the weight frozen (--train bias): autograd saves what the full backward formula uses
@@ -235,7 +237,7 @@ def op_check(t: Traced) -> OpReport:
                 node_of_event[ev.id] = nid
                 accounts["forward node"] += 1
             elif ev.call_id in t.const_calls:
-                accounts["constant or buffer update"] += 1
+                accounts["constant, buffer update or unused value"] += 1
             elif ev.call_id is not None and ins.calls[ev.call_id].name == "backward":
                 accounts["loss gradient seed (loss/backward)"] += 1
             else:

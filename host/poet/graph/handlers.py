@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import torch
 
 from poet.errors import PoetError
+from poet.graph import composite
 from poet.graph.dropout import Mask
 from poet.graph.instrument import CallEvent
 from poet.graph.training_graph import numel
@@ -524,7 +525,16 @@ HANDLERS: dict[str, Callable[[Ctx], Fwd | list[Fwd]]] = {
 }
 # PyTorch call name -> the op it becomes (the handler may pick a sibling: clamp(min=0) is a relu)
 CALL_OP = {call: op.name for op in OPS.values() for call in op.calls}
+
+
+def _composite(c: Ctx) -> Fwd:
+    """Attention reaches the tracer whole only in a form graph/composite.py does not write out: say which."""
+    raise c.fail(composite.why_not(c.call.name, c.call.args, c.call.kwargs) or "not written out")
+
+
 FORWARD: dict[str, Callable[[Ctx], Fwd | list[Fwd]]] = {
-    call: HANDLERS[op] if op in HANDLERS else _pointwise(op, OPS[op].flops) for call, op in CALL_OP.items()}
+    call: HANDLERS[op] if op in HANDLERS else _pointwise(op, OPS[op].flops) for call, op in CALL_OP.items()} | {
+    name: _composite for name in composite.NAMES}
 SUPPORTED = ", ".join(op.traced or "/".join(c for c in op.calls if not c.startswith("_") and not c.endswith("_"))
-                      for op in OPS.values() if op.calls or op.traced)
+                      for op in OPS.values() if op.calls or op.traced) + \
+    ", nn.MultiheadAttention and scaled_dot_product_attention (unmasked)"

@@ -39,6 +39,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from poet.graph import composite
+
 
 @dataclass
 class OpEvent:
@@ -103,6 +105,11 @@ class _CallMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         # While a mode handles a call it is off the stack, so calls made inside `func`
         # (F.cross_entropy calling log_softmax) are not seen: one event per call the user wrote.
+        # Attention is the exception: the calls it is made of are seen instead (graph/composite.py).
+        if torch._C._current_autograd_node() is None:
+            done, out = composite.run(self, func, args, kwargs or {})
+            if done:
+                return out
         return self.owner._record_call(func, args, kwargs or {})
 
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from poet.graph import dropout
+from poet.graph import composite, dropout
 from poet.graph.quantise import absmax_scale, quantise
 from poet.graph.training_graph import TrainingGraph
 
@@ -85,9 +85,12 @@ class Fed(TorchFunctionMode):
         self._seen = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        out = func(*args, **(kwargs or {}))
         if torch._C._current_autograd_node() is not None:
+            return func(*args, **(kwargs or {}))
+        done, out = composite.run(self, func, args, kwargs or {})  # its parts are calls, as the trace's are
+        if done:
             return out
+        out = func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", str(func))
         k = self._seen.get(name, 0)
         self._seen[name] = k + 1
@@ -120,6 +123,10 @@ class PoetDropout(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if torch._C._current_autograd_node() is None:
+            done, out = composite.run(self, func, args, kwargs)  # the attention's dropout is the board's too
+            if done:
+                return out
         kept = dropout.drawn_share(name, args, kwargs)
         if (name != "dropout" and kept is None) or torch._C._current_autograd_node() is not None:
             return func(*args, **kwargs)

@@ -152,6 +152,37 @@ class _Tracer:
         self.fwd.append((f, call))
         return nid
 
+    def prune(self, out: int) -> None:
+        """Drop the forward nodes the output does not depend on: values computed for logging, the attention
+        weights nn.MultiheadAttention returns by default. Their calls count as making no node (graph/check.py)."""
+        live = {out}
+        for nid in range(out, 0, -1):
+            if nid in live:
+                live.update(self.fwd[nid - 1][0].deps)
+        if len(live - {0}) == len(self.fwd):
+            return
+        new = {0: 0}
+        kept: list[tuple[Fwd, CallEvent]] = []
+        for nid, (f, call) in enumerate(self.fwd, 1):
+            if nid in live:
+                kept.append((f, call))
+                new[nid] = len(kept)
+        for f, _ in kept:
+            f.deps = [new[d] for d in f.deps]
+        self.fwd = kept
+        for t, nid in list(self.node_of.items()):
+            if nid in new:
+                self.node_of[t] = new[nid]
+            else:
+                del self.node_of[t]
+        for c, nid in list(self.node_of_call.items()):
+            if nid in new:
+                self.node_of_call[c] = new[nid]
+            else:
+                del self.node_of_call[c]
+                self.const_calls.add(c)
+        self.pieces = {c: [new[n] for n in ns if n in new] for c, ns in self.pieces.items()}
+
     def made(self, t: Any) -> None:
         """A piece of a split becomes a node when first read (its deps fixed when the split was recorded)."""
         got = self.pending.pop(id(t), None) if isinstance(t, torch.Tensor) else None
@@ -433,6 +464,7 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
         raise refused
     if id(logits) not in tr.node_of:
         raise PoetError(f"model {name!r}: its output is not computed from its input by traced ops")
+    tr.prune(tr.node_of[id(logits)])
     g = _build(tr, name, batch, tuple(x.shape[1:]), classes, input_dtype, tr.node_of[id(logits)], loss)
     loss_call = ins.calls[n_model_calls].id
     return Traced(g, ins, tr.node_of_call | {loss_call: len(tr.fwd) + 1}, tr.const_calls, x, labels, tr.pieces)
