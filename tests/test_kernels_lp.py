@@ -68,7 +68,7 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "poet_conv2d_i8_fwd": ([CONVP, I8P, FLT, I8P, FLT, F32P, F32P], None),
     "poet_linear_fwd": ([INT, INT, INT, F32P, F32P, F32P, F32P], None),
     "poet_linear_bwd": ([INT, INT, INT, F32P, F32P, F32P, ctypes.c_void_p, ctypes.c_void_p, F32P], None),
-    "poet_linear_w8_fwd": ([INT, INT, INT, F32P, I8P, FLT, F32P, F32P], None),
+    "poet_linear_w8_fwd": ([INT, INT, INT, INT, INT, F32P, I8P, FLT, F32P, F32P], None),
     "poet_linear_w8_bwd_gx": ([INT, INT, INT, F32P, I8P, FLT, F32P], None),
     "poet_conv2d_ex_fwd": ([CONVP] + [F32P] * 4, None),
 }
@@ -272,7 +272,7 @@ def test_linear_with_its_weight_stored_int8(lib: ctypes.CDLL, seed: int) -> None
     wq, ws = _quantised(lib, w)
     wd = (wq.astype(np.float32) * np.float32(ws)).astype(np.float32)
     y8, y = np.empty((B, fout), np.float32), np.empty((B, fout), np.float32)
-    lib.poet_linear_w8_fwd(B, fin, fout, ptr(x, F32P), ptr(wq, I8P), float(ws), ptr(b, F32P), ptr(y8, F32P))
+    lib.poet_linear_w8_fwd(B, fin, fout, 0, fout, ptr(x, F32P), ptr(wq, I8P), float(ws), ptr(b, F32P), ptr(y8, F32P))
     lib.poet_linear_fwd(B, fin, fout, ptr(x, F32P), ptr(wd, F32P), ptr(b, F32P), ptr(y, F32P))
     assert np.array_equal(y8.view(np.uint32), y.view(np.uint32))
     gx8, gx = np.empty((B, fin), np.float32), np.empty((B, fin), np.float32)

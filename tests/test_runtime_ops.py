@@ -849,6 +849,7 @@ def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> Non
     d, c = at(drops, CODE["dropout"]), at(drops, CODE["conv2d"])
     lin, inp = at(w8, CODE["linear"]), at(staged, CODE["input"])
     stored = w8.nodes[lin].attrs[3]
+    lin_bwd = next(i for i, n in enumerate(w8.nodes) if n.op == CODE["linear_bwd"] and n.attrs[3] == stored)
     assert w8.param_i8[stored] and w8.param_frozen[stored]
     bad = [
         (with_attr(drops, d, 1, 1 << 24), d),  # keep-from past 2^24: would drop everything
@@ -858,8 +859,9 @@ def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> Non
         (with_attr(drops, c, 5, drops.nodes[c].attrs[5] | 0x3F << 16), c),  # 63 columns of padding
         (with_attr(staged, inp, 1, 2), inp),  # no such input type
         (with_attr(staged, inp, 2, -1), inp),  # staged int8 without a scale
-        # a stored-int8 dense weight on the SD card: only a static-int8 conv streams its weight
-        (dc_replace(w8, param_aux=[i == stored for i in range(len(w8.param_elems))]), lin),
+        # a stored-int8 dense weight on the SD card that a backward reads: only a forward streams its rows (the
+        # forward linear reading it is node lin, which the board takes)
+        (dc_replace(w8, param_aux=[i == stored for i in range(len(w8.param_elems))]), lin_bwd),
     ]
     with native_link(tmp_path) as link:
         for good in (drops, w8, staged):

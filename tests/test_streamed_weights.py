@@ -17,7 +17,14 @@ from poet.errors import UsageError
 from poet.graph.training_graph import TrainingGraph
 from poet.plan.cost.memory import aux_area_bytes, pool_for, stream_reads, stream_row, swap_bytes
 from poet.plan.lowering.lower import model_blob
-from poet.plan.transform.placement import place, streamed
+from poet.plan.transform.placement import (
+    dense_streamable,
+    place,
+    stream_lines,
+    streamed,
+    w8_candidates,
+    weight_only_int8,
+)
 from poet.plan.transform.static_int8 import Int8Prefix, rewrite
 from poet.units import format_size
 from test_kernels_lp import _train
@@ -91,6 +98,62 @@ def test_streamed_weights_give_the_bits_of_weights_in_flash(tmp_path: Path) -> N
             assert np.array_equal(a, b), which
 
 
+class _Mlp(torch.nn.Module):
+    """Two frozen dense layers (rows of 64 and 48 B stored int8), then the one that trains."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.net = nn.Sequential(nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 40), nn.ReLU(), nn.Linear(40, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+@needs_tools("cc", "make")
+def test_frozen_dense_weights_stream_with_the_bits_of_weights_in_flash(tmp_path: Path) -> None:
+    """Issue 49: a frozen linear whose weight is stored int8 reads it from the card a few output rows at a time
+    when flash cannot hold it, and computes what it computes from flash, bit for bit."""
+    from poet.graph.reference import weights_of
+    from poet.graph.tracer import trace
+
+    torch.manual_seed(6)
+    m = _Mlp()
+    g0 = trace(m, "mlp", (64,), 5, 2, train="last:1")
+    w8 = weight_only_int8(g0, set(w8_candidates(g0)))
+    assert dense_streamable(w8) == ["net.0.weight", "net.2.weight"]  # the largest first; never the trained one
+    rng = np.random.default_rng(3)
+    data = [(rng.standard_normal((2, 64)).astype(np.float32), rng.integers(0, 5, 2).astype(np.int32))
+            for _ in range(3)]
+    w = weights_of(m)
+    runs = {}
+    for which in ((), ("net.0.weight",), ("net.0.weight", "net.2.weight")):
+        g = streamed(w8, set(which))
+        assert g.streamed_params == set(which)
+        blob = model_blob(g)
+        assert [blob.aux(p) for p in range(len(g.params))] == [name in which for name, _ in g.params]
+        assert blob.pool == pool_for(g)  # the board's layout is the planner's, stream buffer included
+        d = tmp_path / str(len(runs))
+        d.mkdir()
+        runs[which] = _train(d, blob, w, data)
+    assert pool_for(streamed(w8, {"net.0.weight", "net.2.weight"})).stream == 64  # one row of the widest
+    assert pool_for(streamed(w8, {"net.2.weight"})).stream == 48
+    base_losses, base_w = runs[()]
+    fc = [n for n, _ in g0.params].index("net.4.weight")
+    assert not np.allclose(base_w[fc], w[fc].ravel())  # the last layer trained
+    for which, (losses, got) in runs.items():
+        assert losses == base_losses, which
+        for a, b in zip(got, base_w, strict=True):
+            assert np.array_equal(a, b), which
+    # a flash that holds the int8 weights but for 100 B: after storing both int8, the largest moves to the card
+    small = replace(load_board("nrf52840"), model_flash_bytes=pool_for(w8).flash.total - 100)
+    placed = place(g0, small)
+    assert placed.streamed_params == {"net.0.weight"} and placed.int8_params == {"net.0.weight", "net.2.weight"}
+    assert pool_for(placed).flash.total <= small.model_flash_bytes and pool_for(placed).flash.aux == 4 + 64 * 48
+    lines = stream_lines(placed)
+    assert "1 int8 layers" in lines[0] and "net/0" in lines[1]
+
+
 def test_stream_reads_follow_the_buffer() -> None:
     assert stream_row(8, 8, 3, 3) == 9 and stream_row(512, 1, 3, 3) == 4608 and stream_row(1, 1, 10, 4) == 40
     assert stream_reads(8, 9, 72) == [4, 72]  # the scale, then eight channels in one read
@@ -120,9 +183,10 @@ def test_a_model_that_fits_neither_flash_nor_the_card_is_one_line() -> None:
     _, g, prefix = _prefix()
     board = load_board("nrf52840")
     with pytest.raises(UsageError, match=r"fit neither nrf52840's flash nor its SD card: .*even with the weights "
-                                         r"of its 4 static-int8 convolutions on the SD card"):
+                                         r"of 4 of its layers on the SD card"):
         place(prefix.graph, replace(board, model_flash_bytes=64))
-    with pytest.raises(UsageError, match=r"fit neither .* only static-int8 convolutions can stream"):
+    with pytest.raises(UsageError, match=r"fit neither .* only static-int8 convolutions and frozen dense layers "
+                                         r"stored int8 can stream"):
         place(g, replace(board, model_flash_bytes=64))  # fp32: nothing can stream
     # flash holds all but one weight; the card holds the swap area, not that weight after it
     short = replace(board, model_flash_bytes=pool_for(prefix.graph).flash.total - 100)

@@ -58,8 +58,8 @@ enum { POET_DT_F32 = 0, POET_DT_F16 = 1, POET_DT_BF16 = 2, POET_DT_I8 = 3 };
  * fp32 scale (the scale's word, then the elements, padded to a word), read only by an int8 layer
  * (linear_i8, conv2d_i8 with two deps). POET_PARAM_AUX, only with FROZEN and I8: stored in the same
  * format on aux storage (the SD card), after the swap area, when flash cannot hold it; read by a
- * static-int8 conv only (conv2d_q), which streams it through the pool's stream buffer a few output
- * channels at a time (ops/quant.c). */
+ * static-int8 conv (conv2d_q) or a forward linear of a weight-only int8 layer, which stream it through
+ * the pool's stream buffer a few output channels (features) at a time (ops/quant.c, ops/linear.c). */
 #define POET_PARAM_FROZEN 0x80000000u
 #define POET_PARAM_STATE 0x40000000u
 #define POET_PARAM_I8 0x20000000u
@@ -111,8 +111,8 @@ typedef struct {
     uint32_t frozen_words;               /* 4-byte words of frozen parameters (the frozen weights blob) */
     uint32_t aux_words;                  /* 4-byte words of those on aux storage (POET_PARAM_AUX) */
     uint32_t aux_at;                     /* their first byte on aux storage: past the swap area, 512-aligned */
-    /* The pool's stream buffer: the largest output channel's weights (C/groups k k bytes) of any
-     * conv2d_q that streams its weight from aux storage; 0 when none does. */
+    /* The pool's stream buffer: the largest output row's weights (a conv2d_q's C/groups k k bytes, a
+     * linear's in) of any node that streams its weight from aux storage; 0 when none does. */
     uint32_t stream_bytes;
     uint32_t train_elems;                /* elements with a gradient (and optimizer state) */
     uint32_t state_elems;                /* elements in RAM without one (POET_PARAM_STATE), after them */

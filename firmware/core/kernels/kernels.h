@@ -340,8 +340,11 @@ void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale,
 /* fp32 linear layers whose frozen weight is stored int8 (weight-only: w = (float)q * w_scale, made as
  * each element is read): the loops and roundings of poet_linear_fwd and of poet_linear_bwd's input
  * gradient on that dequantised weight, bit for bit. No weight gradient: the weight is frozen. */
-void poet_linear_w8_fwd(int B, int in, int out, const float *x, const int8_t *wq, float w_scale, const float *b,
-                        float *y);
+/* The forward computes output features o_begin..o_end-1 (all: 0..out), wq holding just their rows (in weights
+ * each): a layer whose weight streams from aux storage runs it on each read (ops/linear.c), and every
+ * output element comes out as the whole layer's would. */
+void poet_linear_w8_fwd(int B, int in, int out, int o_begin, int o_end, const float *x, const int8_t *wq,
+                        float w_scale, const float *b, float *y);
 void poet_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t *wq, float w_scale, float *gx);
 void poet_conv2d_i8_fwd(const poet_conv_t *cv, const int8_t *xq, float x_scale, const int8_t *wq,
                         float w_scale, const float *b, float *y);

@@ -376,17 +376,17 @@ void poet_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale,
     }
 }
 
-void poet_linear_w8_fwd(int B, int in, int out, const float *x, const int8_t *wq, float w_scale, const float *b,
-                        float *y)
+void poet_linear_w8_fwd(int B, int in, int out, int o_begin, int o_end, const float *x, const int8_t *wq,
+                        float w_scale, const float *b, float *y)
 {
     int i, o, k, j;
     for (i = 0; i < B; i++) {
         const float *xr = x + (long)i * in;
         float *yr = y + (long)i * out;
-        for (o = 0; o < out;) {
-            const int8_t *w0 = wq + (long)o * in;
+        for (o = o_begin; o < o_end;) {
+            const int8_t *w0 = wq + (long)(o - o_begin) * in;
             float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            const int n = BLOCKED(o + 4 <= out) ? 4 : 1;
+            const int n = BLOCKED(o + 4 <= o_end) ? 4 : 1;
             if (n == 4) {
                 const int8_t *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
                 float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;

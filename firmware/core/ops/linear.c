@@ -23,7 +23,11 @@ int op_linear_check(poet_model_t *m, const poet_node_t *n)
     y = f32s(mul((uint64_t)a[B], (uint64_t)a[OUT]));
     w = mul((uint64_t)a[IN], (uint64_t)a[OUT]);
     if (!(n->op == POET_OP_LINEAR_I8 ? i8_weight_ok(m, n, a[WEIGHT], w)
-                                      : param_ok(m, a[WEIGHT], w) || w8_weight_ok(m, a[WEIGHT], w)) ||
+                                      : param_ok(m, a[WEIGHT], w) || w8_weight_ok(m, a[WEIGHT], w, 0) ||
+                                            /* a forward may stream its weight's rows (a backward's input
+                                             * gradient sums over every row) */
+                                            (n->op == POET_OP_LINEAR && w8_weight_ok(m, a[WEIGHT], w, 1) &&
+                                             streams(m, (uint32_t)a[IN]))) ||
         !opt_param_ok(m, a[BIAS], (uint64_t)a[OUT]))
         return 0;
     if (n->op == POET_OP_LINEAR_I8)
@@ -31,13 +35,25 @@ int op_linear_check(poet_model_t *m, const poet_node_t *n)
     return n->op == POET_OP_LINEAR ? io1(m, n, x, y) : weighted_bwd_ok(m, n, a[NEED_GX], y, x, a[WEIGHT]);
 }
 
+/* Output features first..end-1 of a weight stored int8 from their rows wq: the whole layer in flash, or one
+ * read of a weight on aux storage, whose outputs are then the in-flash layer's, bit for bit. */
+static void w8_rows(const poet_exec_t *e, int32_t first, int32_t end, const int8_t *wq, float ws)
+{
+    const int32_t *a = e->a;
+    poet_linear_w8_fwd(a[B], a[IN], a[OUT], first, end, e->in[0], wq, ws, param(e, a[BIAS]), e->out);
+}
+
 void op_linear_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
     float ws;
+    if (poet_param_aux(e->m, (uint16_t)a[WEIGHT])) {
+        stream_weight(e, a[WEIGHT], (uint32_t)a[IN], a[OUT], w8_rows);
+        return;
+    }
     if (poet_param_i8(e->m, (uint16_t)a[WEIGHT])) {
         const int8_t *wq = i8_weight(e, a[WEIGHT], &ws);
-        poet_linear_w8_fwd(a[B], a[IN], a[OUT], e->in[0], wq, ws, param(e, a[BIAS]), e->out);
+        w8_rows(e, 0, a[OUT], wq, ws);
         return;
     }
     poet_linear_fwd(a[B], a[IN], a[OUT], e->in[0], param(e, a[WEIGHT]), param(e, a[BIAS]), e->out);

@@ -3,6 +3,9 @@
 
 #include "op_util.h"
 
+#include "../port.h"
+#include "../status.h"
+
 /* Compile-time checks of the table's rows (C99 has no static_assert: a negative array size is the
  * error): every opcode fits a node record's u8, and every NATTRS fits its ten slots. Two rows of one
  * NUMBER are the designated initialisers below naming one index twice, an error with -Wextra
@@ -214,10 +217,37 @@ int grad_buf_ok(const poet_model_t *m, int32_t p)
 
 /* An int8 layer reads its weight quantised by the step (deps 2 and 3: a cast and an absmax node of
  * the fp32 parameter) or, with two deps, stored int8 in nv storage (a frozen POET_PARAM_I8 one). */
-int w8_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems)
+int w8_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems, int aux)
 {
     return p >= 0 && (uint32_t)p < m->n_params && poet_param_elems(m, (uint16_t)p) == elems &&
-           poet_param_i8(m, (uint16_t)p) && !poet_param_aux(m, (uint16_t)p) && !poet_param_trained(m, (uint16_t)p);
+           poet_param_i8(m, (uint16_t)p) && !poet_param_aux(m, (uint16_t)p) == !aux &&
+           !poet_param_trained(m, (uint16_t)p);
+}
+
+int streams(poet_model_t *m, uint32_t row)
+{
+    if (row > m->stream_bytes)
+        m->stream_bytes = row;
+    return 1;
+}
+
+void stream_weight(const poet_exec_t *e, int32_t p, uint32_t row, int32_t rows, stream_fn run)
+{
+    uint32_t at = e->m->aux_at + 4u * e->m->param_off[p], per = e->m->stream_bytes / row;
+    int32_t o, n;
+    float ws;
+    if (port_pager_read(at, &ws, 4u) != 0) {
+        *e->err = POET_E_PAGER;
+        return;
+    }
+    for (o = 0; o < rows; o += n) {
+        n = rows - o < (int32_t)per ? rows - o : (int32_t)per;
+        if (port_pager_read(at + 4u + (uint32_t)o * row, e->buf->stream, (uint32_t)n * row) != 0) {
+            *e->err = POET_E_PAGER;
+            return;
+        }
+        run(e, o, o + n, (const int8_t *)e->buf->stream, ws);
+    }
 }
 
 int i8_weight_ok(const poet_model_t *m, const poet_node_t *n, int32_t p, uint64_t elems)

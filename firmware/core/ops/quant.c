@@ -5,8 +5,6 @@
  * ReLU (bit 16), so activations never exist in fp32 inside the prefix. */
 #include "op_util.h"
 
-#include "../port.h"
-#include "../status.h"
 
 /* ---- quantize, dequantize -------------------------------------------------------------------- */
 
@@ -52,53 +50,30 @@ int op_conv2d_q_check(poet_model_t *m, const poet_node_t *n)
           n->n_deps == 1 && dep_bytes(m, n, 0) == x && q_dep_ok(m, n, 0) && n->bytes == q_out_bytes(a[EPI], y)))
         return 0;
     /* reduce is C/groups kh kw, below POET_I8_MAX_REDUCE: a row fits 32 bits */
-    if (poet_param_aux(m, (uint16_t)a[WEIGHT]) && (uint32_t)reduce > m->stream_bytes)
-        m->stream_bytes = (uint32_t)reduce;
-    return 1;
+    return !poet_param_aux(m, (uint16_t)a[WEIGHT]) || streams(m, (uint32_t)reduce);
 }
 
-/* A weight on aux storage (POET_PARAM_AUX): its scale, then as many output channels' weights as the
- * stream buffer holds per read, each read's channels computed before the next read overwrites them.
- * The same kernel on the same bytes: the output is the in-flash layer's, bit for bit. */
-static void conv2d_q_streamed(const poet_exec_t *e)
+/* Output channels first..end-1 from their weights wq: the whole layer in flash, or one read of a weight on
+ * aux storage (POET_PARAM_AUX), whose outputs are then the in-flash layer's, bit for bit. */
+static void conv2d_q_rows(const poet_exec_t *e, int32_t first, int32_t end, const int8_t *wq, float ws)
 {
     const int32_t *a = e->a;
-    const poet_model_t *m = e->m;
-    uint32_t at = m->aux_at + 4u * m->param_off[a[WEIGHT]];
     poet_conv_t cv = conv_shape(a);
-    uint32_t row = (uint32_t)(cv.C / cv.groups * cv.kh * cv.kw), per = m->stream_bytes / row;
-    int32_t o, n;
-    float ws;
-    if (port_pager_read(at, &ws, 4u) != 0) {
-        *e->err = POET_E_PAGER;
-        return;
-    }
-    for (o = 0; o < a[O]; o += n) {
-        n = a[O] - o < (int32_t)per ? a[O] - o : (int32_t)per;
-        if (port_pager_read(at + 4u + (uint32_t)o * row, e->buf->stream, (uint32_t)n * row) != 0) {
-            *e->err = POET_E_PAGER;
-            return;
-        }
-        poet_conv2d_q_fwd_rows(&cv, o, o + n, (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
-                               (const int8_t *)e->buf->stream, ws, param(e, a[BIAS]), Q_RELU(a[EPI]),
-                               q_out_scale(e, a[EPI]), e->out);
-    }
+    poet_conv2d_q_fwd_rows(&cv, first, end, (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0), wq, ws, param(e, a[BIAS]), Q_RELU(a[EPI]),
+                           q_out_scale(e, a[EPI]), e->out);
 }
 
 void op_conv2d_q_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
     const float *ws;
-    poet_conv_t cv;
+    poet_conv_t cv = conv_shape(a);
     if (poet_param_aux(e->m, (uint16_t)a[WEIGHT])) {
-        conv2d_q_streamed(e);
+        stream_weight(e, a[WEIGHT], (uint32_t)(cv.C / cv.groups * cv.kh * cv.kw), a[O], conv2d_q_rows);
         return;
     }
     ws = param(e, a[WEIGHT]);
-    cv = conv_shape(a);
-    poet_conv2d_q_fwd(&cv, (const int8_t *)(const void *)e->in[0], q_in_scale(e, 0),
-                      (const int8_t *)(const void *)(ws + 1), ws[0], param(e, a[BIAS]), Q_RELU(a[EPI]),
-                      q_out_scale(e, a[EPI]), e->out);
+    conv2d_q_rows(e, 0, a[O], (const int8_t *)(const void *)(ws + 1), ws[0]);
 }
 
 /* ---- maxpool2d_q: a0..a7 as maxpool2d_general, a8 the scale parameter, its input's -------------- */

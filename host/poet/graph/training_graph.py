@@ -120,9 +120,9 @@ class TrainingGraph:
     @property
     def streamed_params(self) -> set[str]:
         """Frozen int8 weights kept on the board's aux storage (the SD card), not in flash: those of the
-        static-int8 convs marked `stream`, which read them a few output channels at a time
-        (poet.plan.transform.placement)."""
-        return {self.params[n.attrs["w"]][0] for n in self.nodes if n.op == "conv2d_q" and n.attrs.get("stream")}
+        nodes marked `stream` (static-int8 convs, and frozen linears whose weight is stored int8), which read
+        them a few output channels at a time (poet.plan.transform.placement)."""
+        return {self.params[n.attrs["w"]][0] for n in self.nodes if n.op in STREAMING and n.attrs.get("stream")}
 
     @property
     def frozen_bytes(self) -> int:
@@ -171,6 +171,8 @@ class TrainingGraph:
         return cls(**raw)
 
 
+# the ops that may read their weight from aux storage a few output rows at a time (`stream` set)
+STREAMING = ("conv2d_q", "linear")
 # the node attributes that name a parameter (an index into TrainingGraph.params)
 PARAM_ATTRS = ("w", "b", "rm", "rv", "scale", "out_scale")
 # backward ops whose kernel hands over each element of a parameter gradient once, finished, so it can

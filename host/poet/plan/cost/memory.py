@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from poet.errors import UsageError
 from poet.graph.dtypes import F32, I32
 from poet.graph.quantise import i8_bytes
-from poet.graph.training_graph import conv_window
+from poet.graph.training_graph import STREAMING, conv_window
 from poet.units import format_size
 
 if TYPE_CHECKING:
@@ -128,8 +128,8 @@ class Pool:
 def pool_for(g: TrainingGraph) -> Pool:
     """The pool a training graph needs on the board (the model blob lowered from it asks the same)."""
     frozen, moved, i8, aux = set(g.frozen), g.moved, g.int8_params, g.streamed_params
-    stream = max((conv_stream_row(n.attrs) for n in g.nodes
-                  if n.op == "conv2d_q" and n.attrs.get("stream")), default=0)
+    stream = max((node_stream_row(n.op, n.attrs) for n in g.nodes
+                  if n.op in STREAMING and n.attrs.get("stream")), default=0)
     return Pool.of(g.param_elems, [name not in frozen for name, _ in g.params], g.optimizer["name"], g.batch,
                    g.x_elems, len(g.nodes), [name in moved for name, _ in g.params],
                    [name in i8 for name, _ in g.params], g.updates_in_backward,
@@ -153,6 +153,17 @@ def conv_stream_row(conv: dict[str, int]) -> int:
     return stream_row(conv["C"], conv["groups"], *conv_window(conv)[:2])
 
 
+def node_stream_row(op: str, attrs: dict[str, int]) -> int:
+    """The bytes of one output row of a streaming node's int8 weight: a conv's output channel, a linear's
+    output feature (its `in` weights)."""
+    return attrs["in"] if op == "linear" else conv_stream_row(attrs)
+
+
+def node_rows(op: str, attrs: dict[str, int]) -> int:
+    """A streaming node's output rows: a conv's output channels, a linear's output features."""
+    return attrs["out"] if op == "linear" else attrs["O"]
+
+
 def stream_reads(out_channels: int, row: int, stream: int) -> list[int]:
     """The aux-storage reads of a conv streaming `out_channels` rows of `row` bytes through a buffer of
     `stream` bytes, in bytes each: its weight's scale, then as many whole rows per read as the buffer
@@ -164,8 +175,8 @@ def stream_reads(out_channels: int, row: int, stream: int) -> list[int]:
 def streamed_reads(g: TrainingGraph) -> dict[int, list[int]]:
     """Each node that streams its weight from aux storage (poet.plan.transform.placement), by id: its reads' bytes."""
     stream = pool_for(g).stream
-    return {n.id: stream_reads(n.attrs["O"], conv_stream_row(n.attrs), stream)
-            for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("stream")}
+    return {n.id: stream_reads(node_rows(n.op, n.attrs), node_stream_row(n.op, n.attrs), stream)
+            for n in g.nodes if n.op in STREAMING and n.attrs.get("stream")}
 
 
 def arena_bytes(n: GraphNode) -> int:

@@ -15,6 +15,8 @@ overflow flash keeps its largest frozen dense weights int8 instead (weight-only 
 layer still computes in fp32, on w = q * scale made as each element is read, forward and for the
 input gradient (firmware/core/kernels/lowp.c poet_linear_w8_*), so it is the fp32 layer of a
 slightly different frozen weight, the one the PyTorch reference is given (graph/reference.as_graph).
+When even those overflow flash, the largest that only a forward linear reads stream from the card as the
+convs do, a few output features a read (firmware/core/ops/linear.c).
 
 The placement is a function of the graph and the board alone, recorded in the graph (a
 conv2d_q node's `stream` attribute, a linear's `w8`), so `poet solve` and `poet train` make the
@@ -28,17 +30,31 @@ from dataclasses import replace
 from poet.boards import Board
 from poet.errors import UsageError
 from poet.graph.quantise import i8_bytes
-from poet.graph.training_graph import TrainingGraph, numel
+from poet.graph.training_graph import STREAMING, TrainingGraph, numel
 from poet.plan.cost.memory import aux_area_bytes, pool_for
 from poet.units import format_size
 
 
 def streamed(g: TrainingGraph, params: set[str]) -> TrainingGraph:
-    """g with the static-int8 convs whose weights are `params` streaming them from aux storage."""
+    """g with the static-int8 convs and int8-stored frozen linears whose weights are `params` streaming them
+    from aux storage."""
     if not params:
         return g
     return replace(g, nodes=[replace(n, attrs={**n.attrs, "stream": 1})
-                             if n.op == "conv2d_q" and g.params[n.attrs["w"]][0] in params else n for n in g.nodes])
+                             if n.op in STREAMING and g.params[n.attrs["w"]][0] in params else n for n in g.nodes])
+
+
+def dense_streamable(g: TrainingGraph) -> list[str]:
+    """Frozen dense weights stored int8 (w8) that could stream from aux storage, largest first: read by
+    forward linear nodes only (the board streams a forward's output rows; a backward's input gradient sums
+    over them all), not streamed already."""
+    readers: dict[int, set[str]] = {}
+    for n in g.nodes:
+        if n.attrs.get("w", -1) >= 0 and n.kind != "optimizer":
+            readers.setdefault(n.attrs["w"], set()).add(n.op)
+    w8 = {n.attrs["w"] for n in g.nodes if n.op == "linear" and n.attrs.get("w8")}
+    ok = [i for i in w8 if readers[i] == {"linear"} and g.params[i][0] not in g.streamed_params]
+    return [g.params[i][0] for i in sorted(ok, key=lambda i: (-numel(g.params[i][1]), i))]
 
 
 def weight_only_int8(g: TrainingGraph, params: set[str]) -> TrainingGraph:
@@ -87,13 +103,18 @@ def place(g: TrainingGraph, board: Board) -> TrainingGraph:
             break
     else:
         out = weight_only_int8(out, dense)
+    for name in dense_streamable(out) if pool_for(out).flash.total > flash else []:
+        chosen.add(name)  # then the largest of those to the card, as the convs
+        out = streamed(out, chosen)
+        if pool_for(out).flash.total <= flash:
+            break
     f = pool_for(out).flash
     if f.total > flash:
         n = len(chosen)
-        why = (f"even with the weights of its {n} static-int8 convolution{'s' if n != 1 else ''} on the SD card"
-               if chosen
-               else "and only static-int8 convolutions can stream their weights from the SD card (this model has "
-                    "none: its frozen layers are read by a layer that trains, or have no int8 form)")
+        why = (f"even with the weights of {n} of its layers on the SD card" if chosen
+               else "and only static-int8 convolutions and frozen dense layers stored int8 can stream their "
+                    "weights from the SD card (this model has none: its frozen layers are read by a layer that "
+                    "trains, or have no int8 form)")
         if dense:
             why += f", and {len(dense)} frozen dense weight{'s' if len(dense) != 1 else ''} stored int8"
         raise UsageError(f"the model's frozen weights fit neither {board.name}'s flash nor its SD card: flash would "
@@ -121,16 +142,16 @@ def w8_lines(g: TrainingGraph) -> list[str]:
 
 def stream_lines(g: TrainingGraph) -> list[str]:
     """What `poet solve` says of the weights on the SD card: which layers, how big, how they are read."""
-    from poet.plan.cost.memory import conv_stream_row, stream_reads
+    from poet.plan.cost.memory import node_rows, node_stream_row, stream_reads
 
     pool = pool_for(g)
-    nodes = [n for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("stream")]
+    nodes = [n for n in g.nodes if n.op in STREAMING and n.attrs.get("stream")]
     if not nodes:
         return []
-    out = [f"frozen weights on the SD card (flash cannot hold them): {len(nodes)} static-int8 convolutions, "
+    out = [f"frozen weights on the SD card (flash cannot hold them): {len(nodes)} int8 layers, "
            f"{format_size(pool.flash.aux)}, each read through a {format_size(pool.stream)} stream buffer in RAM:"]
     for n in nodes:
         a = n.attrs
-        reads = stream_reads(a["O"], conv_stream_row(a), pool.stream)
+        reads = stream_reads(node_rows(n.op, a), node_stream_row(n.op, a), pool.stream)
         out.append(f"  {n.name:<30} {format_size(i8_bytes(numel(g.params[a['w']][1]))):>10} in {len(reads)} reads")
     return out
