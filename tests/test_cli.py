@@ -188,7 +188,8 @@ def test_frozen_weights_that_fit_neither_flash_nor_the_card_are_one_line(tmp_pat
     r = poet("solve", "--model", "bert-tiny", "--batch", "1", "--train", "last:1", "--board", "mkr1000",
              "--ram", "32k", "-o", str(tmp_path / "s.poet"))
     one_line_error(r, 2, "frozen weights fit neither mkr1000's flash nor its SD card", "flash would need 1.15 MiB "
-                   "of the 160.0 KiB the firmware leaves", "only static-int8 convolutions can stream")
+                   "of the 160.0 KiB the firmware leaves",
+                   "only convolutions and dense layers whose frozen weights are stored int8 can stream")
     assert not (tmp_path / "s.poet").exists()
 
 

@@ -25,7 +25,7 @@ REFERENCE = {f"poet_ref_{k.removeprefix('poet_')}": v for k, v in SIGNATURES.ite
 REFERENCE["poet_ref_linear_fwd"] = [INT] * 3 + [F32P] * 4
 for _p in ("poet_", "poet_ref_"):
     REFERENCE[_p + "linear_i8_fwd"] = [INT] * 3 + [I8P, ctypes.c_float, I8P, ctypes.c_float, F32P, F32P]
-    REFERENCE[_p + "linear_w8_fwd"] = [INT] * 3 + [F32P, I8P, ctypes.c_float, F32P, F32P]
+    REFERENCE[_p + "linear_w8_fwd"] = [INT] * 5 + [F32P, I8P, ctypes.c_float, F32P, F32P]
     REFERENCE[_p + "linear_w8_bwd_gx"] = [INT] * 3 + [F32P, I8P, ctypes.c_float, F32P]
 for _name in ("poet_conv2d_q_fwd_rows", "poet_ref_conv2d_q_fwd_rows"):
     REFERENCE[_name] = [CONVP, INT, INT, I8P, ctypes.c_float, I8P, ctypes.c_float, F32P, INT, F32P, ctypes.c_void_p]
@@ -122,9 +122,12 @@ def test_int8_linear_kernels_are_the_references_bits(both: ctypes.CDLL, shape: t
         run_both(lambda p, o, bias=bias: getattr(both, p + "linear_i8_fwd")(
             B, n_in, n_out, xq.ctypes.data_as(i8p), 0.02, wq.ctypes.data_as(i8p), 0.013, fp(bias), fp(o["y"])),
             {"y": np.full((B, n_out), np.nan, np.float32)})
-        run_both(lambda p, o, bias=bias: getattr(both, p + "linear_w8_fwd")(
-            B, n_in, n_out, fp(x), wq.ctypes.data_as(i8p), 0.013, fp(bias), fp(o["y"])),
-            {"y": np.full((B, n_out), np.nan, np.float32)})
+        # the whole layer, and the rows a read of a streamed weight holds (wq from its first row)
+        for first, end in ((0, n_out), (n_out // 3, n_out - n_out // 4)):
+            rows = np.ascontiguousarray(wq[first:end])
+            run_both(lambda p, o, bias=bias, first=first, end=end, rows=rows: getattr(both, p + "linear_w8_fwd")(
+                B, n_in, n_out, first, end, fp(x), rows.ctypes.data_as(i8p), 0.013, fp(bias), fp(o["y"])),
+                {"y": np.full((B, n_out), np.nan, np.float32)})
     run_both(lambda p, o: getattr(both, p + "linear_w8_bwd_gx")(B, n_in, n_out, fp(g), wq.ctypes.data_as(i8p), 0.013,
                                                                fp(o["gx"])),
              {"gx": np.full((B, n_in), np.nan, np.float32)})

@@ -5,6 +5,7 @@ test accuracy within a point of fp32's."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -563,9 +564,13 @@ def test_flash_fit_stores_the_largest_frozen_weights_int8_until_the_model_fits()
     assert flash_fit(small, flash) == frozenset()
     model, spec = get_model("resnet18-cifar")
     big = trace(model, spec.name, spec.input_shape, spec.classes, 1, train="last:1")
-    every = flash_fit(big, flash)  # every storable weight, and still too big: placement says so
+    every = flash_fit(big, flash)  # every storable weight, and still too big: placement streams the largest
     assert len(every) == 20 and every == {n.id for n in big.nodes if n.attrs.get("w", -1) in int8_storable(big)}
+    from poet.plan.cost.memory import pool_for
     from poet.plan.transform.placement import place
-    with pytest.raises(UsageError, match=r"fit neither nrf52840's flash nor its SD card: flash would need 10.72 MiB "
-                                         r".* only static-int8 convolutions can stream"):
-        place(apply_storage(big, {}, set(every)), board)
+    placed = place(apply_storage(big, {}, set(every)), board)  # int8 convs' stored weights stream from the card
+    assert placed.streamed_params and pool_for(placed).flash.total <= flash
+    assert all(n.op == "conv2d_i8" for n in placed.nodes if n.attrs.get("stream"))
+    with pytest.raises(UsageError, match=r"fit neither nrf52840's flash nor its SD card: flash would need .* even "
+                                         r"with the weights of \d+ of its layers on the SD card"):
+        place(apply_storage(big, {}, set(every)), dataclasses.replace(board, model_flash_bytes=64 * 1024))

@@ -187,7 +187,7 @@ def _check_model(tmp_path: Path, name: str, model: torch.nn.Module, g: TrainingG
             assert t_losses == losses
             for a, b in zip(t_weights, weights, strict=True):
                 assert np.array_equal(a, b)
-    ref = reference(model, data, LR, graph=g)  # the graph says the loss
+    ref = reference(model, data, LR, graph=g, frozen=g.frozen)  # the graph says the loss and what trains
     agreed = ref.agree(weights, losses, [n for n, _ in g.params])
     print(f"{name}: {agreed.summary()}")
     assert agreed.ok, f"{name}: {agreed.report()}"
@@ -870,3 +870,19 @@ def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> Non
             with pytest.raises(DeviceError) as e:
                 link.upload(MODEL, blob.encode())
             assert e.value.name == "MODEL" and e.value.detail == node, (e.value, node)
+
+
+def test_a_frozen_batch_norm_over_one_value_per_channel_trains(tmp_path: Path) -> None:
+    """A batch norm on running statistics needs no second value per channel: at batch 1 over a 1x1 map (EfficientNet's
+    last stages at 32x32) the board takes it, where batch statistics would need two (PyTorch's rule, kept for
+    those). The board had refused it, after the host had planned it."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 4, 3, stride=2), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4, 3))
+    g = trace(model, "bn1x1", (2, 3, 3), 3, 1, train="last:1")
+    bn = next(n for n in g.nodes if n.op == "batchnorm_eval")
+    assert bn.attrs["B"] * bn.attrs["HW"] == 1
+    rng = np.random.default_rng(9)
+    data = [(rng.standard_normal((1, 2, 3, 3)).astype(np.float32), rng.integers(0, 3, 1).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "bn1x1", model, g, data, poet=False)

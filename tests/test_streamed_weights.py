@@ -151,7 +151,46 @@ def test_frozen_dense_weights_stream_with_the_bits_of_weights_in_flash(tmp_path:
     assert placed.streamed_params == {"net.0.weight"} and placed.int8_params == {"net.0.weight", "net.2.weight"}
     assert pool_for(placed).flash.total <= small.model_flash_bytes and pool_for(placed).flash.aux == 4 + 64 * 48
     lines = stream_lines(placed)
-    assert "1 int8 layers" in lines[0] and "net/0" in lines[1]
+    assert "SD card (flash cannot hold them): 1 dense layer, 3.0 KiB" in lines[0] and "net/0" in lines[1]
+
+
+@needs_tools("cc", "make")
+def test_an_fp32_graphs_int8_convs_stream_with_the_bits_of_weights_in_flash(tmp_path: Path) -> None:
+    """Issue 49: the frozen convs of an fp32 graph that run in int8 on weights stored int8 (conv2d_i8, two deps:
+    precision.flash_fit) stream those weights from the card as static-int8 convs do, with the same bits; where
+    flash is short, placement moves the largest."""
+    from poet.graph.reference import weights_of
+    from poet.graph.tracer import trace
+    from poet.plan.transform.precision import apply_storage, flash_fit
+
+    torch.manual_seed(5)
+    m = _Net()
+    g0 = trace(m, "net", (1, 8, 8), 5, 2, train="last:1")
+    g = apply_storage(g0, {}, set(flash_fit(g0, 64)))  # every storable frozen weight int8
+    convs = [g.params[n.attrs["w"]][0] for n in g.nodes if n.op == "conv2d_i8" and len(n.deps) == 2]
+    assert len(convs) == 4
+    rng = np.random.default_rng(4)
+    data = [(rng.standard_normal((2, 64)).astype(np.float32), rng.integers(0, 5, 2).astype(np.int32))
+            for _ in range(3)]
+    w = weights_of(m)
+    runs = {}
+    for which in ((), tuple(convs), (convs[1],)):
+        s = streamed(g, set(which))
+        assert s.streamed_params == set(which)
+        blob = model_blob(s)
+        assert [blob.aux(p) for p in range(len(s.params))] == [name in which for name, _ in s.params]
+        assert blob.pool == pool_for(s)
+        d = tmp_path / str(len(runs))
+        d.mkdir()
+        runs[which] = _train(d, blob, w, data)
+    assert pool_for(streamed(g, set(convs))).stream == 72  # the 8->8 3x3 conv's output channel
+    base_losses, base_w = runs[()]
+    for which, (losses, got) in runs.items():
+        assert losses == base_losses, which
+        for a, b in zip(got, base_w, strict=True):
+            assert np.array_equal(a, b), which
+    small = replace(load_board("nrf52840"), model_flash_bytes=pool_for(g).flash.total - 100)
+    assert place(g, small).streamed_params == {convs[1]}  # the largest (576 B int8) moves, alone
 
 
 def test_stream_reads_follow_the_buffer() -> None:
@@ -185,9 +224,9 @@ def test_a_model_that_fits_neither_flash_nor_the_card_is_one_line() -> None:
     with pytest.raises(UsageError, match=r"fit neither nrf52840's flash nor its SD card: .*even with the weights "
                                          r"of 4 of its layers on the SD card"):
         place(prefix.graph, replace(board, model_flash_bytes=64))
-    with pytest.raises(UsageError, match=r"fit neither .* only static-int8 convolutions and frozen dense layers "
-                                         r"stored int8 can stream"):
-        place(g, replace(board, model_flash_bytes=64))  # fp32: nothing can stream
+    with pytest.raises(UsageError, match=r"fit neither .* only convolutions and dense layers whose frozen weights "
+                                         r"are stored int8 can stream"):
+        place(g, replace(board, model_flash_bytes=64))  # fp32 weights (not stored int8): nothing can stream
     # flash holds all but one weight; the card holds the swap area, not that weight after it
     short = replace(board, model_flash_bytes=pool_for(prefix.graph).flash.total - 100)
     need = aux_area_bytes(place(prefix.graph, short))

@@ -134,7 +134,7 @@ static void li8_fwd_ref(void)
     poet_ref_linear_i8_fwd(S.B, S.in, S.out, (const int8_t *)X, 0.02f, (const int8_t *)W, 0.01f, BIAS, Y);
 }
 static void lw8_fwd(void) { poet_linear_w8_fwd(S.B, S.in, S.out, 0, S.out, X, (const int8_t *)W, 0.01f, BIAS, Y); }
-static void lw8_fwd_ref(void) { poet_ref_linear_w8_fwd(S.B, S.in, S.out, X, (const int8_t *)W, 0.01f, BIAS, Y); }
+static void lw8_fwd_ref(void) { poet_ref_linear_w8_fwd(S.B, S.in, S.out, 0, S.out, X, (const int8_t *)W, 0.01f, BIAS, Y); }
 
 /* The peers' versions (peers.h), in the order of PEER_NAMES. */
 #define N_PEERS 3

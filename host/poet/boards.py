@@ -36,6 +36,15 @@ class Board:
         return self.raw.get("flasher") == "linux"
 
     @property
+    def schedule_bytes(self) -> int:
+        """The longest schedule the firmware holds (its POET_SCHEDULE_BLOB_MAX buffer): `schedule_bytes` in the
+        board file, else the core's 4 KiB, or for a Linux board every schedule the format can state."""
+        from poet.plan.lowering.schedule import SCHEDULE_BLOB_MAX, SCHEDULE_FORMAT_MAX
+
+        n = self.raw.get("schedule_bytes")
+        return int(n) if n is not None else SCHEDULE_FORMAT_MAX if self.linux else SCHEDULE_BLOB_MAX
+
+    @property
     def aux_bytes(self) -> int | None:
         """The firmware's area of the aux storage (swap slots, then streamed weights); None: a file, unbounded."""
         n = self.storage.get("bytes")
@@ -153,6 +162,7 @@ def _board(path: Path, raw: Any) -> Board:
     ram = top.number("ram_bytes", 1, BYTES_BELOW - 1, whole=True)
     flash_bytes = top.number("flash_bytes", 0, BYTES_BELOW - 1, whole=True)
     model_flash = top.number("model_flash_bytes", 0, BYTES_BELOW - 1, whole=True)
+    top.number("schedule_bytes", 64, BYTES_BELOW - 1, required=False, whole=True)
     target = top.text("firmware_target")
     power = top.section("power")
     assert power is not None

@@ -169,7 +169,7 @@ def _train(cfg: RunConfig, say: Say, port: str | None, resume: Path | None, held
         at = "after its last step" if state.global_step == per_epoch * cfg.epochs else \
             f"at epoch {state.epoch + 1}, step {state.step + 1}"
         say(f"resuming {shown(run.dir)} {at} ({state.global_step} steps done)")
-    given = read_given_schedule(cfg.schedule, g) if cfg.schedule else None  # one the board would refuse: here
+    given = read_given_schedule(cfg.schedule, g, board) if cfg.schedule else None  # one the board would refuse: here
     meter = open_meter(cfg.meter) if cfg.meter else None  # a missing sensor: refused here
     if not resume:
         folder, made = new_folder(cfg)

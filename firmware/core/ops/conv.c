@@ -3,7 +3,8 @@
 
 /* x[B, C, H, W] * weight[O, C/groups, kh, kw] (+ bias[O]) -> y[B, O, Ho, Wo]. K packs the kernel
  * window and the width padding, GEOM the height padding, stride and groups (POET_CONV_* in model.h). conv2d_i8 reads its weight from dep 2, quantised from
- * the parameter WEIGHT, or, with two deps, WEIGHT itself stored int8 (a frozen one, in nv storage). */
+ * the parameter WEIGHT, or, with two deps, WEIGHT itself stored int8 (a frozen one, in nv storage, or
+ * streamed from aux storage). */
 enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8, NEED_GX = 9 };
 
 /* conv2d, conv2d_bwd and conv2d_i8: the same shapes and parameters, then each op's deps and output.
@@ -18,7 +19,12 @@ int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
     x = f32s(x);
     y = f32s(y);
     w = mul((uint64_t)a[O], reduce);
-    if (!(n->op == POET_OP_CONV2D_I8 ? i8_weight_ok(m, n, a[WEIGHT], w) : param_ok(m, a[WEIGHT], w)) ||
+    if (!(n->op == POET_OP_CONV2D_I8 ? i8_weight_ok(m, n, a[WEIGHT], w) ||
+                                            /* stored int8 on aux storage: streamed an output channel or more
+                                             * a read (reduce is below POET_I8_MAX_REDUCE: i8_io) */
+                                            (n->n_deps == 2 && w8_weight_ok(m, a[WEIGHT], w, 1) &&
+                                             streams(m, (uint32_t)reduce))
+                                      : param_ok(m, a[WEIGHT], w)) ||
         !opt_param_ok(m, a[BIAS], (uint64_t)a[O]))
         return 0;
     if (n->op == POET_OP_CONV2D_I8)
@@ -42,11 +48,18 @@ void op_conv2d_bwd_run(const poet_exec_t *e)
                        a[NEED_GX] ? e->out : 0);
 }
 
-void op_conv2d_i8_run(const poet_exec_t *e)
+/* Output channels first..end-1 from their int8 weights wq: the whole layer, or one read of a weight on aux
+ * storage, whose outputs are then the in-flash layer's, bit for bit (poet_conv2d_i8_fwd's kernel). */
+static void i8_rows(const poet_exec_t *e, int32_t first, int32_t end, const int8_t *wq, float ws)
 {
     const int32_t *a = e->a;
-    float ws;
-    const int8_t *wq = i8_weight(e, a[WEIGHT], &ws);
     poet_conv_t cv = conv_shape(a);
-    poet_conv2d_i8_fwd(&cv, (const int8_t *)(const void *)e->in[0], e->in[1][0], wq, ws, param(e, a[BIAS]), e->out);
+    poet_conv2d_q_fwd_rows(&cv, first, end, (const int8_t *)(const void *)e->in[0], e->in[1][0], wq, ws,
+                           param(e, a[BIAS]), 0, 0, e->out);
+}
+
+void op_conv2d_i8_run(const poet_exec_t *e)
+{
+    poet_conv_t cv = conv_shape(e->a);
+    int8_rows(e, e->a[WEIGHT], (uint32_t)(cv.C / cv.groups * cv.kh * cv.kw), cv.O, i8_rows);
 }

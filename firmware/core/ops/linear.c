@@ -46,14 +46,8 @@ static void w8_rows(const poet_exec_t *e, int32_t first, int32_t end, const int8
 void op_linear_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
-    float ws;
-    if (poet_param_aux(e->m, (uint16_t)a[WEIGHT])) {
-        stream_weight(e, a[WEIGHT], (uint32_t)a[IN], a[OUT], w8_rows);
-        return;
-    }
-    if (poet_param_i8(e->m, (uint16_t)a[WEIGHT])) {
-        const int8_t *wq = i8_weight(e, a[WEIGHT], &ws);
-        w8_rows(e, 0, a[OUT], wq, ws);
+    if (poet_param_i8(e->m, (uint16_t)a[WEIGHT])) { /* weight-only int8, in nv storage or on aux storage */
+        int8_rows(e, a[WEIGHT], (uint32_t)a[IN], a[OUT], w8_rows);
         return;
     }
     poet_linear_fwd(a[B], a[IN], a[OUT], e->in[0], param(e, a[WEIGHT]), param(e, a[BIAS]), e->out);

@@ -31,7 +31,8 @@ int op_batchnorm_check(poet_model_t *m, const poet_node_t *n)
     const int32_t *a = n->a;
     int eval = n->op == POET_OP_BATCHNORM_EVAL || n->op == POET_OP_BATCHNORM_EVAL_BWD;
     uint64_t x;
-    if (!pos(a[B]) || !pos(a[C]) || !pos(a[HW]) || mul((uint64_t)a[B], (uint64_t)a[HW]) < 2u ||
+    /* batch statistics need two values per channel (PyTorch's rule); running ones take one (a 1x1 map) */
+    if (!pos(a[B]) || !pos(a[C]) || !pos(a[HW]) || (!eval && mul((uint64_t)a[B], (uint64_t)a[HW]) < 2u) ||
         !finite_attr(a[EPS]) || !(poet_attr_f32(a[EPS]) > 0.0f) || !finite_attr(a[MOMENTUM]) ||
         !opt_param_ok(m, a[WEIGHT], (uint64_t)a[C]) || !opt_param_ok(m, a[BIAS], (uint64_t)a[C]) ||
         !stats_ok(m, a[RUN_MEAN], a[RUN_VAR], (uint64_t)a[C], n->op == POET_OP_BATCHNORM) || (eval && a[RUN_MEAN] < 0))

@@ -70,12 +70,13 @@ int w8_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems, int aux);
 /* A node that streams its weight from aux storage in rows of `row` bytes: the pool's stream buffer holds one
  * (model.h stream_bytes). Returns 1. */
 int streams(poet_model_t *m, uint32_t row);
-/* A weight on aux storage (POET_PARAM_AUX, checked) read for a node: its scale, then as many of its `rows`
- * rows of `row` bytes as the pool's stream buffer holds per read, run(e, first, end, the buffer, scale)
- * computing those rows' outputs before the next read overwrites it. A failed read leaves POET_E_PAGER in
- * e->err. */
-typedef void (*stream_fn)(const poet_exec_t *e, int32_t first, int32_t end, const int8_t *wq, float w_scale);
-void stream_weight(const poet_exec_t *e, int32_t p, uint32_t row, int32_t rows, stream_fn run);
+/* A node's rows (output channels or features) from its int8 weight p: run(e, 0, rows, wq, scale) on the
+ * weight in nv storage (or deps 2 and 3: i8_weight), or, for one on aux storage (POET_PARAM_AUX, checked),
+ * its scale, then as many of its rows of `row` bytes as the pool's stream buffer holds per read,
+ * run(e, first, end, the buffer, scale) computing those rows' outputs before the next read overwrites it.
+ * A failed read leaves POET_E_PAGER in e->err. */
+typedef void (*rows_fn)(const poet_exec_t *e, int32_t first, int32_t end, const int8_t *wq, float w_scale);
+void int8_rows(const poet_exec_t *e, int32_t p, uint32_t row, int32_t rows, rows_fn run);
 int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we, uint64_t reduce,
           uint64_t y);
 

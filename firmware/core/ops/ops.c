@@ -231,11 +231,16 @@ int streams(poet_model_t *m, uint32_t row)
     return 1;
 }
 
-void stream_weight(const poet_exec_t *e, int32_t p, uint32_t row, int32_t rows, stream_fn run)
+void int8_rows(const poet_exec_t *e, int32_t p, uint32_t row, int32_t rows, rows_fn run)
 {
     uint32_t at = e->m->aux_at + 4u * e->m->param_off[p], per = e->m->stream_bytes / row;
     int32_t o, n;
     float ws;
+    if (!poet_param_aux(e->m, (uint16_t)p)) {
+        const int8_t *wq = i8_weight(e, p, &ws);
+        run(e, 0, rows, wq, ws);
+        return;
+    }
     if (port_pager_read(at, &ws, 4u) != 0) {
         *e->err = POET_E_PAGER;
         return;

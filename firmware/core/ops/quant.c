@@ -65,15 +65,8 @@ static void conv2d_q_rows(const poet_exec_t *e, int32_t first, int32_t end, cons
 
 void op_conv2d_q_run(const poet_exec_t *e)
 {
-    const int32_t *a = e->a;
-    const float *ws;
-    poet_conv_t cv = conv_shape(a);
-    if (poet_param_aux(e->m, (uint16_t)a[WEIGHT])) {
-        stream_weight(e, a[WEIGHT], (uint32_t)(cv.C / cv.groups * cv.kh * cv.kw), a[O], conv2d_q_rows);
-        return;
-    }
-    ws = param(e, a[WEIGHT]);
-    conv2d_q_rows(e, 0, a[O], (const int8_t *)(const void *)(ws + 1), ws[0]);
+    poet_conv_t cv = conv_shape(e->a);
+    int8_rows(e, e->a[WEIGHT], (uint32_t)(cv.C / cv.groups * cv.kh * cv.kw), cv.O, conv2d_q_rows);
 }
 
 /* ---- maxpool2d_q: a0..a7 as maxpool2d_general, a8 the scale parameter, its input's -------------- */

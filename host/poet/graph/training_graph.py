@@ -171,8 +171,9 @@ class TrainingGraph:
         return cls(**raw)
 
 
-# the ops that may read their weight from aux storage a few output rows at a time (`stream` set)
-STREAMING = ("conv2d_q", "linear")
+# the ops that may read their weight from aux storage a few output rows at a time (`stream` set): a
+# static-int8 conv, an int8 conv whose weight is stored int8 (two deps), a linear whose is (w8)
+STREAMING = ("conv2d_q", "conv2d_i8", "linear")
 # the node attributes that name a parameter (an index into TrainingGraph.params)
 PARAM_ATTRS = ("w", "b", "rm", "rv", "scale", "out_scale")
 # backward ops whose kernel hands over each element of a parameter gradient once, finished, so it can

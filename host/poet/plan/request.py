@@ -78,6 +78,11 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         say(f"\n[lower] no schedule written: {why}")
         return p
     sched = p.lowered.schedule.encode()
+    if len(sched) > board.schedule_bytes:  # the board would refuse its upload (TOO_BIG): refused here first
+        raise UsageError(f"the schedule is {len(sched):,} B ({len(p.lowered.schedule.instrs)} instructions), and the "
+                         f"{board.name} firmware holds schedules of at most {board.schedule_bytes:,} B (its "
+                         f"POET_SCHEDULE_BLOB_MAX; boards/{board.name}.yaml schedule_bytes): choose a model with "
+                         "fewer ops, train fewer layers, or a board with a larger buffer")
     out = out or schedule_file(done.graph.model, board.name)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_output(out, sched)

@@ -21,7 +21,7 @@ from poet.files import SMALL, load_json, read_bytes, write_atomic
 from poet.graph.training_graph import TrainingGraph
 from poet.paths import runs_dir, shown
 from poet.plan.lowering.lower import model_blob
-from poet.plan.lowering.schedule import MEANINGS, NO_DETAIL, OK, peak_live_bytes, validate
+from poet.plan.lowering.schedule import MEANINGS, NO_DETAIL, OK, SCHEDULE_FORMAT_MAX, peak_live_bytes, validate
 from poet.plan.transform.rewrites import Rewrites
 from poet.plan.transform.static_int8 import Int8Prefix
 from poet.progress import Say
@@ -29,8 +29,7 @@ from poet.run.folder import LOCK_FILE, Run, is_count, is_real, lock
 from poet.settings import PlanRequest, RunConfig
 from poet.units import parse_deadline
 
-# a schedule is 8 bytes an instruction and at most 65,535 of them (a u16 count), with its header and CRC
-SCHEDULE_LIMIT = 24 + 8 * 0xFFFF + 4
+SCHEDULE_LIMIT = SCHEDULE_FORMAT_MAX  # the longest file any board could take (a board's own: Board.schedule_bytes)
 SUFFIX_FILE = "suffix.poet"  # a run that keeps features: the schedule of what trains from them
 
 
@@ -102,12 +101,15 @@ def _plan_problem(info: object) -> str | None:
     return None
 
 
-def read_given_schedule(path: Path, g: TrainingGraph) -> bytes:
+def read_given_schedule(path: Path, g: TrainingGraph, board: Board) -> bytes:
     """--schedule's bytes, checked by the host's twin of the firmware's validator (plan/lowering/schedule.py)
-    against the model before a board is touched: a schedule the board would refuse is a bad input (exit
-    2), not found after the emulator boots. Its arena against the board's pool is left to the board,
-    whose pool it is."""
+    against the model, and its length against the board's schedule buffer, before a board is touched: a
+    schedule the board would refuse is a bad input (exit 2), not found after the emulator boots. Its arena
+    against the board's pool is left to the board, whose pool it is."""
     data = read_bytes(path, "--schedule", limit=SCHEDULE_LIMIT)
+    if len(data) > board.schedule_bytes:
+        raise UsageError(f"--schedule {path}: {len(data):,} B, and the {board.name} firmware holds schedules of at "
+                         f"most {board.schedule_bytes:,} B (boards/{board.name}.yaml schedule_bytes)")
     status, detail = validate(data, model_blob(run_graph(g, {})[0]), 0xFFFFFFFF)
     if status != OK:
         at = f" (instruction {detail})" if detail != NO_DETAIL else ""

@@ -22,14 +22,14 @@ void poet_ref_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_sc
     }
 }
 
-void poet_ref_linear_w8_fwd(int B, int in, int out, const float *x, const int8_t *wq, float w_scale,
-                            const float *b, float *y)
+void poet_ref_linear_w8_fwd(int B, int in, int out, int o_begin, int o_end, const float *x, const int8_t *wq,
+                            float w_scale, const float *b, float *y)
 {
     int i, o, k;
     for (i = 0; i < B; i++) {
         const float *xr = x + (long)i * in;
-        for (o = 0; o < out; o++) {
-            const int8_t *wr = wq + (long)o * in;
+        for (o = o_begin; o < o_end; o++) {
+            const int8_t *wr = wq + (long)(o - o_begin) * in;
             float acc = 0.0f;
             for (k = 0; k < in; k++)
                 acc += xr[k] * ((float)wr[k] * w_scale);

@@ -21,8 +21,8 @@ void poet_ref_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, c
                                 void *y);
 void poet_ref_linear_i8_fwd(int B, int in, int out, const int8_t *xq, float x_scale, const int8_t *wq,
                             float w_scale, const float *b, float *y);
-void poet_ref_linear_w8_fwd(int B, int in, int out, const float *x, const int8_t *wq, float w_scale,
-                            const float *b, float *y);
+void poet_ref_linear_w8_fwd(int B, int in, int out, int o_begin, int o_end, const float *x, const int8_t *wq,
+                            float w_scale, const float *b, float *y);
 void poet_ref_linear_w8_bwd_gx(int B, int in, int out, const float *g, const int8_t *wq, float w_scale,
                                float *gx);
 void poet_ref_maxpool2d_fwd(int B, int C, int H, int W, const float *x, float *y);

@@ -108,7 +108,7 @@ ZOO: dict[str, ZooModel] = {
         ZooModel("mnasnet-0.5", lambda: MNASNet(0.5, 10), (3, 64, 64), 10, "MNASNet 0.5"),
         ZooModel("mobilenetv3-small", lambda: MobileNetV3Small(10), (3, 96, 96), 10,
                  "MobileNetV3-Small (hardswish, squeeze-and-excitation)"),
-        ZooModel("efficientnet-b0", lambda: EfficientNetB0(10), (3, 64, 64), 10,
+        ZooModel("efficientnet-b0", lambda: EfficientNetB0(10), (3, 32, 32), 10,
                  "EfficientNet-B0 (SiLU, squeeze-and-excitation, stochastic depth)"),
         ZooModel("shufflenetv2-0.5", lambda: ShuffleNetV2(num_classes=10), (3, 64, 64), 10,
                  "ShuffleNetV2 x0.5 (chunk, channel shuffle)"),

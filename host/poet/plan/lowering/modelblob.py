@@ -24,7 +24,7 @@ VERSION = 1
 PARAM_FROZEN = 0x80000000  # param table word: not trained (no gradient, no optimizer state), in flash
 PARAM_STATE = 0x40000000  # param table word: not trained but moved by the forward pass, in RAM
 PARAM_I8 = 0x20000000  # param table word, with PARAM_FROZEN: stored int8 with an fp32 scale
-PARAM_AUX = 0x10000000  # with PARAM_FROZEN | PARAM_I8: on aux storage (the SD card), streamed by a conv2d_q or a linear
+PARAM_AUX = 0x10000000  # with PARAM_FROZEN | PARAM_I8: on aux storage (the SD card), streamed (docs/spec.md 3)
 PARAM_ELEMS_MASK = 0x0FFFFFFF
 OPTIMIZERS = ("sgd", "momentum", "adam")  # by the optimizer node's a0 (docs/spec.md section 2)
 
@@ -129,7 +129,7 @@ class ModelBlob:
     param_frozen: list[bool] = field(default_factory=list)  # per parameter; missing entries: trained
     param_moved: list[bool] = field(default_factory=list)  # untrained, written by the forward: in RAM
     param_i8: list[bool] = field(default_factory=list)  # frozen, stored int8 (read by an int8 layer only)
-    param_aux: list[bool] = field(default_factory=list)  # frozen int8 on aux storage, streamed (conv2d_q, linear)
+    param_aux: list[bool] = field(default_factory=list)  # frozen int8 on aux storage, streamed
 
     def frozen(self, p: int) -> bool:
         """Read in place from flash: not trained and never written."""
@@ -208,10 +208,11 @@ class ModelBlob:
         """The board's pool for this model (poet.plan.cost.memory): tables, weights, gradients, optimizer
         state, batch."""
         ps = range(len(self.param_elems))
-        # the stream buffer as the firmware sizes it (firmware/core/ops/quant.c, linear.c): conv2d_q's a1 C,
-        # a5 kernel, a6 geometry, a7 weight; linear's a1 in, a3 weight
+        # the stream buffer as the firmware sizes it (firmware/core/ops/quant.c, conv.c, linear.c): conv2d_q's
+        # and conv2d_i8's a1 C, a5 kernel, a6 geometry, a7 weight; linear's a1 in, a3 weight
+        convs = (CODE["conv2d_q"], CODE["conv2d_i8"])
         stream = max([stream_row(n.attrs[1], (n.attrs[6] >> 16) + 1, n.attrs[5] & 0xFF, n.attrs[5] >> 8 & 0xFF)
-                      for n in self.nodes if n.op == CODE["conv2d_q"] and self.aux(n.attrs[7])]
+                      for n in self.nodes if n.op in convs and self.aux(n.attrs[7])]
                      + [n.attrs[1] for n in self.nodes if n.op == CODE["linear"] and self.aux(n.attrs[3])], default=0)
         x_int8 = any(n.op == CODE["input"] and len(n.attrs) > 1 and n.attrs[1] == 1 for n in self.nodes)
         return Pool.of(self.param_elems, [self.trained(p) for p in ps], self.optimizer, self.batch, self.x_elems,

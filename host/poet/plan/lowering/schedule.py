@@ -19,7 +19,9 @@ VERSION = 1
 HEADER_BYTES = 24
 INSTR_BYTES = 8
 CRC_BYTES = 4
-SCHEDULE_BLOB_MAX = 4096  # the firmware's static schedule buffer (2048 on the Cortex-M0+ images)
+SCHEDULE_BLOB_MAX = 4096  # the firmware's static schedule buffer (2048 on the Cortex-M0+ images: Board.schedule_bytes)
+# the longest schedule the format can state: 65,535 instructions (a u16 count), its header and CRC
+SCHEDULE_FORMAT_MAX = HEADER_BYTES + INSTR_BYTES * 65535 + CRC_BYTES
 NO_DETAIL = 0xFFFFFFFF
 FORWARD = 0x01  # header flag: a forward schedule (predict), firmware/core/schedule.h POET_SCHED_FORWARD
 

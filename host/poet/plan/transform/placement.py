@@ -2,7 +2,8 @@
 streamed; and which frozen dense weights flash keeps int8.
 
 Flash holds the model blob and the frozen weights while they fit (poet.plan.cost.memory). When they
-do not, even stored int8, the largest static-int8 convolution weights move to the aux storage,
+do not, even stored int8, the largest int8 convolution weights (static int8, or an fp32 graph's frozen
+convs run in int8 on weights stored int8) move to the aux storage,
 past the swap area, one at a time until flash holds the rest: the fewest layers pay the SD
 reads. Such a conv reads its weight a few output channels at a time into the pool's stream
 buffer (one output channel's weights of the widest streamed conv) and computes those channels
@@ -30,18 +31,24 @@ from dataclasses import replace
 from poet.boards import Board
 from poet.errors import UsageError
 from poet.graph.quantise import i8_bytes
-from poet.graph.training_graph import STREAMING, TrainingGraph, numel
+from poet.graph.training_graph import STREAMING, GraphNode, TrainingGraph, numel
 from poet.plan.cost.memory import aux_area_bytes, pool_for
 from poet.units import format_size
 
 
+def _stored_conv(n: GraphNode) -> bool:
+    """A conv whose weight is stored int8 in nv storage: static int8, or an int8 layer of the fp32 graph
+    reading its frozen weight stored (two deps: poet.plan.transform.precision)."""
+    return n.op == "conv2d_q" or (n.op == "conv2d_i8" and len(n.deps) == 2)
+
+
 def streamed(g: TrainingGraph, params: set[str]) -> TrainingGraph:
-    """g with the static-int8 convs and int8-stored frozen linears whose weights are `params` streaming them
-    from aux storage."""
+    """g with the convs and linears whose weights, stored int8, are `params` streaming them from aux storage."""
     if not params:
         return g
     return replace(g, nodes=[replace(n, attrs={**n.attrs, "stream": 1})
-                             if n.op in STREAMING and g.params[n.attrs["w"]][0] in params else n for n in g.nodes])
+                             if n.op in STREAMING and g.params[n.attrs["w"]][0] in params
+                             and (n.op != "conv2d_i8" or _stored_conv(n)) else n for n in g.nodes])
 
 
 def dense_streamable(g: TrainingGraph) -> list[str]:
@@ -80,12 +87,13 @@ def w8_candidates(g: TrainingGraph) -> list[str]:
 
 def place(g: TrainingGraph, board: Board) -> TrainingGraph:
     """g with its frozen weights placed for `board`: unchanged when flash holds them, else with the
-    largest static-int8 conv weights streamed from aux storage until it does, then the largest frozen
+    largest int8-stored conv weights (static int8, or int8 layers of the fp32 graph) streamed from aux
+    storage until it does, then the largest frozen
     dense weights stored int8 (weight-only). A model whose frozen weights fit neither is one clear line."""
     flash = board.model_flash_bytes
     if pool_for(g).flash.total <= flash:
         return g
-    movable = sorted((n for n in g.nodes if n.op == "conv2d_q" and not n.attrs.get("stream")),
+    movable = sorted((n for n in g.nodes if _stored_conv(n) and not n.attrs.get("stream")),
                      key=lambda n: (-numel(g.params[n.attrs["w"]][1]), n.id))
     chosen = set(g.streamed_params)
     out = g
@@ -112,8 +120,8 @@ def place(g: TrainingGraph, board: Board) -> TrainingGraph:
     if f.total > flash:
         n = len(chosen)
         why = (f"even with the weights of {n} of its layers on the SD card" if chosen
-               else "and only static-int8 convolutions and frozen dense layers stored int8 can stream their "
-                    "weights from the SD card (this model has none: its frozen layers are read by a layer that "
+               else "and only convolutions and dense layers whose frozen weights are stored int8 can stream "
+                    "them from the SD card (this model has none: its frozen layers are read by a layer that "
                     "trains, or have no int8 form)")
         if dense:
             why += f", and {len(dense)} frozen dense weight{'s' if len(dense) != 1 else ''} stored int8"
@@ -148,7 +156,11 @@ def stream_lines(g: TrainingGraph) -> list[str]:
     nodes = [n for n in g.nodes if n.op in STREAMING and n.attrs.get("stream")]
     if not nodes:
         return []
-    out = [f"frozen weights on the SD card (flash cannot hold them): {len(nodes)} int8 layers, "
+    kinds = (("conv2d_q", "static-int8 convolution"), ("conv2d_i8", "int8 convolution"),
+             ("linear", "dense layer"))
+    counts = [(sum(n.op == op for n in nodes), what) for op, what in kinds]
+    what = ", ".join(f"{k} {w}{'s' if k != 1 else ''}" for k, w in counts if k)
+    out = [f"frozen weights on the SD card (flash cannot hold them): {what}, "
            f"{format_size(pool.flash.aux)}, each read through a {format_size(pool.stream)} stream buffer in RAM:"]
     for n in nodes:
         a = n.attrs

@@ -111,9 +111,11 @@ class Int8Prefix:
         from poet.graph.tracer import trace_step
 
         src = self.source
-        t = trace_step(model, src.model, torch.zeros(src.batch, *src.input_shape, device="meta"),
-                       torch.zeros(src.batch, dtype=torch.long, device="meta"), src.classes, src.input_dtype,
-                       src.train)
+        # a real (zero) batch: trace_step passes it on meta tensors first, and a model that needs values (one
+        # drawing a stochastic depth mask) is traced on it for real
+        dtype = torch.long if src.input_dtype == "int64" else torch.float32
+        t = trace_step(model, src.model, torch.zeros(src.batch, *src.input_shape, dtype=dtype),
+                       torch.zeros(src.batch, dtype=torch.long), src.classes, src.input_dtype, src.train)
         made: dict[str, Call] = {}  # source node (name) -> the call that makes it (the first: later ones alias it)
         count: dict[str, int] = {}
         for c in t.ins.calls:
