@@ -193,3 +193,54 @@ def test_attention_trains_like_pytorch_on_the_runtime(tmp_path: Path, kind: str)
     data = [(rng.standard_normal((2, *shape)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
             for _ in range(STEPS)]
     _check_model(tmp_path, kind, model, g, data)
+
+
+class _Tutorial(nn.Module):
+    """A tutorial's text classifier: token ids, nn.Embedding plus a learned positional nn.Parameter, a two-layer
+    nn.TransformerEncoder, a learned gain (a parameter times an activation), mean over tokens, a head."""
+
+    input_dtype = "int64"
+
+    def __init__(self, vocab: int = 50, d: int = 16, seq: int = 6) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.1)
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 2, 32, dropout=0.1, batch_first=True), 2)
+        self.gain = nn.Parameter(torch.ones(d))
+        self.head = nn.Linear(d, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.emb(ids) + self.pos
+        return self.head((self.enc(h) * self.gain).mean(dim=1))
+
+
+def test_a_parameter_read_as_an_activation_is_an_embedding_of_its_rows() -> None:
+    """Issue 49: x + P (a learned positional embedding) and x * g (a learned gain), P and g parameters: each is
+    first made an activation by an embedding node reading its rows in order, which trains it; the step keeps
+    what PyTorch keeps and accounts for every op."""
+    torch.manual_seed(0)
+    model = _Tutorial()
+    g = trace(model, "tutorial", (6,), 3, 2, input_dtype="int64")
+    made = {g.params[n.attrs["w"]][0]: n for n in g.nodes if n.op == "embedding" and n.attrs["ids"] == 1}
+    assert set(made) == {"pos", "gain"}
+    assert (made["pos"].attrs["V"], made["pos"].attrs["D"]) == (6, 16) and made["gain"].attrs["V"] == 1
+    assert {"pos", "gain"} <= {g.params[n.attrs["w"]][0] for n in g.nodes if n.op == "embedding_bwd"}
+    t = real_step(model, "tutorial", (6,), 3, 2, "int64", "all")
+    saved = saved_check(model, t)
+    assert not saved.unexplained, saved.render()
+    ops = op_check(t)
+    assert not ops.unaccounted and not ops.backward_mismatch, (ops.unaccounted, ops.backward_mismatch)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None, reason="cc / make missing")
+@pytest.mark.time_limited
+def test_a_tutorial_transformer_trains_like_pytorch_on_the_runtime(tmp_path: Path) -> None:
+    from test_runtime_ops import STEPS, _check_model
+
+    torch.manual_seed(0)
+    model = _Tutorial()
+    g = trace(model, "tutorial", (6,), 3, 2, input_dtype="int64")
+    rng = np.random.default_rng(5)
+    data = [(rng.integers(0, 50, (2, 6)).astype(np.int64), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    _check_model(tmp_path, "tutorial", model, g, data)

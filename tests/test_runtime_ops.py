@@ -29,6 +29,7 @@ from fwhelpers import native_link
 from poet.boards import load_board
 from poet.device.link import Link
 from poet.device.protocol import BATCH, SCHEDULE
+from poet.errors import PoetError
 from poet.graph import dropout
 from poet.graph.agreement import reference
 from poet.graph.reference import train_steps, weights_of
@@ -115,7 +116,10 @@ def _poet_plans(g: TrainingGraph) -> list[Plan]:
     plans = [p for p in (_poet_plan(cg, b, deadline) for b in budgets) if p is not None]
     if not plans:
         with _limits_for(cg):
-            smallest = min_arena_budget(cg, deadline, time_limit_s=5.0)
+            try:
+                smallest = min_arena_budget(cg, deadline, time_limit_s=5.0)
+            except PoetError:  # none found in the limit: proves nothing, and the frugal plan below serves
+                smallest = None
         if smallest is not None and smallest < full:
             plans = [p for p in [_poet_plan(cg, (smallest + full) // 2, deadline)] if p is not None]
     if not plans:

@@ -60,6 +60,8 @@ DOCUMENTED: dict[str, tuple[str, set[str]]] = {
                                   "its bias trains and no gradient flows further", {"internal", "output"}),
     "layernorm (weight frozen)": ("PyTorch keeps the input and statistics of a normalisation even when only "
                                   "its bias trains and no gradient flows further", {"internal", "output"}),
+    "parameter": ("a parameter an op reads as an activation (x + P, x * g): PyTorch keeps the parameter, which is "
+                  "not an activation; the graph keeps the copy the embedding node made of it", {"graph"}),
     "view": ("a view: PyTorch keeps the whole storage it views (x[:, 0] keeps all of x) and counts a "
              "reshaped alias once; the runtime copies views into tensors of their own", {"internal", "output",
                                                                                          "graph"}),
@@ -130,6 +132,9 @@ def _storages(t: Traced) -> tuple[dict[int, int], dict[int, int], set[int]]:
         for piece in t.pieces.get(call.id, ()):  # a split's other pieces: views of the same storage
             views.add(piece)
             of_node.setdefault(piece, st)
+    for nid in (n for ns in t.extra.values() for n in ns):  # a parameter as an activation: no storage of torch's
+        made[-nid] = nid
+        of_node[nid] = -nid
     return made, of_node, views
 
 
@@ -172,7 +177,9 @@ def saved_check(model: nn.Module, t: Traced) -> SavedReport:
         prod = made.get(st)
         kind = "graph" if not tb else "output" if prod is not None else "internal"
         ops = {_rule(g, g.nodes[s]) for s in savers[st]}
-        if nodes & views or (prod is not None and any(g.nodes[i].op in VIEWS for i in savers[st])):
+        if st < 0:  # (_storages)
+            ops = {"parameter"}
+        elif nodes & views or (prod is not None and any(g.nodes[i].op in VIEWS for i in savers[st])):
             ops = {"view"}
         reason = next((DOCUMENTED[o][0] for o in sorted(ops) if o in DOCUMENTED and kind in DOCUMENTED[o][1]),
                       None)
@@ -260,6 +267,8 @@ def op_check(t: Traced) -> OpReport:
         torch_bwd.add(nid)
         # a split's one autograd node (SplitBackward) is the backward of every piece the graph made a node of
         torch_bwd.update(next((ps for ps in t.pieces.values() if nid in ps), ()))
+        # a parameter an op read as an activation (handlers._binary): its gradient is part of the op's backward
+        torch_bwd.update(t.extra.get(next((c for c, n in t.node_of_call.items() if n == nid), -1), ()))
         if node.module in has_bwd:
             accounts["backward node"] += 1
         else:

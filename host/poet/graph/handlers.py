@@ -45,6 +45,8 @@ class Fwd:
     # the nodes that made `inputs`, fixed when the call is recorded: an in-place op's output is its
     # input's tensor object, which from then on stands for the op's node
     deps: list[int] = field(default_factory=list)
+    # nodes the call needs made first, whose outputs this one reads (a parameter read as an activation)
+    pre: list[Fwd] = field(default_factory=list)
 
 
 class Ctx:
@@ -371,15 +373,28 @@ def _binary(c: Ctx) -> Fwd:
         return Fwd("scale", [a], {"n": a.numel(), "mul": mul, "add": add}, c.call.result, a.numel())
     if reflected:
         a, b = b, a
-    if not (c.live(a) and c.live(b)):
-        raise c.fail("an elementwise op between an activation and a parameter or constant tensor; "
-                     "the runtime's elementwise ops take two activations (use a module such as nn.Linear)")
+    pre: list[Fwd] = []
+    if c.live(a) != c.live(b) and (c.param(a) or c.param(b)):
+        # an activation and a parameter (a learned positional embedding, a layer scale): the parameter is
+        # first made an activation by an embedding node reading its rows in order (ids arange), so it trains
+        # through embedding's backward, and the op is one between two activations
+        p = a if c.param(a) else b
+        d = p.shape[-1] if p.dim() else 1
+        t = torch.empty(p.shape, device=p.device)
+        pre.append(Fwd("embedding", [], {"n": p.numel() // d, "V": p.numel() // d, "D": d, "ids": 1}, t, 0,
+                       {"w": p}))
+        a, b = (t, b) if p is a else (a, t)
+    made = {id(f.out) for f in pre}
+    if not all(c.live(v) or id(v) in made for v in (a, b)):
+        raise c.fail("an elementwise op between an activation and a constant tensor; the runtime's elementwise "
+                     "ops take two activations or parameters (register the constant as an nn.Parameter with "
+                     "requires_grad=False, or compute it from the input)")
     shapes = f"tensors {list(a.shape)} and {list(b.shape)}"
     if name not in ("add", "sub", "mul") or alpha != 1:
         raise c.fail(f"elementwise {name} of {shapes} (alpha {alpha}); the runtime has add, sub and mul")
     out = list(c.call.result.shape)
     if a.numel() == b.numel() == numel(out):  # the same elements, whatever size-1 dims either has
-        return Fwd(name, [a, b], {"n": a.numel(), "m": b.numel()}, c.call.result, a.numel())
+        return Fwd(name, [a, b], {"n": a.numel(), "m": b.numel()}, c.call.result, a.numel(), pre=pre)
     if list(a.shape) != out:
         if name == "sub":  # sub is not commutative: its broadcast operand must be y
             raise c.fail(f"x - y of {shapes}, y the larger (broadcast) operand; the runtime repeats y over x")
@@ -392,7 +407,7 @@ def _binary(c: Ctx) -> Fwd:
     attrs = {"n": a.numel(), "m": b.numel()}
     if r > 1 and outer > 1:  # absent: inner = m, b repeated over a's leading dims
         attrs["inner"] = inner
-    return Fwd(name, [a, b], attrs, c.call.result, a.numel())
+    return Fwd(name, [a, b], attrs, c.call.result, a.numel(), pre=pre)
 
 
 def bcast_view(big: list[int], small: list[int]) -> tuple[int, int, int] | None:

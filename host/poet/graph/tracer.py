@@ -64,6 +64,7 @@ class _Tracer:
         # a split's pieces, made nodes only when an op reads them (x1, x2 = x.chunk(2) with x1 unused is one)
         self.pending: dict[int, tuple[Fwd, CallEvent]] = {}  # id(piece) -> its node, not yet made
         self.pieces: dict[int, list[int]] = {}  # CallEvent id -> the nodes made of its pieces
+        self.extra: dict[int, list[int]] = {}  # CallEvent id -> nodes made for it first (a parameter as an input)
 
     def const_index(self, t: torch.Tensor) -> int | None:
         """Index tensors the model makes itself: 1 = arange(n), 2 = zeros(n); None = anything else."""
@@ -129,6 +130,9 @@ class _Tracer:
         for e in inherited:
             self._block(e)
         fs = f if isinstance(f, list) else [f]
+        for pre in [] if isinstance(f, list) else f.pre:
+            pre.deps = [self.node_of[id(t)] for t in pre.inputs]
+            self.extra.setdefault(call.id, []).append(self._add(pre, call, made_by_call=False))
         for t in fs[0].inputs:
             if id(t) not in self.node_of:
                 raise ctx.fail("reads a tensor that is neither an activation nor a parameter "
@@ -144,11 +148,13 @@ class _Tracer:
             return
         self._add(f, call)
 
-    def _add(self, f: Fwd, call: CallEvent) -> int:
-        """f as the next forward node, made by call (a split's first piece read names the call's node)."""
+    def _add(self, f: Fwd, call: CallEvent, made_by_call: bool = True) -> int:
+        """f as the next forward node, made by call (a split's first piece read names the call's node; a node the
+        call needs made first, made_by_call False, does not)."""
         nid = len(self.fwd) + 1  # node 0 is the input
         self.node_of[id(f.out)] = nid
-        self.node_of_call.setdefault(call.id, nid)
+        if made_by_call:
+            self.node_of_call.setdefault(call.id, nid)
         self.fwd.append((f, call))
         return nid
 
@@ -182,6 +188,7 @@ class _Tracer:
                 del self.node_of_call[c]
                 self.const_calls.add(c)
         self.pieces = {c: [new[n] for n in ns if n in new] for c, ns in self.pieces.items()}
+        self.extra = {c: [new[n] for n in ns if n in new] for c, ns in self.extra.items()}
 
     def made(self, t: Any) -> None:
         """A piece of a split becomes a node when first read (its deps fixed when the split was recorded)."""
@@ -320,6 +327,7 @@ class Traced:
     x: torch.Tensor
     labels: torch.Tensor
     pieces: dict[int, list[int]] = field(default_factory=dict)  # CallEvent id -> a split's piece nodes
+    extra: dict[int, list[int]] = field(default_factory=dict)  # CallEvent id -> nodes made for it first
 
 
 def trace_step(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tensor, classes: int,
@@ -430,8 +438,10 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
                     raise PoetError(f"model {name!r} cannot train on a batch of 1: its batch norm needs more than "
                                     f"one value per channel; use --batch 2 or more, or a --train mode that freezes "
                                     f"its batch norms (last:N)") from exc
+                hint = ("; a model that reads token ids: give it an attribute input_dtype = 'int64'"
+                        if input_dtype == "float32" and "'indices'" in msg else "")
                 raise PoetError(f"model {name!r} fails on a batch of shape {list(x.shape)} ({input_dtype}): "
-                                f"{type(exc).__name__}: {msg}") from exc
+                                f"{type(exc).__name__}: {msg}{hint}") from exc
             want = [batch, classes] if loss == "cross_entropy" else list(x.shape)
             if not isinstance(logits, torch.Tensor) or list(logits.shape) != want:
                 got = list(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
@@ -467,7 +477,8 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
     tr.prune(tr.node_of[id(logits)])
     g = _build(tr, name, batch, tuple(x.shape[1:]), classes, input_dtype, tr.node_of[id(logits)], loss)
     loss_call = ins.calls[n_model_calls].id
-    return Traced(g, ins, tr.node_of_call | {loss_call: len(tr.fwd) + 1}, tr.const_calls, x, labels, tr.pieces)
+    return Traced(g, ins, tr.node_of_call | {loss_call: len(tr.fwd) + 1}, tr.const_calls, x, labels, tr.pieces,
+                  tr.extra)
 
 
 TRAIN_MODES = "give all, bias, or last:N (N >= 1), or bias+last:N (a sparse update)"

@@ -344,7 +344,13 @@ def _user_model(name: str, input_shape: tuple[int, ...] | None, classes: int | N
 def _described(name: str, spec: ZooModel, model: nn.Module, input_shape: tuple[int, ...] | None,
                classes: int | None) -> ZooModel:
     """A user's model as it describes itself where the command line does not: its `input_shape` (one
-    sample) and `classes` attributes, as models written for a framework often carry them."""
+    sample) and `classes` attributes, as models written for a framework often carry them, and its
+    `input_dtype` ("int64" for one that reads token ids; the command line has no option for it)."""
+    dtype = getattr(model, "input_dtype", None)
+    if dtype is not None:
+        if dtype not in ("float32", "int64"):
+            raise UsageError(f"{name}: its input_dtype attribute {dtype!r} is not 'float32' or 'int64' (token ids)")
+        spec = replace(spec, input_dtype=dtype)
     if not input_shape:
         shape = getattr(model, "input_shape", None)
         if shape is None:

@@ -330,8 +330,9 @@ def solve_switched(graph: CostedGraph, switches: tuple[Switch, ...], realise: Re
 def min_arena_budget(graph: CostedGraph, deadline_s: float, solver: str = "highs",
                      time_limit_s: float = 60.0, progress: Say | None = None,
                      semantics: Semantics = POET) -> int | None:
-    """The smallest arena budget of any plan meeting `deadline_s` (None: no plan meets it;
-    PoetError: the graph is too large for the MILP that finds it).
+    """The smallest arena budget of any plan meeting `deadline_s` (None: no plan meets it, proven;
+    PoetError: the graph is too large for the MILP that finds it, or the solver found no plan in its
+    time limit, which proves nothing).
 
     If the solver stops on its time limit the best budget found so far is returned
     (an upper bound of the minimum) and progress() says so.
@@ -351,6 +352,10 @@ def min_arena_budget(graph: CostedGraph, deadline_s: float, solver: str = "highs
     say(f"{out.solver}: {out.status} in {out.solve_time_s:.2f} s"
         + (f", {out.objective:.0f} B, no budget below {math.ceil(out.bound or 0)} B proven"
            if out.status == "feasible" and out.objective is not None else ""))
-    if out.status not in ("optimal", "feasible") or m.budget is None:
+    if out.status == "infeasible":
         return None
+    if out.status not in ("optimal", "feasible") or m.budget is None:
+        raise PoetError(f"the smallest feasible budget of {graph.name} is not known: {out.solver} found no plan "
+                        f"in {time_limit_s:g} s ({out.status}; not proven infeasible); raise --time-limit or "
+                        "--ram, or relax --deadline", status=1)
     return int(round(m.budget.varValue or 0.0))
