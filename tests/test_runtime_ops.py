@@ -19,6 +19,7 @@ import contextlib
 import copy
 import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -261,18 +262,25 @@ class _AvgPools(torch.nn.Module):
         return self.fc(torch.flatten(h, 1))
 
 
-def test_avgpool2d_trains_like_pytorch(tmp_path: Path) -> None:
+def _check_pools(tmp_path: Path, name: str, make: Callable[[], torch.nn.Module], chw: tuple[int, int, int], op: str,
+                 keys: tuple[str, ...], attrs: list[tuple[int, ...]], shapes: list[list[int]], seed: int) -> None:
+    """Trace a pooling model (2 samples, 3 classes), check that each pool traced with the attributes and output
+    shape meant (so the run below covers those windows), then train it against PyTorch."""
     torch.manual_seed(0)
-    model = _AvgPools()
-    g = trace(model, "avgpools", (2, 10, 8), 3, 2)
-    pools = [n for n in g.nodes if n.op == "avgpool2d"]
-    assert [(n.attrs["kh"], n.attrs["kw"], n.attrs["sh"], n.attrs["sw"], n.attrs["include_pad"]) for n in pools] == \
-        [(3, 3, 2, 2, 1), (2, 3, 1, 2, 0), (6, 2, 6, 2, 1)]
-    assert [n.shape for n in pools] == [[2, 4, 5, 4], [2, 4, 6, 2], [2, 4, 1, 1]]
-    rng = np.random.default_rng(3)
-    data = [(rng.standard_normal((2, 2, 10, 8)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+    model = make()
+    g = trace(model, name, chw, 3, 2)
+    pools = [n for n in g.nodes if n.op == op]
+    assert [tuple(n.attrs[k] for k in keys) for n in pools] == attrs
+    assert [n.shape for n in pools] == shapes
+    rng = np.random.default_rng(seed)
+    data = [(rng.standard_normal((2, *chw)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
             for _ in range(STEPS)]
-    _check_model(tmp_path, "avgpools", model, g, data)
+    _check_model(tmp_path, name, model, g, data)
+
+
+def test_avgpool2d_trains_like_pytorch(tmp_path: Path) -> None:
+    _check_pools(tmp_path, "avgpools", _AvgPools, (2, 10, 8), "avgpool2d", ("kh", "kw", "sh", "sw", "include_pad"),
+                 [(3, 3, 2, 2, 1), (2, 3, 1, 2, 0), (6, 2, 6, 2, 1)], [[2, 4, 5, 4], [2, 4, 6, 2], [2, 4, 1, 1]], 3)
 
 
 class _MaxPools(torch.nn.Module):
@@ -294,17 +302,9 @@ class _MaxPools(torch.nn.Module):
 
 
 def test_maxpool2d_general_trains_like_pytorch(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    model = _MaxPools()
-    g = trace(model, "maxpools", (2, 9, 7), 3, 2)
-    pools = [n for n in g.nodes if n.op == "maxpool2d_general"]
-    assert [(n.attrs["kh"], n.attrs["kw"], n.attrs["sh"], n.attrs["sw"], n.attrs["ph"], n.attrs["ceil"])
-            for n in pools] == [(3, 3, 2, 2, 1, 0), (3, 3, 2, 2, 0, 1), (1, 2, 1, 1, 0, 0)]
-    assert [n.shape for n in pools] == [[2, 4, 5, 4], [2, 4, 2, 2], [2, 4, 2, 1]]
-    rng = np.random.default_rng(4)
-    data = [(rng.standard_normal((2, 2, 9, 7)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
-            for _ in range(STEPS)]
-    _check_model(tmp_path, "maxpools", model, g, data)
+    _check_pools(tmp_path, "maxpools", _MaxPools, (2, 9, 7), "maxpool2d_general",
+                 ("kh", "kw", "sh", "sw", "ph", "ceil"), [(3, 3, 2, 2, 1, 0), (3, 3, 2, 2, 0, 1), (1, 2, 1, 1, 0, 0)],
+                 [[2, 4, 5, 4], [2, 4, 2, 2], [2, 4, 2, 1]], 4)
 
 
 class _AutoEncoder(torch.nn.Module):
