@@ -183,6 +183,14 @@ BY_CODE: dict[int, Op] = {op.code: op for op in _TABLE}
 CODE: dict[str, int] = {op.name: op.code for op in _TABLE}  # the opcode of each op, by name
 assert len(OPS) == len(BY_CODE) == len(_TABLE), "an op name or opcode is in the table twice"
 
+# A static-int8 prefix's ops (plan/transform/static_int8.py), the quantize and dequantize at its edges included: the
+# one list of them, so that an op added to the prefix is known to the rewrite, the graph file's byte check and the
+# reports at once.
+STATIC_INT8_OPS = ("quantize", "conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q", "dequantize")
+# its layers: the edges only convert between fp32 and int8, so `poet solve` and the energy report do not count them
+STATIC_INT8_LAYERS = tuple(op for op in STATIC_INT8_OPS if op not in ("quantize", "dequantize"))
+assert all(op in OPS for op in STATIC_INT8_OPS), "a static int8 op is not in the table"
+
 
 def attrs_needed(op: Op) -> list[str]:
     """The graph attributes a node of `op` must carry for lowering to fill its slots (parameter slots

@@ -26,6 +26,7 @@ from poet.energy.tracefile import SCHEDULE_BESIDE, SUFFIX_BESIDE, Trace
 from poet.errors import UsageError
 from poet.files import atomic, kind, same_file, write_atomic
 from poet.graph.dtypes import NARROW_STORAGE, converted_bytes
+from poet.ops import STATIC_INT8_LAYERS, STATIC_INT8_OPS
 from poet.progress import Say
 from poet.units import format_size
 
@@ -86,10 +87,6 @@ def sd_lines(acct: Account, trace: Trace, board: Board) -> list[str]:
             f"({pct(e, acct.total_j).strip()} of the energy, storage model), charged to those layers"]
 
 
-# a static-int8 prefix's ops (poet.plan.transform.static_int8), the quantize and dequantize at its edges included
-STATIC_INT8_OPS = ("conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q", "quantize", "dequantize")
-
-
 def precision_lines(acct: Account, trace: Trace) -> list[str]:
     """Which tensors the plan stored narrow (poet.plan.transform.precision's cast nodes, named `<tensor>/<type>` and
     `<tensor>/<type>/fp32` for the way back), which layers ran in int8, and what the casts and int8
@@ -119,9 +116,10 @@ def static_int8_lines(acct: Account, static: list[dict]) -> list[str]:
         return []
     energy = sum(acct.tensors[n["name"]].energy_j for n in static if n["name"] in acct.tensors)
     count = {op: sum(1 for n in static if n["op"] == op) for op in STATIC_INT8_OPS}
-    more = ("maxpool2d_q", "mean_q", "mul_q")
+    # conv2d_q and add_q are always named; any other layer op only where the prefix has it
+    more = [op for op in STATIC_INT8_LAYERS if op not in ("conv2d_q", "add_q")]
     pools = "".join(f", {count[op]} {op}" for op in more if count[op])
-    layers = count["conv2d_q"] + count["add_q"] + sum(count[op] for op in more)
+    layers = sum(count[op] for op in STATIC_INT8_LAYERS)
     return [f"  static int8 prefix: {layers} frozen layer(s) "
             f"({count['conv2d_q']} conv2d_q, {count['add_q']} add_q{pools}; {count['quantize']} quantize, "
             f"{count['dequantize']} dequantize), "

@@ -19,7 +19,7 @@ from poet.errors import PoetError
 from poet.files import kind as file_kind
 from poet.graph.dtypes import ELEMENT_TYPES, F32
 from poet.graph.training_graph import OPTIMIZER_DEFAULTS, PARAM_ATTRS, TrainingGraph, name_problem, numel
-from poet.ops import MAX_DEPS, NO_DEP, OPS, attrs_needed
+from poet.ops import MAX_DEPS, NO_DEP, OPS, STATIC_INT8_OPS, attrs_needed
 from poet.plan.types import COST_MAX, COST_MIN, CostedGraph
 from poet.units import format_size
 
@@ -36,8 +36,9 @@ INPUT_DTYPES = ("float32", "int64")
 DIMENSIONS = frozenset({"B", "C", "D", "H", "W", "HW", "K", "M", "N", "O", "S", "V", "batch", "classes", "in", "out",
                         "n", "m", "rows", "outer", "r", "inner", "k", "kh", "kw", "sh", "sw", "stride", "groups",
                         "d0", "d1", "d2", "d3", "l0", "l1"})
-# ops whose output may be int8 (static int8's layers, an int8-staged input), not fp32
-INT8_OUT = frozenset({"quantize", "conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q", "input"})
+# ops whose output may be int8, not fp32: static int8's ops but dequantize (whose output is the prefix's fp32 exit),
+# and an input (staged int8)
+INT8_OUT = frozenset(STATIC_INT8_OPS) - {"dequantize"} | {"input"}
 
 # The most nodes poet plans, from a graph file or a traced model. Planning is not linear in the
 # size: the heuristics the MILP starts from (and that stand in for it once it is too big to

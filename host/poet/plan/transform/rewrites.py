@@ -25,6 +25,7 @@ from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph.quantise import i8_bytes
 from poet.graph.training_graph import TrainingGraph, conv_window, numel
+from poet.ops import STATIC_INT8_LAYERS
 from poet.plan.cost.costs import costed, load_profile, with_stream_costs
 from poet.plan.cost.memory import budget_for, pool_for
 from poet.plan.transform.placement import place, stream_lines, streamed, w8_lines, weight_only_int8
@@ -242,7 +243,7 @@ def select_for(request: PlanRequest, g: TrainingGraph, board: Board, prof: dict[
 def prefix_lines(prefix: Int8Prefix) -> list[str]:
     """What `poet solve` says of a static-int8 prefix: which layers, and what became of them."""
     g = prefix.graph
-    n_q = sum(1 for n in g.nodes if n.op in ("conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q"))
+    n_q = sum(1 for n in g.nodes if n.op in STATIC_INT8_LAYERS)
     return [f"frozen prefix in static int8 (the fp32 graph cannot fit): {len(prefix.layers)} fp32 ops run as "
             f"{n_q} int8 layers (conv + frozen batch norm folded + ReLU, ReLU6 or hard activation fused; adds; "
             "max pools), every int8 tensor's scale fixed once from calibration data",
@@ -256,7 +257,7 @@ def layer_lines(prefix: Int8Prefix) -> list[str]:
     g = prefix.graph
     out = []
     for n in g.nodes:
-        if n.op not in ("conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q"):
+        if n.op not in STATIC_INT8_LAYERS:
             continue
         a = n.attrs
         if n.op == "maxpool2d_q":

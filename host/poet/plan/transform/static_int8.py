@@ -26,12 +26,12 @@ from poet.graph.dtypes import F32
 from poet.graph.quantise import ACTIVATIONS, absmax_scale, add_q, conv2d_q, dequantise, maxpool2d_q, mean_q, quantise
 from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, conv_window, numel
 from poet.graph.training_graph import readers as reader_map
+from poet.ops import STATIC_INT8_OPS
 from poet.plan.transform.fuse import fuse_heads
 
 if TYPE_CHECKING:
     from poet.graph.reference import Fed
 
-Q_OPS = ("quantize", "conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q", "dequantize")
 POOLS = ("maxpool2d", "maxpool2d_general")  # max pooling runs on int8 values at its input's scale
 FUSED = ("relu", "hardtanh", "hardswish", "hardsigmoid")  # activations an epilogue applies (hardtanh: ReLU6 only)
 
@@ -99,7 +99,7 @@ class Int8Prefix:
         w = {name: np.asarray(v, np.float32) for (name, _), v in zip(self.graph.params, weights, strict=True)}
         vals = self._run(w, x, {name: np.float32(w[name].reshape(-1)[0]) for name in self.scales})
         g = self.graph
-        return {i: v for i, v in vals.items() if g.nodes[i].op in Q_OPS and v.dtype == np.float32}
+        return {i: v for i, v in vals.items() if g.nodes[i].op in STATIC_INT8_OPS and v.dtype == np.float32}
 
     def fed(self, model: Any, weights: list[np.ndarray]) -> Fed:
         """What a PyTorch reference of a run feeds `model` (the one the source graph was traced from):
@@ -156,7 +156,7 @@ class Int8Prefix:
             scale_of[0] = scales[names[g.nodes[0].attrs["scale"]]]
             vals[0] = quantise(vals[0], scale_of[0])
         for n in g.nodes:
-            if n.op not in Q_OPS:
+            if n.op not in STATIC_INT8_OPS:
                 continue
             a = n.attrs
             out_scale = names[a["out_scale"]] if a.get("out_scale", -1) >= 0 else None
