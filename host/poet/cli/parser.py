@@ -43,7 +43,8 @@ def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") 
     p.add_argument("--batch", type=_whole(1, MAX_BATCH), default=16,
                    help=f"samples per training step, 1 to {MAX_BATCH} (default 16)")
     p.add_argument("--input-shape", type=_shape, help="shape of one sample for a module:factory model, e.g. 1,8,8 "
-                   "(default: the model's input_shape attribute)")
+                   "(default: the model's input_shape attribute; one that reads token ids also carries "
+                   "input_dtype = 'int64')")
     p.add_argument("--classes", type=_whole(1, 1_000_000),
                    help="classes of a module:factory model (default: its classes attribute, else 10)")
     # numpy's generators (the data order) take no negative seed, torch's none above 2**64 - 1
