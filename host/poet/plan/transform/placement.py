@@ -55,13 +55,23 @@ def dense_streamable(g: TrainingGraph) -> list[str]:
     """Frozen dense weights stored int8 (w8) that could stream from aux storage, largest first: read by
     forward linear nodes only (the board streams a forward's output rows; a backward's input gradient sums
     over them all), not streamed already."""
+    readers = _weight_readers(g)
+    w8 = {n.attrs["w"] for n in g.nodes if n.op == "linear" and n.attrs.get("w8")}
+    return _largest_first(g, [i for i in w8 if readers[i] == {"linear"} and g.params[i][0] not in g.streamed_params])
+
+
+def _weight_readers(g: TrainingGraph) -> dict[int, set[str]]:
+    """Each weight (parameter index) a node reads as its `w`: the ops of the nodes that read it."""
     readers: dict[int, set[str]] = {}
     for n in g.nodes:
         if n.attrs.get("w", -1) >= 0 and n.kind != "optimizer":
             readers.setdefault(n.attrs["w"], set()).add(n.op)
-    w8 = {n.attrs["w"] for n in g.nodes if n.op == "linear" and n.attrs.get("w8")}
-    ok = [i for i in w8 if readers[i] == {"linear"} and g.params[i][0] not in g.streamed_params]
-    return [g.params[i][0] for i in sorted(ok, key=lambda i: (-numel(g.params[i][1]), i))]
+    return readers
+
+
+def _largest_first(g: TrainingGraph, params: list[int]) -> list[str]:
+    """The names of `params`, the largest first (ties by index): the fewest layers moved make the room."""
+    return [g.params[i][0] for i in sorted(params, key=lambda i: (-numel(g.params[i][1]), i))]
 
 
 def weight_only_int8(g: TrainingGraph, params: set[str]) -> TrainingGraph:
@@ -77,12 +87,8 @@ def w8_candidates(g: TrainingGraph) -> list[str]:
     """Frozen fp32 dense weights that could be stored int8, largest first: read by linear and
     linear_bwd nodes only, never written (not trained, not moved), not int8 already."""
     fixed = set(g.frozen) - g.moved - g.int8_params
-    readers: dict[int, set[str]] = {}
-    for n in g.nodes:
-        if n.attrs.get("w", -1) >= 0 and n.kind != "optimizer":
-            readers.setdefault(n.attrs["w"], set()).add(n.op)
-    ok = [i for i, ops in readers.items() if ops <= {"linear", "linear_bwd"} and g.params[i][0] in fixed]
-    return [g.params[i][0] for i in sorted(ok, key=lambda i: (-numel(g.params[i][1]), i))]
+    return _largest_first(g, [i for i, ops in _weight_readers(g).items()
+                              if ops <= {"linear", "linear_bwd"} and g.params[i][0] in fixed])
 
 
 def place(g: TrainingGraph, board: Board) -> TrainingGraph:
