@@ -27,14 +27,14 @@ from poet.models.zoo import get_model
 from poet.plan.cost.costs import uncosted
 from poet.plan.lowering.lower import forward_lowered, lower, model_blob
 from poet.plan.lowering.modelblob import encode_batch
-from poet.plan.lowering.schedule import Schedule
+from poet.plan.lowering.schedule import COMPUTE, PAGE_OUT, Instr, Schedule
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.run.finish import to_model
 from test_runtime_ops import _poet_plans
 
 pytestmark = needs_tools("cc", "make")
 LR = 0.05
-BUNDLE_E, DIVERGED = 40, 41
+PAGER, BUNDLE_E, DIVERGED = 38, 40, 41
 
 
 class _BnDrop(torch.nn.Module):
@@ -107,7 +107,7 @@ class Session:
 
     def simple(self, cmd: bytes, arg: int | None = None) -> Session:
         self.req += cmd + (b"" if arg is None else struct.pack("<I", arg))
-        if cmd != b"K":
+        if cmd not in (b"K", b"X"):
             self.want.append(cmd.decode())
         return self
 
@@ -286,6 +286,29 @@ def test_without_a_snapshot_overflowed_weights_stop_the_device_until_restored(tm
     assert a[6] == DIVERGED  # never a save of non-finite weights
     assert a[7] == 0 and a[8] == a[2]  # restored the save taken before
     assert a[9][0] == DIVERGED  # the same step overflows again: the device is honest about it
+
+
+def test_a_pager_that_will_not_open_changes_nothing(tmp_path: Path) -> None:
+    """A plan that pages, the card pulled, no snapshot: the step and the prediction say PAGER and
+    nothing ran, so the device is not stopped as a half-updated one would be; with the card back the
+    same step trains as if the failed one had never been tried (found reading a fuzz-device report)."""
+    model, g = _graph("mlp-digits", "sgd", "all")
+    w0 = weights_of(model)
+    s = lower(keep_all(uncosted(g)), g).schedule
+    node = next(ins.node for ins in s.instrs if ins.op == COMPUTE and g.nodes[ins.node].kind == "forward")
+    at = next(i for i, ins in enumerate(s.instrs) if ins.op == COMPUTE and ins.node == node)
+    paged = Schedule(s.n_nodes, s.model_hash, s.arena_bytes, [*s.instrs[:at + 1], Instr(PAGE_OUT, node),
+                                                               *s.instrs[at + 1:]]).encode()
+    bundle = _bundle(g, w0, paged, snapshot=False)
+    b = _batches(g, 1)
+    x = np.zeros((1, *g.input_shape), np.float32)
+    session = Session().simple(b"X", 1).step(*b[0]).predict(x).simple(b"W").simple(b"X", 0).step(*b[0])
+    code, a = session.simple(b"W").run(tmp_path, bundle)
+    _, want = _host_driven(tmp_path, g, w0, paged, b)
+    assert code == 0 and a[0] == 0
+    assert a[1][0] == PAGER and a[2][0] == PAGER
+    assert a[3] == model_blob(g).split_weights(w0)[0]
+    assert a[4][0] == 0 and a[5] == want
 
 
 def _refused(tmp_path: Path, bundle: bytes) -> int:

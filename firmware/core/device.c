@@ -224,6 +224,9 @@ int poet_dev_step_staged(device_t *d, poet_step_info_t *info)
     poet_step_result_t res;
     int status, stopped_early;
 
+    /* a pager that will not open (a card pulled): nothing has run, so the device stays usable */
+    if (d->needs_pager && port_pager_open() != 0)
+        return POET_E_PAGER;
     /* the snapshot: what a step that fails or diverges is undone to */
     if (d->snapshot) {
         memcpy(snap, params, d->lay.params_bytes);

@@ -78,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     float *x, *out, *saved;
     int32_t *labels;
     const float *w;
-    int st;
+    int st, broken = 0;
 
     if (size < 4)
         return 0;
@@ -120,15 +120,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(x && labels && out);
         st = poet_train_step(&dev, x, labels, 0);
         CHECK(st == POET_OK || st == POET_E_DIVERGED || st == POET_E_PAGER || st == POET_E_RANGE);
+        /* a step that failed after updating, with no snapshot to undo it from, leaves the device
+         * refusing predictions until a restore (poet.h): DIVERGED then, and only then */
+        broken = st != POET_OK && st != POET_E_RANGE && !poet_has_snapshot(&dev);
         st = poet_predict(&dev, x, batch, out);
-        CHECK(st == POET_OK || st == POET_E_PAGER);
+        CHECK(st == POET_OK || st == POET_E_PAGER || (broken && st == POET_E_DIVERGED));
+        broken = st == POET_E_DIVERGED;
         free(x);
         free(labels);
         free(out);
     }
 
-    /* a save then a restore give back the weights bit for bit */
-    if (poet_state_bytes(&dev, &store) <= STORE_BYTES) {
+    /* a damaged state is never saved; a save then a restore give back the weights bit for bit */
+    if (broken) {
+        CHECK(poet_save(&dev, &store) == POET_E_DIVERGED);
+    } else if (poet_state_bytes(&dev, &store) <= STORE_BYTES) {
         w = poet_weights(&dev, &nw);
         saved = (float *)malloc(4u * nw + 4u);
         CHECK(saved != 0);

@@ -9,6 +9,7 @@
  *   'W'                                      the weights                  -> 0, u32 n, n f32
  *   'V' / 'R'                                save / restore               -> status
  *   'K' u32 n                                the power goes after n more bytes reach a store
+ *   'X' u32 out                              the card (the pager) is pulled (1) or back (0)
  *   'O'                                      open the samples (STORE_FILE.samples) -> status, u32 count
  *   'A' x[in] f32, i32 label                 add a sample                 -> status
  *   'C'                                      clear the samples            -> status
@@ -29,10 +30,13 @@
 
 static uint8_t *swap;
 static uint32_t swap_bytes;
+static int card_out;
 /* the card: made at the first open (only a bundle that pages or streams opens it), as ASan makes a
  * large calloc cost its whole size at once */
 int port_pager_open(void)
 {
+    if (card_out)
+        return 1;
     if (swap == 0) {
         swap_bytes = 16u << 20;
         swap = (uint8_t *)calloc(swap_bytes, 1);
@@ -211,6 +215,8 @@ int main(int argc, char **argv)
             say(poet_restore(&dev, &store));
         } else if (c == 'K') {
             budget = (long)rd_u32();
+        } else if (c == 'X') {
+            card_out = rd_u32() != 0;
         } else if (c == 'O') {
             say(poet_samples_open(&samples, &dev, &sample_store));
             fwrite(&samples.count, 4, 1, stdout);
