@@ -174,10 +174,30 @@ def test_sparse_update_trains_every_bias_and_the_last_layers():
     assert g.param_bytes > bias_only.param_bytes
 
 
+def test_biases_of_the_last_layers_and_named_modules():
+    """bias:K trains the biases of the last K layers, layers:A,B every parameter of those modules (a
+    module's children's too): tiny-training's n_bias_update and manual_weight_idx, joined by +."""
+    model, spec = get_model("mlp-digits")
+    g = trace(model, "mlp-digits", spec.input_shape, spec.classes, 4, train="last:1+bias:3+layers:fc2")
+    assert [n for n, _ in g.params if n not in g.frozen] == ["fc2.weight", "fc2.bias", "fc3.bias", "fc4.weight",
+                                                             "fc4.bias"]
+    saved = {n.name: n.saved for n in g.nodes if n.kind == "backward"}
+    assert saved["fc2/backward"] and not saved["fc3/backward"]
+    assert not any(n.name == "fc1/backward" for n in g.nodes)  # nothing before fc2 trains: no gradient there
+    model, spec = get_model("mobilenetv2-cifar-0.35")
+    g = trace(model, "mobilenetv2-cifar-0.35", spec.input_shape, spec.classes, 2, train="layers:layers/16")
+    trained = {n for n, _ in g.params if n not in g.frozen}
+    assert trained == {n for n, p in model.named_parameters() if n.startswith("layers.16.")} and len(trained) > 3
+
+
 @pytest.mark.parametrize("mode, message", [
-    ("last:0", "give all, bias, or last:N"), ("some", "give all, bias, or last:N"),
-    ("bias+bias", "sparse update"), ("all+bias", "sparse update"), ("bias+", "sparse update"),
-    ("last:99", "has only 4 layers with parameters"), ("bias+last:99", "has only 4 layers with parameters")])
+    ("last:0", "give all, bias, last:N"), ("some", "give all, bias, last:N"), ("bias:0", "give all, bias, last:N"),
+    ("bias+bias", "their union"), ("all+bias", "their union"), ("bias+", "their union"),
+    ("layers:", "their union"), ("layers:fc1,,fc2", "their union"), ("layers:fc1,fc1", "fc1.* named twice"),
+    ("layers:fc5", "no module 'fc5' \\(did you mean fc4, fc3, fc2\\?\\)"),
+    ("layers:relu1", "module 'relu1' has no parameter to train"),
+    ("last:99", "has only 4 layers with parameters"), ("bias+last:99", "has only 4 layers with parameters"),
+    ("bias:5", "has only 4 layers with parameters")])
 def test_bad_train_mode(mode, message):
     model, spec = get_model("mlp-digits")
     with pytest.raises(PoetError, match=message):

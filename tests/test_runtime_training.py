@@ -119,7 +119,7 @@ def test_adam_state_differs_from_sgd(tmp_path: Path) -> None:
     assert not np.array_equal(out[0][0], out[1][0])
 
 
-@pytest.mark.parametrize("train", ["last:1", "bias+last:1"])
+@pytest.mark.parametrize("train", ["last:1", "bias+last:1", "last:1+bias:2", "bias:2+layers:conv1"])
 def test_frozen_layers_stay_put_and_the_rest_trains_like_torch(tmp_path: Path, train: str) -> None:
     model, g = _graph("cnn-digits", "momentum:0.9", train=train)
     assert g.frozen and len(g.frozen) < len(g.params)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from poet.errors import UsageError
 from poet.files import kind as file_kind
+from poet.graph import train_modes
 from poet.units import parse_deadline
 
 # Upper limits of the whole-number options: far beyond any real use, low enough that nothing
@@ -125,16 +126,12 @@ def _port(text: str) -> str:
 
 
 def _train_mode(text: str) -> str:
-    """--train: all, bias, last:N, or bias+last:N; how many layers the model has is checked when it is traced."""
-    parts = text.split("+")
-    if text == "all" or (len(set(parts)) == len(parts) and all(_one_train_mode(p) for p in parts)):
-        return text
-    raise argparse.ArgumentTypeError(f"{text!r}: give all, bias, or last:N (N >= 1), or bias+last:N")
-
-
-def _one_train_mode(text: str) -> bool:
-    n = text[5:] if text.startswith("last:") else ""
-    return text == "bias" or (n.isdigit() and 1 <= int(n) <= 100_000)
+    """--train (poet.graph.train_modes); the model's layers and module names are checked when it is traced."""
+    try:
+        train_modes.parse(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--train {text!r}: ")) from None
+    return text
 
 
 def _output_file(text: str) -> str:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from poet.errors import PoetError, UsageError
-from poet.graph import dropout
+from poet.graph import dropout, train_modes
 from poet.graph import file as graphfile
 from poet.graph.backward import Backward
 from poet.graph.dtypes import F32
@@ -481,34 +481,16 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
                   tr.extra)
 
 
-TRAIN_MODES = "give all, bias, or last:N (N >= 1), or bias+last:N (a sparse update)"
-
-
-
 def _trainable(tr: _Tracer, train: str) -> set[int]:
-    """Indices of the parameters the mode trains. Modes joined by + train the union: bias+last:N is
-    tiny-training's sparse update (every bias, and the last N layers in full)."""
-    if "+" in train:
-        parts = train.split("+")
-        if "all" in parts or len(set(parts)) != len(parts) or not all(parts):
-            raise UsageError(f"--train {train!r}: {TRAIN_MODES}")
-        return set().union(*(_trainable(tr, part) for part in parts))
+    """Indices of the parameters the --train mode trains (poet.graph.train_modes)."""
+    layers: list[list[int]] = []  # parameter sets of the layers, in forward order
+    for f, _ in tr.fwd:
+        ps = [tr.pindex[id(p)] for p in f.params.values()]
+        if ps and (not layers or layers[-1] != ps):
+            layers.append(ps)
     wanted = {i for i, (_, p) in enumerate(tr.params) if p.requires_grad}
-    if train == "all":
-        return wanted
-    if train == "bias":
-        return {i for i in wanted if tr.params[i][0].rsplit(".", 1)[-1] == "bias"}
-    if train.startswith("last:") and train[5:].isdigit() and int(train[5:]) > 0:
-        layers: list[list[int]] = []  # parameter sets of the layers, in forward order
-        for f, _ in tr.fwd:
-            ps = [tr.pindex[id(p)] for p in f.params.values()]
-            if ps and (not layers or layers[-1] != ps):
-                layers.append(ps)
-        n = int(train[5:])
-        if n > len(layers):
-            raise UsageError(f"--train {train}: the model has only {len(layers)} layers with parameters")
-        return {i for ps in layers[-n:] for i in ps} & wanted
-    raise UsageError(f"--train {train!r}: {TRAIN_MODES}")
+    modules = [n for n, _ in tr.model.named_modules()]
+    return train_modes.select(train, [n for n, _ in tr.params], wanted, layers, modules)
 
 
 def _names(tr: _Tracer) -> list[str]:

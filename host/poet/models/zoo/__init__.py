@@ -131,7 +131,7 @@ class ModelChoice:
     name: str = "mlp-digits"
     batch: int = 16  # samples per training step
     seed: int = 0  # weight initialisation and data order
-    train: str = "all"  # all, bias or last:N
+    train: str = "all"  # what trains (poet.graph.train_modes): all, bias, last:N, bias:K, layers:..., joined by +
     input_shape: tuple[int, ...] | None = None  # one sample, for a module:factory model
     classes: int | None = None  # for a module:factory model
     layers: int | None = None  # bert only
