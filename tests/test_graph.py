@@ -197,7 +197,10 @@ def test_biases_of_the_last_layers_and_named_modules():
     ("layers:fc5", "no module 'fc5' \\(did you mean fc4, fc3, fc2\\?\\)"),
     ("layers:relu1", "module 'relu1' has no parameter to train"),
     ("last:99", "has only 4 layers with parameters"), ("bias+last:99", "has only 4 layers with parameters"),
-    ("bias:5", "has only 4 layers with parameters")])
+    ("bias:5", "has only 4 layers with parameters"), ("layers:fc1@0", "NAME@R takes a share 0 < R <= 1"),
+    ("layers:fc1@half", "NAME@R takes a share"), ("layers:fc1@1.5", "NAME@R takes a share"),
+    ("layers:fc2@0.5", "fc2 is a linear: @R updates a share of the input channels of a conv2d with groups=1"),
+    ("layers:fc1@0.001", "fc1 is a linear")])
 def test_bad_train_mode(mode, message):
     model, spec = get_model("mlp-digits")
     with pytest.raises(PoetError, match=message):

@@ -49,9 +49,10 @@ I8P = ctypes.POINTER(ctypes.c_int8)
 INT, FLT = ctypes.c_int, ctypes.c_float
 
 class Conv(ctypes.Structure):
-    """kernels.h poet_conv_t: a convolution's shape."""
+    """kernels.h poet_conv_t: a convolution's shape (ck, the input channels a weight gradient covers, 0 for all
+    when not given)."""
 
-    _fields_ = [(n, INT) for n in ("B", "C", "H", "W", "O", "kh", "kw", "stride", "ph", "pw", "groups")]
+    _fields_ = [(n, INT) for n in ("B", "C", "H", "W", "O", "kh", "kw", "stride", "ph", "pw", "groups", "ck")]
 
 
 CONVP = ctypes.POINTER(Conv)

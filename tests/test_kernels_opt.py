@@ -169,7 +169,10 @@ def test_conv2d_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, ...]
         run_both(lambda p, o, bias=bias: getattr(both, p + "conv2d_ex_fwd")(ctypes.byref(cv), fp(x), fp(w), fp(bias),
                                                                           fp(o["y"])),
                  {"y": np.full((B, n_out, Ho, Wo), np.nan, np.float32)})
-    for want_gx, want_dw in itertools.product((True, False), repeat=2):
+    # ck: a sparse update's weight gradient over the first input channels of each group only
+    for want_gx, want_dw, ck in itertools.product((True, False), (True, False), {0, (C // groups + 1) // 2}):
+        cv.ck = ck
+
         def kernel(p: str, o: dict[str, np.ndarray], want_gx: bool = want_gx, want_dw: bool = want_dw) -> None:
             getattr(both, p + "conv2d_ex_bwd")(ctypes.byref(cv), fp(g), fp(x), fp(w), gp(o["dw"] if want_dw else None),
                                                gp(o["db"]), fp(o["gx"] if want_gx else None))

@@ -221,10 +221,11 @@ static void conv_grad_weight(const poet_conv_t *cv, const float *g, const float 
     const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
     const int Cg = C / cv->groups, Og = O / cv->groups;
     const long HoWo = (long)Ho * Wo, HW = (long)H * W, wo = (long)Cg * kh * kw;
+    const int Ck = cv->ck > 0 && cv->ck < Cg ? cv->ck : Cg;
     int n, o, c, ky, kx, oy, ox, oy0, oy1, ox0, ox1;
     for (o = 0; o < O;) {
         const int grp = o / Og, four = FOUR(o, (grp + 1) * Og);
-        for (c = 0; c < Cg; c++)
+        for (c = 0; c < Ck; c++)
             for (ky = 0; ky < kh; ky++) {
                 outputs(ky, stride, ph, H, Ho, &oy0, &oy1);
                 for (kx = 0; kx < kw; kx++) {

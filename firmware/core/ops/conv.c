@@ -29,7 +29,12 @@ int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
         return 0;
     if (n->op == POET_OP_CONV2D_I8)
         return i8_io(m, n, x / 4u, w, reduce, y);
-    return n->op == POET_OP_CONV2D ? io1(m, n, x, y) : weighted_bwd_ok(m, n, a[NEED_GX], y, x, a[WEIGHT]);
+    if (n->op == POET_OP_CONV2D)
+        return io1(m, n, x, y);
+    /* conv2d_bwd's NEED_GX slot: need_grad_input in bit 0, above it the input channels the weight gradient
+     * covers (kernels.h poet_conv_t ck), 0 for all */
+    return a[NEED_GX] >= 0 && (a[NEED_GX] >> 1) <= a[C] / POET_CONV_GROUPS(a[GEOM]) &&
+           weighted_bwd_ok(m, n, a[NEED_GX] & 1, y, x, a[WEIGHT]);
 }
 
 void op_conv2d_run(const poet_exec_t *e)
@@ -44,8 +49,9 @@ void op_conv2d_bwd_run(const poet_exec_t *e)
     const int32_t *a = e->a;
     poet_grad_t gw, gb;
     poet_conv_t cv = conv_shape(a);
+    cv.ck = a[NEED_GX] >> 1;
     poet_conv2d_ex_bwd(&cv, e->in[0], e->in[1], param(e, a[WEIGHT]), grad(e, a[WEIGHT], &gw), grad(e, a[BIAS], &gb),
-                       a[NEED_GX] ? e->out : 0);
+                       a[NEED_GX] & 1 ? e->out : 0);
 }
 
 /* Output channels first..end-1 from their int8 weights wq: the whole layer, or one read of a weight on aux

@@ -207,6 +207,7 @@ poet_conv_t conv_shape(const int32_t *a)
     cv.ph = POET_CONV_PAD_H(a[6]);
     cv.stride = POET_CONV_STRIDE(a[6]);
     cv.groups = POET_CONV_GROUPS(a[6]);
+    cv.ck = 0;
     return cv;
 }
 

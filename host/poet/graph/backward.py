@@ -17,10 +17,12 @@ from poet.ops import OPS
 
 
 class Backward:
-    def __init__(self, nodes: list[GraphNode], rg: list[bool], trainable: set[int]) -> None:
+    def __init__(self, nodes: list[GraphNode], rg: list[bool], trainable: set[int],
+                 ck: dict[int, int] | None = None) -> None:
         self.nodes = nodes
         self.rg = rg
         self.trainable = trainable
+        self.ck = ck or {}  # a conv weight trained for its first ck input channels (train_modes NAME@R)
         self.grads: dict[int, list[int]] = {}  # node -> backward nodes holding parts of its gradient
 
     def add(self, name: str, module: str, op: str, grad: list[int], saved: list[int], shape: list[int],
@@ -96,7 +98,13 @@ class Backward:
             else:  # normalisation: the input gives back the statistics and x-hat
                 saved = [x[0]] if gx or "w" in trains else []
             attrs["need_grad_input"] = int(gx)
-            work = (int(gx) + int("w" in trains)) * node.flops if op in ("linear", "conv2d") else node.flops
+            share = 1.0
+            if op == "conv2d" and "w" in trains and attrs["w"] in self.ck:
+                attrs["ck"] = self.ck[attrs["w"]]
+                share = attrs["ck"] / attrs["C"]
+            work = node.flops
+            if op in ("linear", "conv2d"):
+                work = round((int(gx) + share * int("w" in trains)) * node.flops)
             shape = self.nodes[x[0]].shape if x else [0]
             s = self.add(name, mod, OPS[op].backward[0], [g], saved, shape, attrs, work, nbytes=None if gx else 0)
             if gx:

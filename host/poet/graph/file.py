@@ -395,6 +395,11 @@ def _check_attrs(at: _Place, n: dict[str, Any], n_params: int) -> None:
             at.f32_value(f"attrs.{key}", v)
         elif key in slots or not isinstance(v, str):  # a name in an attribute lowering skips is harmless
             at.whole_value(f"attrs.{key}", v, -I32, I32 - 1, " (the board's attributes are i32)")
+    if attrs.get("need_grad_input", 0) not in (0, 1):
+        raise at.bad(f"attrs.need_grad_input is {_show(attrs['need_grad_input'])}; a flag: 0 or 1")
+    if "ck" in attrs and "need_ck" in slots and not attrs["ck"] <= attrs["C"] // attrs.get("groups", 1):
+        raise at.bad(f"attrs.ck is {_show(attrs['ck'])}; the weight gradient's input channels: at most "
+                     f"C / groups = {attrs['C'] // attrs.get('groups', 1)} (0 for all)")
     if "keep_from" in slots and not 0 <= attrs["p"] < 1:
         raise at.bad(f"attrs.p is {_show(attrs['p'])}; dropout drops a share p with 0 <= p < 1")
 

@@ -481,8 +481,9 @@ def _trace_once(model: nn.Module, name: str, x: torch.Tensor, labels: torch.Tens
                   tr.extra)
 
 
-def _trainable(tr: _Tracer, train: str) -> set[int]:
-    """Indices of the parameters the --train mode trains (poet.graph.train_modes)."""
+def _trainable(tr: _Tracer, train: str) -> tuple[set[int], dict[int, float]]:
+    """Indices of the parameters the --train mode trains, and the share of input channels of the weights
+    it updates in part (poet.graph.train_modes)."""
     layers: list[list[int]] = []  # parameter sets of the layers, in forward order
     for f, _ in tr.fwd:
         ps = [tr.pindex[id(p)] for p in f.params.values()]
@@ -491,6 +492,21 @@ def _trainable(tr: _Tracer, train: str) -> set[int]:
     wanted = {i for i, (_, p) in enumerate(tr.params) if p.requires_grad}
     modules = [n for n, _ in tr.model.named_modules()]
     return train_modes.select(train, [n for n, _ in tr.params], wanted, layers, modules)
+
+
+def _share(tr: _Tracer, path: str, attrs: dict[str, Any], r: float, readers: int, op: str) -> dict[int, int]:
+    """A conv whose weight a NAME@R updates for its first int(R x C) input channels: {weight: the channels
+    its gradient covers} (tiny-training's int(in_channels * ratio)), nothing when that is all of them."""
+    where = f"--train {tr.train}: {path}"
+    if op != "conv2d" or attrs.get("groups", 1) != 1 or readers != 1:
+        what = ("a grouped or depthwise conv" if op == "conv2d" and readers == 1 else
+                "a weight read by more than one op" if op == "conv2d" else f"a {op}")
+        raise UsageError(f"{where} is {what}: @R updates a share of the input channels of a conv2d with groups=1 "
+                         f"(tiny-training's pointwise convs); train the whole layer instead")
+    k = int(attrs["C"] * r)
+    if k < 1:
+        raise UsageError(f"{where}: @{r:g} of its {attrs['C']} input channels is none; give a larger share")
+    return {attrs["w"]: k} if k < attrs["C"] else {}
 
 
 def _names(tr: _Tracer) -> list[str]:
@@ -515,7 +531,9 @@ def _names(tr: _Tracer) -> list[str]:
 
 def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], classes: int, input_dtype: str,
            logits_id: int, loss: str = "cross_entropy") -> TrainingGraph:
-    trainable = _trainable(tr, tr.train)
+    trainable, shares = _trainable(tr, tr.train)
+    readers = {i: [f for f, _ in tr.fwd if i in (tr.pindex[id(p)] for p in f.params.values())] for i in shares}
+    ck: dict[int, int] = {}  # weight -> the input channels its gradient covers, where a share of them
     nodes: list[GraphNode] = []
     shape0 = [batch, *input_shape]
     nodes.append(GraphNode(0, "input", "input", "input", "input", [], F32 * numel(shape0), shape0,
@@ -525,6 +543,8 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
         deps = list(f.deps)
         pidx = {role: tr.pindex[id(p)] for role, p in f.params.items()}
         attrs = dict(f.attrs) | pidx
+        if pidx.get("w") in shares:
+            ck.update(_share(tr, path, attrs, shares[pidx["w"]], len(readers[pidx["w"]]), f.op))
         shape = list(f.out.shape)
         if numel(shape) > MAX_ELEMENTS:  # in a meta pass, before any real tensor of that size exists
             raise UsageError(f"model {name!r}: {path} makes a tensor of shape {shape}, {numel(shape):,} elements "
@@ -542,14 +562,14 @@ def _build(tr: _Tracer, name: str, batch: int, input_shape: tuple[int, ...], cla
         ce = {"B": batch, "classes": classes}
         nodes.append(GraphNode(len(nodes), "loss/forward", "loss", "loss", "cross_entropy", [logits_id], 4, [1], ce,
                                5 * batch * classes))
-        b = Backward(nodes, rg, trainable)
+        b = Backward(nodes, rg, trainable, ck)
         b.grads[logits_id] = [b.add("loss/backward", "loss", "cross_entropy_bwd", [], [logits_id], lshape, ce,
                                     4 * batch * classes)]
     else:  # the output against the input (node 0), which gets no gradient
         reg = {"n": numel(lshape)}
         nodes.append(GraphNode(len(nodes), "loss/forward", "loss", "loss", loss, [logits_id, 0], 4, [1], reg,
                                3 * numel(lshape)))
-        b = Backward(nodes, rg, trainable)
+        b = Backward(nodes, rg, trainable, ck)
         b.grads[logits_id] = [b.add("loss/backward", "loss", f"{loss}_bwd", [], [logits_id, 0], lshape, reg,
                                     3 * numel(lshape))]
     for nid in range(len(nodes) - 2, 0, -1):

@@ -82,6 +82,13 @@ class TrainingGraph:
                 for k in ("rm", "rv") if n.attrs.get(k, -1) >= 0}
 
     @property
+    def partial_weights(self) -> dict[str, int]:
+        """Conv weights trained for their first ck input channels only (--train NAME@R): name -> ck. The
+        rest of each gets no gradient, so no optimizer moves it."""
+        return {self.params[n.attrs["w"]][0]: n.attrs["ck"] for n in self.nodes
+                if n.op == "conv2d_bwd" and "ck" in n.attrs}
+
+    @property
     def updates_in_backward(self) -> bool:
         """Whether the board updates every trained parameter in the backward pass, so it keeps no
         gradients (docs/spec.md 3, "Update in backward"; tiny-training's in-place update): each is written

@@ -86,7 +86,7 @@ void poet_ref_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *
     }
     for (o = 0; o < O; o++) {
         /* dW[o,c,ky,kx] = sum_{n,oy,ox} g[n,o,oy,ox] x[n, group(o) + c, oy s+ky-p, ox s+kx-p] */
-        for (c = 0; dw && c < Cg; c++)
+        for (c = 0; dw && c < (cv->ck > 0 && cv->ck < Cg ? cv->ck : Cg); c++)
             for (ky = 0; ky < kh; ky++)
                 for (kx = 0; kx < kw; kx++) {
                     float acc = 0.0f;

@@ -68,6 +68,8 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
         return mb.f32_bits(float(dropout.scale(float(attrs["p"]))))
     if name == "drop_row":  # absent in graphs written before stochastic depth: a draw per element
         return int(attrs.get("row", 0))
+    if name == "need_ck":
+        return int(attrs["need_grad_input"]) | int(attrs.get("ck", 0)) << 1
     if name == "kernel":
         kh, kw, _, pw = conv_window(attrs)
         return mb.conv_kernel(kh, kw, pw)
