@@ -288,6 +288,10 @@ def test_graph_errors_from_user_models_are_one_line(tmp_path):
     one_line_error(poet("graph", "--model", "mlp-digits", "--train", "last:9"), 2,
                    "--train last:9: the model has only 4 layers with parameters")
     one_line_error(poet("graph", "--model", "lenet", "--layers", "2"), 2, "--layers and --hidden size the bert")
+    one_line_error(poet("graph", "--model", "lenet", "--train", "layers:conv9"), 2,
+                   "--train layers:conv9: the model has no module 'conv9' (did you mean conv2, conv1?)")
+    one_line_error(poet("graph", "--model", "lenet", "--train", "last:1+layers:conv2@2"), 2,
+                   "'conv2@2': NAME@R takes a share 0 < R <= 1 of the conv's input channels")
 
 
 def test_graph_check_and_train_modes(tmp_path):
@@ -455,3 +459,13 @@ def test_profile_port_another_program_holds(pty_board):
 def test_profile_board_with_another_protocol(pty_board):
     one_line_error(poet("profile", "--port", pty_board, "--model", "mlp-digits"), 1,
                    f"the nrf52840 on {pty_board} speaks protocol 5, this poet speaks 4", "update poet")
+
+
+def test_graph_lists_the_layers_train_modes_count():
+    r = poet("graph", "--model", "lenet", "--train", "last:1+bias:3", "--list-layers")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1].startswith("5 layers with parameters")
+    assert lines[2].split() == ["5", "conv1:", "weight", "6x1x5x5", "frozen,", "bias", "6", "frozen"]
+    assert lines[4].split()[:2] == ["3", "fc1:"] and lines[4].endswith("bias 120 trained")
+    assert lines[6].split() == ["1", "fc3:", "weight", "10x84", "trained,", "bias", "10", "trained"]

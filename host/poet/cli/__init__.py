@@ -108,11 +108,13 @@ def _graph(args: argparse.Namespace, name: str | None = None):
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from poet.graph.training_graph import summary
+    from poet.graph.training_graph import layers_text, summary
 
     not_an_input("-o", args.output, _model_choice(args).files())
     g, model, _ = _graph(args)
     say(summary(g))
+    if args.list_layers:
+        say(layers_text(g))
     if args.output:
         write_output(Path(args.output), g.to_json_text().encode())
         say(f"wrote {args.output}")

@@ -183,6 +183,9 @@ def _graph_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("-o", "--output", type=_output_file, help="write the graph JSON here")
     p.add_argument("--check", action="store_true",
                    help="also run a real PyTorch step and compare saved tensors and ops with the graph")
+    p.add_argument("--list-layers", action="store_true",
+                   help="list the layers with parameters in forward order, numbered from the last as last:N and "
+                   "bias:K count them, named as layers: takes them, and what --train trains of each")
     p.set_defaults(func="cmd_graph")
 
 

@@ -105,7 +105,8 @@ def _of_module(text: str, module: str, names: Sequence[str], trainable: set[int]
     if module not in modules or not module:
         near = difflib.get_close_matches(module, [m for m in modules if m], n=3)
         hint = f" (did you mean {', '.join(near)}?)" if near else ""
-        raise UsageError(f"--train {text}: the model has no module {module!r}{hint}; `poet graph` lists its layers")
+        raise UsageError(f"--train {text}: the model has no module {module!r}{hint}; "
+                         f"`poet graph --list-layers` lists its layers")
     inside = {i for i, n in enumerate(names) if n.startswith(module + ".")}
     if not inside & trainable:
         raise UsageError(f"--train {text}: module {module!r} has no parameter to train")

@@ -278,3 +278,27 @@ def summary(g: TrainingGraph) -> str:
             f"activations {g.activation_bytes()} B (backward keeps {g.saved_bytes()} B), "
             f"parameters {g.param_bytes} B trained" + (f" + {g.frozen_bytes} B frozen" if g.frozen else "")
             + f", {flops / 1e6:.2f} MFLOP/step")
+
+
+def layers_text(g: TrainingGraph) -> str:
+    """The layers with parameters in forward order, one a line: what last:N and bias:K count from the end,
+    named as layers: takes them, each parameter's shape and whether the graph's --train mode trains it (a
+    share of a conv's input channels, NAME@R, shown as ck/C)."""
+    frozen, partial = set(g.frozen), g.partial_weights
+    seen: list[tuple[int, ...]] = []
+    for n in g.nodes:
+        ps = tuple(n.attrs[k] for k in ("w", "b") if n.kind == "forward" and n.attrs.get(k, -1) >= 0)
+        if ps and (not seen or seen[-1] != ps):
+            seen.append(ps)
+    lines = [f"{len(seen)} layers with parameters (--train last:N and bias:K count from the last; "
+             f"layers:NAME names one):"]
+    for k, ps in enumerate(seen):
+        module = g.params[ps[0]][0].rsplit(".", 1)[0]
+        parts = []
+        for p in ps:
+            name, shape = g.params[p]
+            state = (f"trained (its first {partial[name]} of {shape[1]} input channels)" if name in partial else
+                     "frozen" if name in frozen else "trained")
+            parts.append(f"{name.rsplit('.', 1)[-1]} {'x'.join(map(str, shape))} {state}")
+        lines.append(f"  {len(seen) - k:>4}  {module}: " + ", ".join(parts))
+    return "\n".join(lines)
