@@ -469,3 +469,14 @@ def test_graph_lists_the_layers_train_modes_count():
     assert lines[2].split() == ["5", "conv1:", "weight", "6x1x5x5", "frozen,", "bias", "6", "frozen"]
     assert lines[4].split()[:2] == ["3", "fc1:"] and lines[4].endswith("bias 120 trained")
     assert lines[6].split() == ["1", "fc3:", "weight", "10x84", "trained,", "bias", "10", "trained"]
+
+
+def test_a_reader_that_closes_the_pipe_ends_poet_quietly():
+    """`poet ... | head`: the reader gone before poet writes (here it never reads), poet stops as Unix tools do,
+    status 141 (128 + SIGPIPE) and nothing on stderr, not an error line about the pipe."""
+    proc = subprocess.Popen([sys.executable, "-m", "poet", "graph", "--model", "lenet", "--list-layers"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141 and err == b"", err

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import select
 import sys
 import tempfile
 from pathlib import Path
@@ -346,6 +348,21 @@ def _stopped_by(exc: BaseException) -> int | None:
     return None
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout's reader has closed the pipe (a board's link closing is reported, not this). Then stdout
+    goes to devnull, so the interpreter's flush at exit writes nothing more there."""
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        gone = any(ev & select.POLLERR for _, ev in poll.poll(0))  # a pipe with no reader polls as an error
+    except (OSError, ValueError):  # no real file behind stdout (a test's capture)
+        return False
+    if gone:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return gone
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
 
@@ -375,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     except OSError as exc:  # a file poet reads or writes: which, and the system's reason
+        if isinstance(exc, BrokenPipeError) and _stdout_gone():  # `poet ... | head`: the reader has all it wants
+            return 128 + signal.SIGPIPE
         if args.debug:
             raise
         if exc.filename:
