@@ -52,6 +52,13 @@ PARAMS = {
     "mlperf-vww": 216_322,
     # the DCASE 2020 task 2 baseline autoencoder: Keras 269,992, 1,032 BN channels
     "mlperf-ad": 267_928,
+    # MIT tiny-training's (models/zoo/tiny_training.py): every weight and bias of its published int8 graph
+    # (algorithm/assets/mcu_models/<name>.pkl, mit-han-lab/tiny-training at 7bf8e05, a 1000-class
+    # classifier: 357,448, 423,232 and 630,224) less the classifier's difference, as for torchvision's;
+    # tests/test_tiny_training_nets.py checks the 1000-class totals
+    "mbv2-w0.35": 357_448 - 990 * 113,
+    "proxyless-w0.3": 423_232 - 990 * 97,
+    "mcunet-5fps": 630_224 - 990 * 161,
 }
 
 

@@ -26,6 +26,7 @@ from poet.models.zoo.lenet import lenet5
 from poet.models.zoo.mlperf_tiny import DSCNN, AutoEncoder, MobileNetV1, ResNet8
 from poet.models.zoo.mobilenetv2 import mobilenetv2_cifar
 from poet.models.zoo.resnet import resnet18_cifar
+from poet.models.zoo.tiny_training import TinyTrainingNet
 from poet.models.zoo.transformer import transformer_block
 from poet.models.zoo.vgg import vgg16_cifar
 from poet.models.zoo.vision import EfficientNetB0, MNASNet, MobileNetV3Small, ResNet18, ShuffleNetV2, SqueezeNet11
@@ -112,6 +113,13 @@ ZOO: dict[str, ZooModel] = {
                  "EfficientNet-B0 (SiLU, squeeze-and-excitation, stochastic depth)"),
         ZooModel("shufflenetv2-0.5", lambda: ShuffleNetV2(num_classes=10), (3, 64, 64), 10,
                  "ShuffleNetV2 x0.5 (chunk, channel shuffle)"),
+        # MIT tiny-training's networks (Lin et al. 2022), from their int8 graphs (models/zoo/tiny_training.py)
+        ZooModel("mbv2-w0.35", lambda: TinyTrainingNet("mbv2-w0.35"), (3, 128, 128), 10,
+                 "tiny-training's MobileNetV2 w0.35 at 128x128 (BN folded, ReLU6), 16.6M MACs"),
+        ZooModel("proxyless-w0.3", lambda: TinyTrainingNet("proxyless-w0.3"), (3, 128, 128), 10,
+                 "tiny-training's ProxylessNAS w0.3 at 128x128 (BN folded, ReLU6), 18.6M MACs"),
+        ZooModel("mcunet-5fps", lambda: TinyTrainingNet("mcunet-5fps"), (3, 128, 128), 10,
+                 "tiny-training's MCUNet 5FPS at 128x128 (BN folded, ReLU6), 22.5M MACs"),
     )
 }
 
