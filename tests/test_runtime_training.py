@@ -248,36 +248,39 @@ def test_moved_statistics_must_be_in_ram(tmp_path: Path) -> None:
 
 
 class _Pointwise(__import__("torch").nn.Module):
-    """A 3x3 stem, an expanding 1x1 conv (tiny-training's pointwise1), a 1x1 projection and a classifier."""
+    """A 3x3 stem, an expanding 1x1 conv (tiny-training's pointwise1), a depthwise 3x3, a 1x1 projection and a
+    classifier."""
 
     def __init__(self) -> None:
         from torch import nn
         super().__init__()
         self.stem = nn.Conv2d(1, 8, 3, padding=1)
         self.pointwise1 = nn.Conv2d(8, 24, 1)
+        self.depthwise = nn.Conv2d(24, 24, 3, padding=1, groups=24)
         self.pointwise2 = nn.Conv2d(24, 8, 1)
         self.classifier = nn.Linear(8, 10)
 
     def forward(self, x: Any) -> Any:
         import torch
         x = torch.relu(self.stem(x))
-        x = self.pointwise2(torch.relu(self.pointwise1(x)))
+        x = self.pointwise2(torch.relu(self.depthwise(torch.relu(self.pointwise1(x)))))
         return self.classifier(x.mean((2, 3)))
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-@pytest.mark.parametrize("train", ["last:1+bias:3+layers:pointwise1@0.25", "layers:pointwise1@0.5,pointwise2@0.125"])
+@pytest.mark.parametrize("train", ["last:1+bias:3+layers:pointwise1@0.25",
+                                   "layers:pointwise1@0.5,depthwise@0.25,pointwise2@0.125"])
 def test_a_share_of_a_convs_input_channels_trains_like_torch(tmp_path: Path, optimizer: str, train: str) -> None:
     """NAME@R (tiny-training's weight_update_ratio): the conv's weight moves for its first int(R x C) input
-    channels only, under every plan, as PyTorch's same steps with the rest of the gradient zeroed; the
-    channels past the share keep their initial bits."""
+    channels only (a depthwise one's for its first channels), under every plan, as PyTorch's same steps with
+    the rest of the gradient zeroed; the channels past the share keep their initial bits."""
     import torch
     torch.manual_seed(0)
     model = _Pointwise()
     g = with_optimizer(trace(model, "pointwise", (1, 8, 8), 10, 4, train=train), optimizer)
     shares = g.partial_weights
-    assert shares == ({"pointwise1.weight": 2} if train.startswith("last") else
-                      {"pointwise1.weight": 4, "pointwise2.weight": 3})
+    assert shares == ({"pointwise1.weight": (1, 2)} if train.startswith("last") else
+                      {"pointwise1.weight": (1, 4), "pointwise2.weight": (1, 3), "depthwise.weight": (0, 6)})
     data, w0 = _data(g, 3), weights_of(model)
     plans = [keep_all(uncosted(g)), *_poet_plans(g)]
     runs = _every_plan(tmp_path, g, w0, data, plans)
@@ -286,6 +289,7 @@ def test_a_share_of_a_convs_input_channels_trains_like_torch(tmp_path: Path, opt
     got = runs[0][1]
     for (name, _), a, b in zip(g.params, got, w0, strict=True):
         if name in shares:
-            ck = shares[name]
-            assert np.array_equal(a[:, ck:], b[:, ck:]) and not np.array_equal(a[:, :ck], b[:, :ck]), name
+            axis, ck = shares[name]
+            past, share = np.split(a, [ck], axis)[::-1], np.split(b, [ck], axis)[::-1]
+            assert np.array_equal(past[0], share[0]) and not np.array_equal(past[1], share[1]), name
     _assert_like_torch(g, model, data, got, runs[0][0], optimizer=g.optimizer, frozen=set(g.frozen), graph=g)

@@ -222,8 +222,9 @@ static void conv_grad_weight(const poet_conv_t *cv, const float *g, const float 
     const int Cg = C / cv->groups, Og = O / cv->groups;
     const long HoWo = (long)Ho * Wo, HW = (long)H * W, wo = (long)Cg * kh * kw;
     const int Ck = cv->ck > 0 && cv->ck < Cg ? cv->ck : Cg;
+    const int Ok = cv->ck > 0 && cv->ck < O && Cg == 1 && Og == 1 ? cv->ck : O; /* a depthwise one's share */
     int n, o, c, ky, kx, oy, ox, oy0, oy1, ox0, ox1;
-    for (o = 0; o < O;) {
+    for (o = 0; o < Ok;) {
         const int grp = o / Og, four = FOUR(o, (grp + 1) * Og);
         for (c = 0; c < Ck; c++)
             for (ky = 0; ky < kh; ky++) {

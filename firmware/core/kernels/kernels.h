@@ -88,8 +88,9 @@ int poet_conv2d_out(int H, int k, int stride, int pad);
 /* A convolution's shape: x[B,C,H,W] * w[O, C/groups, kh, kw] -> y[B,O,Ho,Wo], zero padding of ph
  * rows above and below and pw columns left and right, one stride on both axes, no dilation. C and O
  * must be multiples of groups; groups = C = O is a depthwise convolution. ck: the input channels of
- * each group the weight gradient covers, the first ck (a sparse update's share of a layer, as
- * tiny-training updates part of a pointwise conv); 0 covers all. The rest of dw is not handed over. */
+ * each group the weight gradient covers, the first ck, or of a depthwise one its first ck channels (a
+ * sparse update's share of a layer, as tiny-training updates part of a conv); 0 covers all. The rest
+ * of dw is not handed over. */
 typedef struct {
     int B, C, H, W, O, kh, kw, stride, ph, pw, groups, ck;
 } poet_conv_t;

@@ -33,7 +33,7 @@ int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
         return io1(m, n, x, y);
     /* conv2d_bwd's NEED_GX slot: need_grad_input in bit 0, above it the input channels the weight gradient
      * covers (kernels.h poet_conv_t ck), 0 for all */
-    return a[NEED_GX] >= 0 && (a[NEED_GX] >> 1) <= a[C] / POET_CONV_GROUPS(a[GEOM]) &&
+    return a[NEED_GX] >= 0 && (a[NEED_GX] >> 1) <= a[C] &&
            weighted_bwd_ok(m, n, a[NEED_GX] & 1, y, x, a[WEIGHT]);
 }
 

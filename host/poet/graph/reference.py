@@ -166,7 +166,7 @@ def train_steps(model: nn.Module, batches: Iterable[tuple[np.ndarray, np.ndarray
     first_step, first_step + 1, ... (counted from the last upload of weights)."""
     opt = torch_optimizer([p for n, p in model.named_parameters() if n not in frozen], lr, optimizer)
     shares = graph.partial_weights if graph is not None else {}
-    partial = [(p, shares[n]) for n, p in model.named_parameters() if n in shares]
+    partial = [(p, *shares[n]) for n, p in model.named_parameters() if n in shares]
     losses = []
     kind = graph.loss if graph is not None else "cross_entropy"
     drop = PoetDropout()
@@ -178,8 +178,8 @@ def train_steps(model: nn.Module, batches: Iterable[tuple[np.ndarray, np.ndarray
             loss = (nn.functional.cross_entropy(out, torch.from_numpy(y).long()) if kind == "cross_entropy"
                     else LOSSES[kind](out, torch.from_numpy(x).reshape(out.shape)))
             loss.backward()
-            for p, ck in partial:  # the input channels past a share's get no gradient, as on the board
-                p.grad[:, ck:] = 0
+            for p, axis, ck in partial:  # the channels past a share's get no gradient, as on the board
+                p.grad.narrow(axis, ck, p.shape[axis] - ck).zero_()
             opt.step()
             losses.append(loss.item())
     return losses

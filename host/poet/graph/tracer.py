@@ -495,14 +495,16 @@ def _trainable(tr: _Tracer, train: str) -> tuple[set[int], dict[int, float]]:
 
 
 def _share(tr: _Tracer, path: str, attrs: dict[str, Any], r: float, readers: int, op: str) -> dict[int, int]:
-    """A conv whose weight a NAME@R updates for its first int(R x C) input channels: {weight: the channels
-    its gradient covers} (tiny-training's int(in_channels * ratio)), nothing when that is all of them."""
+    """A conv whose weight a NAME@R updates for its first int(R x C) input channels (a depthwise one: its
+    channels): {weight: the channels its gradient covers} (tiny-training's int(in_channels * ratio)),
+    nothing when that is all of them."""
     where = f"--train {tr.train}: {path}"
-    if op != "conv2d" or attrs.get("groups", 1) != 1 or readers != 1:
-        what = ("a grouped or depthwise conv" if op == "conv2d" and readers == 1 else
+    groups = attrs.get("groups", 1)
+    if op != "conv2d" or groups not in (1, attrs["C"]) or groups != 1 and groups != attrs["O"] or readers != 1:
+        what = ("a grouped conv" if op == "conv2d" and readers == 1 else
                 "a weight read by more than one op" if op == "conv2d" else f"a {op}")
-        raise UsageError(f"{where} is {what}: @R updates a share of the input channels of a conv2d with groups=1 "
-                         f"(tiny-training's pointwise convs); train the whole layer instead")
+        raise UsageError(f"{where} is {what}: @R updates a share of the input channels of a conv2d with groups=1, "
+                         f"or of the channels of a depthwise one (as tiny-training); train the whole layer instead")
     k = int(attrs["C"] * r)
     if k < 1:
         raise UsageError(f"{where}: @{r:g} of its {attrs['C']} input channels is none; give a larger share")

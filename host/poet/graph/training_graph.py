@@ -82,10 +82,12 @@ class TrainingGraph:
                 for k in ("rm", "rv") if n.attrs.get(k, -1) >= 0}
 
     @property
-    def partial_weights(self) -> dict[str, int]:
-        """Conv weights trained for their first ck input channels only (--train NAME@R): name -> ck. The
-        rest of each gets no gradient, so no optimizer moves it."""
-        return {self.params[n.attrs["w"]][0]: n.attrs["ck"] for n in self.nodes
+    def partial_weights(self) -> dict[str, tuple[int, int]]:
+        """Conv weights trained for a share only (--train NAME@R): name -> (axis, ck), the weight's first ck
+        input channels (axis 1), or a depthwise conv's first ck channels (axis 0). The rest of each gets no
+        gradient, so no optimizer moves it."""
+        return {self.params[n.attrs["w"]][0]: (0 if n.attrs.get("groups", 1) == n.attrs["C"] == n.attrs["O"] else 1,
+                                               n.attrs["ck"]) for n in self.nodes
                 if n.op == "conv2d_bwd" and "ck" in n.attrs}
 
     @property
@@ -297,7 +299,8 @@ def layers_text(g: TrainingGraph) -> str:
         parts = []
         for p in ps:
             name, shape = g.params[p]
-            state = (f"trained (its first {partial[name]} of {shape[1]} input channels)" if name in partial else
+            axis, ck = partial.get(name, (1, 0))
+            state = (f"trained (its first {ck} of {shape[axis]} {'input ' if axis else ''}channels)" if ck else
                      "frozen" if name in frozen else "trained")
             parts.append(f"{name.rsplit('.', 1)[-1]} {'x'.join(map(str, shape))} {state}")
         lines.append(f"  {len(seen) - k:>4}  {module}: " + ", ".join(parts))

@@ -46,6 +46,10 @@ void poet_ref_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *
     const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
     int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
     int Cg = C / cv->groups, Og = O / cv->groups;
+    /* a share (kernels.h ck): the first ck input channels of each group, or a depthwise conv's first ck channels */
+    int depthwise = Cg == 1 && Og == 1;
+    int Ck = !depthwise && cv->ck > 0 && cv->ck < Cg ? cv->ck : Cg;
+    int Ok = depthwise && cv->ck > 0 && cv->ck < O ? cv->ck : O;
     int n, o, oy, ox, c, ky, kx, iy, ix;
     if (gx) {
         /* Before the weight gradient, whose update in backward changes w. Gathered per input pixel
@@ -86,7 +90,7 @@ void poet_ref_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *
     }
     for (o = 0; o < O; o++) {
         /* dW[o,c,ky,kx] = sum_{n,oy,ox} g[n,o,oy,ox] x[n, group(o) + c, oy s+ky-p, ox s+kx-p] */
-        for (c = 0; dw && c < (cv->ck > 0 && cv->ck < Cg ? cv->ck : Cg); c++)
+        for (c = 0; dw && o < Ok && c < Ck; c++)
             for (ky = 0; ky < kh; ky++)
                 for (kx = 0; kx < kw; kx++) {
                     float acc = 0.0f;
