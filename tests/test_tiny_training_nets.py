@@ -3,7 +3,6 @@ conv's shape, the activations and residuals, the MACs, the sparse-update configs
 and a trace of each. Nothing here reads the .pkl files: the expected data below was extracted from them
 once (algorithm/assets/mcu_models/<name>.pkl of mit-han-lab/tiny-training at commit 7bf8e05)."""
 
-import re
 
 import pytest
 import torch
@@ -254,18 +253,25 @@ def test_traces_with_one_conv_node_per_conv(name):
     assert g.input_shape == [3, 128, 128] and g.classes == 10 and not g.frozen
 
 
-@pytest.mark.parametrize("name", NETS)
-def test_headline_config_trains_what_tiny_training_trains(name):
-    """The headline --train string, less its @R channel fractions (a conv's channel subset is not
-    the tracer's to select yet), trains: the classifier, the last n_bias_update convs' biases, and
-    the chosen convs' weights; every other parameter is frozen."""
-    cfg = SPARSE_UPDATES[name][HEADLINE[name]]
-    mode = train_mode(name, HEADLINE[name])
+@pytest.mark.parametrize(("name", "budget"), [(n, b) for n in NETS for b in (HEADLINE[n], "49kb")])
+def test_a_scheme_trains_what_tiny_training_trains(name, budget):
+    """A scheme's --train string trains the classifier, the last n_bias_update convs' biases, and the
+    chosen convs' weights, each for its share: int(ratio x in_channels) input channels, or channels of a
+    depthwise conv (partial_backward.py); every other parameter is frozen."""
+    cfg = SPARSE_UPDATES[name][budget]
+    mode = train_mode(name, budget)
     assert len(train_modes.parse(mode)) == 3
-    model, g = traced(ModelChoice(name, batch=1, train=re.sub(r"@[0-9.]+", "", mode)))
+    model, g = traced(ModelChoice(name, batch=1, train=mode))
     convs = conv_names(model)
+    modules = dict(model.named_modules())
     expect = {"classifier.weight", "classifier.bias"}
     expect |= {f"{c}.bias" for c in convs[len(convs) - cfg.n_bias_update:]}
     expect |= {f"{convs[i]}.weight" for i, r in zip(cfg.manual_weight_idx, cfg.weight_update_ratio) if r > 0}
     trained = {p for p, _ in g.params} - set(g.frozen)
     assert {p.replace("/", ".") for p in trained} == expect
+    shares = {}
+    for i, r in zip(cfg.manual_weight_idx, cfg.weight_update_ratio, strict=True):
+        conv = modules[convs[i]]
+        if 0 < r < 1:
+            shares[f"{convs[i]}.weight"] = (0 if conv.groups > 1 else 1, int(conv.in_channels * r))
+    assert g.partial_weights == shares and (budget != "49kb" or shares)
