@@ -35,6 +35,15 @@ from test_train_int8 import _board_and_host, _like_pytorch
 ])
 def test_a_torchvision_network_fine_tunes_on_the_nrf52840_like_pytorch(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, ops: set[str]) -> None:
+    trained = classifier_fine_tunes_on_the_nrf52840(tmp_path, monkeypatch, model, ops)
+    assert len(trained) == 2 and trained[0].endswith("weight"), trained  # the classifier's last linear or conv
+
+
+def classifier_fine_tunes_on_the_nrf52840(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str,
+                                          ops: set[str]) -> list[str]:
+    """`poet train --train last:1` of `model` at batch 1 on the emulated nRF52840 at --ram 256k, one step, its
+    frozen prefix in static int8 running `ops`, and the board's trained tensors as close to float64 PyTorch's
+    same step (fed the same prefix) as float32 PyTorch's are; the names of the trained tensors."""
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
     run_dir, lr, limit = tmp_path / "run", 0.05, 1
     assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", model, "--batch", "1", "--train",
@@ -48,11 +57,11 @@ def test_a_torchvision_network_fine_tunes_on_the_nrf52840_like_pytorch(
     net, g, board, ref = _board_and_host(run_dir, choice, limit, lr)
     names = [n for n, _ in state_tensors(net)]
     trained = [n for n in names if n not in g.frozen]
-    assert len(trained) == 2 and trained[0].endswith("weight"), trained  # the classifier's last linear or conv
     _like_pytorch(net, ref, board, trained)
     before = dict(zip(names, weights_of(traced(choice)[0]), strict=True))
     host = dict(zip(names, ref.weights, strict=True))
     assert any(not np.array_equal(host[n], before[n]) for n in trained), "the step moved nothing: no check"
+    return trained
 
 
 @needs_qemu
