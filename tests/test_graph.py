@@ -190,6 +190,19 @@ def test_biases_of_the_last_layers_and_named_modules():
     assert trained == {n for n, p in model.named_parameters() if n.startswith("layers.16.")} and len(trained) > 3
 
 
+def test_list_layers_shows_a_share():
+    """--list-layers numbers the layers from the last, and a NAME@R share as its input channels (or a
+    depthwise conv's channels)."""
+    from poet.graph.training_graph import layers_text
+    model, spec = get_model("mobilenetv2-cifar-0.35")
+    g = trace(model, "m", spec.input_shape, spec.classes, 2,
+              train="last:1+layers:layers.15.conv1@0.25,layers.15.conv2@0.5")
+    lines = {ln.split()[1]: ln for ln in layers_text(g).splitlines()[1:]}
+    assert lines["layers.15.conv1:"].endswith("weight 336x56x1x1 trained (its first 14 of 56 input channels)")
+    assert lines["layers.15.conv2:"].endswith("weight 336x1x3x3 trained (its first 168 of 336 channels)")
+    assert lines["linear:"].split()[0] == "1" and lines["linear:"].endswith("bias 10 trained")
+
+
 @pytest.mark.parametrize("mode, message", [
     ("last:0", "give all, bias, last:N"), ("some", "give all, bias, last:N"), ("bias:0", "give all, bias, last:N"),
     ("bias+bias", "their union"), ("all+bias", "their union"), ("bias+", "their union"),
