@@ -52,9 +52,10 @@ def _model_args(p: argparse.ArgumentParser, default: str | None = "mlp-digits") 
                    help="weight initialisation and data order seed, 0 to 4294967295 (default 0)")
     p.add_argument("--train", type=_train_mode, default="all", metavar="MODE",
                    help="what to fine-tune: all, last:N (the last N layers with parameters), bias (every bias), "
-                   "bias:K (the biases of the last K layers), layers:NAME,NAME (those modules' parameters), or "
-                   "several joined by + (their union; last:1+bias:12 is a sparse update as tiny-training's) "
-                   "(default all)")
+                   "bias:K (the biases of the last K layers), layers:NAME,NAME (those modules' parameters; NAME@R: "
+                   "a conv's weight for its first R of input channels), or several joined by + (their union; "
+                   "last:1+bias:12 is a sparse update as tiny-training's; poet graph --list-layers shows the "
+                   "layers) (default all)")
     p.add_argument("--layers", type=_whole(1, 256), help="encoder layers L of the bert model, 1 to 256 (default 12)")
     p.add_argument("--hidden", type=_whole(64, 8192),
                    help="hidden size H of the bert model, a multiple of 64 up to 8192 (default 768)")
