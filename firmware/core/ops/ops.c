@@ -207,7 +207,8 @@ poet_conv_t conv_shape(const int32_t *a)
     cv.ph = POET_CONV_PAD_H(a[6]);
     cv.stride = POET_CONV_STRIDE(a[6]);
     cv.groups = POET_CONV_GROUPS(a[6]);
-    cv.ck = 0;
+    /* ck is left unset: only conv2d_bwd reads it, and sets it (ops/conv.c); a store here would run on every
+     * streamed row block of every int8 conv (a ResNet-18 step makes thousands) */
     return cv;
 }
 
