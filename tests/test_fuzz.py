@@ -10,6 +10,7 @@ copied into crashes/<harness>/, to be fixed and committed with its fix.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 from pathlib import Path
@@ -32,6 +33,14 @@ HARNESSES = {"schedule": 1 + 2048, "model": 4096, "protocol": 8192, "device": 4 
 pytestmark = needs_tools("clang", "make")
 
 
+def rss_limit() -> list[str]:
+    """libFuzzer's memory limits, 2 GiB of the harness's own: Linux keeps a process's peak RSS across fork and
+    exec, so a harness started from a pytest process that once held 3 GiB (a torch model, QEMU runs) would
+    report out-of-memory on its first input against the default -rss_limit_mb=2048."""
+    inherited = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # KiB on Linux
+    return [f"-rss_limit_mb={inherited + 2048}", "-malloc_limit_mb=2048"]
+
+
 def build(name: str) -> Path:
     proc = firmware.run_make(f"fuzz-{name}")
     assert proc.returncode == 0, f"make fuzz-{name} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
@@ -48,7 +57,7 @@ def test_corpus_and_crashes_replay(name: str) -> None:
     files = inputs(name)
     assert any(p.parent.parent.name == "corpus" for p in files), "no seeds: run firmware/fuzz/make_seeds.py"
     # files as arguments: libFuzzer runs each once and stops at the first sanitizer report
-    proc = subprocess.run([str(exe), *map(str, files)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([str(exe), *rss_limit(), *map(str, files)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"fuzz-{name} fails on a corpus or crash input:\n{proc.stderr[-4000:]}"
 
 
@@ -78,7 +87,7 @@ def test_bounded_fuzz_run(tmp_path: Path) -> None:
         shutil.copytree(FUZZ / "corpus" / name, corpus)
         artifacts.mkdir()
         cmd = [str(exe), str(corpus), f"-max_total_time={seconds}", f"-max_len={max_len}", "-timeout=20",
-               "-print_final_stats=1", f"-artifact_prefix={artifacts}/"]
+               *rss_limit(), "-print_final_stats=1", f"-artifact_prefix={artifacts}/"]
         log = (tmp_path / f"{name}.log").open("w")
         runs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True), artifacts)
     failed = []
