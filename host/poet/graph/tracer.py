@@ -500,7 +500,7 @@ def _share(tr: _Tracer, path: str, attrs: dict[str, Any], r: float, readers: int
     nothing when that is all of them."""
     where = f"--train {tr.train}: {path}"
     groups = attrs.get("groups", 1)
-    if op != "conv2d" or groups not in (1, attrs["C"]) or groups != 1 and groups != attrs["O"] or readers != 1:
+    if op != "conv2d" or not (groups == 1 or groups == attrs["C"] == attrs["O"]) or readers != 1:
         what = ("a grouped conv" if op == "conv2d" and readers == 1 else
                 "a weight read by more than one op" if op == "conv2d" else f"a {op}")
         raise UsageError(f"{where} is {what}: @R updates a share of the input channels of a conv2d with groups=1, "
