@@ -48,7 +48,7 @@ from poet.plan.cost.memory import pool_for
 from poet.plan.lowering.schedule import CRC_BYTES, HEADER_BYTES, INSTR_BYTES, SCHEDULE_BLOB_MAX
 from poet.plan.pipeline import Planned, plan_step
 from poet.plan.strategies.poet_milp import min_arena_budget
-from poet.plan.transform.placement import place
+from poet.plan.transform.placement import place, w8_params
 from poet.plan.transform.precision import apply_storage, costed_storage, flash_fit
 from poet.plan.transform.static_int8 import rewrite
 from poet.units import format_size
@@ -146,9 +146,9 @@ def row(board_name: str, model: str, mode: str, batch: int = 1) -> Row:
 
 
 def _w8(g: TrainingGraph) -> str:
-    """The frozen dense weights placement stored int8 (weight-only, computed in fp32), for a label."""
-    n = len({n.attrs["w"] for n in g.nodes if n.op == "linear" and n.attrs.get("w8")})
-    return f", {n} frozen dense weight(s) int8 (weight-only)" if n else ""
+    """The frozen fp32 weights placement stored int8 (weight-only, computed in fp32), for a label."""
+    n = len(w8_params(g))
+    return f", {n} frozen weight(s) int8 (weight-only)" if n else ""
 
 
 def _fill(r: Row) -> None:
@@ -168,11 +168,11 @@ def _fill(r: Row) -> None:
                                            + _w8(placed)), placed))
     except UsageError as e:
         total = pool_for(apply_storage(g, {}, set(int8))).flash.total
-        need = re.search(r"flash would need (.+?) of the", str(e))  # placement's own count, with dense weights int8
-        dense = re.search(r"and (\d+) frozen dense weights? stored int8", str(e))
+        need = re.search(r"flash would need (.+?) of the", str(e))  # placement's own count, with w8 weights
+        dense = re.search(r"and (\d+) frozen fp32 weights? stored int8", str(e))
         fits.append(Fit("fp32", None, why=f"flash: needs {need.group(1) if need else format_size(total)} with every "
                                           f"storable frozen weight int8"
-                                          f"{f' ({dense.group(1)} dense, weight-only)' if dense else ''}, of "
+                                          f"{f' ({dense.group(1)} weight-only)' if dense else ''}, of "
                                           f"{format_size(board.model_flash_bytes)}"))
     prefix = rewrite(g)
     if prefix is not None:

@@ -29,6 +29,8 @@ for _p in ("poet_", "poet_ref_"):
     REFERENCE[_p + "linear_w8_bwd_gx"] = [INT] * 3 + [F32P, I8P, ctypes.c_float, F32P]
 for _name in ("poet_conv2d_q_fwd_rows", "poet_ref_conv2d_q_fwd_rows"):
     REFERENCE[_name] = [CONVP, INT, INT, I8P, ctypes.c_float, I8P, ctypes.c_float, F32P, INT, F32P, ctypes.c_void_p]
+for _name in ("poet_conv2d_gx_rows", "poet_ref_conv2d_gx_rows"):
+    REFERENCE[_name] = [CONVP, INT, INT, F32P, F32P, F32P]
 REFERENCE["poet_linear_fwd"] = [INT] * 3 + [F32P] * 4
 for _p in ("poet_", "poet_ref_"):
     REFERENCE[_p + "maxpool2d_fwd"] = [INT] * 4 + [F32P] * 2
@@ -178,6 +180,33 @@ def test_conv2d_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, ...]
                                                gp(o["db"]), fp(o["gx"] if want_gx else None))
         run_both(kernel, {"gx": np.full((B, C, H, W), np.nan, np.float32), "dw": rand(rng, *w.shape),
                           "db": rand(rng, n_out)})
+
+
+@pytest.mark.parametrize("shape", CONVS)
+def test_conv2d_input_gradient_by_blocks_of_output_channels(both: ctypes.CDLL, shape: tuple[int, ...]) -> None:
+    """poet_conv2d_gx_rows, the input gradient a block of output channels at a time (a weight stored int8 made
+    fp32 a block at a time, ops/conv.c): blocks of one, two and three channels, ascending, give the whole
+    kernel's bits, optimised and reference alike; a channel whose group has no output in a block is untouched."""
+    B, C, H, W, n_out, kh, kw, s, ph, pw, groups = shape
+    cv = Conv(*shape)
+    Ho, Wo = (H + 2 * ph - kh) // s + 1, (W + 2 * pw - kw) // s + 1
+    rng = np.random.default_rng(sum(shape) + 1)
+    w, g = rand(rng, n_out, C // groups, kh, kw), rand(rng, B, n_out, Ho, Wo)
+    whole = np.full((B, C, H, W), np.nan, np.float32)
+    both.poet_conv2d_ex_bwd(ctypes.byref(cv), fp(g), None, fp(w), None, None, fp(whole))
+    for per in (1, 2, 3):
+        for p in ("poet_", "poet_ref_"):
+            gx = np.full((B, C, H, W), np.nan, np.float32)
+            for o0 in range(0, n_out, per):
+                o1 = min(o0 + per, n_out)
+                touched = {c for c in range(C) if any(o // (n_out // groups) == c // (C // groups)
+                                                      for o in range(o0, o1))}
+                before = gx.copy()
+                getattr(both, p + "conv2d_gx_rows")(ctypes.byref(cv), o0, o1, fp(g), fp(np.ascontiguousarray(w[o0:o1])),
+                                                    fp(gx))
+                untouched = [c for c in range(C) if c not in touched]
+                assert np.array_equal(bits(gx[:, untouched]), bits(before[:, untouched])), (p, per, o0)
+            assert np.array_equal(bits(gx), bits(whole)), (p, per, np.abs(gx - whole).max())
 
 
 @pytest.mark.parametrize("shape", CONVS + [(1, 16, 4, 4, 12, 1, 1, 1, 0, 0, 1), (2, 12, 5, 3, 8, 1, 1, 2, 0, 0, 2)])

@@ -822,6 +822,70 @@ def test_dense_weights_stored_int8_train_like_pytorch_given_them(tmp_path: Path)
     assert not np.allclose(train_steps(plain, data, LR, frozen=g.frozen, graph=g0), losses, rtol=1e-6, atol=0)
 
 
+class _FrozenConvs(torch.nn.Module):
+    """Each conv form weight-only int8 runs a block of output channels at a time, as many as the stream buffer
+    holds (the pointwise conv's four, the widest): the first conv's and the depthwise one's in blocks of five,
+    five and two, the pointwise one's of four, then two (its input gradient continues the first block's sum),
+    the grouped one's ending at each group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.body = nn.Sequential(nn.Conv2d(1, 12, 3, padding=1), nn.ReLU(),
+                                  nn.Conv2d(12, 12, 3, padding=1, groups=12), nn.ReLU(), nn.Conv2d(12, 6, 1),
+                                  nn.ReLU(), nn.Conv2d(6, 4, 1, stride=2, groups=2), nn.Flatten(),
+                                  nn.Linear(4 * 3 * 3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def test_conv_weights_stored_int8_are_the_fp32_convs_of_q_times_scale(tmp_path: Path) -> None:
+    """Weight-only int8 convs (the frozen convs a backward reads behind a sparse update, issue 50): the board makes
+    w = q x scale a block of output channels at a time and runs the fp32 kernels on it, so a run is bit for bit
+    the fp32 graph's given those weights, under every plan, and the biases train like PyTorch's given them."""
+    from poet.graph.quantise import absmax_scale, dequantise, quantise
+    from poet.plan.transform.placement import w8_candidates, weight_only_int8
+
+    torch.manual_seed(0)
+    model = _FrozenConvs()
+    g0 = trace(model, "convs-w8", (1, 5, 5), 3, 2, train="bias")
+    convs = [f"body.{i}.weight" for i in (0, 2, 4, 6)]
+    assert set(convs) <= set(w8_candidates(g0))
+    g = weight_only_int8(g0, set(convs))
+    assert g.int8_params == set(convs) and pool_for(g).flash.frozen < pool_for(g0).flash.frozen
+    # the widest least block (output channels x C/groups k k, fp32): the pointwise conv's four, wider than the
+    # first conv's four, the depthwise conv's one and the grouped conv's two (a group)
+    assert pool_for(g).stream == 4 * max(4 * 12, 4 * 9, 1 * 9, 2 * 3) and pool_for(g0).stream == 0
+    assert model_blob(g).pool == pool_for(g)
+    assert sum(n.op == "conv2d_bwd" and n.attrs.get("w8") and n.attrs["need_grad_input"] == 1 for n in g.nodes) == 3
+    rng = np.random.default_rng(3)
+    data = [(rng.standard_normal((2, 1, 5, 5)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(STEPS)]
+    w0 = weights_of(model)
+    deq = [dequantise(quantise(w, absmax_scale(w)), absmax_scale(w)).reshape(w.shape) if name in convs else w
+           for (name, _), w in zip(g.params, w0, strict=True)]
+    full_plan = keep_all(uncosted(g))
+    tight = _poet_plans(g)
+    assert tight
+    with native_link(tmp_path, "linux", timeout_s=60.0) as link:
+        losses, weights = _run(link, g, w0, full_plan, data)
+        # the fp32 graph given q x scale as fp32 weights: the same bits
+        f_losses, f_weights = _run(link, g0, deq, keep_all(uncosted(g0)), data)
+        assert f_losses == losses and all(np.array_equal(a, b) for a, b in zip(f_weights, weights, strict=True))
+        for plan in tight:
+            t_losses, t_weights = _run(link, g, w0, plan, data)
+            assert t_losses == losses and all(np.array_equal(a, b) for a, b in zip(t_weights, weights, strict=True))
+    host_losses = train_steps(model, data, LR, frozen=g.frozen, graph=g)
+    ref = dict(zip([n for n, _ in g.params], weights_of(model), strict=True))
+    board = dict(zip([n for n, _ in g.params], weights, strict=True))
+    trained = [n for n, _ in g.params if n not in g.frozen]
+    assert trained and all(n.endswith(".bias") for n in trained)
+    for name in trained:
+        assert np.linalg.norm(board[name] - ref[name]) <= 1e-5 * np.linalg.norm(ref[name]), name
+    assert np.allclose(losses, host_losses, rtol=1e-5)
+
+
 def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> None:
     """The model validator's checks of this issue's node forms: each well-formed blob loads, and one
     attribute out of range is MODEL with the node's index (docs/spec.md 2)."""

@@ -164,8 +164,10 @@ void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, c
 }
 
 /* gx[n,c,iy,ix] = sum over o of c's group, ky, kx with (iy - ky + ph) = oy s and (ix - kx + pw) = ox s of
- * g[n,o,oy,ox] w[o, c mod Cg, ky, kx]: gathered per input pixel, so every element is written once. */
-static void conv_grad_input(const poet_conv_t *cv, const float *g, const float *w, float *gx)
+ * g[n,o,oy,ox] w[o, c mod Cg, ky, kx]: gathered per input pixel, so every element is written once. Only the
+ * outputs o_begin..o_end-1 (w holding their weights): a channel whose group has none is left alone, and one
+ * whose group has earlier outputs continues the sum gx holds, in the same order (kernels.h). */
+void poet_conv2d_gx_rows(const poet_conv_t *cv, int o_begin, int o_end, const float *g, const float *w, float *gx)
 {
     const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
     const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
@@ -175,18 +177,29 @@ static void conv_grad_input(const poet_conv_t *cv, const float *g, const float *
     int n, c, o, iy, ix, ky, kx, ky0, ky1, kx0, kx1;
     for (n = 0; n < B; n++)
         for (c = 0; c < C;) {
-            const int grp = c / Cg, o0 = grp * Og, four = FOUR(c, (grp + 1) * Cg);
+            const int grp = c / Cg, four = FOUR(c, (grp + 1) * Cg);
+            const int o0 = grp * Og > o_begin ? grp * Og : o_begin, o1 = grp * Og + Og < o_end ? grp * Og + Og : o_end;
+            const int more = o0 > grp * Og; /* the sum so far is in gx */
+            if (o0 >= o1) {
+                c += four ? 4 : 1;
+                continue;
+            }
             for (iy = 0; iy < H; iy++) {
                 ky0 = taps_from(iy, stride, ph, kh, Ho, &ky1);
                 for (ix = 0; ix < W; ix++) {
                     float *gxo = gx + (((long)n * C + c) * H + iy) * W + ix;
                     float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+                    if (more) {
+                        a0 = gxo[0];
+                        if (four)
+                            a1 = gxo[HW], a2 = gxo[2 * HW], a3 = gxo[3 * HW];
+                    }
                     kx0 = taps_from(ix, stride, pw, kw, Wo, &kx1);
-                    for (o = o0; o < o0 + Og; o++) {
+                    for (o = o0; o < o1; o++) {
                         /* each tap step moves the output a row (a column) back: no division per term */
                         const float *gr = g + ((long)n * O + o) * HoWo + (long)((iy - ky0 + ph) / stride) * Wo +
                                           (ix - kx0 + pw) / stride;
-                        const float *wr = w + ((long)o * Cg + (c - grp * Cg)) * kk + (long)ky0 * kw;
+                        const float *wr = w + ((long)(o - o_begin) * Cg + (c - grp * Cg)) * kk + (long)ky0 * kw;
                         for (ky = ky0; ky < ky1; ky += stride, gr -= Wo, wr += (long)stride * kw) {
                             const float *gv = gr;
                             if (four) {
@@ -270,7 +283,7 @@ void poet_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *x, c
                                 poet_conv2d_out(cv->W, cv->kw, cv->stride, cv->pw);
     int n, o, i;
     if (gx) /* before the weight gradient, whose update in backward changes w */
-        conv_grad_input(cv, g, w, gx);
+        poet_conv2d_gx_rows(cv, 0, O, g, w, gx);
     if (dw)
         conv_grad_weight(cv, g, x, dw);
     for (o = 0; db && o < O; o++) {

@@ -100,6 +100,11 @@ void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, c
  * gx = dL/dx (may be NULL: then w may be NULL). */
 void poet_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *x, const float *w,
                         const poet_grad_t *dw, const poet_grad_t *db, float *gx);
+/* The input gradient from the output channels o_begin..o_end-1 only, w holding just their weights (C/groups
+ * kh kw each): an input channel whose group has none of them is not touched, one whose group has outputs
+ * before o_begin adds to what gx holds. Run over ascending blocks that cover every output, it gives
+ * poet_conv2d_ex_bwd's gx bit for bit: a weight stored int8 is made fp32 a block at a time (ops/conv.c). */
+void poet_conv2d_gx_rows(const poet_conv_t *cv, int o_begin, int o_end, const float *g, const float *w, float *gx);
 
 /* ---- elementwise.c: activations and arithmetic ---------------------------------------------- */
 

@@ -71,9 +71,11 @@ $(BUILD)/esp32c3/poet.bin $(BUILD)/esp32c3-usb/poet.bin: %/poet.bin: %/poet.elf
 	    echo "esp32c3: esptool not installed (pip install -e '.[dev]'): $@ not made"; \
 	fi
 
-# The ops' checks and runs built for size, as the nRF52840's (ports/nrf52840/port.mk): code runs from the SRAM
-# the pool would have (tests/test_port_esp32c3.py)
-$(BUILD)/esp32c3/core/ops/%.o $(BUILD)/esp32c3-usb/core/ops/%.o: C3_CFLAGS += -Os
+# The ops' checks and runs, the protocol, parsers, port and drivers built for size, as the nRF52840's
+# (ports/nrf52840/port.mk): code runs from the SRAM the pool would have (tests/test_port_esp32c3.py); the kernels
+# and the interpreter stay -O2
+C3_FOR_SIZE := core/ops/% core/protocol core/model core/schedule core/pool_layout ports/esp32c3/port drivers/%
+$(foreach b,esp32c3 esp32c3-usb,$(addprefix $(BUILD)/$(b)/,$(addsuffix .o,$(C3_FOR_SIZE)))): C3_CFLAGS += -Os
 
 $(BUILD)/esp32c3/%.o: %.c $(C3_DEPS)
 	@mkdir -p $(dir $@)

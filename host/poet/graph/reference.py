@@ -13,7 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from poet.graph import composite, dropout
 from poet.graph.quantise import absmax_scale, quantise
-from poet.graph.training_graph import TrainingGraph
+from poet.graph.training_graph import W8_READERS, TrainingGraph
 
 # the regression losses, of the output against the input (mean reduction): TrainingGraph.loss
 LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"mse": nn.functional.mse_loss,
@@ -230,9 +230,9 @@ def as_graph(model: nn.Module, g: TrainingGraph | None) -> Iterator[None]:
     norms = [model.get_submodule(path.replace("/", ".")) for path in running_stat_norms(g)]
     modes = [m.training for m in norms]
     hooks = []
-    # frozen dense weights the board stores int8 (weight-only, poet.plan.transform.placement): the model computes
+    # frozen fp32 weights the board stores int8 (weight-only, poet.plan.transform.placement): the model computes
     # with the weights the board does, q x scale, for as long as it computes as the graph
-    w8 = {g.params[n.attrs["w"]][0] for n in g.nodes if n.op == "linear" and n.attrs.get("w8")}
+    w8 = {g.params[n.attrs["w"]][0] for n in g.nodes if n.op in W8_READERS and n.attrs.get("w8")}
     swapped = []
     for name, p in model.named_parameters():
         if name in w8:

@@ -121,10 +121,10 @@ class TrainingGraph:
     def int8_params(self) -> set[str]:
         """Frozen weights stored int8 (one fp32 scale each): those an int8 layer reads from the parameter
         itself (two deps, poet.plan.transform.precision), which nothing else reads, every static-int8 conv's, and
-        the weight-only int8 ones of fp32 linear layers (`w8`, poet.plan.transform.placement)."""
+        the weight-only int8 ones of fp32 linear and conv layers (`w8`, poet.plan.transform.placement)."""
         return {self.params[n.attrs["w"]][0] for n in self.nodes
                 if (n.op in ("linear_i8", "conv2d_i8") and len(n.deps) == 2) or n.op == "conv2d_q"
-                or (n.op in ("linear", "linear_bwd") and n.attrs.get("w8"))}
+                or (n.op in W8_READERS and n.attrs.get("w8"))}
 
     @property
     def streamed_params(self) -> set[str]:
@@ -183,6 +183,8 @@ class TrainingGraph:
 # the ops that may read their weight from aux storage a few output rows at a time (`stream` set): a
 # static-int8 conv, an int8 conv whose weight is stored int8 (two deps), a linear whose is (w8)
 STREAMING = ("conv2d_q", "conv2d_i8", "linear")
+# the fp32 ops that read a frozen weight stored int8 as w = q x scale (weight-only int8, `w8`)
+W8_READERS = ("linear", "linear_bwd", "conv2d", "conv2d_bwd")
 # the node attributes that name a parameter (an index into TrainingGraph.params)
 PARAM_ATTRS = ("w", "b", "rm", "rv", "scale", "out_scale")
 # backward ops whose kernel hands over each element of a parameter gradient once, finished, so it can

@@ -51,43 +51,8 @@ void poet_ref_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *
     int Ck = !depthwise && cv->ck > 0 && cv->ck < Cg ? cv->ck : Cg;
     int Ok = depthwise && cv->ck > 0 && cv->ck < O ? cv->ck : O;
     int n, o, oy, ox, c, ky, kx, iy, ix;
-    if (gx) {
-        /* Before the weight gradient, whose update in backward changes w. Gathered per input pixel
-         * rather than scattered per output pixel, so every gx element is
-         * written once from a register and gx needs no zeroing pass:
-         * gx[n,c,iy,ix] = sum over o of c's group, ky, kx with (iy - ky + p) = oy s and
-         * (ix - kx + p) = ox s of g[n,o,oy,ox] W[o, c mod Cg, ky, kx]. */
-        for (n = 0; n < B; n++)
-            for (c = 0; c < C; c++) {
-                int grp = c / Cg, o0 = grp * Og;
-                for (iy = 0; iy < H; iy++)
-                    for (ix = 0; ix < W; ix++) {
-                        float acc = 0.0f;
-                        for (o = o0; o < o0 + Og; o++) {
-                            const float *gn = g + ((long)n * O + o) * Ho * Wo;
-                            const float *wc = w + ((long)o * Cg + (c - grp * Cg)) * kh * kw;
-                            for (ky = 0; ky < kh; ky++) {
-                                int ty = iy - ky + ph;
-                                if (ty < 0 || ty % stride != 0)
-                                    continue;
-                                oy = ty / stride;
-                                if (oy >= Ho)
-                                    continue;
-                                for (kx = 0; kx < kw; kx++) {
-                                    int tx = ix - kx + pw;
-                                    if (tx < 0 || tx % stride != 0)
-                                        continue;
-                                    ox = tx / stride;
-                                    if (ox >= Wo)
-                                        continue;
-                                    acc += gn[(long)oy * Wo + ox] * wc[ky * kw + kx];
-                                }
-                            }
-                        }
-                        gx[(((long)n * C + c) * H + iy) * W + ix] = acc;
-                    }
-            }
-    }
+    if (gx) /* before the weight gradient, whose update in backward changes w */
+        poet_ref_conv2d_gx_rows(cv, 0, O, g, w, gx);
     for (o = 0; o < O; o++) {
         /* dW[o,c,ky,kx] = sum_{n,oy,ox} g[n,o,oy,ox] x[n, group(o) + c, oy s+ky-p, ox s+kx-p] */
         for (c = 0; dw && o < Ok && c < Ck; c++)
@@ -121,4 +86,54 @@ void poet_ref_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *
             poet_grad_put(db, (uint32_t)o, acc);
         }
     }
+}
+
+/* Gathered per input pixel rather than scattered per output pixel, so every gx element is written once
+ * from a register and gx needs no zeroing pass: gx[n,c,iy,ix] = sum over o of c's group, ky, kx with
+ * (iy - ky + p) = oy s and (ix - kx + p) = ox s of g[n,o,oy,ox] W[o, c mod Cg, ky, kx]; here over the
+ * outputs o_begin..o_end-1 only, continuing the sum gx holds when c's group has outputs before them. */
+void poet_ref_conv2d_gx_rows(const poet_conv_t *cv, int o_begin, int o_end, const float *g, const float *w,
+                             float *gx)
+{
+    const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
+    const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
+    int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    int Cg = C / cv->groups, Og = O / cv->groups;
+    int n, o, oy, ox, c, ky, kx, iy, ix;
+    for (n = 0; n < B; n++)
+        for (c = 0; c < C; c++) {
+            int grp = c / Cg, o0 = grp * Og, o1 = o0 + Og;
+            int more = o_begin > o0;
+            if (o_begin > o0)
+                o0 = o_begin;
+            if (o_end < o1)
+                o1 = o_end;
+            for (iy = 0; o0 < o1 && iy < H; iy++)
+                for (ix = 0; ix < W; ix++) {
+                    float *out = gx + (((long)n * C + c) * H + iy) * W + ix;
+                    float acc = more ? *out : 0.0f;
+                    for (o = o0; o < o1; o++) {
+                        const float *gn = g + ((long)n * O + o) * Ho * Wo;
+                        const float *wc = w + ((long)(o - o_begin) * Cg + (c - grp * Cg)) * kh * kw;
+                        for (ky = 0; ky < kh; ky++) {
+                            int ty = iy - ky + ph;
+                            if (ty < 0 || ty % stride != 0)
+                                continue;
+                            oy = ty / stride;
+                            if (oy >= Ho)
+                                continue;
+                            for (kx = 0; kx < kw; kx++) {
+                                int tx = ix - kx + pw;
+                                if (tx < 0 || tx % stride != 0)
+                                    continue;
+                                ox = tx / stride;
+                                if (ox >= Wo)
+                                    continue;
+                                acc += gn[(long)oy * Wo + ox] * wc[ky * kw + kx];
+                            }
+                        }
+                    }
+                    *out = acc;
+                }
+        }
 }

@@ -16,6 +16,8 @@ void poet_ref_matmul_bwd_b(int batch, int M, int K, int N, const float *g, const
 void poet_ref_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, const float *b, float *y);
 void poet_ref_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *x, const float *w,
                             const poet_grad_t *dw, const poet_grad_t *db, float *gx);
+void poet_ref_conv2d_gx_rows(const poet_conv_t *cv, int o_begin, int o_end, const float *g, const float *w,
+                             float *gx);
 void poet_ref_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float x_scale,
                                 const int8_t *wq, float w_scale, const float *b, int relu, const float *y_scale,
                                 void *y);

@@ -75,7 +75,7 @@ class Pool:
     staging: int  # the batch the host uploads before each step
     flash: Flash  # not in the pool: what the model keeps in flash instead
     in_backward: bool = False  # the trained parameters are updated in the backward pass: no gradients
-    stream: int = 0  # the stream buffer: the largest output channel's weights of a streamed conv (stream_row)
+    stream: int = 0  # the stream buffer: the largest output row of a streamed weight, or w8 conv block (stream_bytes)
 
     @classmethod
     def of(cls, param_elems: Sequence[int], trained: Sequence[bool], optimizer: str, batch: int,
@@ -128,12 +128,27 @@ class Pool:
 def pool_for(g: TrainingGraph) -> Pool:
     """The pool a training graph needs on the board (the model blob lowered from it asks the same)."""
     frozen, moved, i8, aux = set(g.frozen), g.moved, g.int8_params, g.streamed_params
-    stream = max((node_stream_row(n.op, n.attrs) for n in g.nodes
-                  if n.op in STREAMING and n.attrs.get("stream")), default=0)
     return Pool.of(g.param_elems, [name not in frozen for name, _ in g.params], g.optimizer["name"], g.batch,
                    g.x_elems, len(g.nodes), [name in moved for name, _ in g.params],
                    [name in i8 for name, _ in g.params], g.updates_in_backward,
-                   [name in aux for name, _ in g.params], stream, staged_input_scale(g) is not None)
+                   [name in aux for name, _ in g.params], stream_bytes(g), staged_input_scale(g) is not None)
+
+
+def stream_bytes(g: TrainingGraph) -> int:
+    """The pool's stream buffer (firmware/core/model.h stream_bytes): the largest of a streamed weight's output
+    rows (node_stream_row) and a weight-only int8 conv's block of output channels made fp32 (w8_conv_block)."""
+    return max([node_stream_row(n.op, n.attrs) for n in g.nodes if n.op in STREAMING and n.attrs.get("stream")]
+               + [w8_conv_block(n.attrs["C"], n.attrs["O"], n.attrs["groups"], *conv_window(n.attrs)[:2])
+                  for n in g.nodes if n.op in ("conv2d", "conv2d_bwd") and n.attrs.get("w8")], default=0)
+
+
+def w8_conv_block(channels: int, out: int, groups: int, kh: int, kw: int) -> int:
+    """The bytes of the output channels a conv whose frozen weight is stored int8 (weight-only) makes fp32
+    together at the least (firmware/core/ops/conv.c w8_blocks): the four the fp32 kernels compute together,
+    within a group, or one of a depthwise conv."""
+    og = out // groups
+    block = 1 if groups == channels and og == 1 else min(og, 4)
+    return F32 * block * stream_row(channels, groups, kh, kw)
 
 
 def staged_input_scale(g: TrainingGraph) -> int | None:

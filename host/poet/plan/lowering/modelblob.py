@@ -15,7 +15,7 @@ import numpy as np
 from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
 from poet.graph.quantise import decode_i8, encode_i8, i8_bytes, quantise
 from poet.ops import CODE, MAX_DEPS, N_ATTRS, NO_DEP
-from poet.plan.cost.memory import AUX_ALIGN, Pool, stream_row, swap_slot
+from poet.plan.cost.memory import AUX_ALIGN, Pool, stream_row, swap_slot, w8_conv_block
 from poet.plan.cost.memory import MODEL_HEADER_BYTES as HEADER_BYTES
 from poet.plan.cost.memory import MODEL_NODE_BYTES as NODE_BYTES
 
@@ -209,11 +209,17 @@ class ModelBlob:
         state, batch."""
         ps = range(len(self.param_elems))
         # the stream buffer as the firmware sizes it (firmware/core/ops/quant.c, conv.c, linear.c): conv2d_q's
-        # and conv2d_i8's a1 C, a5 kernel, a6 geometry, a7 weight; linear's a1 in, a3 weight
-        convs = (CODE["conv2d_q"], CODE["conv2d_i8"])
-        stream = max([stream_row(n.attrs[1], (n.attrs[6] >> 16) + 1, n.attrs[5] & 0xFF, n.attrs[5] >> 8 & 0xFF)
-                      for n in self.nodes if n.op in convs and self.aux(n.attrs[7])]
-                     + [n.attrs[1] for n in self.nodes if n.op == CODE["linear"] and self.aux(n.attrs[3])], default=0)
+        # and conv2d_i8's a1 C, a5 kernel, a6 geometry, a7 weight; linear's a1 in, a3 weight; a weight-only
+        # int8 conv2d's and conv2d_bwd's a4 O too
+        convs, w8 = (CODE["conv2d_q"], CODE["conv2d_i8"]), (CODE["conv2d"], CODE["conv2d_bwd"])
+
+        def window(a: tuple[int, ...]) -> tuple[int, int, int, int]:
+            return a[1], (a[6] >> 16) + 1, a[5] & 0xFF, a[5] >> 8 & 0xFF
+
+        stream = max([stream_row(*window(n.attrs)) for n in self.nodes if n.op in convs and self.aux(n.attrs[7])]
+                     + [n.attrs[1] for n in self.nodes if n.op == CODE["linear"] and self.aux(n.attrs[3])]
+                     + [w8_conv_block(n.attrs[1], n.attrs[4], *window(n.attrs)[1:]) for n in self.nodes
+                        if n.op in w8 and len(n.attrs) > 7 and n.attrs[7] >= 0 and self.i8(n.attrs[7])], default=0)
         x_int8 = any(n.op == CODE["input"] and len(n.attrs) > 1 and n.attrs[1] == 1 for n in self.nodes)
         return Pool.of(self.param_elems, [self.trained(p) for p in ps], self.optimizer, self.batch, self.x_elems,
                        len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps], self.in_backward,

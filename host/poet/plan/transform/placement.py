@@ -1,5 +1,5 @@
 """Where each frozen weight lives: the board's flash, read in place, or its aux storage (the SD card),
-streamed; and which frozen dense weights flash keeps int8.
+streamed; and which frozen fp32 weights flash keeps int8.
 
 Flash holds the model blob and the frozen weights while they fit (poet.plan.cost.memory). When they
 do not, even stored int8, the largest int8 convolution weights (static int8, or an fp32 graph's frozen
@@ -11,11 +11,13 @@ before the next read (firmware/core/ops/quant.c), so the RAM cost is that buffer
 cost the reads, which the planner charges to the node (poet.plan.cost.costs) and the report to its
 layer (poet.energy.accounting).
 
-A model with no such convs (an autoencoder: dense layers only) whose frozen fp32 weights still
-overflow flash keeps its largest frozen dense weights int8 instead (weight-only int8, `w8`): the
-layer still computes in fp32, on w = q * scale made as each element is read, forward and for the
-input gradient (firmware/core/kernels/lowp.c poet_linear_w8_*), so it is the fp32 layer of a
-slightly different frozen weight, the one the PyTorch reference is given (graph/reference.as_graph).
+A model whose frozen fp32 weights still overflow flash (an autoencoder's dense layers; the convs a
+backward pass reads behind the first layer that trains, as tiny-training's sparse updates leave them)
+keeps its largest frozen fp32 weights int8 instead (weight-only int8, `w8`): the layer still computes
+in fp32, on w = q * scale, forward and for the input gradient (a dense layer makes each element as it
+reads it, firmware/core/kernels/lowp.c poet_linear_w8_*; a conv a block of output channels at a time
+in the stream buffer, firmware/core/ops/conv.c w8_blocks), so it is the fp32 layer of a slightly
+different frozen weight, bit for bit, the one the PyTorch reference is given (graph/reference.as_graph).
 When even those overflow flash, the largest that only a forward linear reads stream from the card as the
 convs do, a few output features a read (firmware/core/ops/linear.c).
 
@@ -31,7 +33,7 @@ from dataclasses import replace
 from poet.boards import Board
 from poet.errors import UsageError
 from poet.graph.quantise import i8_bytes
-from poet.graph.training_graph import STREAMING, GraphNode, TrainingGraph, numel
+from poet.graph.training_graph import STREAMING, W8_READERS, GraphNode, TrainingGraph, numel
 from poet.plan.cost.memory import aux_area_bytes, pool_for
 from poet.units import format_size
 
@@ -75,27 +77,28 @@ def _largest_first(g: TrainingGraph, params: list[int]) -> list[str]:
 
 
 def weight_only_int8(g: TrainingGraph, params: set[str]) -> TrainingGraph:
-    """g with the frozen dense weights `params` stored int8 (its linear and linear_bwd nodes marked `w8`)."""
+    """g with the frozen fp32 weights `params` stored int8 (the linear, conv2d and backward nodes that read
+    them marked `w8`)."""
     if not params:
         return g
     return replace(g, nodes=[replace(n, attrs={**n.attrs, "w8": 1})
-                             if n.op in ("linear", "linear_bwd") and g.params[n.attrs["w"]][0] in params else n
+                             if n.op in W8_READERS and g.params[n.attrs["w"]][0] in params else n
                              for n in g.nodes])
 
 
 def w8_candidates(g: TrainingGraph) -> list[str]:
-    """Frozen fp32 dense weights that could be stored int8, largest first: read by linear and
-    linear_bwd nodes only, never written (not trained, not moved), not int8 already."""
+    """Frozen fp32 weights that could be stored int8, largest first: read by fp32 linear or conv nodes
+    and their backwards only (W8_READERS), never written (not trained, not moved), not int8 already."""
     fixed = set(g.frozen) - g.moved - g.int8_params
     return _largest_first(g, [i for i, ops in _weight_readers(g).items()
-                              if ops <= {"linear", "linear_bwd"} and g.params[i][0] in fixed])
+                              if ops <= set(W8_READERS) and g.params[i][0] in fixed])
 
 
 def place(g: TrainingGraph, board: Board) -> TrainingGraph:
     """g with its frozen weights placed for `board`: unchanged when flash holds them, else with the
     largest int8-stored conv weights (static int8, or int8 layers of the fp32 graph) streamed from aux
     storage until it does, then the largest frozen
-    dense weights stored int8 (weight-only). A model whose frozen weights fit neither is one clear line."""
+    fp32 weights stored int8 (weight-only). A model whose frozen weights fit neither is one clear line."""
     flash = board.model_flash_bytes
     if pool_for(g).flash.total <= flash:
         return g
@@ -130,7 +133,7 @@ def place(g: TrainingGraph, board: Board) -> TrainingGraph:
                     "them from the SD card (this model has none: its frozen layers are read by a layer that "
                     "trains, or have no int8 form)")
         if dense:
-            why += f", and {len(dense)} frozen dense weight{'s' if len(dense) != 1 else ''} stored int8"
+            why += f", and {len(dense)} frozen fp32 weight{'s' if len(dense) != 1 else ''} stored int8"
         raise UsageError(f"the model's frozen weights fit neither {board.name}'s flash nor its SD card: flash would "
                          f"need {format_size(f.total)} of the {format_size(flash)} the firmware leaves, {why}; "
                          "choose a smaller model or train more of it")
@@ -144,13 +147,18 @@ def place(g: TrainingGraph, board: Board) -> TrainingGraph:
     return out
 
 
+def w8_params(g: TrainingGraph) -> set[str]:
+    """The frozen fp32 weights g stores int8 (weight-only, `w8`)."""
+    return {g.params[n.attrs["w"]][0] for n in g.nodes if n.op in W8_READERS and n.attrs.get("w8")}
+
+
 def w8_lines(g: TrainingGraph) -> list[str]:
-    """What `poet solve` says of the frozen dense weights flash keeps int8 (weight-only)."""
-    names = sorted({g.params[n.attrs["w"]][0] for n in g.nodes if n.op == "linear" and n.attrs.get("w8")})
+    """What `poet solve` says of the frozen fp32 weights flash keeps int8 (weight-only)."""
+    names = sorted(w8_params(g))
     if not names:
         return []
     nbytes = sum(i8_bytes(numel(shape)) for name, shape in g.params if name in names)
-    return [f"frozen dense weights stored int8 in flash (fp32 cannot fit it; computed in fp32 on q x scale, "
+    return [f"frozen weights stored int8 in flash (fp32 cannot fit it; computed in fp32 on q x scale, "
             f"forward and input gradient): {len(names)} layer(s), {format_size(nbytes)}: {', '.join(names)}"]
 
 

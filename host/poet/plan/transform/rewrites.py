@@ -8,7 +8,7 @@ and the request alone:
 - the precision selection (poet.plan.transform.precision): --precision greedy|auto, or the frozen layers that
   must run int8 for the model to fit flash;
 - the placement (poet.plan.transform.placement): the largest static-int8 conv weights streamed from the SD card
-  and the largest frozen dense weights stored int8 (`w8`) when flash still cannot hold them.
+  and the largest frozen fp32 weights stored int8 (`w8`) when flash still cannot hold them.
 
 `decide` makes them and returns a `Rewritten` (the graph to plan, its costs, what each rewrite made);
 its `record` (a `Rewrites`) is what a plan keeps of them, the plan.json fields `int8_prefix`,
@@ -28,7 +28,7 @@ from poet.graph.training_graph import TrainingGraph, conv_window, numel
 from poet.ops import STATIC_INT8_LAYERS
 from poet.plan.cost.costs import costed, load_profile, with_stream_costs
 from poet.plan.cost.memory import budget_for, pool_for
-from poet.plan.transform.placement import place, stream_lines, streamed, w8_lines, weight_only_int8
+from poet.plan.transform.placement import place, stream_lines, streamed, w8_lines, w8_params, weight_only_int8
 from poet.plan.transform.precision import (
     Selection,
     apply_storage,
@@ -60,7 +60,7 @@ class Rewrites:
     int8_prefix: bool = False  # the frozen prefix runs in static int8 (the rewrite is a function of the graph)
     precision: dict[str, Any] | None = None  # Selection.to_json(): the tensors stored narrow, the int8 layers
     streamed: tuple[str, ...] = ()  # static-int8 conv weights read from the SD card
-    w8: tuple[str, ...] = ()  # frozen dense weights stored int8 (weight-only)
+    w8: tuple[str, ...] = ()  # frozen fp32 weights stored int8 (weight-only)
 
     def to_json(self) -> dict[str, Any]:
         """plan.json's fields for these decisions: only those made (plans without them keep their keys)."""
@@ -114,7 +114,7 @@ class Rewritten:
         return Rewrites(int8_prefix=self.prefix is not None,
                         precision=self.selection.to_json() if self.selection is not None else None,
                         streamed=tuple(sorted(g.streamed_params)),
-                        w8=tuple(sorted({g.params[n.attrs["w"]][0] for n in g.nodes if n.attrs.get("w8")})))
+                        w8=tuple(sorted(w8_params(g))))
 
     def lines(self) -> list[str]:
         """What `poet solve` says of the rewrites, after the plan."""
