@@ -50,9 +50,14 @@ INT, FLT = ctypes.c_int, ctypes.c_float
 
 class Conv(ctypes.Structure):
     """kernels.h poet_conv_t: a convolution's shape (ck, the input channels a weight gradient covers, 0 for all
-    when not given)."""
+    when not given; pb, the rows of padding below, ph's when not given)."""
 
-    _fields_ = [(n, INT) for n in ("B", "C", "H", "W", "O", "kh", "kw", "stride", "ph", "pw", "groups", "ck")]
+    _fields_ = [(n, INT) for n in ("B", "C", "H", "W", "O", "kh", "kw", "stride", "ph", "pw", "groups", "ck", "pb")]
+
+    def __init__(self, *args: int, **kw: int) -> None:
+        super().__init__(*args, **kw)
+        if len(args) < 13 and "pb" not in kw:
+            self.pb = self.ph
 
 
 CONVP = ctypes.POINTER(Conv)

@@ -235,6 +235,28 @@ def test_int8_conv2d_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int,
         run_both(kernel, {"y": out if dtype == np.float32 else out.view(np.int8)})
 
 
+@pytest.mark.parametrize("shape", [(1, 3, 7, 6, 6, 3, 3, 1, 1, 1, 1), (2, 5, 9, 9, 7, 3, 3, 2, 1, 1, 1),
+                                   (2, 8, 6, 6, 8, 3, 3, 1, 1, 1, 8), (1, 8, 7, 7, 8, 3, 3, 2, 1, 1, 8),
+                                   (1, 16, 6, 5, 12, 3, 3, 1, 1, 1, 1)])
+def test_int8_conv2d_of_a_row_strip_is_the_references_bits(both: ctypes.CDLL, shape: tuple[int, ...]) -> None:
+    """A row strip's int8 conv (pb rows of padding below, 0 or 1, ph above, 0 or 1: patches.py) against the
+    reference, dense, depthwise and wide enough for the SIMD build's patch loop."""
+    B, C, H, W, n_out, kh, kw, s, _, pw, groups = shape
+    rng = np.random.default_rng(sum(shape) + 7)
+    xq = rng.integers(-127, 128, (B, C, H, W), dtype=np.int8)
+    wq = rng.integers(-127, 128, (n_out, C // groups, kh, kw), dtype=np.int8)
+    b = rand(rng, n_out)
+    for ph, pb in itertools.product((0, 1), (0, 1)):
+        cv = Conv(B, C, H, W, n_out, kh, kw, s, ph, pw, groups, 0, pb)
+        Ho, Wo = (H + ph + pb - kh) // s + 1, (W + 2 * pw - kw) // s + 1
+
+        def kernel(p: str, o: dict[str, np.ndarray], cv: Conv = cv) -> None:
+            getattr(both, p + "conv2d_q_fwd_rows")(ctypes.byref(cv), 0, n_out, xq.ctypes.data_as(I8P), 0.02,
+                                                   wq.ctypes.data_as(I8P), 0.01, fp(b), 1, None,
+                                                   o["y"].ctypes.data_as(ctypes.c_void_p))
+        run_both(kernel, {"y": np.full((B, n_out, Ho, Wo), np.nan, np.float32)})
+
+
 def test_the_bit_comparison_sees_a_different_summation_order(both: ctypes.CDLL) -> None:
     """What the comparison guards against: the same products summed in another order (here k
     descending) differ in the last bits, on these very inputs."""

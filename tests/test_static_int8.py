@@ -90,6 +90,34 @@ def test_conv2d_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
         assert np.array_equal(y, np.minimum(conv2d_q(xq, xs, wq, ws, b, stride, (ph, pw), groups, 1, ys), top))
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_conv2d_q_pads_below_otherwise_than_above(qlib: ctypes.CDLL, seed: int) -> None:
+    """A row strip of a stage run patch by patch (poet.plan.transform.patches) pads only where it meets the image's
+    edge: pb rows below, ph above, each 0 or more; the kernel's output rows (H + ph + pb - kh) / stride + 1 and its
+    values the numpy twin's (padding of (above, columns, below)), for dense, depthwise and 1x1 convs."""
+    rng = np.random.default_rng(300 + seed)
+    kind = seed % 3  # 0 dense 3x3, 1 depthwise 3x3, 2 1x1 (pads 0 on both sides; strips of it are plain)
+    C = int(rng.integers(1, 6))
+    groups, oc = (C, C) if kind == 1 else (1, int(rng.integers(1, 6)))
+    kh = kw = 1 if kind == 2 else 3
+    stride = int(rng.integers(1, 3))
+    ph, pb = (0, 0) if kind == 2 else (int(rng.integers(0, 2)), int(rng.integers(0, 2)))
+    pw = 0 if kind == 2 else 1
+    B, H, W = int(rng.integers(1, 3)), int(rng.integers(3, 9)), int(rng.integers(3, 9))
+    xq = rng.integers(-127, 128, (B, C, H, W)).astype(np.int8)
+    wq = rng.integers(-127, 128, (oc, C // groups, kh, kw)).astype(np.int8)
+    xs, ws, ys = (np.float32(rng.uniform(1e-3, 0.1)) for _ in range(3))
+    b = rng.standard_normal(oc).astype(np.float32)
+    Ho, Wo = (H + ph + pb - kh) // stride + 1, (W + 2 * pw - kw) // stride + 1
+    y = np.full((B, oc, Ho + 1, Wo), 99, np.int8)  # a row past the output: the kernel must not write it
+    cv = Conv(B, C, H, W, oc, kh, kw, stride, ph, pw, groups, 0, pb)
+    qlib.poet_conv2d_q_fwd(ctypes.byref(cv), ptr(xq, I8P), float(xs), ptr(wq, I8P), float(ws), ptr(b, F32P), 2,
+                           ptr(np.array([ys], np.float32), F32P), y.ctypes.data)
+    want = conv2d_q(xq, xs, wq, ws, b, stride, (ph, pw, pb), groups, 2, ys)
+    assert want.shape == (B, oc, Ho, Wo)
+    assert np.array_equal(y.reshape(-1)[:want.size], want.reshape(-1)) and (y.reshape(-1)[want.size:] == 99).all()
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_add_q_matches_numpy(qlib: ctypes.CDLL, seed: int) -> None:
     rng = np.random.default_rng(200 + seed)

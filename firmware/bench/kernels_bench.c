@@ -218,10 +218,10 @@ static const shape_t SHAPES[] = {{16, 64, 32}, {16, 32, 10}, {1, 64, 32}, {16, 2
  * depthwise and a pointwise (1x1) one of a small MobileNet on 16x16 maps. */
 static poet_conv_t CV;
 static const poet_conv_t CONVS[] = {
-    {16, 1, 8, 8, 8, 3, 3, 1, 1, 1, 1, 0},
-    {1, 16, 16, 16, 16, 3, 3, 1, 1, 1, 1, 0},
-    {1, 16, 16, 16, 16, 3, 3, 1, 1, 1, 16, 0},
-    {1, 16, 16, 16, 32, 1, 1, 1, 0, 0, 1, 0},
+    {16, 1, 8, 8, 8, 3, 3, 1, 1, 1, 1, 0, 1},
+    {1, 16, 16, 16, 16, 3, 3, 1, 1, 1, 1, 0, 1},
+    {1, 16, 16, 16, 16, 3, 3, 1, 1, 1, 16, 0, 1},
+    {1, 16, 16, 16, 32, 1, 1, 1, 0, 0, 1, 0, 0},
 };
 
 static void cv_fwd(void) { poet_conv2d_ex_fwd(&CV, X, W, BIAS, Y); }

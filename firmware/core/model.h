@@ -39,6 +39,9 @@ enum { POET_OP_TABLE(POET_OP_ENUM) };
 #define POET_CONV_KH(a5) ((a5) & 0xFF)
 #define POET_CONV_KW(a5) (((a5) >> 8) & 0xFF)
 #define POET_CONV_PAD_W(a5) (((a5) >> 16) & 0xFF)
+/* a5's top byte: 0, or the rows of padding below + 1 where they differ from those above (a row strip of a
+ * patch-based stage, conv2d_q only: poet.plan.transform.patches) */
+#define POET_CONV_PAD_B(a5, ph) (((a5) >> 24) & 0x7F ? (((a5) >> 24) & 0x7F) - 1 : (ph))
 #define POET_CONV_PAD_H(a6) ((a6) & 0xFF)
 #define POET_CONV_STRIDE(a6) ((((a6) >> 8) & 0xFF) + 1)
 #define POET_CONV_GROUPS(a6) ((((a6) >> 16) & 0xFFFF) + 1)

@@ -177,6 +177,10 @@ _TABLE: tuple[Op, ...] = (
     Op("mean_q", 98, "forward", ("outer", "r", "inner", "epi"), saves=""),
     # a product of int8 tensors, b repeated over a as mul's (squeeze-and-excitation's excite: scale * map)
     Op("mul_q", 99, "forward", (*_BIN, "epi"), saves=""),
+    # int8 slice and cat at their input's scale ("scale"), as slice's and cat's slots: the row strips of a stage run
+    # patch by patch and the stage's output stitched from them (plan/transform/patches.py)
+    Op("slice_q", 100, "forward", ("outer", "total", "offset", "len", "scale"), saves=""),
+    Op("cat_q", 101, "forward", ("outer", "l0", "l1", "l2", "l3", "scale"), saves=""),
     # ---- the optimizer: its slots come from the graph's optimizer settings (lower.optimizer_attrs)
     Op("sgd", 32, "optimizer", ("opt", "f:p1", "f:p2", "f:p3", "in_backward"), saves=""),
 )
@@ -189,9 +193,10 @@ assert len(OPS) == len(BY_CODE) == len(_TABLE), "an op name or opcode is in the 
 # A static-int8 prefix's ops (plan/transform/static_int8.py), the quantize and dequantize at its edges included: the
 # one list of them, so that an op added to the prefix is known to the rewrite, the graph file's byte check and the
 # reports at once.
-STATIC_INT8_OPS = ("quantize", "conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q", "dequantize")
-# its layers: the edges only convert between fp32 and int8, so `poet solve` and the energy report do not count them
-STATIC_INT8_LAYERS = tuple(op for op in STATIC_INT8_OPS if op not in ("quantize", "dequantize"))
+STATIC_INT8_OPS = ("quantize", "conv2d_q", "add_q", "maxpool2d_q", "mean_q", "mul_q", "slice_q", "cat_q", "dequantize")
+# its layers: the edges only convert between fp32 and int8 and slice_q and cat_q move rows, so `poet solve` and the
+# energy report do not count them
+STATIC_INT8_LAYERS = tuple(op for op in STATIC_INT8_OPS if op not in ("quantize", "dequantize", "slice_q", "cat_q"))
 assert all(op in OPS for op in STATIC_INT8_OPS), "a static int8 op is not in the table"
 
 

@@ -15,6 +15,11 @@ int poet_conv2d_out(int H, int k, int stride, int pad)
     return (H + 2 * pad - k) / stride + 1;
 }
 
+int poet_conv2d_rows(const poet_conv_t *cv)
+{
+    return (cv->H + cv->ph + cv->pb - cv->kh) / cv->stride + 1;
+}
+
 /* One depthwise output from the taps [ky0, ky1) x [kx0, kx1) of the window at xr (its row ky0, column 0)
  * and wr (the channel's kernel row ky0). */
 static inline float dw_one(const float *xr, const float *wr, int W, int kw, int ky0, int ky1, int kx0, int kx1)

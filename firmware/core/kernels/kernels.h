@@ -93,7 +93,13 @@ int poet_conv2d_out(int H, int k, int stride, int pad);
  * of dw is not handed over. */
 typedef struct {
     int B, C, H, W, O, kh, kw, stride, ph, pw, groups, ck;
+    /* pb: the rows of zero padding below, where they differ from the ph above: a row strip of a stage run
+     * patch by patch, whose edges pad only at the image's (the int8 kernels, lowp.c; every other kernel
+     * pads ph below, and its callers set pb = ph) */
+    int pb;
 } poet_conv_t;
+/* The output rows of an int8 convolution: (H + ph + pb - kh) / stride + 1. */
+int poet_conv2d_rows(const poet_conv_t *cv);
 /* y = conv(x, w) (+ b[O]); b may be NULL. */
 void poet_conv2d_ex_fwd(const poet_conv_t *cv, const float *x, const float *w, const float *b, float *y);
 /* g is dL/dy [B,O,Ho,Wo]. dw gets dL/dw (may be NULL: then x may be NULL), db dL/db (may be NULL),
@@ -382,6 +388,10 @@ void poet_mean_q_fwd(int outer, int r, int inner, const int8_t *x, float x_scale
  * (b b_scale), each product rounded, the epilogue as poet_add_q_fwd's. */
 void poet_mul_q_fwd(int outer, int r, int inner, const int8_t *a, float a_scale, const int8_t *b, float b_scale,
                     int relu, const float *y_scale, void *y);
+/* int8 slice and cat (a stage run in row strips: poet.plan.transform.patches), the scale unchanged: y[outer, len] =
+ * the columns offset..offset+len-1 of x[outer, total]; y[outer, sum of len] = the k inputs' rows side by side. */
+void poet_slice_i8(int outer, int total, int offset, int len, const int8_t *x, int8_t *y);
+void poet_cat_i8(int outer, int k, const int *len, const int8_t *const *x, int8_t *y);
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,
                     const float *y_scale, void *y);
 

@@ -491,7 +491,7 @@ static void depthwise_q_rows(const poet_conv_t *cv, int o_begin, int o_end, cons
 {
     const int C = cv->C, H = cv->H, W = cv->W, kh = cv->kh, kw = cv->kw, stride = cv->stride;
     const int ph = cv->ph, pw = cv->pw;
-    const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    const int Ho = poet_conv2d_rows(cv), Wo = poet_conv2d_out(W, kw, stride, pw);
     const long HW = (long)H * W, kk = (long)kh * kw;
     int n, c, oy, ox, ky0, ky1, kx0, kx1, lo, hi;
     whole_windows(stride, pw, kw, W, Wo, &lo, &hi); /* the columns whose window is whole */
@@ -621,7 +621,7 @@ static void gather(const poet_conv_t *cv, const int8_t *xg, int oy, int ox, int8
 static void conv_q_patches(const poet_conv_t *cv, int o_begin, int o_end, const int8_t *xq, float s,
                            const int8_t *wq, const float *b, int relu, int i8, float inv, void *y)
 {
-    const int C = cv->C, O = cv->O, Ho = poet_conv2d_out(cv->H, cv->kh, cv->stride, cv->ph);
+    const int C = cv->C, O = cv->O, Ho = poet_conv2d_rows(cv);
     const int Wo = poet_conv2d_out(cv->W, cv->kw, cv->stride, cv->pw);
     const int Cg = C / cv->groups, Og = O / cv->groups, L = Cg * cv->kh * cv->kw;
     const long HoWo = (long)Ho * Wo;
@@ -674,8 +674,9 @@ void poet_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, const
 {
     const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
     const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
-    const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
-    const int Cg = C / cv->groups, Og = O / cv->groups, pointwise = BLOCKED_INT(kh == 1 && kw == 1 && ph == 0 && pw == 0);
+    const int Ho = poet_conv2d_rows(cv), Wo = poet_conv2d_out(W, kw, stride, pw);
+    const int Cg = C / cv->groups, Og = O / cv->groups;
+    const int pointwise = BLOCKED_INT(kh == 1 && kw == 1 && ph == 0 && cv->pb == 0 && pw == 0);
     const long HW = (long)H * W, kk = (long)kh * kw, wo = (long)Cg * kk, HoWo = (long)Ho * Wo;
     const float s = x_scale * w_scale, inv = y_scale ? 1.0f / *y_scale : 0.0f;
     int n, o, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1, j;
@@ -780,6 +781,23 @@ void poet_mul_q_fwd(int outer, int r, int inner, const int8_t *a, float a_scale,
             for (i = 0; i < inner; i++, k++)
                 poet_q_put(y, k, ((float)a[k] * a_scale) * ((float)b[(long)o * inner + i] * b_scale), relu,
                            y_scale != 0, inv);
+}
+
+void poet_slice_i8(int outer, int total, int offset, int len, const int8_t *x, int8_t *y)
+{
+    int o, j;
+    for (o = 0; o < outer; o++)
+        for (j = 0; j < len; j++)
+            *y++ = x[(long)o * total + offset + j];
+}
+
+void poet_cat_i8(int outer, int k, const int *len, const int8_t *const *x, int8_t *y)
+{
+    int o, i, j;
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < k; i++)
+            for (j = 0; j < len[i]; j++)
+                *y++ = x[i][(long)o * len[i] + j];
 }
 
 void poet_add_q_fwd(int n, const int8_t *a, float a_scale, const int8_t *b, float b_scale, int relu,

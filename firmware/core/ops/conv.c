@@ -22,7 +22,7 @@ int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y, w, reduce;
-    if (!conv_geometry_ok(a, &x, &y, &reduce))
+    if (!conv_geometry_ok(a, &x, &y, &reduce) || a[K] >> 24) /* the fp32 kernels pad alike above and below */
         return 0;
     x = f32s(x);
     y = f32s(y);

@@ -51,7 +51,8 @@ int weighted_bwd_ok(const poet_model_t *m, const poet_node_t *n, int32_t need, u
                     int32_t weight);
 /* The geometry every convolution shares, a0..a6 = B, C, H, W, O, K, GEOM (POET_CONV_* in model.h):
  * positive sizes within the kernels' ranges, groups dividing C and O, the kernel within the padded
- * input. Gives the input's and output's element counts and the reduction length C/groups K K. */
+ * input. Gives the input's and output's element counts and the reduction length C/groups K K. Only
+ * conv2d_q takes padding below that differs from above's (POET_CONV_PAD_B); the others check. */
 int conv_geometry_ok(const int32_t *a, uint64_t *x_elems, uint64_t *y_elems, uint64_t *reduce);
 /* The kernels' view of a conv2d node's attributes a0..a6 (checked by conv_geometry_ok). */
 poet_conv_t conv_shape(const int32_t *a);

@@ -105,6 +105,10 @@ int32_t q_scale_of(const poet_model_t *m, uint16_t d)
         return q_epi_scale((int32_t)poet_rd32(p + 16 + 4 * 3));
     case POET_OP_MAXPOOL2D_Q: /* its input's scale, a8 */
         return (int32_t)poet_rd32(p + 16 + 4 * 8);
+    case POET_OP_SLICE_Q: /* its input's, a4 */
+        return (int32_t)poet_rd32(p + 16 + 4 * 4);
+    case POET_OP_CAT_Q: /* its inputs', a5 */
+        return (int32_t)poet_rd32(p + 16 + 4 * 5);
     default:
         return -1;
     }
@@ -181,14 +185,13 @@ int conv_geometry_ok(const int32_t *a, uint64_t *x_elems, uint64_t *y_elems, uin
     for (k = 0; k < 5; k++)
         if (!pos(a[k]))
             return 0;
-    if (a[5] < 0 || a[5] > 0xFFFFFF || a[6] < 0 || cv.kh < 1 || cv.kw < 1 || cv.kh > 64 || cv.kw > 64 ||
-        cv.ph > 64 || cv.pw > 64 || cv.stride > 64 || cv.H > 65535 || cv.W > 65535 || cv.C % cv.groups ||
-        cv.O % cv.groups || cv.H + 2 * cv.ph < cv.kh || cv.W + 2 * cv.pw < cv.kw)
+    if (a[5] < 0 || a[6] < 0 || cv.kh < 1 || cv.kw < 1 || cv.kh > 64 || cv.kw > 64 || cv.ph > 64 || cv.pb > 64 ||
+        cv.pw > 64 || cv.stride > 64 || cv.H > 65535 || cv.W > 65535 || cv.C % cv.groups || cv.O % cv.groups ||
+        cv.H + cv.ph + cv.pb < cv.kh || cv.W + 2 * cv.pw < cv.kw)
         return 0;
     *x_elems = mul(mul((uint64_t)cv.B, (uint64_t)cv.C), mul((uint64_t)cv.H, (uint64_t)cv.W));
     *y_elems = mul(mul((uint64_t)cv.B, (uint64_t)cv.O),
-                   mul((uint64_t)poet_conv2d_out(cv.H, cv.kh, cv.stride, cv.ph),
-                       (uint64_t)poet_conv2d_out(cv.W, cv.kw, cv.stride, cv.pw)));
+                   mul((uint64_t)poet_conv2d_rows(&cv), (uint64_t)poet_conv2d_out(cv.W, cv.kw, cv.stride, cv.pw)));
     *reduce = mul((uint64_t)(cv.C / cv.groups), mul((uint64_t)cv.kh, (uint64_t)cv.kw));
     return 1;
 }
@@ -205,6 +208,7 @@ poet_conv_t conv_shape(const int32_t *a)
     cv.kw = POET_CONV_KW(a[5]);
     cv.pw = POET_CONV_PAD_W(a[5]);
     cv.ph = POET_CONV_PAD_H(a[6]);
+    cv.pb = POET_CONV_PAD_B(a[5], cv.ph);
     cv.stride = POET_CONV_STRIDE(a[6]);
     cv.groups = POET_CONV_GROUPS(a[6]);
     /* ck is left unset: only conv2d_bwd reads it, and sets it (ops/conv.c); a store here would run on every

@@ -112,6 +112,8 @@
     X(MAXPOOL2D_Q, 97, FORWARD, NARROW, 9, op_maxpool2d_q_check, op_maxpool2d_q_run) \
     X(MEAN_Q, 98, FORWARD, NARROW, 4, op_mean_q_check, op_mean_q_run) \
     X(MUL_Q, 99, FORWARD, NARROW, 4, op_mul_q_check, op_mul_q_run) \
+    X(SLICE_Q, 100, FORWARD, NARROW, 5, op_slice_q_check, op_slice_q_run) \
+    X(CAT_Q, 101, FORWARD, NARROW, 6, op_cat_q_check, op_cat_q_run) \
     /* optim.c */ \
     X(SGD, 32, OPTIMIZER, NONE, 5, op_optimizer_check, op_optimizer_run)
 

@@ -89,6 +89,58 @@ void op_maxpool2d_q_run(const poet_exec_t *e)
                          (int8_t *)(void *)e->out);
 }
 
+/* ---- slice_q, cat_q: int8 rows at their input's scale (a stage run in row strips) ------------------ */
+
+/* slice_q: a0..a3 as slice's (x[OUTER, TOTAL]'s columns OFFSET..OFFSET+LEN-1), a4 the scale parameter, its
+ * input's. cat_q: a0 OUTER, a1..a4 each dep's row length (0 past n_deps) as cat's, a5 the scale, every input's. */
+enum { S_OUTER = 0, S_TOTAL = 1, S_OFFSET = 2, S_LEN = 3, S_SCALE = 4, CAT_SCALE = 5 };
+
+int op_slice_q_check(poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    if (!pos(a[S_OUTER]) || !pos(a[S_TOTAL]) || !pos(a[S_LEN]) || a[S_OFFSET] < 0 ||
+        a[S_OFFSET] > a[S_TOTAL] - a[S_LEN] || n->n_deps != 1 || !q_dep_ok(m, n, 0) ||
+        q_scale_of(m, n->deps[0]) != a[S_SCALE])
+        return 0;
+    return dep_bytes(m, n, 0) == mul((uint64_t)a[S_OUTER], (uint64_t)a[S_TOTAL]) &&
+           n->bytes == mul((uint64_t)a[S_OUTER], (uint64_t)a[S_LEN]);
+}
+
+void op_slice_q_run(const poet_exec_t *e)
+{
+    const int32_t *a = e->a;
+    poet_slice_i8(a[S_OUTER], a[S_TOTAL], a[S_OFFSET], a[S_LEN], (const int8_t *)(const void *)e->in[0],
+                  (int8_t *)(void *)e->out);
+}
+
+int op_cat_q_check(poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    uint64_t sum = 0;
+    int k;
+    if (!pos(a[S_OUTER]) || n->n_deps < 2 || !q_scale_ok(m, a[CAT_SCALE]))
+        return 0;
+    for (k = 0; k < 4; k++) {
+        if (k < n->n_deps ? !pos(a[1 + k]) || !q_dep_ok(m, n, k) || q_scale_of(m, n->deps[k]) != a[CAT_SCALE] ||
+                                dep_bytes(m, n, k) != mul((uint64_t)a[S_OUTER], (uint64_t)a[1 + k])
+                          : a[1 + k] != 0)
+            return 0;
+        sum += (uint64_t)a[1 + k];
+    }
+    return sum <= 0x7FFFFFFFu && n->bytes == mul((uint64_t)a[S_OUTER], sum);
+}
+
+void op_cat_q_run(const poet_exec_t *e)
+{
+    int len[4], k;
+    const int8_t *x[4];
+    for (k = 0; k < e->n_deps; k++) {
+        len[k] = e->a[1 + k];
+        x[k] = (const int8_t *)(const void *)e->in[k];
+    }
+    poet_cat_i8(e->a[S_OUTER], e->n_deps, len, x, (int8_t *)(void *)e->out);
+}
+
 /* ---- mean_q: x[outer, r, inner] int8 -> y[outer, inner], a3 the epilogue ------------------------- */
 
 enum { Q_OUTER = 0, Q_R = 1, Q_INNER = 2, MEAN_EPI = 3 };

@@ -374,7 +374,7 @@ def _check_attrs(at: _Place, n: dict[str, Any], n_params: int) -> None:
     if missing:
         raise at.bad(f"attrs has no \"{missing[0]}\"; op {op} needs {', '.join(needed)} (docs/graph.md, the op set)")
     # packed into two i32 slots (modelblob.conv_kernel, conv_geometry), within the firmware's limits
-    geom = {"k": (1, 64), "kw": (1, 64), "pad": (0, 64), "padw": (0, 64), "stride": (1, 64),
+    geom = {"k": (1, 64), "kw": (1, 64), "pad": (0, 64), "padw": (0, 64), "padb": (0, 64), "stride": (1, 64),
             "groups": (1, 2**15)} if "geom" in slots else {}
     for key, v in attrs.items():
         if not isinstance(key, str) or name_problem(key):
@@ -395,6 +395,9 @@ def _check_attrs(at: _Place, n: dict[str, Any], n_params: int) -> None:
             at.f32_value(f"attrs.{key}", v)
         elif key in slots or not isinstance(v, str):  # a name in an attribute lowering skips is harmless
             at.whole_value(f"attrs.{key}", v, -I32, I32 - 1, " (the board's attributes are i32)")
+    if "padb" in attrs and "geom" in slots and op != "conv2d_q":
+        raise at.bad("attrs has \"padb\"; only a conv2d_q (a row strip of a stage run patch by patch) pads below "
+                     "otherwise than above")
     if attrs.get("need_grad_input", 0) not in (0, 1):
         raise at.bad(f"attrs.need_grad_input is {_show(attrs['need_grad_input'])}; a flag: 0 or 1")
     if "ck" in attrs and "need_ck" in slots and not attrs["ck"] <= attrs["C"] // attrs.get("groups", 1):

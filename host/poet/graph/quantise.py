@@ -7,6 +7,8 @@ a board run and its reference see the same int8 values.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 F32_MIN_NORMAL = np.float32(1.17549435e-38)
@@ -69,22 +71,32 @@ def _epilogue(v: np.ndarray, relu: int, y_scale: np.float32 | None) -> np.ndarra
     return v if y_scale is None else quantise(v, y_scale)
 
 
-def conv2d_int_sum(xq: np.ndarray, wq: np.ndarray, stride: int, pad: int | tuple[int, int],
-                   groups: int) -> np.ndarray:
-    """The exact integer sums of an int8 conv2d (NCHW, weight [O, C/groups, kh, kw], padding of rows
-    and columns) as int64."""
+Pad = int | tuple[int, int] | tuple[int, int, int]
+
+
+def conv2d_padded(x: Any, w: Any, b: Any, stride: int, pad: Pad, groups: int) -> Any:
+    """torch's conv2d of tensors x and w (bias b or None) with padding `pad`: all sides, (rows, columns), or
+    (rows above, columns, rows below) for a row strip of a stage run patch by patch (poet.plan.transform.patches)."""
+    import torch.nn.functional as F
+
+    if isinstance(pad, tuple) and len(pad) == 3:
+        x, pad = F.pad(x, (0, 0, pad[0], pad[2])), (0, pad[1])
+    return F.conv2d(x, w, b, stride=stride, padding=pad, groups=groups)
+
+
+def conv2d_int_sum(xq: np.ndarray, wq: np.ndarray, stride: int, pad: Pad, groups: int) -> np.ndarray:
+    """The exact integer sums of an int8 conv2d (NCHW, weight [O, C/groups, kh, kw], padding as
+    conv2d_padded's) as int64."""
     import torch
 
     x = torch.from_numpy(np.asarray(xq, dtype=np.float64))
     w = torch.from_numpy(np.asarray(wq, dtype=np.float64))
     # integer-valued float64: every partial sum is below 2^53, so the float arithmetic is exact
-    acc = torch.nn.functional.conv2d(x, w, stride=stride, padding=pad, groups=groups)
-    return acc.numpy().astype(np.int64)
+    return conv2d_padded(x, w, None, stride, pad, groups).numpy().astype(np.int64)
 
 
 def conv2d_q(xq: np.ndarray, x_scale: np.float32, wq: np.ndarray, w_scale: np.float32, b: np.ndarray | None,
-             stride: int, pad: int | tuple[int, int], groups: int, relu: int,
-             y_scale: np.float32 | None) -> np.ndarray:
+             stride: int, pad: Pad, groups: int, relu: int, y_scale: np.float32 | None) -> np.ndarray:
     """poet_conv2d_q_fwd bit for bit: v = acc * (x_scale * w_scale) (+ b) in fp32, the epilogue."""
     acc = conv2d_int_sum(xq, wq, stride, pad, groups).astype(np.float32)
     v = acc * (np.float32(x_scale) * np.float32(w_scale))

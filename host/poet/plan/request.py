@@ -60,7 +60,7 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
         p = plan(done.graph, done.cg)
     except PoetError:
         # fp32 fits no plan at this --ram: the frozen prefix in static int8 may
-        again = rewrites.after_no_fp32_plan(done, g, board, prof, say)
+        again = rewrites.after_no_fp32_plan(done, g, board, prof, ram, runtime_static, say)
         if again is None:
             raise
         done = again

@@ -90,6 +90,13 @@ def _plan_problem(info: object) -> str | None:
     for k in ("streamed", "w8"):
         if k in info and not (isinstance(info[k], list) and all(isinstance(n, str) for n in info[k])):
             return f"{k} is not a list of names"
+    if info.get("patches") is not None:
+        from poet.plan.transform.patches import Patching
+
+        try:
+            Patching.from_json(info["patches"])
+        except ValueError as e:
+            return str(e)
     if "features" in info:
         from poet.run.features import record_problem
 

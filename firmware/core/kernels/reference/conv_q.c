@@ -10,7 +10,7 @@ void poet_ref_conv2d_q_fwd_rows(const poet_conv_t *cv, int o_begin, int o_end, c
 {
     const int B = cv->B, C = cv->C, H = cv->H, W = cv->W, O = cv->O, kh = cv->kh, kw = cv->kw;
     const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
-    int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
+    int Ho = poet_conv2d_rows(cv), Wo = poet_conv2d_out(W, kw, stride, pw);
     int Cg = C / cv->groups, Og = O / cv->groups;
     int n, o, oy, ox, c, ky, kx;
     float s = x_scale * w_scale, inv = y_scale ? 1.0f / *y_scale : 0.0f;

@@ -71,8 +71,8 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
     if name == "need_ck":
         return int(attrs["need_grad_input"]) | int(attrs.get("ck", 0)) << 1
     if name == "kernel":
-        kh, kw, _, pw = conv_window(attrs)
-        return mb.conv_kernel(kh, kw, pw)
+        kh, kw, ph, pw = conv_window(attrs)
+        return mb.conv_kernel(kh, kw, pw, int(attrs.get("padb", ph)) if "padb" in attrs else None)
     if name == "geom":
         return mb.conv_geometry(int(attrs["pad"]), int(attrs.get("stride", 1)), int(attrs.get("groups", 1)))
     if name == "pgeom":

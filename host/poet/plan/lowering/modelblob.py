@@ -70,13 +70,14 @@ def conv_geometry(pad: int, stride: int, groups: int) -> int:
     return pad | (stride - 1) << 8 | (groups - 1) << 16
 
 
-def conv_kernel(kh: int, kw: int, pad_w: int) -> int:
-    """conv2d's a5: the kernel's height and width and the padding of columns (firmware/core/model.h)."""
-    for v, lo, hi in ((kh, 1, 64), (kw, 1, 64), (pad_w, 0, 64)):
+def conv_kernel(kh: int, kw: int, pad_w: int, pad_b: int | None = None) -> int:
+    """conv2d's a5: the kernel's height and width, the padding of columns and, for a row strip of a stage run patch
+    by patch (conv2d_q only), the rows of padding below where they differ from above (firmware/core/model.h)."""
+    for v, lo, hi in ((kh, 1, 64), (kw, 1, 64), (pad_w, 0, 64), (pad_b or 0, 0, 64)):
         if not lo <= v <= hi:
             raise ValueError(f"conv kernel {kh}x{kw}, column padding {pad_w}: the blob holds kernels up to "
                              f"64x64 and padding up to 64")
-    return kh | kw << 8 | pad_w << 16
+    return kh | kw << 8 | pad_w << 16 | (0 if pad_b is None else pad_b + 1) << 24
 
 
 def pool_geometry(pad_h: int, pad_w: int, stride_h: int, stride_w: int) -> int:

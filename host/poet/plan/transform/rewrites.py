@@ -28,6 +28,7 @@ from poet.graph.training_graph import TrainingGraph, conv_window, numel
 from poet.ops import STATIC_INT8_LAYERS
 from poet.plan.cost.costs import costed, load_profile, with_stream_costs
 from poet.plan.cost.memory import budget_for, pool_for
+from poet.plan.transform.patches import Patching, choose, patched, widest
 from poet.plan.transform.placement import place, stream_lines, streamed, w8_lines, w8_params, weight_only_int8
 from poet.plan.transform.precision import (
     Selection,
@@ -61,6 +62,7 @@ class Rewrites:
     precision: dict[str, Any] | None = None  # Selection.to_json(): the tensors stored narrow, the int8 layers
     streamed: tuple[str, ...] = ()  # static-int8 conv weights read from the SD card
     w8: tuple[str, ...] = ()  # frozen fp32 weights stored int8 (weight-only)
+    patches: Patching | None = None  # the int8 prefix's first stage run in strips of rows (patch-based)
 
     def to_json(self) -> dict[str, Any]:
         """plan.json's fields for these decisions: only those made (plans without them keep their keys)."""
@@ -73,13 +75,16 @@ class Rewrites:
             out["streamed"] = list(self.streamed)
         if self.w8:
             out["w8"] = list(self.w8)
+        if self.patches is not None:
+            out["patches"] = self.patches.to_json()
         return out
 
     @classmethod
     def from_json(cls, info: dict[str, Any]) -> Rewrites:
         """The record in a plan.json (checked for kinds by its reader; {} for a run with no plan)."""
         return cls(int8_prefix=bool(info.get("int8_prefix")), precision=info.get("precision") or None,
-                   streamed=tuple(info.get("streamed") or ()), w8=tuple(info.get("w8") or ()))
+                   streamed=tuple(info.get("streamed") or ()), w8=tuple(info.get("w8") or ()),
+                   patches=Patching.from_json(info["patches"]) if info.get("patches") is not None else None)
 
     def apply(self, g: TrainingGraph) -> tuple[TrainingGraph, Int8Prefix | None]:
         """The graph the plan's schedule runs on, made from g in the order decide made it, and the static-int8
@@ -91,6 +96,11 @@ class Rewrites:
             prefix = rewrite(g)
             if prefix is None:
                 raise ForeignPlan(f"the plan runs {g.model}'s frozen prefix in static int8, but the graph has none")
+            if self.patches is not None:
+                try:
+                    prefix = patched(prefix, self.patches)
+                except ValueError as e:
+                    raise ForeignPlan(str(e)) from None
             run = prefix.graph
         if self.precision:
             run = graph_for(run, self.precision)
@@ -114,7 +124,8 @@ class Rewritten:
         return Rewrites(int8_prefix=self.prefix is not None,
                         precision=self.selection.to_json() if self.selection is not None else None,
                         streamed=tuple(sorted(g.streamed_params)),
-                        w8=tuple(sorted(w8_params(g))))
+                        w8=tuple(sorted(w8_params(g))),
+                        patches=self.prefix.patching if self.prefix is not None else None)
 
     def lines(self) -> list[str]:
         """What `poet solve` says of the rewrites, after the plan."""
@@ -144,6 +155,7 @@ def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board
     if prefix is not None:
         say(f"  the fp32 graph cannot fit --ram {format_size(request.ram)} or the flash: planning with the frozen "
             f"prefix in static int8 ({len(prefix.layers)} fp32 ops)")
+        prefix = with_patches(prefix, request.ram, runtime_static, say)
         g = prefix.graph
         cg = costed_for(g, board, prof, lambda _m: None)  # its estimates are named once the graph is final
     sel = None
@@ -162,8 +174,8 @@ def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board
     return Rewritten(g, cg, prefix, sel)
 
 
-def after_no_fp32_plan(done: Rewritten, g: TrainingGraph, board: Board, prof: dict[str, Any],
-                       say: Say) -> Rewritten | None:
+def after_no_fp32_plan(done: Rewritten, g: TrainingGraph, board: Board, prof: dict[str, Any], ram: int,
+                       runtime_static: int, say: Say) -> Rewritten | None:
     """When no fp32 plan of g fits --ram: g with its frozen prefix in static int8, to plan again. None when
     `done` already rewrote g (nothing else to try) or g has no int8 prefix."""
     if done.prefix is not None or done.selection is not None:
@@ -172,6 +184,7 @@ def after_no_fp32_plan(done: Rewritten, g: TrainingGraph, board: Board, prof: di
     if prefix is None:
         return None
     say("  no fp32 plan fits: planning again with the frozen prefix in static int8")
+    prefix = with_patches(prefix, ram, runtime_static, say)
     return Rewritten(prefix.graph, costed_for(prefix.graph, board, prof, lambda m: say(f"  {m}")), prefix)
 
 
@@ -183,6 +196,7 @@ def for_profile(g: TrainingGraph, board: Board, runtime_static: int) -> tuple[Tr
     prefix = int8_prefix_for(g, board, board.ram_bytes, runtime_static)
     if prefix is None:
         return None
+    prefix = with_patches(prefix, board.ram_bytes, runtime_static, lambda _m: None)
     q = prefix.graph
     return place(apply_storage(q, {}, set(flash_fit(q, board.model_flash_bytes))), board), prefix
 
@@ -219,6 +233,20 @@ def int8_prefix_for(g: TrainingGraph, board: Board, ram: int, runtime_static: in
     return rewrite(g)
 
 
+def with_patches(prefix: Int8Prefix, ram: int, runtime_static: int, say: Say) -> Int8Prefix:
+    """The prefix with its first stage run patch by patch where its widest op cannot fit the arena of `ram`
+    otherwise (poet.plan.transform.patches.choose: the fewest MACs that fit, else the least memory)."""
+    opt = choose(prefix.graph, ram, runtime_static)
+    if opt.patching is None:
+        return prefix
+    before = widest(prefix.graph)
+    macs = sum(n.flops for n in prefix.graph.nodes)
+    say(f"  its first stage runs in {opt.patching.strips} strips of rows up to {opt.patching.cut} (patch-based): "
+        f"its widest op needs {format_size(opt.need)} of the arena, not {format_size(before)}, for "
+        f"{(opt.flops - macs) / max(macs, 1):.0%} more MACs (the strips' overlapping rows)")
+    return patched(prefix, opt.patching)
+
+
 def select_for(request: PlanRequest, g: TrainingGraph, board: Board, prof: dict[str, Any], runtime_static: int,
                deadline_s: float, say: Say) -> Selection:
     """A plan request's `precision` and `precision_rules` for g (poet.plan.transform.precision.select)."""
@@ -242,11 +270,17 @@ def select_for(request: PlanRequest, g: TrainingGraph, board: Board, prof: dict[
 
 def prefix_lines(prefix: Int8Prefix) -> list[str]:
     """What `poet solve` says of a static-int8 prefix: which layers, and what became of them."""
-    g = prefix.graph
+    g = prefix.unpatched or prefix.graph
     n_q = sum(1 for n in g.nodes if n.op in STATIC_INT8_LAYERS)
+    p = prefix.patching
+    strips = [] if p is None else [
+        f"  patch-based: the layers up to {p.cut} run in {p.strips} strips of its output's rows, each from the "
+        f"rows of the input it needs (the strips' overlap computed twice), the strips joined into its output: "
+        f"{sum(1 for n in prefix.graph.nodes if n.op in STATIC_INT8_LAYERS) - n_q} more int8 layers run, "
+        f"{sum(1 for n in prefix.graph.nodes if n.op in ('slice_q', 'cat_q'))} row copies"]
     return [f"frozen prefix in static int8 (the fp32 graph cannot fit): {len(prefix.layers)} fp32 ops run as "
             f"{n_q} int8 layers (conv + frozen batch norm folded + ReLU, ReLU6 or hard activation fused; adds; "
-            "max pools), every int8 tensor's scale fixed once from calibration data",
+            "max pools), every int8 tensor's scale fixed once from calibration data", *strips,
             f"  int8 from {prefix.layers[0]} to {prefix.layers[-1]}, layer by layer:",
             *(f"    {line}" for line in layer_lines(prefix))]
 
@@ -254,7 +288,7 @@ def prefix_lines(prefix: Int8Prefix) -> list[str]:
 def layer_lines(prefix: Int8Prefix) -> list[str]:
     """One line per int8 layer of the prefix: what it was made of, its shapes, its weight in flash, and
     whether its output stays int8 (another int8 layer reads it) or leaves as fp32."""
-    g = prefix.graph
+    g = prefix.unpatched or prefix.graph
     out = []
     for n in g.nodes:
         if n.op not in STATIC_INT8_LAYERS:

@@ -23,11 +23,22 @@ import numpy as np
 
 from poet.graph import quantise as qz
 from poet.graph.dtypes import F32
-from poet.graph.quantise import ACTIVATIONS, absmax_scale, add_q, conv2d_q, dequantise, maxpool2d_q, mean_q, quantise
+from poet.graph.quantise import (
+    ACTIVATIONS,
+    absmax_scale,
+    add_q,
+    conv2d_padded,
+    conv2d_q,
+    dequantise,
+    maxpool2d_q,
+    mean_q,
+    quantise,
+)
 from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, conv_window, numel
 from poet.graph.training_graph import readers as reader_map
 from poet.ops import STATIC_INT8_OPS
 from poet.plan.transform.fuse import fuse_heads
+from poet.plan.transform.patches import Patching
 
 if TYPE_CHECKING:
     from poet.graph.reference import Fed
@@ -64,6 +75,10 @@ class Int8Prefix:
     scales: dict[str, int] = field(default_factory=dict)  # scale param name -> the node whose output it scales
     # the prefix's fp32 outputs (the trained part reads them): node id here -> the source graph's node
     boundary: dict[int, int] = field(default_factory=dict)
+    # the graph before its first stage was patched (poet.plan.transform.patches): where the scales were calibrated,
+    # on whole maps (`scales` names its nodes); None when the stage is not patched
+    unpatched: TrainingGraph | None = None
+    patching: Patching | None = None
 
     # ------------------------------------------------------------ values
 
@@ -88,7 +103,7 @@ class Int8Prefix:
         biases, and every int8 tensor's scale calibrated on `calib_x` (max |x| / 127 of its fp32 value
         over the calibration batch, the int8 layers' own absmax rule)."""
         w = self.fp32_weights(model_weights)
-        vals = self._run(w, calib_x, None)
+        vals = self._run(w, calib_x, None, self.unpatched or self.graph)
         for name, node in self.scales.items():
             w[name] = np.array([absmax_scale(vals[node])], np.float32)
         return [np.asarray(w[name], np.float32).reshape(shape) for name, shape in self.graph.params]
@@ -97,8 +112,8 @@ class Int8Prefix:
         """The prefix's fp32 outputs (node id in the rewritten graph -> value) for a batch x, exactly as
         the board computes them from the uploaded `weights` (the rewritten graph's, in its order)."""
         w = {name: np.asarray(v, np.float32) for (name, _), v in zip(self.graph.params, weights, strict=True)}
-        vals = self._run(w, x, {name: np.float32(w[name].reshape(-1)[0]) for name in self.scales})
         g = self.graph
+        vals = self._run(w, x, {name: np.float32(w[name].reshape(-1)[0]) for name in self.scales}, g)
         return {i: v for i, v in vals.items() if g.nodes[i].op in STATIC_INT8_OPS and v.dtype == np.float32}
 
     def fed(self, model: Any, weights: list[np.ndarray]) -> Fed:
@@ -139,14 +154,13 @@ class Int8Prefix:
 
         return Fed(expect, values)
 
-    def _run(self, w: dict[str, np.ndarray], x: np.ndarray, scales: dict[str, np.float32] | None
+    def _run(self, w: dict[str, np.ndarray], x: np.ndarray, scales: dict[str, np.float32] | None, g: TrainingGraph
              ) -> dict[int, np.ndarray]:
-        """The prefix forward: in fp32 (scales None: calibration, int8 nodes give their fp32 values),
-        or in int8 as the kernels compute it."""
+        """The prefix forward of graph g (this prefix's, or the unpatched one): in fp32 (scales None: calibration,
+        int8 nodes give their fp32 values), or in int8 as the kernels compute it."""
         import torch
         import torch.nn.functional as F
 
-        g = self.graph
         names = [n for n, _ in g.params]
         batch = len(x)  # any batch, not only the graph's: the reference evaluates test sets with it
         vals: dict[int, np.ndarray] = {0: np.asarray(x, np.float32).reshape(batch, *g.nodes[0].shape[1:])}
@@ -160,7 +174,7 @@ class Int8Prefix:
                 continue
             a = n.attrs
             out_scale = names[a["out_scale"]] if a.get("out_scale", -1) >= 0 else None
-            if n.op in ("quantize", "maxpool2d_q"):
+            if n.op in ("quantize", "maxpool2d_q", "slice_q", "cat_q"):
                 out_scale = names[a["scale"]]
             ys = None if scales is None or out_scale is None else scales[out_scale]
             xs = [vals[d] for d in n.deps]
@@ -185,13 +199,18 @@ class Int8Prefix:
                 y = xs[0] if scales is None else quantise(xs[0], ys)
             elif n.op == "dequantize":
                 y = xs[0] if scales is None else dequantise(xs[0], scale_of[n.deps[0]])
+            elif n.op == "slice_q":  # rows of a strip: x[outer, total]'s columns offset .. offset + len
+                o0 = int(a["offset"])
+                y = np.asarray(xs[0]).reshape(-1, int(a["total"]))[:, o0:o0 + int(a["len"])]
+            elif n.op == "cat_q":
+                y = np.concatenate([np.asarray(v).reshape(-1, int(a[f"l{k}"])) for k, v in enumerate(xs)], axis=1)
             elif n.op == "conv2d_q":
                 wt, bias = w[names[a["w"]]], (w[names[a["b"]]] if a.get("b", -1) >= 0 else None)
-                geo = (int(a.get("stride", 1)), conv_window(a)[2:], int(a.get("groups", 1)))
+                pad = conv_window(a)[2:] if "padb" not in a else (*conv_window(a)[2:], int(a["padb"]))
+                geo = (int(a.get("stride", 1)), pad, int(a.get("groups", 1)))
                 if scales is None:
-                    t = F.conv2d(torch.from_numpy(xs[0]), torch.from_numpy(wt),
-                                 None if bias is None else torch.from_numpy(bias), stride=geo[0], padding=geo[1],
-                                 groups=geo[2])
+                    t = conv2d_padded(torch.from_numpy(xs[0]), torch.from_numpy(wt),
+                                      None if bias is None else torch.from_numpy(bias), *geo)
                     y = _activation(t, int(a.get("relu", 0))).numpy()
                 else:
                     ws = absmax_scale(wt)
