@@ -6,9 +6,19 @@ from poet.errors import UsageError
 from poet.graph.tracer import trace
 from poet.models.zoo import get_model
 from poet.plan.cost.costs import uncosted
-from poet.plan.cost.memory import arena_bytes, budget_for
+from poet.plan.cost.memory import arena_bytes, budget_for, in_place
 from poet.plan.lowering.lower import instructions, lower, model_blob, place
-from poet.plan.lowering.schedule import COMPUTE, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule, validate
+from poet.plan.lowering.schedule import (
+    COMPUTE,
+    FREE,
+    IN_PLACE,
+    PAGE_IN,
+    PAGE_OUT,
+    RECOMPUTE,
+    Instr,
+    Schedule,
+    validate,
+)
 from poet.plan.simulate import simulate
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget, solve_poet
@@ -28,17 +38,23 @@ def _costed(g) -> CostedGraph:
         c = 1e-6 * (1 + n.bytes / 64)
         nodes.append(CostedNode(n.id, n.name, n.kind, tuple(n.deps), arena_bytes(n), c, c * 10,
                                 1e-3 + n.bytes * 2e-6, 1e-2 + n.bytes * 2e-5,
-                                1e-3 + n.bytes * 2e-6, 1e-2 + n.bytes * 2e-5, n.recomputable))
+                                1e-3 + n.bytes * 2e-6, 1e-2 + n.bytes * 2e-5, n.recomputable, in_place(g, n)))
     return CostedGraph(tuple(nodes), name=g.model)
 
 
-def _replay(sched: Schedule, sizes: list[int]) -> tuple[int, int]:
-    """An independent replay: no two resident tensors overlap; returns (peak live bytes, extent)."""
+def _replay(sched: Schedule, sizes: list[int], deps: list[list[int]] | None = None) -> tuple[int, int]:
+    """An independent replay: no two resident tensors overlap, but a compute made in place of its dep 0 (at its
+    offset: the dep leaves); returns (peak live bytes, extent)."""
     live: dict[int, tuple[int, int]] = {}
     peak = extent = 0
     for ins in sched.instrs:
         if ins.op in (COMPUTE, RECOMPUTE, PAGE_IN) and sizes[ins.node]:
             lo, hi = ins.offset, ins.offset + sizes[ins.node]
+            if ins.flags & IN_PLACE:
+                assert deps is not None
+                d = deps[ins.node][0]
+                assert live[d][0] == lo and live[d][1] >= hi, (ins, live[d])
+                del live[d]
             for other, (a, b) in live.items():
                 assert hi <= a or b <= lo, f"node {ins.node} at {lo}..{hi} overlaps node {other} at {a}..{b}"
             live[ins.node] = (lo, hi)
@@ -64,7 +80,7 @@ def test_placement_never_overlaps_and_matches_the_simulator(model, fraction):
     plan = full if fraction == 1.0 else solve_poet(cg, budget, deadline)
     assert plan.status in ("optimal", "feasible")
     low = lower(plan, g)
-    peak, extent = _replay(low.schedule, sizes)
+    peak, extent = _replay(low.schedule, sizes, [n.deps for n in g.nodes])
     assert peak == low.peak_live_bytes == simulate(cg, plan).peak_bytes
     assert extent == low.extent_bytes == low.schedule.arena_bytes
     assert extent >= peak
@@ -79,7 +95,7 @@ def test_tight_plan_recomputes_or_pages_and_lowers_every_decision(deadline):
     cg = _costed(g)
     full = keep_all(cg)
     plan = solve_poet(cg, int(full.peak_bytes * 0.9), deadline * cg.one_pass_s)
-    ops = [op for op, _ in instructions(plan, [arena_bytes(n) for n in g.nodes])]
+    ops = [op for op, _ in instructions(plan, [arena_bytes(n) for n in g.nodes])[0]]
     assert ops.count(RECOMPUTE) == plan.recomputes
     assert ops.count(PAGE_IN) == plan.page_ins and ops.count(PAGE_OUT) == plan.page_outs
     assert plan.recomputes + plan.page_outs > 0
@@ -100,7 +116,7 @@ def test_frees_are_lowered_where_the_stage_puts_them():
         Stage(page_in=[0], free_before=[2], compute=[1, 3], free_after={1: [0], 3: [1, 3]}),
         Stage(compute=[4]),
     ], status="feasible")
-    ops = instructions(plan, sizes)
+    ops, _ = instructions(plan, sizes)
     assert ops == [(COMPUTE, 0), (COMPUTE, 1), (PAGE_OUT, 0), (FREE, 0), (COMPUTE, 2), (FREE, 1),
                    (PAGE_IN, 0), (FREE, 2), (RECOMPUTE, 1), (FREE, 0), (COMPUTE, 3), (FREE, 1), (FREE, 3),
                    (COMPUTE, 4)]
@@ -129,7 +145,7 @@ def test_offsets_are_4_aligned_for_sizes_not_multiples_of_4():
     plan = Plan("hand", [rule_stage(g, t, *d) for t, d in enumerate(decisions)], status="feasible")
     sim = simulate(g, plan)
     assert (sim.page_outs, sim.page_ins, sim.recomputes) == (1, 2, 1)
-    ops = instructions(plan, sizes)
+    ops, _ = instructions(plan, sizes)
     offsets, extent, peak = place(ops, sizes)
     made = [(node, offsets[k]) for k, (op, node) in enumerate(ops) if op in (COMPUTE, RECOMPUTE, PAGE_IN)
             and sizes[node]]

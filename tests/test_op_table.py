@@ -26,33 +26,36 @@ MODEL_H = REPO_ROOT / "firmware" / "core" / "model.h"
 ROW = re.compile(r"^\s*X\((\w+),\s*(\d+),\s*(\w+),\s*(\w+),\s*(\d+),\s*(\w+),\s*(\w+)\)")
 
 
-def c_rows(text: str) -> dict[str, tuple[int, str, int]]:
-    """NAME -> (number, kind, slot count) of each row of optable.h's POET_OP_TABLE."""
-    rows: dict[str, tuple[int, str, int]] = {}
+def c_rows(text: str) -> dict[str, tuple[int, str, int, str]]:
+    """NAME -> (number, kind, slot count, flag) of each row of optable.h's POET_OP_TABLE."""
+    rows: dict[str, tuple[int, str, int, str]] = {}
     for line in text.splitlines():
         if "X(" not in line.split("/*")[0]:
             continue
         m = ROW.match(line)
         assert m, f"optable.h: a row not of the form X(NAME, NUMBER, KIND, FLAG, NATTRS, check, run): {line.strip()}"
         assert m[1] not in rows, f"optable.h: {m[1]} has two rows"
-        rows[m[1]] = (int(m[2]), m[3], int(m[5]))
+        rows[m[1]] = (int(m[2]), m[3], int(m[5]), m[4])
     return rows
 
 
-def disagreements(ops: dict[str, Op], rows: dict[str, tuple[int, str, int]]) -> list[str]:
+def disagreements(ops: dict[str, Op], rows: dict[str, tuple[int, str, int, str]]) -> list[str]:
     out = []
     for name, op in ops.items():
         row = rows.get(name.upper())
         if row is None:
             out.append(f"{name}: in poet.ops, no row in optable.h")
             continue
-        number, kind, nattrs = row
+        number, kind, nattrs, flag = row
         if number != op.code:
             out.append(f"{name}: opcode {op.code} on the host, {number} in the firmware")
         if kind != op.kind.upper():
             out.append(f"{name}: kind {op.kind} on the host, {kind} in the firmware")
         if nattrs != len(op.slots):
             out.append(f"{name}: {len(op.slots)} slots on the host ({', '.join(op.slots)}), {nattrs} in the firmware")
+        if op.inplace != (flag == "INPLACE"):
+            said = "in place" if op.inplace else "not in place"
+            out.append(f"{name}: {said} on the host, flag {flag} in the firmware")
     out += [f"{name.lower()}: a row in optable.h, not in poet.ops" for name in rows if name.lower() not in ops]
     return out
 
@@ -66,7 +69,7 @@ def test_model_h_writes_no_opcode_of_its_own() -> None:
     assert not re.findall(r"POET_OP_\w+\s*=\s*\d", MODEL_H.read_text())
 
 
-@pytest.mark.parametrize("mistake", ["renumbered", "dropped", "slot", "kind", "host-only"])
+@pytest.mark.parametrize("mistake", ["renumbered", "dropped", "slot", "kind", "in-place", "host-only"])
 def test_the_comparison_catches_each_kind_of_mistake(mistake: str) -> None:
     text, ops = OPTABLE.read_text(), dict(OPS)
     if mistake == "renumbered":
@@ -81,6 +84,9 @@ def test_the_comparison_catches_each_kind_of_mistake(mistake: str) -> None:
     elif mistake == "kind":
         ops["mse"] = replace(OPS["mse"], kind="forward")
         want = "mse: kind forward on the host, LOSS in the firmware"
+    elif mistake == "in-place":
+        text = re.sub(r"X\(RELU_BWD, 18, BACKWARD, INPLACE,", "X(RELU_BWD, 18, BACKWARD, NONE,", text)
+        want = "relu_bwd: in place on the host, flag NONE in the firmware"
     else:
         ops["erf"] = Op("erf", 91, "forward", ("n",))
         want = "erf: in poet.ops, no row in optable.h"

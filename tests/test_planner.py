@@ -165,8 +165,9 @@ def _brute_front(g: CostedGraph, budget: int) -> list[tuple[float, float]]:
 def _stage_peaks(g: CostedGraph) -> Callable[[frozenset[int], tuple[int, ...], frozenset[int]], int]:
     """peak(start, computes, retained): the peak RAM of one stage by the spec's rule, replayed.
     `start` (kept and paged in) is resident; tensors the stage neither uses nor retains leave;
-    then each compute adds its output and, once it has run, every tensor not retained whose
-    last use (read or made) it was leaves. Memoised per graph."""
+    then each compute adds its output (none where it is made in place of a dep 0 leaving after it)
+    and, once it has run, every tensor not retained whose last use (read or made) it was leaves.
+    Memoised per graph."""
     nodes = g.nodes
 
     @functools.cache
@@ -180,7 +181,10 @@ def _stage_peaks(g: CostedGraph) -> Callable[[frozenset[int], tuple[int, ...], f
         live = {i for i in live if i in retained or i in last}
         for c in computes:
             live.add(c)
-            peak = max(peak, sum(nodes[i].bytes for i in live))
+            # in place (spec section 1): made over dep 0 when dep 0 leaves right after it, in its bytes
+            d = nodes[c].deps[0] if nodes[c].inplace else -1
+            over = nodes[c].bytes if d >= 0 and d not in retained and last[d] == c else 0
+            peak = max(peak, sum(nodes[i].bytes for i in live) - over)
             live = {i for i in live if i in retained or last[i] != c}
         return peak
 

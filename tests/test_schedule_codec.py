@@ -15,6 +15,7 @@ import pytest
 from fwhelpers import cnn, frugal, keep_all, mlp, native_link
 from poet.device import firmware
 from poet.device.protocol import MODEL, SCHEDULE, DeviceError
+from poet.ops import BY_CODE as OPS_BY_CODE
 from poet.plan.lowering.lower import forward_lowered
 from poet.plan.lowering.modelblob import KIND_LOSS, ModelBlob
 from poet.plan.lowering.schedule import (
@@ -22,6 +23,7 @@ from poet.plan.lowering.schedule import (
     ERRORS,
     FORWARD,
     FREE,
+    IN_PLACE,
     NO_DETAIL,
     PAGE_IN,
     PAGE_OUT,
@@ -112,8 +114,27 @@ def _cases() -> list[tuple[str, bytes, ModelBlob | None, int, tuple[int, int]]]:
     add("ARENA-exact-fit", ok, (0, NO_DETAIL), pool=s.arena_bytes)
     add("OPCODE", with_instrs(s, ins[:3] + [Instr(6, 3, 0)] + ins[3:]), (CODE["OPCODE"], 3))
     reserved = bytearray(ok)
-    reserved[24 + 8 * 2 + 1] = 1
+    reserved[24 + 8 * 2 + 1] = 2  # a flag no instruction has (IN_PLACE is 1)
     add("OPCODE-reserved", recrc(reserved), (CODE["OPCODE"], 2))
+    free_at = next(k for k, i in enumerate(ins) if i.op == FREE)
+    add("OPCODE-in-place-free", with_instrs(s, [*ins[:free_at], replace(ins[free_at], flags=IN_PLACE),
+                                                 *ins[free_at + 1:]]), (CODE["OPCODE"], free_at))
+    # in place (docs/spec.md 1): only an op that may overwrite its dep 0, at the dep's offset, the dep leaving
+    relu = next(k for k, i in enumerate(ins) if i.op == COMPUTE and OPS_BY_CODE[m.nodes[i.node].op].inplace)
+    dep = m.nodes[ins[relu].node].deps[0]
+    at_dep = next(i.offset for i in ins if i.op == COMPUTE and i.node == dep)
+    over = [*ins[:relu], replace(ins[relu], offset=at_dep, flags=IN_PLACE),
+            *(i for i in ins[relu + 1:] if not (i.op == FREE and i.node == dep))]
+    lin = next(k for k, i in enumerate(ins) if i.op == COMPUTE and not OPS_BY_CODE[m.nodes[i.node].op].inplace
+               and m.nodes[i.node].deps and m.nodes[i.node].arena_bytes)
+    assert relu < next(k for k, i in enumerate(ins) if i.op == FREE and i.node == dep), "the dep leaves after"
+    add("OK-in-place", with_instrs(s, over), (0, NO_DETAIL))
+    add("OVERLAP-in-place-offset", with_instrs(s, [*over[:relu], replace(over[relu], offset=over[relu].offset + 4),
+                                                   *over[relu + 1:]]), (CODE["OVERLAP"], relu))
+    add("OVERLAP-in-place-op", with_instrs(s, [*ins[:lin], replace(ins[lin], flags=IN_PLACE), *ins[lin + 1:]]),
+        (CODE["OVERLAP"], lin))
+    add("NOT_LIVE-in-place-dep-freed", with_instrs(s, [*over[:relu + 1], Instr(FREE, dep), *over[relu + 1:]]),
+        (CODE["NOT_LIVE"], relu + 1))
     add("NODE_RANGE", with_instrs(s, ins[:1] + [Instr(FREE, n, 0)] + ins[1:]), (CODE["NODE_RANGE"], 1))
     add("BOUNDS", with_instrs(s, ins[:1] + [Instr(COMPUTE, 1, s.arena_bytes)] + ins[2:]), (CODE["BOUNDS"], 1))
     add("BOUNDS-unaligned", with_instrs(s, ins[:1] + [Instr(COMPUTE, 1, ins[1].offset + 2)] + ins[2:]),

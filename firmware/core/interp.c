@@ -133,6 +133,10 @@ void poet_interp_step(const poet_model_t *m, const uint8_t *schedule, const poet
 #endif
         if ((op == POET_I_COMPUTE || op == POET_I_RECOMPUTE || op == POET_I_PAGE_IN) && bytes) {
             offset[node] = off;
+            if (p[1] & POET_I_IN_PLACE) { /* made over its dep 0, which leaves with it (validated) */
+                poet_node_view(m, node, &n);
+                live -= poet_arena_bytes(m, n.deps[0]);
+            }
             live += bytes;
             if (live > res->peak_live_bytes)
                 res->peak_live_bytes = live;

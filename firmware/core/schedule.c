@@ -1,5 +1,6 @@
 #include "schedule.h"
 
+#include "ops/ops.h"
 #include "status.h"
 #include "util.h"
 
@@ -61,14 +62,25 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         poet_node_t n; /* decoded from the blob on the stack; the model keeps no node table */
         uint32_t bytes; /* its arena bytes: none for an input, the staged batch read in place */
         int allocates;
+        uint16_t over = 0xFFFFu; /* in place: the dep whose bytes it is made in */
 
         *detail = i;
-        if (op < POET_I_COMPUTE || op > POET_I_FREE || p[1] != 0)
+        if (op < POET_I_COMPUTE || op > POET_I_FREE || (p[1] & ~POET_I_IN_PLACE) ||
+            (p[1] && op != POET_I_COMPUTE && op != POET_I_RECOMPUTE))
             return POET_E_OPCODE;
         if (node >= n_nodes)
             return POET_E_NODE_RANGE;
         poet_node_view(m, node, &n);
         bytes = poet_arena_bytes(m, node);
+        if (p[1]) { /* in place: an op that may, over a resident dep 0 as large, read by no other slot, at its offset */
+            over = n.deps[0];
+            if (!poet_op_in_place(n.op) || bytes == 0 || n.n_deps == 0 || poet_arena_bytes(m, over) < bytes ||
+                !(flag[over] & RESIDENT) || offset[over] != off)
+                return POET_E_OVERLAP;
+            for (j = 1; j < n.n_deps; j++)
+                if (n.deps[j] == over)
+                    return POET_E_OVERLAP;
+        }
         if (op == POET_I_COMPUTE && (node != n_computes || node >= limit))
             return POET_E_ORDER;
         if (op == POET_I_RECOMPUTE &&
@@ -85,7 +97,7 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
             if ((off & 3u) != 0 || (uint64_t)off + bytes > arena)
                 return POET_E_BOUNDS;
             for (j = 0; j < n_nodes; j++) {
-                if ((flag[j] & RESIDENT) && off < offset[j] + poet_arena_bytes(m, (uint16_t)j) &&
+                if (j != over && (flag[j] & RESIDENT) && off < offset[j] + poet_arena_bytes(m, (uint16_t)j) &&
                     offset[j] < off + bytes)
                     return POET_E_OVERLAP;
             }
@@ -114,6 +126,8 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         default:
             break;
         }
+        if (over != 0xFFFFu)
+            flag[over] &= (uint8_t)~RESIDENT;
         if (allocates) {
             flag[node] |= RESIDENT;
             offset[node] = off;

@@ -24,6 +24,10 @@ enum {
     POET_I_PAGE_IN = 4,
     POET_I_FREE = 5
 };
+/* An instruction's flags byte (byte 1): a compute or recompute made over its node's dep 0, at the dep's offset,
+ * the dep leaving with it (docs/spec.md 1, "In place"); no other flag exists. */
+#define POET_I_IN_PLACE 0x01u
+
 
 /* Validate a schedule blob against the loaded model (NULL if none) and the bytes the pool has
  * left for the arena. Returns the status (0 = OK) and sets *detail to the failing instruction

@@ -13,7 +13,7 @@ This module imports nothing of poet's: everything else may import it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Slots are named by the graph attribute they carry. Three spellings say how lowering packs one:
 # "f:eps" is a float attribute stored as its binary32 bits; "w", "b", "rm", "rv" are parameter indices,
@@ -61,6 +61,9 @@ class Op:
     traced: str = ""  # how it is written in PyTorch, for the tracer's "supported:" list ("": its calls)
     limits: tuple[tuple[str, int], ...] = ()  # attributes the C runtime takes only one value of, for now
     even: tuple[str, ...] = ()  # attributes the C runtime takes only even values of, for now
+    # its output may be made over dep 0, element by element, where dep 0 is not needed after it (docs/spec.md 1,
+    # "In place"; the firmware's POET_OPF_INPLACE)
+    inplace: bool = False
 
 
 _CONV = ("B", "C", "H", "W", "O", "kernel", "geom", "w", "b")
@@ -185,6 +188,10 @@ _TABLE: tuple[Op, ...] = (
     Op("sgd", 32, "optimizer", ("opt", "f:p1", "f:p2", "f:p3", "in_backward"), saves=""),
 )
 
+# the ops whose kernel makes each output element from the same element of dep 0 (and of the other deps), so the
+# output may overwrite dep 0 as it goes
+_INPLACE = ("relu", "relu_bwd", "hardtanh", "hardtanh_bwd")
+_TABLE = tuple(replace(op, inplace=True) if op.name in _INPLACE else op for op in _TABLE)
 OPS: dict[str, Op] = {op.name: op for op in _TABLE}
 BY_CODE: dict[int, Op] = {op.code: op for op in _TABLE}
 CODE: dict[str, int] = {op.name: op.code for op in _TABLE}  # the opcode of each op, by name

@@ -56,6 +56,11 @@ int poet_op_check(poet_model_t *m, const poet_node_t *n, uint32_t i)
     return poet_ops[n->op].check(m, n);
 }
 
+int poet_op_in_place(uint8_t op)
+{
+    return op < POET_N_OPCODES && (traits[op] & POET_OPF_INPLACE) != 0;
+}
+
 /* One input and an output of the same a0 fp32 elements (relu, tanh, sigmoid; the reshapes). */
 int op_same_check(poet_model_t *m, const poet_node_t *n)
 {

@@ -46,6 +46,9 @@ typedef void (*poet_run_fn)(const poet_exec_t *e);
 #define POET_OPF_NONE 0x00u
 #define POET_OPF_NARROW 0x10u   /* may read tensors that are not fp32 (the low-precision ops) */
 #define POET_OPF_GRAD_SUM 0x20u /* also a backward node: the backward pass sums gradients with it */
+/* its kernel makes each output element from the same element of its inputs, so a schedule may make its output
+ * over its dep 0 (docs/spec.md 1, "In place"; schedule.c checks where) */
+#define POET_OPF_INPLACE 0x40u
 
 #define POET_OP_DECLARE(name, number, kind, flag, nattrs, check, run) \
     int check(poet_model_t *m, const poet_node_t *n); \
@@ -72,5 +75,7 @@ extern const poet_op_t poet_ops[POET_N_OPCODES];
  * attribute slots, then the op's own check, which may fold a value into m (poet_check_fn). 1 if
  * valid. */
 int poet_op_check(poet_model_t *m, const poet_node_t *n, uint32_t i);
+/* Whether op's output may be made over its dep 0 (POET_OPF_INPLACE). */
+int poet_op_in_place(uint8_t op);
 
 #endif

@@ -17,8 +17,8 @@
 #define POET_OP_TABLE(X) \
     X(INPUT, 0, INPUT, NONE, 3, op_input_check, op_input_run) \
     /* elementwise.c */ \
-    X(RELU, 3, FORWARD, NONE, 1, op_same_check, op_relu_run) \
-    X(RELU_BWD, 18, BACKWARD, NONE, 1, op_pointwise_bwd_check, op_relu_bwd_run) \
+    X(RELU, 3, FORWARD, INPLACE, 1, op_same_check, op_relu_run) \
+    X(RELU_BWD, 18, BACKWARD, INPLACE, 1, op_pointwise_bwd_check, op_relu_bwd_run) \
     X(TANH, 10, FORWARD, NONE, 1, op_same_check, op_tanh_run) \
     X(TANH_BWD, 25, BACKWARD, NONE, 1, op_pointwise_bwd_check, op_tanh_bwd_run) \
     X(SIGMOID, 11, FORWARD, NONE, 1, op_same_check, op_sigmoid_run) \
@@ -31,8 +31,8 @@
     X(HARDSIGMOID_BWD, 84, BACKWARD, NONE, 1, op_pointwise_bwd_check, op_hardsigmoid_bwd_run) \
     X(GELU, 12, FORWARD, NONE, 2, op_gelu_check, op_gelu_run) \
     X(GELU_BWD, 27, BACKWARD, NONE, 2, op_gelu_bwd_check, op_gelu_bwd_run) \
-    X(HARDTANH, 13, FORWARD, NONE, 3, op_two_floats_check, op_hardtanh_run) \
-    X(HARDTANH_BWD, 28, BACKWARD, NONE, 3, op_hardtanh_bwd_check, op_hardtanh_bwd_run) \
+    X(HARDTANH, 13, FORWARD, INPLACE, 3, op_two_floats_check, op_hardtanh_run) \
+    X(HARDTANH_BWD, 28, BACKWARD, INPLACE, 3, op_hardtanh_bwd_check, op_hardtanh_bwd_run) \
     X(ADD, 40, FORWARD, GRAD_SUM, 3, op_add_check, op_add_run) \
     X(ADD_BWD, 56, BACKWARD, NONE, 3, op_add_bwd_check, op_add_bwd_run) \
     X(SUB, 41, FORWARD, NONE, 3, op_add_check, op_sub_run) \

@@ -57,9 +57,12 @@ $(BUILD)/nrf52840-dongle/poet.elf: $(NRF_DONGLE_OBJ) ports/nrf52840/linker.ld
 
 # The ops' checks (run once per model upload) and their runs (a call into a kernel), and what runs around a
 # step rather than in it (the protocol, the model and schedule parsers, the port and its drivers), are built
-# for size: flash is this port's budget (tests/test_port_nrf52840.py); the kernels and the interpreter stay
-# -O2. The emulated boards' images (qemu-m4), which the profiles measure, build them as before.
-NRF_FOR_SIZE := core/ops/% core/protocol core/model core/schedule core/pool_layout ports/nrf52840/port drivers/%
+# for size: flash is this port's budget (tests/test_port_nrf52840.py); so are the kernels a fine-tuning step
+# spends least in (batch norms, pooling, layout copies: 2 KB of the 64 KiB); the convolutions, dense layers,
+# activations and the interpreter stay -O2. The emulated boards' images (qemu-m4), which the profiles measure,
+# build them as before.
+NRF_FOR_SIZE := core/ops/% core/protocol core/model core/schedule core/pool_layout ports/nrf52840/port drivers/% \
+                core/kernels/norm core/kernels/pool core/kernels/layout
 $(foreach b,nrf52840 nrf52840-qspi nrf52840-dongle,$(addprefix $(BUILD)/$(b)/,$(addsuffix .o,$(NRF_FOR_SIZE)))): \
 	NRF_CFLAGS += -Os
 

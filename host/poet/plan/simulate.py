@@ -191,11 +191,15 @@ def simulate(graph: CostedGraph, plan: Plan, arena_budget: int | None = None,
                     r.fail(t, i, f"dep {d} ({nodes[d].name}) not resident at compute")
             if node.bytes > 0:
                 r.allocate(t, i, "recompute" if recompute else "compute")
+            # in place (spec section 1): made over dep 0, which leaves right after it, in dep 0's bytes
+            over = node.bytes if node.inplace and node.deps[0] in stage.free_after.get(i, ()) else 0
+            r.used -= over
             if recompute:
                 counts["recompute"] += 1
                 r.event(t, i, "recompute", node.compute_s, node.compute_j)
             else:
                 r.event(t, i, _first_compute_kind(node.kind), node.compute_s, node.compute_j)
+            r.used += over
             for f in stage.free_after.get(i, ()):
                 r.release(t, f, k, stage, due)
 

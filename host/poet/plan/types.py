@@ -58,6 +58,9 @@ class CostedNode:
     page_out_s: float = 0.0
     page_out_j: float = 0.0
     recomputable: bool = True
+    # its output may take the place of dep 0 when dep 0 is not needed after it (docs/spec.md 1, "In place";
+    # poet.plan.cost.memory.in_place): then computing it needs no bytes beyond dep 0's
+    inplace: bool = False
 
     @property
     def pageable(self) -> bool:

@@ -24,7 +24,7 @@ from poet.errors import PoetError, UsageError
 from poet.files import read_bytes
 from poet.graph.training_graph import GraphNode, TrainingGraph
 from poet.paths import profile_to_read, shown
-from poet.plan.cost.memory import arena_bytes
+from poet.plan.cost.memory import arena_bytes, in_place
 from poet.plan.types import COST_MAX, COST_MIN, CostedGraph, CostedNode
 from poet.progress import Say
 
@@ -343,8 +343,8 @@ def _coefficients(board: Board, n: CostedNode) -> CostedNode:
 def uncosted(g: TrainingGraph) -> CostedGraph:
     """The graph with unit compute costs: enough for plans that do not optimise (keep-all, profiling)."""
     return CostedGraph(tuple(CostedNode(n.id, n.name, n.kind, tuple(n.deps), arena_bytes(n), 1.0, 1.0,
-                                        recomputable=n.recomputable) for n in g.nodes), name=g.model,
-                       param_bytes=g.param_bytes)
+                                        recomputable=n.recomputable, inplace=in_place(g, n)) for n in g.nodes),
+                       name=g.model, param_bytes=g.param_bytes)
 
 
 @dataclass(frozen=True)
@@ -477,7 +477,8 @@ def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bo
         in_s, in_j = page_cost(board, profile, n.bytes, "in")
         out_s, out_j = page_cost(board, profile, n.bytes, "out")
         nodes.append(_coefficients(board, CostedNode(n.id, n.name, n.kind, tuple(n.deps), arena_bytes(n), time_s,
-                                                     energy_j, in_s, in_j, out_s, out_j, n.recomputable)))
+                                                     energy_j, in_s, in_j, out_s, out_j, n.recomputable,
+                                                     in_place(g, n))))
     if guessed and note:
         note(f"{len(guessed)} op shapes of {g.model} are not in the {board.name} profile; their costs are estimated, "
              f"not measured:")

@@ -29,6 +29,7 @@ from poet.errors import UsageError
 from poet.graph.dtypes import F32, I32
 from poet.graph.quantise import i8_bytes
 from poet.graph.training_graph import STREAMING, conv_window
+from poet.ops import OPS
 from poet.units import format_size
 
 if TYPE_CHECKING:
@@ -199,6 +200,23 @@ def arena_bytes(n: GraphNode) -> int:
     for the input, whose tensor is the staged batch itself (the pool's staging region, in the fixed part),
     read in place for the whole step: never copied, paged, freed or recomputed (docs/spec.md section 1)."""
     return 0 if n.kind == "input" else n.bytes
+
+
+def in_place(g: TrainingGraph, n: GraphNode) -> bool:
+    """Whether node n's output may take the place of its dep 0 (docs/spec.md 1, "In place"): its op's kernel
+    makes each output element from the same element of its inputs (poet.ops Op.inplace), dep 0 is an arena tensor
+    at least as large (never the staged input) and no other dep of n is dep 0. The firmware checks the same of a
+    schedule's in-place computes (firmware/core/schedule.c)."""
+    if not OPS[n.op].inplace or not n.deps or n.deps.count(n.deps[0]) > 1:
+        return False
+    return 0 < arena_bytes(n) <= arena_bytes(g.nodes[n.deps[0]])
+
+
+def op_floor(g: TrainingGraph, n: GraphNode) -> int:
+    """The arena bytes computing node n needs at least: its inputs and its output, or its inputs alone when it
+    may run in place (in_place: made in dep 0's bytes where dep 0 leaves after it)."""
+    deps = sum(arena_bytes(g.nodes[d]) for d in set(n.deps))
+    return deps + (0 if in_place(g, n) else arena_bytes(n))
 
 
 def swap_slot(nbytes: int) -> int:

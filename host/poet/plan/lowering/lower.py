@@ -15,10 +15,20 @@ from poet.errors import PoetError
 from poet.graph import dropout
 from poet.graph.training_graph import TrainingGraph, conv_window
 from poet.ops import OPS
-from poet.plan.cost.memory import arena_bytes
+from poet.plan.cost.memory import arena_bytes, in_place
 from poet.plan.lowering import modelblob as mb
 from poet.plan.lowering.modelblob import BlobNode, ModelBlob
-from poet.plan.lowering.schedule import COMPUTE, FORWARD, FREE, PAGE_IN, PAGE_OUT, RECOMPUTE, Instr, Schedule
+from poet.plan.lowering.schedule import (
+    COMPUTE,
+    FORWARD,
+    FREE,
+    IN_PLACE,
+    PAGE_IN,
+    PAGE_OUT,
+    RECOMPUTE,
+    Instr,
+    Schedule,
+)
 from poet.plan.types import Plan
 
 
@@ -117,29 +127,53 @@ class Lowered:
     extent_bytes: int  # highest offset + bytes of any live tensor
 
 
-def instructions(plan: Plan, sizes: list[int]) -> list[tuple[int, int]]:
+def instructions(plan: Plan, sizes: list[int], over: list[int] | None = None
+                 ) -> tuple[list[tuple[int, int]], dict[int, int]]:
     """The plan's stages as (op, node) in execution order (docs/spec.md section 1: page-ins, frees
     of what the stage does not use, each compute followed by the frees right after it, page-outs,
-    frees at the end); tensors of 0 bytes are never paged or freed."""
+    frees at the end); tensors of 0 bytes are never paged or freed. over[i]: the dep node i may be made in place
+    of (-1: none; memory.in_place); where that dep leaves right after i, i is made in place (section 1, "In
+    place"): the compute carries the flag and the dep's free is its own. Also {instruction index: dep} of those."""
     out: list[tuple[int, int]] = []
+    in_place: dict[int, int] = {}
     for t, st in enumerate(plan.stages):
         out += [(PAGE_IN, i) for i in st.page_in if sizes[i]]
         out += [(FREE, i) for i in st.free_before if sizes[i]]
         for c in st.compute:
+            leaving = st.free_after.get(c, ())
+            d = over[c] if over is not None and sizes[c] else -1
+            if d >= 0 and d in leaving:
+                in_place[len(out)] = d
+            else:
+                d = -1
             out.append((COMPUTE if c == t else RECOMPUTE, c))
-            out += [(FREE, i) for i in st.free_after.get(c, ()) if sizes[i]]
+            out += [(FREE, i) for i in leaving if sizes[i] and i != d]
         out += [(PAGE_OUT, i) for i in st.page_out if sizes[i]]
         out += [(FREE, i) for i in st.free if sizes[i]]
-    return out
+    return out, in_place
 
 
-def place(ops: list[tuple[int, int]], sizes: list[int]) -> tuple[list[int], int, int]:
-    """Arena offsets per instruction (greedy by size), the extent, and the peak of live bytes."""
+def place(ops: list[tuple[int, int]], sizes: list[int], in_place: dict[int, int] | None = None
+          ) -> tuple[list[int], int, int]:
+    """Arena offsets per instruction (greedy by size), the extent, and the peak of live bytes. in_place:
+    {instruction index: dep} of computes made in place of their dep: the output at the dep's offset, which
+    leaves there (the two placed together)."""
+    in_place = in_place or {}
     intervals: list[tuple[int, int, int]] = []  # (start instr, end instr, bytes)
+    group: list[int] = []  # each interval's group: intervals at one offset (a tensor and those made in place of it)
     open_at: dict[int, int] = {}
     live = peak = 0
     for k, (op, node) in enumerate(ops):
         if op in (COMPUTE, RECOMPUTE, PAGE_IN) and sizes[node]:
+            if k in in_place:  # made in dep d's bytes: d leaves here, and during the compute both are d's bytes
+                d = in_place[k]
+                idx = open_at.pop(d)
+                s, _, b = intervals[idx]
+                intervals[idx] = (s, k, b)
+                group.append(group[idx])
+                live -= sizes[d]
+            else:
+                group.append(len(intervals))
             open_at[node] = len(intervals)
             intervals.append((k, len(ops), sizes[node]))
             live += sizes[node]
@@ -149,19 +183,26 @@ def place(ops: list[tuple[int, int]], sizes: list[int]) -> tuple[list[int], int,
             s, _, b = intervals[idx]
             intervals[idx] = (s, k, b)
             live -= sizes[node]
+    members: dict[int, list[int]] = {}
+    for idx, gid in enumerate(group):
+        members.setdefault(gid, []).append(idx)
     offsets = [0] * len(intervals)
     placed: list[int] = []
-    for idx in sorted(range(len(intervals)), key=lambda i: (-intervals[i][2], intervals[i][0])):
-        s, e, b = intervals[idx]
-        busy = sorted((offsets[j], offsets[j] + intervals[j][2]) for j in placed
-                      if intervals[j][0] <= e and s <= intervals[j][1])
+    for gid in sorted(members, key=lambda g: (-max(intervals[i][2] for i in members[g]), intervals[g][0])):
+        busy = [sorted((offsets[j], offsets[j] + intervals[j][2]) for j in placed
+                       if intervals[j][0] <= intervals[i][1] and intervals[i][0] <= intervals[j][1])
+                for i in members[gid]]
         off = 0
-        for lo, hi in busy:
-            if off + b <= lo:
-                break
-            off = max(off, (hi + ALIGN - 1) // ALIGN * ALIGN)
-        offsets[idx] = off
-        placed.append(idx)
+        moved = True
+        while moved:  # the lowest offset where every member fits beside what is placed in its time
+            moved = False
+            for i, spans in zip(members[gid], busy, strict=True):
+                for lo, hi in spans:
+                    if off < hi and lo < off + intervals[i][2]:
+                        off, moved = (hi + ALIGN - 1) // ALIGN * ALIGN, True
+        for i in members[gid]:
+            offsets[i] = off
+            placed.append(i)
     extent = max((offsets[i] + intervals[i][2] for i in range(len(intervals))), default=0)
     by_instr = [0] * len(ops)
     for idx, (s, _, _) in enumerate(intervals):
@@ -169,14 +210,16 @@ def place(ops: list[tuple[int, int]], sizes: list[int]) -> tuple[list[int], int,
     return by_instr, extent, peak
 
 
-def lower(plan: Plan, g: TrainingGraph, blob: ModelBlob | None = None) -> Lowered:
+def lower(plan: Plan, g: TrainingGraph, blob: ModelBlob | None = None, in_place_ops: bool = True) -> Lowered:
     """The plan's schedule for g: its tensors placed in the arena, each at its arena bytes (the input none:
-    its readers read the staged batch in place, so no page, free or offset of it is ever emitted)."""
+    its readers read the staged batch in place, so no page, free or offset of it is ever emitted), and each op
+    that may be made over its dep 0 made so where the dep leaves right after it (in_place_ops False: none, the
+    schedule a planner without in place would have made of the same plan)."""
     blob = blob or model_blob(g)
     sizes = [arena_bytes(n) for n in g.nodes]
-    ops = instructions(plan, sizes)
-    offsets, extent, peak = place(ops, sizes)
-    instrs = [Instr(op, node, offsets[k]) for k, (op, node) in enumerate(ops)]
+    ops, over = instructions(plan, sizes, [n.deps[0] if in_place_ops and in_place(g, n) else -1 for n in g.nodes])
+    offsets, extent, peak = place(ops, sizes, over)
+    instrs = [Instr(op, node, offsets[k], IN_PLACE if k in over else 0) for k, (op, node) in enumerate(ops)]
     sched = Schedule(n_nodes=len(g.nodes), model_hash=blob.hash(), arena_bytes=extent, instrs=instrs)
     return Lowered(sched, peak, extent)
 

@@ -12,6 +12,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
+from poet.ops import BY_CODE
 from poet.plan.lowering.modelblob import KIND_FORWARD, KIND_LOSS, ModelBlob
 
 MAGIC = b"PSCH"
@@ -30,6 +31,7 @@ RECOMPUTE = 2
 PAGE_OUT = 3
 PAGE_IN = 4
 FREE = 5
+IN_PLACE = 0x01  # an instruction's flags byte: a compute or recompute made over its dep 0, which leaves with it
 
 OK = 0
 SHORT, MAGIC_ERR, VERSION_ERR, CRC, LENGTH, HASH, NODES, ARENA = 1, 2, 3, 4, 5, 6, 7, 8
@@ -57,7 +59,8 @@ MEANINGS: dict[int, str] = {
     9: "an instruction has an unknown opcode",
     10: "an instruction names a node the model does not have",
     11: "an instruction places a tensor outside the arena (or misaligned)",
-    12: "an instruction places a tensor over one that is still live",
+    12: "an instruction places a tensor over one that is still live (or, in place, not over its dep 0, or over "
+        "one its op cannot overwrite)",
     13: "a compute reads a tensor that is not resident",
     14: "a page-in of a tensor that was never paged out",
     15: "a tensor is allocated twice",
@@ -79,6 +82,7 @@ class Instr:
     op: int
     node: int
     offset: int = 0
+    flags: int = 0  # IN_PLACE on a compute or recompute
 
 
 @dataclass
@@ -95,7 +99,7 @@ class Schedule:
         body = bytearray(_HEADER.pack(MAGIC, VERSION, self.flags, self.n_nodes, self.model_hash,
                                       self.arena_bytes, len(self.instrs), 0))
         for ins in self.instrs:
-            body += _INSTR.pack(ins.op, 0, ins.node, ins.offset)
+            body += _INSTR.pack(ins.op, ins.flags, ins.node, ins.offset)
         return bytes(body) + struct.pack("<I", zlib.crc32(body))
 
     @classmethod
@@ -112,8 +116,8 @@ class Schedule:
             raise ValueError("schedule CRC-32 mismatch: the file is damaged")
         instrs = []
         for k in range(n_instr):
-            op, _, node, offset = _INSTR.unpack_from(data, HEADER_BYTES + INSTR_BYTES * k)
-            instrs.append(Instr(op, node, offset))
+            op, flags, node, offset = _INSTR.unpack_from(data, HEADER_BYTES + INSTR_BYTES * k)
+            instrs.append(Instr(op, node, offset, flags))
         return cls(n_nodes, model_hash, arena, instrs, flags)
 
 
@@ -154,13 +158,23 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
     paged: set[int] = set()
     n_computes = 0
     for k in range(n_instr):
-        op, reserved, node, off = _INSTR.unpack_from(data, HEADER_BYTES + INSTR_BYTES * k)
-        if not COMPUTE <= op <= FREE or reserved != 0:
+        op, flags, node, off = _INSTR.unpack_from(data, HEADER_BYTES + INSTR_BYTES * k)
+        if not COMPUTE <= op <= FREE or flags & ~IN_PLACE or (flags and op not in (COMPUTE, RECOMPUTE)):
             return OPCODE, k
         if node >= n_nodes:
             return NODE_RANGE, k
         n = nodes[node]
         nb = sizes[node]
+        # in place (spec section 1): an op that may overwrite its dep 0, at the dep's offset, a dep no larger than
+        # it and read by no other slot; the dep leaves with this instruction
+        over = None
+        if flags:
+            op_of = BY_CODE.get(n.op)
+            if op_of is None or not op_of.inplace or nb == 0 or not n.deps:
+                return OVERLAP, k
+            over = n.deps[0]
+            if sizes[over] < nb or over not in resident or resident[over] != off or list(n.deps).count(over) > 1:
+                return OVERLAP, k
         if op == COMPUTE and (node != n_computes or node >= limit):
             return ORDER, k
         if op == RECOMPUTE and (n.kind not in (KIND_FORWARD, KIND_LOSS) or node not in computed):
@@ -175,7 +189,7 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
             if off % 4 or off + nb > arena:
                 return BOUNDS, k
             for j, o in resident.items():
-                if off < o + sizes[j] and o < off + nb:
+                if j != over and off < o + sizes[j] and o < off + nb:
                     return OVERLAP, k
         if op in (COMPUTE, RECOMPUTE):
             if any(sizes[d] > 0 and d not in resident for d in n.deps):
@@ -189,6 +203,8 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
             paged.add(node)
         elif op == FREE:
             del resident[node]
+        if over is not None:
+            del resident[over]
         if allocates:
             resident[node] = off
     if n_computes != limit:
@@ -202,12 +218,15 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
 
 def peak_live_bytes(data: bytes, model: ModelBlob) -> int:
     """The peak of resident bytes a board reports for this schedule (firmware/core/interp.c: a compute,
-    recompute or page-in adds its tensor's arena bytes, a free takes them back): what the planner's peak must
-    be, byte for byte. `data` must have passed `validate` against `model`."""
+    recompute or page-in adds its tensor's arena bytes, a free takes them back, a compute in place swaps its dep's
+    for its own): what the planner's peak must be, byte for byte. `data` must have passed `validate` against
+    `model`."""
     live = peak = 0
     for ins in Schedule.decode(data).instrs:
         n_bytes = model.nodes[ins.node].arena_bytes
         if ins.op in (COMPUTE, RECOMPUTE, PAGE_IN):
+            if ins.flags & IN_PLACE:
+                live -= model.nodes[model.nodes[ins.node].deps[0]].arena_bytes
             live += n_bytes
             peak = max(peak, live)
         elif ins.op == FREE:

@@ -100,9 +100,11 @@ def gaps_of(graph: CostedGraph) -> list[Gap]:
 
 
 def stage_floor(graph: CostedGraph) -> list[int]:
-    """Per stage, the bytes its main compute always holds: its output and its inputs."""
+    """Per stage, the bytes its main compute always holds: its output and its inputs, or its inputs alone when it
+    may run in place (spec section 1: its output then takes dep 0's bytes; counted as if it always did, so every
+    relaxation built on this floor stays below every plan)."""
     nodes = graph.nodes
-    return [n.bytes + sum(nodes[d].bytes for d in dict.fromkeys(n.deps)) for n in nodes]
+    return [(0 if n.inplace else n.bytes) + sum(nodes[d].bytes for d in dict.fromkeys(n.deps)) for n in nodes]
 
 
 class _Lp:

@@ -84,6 +84,7 @@ class Builder:
         self.g, self.nodes, self.budget, self.policy = graph, graph.nodes, budget, policy
         self.semantics = semantics
         self.nbytes = [node.bytes for node in graph.nodes]
+        self.inplace = [node.inplace for node in graph.nodes]
         n = len(graph)
         self.readers: list[list[int]] = [[] for _ in range(n)]
         for c in graph.nodes:
@@ -159,11 +160,14 @@ class Builder:
         for i, c in last.items():
             if i not in retained:
                 leaving.setdefault(c, []).append(i)
+        inplace = self.inplace
         for c in computes:
             if nbytes[c] > 0 and c not in live:
                 live.add(c)
                 used += nbytes[c]
-            peak = max(peak, used)
+            # in place (spec section 1): made over dep 0, which leaves right after it, in dep 0's bytes
+            over = nbytes[c] if inplace[c] and nodes[c].deps[0] in leaving.get(c, ()) else 0
+            peak = max(peak, used - over)
             for i in leaving.get(c, ()):
                 if i in live:
                     live.remove(i)

@@ -92,8 +92,11 @@ def milp_size(graph: CostedGraph) -> int:
 
 
 def lower_bound_bytes(graph: CostedGraph) -> int:
-    """No plan fits below this: some node needs its output and all its inputs at once."""
-    return max(n.bytes + sum(graph.nodes[d].bytes for d in n.deps) for n in graph.nodes)
+    """No plan fits below this: some node needs its output and all its inputs at once (its inputs alone when
+    it may run in place: bound.stage_floor)."""
+    from poet.plan.solver.bound import stage_floor
+
+    return max(stage_floor(graph))
 
 
 @dataclass
@@ -285,6 +288,7 @@ def _memory_rows(m: Milp, graph: CostedGraph, t: int, tensors: list[int], reads:
     nodes, prob = graph.nodes, m.prob
     cands = [*m.rec_at[t], t]  # computes stage t may run
     pieces: dict[int, list[tuple[int, Any]]] = {t: [(len(cands) - 1, nodes[t].bytes * m.runs(t))]}
+    lives: dict[int, tuple[list[int], list[Any]]] = {}  # tensor -> (its readers among cands, their live vars)
     for i in tensors:
         b = nodes[i].bytes
         early = m.S[t, i] + m.Min.get((t, i), 0)
@@ -310,6 +314,8 @@ def _memory_rows(m: Milp, graph: CostedGraph, t: int, tensors: list[int], reads:
                 for n_lb, x in enumerate(bounds):
                     prob += live[g] >= x, f"live_{t}_{i}_{g}_{n_lb}"
         pieces[i] = _pieces(cands, i, b, early, present, readers, live)
+        lives[i] = (readers, live)
+    _in_place_terms(m, graph, t, cands, set(tensors), lives, pieces)
     if len(cands) * len(tensors) > CHAIN_ABOVE:
         _chained_rows(m, t, cands, pieces, limit)
     else:
@@ -317,6 +323,42 @@ def _memory_rows(m: Milp, graph: CostedGraph, t: int, tensors: list[int], reads:
     if any((t, i) in m.Min for i in tensors):  # after the page-ins, before anything is freed
         prob += (pulp.lpSum(nodes[i].bytes * (m.S[t, i] + m.Min.get((t, i), 0)) for i in tensors)
                  <= limit), f"mem_{t}_pagein"
+
+
+def _in_place_terms(m: Milp, graph: CostedGraph, t: int, cands: list[int], tensors: set[int],
+                    lives: dict[int, tuple[list[int], list[Any]]], pieces: dict[int, list[tuple[int, Any]]]) -> None:
+    """Each in-place compute k of stage t (spec section 1, "In place"): at k's row, k's output is made in its dep
+    d's bytes when d leaves right after k, so the row takes b_k back times (d resident just before k) - (d
+    resident after k). Just before k, d's indicator is its live var up to reader k (or its presence when t itself
+    reads it, k = t), after it the next reader's (or whether the stage retains it). Its coefficient in the row,
+    b_d - b_k >= 0 (in place needs b_k <= b_d), keeps the solver minimising it; the one after it is +b_k."""
+    nodes, prob = graph.nodes, m.prob
+    for p, k in enumerate(cands):
+        node = nodes[k]
+        d = node.deps[0] if node.inplace and k not in m.own else -1
+        if d not in tensors or (k, d) in m.cond:  # a switched read: counted whole (never below the plan's RAM)
+            continue
+        if d in lives:
+            readers, live = lives[d]
+            g = bisect.bisect_left(readers, k)
+            before, after = live[g], live[g + 1] if g + 1 < len(live) else None
+        elif k == t:  # t reads d: d is present to the end of the stage; after t only if retained
+            before = m.present(t, d)
+            keep = [v[key] for v, key in ((m.S, (t + 1, d)), (m.Mout, (t, d))) if key in v]
+            if not keep:
+                after = None
+            elif len(keep) == 1:
+                after = keep[0]
+            else:
+                after = prob.add_variable(f"kept_{t}_{d}", cat=pulp.LpBinary)
+                for n_lb, x in enumerate(keep):
+                    prob += after >= x, f"kept_{t}_{d}_{n_lb}"
+        else:  # t reads d after k: d stays
+            continue
+        if before is None:
+            continue
+        term = -node.bytes * (before - after) if after is not None else -node.bytes * before
+        pieces[-1 - k] = [(p, term)] + ([(p + 1, None)] if p + 1 < len(cands) else [])
 
 
 def _read(m: Milp, t: int, j: int, i: int) -> Any:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from poet.graph.training_graph import GraphNode, TrainingGraph, conv_window
-from poet.plan.cost.memory import arena_bytes, pool_for
+from poet.plan.cost.memory import arena_bytes, op_floor, pool_for
 
 if TYPE_CHECKING:
     from poet.plan.transform.static_int8 import Int8Prefix
@@ -247,10 +247,8 @@ def renumbered(g: TrainingGraph, cut: int, patched: TrainingGraph) -> dict[int, 
 
 
 def widest(g: TrainingGraph, ids: range | None = None) -> int:
-    """The most arena bytes one op of g (among `ids`) needs at once: its output and its inputs."""
-    nodes = g.nodes
-    return max((arena_bytes(n) + sum(arena_bytes(nodes[d]) for d in set(n.deps))
-                for n in (nodes[i] for i in (ids if ids is not None else range(len(nodes))))), default=0)
+    """The most arena bytes one op of g (among `ids`) needs at once: its output and its inputs (memory.op_floor)."""
+    return max((op_floor(g, g.nodes[i]) for i in (ids if ids is not None else range(len(g.nodes)))), default=0)
 
 
 def stage_peak(g: TrainingGraph, first: int, last: int) -> int:
