@@ -73,7 +73,7 @@ def test_every_cut_and_count_of_strips_makes_the_stage_bit_for_bit() -> None:
     copies, pads = 0, set()
     for cut in cuts:
         for strips in range(2, q.nodes[cut].shape[2] + 1):
-            p = patches.patched(prefix, patches.Patching(q.nodes[cut].name, strips))
+            p = prefix.patched(patches.Patching(q.nodes[cut].name, strips))
             out = p.forward(w, x)
             assert set(out) == set(p.boundary)
             moved = patches.renumbered(q, cut, p.graph)
@@ -85,7 +85,7 @@ def test_every_cut_and_count_of_strips_makes_the_stage_bit_for_bit() -> None:
     assert copies > 0, "no strip read fewer rows of a stage tensor than another: the row copies went untested"
     assert {(1, 0), (0, 0), (0, 1)} <= pads, pads  # the first strip, the inner ones, the last
     # the scales stay the whole maps': the patched prefix calibrates as the unpatched one
-    again = patches.patched(prefix, patches.Patching(names[-1], 3))
+    again = prefix.patched(patches.Patching(names[-1], 3))
     assert all(np.array_equal(a, b) for a, b in zip(again.weights(_model_weights(m), x), w, strict=True))
 
 
@@ -111,7 +111,7 @@ def test_a_patched_prefix_trains_bit_for_bit_as_the_unpatched_on_the_runtime(tmp
     _, prefix, w, x = _prefix()
     q = prefix.graph
     cut = patches.cuts(q)[-1]
-    p = patches.patched(prefix, patches.Patching(q.nodes[cut].name, 4))
+    p = prefix.patched(patches.Patching(q.nodes[cut].name, 4))
     assert {"slice_q", "cat_q"} <= {n.op for n in p.graph.nodes}
     rng = np.random.default_rng(7)
     data = [(rng.standard_normal((2, 1, 19, 19)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
@@ -160,7 +160,7 @@ def test_the_choice_patches_only_a_stage_that_does_not_fit_and_the_record_makes_
     least = patches.choose(q, 1024, 0)
     assert ram(least) == min(ram(o) for o in opts)
     # plan.json's record: the same graph from a fresh trace
-    made = patches.patched(prefix, tight.patching)
+    made = prefix.patched(tight.patching)
     record = Rewrites(int8_prefix=True, patches=tight.patching)
     g2, prefix2 = Rewrites.from_json(record.to_json()).apply(prefix.source)
     assert prefix2 is not None and prefix2.patching == tight.patching
@@ -168,4 +168,4 @@ def test_the_choice_patches_only_a_stage_that_does_not_fit_and_the_record_makes_
     with pytest.raises(ValueError, match="strips"):
         patches.patch(q, patches.cuts(q)[0], 1)
     with pytest.raises(ValueError, match="no int8 stage"):
-        patches.patched(prefix, replace(tight.patching, cut="fc/forward"))
+        prefix.patched(replace(tight.patching, cut="fc/forward"))

@@ -69,12 +69,20 @@ STORAGE_ONLY = Rules(**{**vars(load_rules()), "int8": ()})  # the shipped rules 
 
 def _budgets(g: TrainingGraph, prof: dict[str, Any]) -> tuple[int, int, float]:
     """(tight, roomy) arenas as benchmarks/precision_zoo.py picks them, and the deadline (3x)."""
+    tight, roomy, _, deadline = _arenas(g, prof)
+    return tight, roomy, deadline
+
+
+def _arenas(g: TrainingGraph, prof: dict[str, Any]) -> tuple[int, int, int, float]:
+    """_budgets' tight and roomy arenas, one halfway from the smallest fp32 one to tight (where plans recompute
+    and page), and the deadline."""
     cg = costed(g, BOARD, prof, estimate=True)
     deadline = 3 * cg.one_pass_s
     full = keep_all(cg).peak_bytes
     smallest = min_arena_budget(cg, deadline, time_limit_s=NO_LIMIT)
     assert smallest is not None
-    return (smallest + full) // 2, full, deadline
+    tight = (smallest + full) // 2
+    return tight, full, (smallest + tight) // 2, deadline
 
 
 def test_apply_storage_inserts_the_casts_and_rewires_the_backward_readers() -> None:
@@ -197,25 +205,25 @@ def test_auto_is_the_best_storage_set_by_exhaustive_search() -> None:
     optima of every one of the 2^m storage sets, at budgets where the answer is neither fp32 nor greedy."""
     prof = _profile()
     _, g = _graph("mlp-digits", 16)
-    tight, roomy, deadline = _budgets(g, prof)
+    tight, roomy, low, deadline = _arenas(g, prof)
     assert len(allowed(g, STORAGE_ONLY)) == 4
     picked = set()
-    for arena in (tight, (3 * tight) // 4, roomy):
+    for arena in (tight, low, roomy):
         sel, _ = _exhaustive(g, BOARD, prof, STORAGE_ONLY, arena, deadline)
         picked.add(len(sel.choice))
     assert 0 < min(picked - {0}) < 4 and 0 in picked  # partial sets were the optimum somewhere
 
 
 def test_auto_with_int8_layers_is_the_best_of_every_choice_on_the_m4() -> None:
-    """Storage and int8 switches together where plans recompute and page (mlp-digits at 3/4 of its tight
-    arena): an int8 layer's readers are forward ops the plan may recompute, so the residency they imply
-    must follow the switch (a bug once made the fp32 choice infeasible there)."""
+    """Storage and int8 switches together where plans recompute and page (mlp-digits halfway from its smallest
+    arena to its tight one): an int8 layer's readers are forward ops the plan may recompute, so the residency they
+    imply must follow the switch (a bug once made the fp32 choice infeasible there)."""
     prof = _profile()
     _, g = _graph("mlp-digits", 16)
-    tight, roomy, deadline = _budgets(g, prof)
+    tight, roomy, low, deadline = _arenas(g, prof)
     rules = Rules(**{**vars(load_rules()), "allow": ("relu1/forward", "relu2/forward", "fc1/forward", "fc3/forward")})
     assert len(allowed(g, rules)) == 2 and len(int8_allowed(g, rules)) == 2
-    for arena in (tight, (3 * tight) // 4, roomy):
+    for arena in (tight, low, roomy):
         _exhaustive(g, BOARD, prof, rules, arena, deadline)
 
 

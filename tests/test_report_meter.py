@@ -1,6 +1,6 @@
 """`poet report TRACE --meter RECORDING`: measured energy from a meter's recording, synced by host step times.
 
-One short emulated mlp-digits run (`poet train`, 4 steps, at 56k with `--strategy page-only`: the plan pages a
+One short emulated mlp-digits run (`poet train`, 4 steps, at 55k with `--strategy page-only`: the plan pages a
 hidden layer's activation out and back in, recomputing nothing; POET's own plans of the digits models no longer
 page on the nRF52840, as the input is read in place) with `--meter file:...`
 replaying a constant-power recording (item: `poet train --meter`). Recordings of that run are then
@@ -58,7 +58,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = ws / "runs" / "m"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("POET_WORKSPACE", str(ws))
-        assert main(["train", "--model", "mlp-digits", "--ram", "56k", "--strategy", "page-only", "--epochs", "1",
+        assert main(["train", "--model", "mlp-digits", "--ram", "55k", "--strategy", "page-only", "--epochs", "1",
                      "--data-limit", "64", "--run-dir", str(run_dir), "--meter", f"file:{flat}"]) == 0
     return run_dir
 

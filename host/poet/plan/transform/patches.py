@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from poet.graph.training_graph import GraphNode, TrainingGraph, conv_window
 from poet.plan.cost.memory import arena_bytes, op_floor, pool_for
-
-if TYPE_CHECKING:
-    from poet.plan.transform.static_int8 import Int8Prefix
 
 STAGE_OPS = ("conv2d_q", "add_q")
 STRIPS = (2, 3, 4, 6, 8, 12, 16)  # the counts `choose` tries: a cat_q joins four, two levels join sixteen
@@ -290,17 +287,3 @@ def choose(g: TrainingGraph, ram: int, runtime_static: int) -> Option:
     if fits:
         return min(fits, key=lambda o: (o.flops, o.need))
     return min(opts, key=lambda o: (o.need + pool_for(o.graph).fixed, o.flops))
-
-
-def patched(prefix: Int8Prefix, p: Patching) -> Int8Prefix:
-    """The static-int8 prefix with its first stage run as `p` says (plan.json `patches`: the cut by its name); its
-    scales stay calibrated on the whole maps. ValueError when its graph has no such stage."""
-    g = prefix.graph
-    ids = {n.name: n.id for n in g.nodes}
-    if p.cut not in ids or ids[p.cut] not in cuts(g):
-        raise ValueError(f"{p.cut}: no int8 stage of {g.model} ends there")
-    cut = ids[p.cut]
-    pg = patch(g, cut, p.strips)
-    moved = renumbered(g, cut, pg)
-    return replace(prefix, graph=pg, boundary={moved[k]: v for k, v in prefix.boundary.items()}, unpatched=g,
-                   patching=p)

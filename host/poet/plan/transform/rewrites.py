@@ -28,7 +28,7 @@ from poet.graph.training_graph import TrainingGraph, conv_window, numel
 from poet.ops import STATIC_INT8_LAYERS
 from poet.plan.cost.costs import costed, load_profile, with_stream_costs
 from poet.plan.cost.memory import budget_for, pool_for
-from poet.plan.transform.patches import Patching, choose, patched, widest
+from poet.plan.transform.patches import Patching, choose, widest
 from poet.plan.transform.placement import place, stream_lines, streamed, w8_lines, w8_params, weight_only_int8
 from poet.plan.transform.precision import (
     Selection,
@@ -98,7 +98,7 @@ class Rewrites:
                 raise ForeignPlan(f"the plan runs {g.model}'s frozen prefix in static int8, but the graph has none")
             if self.patches is not None:
                 try:
-                    prefix = patched(prefix, self.patches)
+                    prefix = prefix.patched(self.patches)
                 except ValueError as e:
                     raise ForeignPlan(str(e)) from None
             run = prefix.graph
@@ -246,7 +246,7 @@ def with_patches(prefix: Int8Prefix, ram: int, runtime_static: int, say: Say) ->
     say(f"  its first stage runs in {opt.patching.strips} strips of rows up to {opt.patching.cut} (patch-based): "
         f"its widest op needs {format_size(opt.need)} of the arena, not {format_size(before)}, for "
         f"{(opt.flops - macs) / max(macs, 1):.0%} more MACs (the strips' overlapping rows)")
-    return patched(prefix, opt.patching)
+    return prefix.patched(opt.patching)
 
 
 def select_for(request: PlanRequest, g: TrainingGraph, board: Board, prof: dict[str, Any], runtime_static: int,

@@ -38,7 +38,7 @@ from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, con
 from poet.graph.training_graph import readers as reader_map
 from poet.ops import STATIC_INT8_OPS
 from poet.plan.transform.fuse import fuse_heads
-from poet.plan.transform.patches import Patching
+from poet.plan.transform.patches import Patching, cuts, patch, renumbered
 
 if TYPE_CHECKING:
     from poet.graph.reference import Fed
@@ -79,6 +79,19 @@ class Int8Prefix:
     # on whole maps (`scales` names its nodes); None when the stage is not patched
     unpatched: TrainingGraph | None = None
     patching: Patching | None = None
+
+    def patched(self, p: Patching) -> Int8Prefix:
+        """This prefix with its first stage run as `p` says (poet.plan.transform.patches; plan.json `patches`: the cut
+        by its name); its scales stay calibrated on the whole maps. ValueError when its graph has no such stage."""
+        g = self.graph
+        ids = {n.name: n.id for n in g.nodes}
+        if p.cut not in ids or ids[p.cut] not in cuts(g):
+            raise ValueError(f"{p.cut}: no int8 stage of {g.model} ends there")
+        cut = ids[p.cut]
+        pg = patch(g, cut, p.strips)
+        moved = renumbered(g, cut, pg)
+        return replace(self, graph=pg, boundary={moved[k]: v for k, v in self.boundary.items()}, unpatched=g,
+                       patching=p)
 
     # ------------------------------------------------------------ values
 
