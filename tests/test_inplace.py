@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 import torch
 from fwhelpers import native_link
+from poet.device.link import Link
 from poet.device.protocol import BATCH, SCHEDULE
 from poet.graph.reference import train_steps, weights_of
 from poet.graph.tracer import trace
+from poet.graph.training_graph import TrainingGraph
 from poet.plan.cost.costs import uncosted
 from poet.plan.cost.memory import in_place
-from poet.plan.lowering.lower import lower, model_blob
+from poet.plan.lowering.lower import Lowered, lower, model_blob
 from poet.plan.lowering.modelblob import encode_batch
 from poet.plan.lowering.schedule import FREE, IN_PLACE, peak_live_bytes
 from poet.plan.simulate import simulate
@@ -143,3 +145,49 @@ def test_the_board_runs_in_place_computes_with_the_planned_peak_and_the_same_bit
     assert peaks[0] < peaks[1] and peaks[2] <= peaks[3], peaks
     host = train_steps(model, data, 0.05, frozen=g.frozen, graph=g)
     assert np.allclose(results[0][2], host, rtol=1e-5)
+
+
+def test_a_depthwise_int8_conv_runs_in_place_a_channel_at_a_time(tmp_path: Path) -> None:
+    """A static-int8 prefix's depthwise convs (stride 1 and 2, int8 out, and one whose fp32 output is as large as
+    its int8 input) are marked to run in place: the pool's stream buffer holds one output channel, the board makes
+    each channel there and copies it over the input channels already read; the weights and losses are the flat
+    schedule's bit for bit, and the board's peak the plan's, below the flat one's."""
+    from poet.plan.cost.memory import in_place_plane, pool_for
+    from test_patches import _prefix
+
+    _, prefix, w, _ = _prefix()
+    q = prefix.graph
+    marked = [n for n in q.nodes if n.op == "conv2d_q" and n.attrs.get("inplace")]
+    assert len(marked) == 3 and all(n.attrs["groups"] == n.attrs["C"] == n.attrs["O"] for n in marked)
+    assert any(n.attrs["out_scale"] < 0 for n in marked) and any(n.attrs["stride"] == 2 for n in marked)
+    assert pool_for(q).stream == max(in_place_plane(n) for n in marked) == model_blob(q).pool.stream
+    cg = uncosted(q)
+    plan = keep_all(cg)
+    rng = np.random.default_rng(9)
+    data = [(rng.standard_normal((2, 1, 19, 19)).astype(np.float32), rng.integers(0, 3, 2).astype(np.int32))
+            for _ in range(2)]
+    runs = []
+    with native_link(tmp_path, "linux", timeout_s=60.0) as link:
+        for made_in_place in (True, False):
+            low = lower(plan, q, in_place_ops=made_in_place)
+            over = {q.nodes[i.node].op for i in low.schedule.instrs if i.flags & IN_PLACE}
+            assert ("conv2d_q" in over) == made_in_place
+            runs.append((low.peak_live_bytes, *_steps_of(link, q, w, low, data)))
+    (peak, losses, weights), (flat_peak, flat_losses, flat_weights) = runs
+    assert peak == plan.peak_bytes == simulate(cg, plan).peak_bytes < flat_peak
+    assert losses == flat_losses and all(np.array_equal(a, b) for a, b in zip(weights, flat_weights, strict=True))
+
+
+def _steps_of(link: Link, g: TrainingGraph, w: list[np.ndarray], low: Lowered,
+              data: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[float], list[np.ndarray]]:
+    """A lowered schedule's steps on the board, the input staged int8, its peak checked: losses and weights."""
+    blob = model_blob(g)
+    link.load_model(blob, w)
+    link.upload(SCHEDULE, low.schedule.encode())
+    losses = []
+    for x, y in data:
+        link.upload(BATCH, encode_batch(x, y, blob.x_scale(w)))
+        res = link.step(0.05)
+        assert res.peak_live_bytes == low.peak_live_bytes
+        losses.append(res.loss)
+    return losses, link.read_params(blob)

@@ -53,7 +53,7 @@ def disagreements(ops: dict[str, Op], rows: dict[str, tuple[int, str, int, str]]
             out.append(f"{name}: kind {op.kind} on the host, {kind} in the firmware")
         if nattrs != len(op.slots):
             out.append(f"{name}: {len(op.slots)} slots on the host ({', '.join(op.slots)}), {nattrs} in the firmware")
-        if op.inplace != (flag == "INPLACE"):
+        if op.inplace != flag.endswith("INPLACE"):
             said = "in place" if op.inplace else "not in place"
             out.append(f"{name}: {said} on the host, flag {flag} in the firmware")
     out += [f"{name.lower()}: a row in optable.h, not in poet.ops" for name in rows if name.lower() not in ops]

@@ -74,7 +74,7 @@ int poet_schedule_validate(const uint8_t *data, uint32_t len, const poet_model_t
         bytes = poet_arena_bytes(m, node);
         if (p[1]) { /* in place: an op that may, over a resident dep 0 as large, read by no other slot, at its offset */
             over = n.deps[0];
-            if (!poet_op_in_place(n.op) || bytes == 0 || n.n_deps == 0 || poet_arena_bytes(m, over) < bytes ||
+            if (!poet_node_in_place(&n) || bytes == 0 || n.n_deps == 0 || poet_arena_bytes(m, over) < bytes ||
                 !(flag[over] & RESIDENT) || offset[over] != off)
                 return POET_E_OVERLAP;
             for (j = 1; j < n.n_deps; j++)

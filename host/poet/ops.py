@@ -23,7 +23,7 @@ PACKED: dict[str, tuple[str, ...]] = {
     "kernel": ("k",),  # conv2d's window (k, kw, padw), modelblob.conv_kernel
     "geom": ("pad",),  # conv2d's pad, stride and groups, modelblob.conv_geometry
     "pgeom": ("ph", "pw", "sh", "sw"),  # avg/max pooling's padding and strides, modelblob.pool_geometry
-    "epi": ("out_scale",),  # a static-int8 output's scale parameter and ReLU, modelblob.q_epilogue
+    "epi": ("out_scale",),  # a static-int8 output's scale parameter, activation and in place, modelblob.q_epilogue
     "keep_from": ("p",),  # dropout's mask bound and scale, from its drop share (graph/dropout.py)
     "keep_scale": ("p",),
     "drop_row": ("n",),  # dropout's elements a draw (optional "row": 0 or 1 one per element, stochastic depth more)
@@ -189,8 +189,9 @@ _TABLE: tuple[Op, ...] = (
 )
 
 # the ops whose kernel makes each output element from the same element of dep 0 (and of the other deps), so the
-# output may overwrite dep 0 as it goes
-_INPLACE = ("relu", "relu_bwd", "hardtanh", "hardtanh_bwd")
+# output may overwrite dep 0 as it goes; and conv2d_q, whose depthwise nodes marked `inplace` (static_int8) make a
+# channel at a time in a one-channel buffer and copy it over the input channels already read (firmware ops/quant.c)
+_INPLACE = ("relu", "relu_bwd", "hardtanh", "hardtanh_bwd", "conv2d_q")
 _TABLE = tuple(replace(op, inplace=True) if op.name in _INPLACE else op for op in _TABLE)
 OPS: dict[str, Op] = {op.name: op for op in _TABLE}
 BY_CODE: dict[int, Op] = {op.code: op for op in _TABLE}

@@ -88,6 +88,8 @@ int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we,
 /* Static int8 (ops/quant.c). A layer's epilogue attribute: bits 0-15 its output's scale parameter,
  * or POET_Q_FP32 for an fp32 output; bits 16-18 the activation (Q_RELU); nothing above. */
 #define POET_Q_FP32 0xFFFF
+/* a depthwise conv2d_q's a9 bit 19: it may run in place, a channel at a time through the stream buffer */
+#define POET_Q_IN_PLACE (1u << 19)
 #define Q_RELU(epi) (((epi) >> 16) & 7) /* the activation: 0 none, 1 ReLU, 2 ReLU6, 3 hardswish, 4 hardsigmoid */
 static inline int32_t q_epi_scale(int32_t epi) { return (epi & 0xFFFF) == POET_Q_FP32 ? -1 : (epi & 0xFFFF); }
 static inline uint64_t q_out_bytes(int32_t epi, uint64_t elems) { return q_epi_scale(epi) < 0 ? f32s(elems) : elems; }

@@ -56,9 +56,11 @@ int poet_op_check(poet_model_t *m, const poet_node_t *n, uint32_t i)
     return poet_ops[n->op].check(m, n);
 }
 
-int poet_op_in_place(uint8_t op)
+int poet_node_in_place(const poet_node_t *n)
 {
-    return op < POET_N_OPCODES && (traits[op] & POET_OPF_INPLACE) != 0;
+    if (n->op >= POET_N_OPCODES || !(traits[n->op] & POET_OPF_INPLACE))
+        return 0;
+    return n->op != POET_OP_CONV2D_Q || ((uint32_t)n->a[9] & POET_Q_IN_PLACE) != 0;
 }
 
 /* One input and an output of the same a0 fp32 elements (relu, tanh, sigmoid; the reshapes). */

@@ -49,6 +49,7 @@ typedef void (*poet_run_fn)(const poet_exec_t *e);
 /* its kernel makes each output element from the same element of its inputs, so a schedule may make its output
  * over its dep 0 (docs/spec.md 1, "In place"; schedule.c checks where) */
 #define POET_OPF_INPLACE 0x40u
+#define POET_OPF_NARROW_INPLACE (POET_OPF_NARROW | POET_OPF_INPLACE) /* conv2d_q: its depthwise nodes marked so */
 
 #define POET_OP_DECLARE(name, number, kind, flag, nattrs, check, run) \
     int check(poet_model_t *m, const poet_node_t *n); \
@@ -75,7 +76,8 @@ extern const poet_op_t poet_ops[POET_N_OPCODES];
  * attribute slots, then the op's own check, which may fold a value into m (poet_check_fn). 1 if
  * valid. */
 int poet_op_check(poet_model_t *m, const poet_node_t *n, uint32_t i);
-/* Whether op's output may be made over its dep 0 (POET_OPF_INPLACE). */
-int poet_op_in_place(uint8_t op);
+/* Whether node n's output may be made over its dep 0: its op is POET_OPF_INPLACE, and a conv2d_q is marked
+ * in place (a9 bit 19: a depthwise one, checked with the model). */
+int poet_node_in_place(const poet_node_t *n);
 
 #endif

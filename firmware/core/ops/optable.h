@@ -107,7 +107,7 @@
     /* quant.c */ \
     X(QUANTIZE, 67, FORWARD, NONE, 2, op_quantize_check, op_quantize_run) \
     X(DEQUANTIZE, 68, FORWARD, NARROW, 1, op_dequantize_check, op_dequantize_run) \
-    X(CONV2D_Q, 69, FORWARD, NARROW, 10, op_conv2d_q_check, op_conv2d_q_run) \
+    X(CONV2D_Q, 69, FORWARD, NARROW_INPLACE, 10, op_conv2d_q_check, op_conv2d_q_run) \
     X(ADD_Q, 70, FORWARD, NARROW, 2, op_add_q_check, op_add_q_run) \
     X(MAXPOOL2D_Q, 97, FORWARD, NARROW, 9, op_maxpool2d_q_check, op_maxpool2d_q_run) \
     X(MEAN_Q, 98, FORWARD, NARROW, 4, op_mean_q_check, op_mean_q_run) \

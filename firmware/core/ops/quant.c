@@ -42,13 +42,17 @@ enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8,
 int op_conv2d_q_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
+    const int32_t epi = (int32_t)((uint32_t)a[EPI] & ~POET_Q_IN_PLACE);
     uint64_t x, y, w, reduce;
-    if (!conv_geometry_ok(a, &x, &y, &reduce) || !q_epi_ok(m, a[EPI]))
+    if (!conv_geometry_ok(a, &x, &y, &reduce) || !q_epi_ok(m, epi))
         return 0;
     w = mul((uint64_t)a[O], reduce);
     if (!(reduce <= POET_I8_MAX_REDUCE && q_weight_ok(m, a[WEIGHT], w) && q_bias_ok(m, a[BIAS], (uint64_t)a[O]) &&
-          n->n_deps == 1 && dep_bytes(m, n, 0) == x && q_dep_ok(m, n, 0) && n->bytes == q_out_bytes(a[EPI], y)))
+          n->n_deps == 1 && dep_bytes(m, n, 0) == x && q_dep_ok(m, n, 0) && n->bytes == q_out_bytes(epi, y)))
         return 0;
+    if ((uint32_t)a[EPI] & POET_Q_IN_PLACE) /* in place: depthwise, its weight in flash, a channel no larger */
+        return a[C] == a[O] && POET_CONV_GROUPS(a[GEOM]) == a[C] && !poet_param_aux(m, (uint16_t)a[WEIGHT]) &&
+               n->bytes <= x && streams(m, n->bytes / (uint32_t)(a[B] * a[O]));
     /* reduce is C/groups kh kw, below POET_I8_MAX_REDUCE: a row fits 32 bits */
     return !poet_param_aux(m, (uint16_t)a[WEIGHT]) || streams(m, (uint32_t)reduce);
 }
@@ -63,9 +67,40 @@ static void conv2d_q_rows(const poet_exec_t *e, int32_t first, int32_t end, cons
                            q_out_scale(e, a[EPI]), e->out);
 }
 
+/* A depthwise conv made over its input (the schedule's IN_PLACE: the output's offset is the input's): each channel
+ * of each sample made in the stream buffer from its own input channel, then copied to its place in the output,
+ * which lies over input channels already read (an output channel is no larger than an input one: checked). */
+static void conv2d_q_in_place(const poet_exec_t *e, const poet_conv_t *cv)
+{
+    const int32_t *a = e->a;
+    const long kk = (long)cv->kh * cv->kw, in_plane = (long)cv->H * cv->W;
+    const uint32_t plane = (uint32_t)poet_conv2d_rows(cv) * (uint32_t)poet_conv2d_out(cv->W, cv->kw, cv->stride, cv->pw) *
+                           (q_epi_scale(a[EPI]) < 0 ? 4u : 1u);
+    const float *b = param(e, a[BIAS]), xs = q_in_scale(e, 0), *ys = q_out_scale(e, a[EPI]);
+    float ws;
+    const int8_t *wq = i8_weight(e, a[WEIGHT], &ws), *x = (const int8_t *)(const void *)e->in[0];
+    uint8_t *y = (uint8_t *)(void *)e->out, *tmp = e->buf->stream;
+    poet_conv_t one = *cv;
+    int s, c;
+    uint32_t i;
+    one.B = one.C = one.O = one.groups = 1;
+    for (s = 0; s < cv->B; s++)
+        for (c = 0; c < cv->C; c++) {
+            const long at = (long)s * cv->C + c;
+            poet_conv2d_q_fwd_rows(&one, 0, 1, x + at * in_plane, xs, wq + c * kk, ws, b ? b + c : 0, Q_RELU(a[EPI]),
+                                   ys, tmp);
+            for (i = 0; i < plane; i++)
+                y[(uint32_t)at * plane + i] = tmp[i];
+        }
+}
+
 void op_conv2d_q_run(const poet_exec_t *e)
 {
     poet_conv_t cv = conv_shape(e->a);
+    if ((const void *)e->in[0] == (const void *)e->out) {
+        conv2d_q_in_place(e, &cv);
+        return;
+    }
     int8_rows(e, e->a[WEIGHT], (uint32_t)(cv.C / cv.groups * cv.kh * cv.kw), cv.O, conv2d_q_rows);
 }
 

@@ -86,7 +86,9 @@ def solve_request(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board
     out = out or schedule_file(done.graph.model, board.name)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_output(out, sched)
-    say(f"\n[lower] schedule: {len(sched)} bytes ({len(p.lowered.schedule.instrs)} instructions, "
+    made_over = sum(1 for i in p.lowered.schedule.instrs if i.flags)
+    over = f", {made_over} computes made in place over their input" if made_over else ""
+    say(f"\n[lower] schedule: {len(sched)} bytes ({len(p.lowered.schedule.instrs)} instructions{over}, "
         f"version 1, model hash {p.lowered.schedule.model_hash:016x}, CRC-32) -> {shown(out)}")
     return p
 

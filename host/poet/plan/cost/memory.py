@@ -137,10 +137,12 @@ def pool_for(g: TrainingGraph) -> Pool:
 
 def stream_bytes(g: TrainingGraph) -> int:
     """The pool's stream buffer (firmware/core/model.h stream_bytes): the largest of a streamed weight's output
-    rows (node_stream_row) and a weight-only int8 conv's block of output channels made fp32 (w8_conv_block)."""
+    rows (node_stream_row), a weight-only int8 conv's block of output channels made fp32 (w8_conv_block) and an
+    output channel of a depthwise int8 conv that may run in place (in_place_plane)."""
     return max([node_stream_row(n.op, n.attrs) for n in g.nodes if n.op in STREAMING and n.attrs.get("stream")]
                + [w8_conv_block(n.attrs["C"], n.attrs["O"], n.attrs["groups"], *conv_window(n.attrs)[:2])
-                  for n in g.nodes if n.op in ("conv2d", "conv2d_bwd") and n.attrs.get("w8")], default=0)
+                  for n in g.nodes if n.op in ("conv2d", "conv2d_bwd") and n.attrs.get("w8")]
+               + [in_place_plane(n) for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("inplace")], default=0)
 
 
 def w8_conv_block(channels: int, out: int, groups: int, kh: int, kw: int) -> int:
@@ -209,7 +211,16 @@ def in_place(g: TrainingGraph, n: GraphNode) -> bool:
     schedule's in-place computes (firmware/core/schedule.c)."""
     if not OPS[n.op].inplace or not n.deps or n.deps.count(n.deps[0]) > 1:
         return False
+    if n.op == "conv2d_q" and not n.attrs.get("inplace"):  # a depthwise one marked so (static_int8), in flash
+        return False
     return 0 < arena_bytes(n) <= arena_bytes(g.nodes[n.deps[0]])
+
+
+def in_place_plane(n: GraphNode) -> int:
+    """The bytes of one output channel of a conv2d_q that may run in place: the pool's stream buffer holds it
+    (firmware ops/quant.c makes a channel there, then copies it over the input channels already read)."""
+    B, C = n.shape[0], n.shape[1]
+    return n.bytes // (B * C)
 
 
 def op_floor(g: TrainingGraph, n: GraphNode) -> int:

@@ -88,7 +88,7 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
     if name == "pgeom":
         return mb.pool_geometry(int(attrs["ph"]), int(attrs["pw"]), int(attrs["sh"]), int(attrs["sw"]))
     if name == "epi":
-        return mb.q_epilogue(int(attrs["out_scale"]), int(attrs.get("relu", 0)))
+        return mb.q_epilogue(int(attrs["out_scale"]), int(attrs.get("relu", 0)), bool(attrs.get("inplace")))
     if name in ("from", "to"):
         return mb.dtype_code(attrs[name])
     if name.startswith("f:"):

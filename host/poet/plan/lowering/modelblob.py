@@ -33,10 +33,14 @@ OPTIMIZERS = ("sgd", "momentum", "adam")  # by the optimizer node's a0 (docs/spe
 Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/core/ops/op_util.h)
 
 
-def q_epilogue(out_scale: int, relu: int) -> int:
-    """conv2d_q's a9 and add_q's a1: the output's scale parameter (-1: an fp32 output) and the activation
-    in bits 16-18 (poet.graph.quantise.ACTIVATIONS: 1 ReLU, 2 ReLU6, 3 hardswish, 4 hardsigmoid)."""
-    return (Q_FP32 if out_scale < 0 else out_scale) | (int(relu) << 16)
+Q_IN_PLACE = 1 << 19  # a depthwise conv2d_q's a9: it may run in place, a channel at a time (memory.in_place)
+
+
+def q_epilogue(out_scale: int, relu: int, in_place: bool = False) -> int:
+    """conv2d_q's a9 and add_q's a1: the output's scale parameter (-1: an fp32 output), the activation
+    in bits 16-18 (poet.graph.quantise.ACTIVATIONS: 1 ReLU, 2 ReLU6, 3 hardswish, 4 hardsigmoid), and for a
+    depthwise conv2d_q bit 19: it may run in place (the pool's stream buffer holds one output channel)."""
+    return (Q_FP32 if out_scale < 0 else out_scale) | (int(relu) << 16) | (Q_IN_PLACE if in_place else 0)
 
 
 def dtype_code(t: int | str) -> int:
@@ -220,7 +224,10 @@ class ModelBlob:
         stream = max([stream_row(*window(n.attrs)) for n in self.nodes if n.op in convs and self.aux(n.attrs[7])]
                      + [n.attrs[1] for n in self.nodes if n.op == CODE["linear"] and self.aux(n.attrs[3])]
                      + [w8_conv_block(n.attrs[1], n.attrs[4], *window(n.attrs)[1:]) for n in self.nodes
-                        if n.op in w8 and len(n.attrs) > 7 and n.attrs[7] >= 0 and self.i8(n.attrs[7])], default=0)
+                        if n.op in w8 and len(n.attrs) > 7 and n.attrs[7] >= 0 and self.i8(n.attrs[7])]
+                     # a conv2d_q that may run in place (a9 bit 19): one output channel, of a0 B x a4 O
+                     + [n.bytes // (n.attrs[0] * n.attrs[4]) for n in self.nodes
+                        if n.op == CODE["conv2d_q"] and len(n.attrs) > 9 and n.attrs[9] & Q_IN_PLACE], default=0)
         x_int8 = any(n.op == CODE["input"] and len(n.attrs) > 1 and n.attrs[1] == 1 for n in self.nodes)
         return Pool.of(self.param_elems, [self.trained(p) for p in ps], self.optimizer, self.batch, self.x_elems,
                        len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps], self.in_backward,

@@ -322,8 +322,13 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
                                                                                  [int(n.attrs["O"])])]
                     folds[params[-2][0]] = folds[params[-1][0]] = fold
                     w, b = len(params) - 2, len(params) - 1
-                add(last, last.name, "conv2d_q", [q_new[n.deps[0]]], elems if i8 else F32 * elems,
-                    attrs | {"w": w, "b": b, "out_scale": out_scale, "relu": relu}, n.flops)
+                out = elems if i8 else F32 * elems
+                # a depthwise conv may run in place, a channel at a time (memory.in_place), where its output is no
+                # larger than its int8 input
+                over = {"inplace": 1} if (attrs.get("groups", 1) == attrs["C"] == attrs["O"] and attrs["C"] > 1
+                                          and out <= numel(g.nodes[n.deps[0]].shape)) else {}
+                add(last, last.name, "conv2d_q", [q_new[n.deps[0]]], out,
+                    attrs | {"w": w, "b": b, "out_scale": out_scale, "relu": relu} | over, n.flops)
             elif n.op == "mul":
                 add(last, last.name, "mul_q", [q_new[d] for d in n.deps], elems if i8 else F32 * elems,
                     {k: n.attrs[k] for k in ("n", "m", "inner") if k in n.attrs}
