@@ -48,6 +48,7 @@ from poet.plan.cost.memory import pool_for
 from poet.plan.lowering.schedule import CRC_BYTES, HEADER_BYTES, INSTR_BYTES, SCHEDULE_BLOB_MAX
 from poet.plan.pipeline import Planned, plan_step
 from poet.plan.strategies.poet_milp import min_arena_budget
+from poet.plan.transform.patches import choose
 from poet.plan.transform.placement import place, w8_params
 from poet.plan.transform.precision import apply_storage, costed_storage, flash_fit
 from poet.plan.transform.static_int8 import rewrite
@@ -179,6 +180,11 @@ def _fill(r: Row) -> None:
         n_q = sum(1 for n in prefix.graph.nodes if n.op in ("conv2d_q", "add_q"))
         fused = " + fused head" if any(n.op == "bn_relu_mean" for n in prefix.graph.nodes) else ""
         label = f"int8 prefix ({n_q} layer{'s' if n_q != 1 else ''}){fused}"
+        # its first stage patched as poet solve would at a budget below every option: the one needing least RAM
+        least = choose(prefix.graph, 0, static)
+        if least.patching is not None:
+            prefix = prefix.patched(least.patching)
+            label += f", first stage in {least.patching.strips} strips"
         q = prefix.graph
         try:  # as poet solve: what is left fp32 int8 where flash needs it, then the largest int8 conv weights
             # on the SD card where flash still cannot hold them all (placement.place)

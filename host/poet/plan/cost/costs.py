@@ -48,9 +48,8 @@ def op_key(n: GraphNode, g: TrainingGraph | None = None) -> str:
 
     g is the graph n belongs to, which says what trains; a backward node with parameters needs it (ValueError
     without: its cost depends on it)."""
-    # `inplace` marks a depthwise int8 conv a plan may run over its input (memory.in_place): the same kernel, and
-    # whether a plan does is not the node's to say
-    attrs = {k: v for k, v in n.attrs.items() if k not in ("w", "scale", "rm", "rv", "b", "out_scale", "inplace")}
+    # `inplace` stays: a depthwise int8 conv marked so runs a channel at a time through a buffer, in place or not
+    attrs = {k: v for k, v in n.attrs.items() if k not in ("w", "scale", "rm", "rv", "b", "out_scale")}
     if "b" in n.attrs:
         attrs["bias"] = int(n.attrs["b"] >= 0)
     if "rm" in n.attrs:
