@@ -14,14 +14,12 @@ import numpy as np
 import pytest
 import torch
 from fwhelpers import native_link
-from poet.device.link import Link
 from poet.device.protocol import BATCH, SCHEDULE
 from poet.graph.reference import train_steps, weights_of
 from poet.graph.tracer import trace
-from poet.graph.training_graph import TrainingGraph
 from poet.plan.cost.costs import uncosted
 from poet.plan.cost.memory import in_place
-from poet.plan.lowering.lower import Lowered, lower, model_blob
+from poet.plan.lowering.lower import lower, model_blob
 from poet.plan.lowering.modelblob import encode_batch
 from poet.plan.lowering.schedule import FREE, IN_PLACE, peak_live_bytes
 from poet.plan.simulate import simulate
@@ -153,7 +151,7 @@ def test_a_depthwise_int8_conv_runs_in_place_a_channel_at_a_time(tmp_path: Path)
     each channel there and copies it over the input channels already read; the weights and losses are the flat
     schedule's bit for bit, and the board's peak the plan's, below the flat one's."""
     from poet.plan.cost.memory import in_place_plane, pool_for
-    from test_patches import _prefix
+    from test_patches import _prefix, _steps
 
     _, prefix, w, _ = _prefix()
     q = prefix.graph
@@ -172,22 +170,8 @@ def test_a_depthwise_int8_conv_runs_in_place_a_channel_at_a_time(tmp_path: Path)
             low = lower(plan, q, in_place_ops=made_in_place)
             over = {q.nodes[i.node].op for i in low.schedule.instrs if i.flags & IN_PLACE}
             assert ("conv2d_q" in over) == made_in_place
-            runs.append((low.peak_live_bytes, *_steps_of(link, q, w, low, data)))
+            runs.append((low.peak_live_bytes, *_steps(link, q, w, plan, data, in_place_ops=made_in_place)))
     (peak, losses, weights), (flat_peak, flat_losses, flat_weights) = runs
     assert peak == plan.peak_bytes == simulate(cg, plan).peak_bytes < flat_peak
     assert losses == flat_losses and all(np.array_equal(a, b) for a, b in zip(weights, flat_weights, strict=True))
 
-
-def _steps_of(link: Link, g: TrainingGraph, w: list[np.ndarray], low: Lowered,
-              data: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[float], list[np.ndarray]]:
-    """A lowered schedule's steps on the board, the input staged int8, its peak checked: losses and weights."""
-    blob = model_blob(g)
-    link.load_model(blob, w)
-    link.upload(SCHEDULE, low.schedule.encode())
-    losses = []
-    for x, y in data:
-        link.upload(BATCH, encode_batch(x, y, blob.x_scale(w)))
-        res = link.step(0.05)
-        assert res.peak_live_bytes == low.peak_live_bytes
-        losses.append(res.loss)
-    return losses, link.read_params(blob)
