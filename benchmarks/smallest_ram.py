@@ -180,18 +180,20 @@ def _fill(r: Row) -> None:
         n_q = sum(1 for n in prefix.graph.nodes if n.op in ("conv2d_q", "add_q"))
         fused = " + fused head" if any(n.op == "bn_relu_mean" for n in prefix.graph.nodes) else ""
         label = f"int8 prefix ({n_q} layer{'s' if n_q != 1 else ''}){fused}"
-        # its first stage patched as poet solve would at a budget below every option: the one needing least RAM
+        # and its first stage patched as poet solve would at a budget below every option: the one needing least RAM
+        # (patches.choose); both planned, the smaller kept (a stage of many strips is many nodes for the MILP)
         least = choose(prefix.graph, 0, static)
+        variants = [(label, prefix.graph)]
         if least.patching is not None:
-            prefix = prefix.patched(least.patching)
-            label += f", first stage in {least.patching.strips} strips"
-        q = prefix.graph
-        try:  # as poet solve: what is left fp32 int8 where flash needs it, then the largest int8 conv weights
-            # on the SD card where flash still cannot hold them all (placement.place)
-            placed = place(apply_storage(q, {}, set(flash_fit(q, board.model_flash_bytes))), board)
-            fits.append(smallest(board, prof, label + _w8(placed), placed))
-        except UsageError as e:
-            fits.append(Fit(label, None, why=reason(e)))
+            variants.append((f"{label}, first stage in {least.patching.strips} strips",
+                             prefix.patched(least.patching).graph))
+        for name, q in variants:
+            try:  # as poet solve: what is left fp32 int8 where flash needs it, then the largest int8 conv weights
+                # on the SD card where flash still cannot hold them all (placement.place)
+                placed = place(apply_storage(q, {}, set(flash_fit(q, board.model_flash_bytes))), board)
+                fits.append(smallest(board, prof, name + _w8(placed), placed))
+            except UsageError as e:
+                fits.append(Fit(name, None, why=reason(e)))
     found = sorted((f for f in fits if f.ram is not None), key=lambda f: f.ram or 0)
     if not found:
         r.where = "; ".join(f"{f.label}: {f.why}" for f in fits)
