@@ -778,6 +778,21 @@ def test_the_board_refuses_a_broadcast_it_cannot_view(tmp_path: Path) -> None:
             assert e.value.name == "MODEL" and e.value.detail == node, (e.value, node)
 
 
+def _biases_train_like_pytorch(model: torch.nn.Module, g: TrainingGraph, data: list[Batch], losses: list[float],
+                               weights: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """`--train bias` of a graph with frozen weights stored int8: the board's biases and losses are PyTorch's same
+    steps given q x scale (reference.as_graph swaps them in); PyTorch's tensors after them, by name."""
+    host_losses = train_steps(model, data, LR, frozen=g.frozen, graph=g)
+    ref = dict(zip([n for n, _ in g.params], weights_of(model), strict=True))
+    board = dict(zip([n for n, _ in g.params], weights, strict=True))
+    trained = [n for n, _ in g.params if n not in g.frozen]
+    assert trained and all(n.endswith(".bias") for n in trained)
+    for name in trained:
+        assert np.linalg.norm(board[name] - ref[name]) <= 1e-5 * np.linalg.norm(ref[name]), name
+    assert np.allclose(losses, host_losses, rtol=1e-5)
+    return ref
+
+
 def test_dense_weights_stored_int8_train_like_pytorch_given_them(tmp_path: Path) -> None:
     """Weight-only int8 (poet.plan.transform.placement, the autoencoder's way into a small flash): the frozen dense
     weights sit int8 in the board's nv storage and compute in fp32 on q x scale, forward and for the input
@@ -806,17 +821,10 @@ def test_dense_weights_stored_int8_train_like_pytorch_given_them(tmp_path: Path)
         for plan in tight:
             t_losses, t_weights = _run(link, g, w0, plan, data)
             assert t_losses == losses and all(np.array_equal(a, b) for a, b in zip(t_weights, weights, strict=True))
-    host_losses = train_steps(model, data, LR, frozen=g.frozen, graph=g)
-    ref = dict(zip([n for n, _ in g.params], weights_of(model), strict=True))
-    board = dict(zip([n for n, _ in g.params], weights, strict=True))
-    trained = [n for n, _ in g.params if n not in g.frozen]
-    assert trained and all(n.endswith(".bias") for n in trained)
-    for name in trained:
-        assert np.linalg.norm(board[name] - ref[name]) <= 1e-5 * np.linalg.norm(ref[name]), name
-    assert np.allclose(losses, host_losses, rtol=1e-5)
+    ref = _biases_train_like_pytorch(model, g, data, losses, weights)
     w = ref["0.weight"]  # the reference was given q x scale only while it computed as the board does
     assert np.array_equal(dequantise(quantise(w, absmax_scale(w)), absmax_scale(w)).reshape(-1),
-                          board["0.weight"].reshape(-1))
+                          weights[[n for n, _ in g.params].index("0.weight")].reshape(-1))
     # without them the reference differs: the check can fail
     torch.manual_seed(0)
     plain = nn.Sequential(nn.Linear(12, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4), nn.ReLU(),
@@ -878,14 +886,7 @@ def test_conv_weights_stored_int8_are_the_fp32_convs_of_q_times_scale(tmp_path: 
         for plan in tight:
             t_losses, t_weights = _run(link, g, w0, plan, data)
             assert t_losses == losses and all(np.array_equal(a, b) for a, b in zip(t_weights, weights, strict=True))
-    host_losses = train_steps(model, data, LR, frozen=g.frozen, graph=g)
-    ref = dict(zip([n for n, _ in g.params], weights_of(model), strict=True))
-    board = dict(zip([n for n, _ in g.params], weights, strict=True))
-    trained = [n for n, _ in g.params if n not in g.frozen]
-    assert trained and all(n.endswith(".bias") for n in trained)
-    for name in trained:
-        assert np.linalg.norm(board[name] - ref[name]) <= 1e-5 * np.linalg.norm(ref[name]), name
-    assert np.allclose(losses, host_losses, rtol=1e-5)
+    _biases_train_like_pytorch(model, g, data, losses, weights)
 
 
 def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> None:
