@@ -267,6 +267,55 @@ class _Pointwise(__import__("torch").nn.Module):
         return self.classifier(x.mean((2, 3)))
 
 
+def test_a_weight_trained_in_part_keeps_only_its_share_in_ram(tmp_path: Path) -> None:
+    """A weight trained in part is stored split (TrainingGraph.stored, docs/spec.md 2): its share trained in RAM,
+    with the share's gradient and optimizer state, its rest frozen in flash. The memory model counts that, the
+    blobs split and join the host's whole tensors, and the board refuses a split that does not add up."""
+    from dataclasses import replace as dc_replace
+
+    from poet.graph.training_graph import numel
+    from poet.ops import CODE
+
+    model = _Pointwise()
+    train = "layers:pointwise1@0.5,depthwise@0.25,pointwise2@0.125"
+    g = with_optimizer(trace(model, "pointwise", (1, 8, 8), 10, 4, train=train), "adam")
+    whole = with_optimizer(trace(model, "pointwise", (1, 8, 8), 10, 4, train=train.replace("@0.5", "")
+                                 .replace("@0.25", "").replace("@0.125", "")), "adam")
+    shapes, shares = dict(g.params), g.partial_weights
+    share = {name: numel(shapes[name]) // shapes[name][axis] * ck for name, (axis, ck) in shares.items()}
+    saved = 4 * sum(numel(shapes[name]) - share[name] for name in shares)
+    pool, pool_whole = pool_for(g), pool_for(whole)
+    assert saved > 0 and pool.params == pool_whole.params - saved
+    assert pool.optimizer_state == pool_whole.optimizer_state - 2 * saved  # Adam: two floats an element
+    assert pool.flash.frozen == pool_whole.flash.frozen + saved
+    blob = model_blob(g)
+    assert blob.pool == pool and len(blob.param_elems) == len(g.params) + len(shares)
+    w0 = weights_of(model)
+    ram, frozen, _ = blob.split_weights(w0)
+    assert len(ram) == pool.params and len(frozen) == pool.flash.frozen
+    assert all(np.array_equal(a.reshape(-1), b) for a, b in zip(w0, blob.join_weights(ram, frozen), strict=True))
+
+    def with_attr(i: int, value: int) -> Any:
+        a = list(blob.nodes[i].attrs)
+        a[9] = value
+        return dc_replace(blob, nodes=[*blob.nodes[:i], dc_replace(blob.nodes[i], attrs=tuple(a)), *blob.nodes[i + 1:]])
+
+    index = {name: i for i, (name, _) in enumerate(g.params)}
+    p1, p2 = index["pointwise1.weight"], index["pointwise2.weight"]
+    fwd = next(i for i, n in enumerate(blob.nodes) if n.op == CODE["conv2d"] and n.attrs[7] == p1)
+    bwd = next(i for i, n in enumerate(blob.nodes) if n.op == CODE["conv2d_bwd"] and n.attrs[7] == p1)
+    a9 = blob.nodes[bwd].attrs[9]
+    bad = [(with_attr(fwd, g.rests[p2] + 1), fwd),  # another weight's rest: the parts do not make the whole
+           (with_attr(bwd, a9 + 2), bwd),  # a gradient over one channel more than the share holds
+           (with_attr(bwd, a9 & 0xFFFF), bwd)]  # a share's gradient into a weight it takes as stored whole
+    with native_link(tmp_path) as link:
+        link.upload(MODEL, blob.encode())
+        for b, node in bad:
+            with pytest.raises(DeviceError) as e:
+                link.upload(MODEL, b.encode())
+            assert e.value.name == "MODEL" and e.value.detail == node, (e.value, node)
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 @pytest.mark.parametrize("train", ["last:1+bias:3+layers:pointwise1@0.25",
                                    "layers:pointwise1@0.5,depthwise@0.25,pointwise2@0.125"])

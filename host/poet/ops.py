@@ -35,6 +35,9 @@ PACKED: dict[str, tuple[str, ...]] = {
     # conv2d_bwd's need_grad_input in bit 0, and above it the optional "ck": the first ck input channels are
     # all the weight gradient covers (a sparse update's share of the layer, poet.graph.train_modes), 0 for all
     "need_ck": ("need_grad_input",),
+    # a conv weight trained in part (TrainingGraph.rests), stored split: the parameter index + 1 of its frozen rest,
+    # 0 for a weight stored whole; lowering sets it (and the same in conv2d_bwd's need_ck, bits 16-30)
+    "rest": (),
 }
 
 KINDS = ("input", "forward", "loss", "backward", "optimizer")
@@ -98,7 +101,7 @@ _TABLE: tuple[Op, ...] = (
     # ---- dense
     *_pair("linear", 1, 16, ("B", "in", "out", "w", "b"), bwd_slots=("B", "in", "out", "w", "b", *_NEED),
            calls=("linear",)),
-    *_pair("conv2d", 2, 17, _CONV, bwd_slots=(*_CONV, "need_ck"), calls=("conv2d", "conv1d"),
+    *_pair("conv2d", 2, 17, (*_CONV, "rest"), bwd_slots=(*_CONV, "need_ck"), calls=("conv2d", "conv1d"),
            traced="conv2d, conv1d"),
     Op("matmul", 44, "forward", ("batch", "M", "K", "N"), backward=("matmul_bwd_a", "matmul_bwd_b"),
        calls=("matmul", "__matmul__", "bmm")),

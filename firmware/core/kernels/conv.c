@@ -238,8 +238,8 @@ static void conv_grad_weight(const poet_conv_t *cv, const float *g, const float 
     const int stride = cv->stride, ph = cv->ph, pw = cv->pw;
     const int Ho = poet_conv2d_out(H, kh, stride, ph), Wo = poet_conv2d_out(W, kw, stride, pw);
     const int Cg = C / cv->groups, Og = O / cv->groups;
-    const long HoWo = (long)Ho * Wo, HW = (long)H * W, wo = (long)Cg * kh * kw;
     const int Ck = cv->ck > 0 && cv->ck < Cg ? cv->ck : Cg;
+    const long HoWo = (long)Ho * Wo, HW = (long)H * W, wo = (long)Ck * kh * kw; /* dw is the share's (kernels.h) */
     const int Ok = cv->ck > 0 && cv->ck < O && Cg == 1 && Og == 1 ? cv->ck : O; /* a depthwise one's share */
     int n, o, c, ky, kx, oy, ox, oy0, oy1, ox0, ox1;
     for (o = 0; o < Ok;) {
@@ -249,7 +249,7 @@ static void conv_grad_weight(const poet_conv_t *cv, const float *g, const float 
                 outputs(ky, stride, ph, H, Ho, &oy0, &oy1);
                 for (kx = 0; kx < kw; kx++) {
                     float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-                    uint32_t at = (uint32_t)((((long)o * Cg + c) * kh + ky) * kw + kx);
+                    uint32_t at = (uint32_t)((((long)o * Ck + c) * kh + ky) * kw + kx);
                     outputs(kx, stride, pw, W, Wo, &ox0, &ox1);
                     for (n = 0; n < B; n++) {
                         const float *xc = x + ((long)n * C + (long)grp * Cg + c) * HW + kx - pw;

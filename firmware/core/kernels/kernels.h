@@ -89,8 +89,8 @@ int poet_conv2d_out(int H, int k, int stride, int pad);
  * rows above and below and pw columns left and right, one stride on both axes, no dilation. C and O
  * must be multiples of groups; groups = C = O is a depthwise convolution. ck: the input channels of
  * each group the weight gradient covers, the first ck, or of a depthwise one its first ck channels (a
- * sparse update's share of a layer, as tiny-training updates part of a conv); 0 covers all. The rest
- * of dw is not handed over. */
+ * sparse update's share of a layer, as tiny-training updates part of a conv); 0 covers all. dw is the
+ * share's gradient, laid out as the share: [O, ck, kh, kw] (a depthwise one's [ck, 1, kh, kw]). */
 typedef struct {
     int B, C, H, W, O, kh, kw, stride, ph, pw, groups, ck;
     /* pb: the rows of zero padding below, where they differ from the ph above: a row strip of a stage run

@@ -5,7 +5,35 @@
  * window and the width padding, GEOM the height padding, stride and groups (POET_CONV_* in model.h). conv2d_i8 reads its weight from dep 2, quantised from
  * the parameter WEIGHT, or, with two deps, WEIGHT itself stored int8 (a frozen one, in nv storage, or
  * streamed from aux storage). */
-enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8, NEED_GX = 9 };
+enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8, NEED_GX = 9, REST = 9 };
+
+/* A weight trained in part (a sparse update's share) is stored split: WEIGHT the share, trained, in RAM, and its
+ * rest a frozen fp32 parameter in nv storage (docs/spec.md 2): conv2d's a9 - 1, conv2d_bwd's a9 bits 16-30 - 1;
+ * -1 for a weight stored whole. */
+static int32_t rest_of(uint8_t op, const int32_t *a)
+{
+    if (op == POET_OP_CONV2D)
+        return a[REST] - 1;
+    return op == POET_OP_CONV2D_BWD ? (int32_t)(((uint32_t)a[NEED_GX] >> 16) & 0x7FFFu) - 1 : -1;
+}
+
+static int depthwise(const int32_t *a) { return a[C] == a[O] && POET_CONV_GROUPS(a[GEOM]) == a[C]; }
+
+/* A split weight's parts: the share trained, the rest frozen fp32, the whole's elements between them, cut at
+ * whole channels (each output channel's first ck input channels; a depthwise conv's first ck channels). ck:
+ * conv2d_bwd's, whose weight gradient is the share's and must cover it exactly, or -1 (conv2d: any). */
+static int split_ok(const poet_model_t *m, const int32_t *a, int32_t rest, uint64_t reduce, int32_t ck)
+{
+    const uint64_t unit = depthwise(a) ? reduce : mul((uint64_t)a[O], reduce / (uint64_t)(a[C] / POET_CONV_GROUPS(a[GEOM])));
+    const uint64_t whole = mul((uint64_t)a[O], reduce), channels = whole / unit;
+    uint64_t share;
+    if (a[WEIGHT] < 0 || (uint32_t)a[WEIGHT] >= m->n_params || !poet_param_trained(m, (uint16_t)a[WEIGHT]) ||
+        (uint32_t)rest >= m->n_params || poet_param_trained(m, (uint16_t)rest) || poet_param_i8(m, (uint16_t)rest))
+        return 0;
+    share = poet_param_elems(m, (uint16_t)a[WEIGHT]);
+    return share % unit == 0 && share > 0 && share / unit < channels && (ck < 0 || (uint64_t)ck == share / unit) &&
+           share + poet_param_elems(m, (uint16_t)rest) == whole;
+}
 
 /* The output channels a weight-only int8 conv makes fp32 together at the least: the four the kernels block
  * (kernels/conv.c), within a group; one for a depthwise conv, which has no such blocks. */
@@ -22,12 +50,22 @@ int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
 {
     const int32_t *a = n->a;
     uint64_t x, y, w, reduce;
+    int32_t rest;
+    uint32_t ck;
+    int weight;
     if (!conv_geometry_ok(a, &x, &y, &reduce) || a[K] >> 24) /* the fp32 kernels pad alike above and below */
         return 0;
     x = f32s(x);
     y = f32s(y);
     w = mul((uint64_t)a[O], reduce);
-    if (!(n->op == POET_OP_CONV2D_I8 ? i8_weight_ok(m, n, a[WEIGHT], w) ||
+    rest = rest_of(n->op, a);
+    if (n->op == POET_OP_CONV2D && a[REST] < 0)
+        return 0;
+    if (rest >= 0) /* made fp32 a block of output channels at a time in the stream buffer, as a w8 one */
+        weight = split_ok(m, a, rest, reduce, n->op == POET_OP_CONV2D ? -1 : (a[NEED_GX] >> 1) & 0x7FFF) &&
+                 streams(m, (uint32_t)f32s(mul(reduce, w8_block(a))));
+    else
+        weight = n->op == POET_OP_CONV2D_I8 ? i8_weight_ok(m, n, a[WEIGHT], w) ||
                                             /* stored int8 on aux storage: streamed an output channel or more
                                              * a read (reduce is below POET_I8_MAX_REDUCE: i8_io) */
                                             (n->n_deps == 2 && w8_weight_ok(m, a[WEIGHT], w, 1) &&
@@ -36,38 +74,67 @@ int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
                                             /* weight-only int8: made fp32 a block of output channels at a
                                              * time in the stream buffer (w8_blocks) */
                                             (w8_weight_ok(m, a[WEIGHT], w, 0) &&
-                                             streams(m, (uint32_t)f32s(mul(reduce, w8_block(a)))))) ||
-        !opt_param_ok(m, a[BIAS], (uint64_t)a[O]))
+                                             streams(m, (uint32_t)f32s(mul(reduce, w8_block(a)))));
+    if (!weight || !opt_param_ok(m, a[BIAS], (uint64_t)a[O]))
         return 0;
     if (n->op == POET_OP_CONV2D_I8)
         return i8_io(m, n, x / 4u, w, reduce, y);
     if (n->op == POET_OP_CONV2D)
         return io1(m, n, x, y);
-    /* conv2d_bwd's NEED_GX slot: need_grad_input in bit 0, above it the input channels the weight gradient
-     * covers (kernels.h poet_conv_t ck), 0 for all */
-    return a[NEED_GX] >= 0 && (a[NEED_GX] >> 1) <= a[C] &&
+    /* conv2d_bwd's NEED_GX slot: need_grad_input in bit 0, in bits 1-15 the input channels the weight gradient
+     * covers (kernels.h poet_conv_t ck), 0 for all, and a share's gradient only of a weight stored split (the
+     * share's layout), then the rest */
+    ck = ((uint32_t)a[NEED_GX] >> 1) & 0x7FFFu;
+    return a[NEED_GX] >= 0 && ck <= (uint32_t)a[C] &&
+           (rest >= 0 || ck == 0 || ck >= (uint32_t)(depthwise(a) ? a[O] : a[C] / POET_CONV_GROUPS(a[GEOM]))) &&
            weighted_bwd_ok(m, n, a[NEED_GX] & 1, y, x, a[WEIGHT]);
 }
 
-/* A frozen weight stored int8 (weight-only, poet.plan.transform.placement) read by an fp32 conv: its output
- * channels a block at a time, as many as the stream buffer holds and never across a group, each block's
- * w = q * scale made in the buffer and handed to run(e, first, end, w). Each output channel sums its terms as
- * the whole layer's kernel does, so the layer is the fp32 layer of the weight q * scale, bit for bit. */
-typedef void (*w8_fn)(const poet_exec_t *e, const poet_conv_t *cv, int first, int end, const float *w);
-static void w8_blocks(const poet_exec_t *e, const poet_conv_t *cv, w8_fn run)
+/* Output channels first..end-1 of a split weight (rest_of), whole, into w: each one's share, then its rest; a
+ * depthwise conv's channel is all in one of them. */
+static void split_rows(const poet_exec_t *e, int32_t rest, int first, int end, long row, float *w)
+{
+    const float *share = param(e, e->a[WEIGHT]), *past = param(e, rest);
+    const long n_share = (long)poet_param_elems(e->m, (uint16_t)e->a[WEIGHT]);
+    const long cut = depthwise(e->a) ? row : n_share / e->a[O]; /* a row's elements from the share */
+    long o, i, at;
+    for (o = first; o < end; o++, w += row) {
+        if (depthwise(e->a)) {
+            at = o * row;
+            for (i = 0; i < row; i++)
+                w[i] = at < n_share ? share[at + i] : past[at - n_share + i];
+            continue;
+        }
+        for (i = 0; i < cut; i++)
+            w[i] = share[o * cut + i];
+        for (i = cut; i < row; i++)
+            w[i] = past[o * (row - cut) + i - cut];
+    }
+}
+
+/* A weight not stored whole in fp32 read by an fp32 conv: a frozen one stored int8 (weight-only,
+ * poet.plan.transform.placement), or one stored split (rest_of). Its output channels a block at a time, as many
+ * as the stream buffer holds and never across a group, each block's fp32 weights (q * scale; or share and rest)
+ * made in the buffer and handed to run(e, first, end, w). Each output channel sums its terms as the whole
+ * layer's kernel does, so the layer is the fp32 layer of that weight, bit for bit. */
+typedef void (*block_fn)(const poet_exec_t *e, const poet_conv_t *cv, int first, int end, const float *w);
+static void blocks(const poet_exec_t *e, const poet_conv_t *cv, int32_t rest, block_fn run)
 {
     const int Og = cv->O / cv->groups;
     const long row = (long)(cv->C / cv->groups) * cv->kh * cv->kw;
     const int per = (int)(e->m->stream_bytes / (4u * (uint32_t)row));
-    float ws, *w = (float *)(void *)e->buf->stream;
-    const int8_t *wq = i8_weight(e, e->a[WEIGHT], &ws);
+    float ws = 0.0f, *w = (float *)(void *)e->buf->stream;
+    const int8_t *wq = rest < 0 ? i8_weight(e, e->a[WEIGHT], &ws) : 0;
     int o, n;
     long i;
     for (o = 0; o < cv->O; o += n) {
         const int group_end = Og == 1 ? cv->O : (o / Og + 1) * Og;
         n = group_end - o < per ? group_end - o : per;
-        for (i = 0; i < n * row; i++)
-            w[i] = (float)wq[(long)o * row + i] * ws;
+        if (wq)
+            for (i = 0; i < n * row; i++)
+                w[i] = (float)wq[(long)o * row + i] * ws;
+        else
+            split_rows(e, rest, o, o + n, row, w);
         run(e, cv, o, o + n, w);
     }
 }
@@ -101,8 +168,8 @@ void op_conv2d_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
     poet_conv_t cv = conv_shape(a);
-    if (poet_param_i8(e->m, (uint16_t)a[WEIGHT])) {
-        w8_blocks(e, &cv, w8_fwd);
+    if (a[REST] > 0 || poet_param_i8(e->m, (uint16_t)a[WEIGHT])) {
+        blocks(e, &cv, a[REST] - 1, w8_fwd);
         return;
     }
     poet_conv2d_ex_fwd(&cv, e->in[0], param(e, a[WEIGHT]), param(e, a[BIAS]), e->out);
@@ -112,11 +179,18 @@ void op_conv2d_bwd_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
     poet_grad_t gw, gb;
+    const int32_t rest = rest_of(POET_OP_CONV2D_BWD, a);
     poet_conv_t cv = conv_shape(a);
-    cv.ck = a[NEED_GX] >> 1;
+    cv.ck = (a[NEED_GX] >> 1) & 0x7FFF;
+    if (rest >= 0) { /* the input gradient first: an update in backward changes the share */
+        if (a[NEED_GX] & 1)
+            blocks(e, &cv, rest, w8_gx);
+        poet_conv2d_ex_bwd(&cv, e->in[0], e->in[1], 0, grad(e, a[WEIGHT], &gw), grad(e, a[BIAS], &gb), 0);
+        return;
+    }
     if (poet_param_i8(e->m, (uint16_t)a[WEIGHT])) { /* frozen (checked): the input gradient and the bias's */
         if (a[NEED_GX] & 1)
-            w8_blocks(e, &cv, w8_gx);
+            blocks(e, &cv, -1, w8_gx);
         poet_conv2d_ex_bwd(&cv, e->in[0], 0, 0, 0, grad(e, a[BIAS], &gb), 0);
         return;
     }

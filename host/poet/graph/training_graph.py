@@ -19,6 +19,17 @@ from poet.graph.dtypes import F32
 from poet.graph.quantise import i8_bytes
 
 
+@dataclass(frozen=True)
+class StoredParam:
+    """One entry of the board's parameter table (TrainingGraph.stored): its elements and where they live."""
+
+    elems: int
+    trained: bool  # in RAM, with a gradient and optimizer state
+    moved: bool = False  # untrained, written by the forward pass: in RAM, without a gradient
+    int8: bool = False  # frozen, stored int8 with one scale
+    aux: bool = False  # frozen int8, on aux storage
+
+
 @dataclass
 class GraphNode:
     id: int
@@ -69,9 +80,31 @@ class TrainingGraph:
 
     @property
     def param_bytes(self) -> int:
-        """Bytes of the trainable parameters: these, their gradients and optimizer state live in RAM."""
+        """Bytes of the trainable parameters as the board stores them (a weight trained in part: its share,
+        `stored`): these, their gradients and optimizer state live in RAM."""
         frozen = set(self.frozen)
-        return F32 * sum(numel(s) for n, s in self.params if n not in frozen)
+        return F32 * sum(t.elems for (n, _), t in zip(self.params, self.stored, strict=False) if n not in frozen)
+
+    @property
+    def stored(self) -> list[StoredParam]:
+        """The board's parameter table (docs/spec.md 2): every parameter in upload order, then the frozen rest
+        of each weight trained in part (partial_weights), in that order. Such a weight is stored split: its
+        share in RAM, trained (only it has a gradient and optimizer state), the rest frozen in flash, read in
+        place; its layer makes the whole weight a block of output channels at a time (firmware/core/ops/conv.c).
+        tiny-training keeps the rest of a partly updated weight in flash the same way."""
+        frozen, moved, i8, aux = set(self.frozen), self.moved, self.int8_params, self.streamed_params
+        shares = self.partial_weights
+        out = [StoredParam(share_elems(shape, *shares[name]) if name in shares else numel(shape),
+                           name not in frozen, name in moved, name in i8, name in aux) for name, shape in self.params]
+        return out + [StoredParam(numel(shape) - out[i].elems, False) for i, (name, shape) in enumerate(self.params)
+                      if name in shares]
+
+    @property
+    def rests(self) -> dict[int, int]:
+        """Each weight trained in part (its parameter index) -> its frozen rest's index in `stored`."""
+        shares = self.partial_weights
+        split = [i for i, (name, _) in enumerate(self.params) if name in shares]
+        return {i: len(self.params) + k for k, i in enumerate(split)}
 
     @property
     def moved(self) -> set[str]:
@@ -136,8 +169,8 @@ class TrainingGraph:
     @property
     def frozen_bytes(self) -> int:
         """Bytes of the tensors read in place from the board's flash: frozen, never written, not streamed."""
-        fixed, i8 = set(self.frozen) - self.moved - self.streamed_params, self.int8_params
-        return sum(i8_bytes(numel(s)) if n in i8 else F32 * numel(s) for n, s in self.params if n in fixed)
+        return sum(i8_bytes(t.elems) if t.int8 else F32 * t.elems for t in self.stored
+                   if not (t.trained or t.moved or t.aux))
 
     @property
     def x_elems(self) -> int:
@@ -270,6 +303,11 @@ def numel(shape: list[int]) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def share_elems(shape: list[int], axis: int, ck: int) -> int:
+    """The elements of a weight's share (TrainingGraph.partial_weights): its first ck along `axis`."""
+    return numel(shape) // shape[axis] * ck
 
 
 def summary(g: TrainingGraph) -> str:

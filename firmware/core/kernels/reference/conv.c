@@ -74,7 +74,7 @@ void poet_ref_conv2d_ex_bwd(const poet_conv_t *cv, const float *g, const float *
                             }
                         }
                     }
-                    poet_grad_put(dw, (uint32_t)((((long)o * Cg + c) * kh + ky) * kw + kx), acc);
+                    poet_grad_put(dw, (uint32_t)((((long)o * Ck + c) * kh + ky) * kw + kx), acc);
                 }
         if (db) {
             float acc = 0.0f;

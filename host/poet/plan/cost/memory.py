@@ -128,20 +128,22 @@ class Pool:
 
 def pool_for(g: TrainingGraph) -> Pool:
     """The pool a training graph needs on the board (the model blob lowered from it asks the same)."""
-    frozen, moved, i8, aux = set(g.frozen), g.moved, g.int8_params, g.streamed_params
-    return Pool.of(g.param_elems, [name not in frozen for name, _ in g.params], g.optimizer["name"], g.batch,
-                   g.x_elems, len(g.nodes), [name in moved for name, _ in g.params],
-                   [name in i8 for name, _ in g.params], g.updates_in_backward,
-                   [name in aux for name, _ in g.params], stream_bytes(g), staged_input_scale(g) is not None)
+    t = g.stored
+    return Pool.of([p.elems for p in t], [p.trained for p in t], g.optimizer["name"], g.batch, g.x_elems,
+                   len(g.nodes), [p.moved for p in t], [p.int8 for p in t], g.updates_in_backward,
+                   [p.aux for p in t], stream_bytes(g), staged_input_scale(g) is not None)
 
 
 def stream_bytes(g: TrainingGraph) -> int:
     """The pool's stream buffer (firmware/core/model.h stream_bytes): the largest of a streamed weight's output
-    rows (node_stream_row), a weight-only int8 conv's block of output channels made fp32 (w8_conv_block) and an
-    output channel of a depthwise int8 conv that may run in place (in_place_plane)."""
+    rows (node_stream_row), the block of output channels made fp32 of a conv whose weight is stored int8
+    (weight-only) or split (trained in part, TrainingGraph.stored) (w8_conv_block), and an output channel of a
+    depthwise int8 conv that may run in place (in_place_plane)."""
+    split = {g.params[i][0] for i in g.rests}
     return max([node_stream_row(n.op, n.attrs) for n in g.nodes if n.op in STREAMING and n.attrs.get("stream")]
                + [w8_conv_block(n.attrs["C"], n.attrs["O"], n.attrs["groups"], *conv_window(n.attrs)[:2])
-                  for n in g.nodes if n.op in ("conv2d", "conv2d_bwd") and n.attrs.get("w8")]
+                  for n in g.nodes if n.op in ("conv2d", "conv2d_bwd")
+                  and (n.attrs.get("w8") or g.params[n.attrs["w"]][0] in split)]
                + [in_place_plane(n) for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("inplace")], default=0)
 
 

@@ -48,6 +48,8 @@ def optimizer_attrs(opt: dict[str, Any]) -> dict[str, Any]:
 KINDS = {"input": mb.KIND_INPUT, "forward": mb.KIND_FORWARD, "loss": mb.KIND_LOSS, "backward": mb.KIND_BACKWARD,
          "optimizer": mb.KIND_OPTIMIZER}
 ALIGN = 4
+# conv2d_bwd's a9 packs its share's input channels (bits 1-15) and its rest's parameter index + 1 (bits 16-30)
+PACKED_MAX = 2**15 - 1
 
 
 def check_runtime(g: TrainingGraph) -> None:
@@ -78,8 +80,10 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
         return mb.f32_bits(float(dropout.scale(float(attrs["p"]))))
     if name == "drop_row":  # absent in graphs written before stochastic depth: a draw per element
         return int(attrs.get("row", 0))
-    if name == "need_ck":
-        return int(attrs["need_grad_input"]) | int(attrs.get("ck", 0)) << 1
+    if name == "need_ck":  # bits 16-30: the rest's parameter index + 1 of a weight stored split, 0 for none
+        return int(attrs["need_grad_input"]) | int(attrs.get("ck", 0)) << 1 | _rest(attrs) + 1 << 16
+    if name == "rest":  # + 1: 0, as a blob's absent slots read, is none
+        return _rest(attrs) + 1
     if name == "kernel":
         kh, kw, ph, pw = conv_window(attrs)
         return mb.conv_kernel(kh, kw, pw, int(attrs.get("padb", ph)) if "padb" in attrs else None)
@@ -98,6 +102,15 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
     return int(attrs[name])
 
 
+def _rest(attrs: dict[str, Any]) -> int:
+    """The parameter index of the frozen rest of a conv weight trained in part, -1 for none (TrainingGraph.rests)."""
+    rest, ck = int(attrs.get("rest", -1)), int(attrs.get("ck", 0))
+    if rest >= PACKED_MAX or ck >= PACKED_MAX:
+        raise PoetError(f"a conv weight trained in part with {ck} channels in its share and its rest at parameter "
+                        f"{rest}: the board's conv2d_bwd packs both below {PACKED_MAX}")
+    return rest
+
+
 def blob_attrs(op: str, attrs: dict[str, Any]) -> tuple[int, ...]:
     """a0.. of a runtime op (docs/spec.md section 2) from a graph node's attributes."""
     return tuple(_attr(attrs, a) for a in OPS[op].slots)
@@ -105,19 +118,19 @@ def blob_attrs(op: str, attrs: dict[str, Any]) -> tuple[int, ...]:
 
 def model_blob(g: TrainingGraph) -> ModelBlob:
     check_runtime(g)
-    in_backward = g.updates_in_backward
+    in_backward, rests = g.updates_in_backward, g.rests
     nodes = []
     for n in g.nodes:
         op = OPS[n.op]
         attrs = optimizer_attrs(g.optimizer) | {"in_backward": int(in_backward)} if n.kind == "optimizer" else n.attrs
+        if attrs.get("w", -1) in rests and n.op in ("conv2d", "conv2d_bwd"):
+            attrs = {**attrs, "rest": rests[attrs["w"]]}
         nodes.append(BlobNode(op=op.code, kind=KINDS[n.kind], deps=tuple(n.deps), bytes=n.bytes,
                               attrs=tuple(_attr(attrs, a) for a in op.slots)))
-    frozen, moved, i8, aux = set(g.frozen), g.moved, g.int8_params, g.streamed_params
-    return ModelBlob(batch=g.batch, x_elems=g.x_elems, param_elems=g.param_elems, nodes=nodes,
-                     param_frozen=[name in frozen for name, _ in g.params],
-                     param_moved=[name in moved for name, _ in g.params],
-                     param_i8=[name in i8 for name, _ in g.params],
-                     param_aux=[name in aux for name, _ in g.params])
+    t = g.stored
+    return ModelBlob(batch=g.batch, x_elems=g.x_elems, param_elems=[p.elems for p in t], nodes=nodes,
+                     param_frozen=[not p.trained for p in t], param_moved=[p.moved for p in t],
+                     param_i8=[p.int8 for p in t], param_aux=[p.aux for p in t])
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,7 @@ class ModelBlob:
         ps = range(len(self.param_elems))
         # the stream buffer as the firmware sizes it (firmware/core/ops/quant.c, conv.c, linear.c): conv2d_q's
         # and conv2d_i8's a1 C, a5 kernel, a6 geometry, a7 weight; linear's a1 in, a3 weight; a weight-only
-        # int8 conv2d's and conv2d_bwd's a4 O too
+        # int8 or split conv2d's and conv2d_bwd's a4 O too
         convs, w8 = (CODE["conv2d_q"], CODE["conv2d_i8"]), (CODE["conv2d"], CODE["conv2d_bwd"])
 
         def window(a: tuple[int, ...]) -> tuple[int, int, int, int]:
@@ -224,7 +224,8 @@ class ModelBlob:
         stream = max([stream_row(*window(n.attrs)) for n in self.nodes if n.op in convs and self.aux(n.attrs[7])]
                      + [n.attrs[1] for n in self.nodes if n.op == CODE["linear"] and self.aux(n.attrs[3])]
                      + [w8_conv_block(n.attrs[1], n.attrs[4], *window(n.attrs)[1:]) for n in self.nodes
-                        if n.op in w8 and len(n.attrs) > 7 and n.attrs[7] >= 0 and self.i8(n.attrs[7])]
+                        if n.op in w8 and len(n.attrs) > 7 and n.attrs[7] >= 0
+                        and (self.i8(n.attrs[7]) or n.attrs[7] in self.rests)]
                      # a conv2d_q that may run in place (a9 bit 19): one output channel, of a0 B x a4 O
                      + [n.bytes // (n.attrs[0] * n.attrs[4]) for n in self.nodes
                         if n.op == CODE["conv2d_q"] and len(n.attrs) > 9 and n.attrs[9] & Q_IN_PLACE], default=0)
@@ -260,11 +261,37 @@ class ModelBlob:
         """The frozen int8 weights on aux storage: the aux weights blob."""
         return self.pool.flash.aux
 
+    @property
+    def rests(self) -> dict[int, tuple[int, int]]:
+        """Each conv weight stored split (trained in part, TrainingGraph.stored) -> its frozen rest's parameter
+        index (conv2d's a9 - 1) and the rows the whole is cut in: its output channels (the share is each one's
+        first input channels), or 1 for a depthwise conv (whose share is its first channels)."""
+        out = {}
+        for n in self.nodes:
+            if n.op == CODE["conv2d"] and len(n.attrs) > 9 and n.attrs[9] > 0:
+                depthwise = n.attrs[1] == n.attrs[4] == (n.attrs[6] >> 16) + 1
+                out[n.attrs[7]] = (n.attrs[9] - 1, 1 if depthwise else n.attrs[4])
+        return out
+
+    def _table(self, params: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Every parameter (the graph's order) as the parameter table holds it: a weight stored split as its
+        share, its rest at the rest's index (past the graph's parameters)."""
+        rests = self.rests
+        if len(params) != len(self.param_elems) - len(rests):
+            raise ValueError(f"{len(params)} parameters, the parameter table has {len(self.param_elems)} "
+                             f"({len(rests)} of them the rests of weights stored split)")
+        out = [np.asarray(p, dtype=np.float32).reshape(-1) for p in params]
+        out += [np.zeros(0, np.float32)] * len(rests)
+        for p, (r, rows) in rests.items():
+            whole = out[p].reshape(rows, -1)
+            cut = self.param_elems[p] // rows
+            out[p], out[r] = whole[:, :cut].reshape(-1), whole[:, cut:].reshape(-1)
+        return out
+
     def split_weights(self, params: Sequence[np.ndarray]) -> tuple[bytes, bytes, bytes]:
-        """Every parameter (param-table order) as the three blobs the board takes: (weights, frozen weights,
+        """Every parameter (the graph's order) as the three blobs the board takes: (weights, frozen weights,
         aux weights). A frozen tensor stored int8 is quantised here, once (poet.graph.quantise)."""
-        if len(params) != len(self.param_elems):
-            raise ValueError(f"{len(params)} parameters, the parameter table has {len(self.param_elems)}")
+        params = self._table(params)
         ram = [p for i, p in enumerate(params) if not self.frozen(i)]
         flash = b"".join(encode_i8(p) if self.i8(i) else encode_weights([p])
                          for i, p in enumerate(params) if self.frozen(i) and not self.aux(i))
@@ -272,8 +299,8 @@ class ModelBlob:
         return encode_weights(ram), flash, aux
 
     def join_weights(self, weights: bytes, frozen: bytes, aux: bytes = b"") -> list[np.ndarray]:
-        """The three blobs back as every parameter, flat, in param-table order (int8 ones dequantised: the
-        values the board computes with)."""
+        """The three blobs back as every parameter, flat, in the graph's order (int8 ones dequantised: the
+        values the board computes with; a weight stored split whole again)."""
         n = len(self.param_elems)
         ram = iter(decode_weights(weights, [self.param_elems[i] for i in range(n) if not self.frozen(i)]))
         for blob, want, what in ((frozen, self.frozen_bytes, "frozen"), (aux, self.aux_bytes, "aux")):
@@ -289,7 +316,10 @@ class ModelBlob:
             chunk = (aux if on_aux else frozen)[off[on_aux]:off[on_aux] + size]
             out.append(decode_i8(chunk, n) if self.i8(i) else decode_weights(chunk, [n])[0])
             off[on_aux] += size
-        return out
+        rests = self.rests
+        for p, (r, rows) in rests.items():  # a weight stored split: whole again
+            out[p] = np.concatenate([out[p].reshape(rows, -1), out[r].reshape(rows, -1)], axis=1).reshape(-1)
+        return out[:len(out) - len(rests)]
 
     @property
     def grad_bytes(self) -> int:
