@@ -175,3 +175,25 @@ def test_a_depthwise_int8_conv_runs_in_place_a_channel_at_a_time(tmp_path: Path)
     assert peak == plan.peak_bytes == simulate(cg, plan).peak_bytes < flat_peak
     assert losses == flat_losses and all(np.array_equal(a, b) for a, b in zip(weights, flat_weights, strict=True))
 
+
+
+def test_a_depthwise_int8_conv_streaming_its_weight_is_costed_not_in_place() -> None:
+    """Placement streams a conv2d_q's weight from the SD card and unmarks it (its reads take the stream buffer a
+    channel made in place would); the planner's costs of the placed graph must say so too. They kept the mark:
+    mcunet-5fps's 49kb plan held 12 KiB more at one depthwise conv than the planner counted."""
+    from poet.boards import load_board
+    from poet.plan.cost.costs import costed, load_profile, with_stream_costs
+    from poet.plan.transform.placement import streamed
+    from test_patches import _prefix
+
+    _, prefix, _, _ = _prefix()
+    q = prefix.graph
+    marked = [n for n in q.nodes if n.op == "conv2d_q" and n.attrs.get("inplace")]
+    board = load_board("nrf52840")
+    prof = load_profile(board.name)
+    cg = costed(q, board, prof, estimate=True)
+    assert all(cg.nodes[n.id].inplace for n in marked)
+    placed = streamed(q, {q.params[marked[0].attrs["w"]][0]})
+    after = with_stream_costs(cg, placed, board, prof)
+    assert not after.nodes[marked[0].id].inplace and all(after.nodes[n.id].inplace for n in marked[1:])
+    assert [n.inplace for n in after.nodes] == [n.inplace for n in costed(placed, board, prof, estimate=True).nodes]

@@ -210,6 +210,45 @@ def test_fragmentation_replans_below_the_plans_own_peak(monkeypatch):
     assert p.plan.peak_bytes <= peak - 88 and p.lowered.extent_bytes <= p.budget.arena
 
 
+def test_fragmentation_no_plan_escapes_loosens_halfway_then_names_the_ram_of_the_best(monkeypatch):
+    """Where the bound tightened by the overshoot has no plan, the next is halfway back toward the last plan's peak;
+    when no plan ever places within the arena, the one line says fragmentation is what does not fit and the --ram
+    that holds the best plan found (it had said --ram was below a smallest budget that it was above)."""
+    import dataclasses
+
+    from poet.boards import load_board
+    from poet.errors import PoetError
+    from poet.plan import pipeline
+    from poet.units import format_size
+
+    g = _graph("mlp-digits")
+    cg = _costed(g)
+    board = load_board("nrf52840")
+    static = 20_000
+    peak = keep_all(cg).peak_bytes
+    fixed = budget_for(g, board.ram_bytes, static).fixed
+    frag = peak  # placement doubles every plan's peak: none fits
+    arenas: list[int] = []
+    extents: list[int] = []
+    real_plan_with = pipeline.plan_with
+
+    def plan_with(strategy, cg, arena, *a, **kw):
+        arenas.append(arena)
+        return real_plan_with(strategy, cg, arena, *a, **kw)
+
+    def fragmented(plan, g):
+        extents.append(plan.peak_bytes + frag)
+        return dataclasses.replace(lower(plan, g), extent_bytes=plan.peak_bytes + frag)
+
+    monkeypatch.setattr(pipeline, "plan_with", plan_with)
+    monkeypatch.setattr(pipeline, "lower", fragmented)
+    ram = fixed + peak + 1000
+    with pytest.raises(PoetError, match="fragmentation") as e:
+        pipeline.plan_step(g, cg, board, ram, static, 50 * cg.one_pass_s, progress=lambda _m: None)
+    assert f"--ram {format_size(fixed + min(extents))} holds the best" in str(e.value)
+    assert len(arenas) == 8 and any(b > a for a, b in zip(arenas, arenas[1:], strict=False)), arenas
+
+
 @needs_tools("cc", "make")
 @pytest.mark.parametrize(("side", "forced"), [(7, False), (8, False), (7, True)])
 def test_a_max_pool_the_board_refuses_is_refused_before_anything_boots(tmp_path, side, forced):

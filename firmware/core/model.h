@@ -50,6 +50,8 @@ enum { POET_OP_TABLE(POET_OP_ENUM) };
  * tensors are fp32 but the static-int8 ones' (ops/quant.c); int8 ones are quantised with one fp32
  * scale per tensor (an absmax node, or for static int8 a frozen parameter). */
 enum { POET_DT_F32 = 0, POET_DT_F16 = 1, POET_DT_BF16 = 2, POET_DT_I8 = 3 };
+/* Not an element type a cast takes: an act_mask's bits, which only mask_bwd reads (ops/elementwise.c). */
+enum { POET_DT_BITS = 4 };
 
 /* Param table word (docs/spec.md section 2): the element count and where the tensor lives.
  * Trained (top bits clear): in RAM, with a gradient and optimizer state. POET_PARAM_FROZEN: not

@@ -187,6 +187,11 @@ _TABLE: tuple[Op, ...] = (
     # patch by patch and the stage's output stitched from them (plan/transform/patches.py)
     Op("slice_q", 100, "forward", ("outer", "total", "offset", "len", "scale"), saves=""),
     Op("cat_q", 101, "forward", ("outer", "l0", "l1", "l2", "l3", "scale"), saves=""),
+    # ---- an activation's backward from bits (plan/transform/masks.py): act_mask makes a bit per element of the
+    # activation's output y, lo < y (and y < hi where bounded), in u32 words; mask_bwd passes dL/dy where the bit is
+    # set: relu_bwd's and hardtanh_bwd's values from 1/32 of the bytes
+    Op("act_mask", 102, "forward", ("n", "f:lo", "f:hi", "bounded"), saves=""),
+    Op("mask_bwd", 103, "backward", ("n",), saves=""),
     # ---- the optimizer: its slots come from the graph's optimizer settings (lower.optimizer_attrs)
     Op("sgd", 32, "optimizer", ("opt", "f:p1", "f:p2", "f:p3", "in_backward"), saves=""),
 )
@@ -194,7 +199,7 @@ _TABLE: tuple[Op, ...] = (
 # the ops whose kernel makes each output element from the same element of dep 0 (and of the other deps), so the
 # output may overwrite dep 0 as it goes; and conv2d_q, whose depthwise nodes marked `inplace` (static_int8) make a
 # channel at a time in a one-channel buffer and copy it over the input channels already read (firmware ops/quant.c)
-_INPLACE = ("relu", "relu_bwd", "hardtanh", "hardtanh_bwd", "conv2d_q")
+_INPLACE = ("relu", "relu_bwd", "hardtanh", "hardtanh_bwd", "mask_bwd", "conv2d_q")
 _TABLE = tuple(replace(op, inplace=True) if op.name in _INPLACE else op for op in _TABLE)
 OPS: dict[str, Op] = {op.name: op for op in _TABLE}
 BY_CODE: dict[int, Op] = {op.code: op for op in _TABLE}

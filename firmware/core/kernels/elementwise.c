@@ -159,6 +159,25 @@ void poet_hardtanh_bwd(int n, float lo, float hi, const float *g, const float *x
         gx[i] = (x[i] > lo && x[i] < hi) ? g[i] : 0.0f;
 }
 
+void poet_act_mask(int n, float lo, float hi, int bounded, const float *y, uint32_t *bits)
+{
+    int i, j;
+    for (i = 0; i < n; i += 32) {
+        uint32_t w = 0;
+        for (j = 0; j < 32 && i + j < n; j++)
+            if (y[i + j] > lo && (!bounded || y[i + j] < hi))
+                w |= 1u << j;
+        bits[i >> 5] = w;
+    }
+}
+
+void poet_mask_bwd(int n, const float *g, const uint32_t *bits, float *gx)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        gx[i] = (bits[i >> 5] >> (i & 31)) & 1u ? g[i] : 0.0f;
+}
+
 /* ---- arithmetic ----------------------------------------------------------------------------- */
 
 void poet_add_fwd(int n, const float *a, const float *b, float *y)

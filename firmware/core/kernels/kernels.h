@@ -140,6 +140,12 @@ void poet_hardsigmoid_bwd(int n, const float *g, const float *x, float *gx);
  * passes the gradient only strictly inside (lo, hi). */
 void poet_hardtanh_fwd(int n, float lo, float hi, const float *x, float *y);
 void poet_hardtanh_bwd(int n, float lo, float hi, const float *g, const float *x, float *gx);
+/* An activation's backward from a bit per element (plan/transform/masks.py): bit i of bits[i / 32] is
+ * lo < y[i] (and y[i] < hi where bounded), so poet_mask_bwd's gx = g where it is set, else 0, is relu's
+ * backward from y (lo 0, unbounded) and hardtanh's from x (y = clamp(x): lo < y < hi exactly where lo < x <
+ * hi), bit for bit, from 1/32 of the bytes. gx may be g (in place). */
+void poet_act_mask(int n, float lo, float hi, int bounded, const float *y, uint32_t *bits);
+void poet_mask_bwd(int n, const float *g, const uint32_t *bits, float *gx);
 
 /* Same-shape a (op) b over n elements. y may alias a or b. */
 void poet_add_fwd(int n, const float *a, const float *b, float *y);

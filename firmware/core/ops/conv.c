@@ -24,23 +24,18 @@ static int depthwise(const int32_t *a) { return a[C] == a[O] && POET_CONV_GROUPS
  * conv2d_bwd's, whose weight gradient is the share's and must cover it exactly, or -1 (conv2d: any). */
 static int split_ok(const poet_model_t *m, const int32_t *a, int32_t rest, uint64_t reduce, int32_t ck)
 {
-    const uint64_t unit = depthwise(a) ? reduce : mul((uint64_t)a[O], reduce / (uint64_t)(a[C] / POET_CONV_GROUPS(a[GEOM])));
-    const uint64_t whole = mul((uint64_t)a[O], reduce), channels = whole / unit;
-    uint64_t share;
+    /* in 32 bits: the elements of a parameter fit 28, and a 64-bit division costs the M4 image 700 B */
+    const uint32_t khkw = (uint32_t)(POET_CONV_KH(a[K]) * POET_CONV_KW(a[K]));
+    const uint32_t unit = depthwise(a) ? khkw : (uint32_t)a[O] * khkw; /* the share's elements per channel */
+    const uint32_t channels = depthwise(a) ? (uint32_t)a[O] : (uint32_t)(a[C] / POET_CONV_GROUPS(a[GEOM]));
+    uint32_t share;
     if (a[WEIGHT] < 0 || (uint32_t)a[WEIGHT] >= m->n_params || !poet_param_trained(m, (uint16_t)a[WEIGHT]) ||
         (uint32_t)rest >= m->n_params || poet_param_trained(m, (uint16_t)rest) || poet_param_i8(m, (uint16_t)rest))
         return 0;
     share = poet_param_elems(m, (uint16_t)a[WEIGHT]);
-    return share % unit == 0 && share > 0 && share / unit < channels && (ck < 0 || (uint64_t)ck == share / unit) &&
-           share + poet_param_elems(m, (uint16_t)rest) == whole;
-}
-
-/* The output channels a weight-only int8 conv makes fp32 together at the least: the four the kernels block
- * (kernels/conv.c), within a group; one for a depthwise conv, which has no such blocks. */
-static uint64_t w8_block(const int32_t *a)
-{
-    const int32_t groups = POET_CONV_GROUPS(a[GEOM]), og = a[O] / groups;
-    return a[C] == groups && og == 1 ? 1u : og < 4 ? (uint64_t)og : 4u;
+    return unit > 0 && share % unit == 0 && share / unit > 0 && share / unit < channels &&
+           (ck < 0 || (uint32_t)ck == share / unit) &&
+           (uint64_t)share + poet_param_elems(m, (uint16_t)rest) == mul((uint64_t)a[O], reduce);
 }
 
 /* conv2d, conv2d_bwd and conv2d_i8: the same shapes and parameters, then each op's deps and output.
@@ -63,7 +58,7 @@ int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
         return 0;
     if (rest >= 0) /* made fp32 a block of output channels at a time in the stream buffer, as a w8 one */
         weight = split_ok(m, a, rest, reduce, n->op == POET_OP_CONV2D ? -1 : (a[NEED_GX] >> 1) & 0x7FFF) &&
-                 streams(m, (uint32_t)f32s(mul(reduce, w8_block(a))));
+                 streams(m, (uint32_t)f32s(reduce));
     else
         weight = n->op == POET_OP_CONV2D_I8 ? i8_weight_ok(m, n, a[WEIGHT], w) ||
                                             /* stored int8 on aux storage: streamed an output channel or more
@@ -72,9 +67,9 @@ int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
                                              streams(m, (uint32_t)reduce))
                                       : param_ok(m, a[WEIGHT], w) ||
                                             /* weight-only int8: made fp32 a block of output channels at a
-                                             * time in the stream buffer (w8_blocks) */
+                                             * time in the stream buffer (blocks) */
                                             (w8_weight_ok(m, a[WEIGHT], w, 0) &&
-                                             streams(m, (uint32_t)f32s(mul(reduce, w8_block(a)))));
+                                             streams(m, (uint32_t)f32s(reduce)));
     if (!weight || !opt_param_ok(m, a[BIAS], (uint64_t)a[O]))
         return 0;
     if (n->op == POET_OP_CONV2D_I8)
@@ -114,7 +109,7 @@ static void split_rows(const poet_exec_t *e, int32_t rest, int first, int end, l
 
 /* A weight not stored whole in fp32 read by an fp32 conv: a frozen one stored int8 (weight-only,
  * poet.plan.transform.placement), or one stored split (rest_of). Its output channels a block at a time, as many
- * as the stream buffer holds and never across a group, each block's fp32 weights (q * scale; or share and rest)
+ * as the stream buffer holds (one at least: the check asks for one channel's row) and never across a group, each block's fp32 weights (q * scale; or share and rest)
  * made in the buffer and handed to run(e, first, end, w). Each output channel sums its terms as the whole
  * layer's kernel does, so the layer is the fp32 layer of that weight, bit for bit. */
 typedef void (*block_fn)(const poet_exec_t *e, const poet_conv_t *cv, int first, int end, const float *w);

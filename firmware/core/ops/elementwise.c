@@ -8,6 +8,7 @@
 enum { N = 0 };
 enum { GELU_TANH = 1 };        /* gelu: 0 exact erf, 1 approximate='tanh' */
 enum { LO = 1, HI = 2 };       /* hardtanh: the clamp's bounds (f32) */
+enum { BOUNDED = 3 };          /* act_mask: lo < y, and y < hi if 1 */
 enum { S_MUL = 1, S_ADD = 2 }; /* scale: y = x * mul + add (f32) */
 /* dropout: p 2^24, 1 / (1 - p) (f32), which layer, elements a draw (0 or 1: a draw each element) */
 enum { D_THRESHOLD = 1, D_SCALE = 2, D_SALT = 3, D_ROW = 4 };
@@ -54,6 +55,34 @@ int op_hardtanh_bwd_check(poet_model_t *m, const poet_node_t *n)
     const int32_t *a = n->a;
     uint64_t x = f32s((uint64_t)a[N]);
     return pos(a[N]) && finite_attr(a[LO]) && finite_attr(a[HI]) && io2(m, n, x, x, x);
+}
+
+/* act_mask: y's n fp32 elements -> a bit each, in u32 words (kernels.h poet_act_mask). */
+int op_act_mask_check(poet_model_t *m, const poet_node_t *n)
+{
+    const int32_t *a = n->a;
+    return pos(a[N]) && finite_attr(a[LO]) && finite_attr(a[HI]) && (a[BOUNDED] == 0 || a[BOUNDED] == 1) &&
+           io1(m, n, f32s((uint64_t)a[N]), 4u * (((uint64_t)a[N] + 31u) / 32u));
+}
+
+/* mask_bwd: dL/dy (fp32, the op is NARROW for its other dep) and an act_mask node's bits of as many elements. */
+int op_mask_bwd_check(poet_model_t *m, const poet_node_t *n)
+{
+    const uint64_t x = f32s((uint64_t)n->a[N]);
+    return pos(n->a[N]) && io2(m, n, x, 4u * (((uint64_t)n->a[N] + 31u) / 32u), x) &&
+           dep_dtype(m, n, 0) == POET_DT_F32 && dep_dtype(m, n, 1) == POET_DT_BITS &&
+           poet_rd32(poet_node_rec(m, n->deps[1]) + 16) == (uint32_t)n->a[N];
+}
+
+void op_act_mask_run(const poet_exec_t *e)
+{
+    poet_act_mask(e->a[N], poet_attr_f32(e->a[LO]), poet_attr_f32(e->a[HI]), e->a[BOUNDED], e->in[0],
+                  (uint32_t *)(void *)e->out);
+}
+
+void op_mask_bwd_run(const poet_exec_t *e)
+{
+    poet_mask_bwd(e->a[N], e->in[0], (const uint32_t *)(const void *)e->in[1], e->out);
 }
 
 void op_relu_run(const poet_exec_t *e) { poet_relu_fwd(e->a[N], e->in[0], e->out); }

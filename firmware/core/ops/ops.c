@@ -92,6 +92,8 @@ int32_t dep_dtype(const poet_model_t *m, const poet_node_t *n, int k)
     const uint8_t *p = poet_node_rec(m, n->deps[k]);
     if (p[0] == POET_OP_CAST)
         return (int32_t)poet_rd32(p + 16 + 4 * 2);
+    if (p[0] == POET_OP_ACT_MASK)
+        return POET_DT_BITS;
     return q_scale_of(m, n->deps[k]) >= 0 ? POET_DT_I8 : POET_DT_F32;
 }
 

@@ -33,6 +33,8 @@
     X(GELU_BWD, 27, BACKWARD, NONE, 2, op_gelu_bwd_check, op_gelu_bwd_run) \
     X(HARDTANH, 13, FORWARD, INPLACE, 3, op_two_floats_check, op_hardtanh_run) \
     X(HARDTANH_BWD, 28, BACKWARD, INPLACE, 3, op_hardtanh_bwd_check, op_hardtanh_bwd_run) \
+    X(ACT_MASK, 102, FORWARD, NONE, 4, op_act_mask_check, op_act_mask_run) \
+    X(MASK_BWD, 103, BACKWARD, NARROW_INPLACE, 1, op_mask_bwd_check, op_mask_bwd_run) \
     X(ADD, 40, FORWARD, GRAD_SUM, 3, op_add_check, op_add_run) \
     X(ADD_BWD, 56, BACKWARD, NONE, 3, op_add_bwd_check, op_add_bwd_run) \
     X(SUB, 41, FORWARD, NONE, 3, op_add_check, op_sub_run) \

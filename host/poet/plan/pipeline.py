@@ -8,7 +8,7 @@ from poet.boards import Board
 from poet.errors import PoetError
 from poet.graph.training_graph import TrainingGraph
 from poet.plan.cost.memory import MemoryBudget, budget_for, check_ram
-from poet.plan.lowering.lower import Lowered, lower
+from poet.plan.lowering.lower import ALIGN, Lowered, lower
 from poet.plan.strategies import MILP, found, plan_with
 from poet.plan.strategies.checkpoint_all import keep_all
 from poet.plan.strategies.poet_milp import min_arena_budget
@@ -45,15 +45,25 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
     little more (fragmentation). If it does, the plan is made again with its live
     bytes bounded by its own peak less the overshoot, so each attempt's peak is
     strictly lower (lowering only the budget can return the same plan forever when
-    the plan's peak sat below it).
+    the plan's peak sat below it). Where that bound has no plan, the bound halfway between it and the last
+    plan's peak is tried, while the two are more than a word apart.
     """
     check_ram(ram_bytes, board.ram_bytes, board.name)
     budget = budget_for(g, ram_bytes, runtime_static, board.model_flash_bytes, board.name)
     ka = keep_all(cg)
     arena = budget.arena
+    placed: list[int] = []  # the arena each plan needed placed, where it overshot
+    peak = 0  # the live bytes of the last plan that overshot
+    none = 0  # the largest live-bytes bound proven to have no plan
     for _attempt in range(8):
         plan = plan_with(strategy, cg, arena, deadline_s, solver=solver, time_limit_s=time_limit_s, gap=gap,
                          progress=progress)
+        if plan.status == "infeasible" and placed:
+            none = max(none, arena)
+            if peak - none > 2 * ALIGN:  # the tightened bound had no plan: loosen it halfway
+                arena = _halfway(none, peak)
+                progress(f"no plan keeps that few bytes live; re-solving with live bytes at most {arena} B")
+                continue
         if plan.status not in ("optimal", "feasible") and strategy not in MILP:
             raise PoetError(f"{strategy} finds no plan for --ram {format_size(ram_bytes)} (arena {arena} B) "
                             f"within the deadline: {plan.note or plan.status}; try --strategy poet", status=1)
@@ -63,6 +73,8 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
         if plan.status == "no-solution":
             raise PoetError(f"the solver found no plan in {time_limit_s:g} s (not proven infeasible); "
                             f"raise --time-limit or --ram", status=1)
+        if plan.status == "infeasible" and placed:  # infeasible only under a bound tightened for fragmentation
+            raise _fragmented(ram_bytes, budget, placed)
         if plan.status == "infeasible":
             smallest = min_arena_budget(cg, deadline_s, solver=solver, time_limit_s=time_limit_s)
             if smallest is None:
@@ -78,10 +90,25 @@ def plan_step(g: TrainingGraph, cg: CostedGraph, board: Board, ram_bytes: int, r
         if lowered.extent_bytes <= budget.arena:
             return Planned(budget, cg, plan, lowered, ka.peak_bytes, deadline_s)
         over = lowered.extent_bytes - budget.arena
+        placed.append(lowered.extent_bytes)
         progress(f"placed arena {lowered.extent_bytes} B overshoots {budget.arena} B by {over} B "
                  f"(fragmentation); re-solving with a tighter live-bytes bound")
-        arena = min(arena, plan.peak_bytes or arena) - over
-    raise PoetError("could not place the plan's tensors within the arena after 8 attempts; raise --ram")
+        peak = min(arena, plan.peak_bytes or arena)
+        arena = peak - over if peak - over > none else _halfway(none, peak)
+    raise _fragmented(ram_bytes, budget, placed)
+
+
+def _fragmented(ram_bytes: int, budget: MemoryBudget, placed: list[int]) -> PoetError:
+    """The error of a --ram whose plans fit their live bytes but whose tensors never placed within the arena."""
+    least = min(placed)
+    return PoetError(f"--ram {format_size(ram_bytes)} holds this step's live tensors but not once they are placed at "
+                     f"offsets (fragmentation): the plans found need an arena of {least} B placed, {budget.arena} B "
+                     f"is left; --ram {format_size(budget.fixed + least)} holds the best of them", status=1)
+
+
+def _halfway(low: int, high: int) -> int:
+    """A live-bytes bound between one with no plan and a plan's peak, word-aligned."""
+    return (low + high) // 2 // ALIGN * ALIGN
 
 
 def check_found(plan: Plan, cg: CostedGraph, arena: int, fixed: int, deadline_s: float, strategy: str,

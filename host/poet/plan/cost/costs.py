@@ -431,14 +431,16 @@ def stream_cost(board: Board, profile: dict[str, Any], g: TrainingGraph) -> dict
 def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: dict[str, Any]) -> CostedGraph:
     """cg with g's streamed weights costed as they run (cg's costs are of g before its frozen weights were
     placed): a streamed conv's compute as the profile measured it streaming, where it has that (its key
-    says stream=1: it runs a few output channels per read, which its loops cannot block), plus its reads."""
+    says stream=1: it runs a few output channels per read, which its loops cannot block), plus its reads; and no
+    longer in place (memory.in_place: its reads take the stream buffer a channel made in place would)."""
     cost = stream_cost(board, profile, g)
     ops = profile.get("ops", {})
 
     def placed(n: CostedNode) -> CostedNode:
         key = op_key(g.nodes[n.id], g)
         s, j = (float(ops[key]["time_s"]), float(ops[key]["energy_j"])) if key in ops else (n.compute_s, n.compute_j)
-        return _coefficients(board, replace(n, compute_s=s + cost[n.id][0], compute_j=j + cost[n.id][1]))
+        return _coefficients(board, replace(n, compute_s=s + cost[n.id][0], compute_j=j + cost[n.id][1],
+                                            inplace=in_place(g, g.nodes[n.id])))
 
     return replace(cg, nodes=tuple(placed(n) if n.id in cost else n for n in cg.nodes))
 

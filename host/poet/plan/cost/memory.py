@@ -141,19 +141,18 @@ def stream_bytes(g: TrainingGraph) -> int:
     depthwise int8 conv that may run in place (in_place_plane)."""
     split = {g.params[i][0] for i in g.rests}
     return max([node_stream_row(n.op, n.attrs) for n in g.nodes if n.op in STREAMING and n.attrs.get("stream")]
-               + [w8_conv_block(n.attrs["C"], n.attrs["O"], n.attrs["groups"], *conv_window(n.attrs)[:2])
+               + [w8_conv_block(n.attrs["C"], n.attrs["groups"], *conv_window(n.attrs)[:2])
                   for n in g.nodes if n.op in ("conv2d", "conv2d_bwd")
                   and (n.attrs.get("w8") or g.params[n.attrs["w"]][0] in split)]
                + [in_place_plane(n) for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("inplace")], default=0)
 
 
-def w8_conv_block(channels: int, out: int, groups: int, kh: int, kw: int) -> int:
-    """The bytes of the output channels a conv whose frozen weight is stored int8 (weight-only) makes fp32
-    together at the least (firmware/core/ops/conv.c w8_blocks): the four the fp32 kernels compute together,
-    within a group, or one of a depthwise conv."""
-    og = out // groups
-    block = 1 if groups == channels and og == 1 else min(og, 4)
-    return F32 * block * stream_row(channels, groups, kh, kw)
+def w8_conv_block(channels: int, groups: int, kh: int, kw: int) -> int:
+    """The bytes of the output channel a conv whose weight is not stored whole in fp32 (weight-only int8, or
+    split) makes fp32 at the least (firmware/core/ops/conv.c blocks): its fp32 row. A larger buffer (another
+    node's) holds several, which the conv then makes together; the widest conv makes one at a time, forgoing
+    its kernel's blocks of four (mcunet-5fps's 576-channel pointwise convs: 2.3 KiB, not 9 KiB)."""
+    return F32 * stream_row(channels, groups, kh, kw)
 
 
 def staged_input_scale(g: TrainingGraph) -> int | None:

@@ -199,9 +199,41 @@ def place(ops: list[tuple[int, int]], sizes: list[int], in_place: dict[int, int]
     members: dict[int, list[int]] = {}
     for idx, gid in enumerate(group):
         members.setdefault(gid, []).append(idx)
+    offsets, extent = _least_extent(intervals, members)
+    by_instr = [0] * len(ops)
+    for idx, (s, _, _) in enumerate(intervals):
+        by_instr[s] = offsets[idx]
+    return by_instr, extent, peak
+
+
+def _least_extent(intervals: list[tuple[int, int, int]], members: dict[int, list[int]]) -> tuple[list[int], int]:
+    """Offsets of the intervals, each group at one offset, by the greedy placement in a few orders (TFLM's: the
+    largest first; then the longest-lived, the earliest and the largest in bytes x time), the one of least extent
+    (the first on a tie). One order alone can leave a plan's tensors a tenth above its live bytes (mcunet-5fps's
+    backward pass: 112 KiB placed for 100 KiB live), where another places them within."""
+    def size(g: int) -> int:
+        return max(intervals[i][2] for i in members[g])
+
+    def life(g: int) -> int:
+        return max(intervals[i][1] for i in members[g]) - intervals[g][0]
+
+    orders = [lambda g: (-size(g), intervals[g][0]), lambda g: (-life(g), -size(g), intervals[g][0]),
+              lambda g: (intervals[g][0], -size(g)), lambda g: (-size(g) * (life(g) + 1), intervals[g][0])]
+    best: tuple[list[int], int] | None = None
+    for key in orders:
+        offsets = _greedy(intervals, members, sorted(members, key=key))
+        extent = max((offsets[i] + intervals[i][2] for i in range(len(intervals))), default=0)
+        if best is None or extent < best[1]:
+            best = (offsets, extent)
+    assert best is not None
+    return best
+
+
+def _greedy(intervals: list[tuple[int, int, int]], members: dict[int, list[int]], order: list[int]) -> list[int]:
+    """Each group in `order` at the lowest offset where every member fits beside what is placed in its time."""
     offsets = [0] * len(intervals)
     placed: list[int] = []
-    for gid in sorted(members, key=lambda g: (-max(intervals[i][2] for i in members[g]), intervals[g][0])):
+    for gid in order:
         busy = [sorted((offsets[j], offsets[j] + intervals[j][2]) for j in placed
                        if intervals[j][0] <= intervals[i][1] and intervals[i][0] <= intervals[j][1])
                 for i in members[gid]]
@@ -216,11 +248,7 @@ def place(ops: list[tuple[int, int]], sizes: list[int], in_place: dict[int, int]
         for i in members[gid]:
             offsets[i] = off
             placed.append(i)
-    extent = max((offsets[i] + intervals[i][2] for i in range(len(intervals))), default=0)
-    by_instr = [0] * len(ops)
-    for idx, (s, _, _) in enumerate(intervals):
-        by_instr[s] = offsets[idx]
-    return by_instr, extent, peak
+    return offsets
 
 
 def lower(plan: Plan, g: TrainingGraph, blob: ModelBlob | None = None, in_place_ops: bool = True) -> Lowered:

@@ -223,7 +223,7 @@ class ModelBlob:
 
         stream = max([stream_row(*window(n.attrs)) for n in self.nodes if n.op in convs and self.aux(n.attrs[7])]
                      + [n.attrs[1] for n in self.nodes if n.op == CODE["linear"] and self.aux(n.attrs[3])]
-                     + [w8_conv_block(n.attrs[1], n.attrs[4], *window(n.attrs)[1:]) for n in self.nodes
+                     + [w8_conv_block(*window(n.attrs)) for n in self.nodes
                         if n.op in w8 and len(n.attrs) > 7 and n.attrs[7] >= 0
                         and (self.i8(n.attrs[7]) or n.attrs[7] in self.rests)]
                      # a conv2d_q that may run in place (a9 bit 19): one output channel, of a0 B x a4 O

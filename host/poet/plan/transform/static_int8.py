@@ -38,6 +38,7 @@ from poet.graph.training_graph import PARAM_ATTRS, GraphNode, TrainingGraph, con
 from poet.graph.training_graph import readers as reader_map
 from poet.ops import STATIC_INT8_OPS
 from poet.plan.transform.fuse import fuse_heads
+from poet.plan.transform.masks import with_masks
 from poet.plan.transform.patches import Patching, cuts, patch, renumbered
 
 if TYPE_CHECKING:
@@ -253,7 +254,9 @@ def rewrite(g: TrainingGraph) -> Int8Prefix | None:
     with the same epilogue. A max pool of an
     int8 tensor runs as maxpool2d_q, int8 out at its input's scale (dequantized for fp32 readers). Nothing
     inside a fused layer may be saved for the backward pass (so only a frozen prefix qualifies)."""
-    g = fuse_heads(g)  # the trained head's maps too would outgrow the board (poet.plan.transform.fuse)
+    # the trained head's maps too would outgrow the board (poet.plan.transform.fuse), and the activations' maps
+    # their backward keeps (poet.plan.transform.masks)
+    g = with_masks(fuse_heads(g))
     found = _chains(g)
     if found is None:
         return None
