@@ -40,20 +40,20 @@ def test_a_torchvision_network_fine_tunes_on_the_nrf52840_like_pytorch(
 
 
 def classifier_fine_tunes_on_the_nrf52840(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str,
-                                          ops: set[str]) -> list[str]:
-    """`poet train --train last:1` of `model` at batch 1 on the emulated nRF52840 at --ram 256k, one step, its
-    frozen prefix in static int8 running `ops`, and the board's trained tensors as close to float64 PyTorch's
-    same step (fed the same prefix) as float32 PyTorch's are; the names of the trained tensors."""
+                                          ops: set[str], train: str = "last:1") -> list[str]:
+    """`poet train --train last:1` (or `train`) of `model` at batch 1 on the emulated nRF52840 at --ram 256k, one
+    step, its frozen prefix in static int8 running `ops`, and the board's trained tensors as close to float64
+    PyTorch's same step (fed the same prefix) as float32 PyTorch's are; the names of the trained tensors."""
     monkeypatch.setenv("POET_WORKSPACE", str(tmp_path / "ws"))
     run_dir, lr, limit = tmp_path / "run", 0.05, 1
     assert main(["train", "--board", "nrf52840", "--ram", "256k", "--model", model, "--batch", "1", "--train",
-                 "last:1", "--epochs", "1", "--data-limit", str(limit), "--lr", str(lr), "--run-dir",
+                 train, "--epochs", "1", "--data-limit", str(limit), "--lr", str(lr), "--run-dir",
                  str(run_dir)]) == 0
     assert json.loads((run_dir / "plan.json").read_text())["int8_prefix"] is True
     ran = {n["op"] for n in json.loads((run_dir / "trace.json").read_text())["nodes"]}
     assert ops <= ran, sorted(ran)
 
-    choice = ModelChoice(model, batch=1, train="last:1")
+    choice = ModelChoice(model, batch=1, train=train)
     net, g, board, ref = _board_and_host(run_dir, choice, limit, lr)
     names = [n for n, _ in state_tensors(net)]
     trained = [n for n in names if n not in g.frozen]

@@ -21,6 +21,7 @@ from poet.graph.tracer import traced
 from poet.graph.training_graph import TrainingGraph
 from poet.models.datasets import load_dataset
 from poet.models.zoo import ModelChoice
+from poet.plan.transform.placement import weight_only_int8
 from poet.plan.transform.static_int8 import rewrite
 from poet.run.folder import read_back
 from poet.run.inputs import CALIBRATION_SAMPLES
@@ -36,6 +37,8 @@ def _board_and_host(run_dir: Path, choice: ModelChoice, limit: int, lr: float) -
     i8 = {n["name"] for n in json.loads((run_dir / "plan.json").read_text()).get("precision", {}).get("int8", [])}
     op8 = {"conv2d": "conv2d_i8", "linear": "linear_i8"}
     as_run = replace(g, nodes=[replace(n, op=op8[n.op]) if n.name in i8 else n for n in g.nodes])
+    # the frozen fp32 weights the board stores int8 (weight-only): the reference computes with q x scale too
+    as_run = weight_only_int8(as_run, set(json.loads((run_dir / "plan.json").read_text()).get("w8", [])))
     prefix = rewrite(g)
     assert prefix is not None
     data = load_dataset("digits", limit).fitted(tuple(g.input_shape), g.classes, g.model)
