@@ -36,8 +36,11 @@ def _masked(g: TrainingGraph) -> dict[int, int]:
         if n.kind != "forward" or n.op not in ("relu", "hardtanh"):
             continue
         bwd = [g.nodes[j] for j in by[n.id] if g.nodes[j].op == f"{n.op}_bwd"]
-        if n.op == "hardtanh":  # its backward reads x, the activation's input
-            bwd = [g.nodes[j] for j in by[n.deps[0]] if g.nodes[j].op == "hardtanh_bwd"]
+        if n.op == "hardtanh":  # its backward reads x, the activation's input: this one's, if x has no other clamp
+            if sum(g.nodes[j].op == "hardtanh" for j in by[n.deps[0]]) != 1:
+                continue
+            bwd = [g.nodes[j] for j in by[n.deps[0]] if g.nodes[j].op == "hardtanh_bwd"
+                   and (g.nodes[j].attrs["lo"], g.nodes[j].attrs["hi"]) == (n.attrs["lo"], n.attrs["hi"])]
         if len(bwd) != 1:
             continue
         saved = bwd[0].deps[1]
