@@ -864,9 +864,10 @@ def test_conv_weights_stored_int8_are_the_fp32_convs_of_q_times_scale(tmp_path: 
     assert set(convs) <= set(w8_candidates(g0))
     g = weight_only_int8(g0, set(convs))
     assert g.int8_params == set(convs) and pool_for(g).flash.frozen < pool_for(g0).flash.frozen
-    # the widest least block (output channels x C/groups k k, fp32): the pointwise conv's four, wider than the
-    # first conv's four, the depthwise conv's one and the grouped conv's two (a group)
-    assert pool_for(g).stream == 4 * max(4 * 12, 4 * 9, 1 * 9, 2 * 3) and pool_for(g0).stream == 0
+    # the widest output channel (C/groups k k, fp32): the pointwise conv's 12, wider than the first conv's and the
+    # depthwise conv's 9 and the grouped conv's 3; so the convs of narrower rows make several channels a block (the
+    # grouped one two, its group), the pointwise one one at a time
+    assert pool_for(g).stream == 4 * max(12, 9, 9, 3) and pool_for(g0).stream == 0
     assert model_blob(g).pool == pool_for(g)
     assert sum(n.op == "conv2d_bwd" and n.attrs.get("w8") and n.attrs["need_grad_input"] == 1 for n in g.nodes) == 3
     rng = np.random.default_rng(3)
