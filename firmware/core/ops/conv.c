@@ -12,8 +12,8 @@ enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8,
  * -1 for a weight stored whole. */
 static int32_t rest_of(uint8_t op, const int32_t *a)
 {
-    if (op == POET_OP_CONV2D)
-        return a[REST] - 1;
+    if (op == POET_OP_CONV2D) /* a negative a9 is refused by the check: -1 here, never a9 - 1 overflowing */
+        return a[REST] > 0 ? a[REST] - 1 : -1;
     return op == POET_OP_CONV2D_BWD ? (int32_t)(((uint32_t)a[NEED_GX] >> 16) & 0x7FFFu) - 1 : -1;
 }
 
