@@ -267,3 +267,18 @@ def native_link(workdir: Path, target: str = "linux", timeout_s: float = 10.0,
             proc.kill()
             proc.wait()
         assert proc.returncode == 0, f"{cmd} exited with status {proc.returncode}"
+
+
+def assert_models_refused(workdir: Path, good: Sequence[ModelBlob], bad: Sequence[tuple[ModelBlob, int]]) -> None:
+    """The native runtime takes every blob in `good` and refuses each blob in `bad` with MODEL, its detail the
+    index of the node named beside it (the first node its checks refuse)."""
+    import pytest
+    from poet.device.protocol import MODEL, DeviceError
+
+    with native_link(workdir) as link:
+        for blob in good:
+            link.upload(MODEL, blob.encode())
+        for blob, node in bad:
+            with pytest.raises(DeviceError) as e:
+                link.upload(MODEL, blob.encode())
+            assert e.value.name == "MODEL" and e.value.detail == node, (e.value, node)

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import without_limits
-from fwhelpers import native_link
+from fwhelpers import assert_models_refused, native_link
 from poet.boards import load_board
 from poet.device.link import Link
 from poet.device.protocol import BATCH, SCHEDULE
@@ -748,7 +748,6 @@ def test_the_board_refuses_a_broadcast_it_cannot_view(tmp_path: Path) -> None:
     mul_bwd_b's output is b's size: each broken node is MODEL with its index (docs/spec.md 2)."""
     from dataclasses import replace as dc_replace
 
-    from poet.device.protocol import MODEL, DeviceError
     from poet.plan.lowering import modelblob as mb
 
     torch.manual_seed(0)
@@ -770,12 +769,7 @@ def test_the_board_refuses_a_broadcast_it_cannot_view(tmp_path: Path) -> None:
         (with_attr(row, 1, 70), row),  # m = 70 does not divide n = 288
         (with_attr(grad_b, 1, 16), grad_b),  # b's gradient would be 16 elements, its tensor is 8
     ]
-    with native_link(tmp_path) as link:
-        link.upload(MODEL, good.encode())
-        for blob, node in bad:
-            with pytest.raises(DeviceError) as e:
-                link.upload(MODEL, blob.encode())
-            assert e.value.name == "MODEL" and e.value.detail == node, (e.value, node)
+    assert_models_refused(tmp_path, [good], bad)
 
 
 def _biases_train_like_pytorch(model: torch.nn.Module, g: TrainingGraph, data: list[Batch], losses: list[float],
@@ -895,7 +889,6 @@ def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> Non
     attribute out of range is MODEL with the node's index (docs/spec.md 2)."""
     from dataclasses import replace as dc_replace
 
-    from poet.device.protocol import MODEL, DeviceError
     from poet.plan.lowering import modelblob as mb
     from poet.plan.transform.placement import w8_candidates, weight_only_int8
     from poet.plan.transform.static_int8 import rewrite
@@ -935,13 +928,7 @@ def test_the_board_refuses_malformed_nodes_of_the_new_ops(tmp_path: Path) -> Non
         # forward linear reading it is node lin, which the board takes)
         (dc_replace(w8, param_aux=[i == stored for i in range(len(w8.param_elems))]), lin_bwd),
     ]
-    with native_link(tmp_path) as link:
-        for good in (drops, w8, staged):
-            link.upload(MODEL, good.encode())
-        for blob, node in bad:
-            with pytest.raises(DeviceError) as e:
-                link.upload(MODEL, blob.encode())
-            assert e.value.name == "MODEL" and e.value.detail == node, (e.value, node)
+    assert_models_refused(tmp_path, [drops, w8, staged], bad)
 
 
 def test_a_frozen_batch_norm_over_one_value_per_channel_trains(tmp_path: Path) -> None:
