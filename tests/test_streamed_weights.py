@@ -85,10 +85,11 @@ def test_streamed_weights_give_the_bits_of_weights_in_flash(tmp_path: Path) -> N
         d = tmp_path / str(len(runs))  # each run its own pager file
         d.mkdir()
         runs[which] = _train(d, blob, w, data)
-    # every weight streamed: the buffer is the 8->8 conv's channel (72 B); the depthwise conv reads its
-    # scale, then all eight 9-byte channels at once
-    assert pool_for(streamed(q, set(convs))).stream == 72
-    assert pool_for(streamed(q, {convs[2], convs[3]})).stream == 9
+    # every weight streamed: the buffer is the depthwise conv's, which runs in place: its 64 B output channel,
+    # then its 9-byte rows, one a read (73 B; the 8->8 conv's channel is 72 B); without it, the 1x1's 8 B
+    assert pool_for(streamed(q, set(convs))).stream == 73
+    assert pool_for(streamed(q, {convs[3]})).stream == max(8, 64)
+    assert [n.op for n in q.nodes if n.attrs.get("inplace")] == ["conv2d_q"]
     base_losses, base_w = runs[()]
     fc = [n for n, _ in q.params].index("fc.weight")
     assert not np.allclose(base_w[fc], w[fc].ravel())  # the linear trained

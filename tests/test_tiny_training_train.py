@@ -30,16 +30,25 @@ def test_a_tiny_training_network_fine_tunes_its_classifier_on_the_nrf52840(
 
 @needs_qemu
 @pytest.mark.slow
-def test_mcunet_trains_its_49kb_sparse_update_on_the_nrf52840(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """tiny-training's 49kb scheme of mcunet-5fps (its `mcu_ir_gen.py`): the classifier, the biases of the last 21
-    layers and shares of three pointwise convs' weights, at --ram 256k. Its partly trained weights keep only their
-    shares in RAM (stored split), its ReLU6 backwards read bit masks, and the frozen convs the backward passes
-    through keep their weights int8 in flash: every trained tensor as close to float64 PyTorch's same step as
-    float32 PyTorch's."""
-    mode = train_mode("mcunet-5fps", "49kb")
+@pytest.mark.parametrize(("model", "shares", "n_trained", "made"), [
+    ("mcunet-5fps", {"blocks.8.pointwise1", "blocks.9.pointwise1", "blocks.10.pointwise1"}, 1 + 21 + 3, {"w8"}),
+    ("mbv2-w0.35", {"blocks.12.pointwise1", "blocks.13.pointwise2", "blocks.16.depthwise"}, 1 + 17 + 7,
+     {"in_place", "patches"}),
+    ("proxyless-w0.3", {"blocks.13.pointwise1", "blocks.14.pointwise1", "blocks.19.pointwise1"}, 1 + 22 + 6,
+     {"in_place", "streamed"})])
+def test_a_tiny_training_network_trains_its_49kb_sparse_update_on_the_nrf52840(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, shares: set[str], n_trained: int,
+        made: set[str]) -> None:
+    """tiny-training's 49kb scheme of each network (its `mcu_ir_gen.py`): the classifier, the biases of the last
+    layers and shares of a few convs' weights, at --ram 256k. Partly trained weights keep only their shares in RAM
+    (stored split), ReLU6 backwards read bit masks, the frozen convs the backward passes through keep their weights
+    int8 in flash (mcunet), and depthwise convs run a channel at a time, in place (mbv2, proxyless): every trained
+    tensor as close to float64 PyTorch's same step as float32 PyTorch's. Minutes each: their plans re-solve for
+    fragmentation."""
+    mode = train_mode(model, "49kb")
     trained = classifier_fine_tunes_on_the_nrf52840(
-        tmp_path, monkeypatch, "mcunet-5fps", {"conv2d_q", "add_q", "conv2d_bwd", "act_mask", "mask_bwd"}, mode)
-    assert {"blocks.8.pointwise1.weight", "blocks.9.pointwise1.weight", "blocks.10.pointwise1.weight",
-            "classifier.weight"} <= set(trained) and len(trained) == 1 + 21 + 3, trained  # bias:21 counts the head's
+        tmp_path, monkeypatch, model, {"conv2d_q", "add_q", "conv2d_bwd", "act_mask", "mask_bwd"}, mode)
+    assert {f"{s}.weight" for s in shares} | {"classifier.weight"} <= set(trained), trained
+    assert len(trained) == n_trained, trained  # bias:N counts the head's
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
-    assert plan["w8"], plan.keys()
+    assert {k for k in made if plan.get(k)} == made, plan.keys()  # what each needed to fit 256 KiB

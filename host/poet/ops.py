@@ -32,11 +32,13 @@ PACKED: dict[str, tuple[str, ...]] = {
     # add/sub/mul's broadcast (b viewed [outer, inner] over a's [outer, r, inner]): the optional "inner",
     # 0 when absent, meaning inner = m (b is a's trailing shape, the form before the slot)
     "b_inner": ("m",),
-    # conv2d_bwd's need_grad_input in bit 0, and above it the optional "ck": the first ck input channels are
-    # all the weight gradient covers (a sparse update's share of the layer, poet.graph.train_modes), 0 for all
+    # conv2d_bwd's need_grad_input in bit 0, and above it the optional "ck" (bits 1-14): the first ck input channels
+    # are all the weight gradient covers (a sparse update's share of the layer, poet.graph.train_modes), 0 for all;
+    # bit 15 the optional "inplace" (poet.plan.transform.in_place_convs)
     "need_ck": ("need_grad_input",),
     # a conv weight trained in part (TrainingGraph.rests), stored split: the parameter index + 1 of its frozen rest,
-    # 0 for a weight stored whole; lowering sets it (and the same in conv2d_bwd's need_ck, bits 16-30)
+    # 0 for a weight stored whole; lowering sets it (and the same in conv2d_bwd's need_ck, bits 16-30); bit 19 the
+    # optional "inplace"
     "rest": (),
 }
 
@@ -199,7 +201,7 @@ _TABLE: tuple[Op, ...] = (
 # the ops whose kernel makes each output element from the same element of dep 0 (and of the other deps), so the
 # output may overwrite dep 0 as it goes; and conv2d_q, whose depthwise nodes marked `inplace` (static_int8) make a
 # channel at a time in a one-channel buffer and copy it over the input channels already read (firmware ops/quant.c)
-_INPLACE = ("relu", "relu_bwd", "hardtanh", "hardtanh_bwd", "mask_bwd", "conv2d_q")
+_INPLACE = ("relu", "relu_bwd", "hardtanh", "hardtanh_bwd", "mask_bwd", "conv2d_q", "conv2d", "conv2d_bwd")
 _TABLE = tuple(replace(op, inplace=True) if op.name in _INPLACE else op for op in _TABLE)
 OPS: dict[str, Op] = {op.name: op for op in _TABLE}
 BY_CODE: dict[int, Op] = {op.code: op for op in _TABLE}

@@ -12,9 +12,18 @@ enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8,
  * -1 for a weight stored whole. */
 static int32_t rest_of(uint8_t op, const int32_t *a)
 {
-    if (op == POET_OP_CONV2D) /* a negative a9 is refused by the check: -1 here, never a9 - 1 overflowing */
-        return a[REST] > 0 ? a[REST] - 1 : -1;
+    if (op == POET_OP_CONV2D) /* bits 0-15 (the in-place mark is bit 19): never a9 - 1 overflowing */
+        return (int32_t)((uint32_t)a[REST] & 0xFFFFu) - 1;
     return op == POET_OP_CONV2D_BWD ? (int32_t)(((uint32_t)a[NEED_GX] >> 16) & 0x7FFFu) - 1 : -1;
+}
+
+/* conv2d_bwd's a9 bits 1-14: the input channels its weight gradient covers (kernels.h poet_conv_t ck), 0 for all */
+static int32_t ck_of(const int32_t *a) { return (int32_t)(((uint32_t)a[NEED_GX] >> 1) & 0x3FFFu); }
+
+/* Marked to run in place (POET_CONV_IN_PLACE, POET_CONV_BWD_IN_PLACE): a channel at a time (by_channel). */
+static int marked(uint8_t op, const int32_t *a)
+{
+    return ((uint32_t)a[REST] & (op == POET_OP_CONV2D ? POET_CONV_IN_PLACE : POET_CONV_BWD_IN_PLACE)) != 0;
 }
 
 static int depthwise(const int32_t *a) { return a[C] == a[O] && POET_CONV_GROUPS(a[GEOM]) == a[C]; }
@@ -38,6 +47,23 @@ static int split_ok(const poet_model_t *m, const int32_t *a, int32_t rest, uint6
            (uint64_t)share + poet_param_elems(m, (uint16_t)rest) == mul((uint64_t)a[O], reduce);
 }
 
+/* A depthwise conv marked to run in place (docs/spec.md 1, "In place"): a forward one at any batch, its output no
+ * larger than its input; a backward one at batch 1 making the input gradient, no larger than the output
+ * gradient it overwrites (a weight gradient sums over the batch, so every sample's output gradient of a channel
+ * must still be there). The stream buffer holds one output channel's plane, and after it one channel's fp32 weights
+ * (a weight stored int8 made so). x, y: the input's and the output's fp32 bytes. */
+static int in_place_ok(poet_model_t *m, const poet_node_t *n, uint64_t x, uint64_t y)
+{
+    const int32_t *a = n->a;
+    const int fwd = n->op == POET_OP_CONV2D;
+    const uint64_t out = fwd ? y : x;
+    /* the plane in 32 bits (bounded first): a 64-bit division costs the M4 image 700 B */
+    return depthwise(a) && a[C] > 1 && out <= (fwd ? x : y) && out < 0x40000000u &&
+           (fwd || (a[B] == 1 && (a[NEED_GX] & 1))) &&
+           streams(m, (uint32_t)out / ((uint32_t)a[B] * (uint32_t)a[O]) +
+                          4u * (uint32_t)(POET_CONV_KH(a[K]) * POET_CONV_KW(a[K])));
+}
+
 /* conv2d, conv2d_bwd and conv2d_i8: the same shapes and parameters, then each op's deps and output.
  * conv2d_i8's deps: the int8 x and its scale, then the int8 weight and its scale (cast and absmax
  * nodes) unless the weight is stored int8. */
@@ -54,10 +80,12 @@ int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
     y = f32s(y);
     w = mul((uint64_t)a[O], reduce);
     rest = rest_of(n->op, a);
-    if (n->op == POET_OP_CONV2D && a[REST] < 0)
+    if (n->op == POET_OP_CONV2D && ((uint32_t)a[REST] & ~(0xFFFFu | POET_CONV_IN_PLACE)) != 0)
+        return 0;
+    if (n->op != POET_OP_CONV2D_I8 && marked(n->op, a) && !in_place_ok(m, n, x, y))
         return 0;
     if (rest >= 0) /* made fp32 a block of output channels at a time in the stream buffer, as a w8 one */
-        weight = split_ok(m, a, rest, reduce, n->op == POET_OP_CONV2D ? -1 : (a[NEED_GX] >> 1) & 0x7FFF) &&
+        weight = split_ok(m, a, rest, reduce, n->op == POET_OP_CONV2D ? -1 : ck_of(a)) &&
                  streams(m, (uint32_t)f32s(reduce));
     else
         weight = n->op == POET_OP_CONV2D_I8 ? i8_weight_ok(m, n, a[WEIGHT], w) ||
@@ -76,10 +104,10 @@ int op_conv2d_check(poet_model_t *m, const poet_node_t *n)
         return i8_io(m, n, x / 4u, w, reduce, y);
     if (n->op == POET_OP_CONV2D)
         return io1(m, n, x, y);
-    /* conv2d_bwd's NEED_GX slot: need_grad_input in bit 0, in bits 1-15 the input channels the weight gradient
+    /* conv2d_bwd's NEED_GX slot: need_grad_input in bit 0, in bits 1-14 the input channels the weight gradient
      * covers (kernels.h poet_conv_t ck), 0 for all, and a share's gradient only of a weight stored split (the
-     * share's layout), then the rest */
-    ck = ((uint32_t)a[NEED_GX] >> 1) & 0x7FFFu;
+     * share's layout); bit 15 the in-place mark; then the rest */
+    ck = (uint32_t)ck_of(a);
     return a[NEED_GX] >= 0 && ck <= (uint32_t)a[C] &&
            (rest >= 0 || ck == 0 || ck >= (uint32_t)(depthwise(a) ? a[O] : a[C] / POET_CONV_GROUPS(a[GEOM]))) &&
            weighted_bwd_ok(m, n, a[NEED_GX] & 1, y, x, a[WEIGHT]);
@@ -159,12 +187,88 @@ static void w8_gx(const poet_exec_t *e, const poet_conv_t *cv, int first, int en
     poet_conv2d_gx_rows(cv, first, end, e->in[0], w, e->out);
 }
 
+/* Channel c's kh kw fp32 weights: the whole weight's, the share's or the rest's of a split one, or made from a
+ * weight stored int8 into w (after the channel's plane in the stream buffer: in_place_ok). */
+static const float *channel_weights(const poet_exec_t *e, int32_t rest, int c, long kk, float *w)
+{
+    long i;
+    float ws;
+    if (rest >= 0) {
+        const long n_share = (long)poet_param_elems(e->m, (uint16_t)e->a[WEIGHT]), at = c * kk;
+        return at < n_share ? param(e, e->a[WEIGHT]) + at : param(e, rest) + (at - n_share);
+    }
+    if (poet_param_i8(e->m, (uint16_t)e->a[WEIGHT])) {
+        const int8_t *wq = i8_weight(e, e->a[WEIGHT], &ws) + c * kk;
+        for (i = 0; i < kk; i++)
+            w[i] = (float)wq[i] * ws; /* as blocks makes it */
+        return w;
+    }
+    return param(e, e->a[WEIGHT]) + c * kk;
+}
+
+/* gradient d's element `at` onwards as a gradient of its own: one channel's share of it */
+static const poet_grad_t *from(const poet_grad_t *d, long at, poet_grad_t *out)
+{
+    if (!d)
+        return 0;
+    out->g = d->g ? d->g + at : 0;
+    out->w = d->w + at;
+    out->s0 = d->s0 ? d->s0 + at : 0;
+    out->s1 = d->s1 ? d->s1 + at : 0;
+    out->u = d->u;
+    return out;
+}
+
+/* A depthwise conv marked in place (in_place_ok): each channel of each sample as a convolution of its own, made
+ * in the stream buffer and copied to its place in the output, which lies over input channels already read (a
+ * plane of the output is no larger than one of the input: checked). Backward (batch 1), a channel's input
+ * gradient first (an update in backward changes its weights), then its weight's and bias's gradients, which read
+ * the output gradient its input gradient then overwrites. Each element sums the whole layer's terms in its
+ * order (kernels/conv.c: a depthwise conv's channels are computed apart), so the layer's bits are the same, in
+ * place or not; it runs so either way, and the profile measures the one cost. */
+static void by_channel(const poet_exec_t *e, const poet_conv_t *cv, int32_t rest, int fwd)
+{
+    const long kk = (long)cv->kh * cv->kw, in_plane = (long)cv->H * cv->W;
+    const long out_plane = (long)poet_conv2d_out(cv->H, cv->kh, cv->stride, cv->ph) *
+                           poet_conv2d_out(cv->W, cv->kw, cv->stride, cv->pw);
+    const long plane = fwd ? out_plane : in_plane;
+    const float *b = fwd ? param(e, e->a[BIAS]) : 0;
+    float *tmp = (float *)(void *)e->buf->stream;
+    poet_grad_t gw, gb, gw_c, gb_c;
+    const poet_grad_t *dw = fwd ? 0 : grad(e, e->a[WEIGHT], &gw), *db = fwd ? 0 : grad(e, e->a[BIAS], &gb);
+    const int shared = rest >= 0 ? cv->ck : cv->C; /* the channels whose weights train */
+    poet_conv_t one = *cv;
+    int s, c;
+    long i;
+    one.B = one.C = one.O = one.groups = 1;
+    one.ck = 0;
+    for (s = 0; s < cv->B; s++)
+        for (c = 0; c < cv->C; c++) {
+            const long at = (long)s * cv->C + c;
+            const float *w = channel_weights(e, rest, c, kk, tmp + plane);
+            if (fwd) {
+                poet_conv2d_ex_fwd(&one, e->in[0] + at * in_plane, w, b ? b + c : 0, tmp);
+            } else {
+                const float *g = e->in[0] + at * out_plane;
+                poet_conv2d_gx_rows(&one, 0, 1, g, w, tmp);
+                poet_conv2d_ex_bwd(&one, g, e->in[1] + at * in_plane, 0, c < shared ? from(dw, c * kk, &gw_c) : 0,
+                                   from(db, c, &gb_c), 0);
+            }
+            for (i = 0; i < plane; i++)
+                e->out[at * plane + i] = tmp[i];
+        }
+}
+
 void op_conv2d_run(const poet_exec_t *e)
 {
     const int32_t *a = e->a;
     poet_conv_t cv = conv_shape(a);
-    if (a[REST] > 0 || poet_param_i8(e->m, (uint16_t)a[WEIGHT])) {
-        blocks(e, &cv, a[REST] - 1, w8_fwd);
+    if (marked(POET_OP_CONV2D, a)) {
+        by_channel(e, &cv, rest_of(POET_OP_CONV2D, a), 1);
+        return;
+    }
+    if (rest_of(POET_OP_CONV2D, a) >= 0 || poet_param_i8(e->m, (uint16_t)a[WEIGHT])) {
+        blocks(e, &cv, rest_of(POET_OP_CONV2D, a), w8_fwd);
         return;
     }
     poet_conv2d_ex_fwd(&cv, e->in[0], param(e, a[WEIGHT]), param(e, a[BIAS]), e->out);
@@ -176,7 +280,11 @@ void op_conv2d_bwd_run(const poet_exec_t *e)
     poet_grad_t gw, gb;
     const int32_t rest = rest_of(POET_OP_CONV2D_BWD, a);
     poet_conv_t cv = conv_shape(a);
-    cv.ck = (a[NEED_GX] >> 1) & 0x7FFF;
+    cv.ck = ck_of(a);
+    if (marked(POET_OP_CONV2D_BWD, a)) {
+        by_channel(e, &cv, rest, 0);
+        return;
+    }
     if (rest >= 0) { /* the input gradient first: an update in backward changes the share */
         if (a[NEED_GX] & 1)
             blocks(e, &cv, rest, w8_gx);

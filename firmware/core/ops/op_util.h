@@ -90,6 +90,10 @@ int i8_io(const poet_model_t *m, const poet_node_t *n, uint64_t xe, uint64_t we,
 #define POET_Q_FP32 0xFFFF
 /* a depthwise conv2d_q's a9 bit 19: it may run in place, a channel at a time through the stream buffer */
 #define POET_Q_IN_PLACE (1u << 19)
+/* an fp32 depthwise conv2d's a9 bit 19, its conv2d_bwd's bit 15: it may run in place, a channel at a time through
+ * the stream buffer (ops/conv.c by_channel) */
+#define POET_CONV_IN_PLACE (1u << 19)
+#define POET_CONV_BWD_IN_PLACE (1u << 15)
 #define Q_RELU(epi) (((epi) >> 16) & 7) /* the activation: 0 none, 1 ReLU, 2 ReLU6, 3 hardswish, 4 hardsigmoid */
 static inline int32_t q_epi_scale(int32_t epi) { return (epi & 0xFFFF) == POET_Q_FP32 ? -1 : (epi & 0xFFFF); }
 static inline uint64_t q_out_bytes(int32_t epi, uint64_t elems) { return q_epi_scale(epi) < 0 ? f32s(elems) : elems; }

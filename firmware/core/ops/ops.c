@@ -60,7 +60,12 @@ int poet_node_in_place(const poet_node_t *n)
 {
     if (n->op >= POET_N_OPCODES || !(traits[n->op] & POET_OPF_INPLACE))
         return 0;
-    return n->op != POET_OP_CONV2D_Q || ((uint32_t)n->a[9] & POET_Q_IN_PLACE) != 0;
+    /* the convs, only where marked (their checks ask the stream buffer of a channel for it) */
+    if (n->op == POET_OP_CONV2D_Q)
+        return ((uint32_t)n->a[9] & POET_Q_IN_PLACE) != 0;
+    if (n->op == POET_OP_CONV2D)
+        return ((uint32_t)n->a[9] & POET_CONV_IN_PLACE) != 0;
+    return n->op != POET_OP_CONV2D_BWD || ((uint32_t)n->a[9] & POET_CONV_BWD_IN_PLACE) != 0;
 }
 
 /* One input and an output of the same a0 fp32 elements (relu, tanh, sigmoid; the reshapes). */

@@ -76,8 +76,8 @@ extern const poet_op_t poet_ops[POET_N_OPCODES];
  * attribute slots, then the op's own check, which may fold a value into m (poet_check_fn). 1 if
  * valid. */
 int poet_op_check(poet_model_t *m, const poet_node_t *n, uint32_t i);
-/* Whether node n's output may be made over its dep 0: its op is POET_OPF_INPLACE, and a conv2d_q is marked
- * in place (a9 bit 19: a depthwise one, checked with the model). */
+/* Whether node n's output may be made over its dep 0: its op is POET_OPF_INPLACE, and a conv is marked in place
+ * (conv2d_q's and conv2d's a9 bit 19, conv2d_bwd's bit 15: a depthwise one, checked with the model). */
 int poet_node_in_place(const poet_node_t *n);
 
 #endif

@@ -52,8 +52,8 @@
     X(MATMUL_BWD_A, 61, BACKWARD, NONE, 4, op_matmul_check, op_matmul_bwd_a_run) \
     X(MATMUL_BWD_B, 62, BACKWARD, NONE, 4, op_matmul_check, op_matmul_bwd_b_run) \
     /* conv.c */ \
-    X(CONV2D, 2, FORWARD, NONE, 10, op_conv2d_check, op_conv2d_run) \
-    X(CONV2D_BWD, 17, BACKWARD, NONE, 10, op_conv2d_check, op_conv2d_bwd_run) \
+    X(CONV2D, 2, FORWARD, INPLACE, 10, op_conv2d_check, op_conv2d_run) \
+    X(CONV2D_BWD, 17, BACKWARD, INPLACE, 10, op_conv2d_check, op_conv2d_bwd_run) \
     X(CONV2D_I8, 52, FORWARD, NARROW, 9, op_conv2d_check, op_conv2d_i8_run) \
     /* pool.c */ \
     X(MAXPOOL2D, 4, FORWARD, NONE, 4, op_maxpool2d_check, op_maxpool2d_run) \

@@ -5,6 +5,8 @@
  * ReLU (bit 16), so activations never exist in fp32 inside the prefix. */
 #include "op_util.h"
 
+#include "../port.h"
+#include "../status.h"
 
 /* ---- quantize, dequantize -------------------------------------------------------------------- */
 
@@ -37,6 +39,10 @@ void op_dequantize_run(const poet_exec_t *e)
 
 enum { B = 0, C = 1, H = 2, W = 3, O = 4, K = 5, GEOM = 6, WEIGHT = 7, BIAS = 8, EPI = 9 };
 
+/* Where an in-place depthwise conv's weight rows read from aux storage go in the stream buffer: after the
+ * channel plane it makes there, at a word. */
+static uint32_t in_place_at(uint32_t plane) { return (plane + 3u) & ~3u; }
+
 /* A weight on aux storage is streamed one output channel's weights (a row) or more at a time, so the
  * pool's stream buffer (model.h stream_bytes) is the largest row of any such conv. */
 int op_conv2d_q_check(poet_model_t *m, const poet_node_t *n)
@@ -50,9 +56,10 @@ int op_conv2d_q_check(poet_model_t *m, const poet_node_t *n)
     if (!(reduce <= POET_I8_MAX_REDUCE && q_weight_ok(m, a[WEIGHT], w) && q_bias_ok(m, a[BIAS], (uint64_t)a[O]) &&
           n->n_deps == 1 && dep_bytes(m, n, 0) == x && q_dep_ok(m, n, 0) && n->bytes == q_out_bytes(epi, y)))
         return 0;
-    if ((uint32_t)a[EPI] & POET_Q_IN_PLACE) /* in place: depthwise, its weight in flash, a channel no larger */
-        return a[C] == a[O] && POET_CONV_GROUPS(a[GEOM]) == a[C] && !poet_param_aux(m, (uint16_t)a[WEIGHT]) &&
-               n->bytes <= x && streams(m, n->bytes / (uint32_t)(a[B] * a[O]));
+    if ((uint32_t)a[EPI] & POET_Q_IN_PLACE) /* in place: depthwise, a channel no larger; a plane in the buffer, */
+        return a[C] == a[O] && POET_CONV_GROUPS(a[GEOM]) == a[C] && n->bytes <= x && /* and a weight read's row */
+               streams(m, in_place_at(n->bytes / (uint32_t)(a[B] * a[O])) +
+                              (poet_param_aux(m, (uint16_t)a[WEIGHT]) ? (uint32_t)reduce : 0u));
     /* reduce is C/groups kh kw, below POET_I8_MAX_REDUCE: a row fits 32 bits */
     return !poet_param_aux(m, (uint16_t)a[WEIGHT]) || streams(m, (uint32_t)reduce);
 }
@@ -71,7 +78,8 @@ static void conv2d_q_rows(const poet_exec_t *e, int32_t first, int32_t end, cons
  * own input channel, then copied to its place in the output. Made over its input (the schedule's IN_PLACE: the
  * output's offset is the input's), that place lies over input channels already read (an output channel is no
  * larger than an input one: checked). It runs so in place or not, so that a plan's time does not hang on which
- * (the profile measures the one cost). */
+ * (the profile measures the one cost). A weight on aux storage is read as many channels' rows at a time as the
+ * buffer holds after the plane. */
 static void conv2d_q_by_channel(const poet_exec_t *e, const poet_conv_t *cv)
 {
     const int32_t *a = e->a;
@@ -79,18 +87,35 @@ static void conv2d_q_by_channel(const poet_exec_t *e, const poet_conv_t *cv)
     const uint32_t plane = (uint32_t)poet_conv2d_rows(cv) * (uint32_t)poet_conv2d_out(cv->W, cv->kw, cv->stride, cv->pw) *
                            (q_epi_scale(a[EPI]) < 0 ? 4u : 1u);
     const float *b = param(e, a[BIAS]), xs = q_in_scale(e, 0), *ys = q_out_scale(e, a[EPI]);
+    const int aux = poet_param_aux(e->m, (uint16_t)a[WEIGHT]);
+    const uint32_t rows_at = e->m->aux_at + 4u * e->m->param_off[a[WEIGHT]] + 4u;
     float ws;
-    const int8_t *wq = i8_weight(e, a[WEIGHT], &ws), *x = (const int8_t *)(const void *)e->in[0];
+    int8_t *rows = (int8_t *)(void *)(e->buf->stream + in_place_at(plane));
+    const int8_t *wq = aux ? rows : i8_weight(e, a[WEIGHT], &ws);
+    const int8_t *x = (const int8_t *)(const void *)e->in[0];
+    const int per = aux ? (int)((e->m->stream_bytes - in_place_at(plane)) / (uint32_t)kk) : cv->C;
     uint8_t *y = (uint8_t *)(void *)e->out, *tmp = e->buf->stream;
     poet_conv_t one = *cv;
-    int s, c;
+    int s, c, first = 0, end = aux ? 0 : cv->C; /* the channels whose weights wq holds (from first) */
     uint32_t i;
     one.B = one.C = one.O = one.groups = 1;
+    if (aux && port_pager_read(rows_at - 4u, &ws, 4u) != 0) { /* on aux storage: the scale, then rows a read */
+        *e->err = POET_E_PAGER;
+        return;
+    }
     for (s = 0; s < cv->B; s++)
         for (c = 0; c < cv->C; c++) {
             const long at = (long)s * cv->C + c;
-            poet_conv2d_q_fwd_rows(&one, 0, 1, x + at * in_plane, xs, wq + c * kk, ws, b ? b + c : 0, Q_RELU(a[EPI]),
-                                   ys, tmp);
+            if (c >= end || c < first) {
+                first = c;
+                end = cv->C - c < per ? cv->C : c + per;
+                if (port_pager_read(rows_at + (uint32_t)(c * kk), rows, (uint32_t)((end - c) * kk)) != 0) {
+                    *e->err = POET_E_PAGER;
+                    return;
+                }
+            }
+            poet_conv2d_q_fwd_rows(&one, 0, 1, x + at * in_plane, xs, wq + (c - first) * kk, ws, b ? b + c : 0,
+                                   Q_RELU(a[EPI]), ys, tmp);
             for (i = 0; i < plane; i++)
                 y[(uint32_t)at * plane + i] = tmp[i];
         }

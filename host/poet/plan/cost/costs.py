@@ -48,7 +48,7 @@ def op_key(n: GraphNode, g: TrainingGraph | None = None) -> str:
 
     g is the graph n belongs to, which says what trains; a backward node with parameters needs it (ValueError
     without: its cost depends on it)."""
-    # `inplace` stays: a depthwise int8 conv marked so runs a channel at a time through a buffer, in place or not
+    # `inplace` stays: a depthwise conv marked so runs a channel at a time through a buffer, in place or not
     attrs = {k: v for k, v in n.attrs.items() if k not in ("w", "scale", "rm", "rv", "b", "out_scale")}
     if "b" in n.attrs:
         attrs["bias"] = int(n.attrs["b"] >= 0)
@@ -376,9 +376,10 @@ def op_name(key: str) -> str:
 def _shape_key(key: str) -> str:
     """A key without the flags that say how its call runs rather than on what: the gradients it skips, whether
     its weight streams from the SD card (an unstreamed conv's cost is what a plan takes for a streamed one
-    the profile lacks: with_stream_costs)."""
+    the profile lacks: with_stream_costs), whether a depthwise conv runs a channel at a time to run in place
+    (the same kernel's work, and a copy of its output)."""
     op, _, rest = key.partition("(")
-    kept = (a for a in rest.rstrip(")").split(",") if a.split("=")[0] not in ("dw", "db", "stream"))
+    kept = (a for a in rest.rstrip(")").split(",") if a.split("=")[0] not in ("dw", "db", "stream", "inplace"))
     return op + "(" + ",".join(kept) + ")"
 
 
@@ -443,6 +444,27 @@ def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: 
                                             inplace=in_place(g, g.nodes[n.id])))
 
     return replace(cg, nodes=tuple(placed(n) if n.id in cost else n for n in cg.nodes))
+
+
+def with_in_place(cg: CostedGraph, g: TrainingGraph, board: Board, profile: dict[str, Any]) -> CostedGraph:
+    """cg with the convs g marks to run in place (poet.plan.transform.in_place_convs) costed so: in place, and
+    their compute as the profile measured them marked, else estimated from the same conv unmarked."""
+    changed = {n.id for n in g.nodes if n.op in ("conv2d", "conv2d_bwd") and in_place(g, n) != cg.nodes[n.id].inplace}
+    if not changed:
+        return cg
+    ops = profile.get("ops", {})
+
+    def marked(n: CostedNode) -> CostedNode:
+        node = g.nodes[n.id]
+        key = op_key(node, g)
+        if key in ops:
+            s, j = float(ops[key]["time_s"]), float(ops[key]["energy_j"])
+        else:
+            est = estimate_op(node, ops, g)
+            s, j = (est.time_s, est.energy_j) if est is not None else (n.compute_s, n.compute_j)
+        return _coefficients(board, replace(n, compute_s=s, compute_j=j, inplace=in_place(g, node)))
+
+    return replace(cg, nodes=tuple(marked(n) if n.id in changed else n for n in cg.nodes))
 
 
 def costed(g: TrainingGraph, board: Board, profile: dict[str, Any], estimate: bool = False,

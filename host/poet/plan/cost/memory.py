@@ -138,13 +138,14 @@ def stream_bytes(g: TrainingGraph) -> int:
     """The pool's stream buffer (firmware/core/model.h stream_bytes): the largest of a streamed weight's output
     rows (node_stream_row), the block of output channels made fp32 of a conv whose weight is stored int8
     (weight-only) or split (trained in part, TrainingGraph.stored) (w8_conv_block), and an output channel of a
-    depthwise int8 conv that may run in place (in_place_plane)."""
+    depthwise conv that may run in place (in_place_plane)."""
     split = {g.params[i][0] for i in g.rests}
     return max([node_stream_row(n.op, n.attrs) for n in g.nodes if n.op in STREAMING and n.attrs.get("stream")]
                + [w8_conv_block(n.attrs["C"], n.attrs["groups"], *conv_window(n.attrs)[:2])
                   for n in g.nodes if n.op in ("conv2d", "conv2d_bwd")
                   and (n.attrs.get("w8") or g.params[n.attrs["w"]][0] in split)]
-               + [in_place_plane(n) for n in g.nodes if n.op == "conv2d_q" and n.attrs.get("inplace")], default=0)
+               + [in_place_plane(n) for n in g.nodes if n.op in ("conv2d_q", "conv2d", "conv2d_bwd")
+                  and n.attrs.get("inplace")], default=0)
 
 
 def w8_conv_block(channels: int, groups: int, kh: int, kw: int) -> int:
@@ -194,8 +195,19 @@ def stream_reads(out_channels: int, row: int, stream: int) -> list[int]:
 def streamed_reads(g: TrainingGraph) -> dict[int, list[int]]:
     """Each node that streams its weight from aux storage (poet.plan.transform.placement), by id: its reads' bytes."""
     stream = pool_for(g).stream
-    return {n.id: stream_reads(node_rows(n.op, n.attrs), node_stream_row(n.op, n.attrs), stream)
-            for n in g.nodes if n.op in STREAMING and n.attrs.get("stream")}
+    out = {}
+    for n in g.nodes:
+        if n.op in STREAMING and n.attrs.get("stream"):
+            rows, row = node_rows(n.op, n.attrs), node_stream_row(n.op, n.attrs)
+            if n.op == "conv2d_q" and n.attrs.get("inplace"):
+                # the rows after its plane (quant.c conv2d_q_by_channel), read again for each sample unless one
+                # read holds them all
+                B = n.shape[0]
+                reads = stream_reads(rows, row, stream - _align(n.bytes // (B * n.shape[1]), 4))
+                out[n.id] = reads[:1] + (reads[1:] if len(reads) == 2 else reads[1:] * B)
+            else:
+                out[n.id] = stream_reads(rows, row, stream)
+    return out
 
 
 def arena_bytes(n: GraphNode) -> int:
@@ -212,16 +224,21 @@ def in_place(g: TrainingGraph, n: GraphNode) -> bool:
     schedule's in-place computes (firmware/core/schedule.c)."""
     if not OPS[n.op].inplace or not n.deps or n.deps.count(n.deps[0]) > 1:
         return False
-    if n.op == "conv2d_q" and not n.attrs.get("inplace"):  # a depthwise one marked so (static_int8), in flash
-        return False
+    if n.op in ("conv2d_q", "conv2d", "conv2d_bwd") and not n.attrs.get("inplace"):
+        return False  # a depthwise one marked so (static_int8; poet.plan.transform.in_place_convs)
     return 0 < arena_bytes(n) <= arena_bytes(g.nodes[n.deps[0]])
 
 
 def in_place_plane(n: GraphNode) -> int:
-    """The bytes of one output channel of a conv2d_q that may run in place: the pool's stream buffer holds it
-    (firmware ops/quant.c makes a channel there, then copies it over the input channels already read)."""
+    """The bytes of one output channel of a depthwise conv that may run in place (a conv2d_q, an fp32 conv2d or
+    conv2d_bwd marked so): the pool's stream buffer holds it (firmware ops/quant.c, ops/conv.c make a channel there,
+    then copy it over the input channels already read); after it an fp32 one's channel of fp32 weights (made there
+    from a weight stored int8, w8) or a conv2d_q's rows of int8 weights read from aux storage."""
     B, C = n.shape[0], n.shape[1]
-    return n.bytes // (B * C)
+    kh, kw = conv_window(n.attrs)[:2]
+    if n.op == "conv2d_q":  # one channel's int8 weights after it, word-aligned, where it streams them
+        return _align(n.bytes // (B * C), 4) + kh * kw if n.attrs.get("stream") else n.bytes // (B * C)
+    return n.bytes // (B * C) + F32 * kh * kw
 
 
 def op_floor(g: TrainingGraph, n: GraphNode) -> int:

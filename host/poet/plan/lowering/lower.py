@@ -48,8 +48,10 @@ def optimizer_attrs(opt: dict[str, Any]) -> dict[str, Any]:
 KINDS = {"input": mb.KIND_INPUT, "forward": mb.KIND_FORWARD, "loss": mb.KIND_LOSS, "backward": mb.KIND_BACKWARD,
          "optimizer": mb.KIND_OPTIMIZER}
 ALIGN = 4
-# conv2d_bwd's a9 packs its share's input channels (bits 1-15) and its rest's parameter index + 1 (bits 16-30)
+# conv2d_bwd's a9 packs its share's input channels (bits 1-14), its in-place mark (bit 15) and its rest's
+# parameter index + 1 (bits 16-30)
 PACKED_MAX = 2**15 - 1
+CK_MAX = 2**14 - 1
 
 
 def check_runtime(g: TrainingGraph) -> None:
@@ -81,9 +83,10 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
     if name == "drop_row":  # absent in graphs written before stochastic depth: a draw per element
         return int(attrs.get("row", 0))
     if name == "need_ck":  # bits 16-30: the rest's parameter index + 1 of a weight stored split, 0 for none
-        return int(attrs["need_grad_input"]) | int(attrs.get("ck", 0)) << 1 | _rest(attrs) + 1 << 16
-    if name == "rest":  # + 1: 0, as a blob's absent slots read, is none
-        return _rest(attrs) + 1
+        return (int(attrs["need_grad_input"]) | int(attrs.get("ck", 0)) << 1 | _rest(attrs) + 1 << 16
+                | (mb.CONV_BWD_IN_PLACE if attrs.get("inplace") else 0))
+    if name == "rest":  # + 1: 0, as a blob's absent slots read, is none; bit 19 the in-place mark
+        return _rest(attrs) + 1 | (mb.CONV_IN_PLACE if attrs.get("inplace") else 0)
     if name == "kernel":
         kh, kw, ph, pw = conv_window(attrs)
         return mb.conv_kernel(kh, kw, pw, int(attrs.get("padb", ph)) if "padb" in attrs else None)
@@ -105,9 +108,10 @@ def _attr(attrs: dict[str, Any], name: str) -> int:
 def _rest(attrs: dict[str, Any]) -> int:
     """The parameter index of the frozen rest of a conv weight trained in part, -1 for none (TrainingGraph.rests)."""
     rest, ck = int(attrs.get("rest", -1)), int(attrs.get("ck", 0))
-    if rest >= PACKED_MAX or ck >= PACKED_MAX:
+    if rest >= PACKED_MAX or ck > CK_MAX:
         raise PoetError(f"a conv weight trained in part with {ck} channels in its share and its rest at parameter "
-                        f"{rest}: the board's conv2d_bwd packs both below {PACKED_MAX}")
+                        f"{rest}: the board's conv2d_bwd packs the share's channels up to {CK_MAX} and the rest "
+                        f"below {PACKED_MAX}")
     return rest
 
 

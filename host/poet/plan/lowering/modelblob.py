@@ -14,6 +14,7 @@ import numpy as np
 
 from poet.graph.dtypes import BY_CODE, ELEMENT_TYPES, F32
 from poet.graph.quantise import decode_i8, encode_i8, i8_bytes, quantise
+from poet.ops import BY_CODE as OP_BY_CODE
 from poet.ops import CODE, MAX_DEPS, N_ATTRS, NO_DEP
 from poet.plan.cost.memory import AUX_ALIGN, Pool, stream_row, swap_slot, w8_conv_block
 from poet.plan.cost.memory import MODEL_HEADER_BYTES as HEADER_BYTES
@@ -34,6 +35,17 @@ Q_FP32 = 0xFFFF  # an epilogue's scale field when the output is fp32 (firmware/c
 
 
 Q_IN_PLACE = 1 << 19  # a depthwise conv2d_q's a9: it may run in place, a channel at a time (memory.in_place)
+CONV_IN_PLACE = 1 << 19  # the same of an fp32 depthwise conv2d's a9 (firmware/core/ops/conv.c by_channel)
+CONV_BWD_IN_PLACE = 1 << 15  # and of its conv2d_bwd's a9
+
+
+def marked_in_place(op: str, attrs: tuple[int, ...]) -> bool:
+    """Whether a blob node of op `op` with slots `attrs` may be made over its dep 0 (docs/spec.md 1, "In place"):
+    the ops that may (poet.ops Op.inplace), the convs among them only where their a9 marks it."""
+    a9 = attrs[9] if len(attrs) > 9 else 0
+    if op in ("conv2d_q", "conv2d"):
+        return bool(a9 & (Q_IN_PLACE if op == "conv2d_q" else CONV_IN_PLACE))
+    return op != "conv2d_bwd" or bool(a9 & CONV_BWD_IN_PLACE)
 
 
 def q_epilogue(out_scale: int, relu: int, in_place: bool = False) -> int:
@@ -226,13 +238,21 @@ class ModelBlob:
                      + [w8_conv_block(*window(n.attrs)) for n in self.nodes
                         if n.op in w8 and len(n.attrs) > 7 and n.attrs[7] >= 0
                         and (self.i8(n.attrs[7]) or n.attrs[7] in self.rests)]
-                     # a conv2d_q that may run in place (a9 bit 19): one output channel, of a0 B x a4 O
-                     + [n.bytes // (n.attrs[0] * n.attrs[4]) for n in self.nodes
-                        if n.op == CODE["conv2d_q"] and len(n.attrs) > 9 and n.attrs[9] & Q_IN_PLACE], default=0)
+                     # a depthwise conv that may run in place (a9's mark): one output channel, of a0 B x a4 O, and
+                     # the channel's weights a read makes after it (conv2d_q's int8 from aux storage; conv2d's fp32)
+                     + [self._in_place_plane(n) for n in self.nodes
+                        if n.op in (*convs[:1], *w8) and marked_in_place(OP_BY_CODE[n.op].name, n.attrs)], default=0)
         x_int8 = any(n.op == CODE["input"] and len(n.attrs) > 1 and n.attrs[1] == 1 for n in self.nodes)
         return Pool.of(self.param_elems, [self.trained(p) for p in ps], self.optimizer, self.batch, self.x_elems,
                        len(self.nodes), [self.moved(p) for p in ps], [self.i8(p) for p in ps], self.in_backward,
                        [self.aux(p) for p in ps], stream, x_int8)
+
+    def _in_place_plane(self, n: BlobNode) -> int:
+        """memory.in_place_plane of a blob node: what its channel at a time takes of the stream buffer."""
+        plane, kk = n.bytes // (n.attrs[0] * n.attrs[4]), (n.attrs[5] & 0xFF) * (n.attrs[5] >> 8 & 0xFF)
+        if n.op == CODE["conv2d_q"]:
+            return (plane + 3) // 4 * 4 + kk if self.aux(n.attrs[7]) else plane
+        return plane + 4 * kk
 
     def x_scale(self, weights: Sequence[np.ndarray]) -> float | None:
         """The scale its input is staged int8 with (encode_batch's x_scale), read from its weights; None
@@ -264,13 +284,13 @@ class ModelBlob:
     @property
     def rests(self) -> dict[int, tuple[int, int]]:
         """Each conv weight stored split (trained in part, TrainingGraph.stored) -> its frozen rest's parameter
-        index (conv2d's a9 - 1) and the rows the whole is cut in: its output channels (the share is each one's
-        first input channels), or 1 for a depthwise conv (whose share is its first channels)."""
+        index (conv2d's a9 bits 0-15, - 1) and the rows the whole is cut in: its output channels (the share is each
+        one's first input channels), or 1 for a depthwise conv (whose share is its first channels)."""
         out = {}
         for n in self.nodes:
-            if n.op == CODE["conv2d"] and len(n.attrs) > 9 and n.attrs[9] > 0:
+            if n.op == CODE["conv2d"] and len(n.attrs) > 9 and n.attrs[9] & 0xFFFF > 0:
                 depthwise = n.attrs[1] == n.attrs[4] == (n.attrs[6] >> 16) + 1
-                out[n.attrs[7]] = (n.attrs[9] - 1, 1 if depthwise else n.attrs[4])
+                out[n.attrs[7]] = ((n.attrs[9] & 0xFFFF) - 1, 1 if depthwise else n.attrs[4])
         return out
 
     def _table(self, params: Sequence[np.ndarray]) -> list[np.ndarray]:

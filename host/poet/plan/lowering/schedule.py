@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from poet.ops import BY_CODE
-from poet.plan.lowering.modelblob import KIND_FORWARD, KIND_LOSS, Q_IN_PLACE, ModelBlob
+from poet.plan.lowering.modelblob import KIND_FORWARD, KIND_LOSS, ModelBlob, marked_in_place
 
 MAGIC = b"PSCH"
 VERSION = 1
@@ -170,8 +170,7 @@ def validate(data: bytes, model: ModelBlob | None, pool_free: int) -> tuple[int,
         over = None
         if flags:
             op_of = BY_CODE.get(n.op)
-            marked = op_of is not None and (op_of.name != "conv2d_q" or (len(n.attrs) > 9 and n.attrs[9] & Q_IN_PLACE))
-            if op_of is None or not op_of.inplace or not marked or nb == 0 or not n.deps:
+            if op_of is None or not op_of.inplace or not marked_in_place(op_of.name, n.attrs) or nb == 0 or not n.deps:
                 return OVERLAP, k
             over = n.deps[0]
             if sizes[over] < nb or over not in resident or resident[over] != off or list(n.deps).count(over) > 1:

@@ -48,8 +48,8 @@ def streamed(g: TrainingGraph, params: set[str]) -> TrainingGraph:
     """g with the convs and linears whose weights, stored int8, are `params` streaming them from aux storage."""
     if not params:
         return g
-    # a conv2d_q streaming its weight runs no longer in place: its reads take the stream buffer (memory.in_place)
-    return replace(g, nodes=[replace(n, attrs={**{k: v for k, v in n.attrs.items() if k != "inplace"}, "stream": 1})
+    # a depthwise conv2d_q marked in place stays so: its reads go after the channel it makes (memory.in_place_plane)
+    return replace(g, nodes=[replace(n, attrs={**n.attrs, "stream": 1})
                              if n.op in STREAMING and g.params[n.attrs["w"]][0] in params
                              and (n.op != "conv2d_i8" or _stored_conv(n)) else n for n in g.nodes])
 

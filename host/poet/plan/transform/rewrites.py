@@ -8,12 +8,14 @@ and the request alone:
 - the precision selection (poet.plan.transform.precision): --precision greedy|auto, or the frozen layers that
   must run int8 for the model to fit flash;
 - the placement (poet.plan.transform.placement): the largest static-int8 conv weights streamed from the SD card
-  and the largest frozen fp32 weights stored int8 (`w8`) when flash still cannot hold them.
+  and the largest frozen fp32 weights stored int8 (`w8`) when flash still cannot hold them;
+- the fp32 depthwise convs that run a channel at a time, so a plan may make them in place
+  (poet.plan.transform.in_place_convs).
 
 `decide` makes them and returns a `Rewritten` (the graph to plan, its costs, what each rewrite made);
 its `record` (a `Rewrites`) is what a plan keeps of them, the plan.json fields `int8_prefix`,
-`precision`, `streamed` and `w8`, and `Rewrites.apply` makes the same graph again from a fresh trace
-(`poet train`'s plan cache and --resume, which keep the record, not the graph).
+`precision`, `streamed`, `w8`, `patches` and `in_place`, and `Rewrites.apply` makes the same graph again from a
+fresh trace (`poet train`'s plan cache and --resume, which keep the record, not the graph).
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from poet.errors import PoetError
 from poet.graph.quantise import i8_bytes
 from poet.graph.training_graph import TrainingGraph, conv_window, numel
 from poet.ops import STATIC_INT8_LAYERS
-from poet.plan.cost.costs import costed, load_profile, with_stream_costs
+from poet.plan.cost.costs import costed, load_profile, with_in_place, with_stream_costs
 from poet.plan.cost.memory import budget_for, pool_for
+from poet.plan.transform.in_place_convs import eligible, in_place_lines, in_place_names, marked, with_in_place_convs
 from poet.plan.transform.patches import Patching, choose, widest
 from poet.plan.transform.placement import place, stream_lines, streamed, w8_lines, w8_params, weight_only_int8
 from poet.plan.transform.precision import (
@@ -63,6 +66,7 @@ class Rewrites:
     streamed: tuple[str, ...] = ()  # static-int8 conv weights read from the SD card
     w8: tuple[str, ...] = ()  # frozen fp32 weights stored int8 (weight-only)
     patches: Patching | None = None  # the int8 prefix's first stage run in strips of rows (patch-based)
+    in_place: tuple[str, ...] = ()  # fp32 depthwise convs run a channel at a time, to run in place
 
     def to_json(self) -> dict[str, Any]:
         """plan.json's fields for these decisions: only those made (plans without them keep their keys)."""
@@ -77,6 +81,8 @@ class Rewrites:
             out["w8"] = list(self.w8)
         if self.patches is not None:
             out["patches"] = self.patches.to_json()
+        if self.in_place:
+            out["in_place"] = list(self.in_place)
         return out
 
     @classmethod
@@ -84,7 +90,8 @@ class Rewrites:
         """The record in a plan.json (checked for kinds by its reader; {} for a run with no plan)."""
         return cls(int8_prefix=bool(info.get("int8_prefix")), precision=info.get("precision") or None,
                    streamed=tuple(info.get("streamed") or ()), w8=tuple(info.get("w8") or ()),
-                   patches=Patching.from_json(info["patches"]) if info.get("patches") is not None else None)
+                   patches=Patching.from_json(info["patches"]) if info.get("patches") is not None else None,
+                   in_place=tuple(info.get("in_place") or ()))
 
     def apply(self, g: TrainingGraph) -> tuple[TrainingGraph, Int8Prefix | None]:
         """The graph the plan's schedule runs on, made from g in the order decide made it, and the static-int8
@@ -106,7 +113,13 @@ class Rewrites:
             run = graph_for(run, self.precision)
         if not set(self.streamed) | set(self.w8) <= {name for name, _ in run.params}:
             raise ForeignPlan(f"the plan places weights {g.model} does not have")
-        return weight_only_int8(streamed(run, set(self.streamed)), set(self.w8)), prefix
+        run = weight_only_int8(streamed(run, set(self.streamed)), set(self.w8))
+        if self.in_place:
+            can = {n.name for n in run.nodes if eligible(run, n)}
+            if not set(self.in_place) <= can:
+                raise ForeignPlan(f"the plan runs convs in place that {g.model} does not have")
+            run = marked(run, set(self.in_place))
+        return run, prefix
 
 
 @dataclass
@@ -125,14 +138,15 @@ class Rewritten:
                         precision=self.selection.to_json() if self.selection is not None else None,
                         streamed=tuple(sorted(g.streamed_params)),
                         w8=tuple(sorted(w8_params(g))),
-                        patches=self.prefix.patching if self.prefix is not None else None)
+                        patches=self.prefix.patching if self.prefix is not None else None,
+                        in_place=in_place_names(g))
 
     def lines(self) -> list[str]:
         """What `poet solve` says of the rewrites, after the plan."""
         out = self.selection.lines() if self.selection is not None else []
         if self.prefix is not None:
             out += prefix_lines(self.prefix)
-        return out + stream_lines(self.graph) + w8_lines(self.graph)
+        return out + stream_lines(self.graph) + w8_lines(self.graph) + in_place_lines(self.graph)
 
 
 def profile_for(board: Board, request: PlanRequest, say: Say) -> dict[str, Any]:
@@ -167,6 +181,7 @@ def decide(request: PlanRequest, g: TrainingGraph, cg: CostedGraph, board: Board
     if placed is not g:
         g = placed
         cg = with_stream_costs(cg, g, board, prof)
+    g, cg = _in_place(g, cg, board, prof)
     # the estimates of the graph planned, named once it is final (the caller's costing of the traced graph
     # names none: a graph rewritten to its int8 prefix would list ops that never run; an unstreamed conv's
     # estimate that the placement replaced is no cost of the plan)
@@ -185,7 +200,15 @@ def after_no_fp32_plan(done: Rewritten, g: TrainingGraph, board: Board, prof: di
         return None
     say("  no fp32 plan fits: planning again with the frozen prefix in static int8")
     prefix = with_patches(prefix, ram, runtime_static, say)
-    return Rewritten(prefix.graph, costed_for(prefix.graph, board, prof, lambda m: say(f"  {m}")), prefix)
+    g, cg = _in_place(prefix.graph, costed_for(prefix.graph, board, prof, lambda m: say(f"  {m}")), board, prof)
+    return Rewritten(g, cg, prefix)
+
+
+def _in_place(g: TrainingGraph, cg: CostedGraph, board: Board, prof: dict[str, Any]) -> tuple[TrainingGraph,
+                                                                                                   CostedGraph]:
+    """g with the fp32 depthwise convs that pay for it marked to run in place, and its costs so."""
+    out = with_in_place_convs(g)
+    return (g, cg) if out is g else (out, with_in_place(cg, out, board, prof))
 
 
 def for_profile(g: TrainingGraph, board: Board, runtime_static: int) -> tuple[TrainingGraph, Int8Prefix] | None:
@@ -198,7 +221,7 @@ def for_profile(g: TrainingGraph, board: Board, runtime_static: int) -> tuple[Tr
         return None
     prefix = with_patches(prefix, board.ram_bytes, runtime_static, lambda _m: None)
     q = prefix.graph
-    return place(apply_storage(q, {}, set(flash_fit(q, board.model_flash_bytes))), board), prefix
+    return with_in_place_convs(place(apply_storage(q, {}, set(flash_fit(q, board.model_flash_bytes))), board)), prefix
 
 
 def as_planned(g: TrainingGraph, model: Any, weights: list, board: Board, say: Say) -> tuple[TrainingGraph, list]:
@@ -212,7 +235,7 @@ def as_planned(g: TrainingGraph, model: Any, weights: list, board: Board, say: S
 
     rewritten = for_profile(g, board, int(load_profile(board.name)["runtime_static_bytes"]))
     if rewritten is None:
-        return g, weights
+        return with_in_place_convs(g), weights
     placed, prefix = rewritten
     say(f"{g.model}: its fp32 graph cannot fit {board.name}; profiling it with its frozen prefix in static int8, "
         "as `poet solve` plans it")
