@@ -52,3 +52,6 @@ def test_a_tiny_training_network_trains_its_49kb_sparse_update_on_the_nrf52840(
     assert len(trained) == n_trained, trained  # bias:N counts the head's
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
     assert {k for k in made if plan.get(k)} == made, plan.keys()  # what each needed to fit 256 KiB
+    steps = json.loads((tmp_path / "run" / "trace.json").read_text())["steps"]
+    assert {s["peak_live_bytes"] for s in steps} == {plan["peak_bytes"]}  # the board's peak is the plan's
+    assert max(s["peak_extent_bytes"] for s in steps) <= plan["arena_budget"]
