@@ -12,13 +12,9 @@
 /* ---- checks ---------------------------------------------------------------------------------- */
 
 /* Products of attribute values saturate in 64 bits, so a hostile blob cannot wrap them into a
- * size that matches. */
-static inline uint64_t mul(uint64_t a, uint64_t b)
-{
-    if (a != 0 && b > UINT64_MAX / a)
-        return UINT64_MAX;
-    return a * b;
-}
+ * size that matches. Out of line (ops.c): the checks call it some fifty times, and inlined it costs
+ * the M4 images more flash than they have. */
+uint64_t mul(uint64_t a, uint64_t b);
 
 static inline uint64_t f32s(uint64_t elems) { return mul(4u, elems); }
 

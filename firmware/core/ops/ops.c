@@ -244,6 +244,13 @@ int w8_weight_ok(const poet_model_t *m, int32_t p, uint64_t elems, int aux)
            !poet_param_trained(m, (uint16_t)p);
 }
 
+uint64_t mul(uint64_t a, uint64_t b)
+{
+    if (a != 0 && b > UINT64_MAX / a)
+        return UINT64_MAX;
+    return a * b;
+}
+
 int streams(poet_model_t *m, uint32_t row)
 {
     if (row > m->stream_bytes)

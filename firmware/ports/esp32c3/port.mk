@@ -22,7 +22,7 @@ C3_PYTHON ?= $(firstword $(wildcard ../.venv/bin/python) python3)
 # picks picolibc's rv32im/ilp32 multilib (no rv32imc one ships; qemu-rv32's port.mk explains).
 C3_ARCH := -march=rv32imc_zicsr -mabi=ilp32
 C3_LINK_ARCH := -march=rv32imc -mabi=ilp32
-# The pool (280 KiB) takes what the rest leaves of the 386832 B of SRAM1 this image may use (linker.ld):
+# The pool (282 KiB) takes what the rest leaves of the 386832 B of SRAM1 this image may use (linker.ld):
 # code and constants (~68 KB with the low-precision and static-int8 kernels and streamed weights: unlike on the qemu-rv32 stand-in, whose code
 # sits in "flash", code runs from the same SRAM here), the core's static buffers (~8 KB; the model blob and
 # frozen weights are in flash, linker.ld NV), this port's receive ring, the SD driver's sector buffer and
@@ -31,7 +31,7 @@ C3_LINK_ARCH := -march=rv32imc -mabi=ilp32
 # FPU); POET_SMALL_CODE: the int8 convolution without its channel blocks, which would cost the pool 700 B
 # (core/kernels/conv_taps.h).
 C3_CFLAGS := $(WARN) -O2 -g -ffunction-sections -fdata-sections -fno-math-errno -fno-common -MMD -MP \
-             $(C3_ARCH) --specs=picolibc.specs -DPOOL_BYTES=286720u -DPOET_UNTILED -DPOET_SMALL_CODE
+             $(C3_ARCH) --specs=picolibc.specs -DPOOL_BYTES=288768u -DPOET_UNTILED -DPOET_SMALL_CODE
 # max-page-size=16: the program headers start at the sections themselves; with 4 KB pages the
 # DRAM one would start a page early, its file bytes (ELF headers) aliasing the end of the code.
 C3_LDFLAGS := $(C3_LINK_ARCH) --specs=picolibc.specs -nostartfiles -T ports/esp32c3/linker.ld \
