@@ -432,8 +432,8 @@ def stream_cost(board: Board, profile: dict[str, Any], g: TrainingGraph) -> dict
 def with_stream_costs(cg: CostedGraph, g: TrainingGraph, board: Board, profile: dict[str, Any]) -> CostedGraph:
     """cg with g's streamed weights costed as they run (cg's costs are of g before its frozen weights were
     placed): a streamed conv's compute as the profile measured it streaming, where it has that (its key
-    says stream=1: it runs a few output channels per read, which its loops cannot block), plus its reads; and no
-    longer in place (memory.in_place: its reads take the stream buffer a channel made in place would)."""
+    says stream=1: it runs a few output channels per read, which its loops cannot block), plus its reads; in place
+    as memory.in_place says of g (a depthwise one stays so: its rows are read after the channel it makes)."""
     cost = stream_cost(board, profile, g)
     ops = profile.get("ops", {})
 
